@@ -1,0 +1,83 @@
+/* Contexts (address spaces with their own handler table and data) and handler registration. */
+#ifndef NEXUS_CONTEXT_H
+#define NEXUS_CONTEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buffer.h"
+#include "gp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nx_context nx_context_t;
+
+/* Handler ids are derived from handler names (see nx_handler_id), so
+ * executables agree on them without registering in the same order. */
+typedef uint32_t nx_handler_id_t;
+
+/* A handler runs in the context the RSR's gp names, with the gp's address
+ * and the RSR's buffer. The runtime releases `buf` when the handler returns
+ * unless the handler retained it (nx_buffer_retain). */
+typedef void (*nx_handler_fn)(nx_context_t *ctx, void *address,
+                              nx_buffer_t *buf);
+
+/* Compiler-supplied context initialisation. Runs once, in the new context,
+ * before the creator gets a gp to it; a negative return aborts creation. */
+typedef int (*nx_context_init_fn)(nx_context_t *ctx, void *arg);
+
+enum nx_handler_kind {
+  /* Runs on the thread that drives progress; must not block. */
+  NX_HANDLER_NONTHREADED = 0,
+  /* May block. Runs on a runtime thread (pooled; the pool grows when every
+   * pooled thread is blocked); starts on the thread that received it and
+   * hands progress to another thread only if it blocks. */
+  NX_HANDLER_THREADED = 1,
+  /* May block. Always runs on a newly created thread (the Nexus paper's
+   * "new thread" variant; kept to measure its cost). */
+  NX_HANDLER_NEW_THREAD = 2
+};
+
+/* The wire id of a handler name: a 32-bit FNV-1a hash, never 0. Pure; a
+ * compiler may compute it ahead of time. */
+nx_handler_id_t nx_handler_id(const char *name);
+
+/* Creates an in-process context: it shares this process's memory but has
+ * its own handler table and data. `init(ctx, arg)` runs in the calling
+ * thread with the new context current; `*gp` is written only after init
+ * returned 0, and names the context's data pointer (nx_context_set_data).
+ * Returns 0, NX_EINVAL, NX_ENOMEM, NX_ENOTINIT, or init's negative result. */
+int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
+
+/* Destroys the context `gp` names (must be in this process). RSRs that
+ * arrive for it later are dropped and counted (NX_ENOCONTEXT); handlers
+ * running in it finish first. Returns 0, NX_EINVAL, NX_ENOCONTEXT (unknown
+ * or already destroyed) or NX_EBUSY (the process's initial context). */
+int nx_context_destroy(const nx_gp_t *gp);
+
+/* The current context of the calling thread: inside a handler or init the
+ * context it runs in, otherwise the process's initial context. NULL before
+ * nx_init. */
+nx_context_t *nx_context_self(void);
+
+/* The context's id (unique in the computation). */
+uint64_t nx_context_id(const nx_context_t *ctx);
+
+/* The context's compiler-defined data pointer. */
+void *nx_context_data(const nx_context_t *ctx);
+int nx_context_set_data(nx_context_t *ctx, void *data);
+
+/* Registers `fn` under `name` in `ctx`. Registering the same name again
+ * replaces the function and kind. Returns 0; NX_EINVAL (NULL, empty name,
+ * bad kind); NX_ECOLLISION when another name in this context hashes to the
+ * same id; NX_ENOMEM. `*id` (may be NULL) receives the handler's id. */
+int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
+                        int kind, nx_handler_id_t *id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_CONTEXT_H */

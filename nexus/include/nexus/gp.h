@@ -1,0 +1,55 @@
+/* Global pointers: movable references to an address in a context, with that context's protocol descriptors. */
+#ifndef NEXUS_GP_H
+#define NEXUS_GP_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nxi_dlist;
+
+/* A global pointer is a value: copy it with nx_gp_copy, drop it with
+ * nx_gp_release. `protos` is the interned, reference-counted descriptor list
+ * of the context it names; treat the members as private. */
+typedef struct nx_gp {
+  uint64_t context;
+  uint64_t address;
+  struct nxi_dlist *protos;
+} nx_gp_t;
+
+#define NX_GP_NULL {0, 0, 0}
+
+/* Makes a gp to `address` in the calling thread's current context.
+ * Returns 0, NX_EINVAL or NX_ENOTINIT. */
+int nx_gp_make(void *address, nx_gp_t *gp);
+
+/* Copies `src` into `dst` (dst gets its own reference). Returns 0 or NX_EINVAL. */
+int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst);
+
+/* Drops the gp's reference and sets it to NX_GP_NULL. Releasing a null gp
+ * is allowed and does nothing. Returns 0 or NX_EINVAL (NULL argument). */
+int nx_gp_release(nx_gp_t *gp);
+
+/* Returns 1 if both name the same address in the same context, else 0. */
+int nx_gp_equal(const nx_gp_t *a, const nx_gp_t *b);
+
+/* Returns 1 for a null gp (names nothing). */
+int nx_gp_is_null(const nx_gp_t *gp);
+
+/* The id of the context the gp names (0 for a null gp). */
+uint64_t nx_gp_context(const nx_gp_t *gp);
+
+/* The address the gp names. Meaningful only inside its own context. */
+void *nx_gp_address(const nx_gp_t *gp);
+
+/* The name of the protocol module that would carry an RSR to this gp
+ * ("local", "tcp", ...), or NULL if none reaches it. */
+const char *nx_gp_protocol(const nx_gp_t *gp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_GP_H */

@@ -1,0 +1,154 @@
+/* The protocol module ABI: one versioned ops table per module, and the core services a module may call. */
+#ifndef NEXUS_PROTOCOL_H
+#define NEXUS_PROTOCOL_H
+
+/* For module authors only; programs include <nexus.h>. A module is a shared
+ * object libnx_proto_<name>.so exporting exactly one symbol,
+ * `const struct nx_protocol_ops nx_protocol_<name>`. The core owns framing:
+ * a module moves whole frames (header + payload) and reports arrivals. */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Marks the one symbol a module exports (modules build with hidden
+ * visibility). */
+#define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
+
+/* Bumped whenever a slot is added to either table below. */
+#define NX_PROTOCOL_ABI_VERSION 1u
+
+/* The frame header, fixed little-endian on the wire (docs/design.md):
+ *   off size field
+ *     0    4 magic       0x3152584e ("NXR1" read as bytes N X R 1)
+ *     4    1 version     1
+ *     5    1 format      data-format tag of the payload (NX_FORMAT_*)
+ *     6    2 flags       reserved, 0
+ *     8    4 handler     handler id
+ *    12    4 reserved    0
+ *    16    8 context     destination context id
+ *    24    8 address     address within that context
+ *    32    8 length      payload bytes that follow */
+#define NX_FRAME_HDR_SIZE 40u
+#define NX_FRAME_MAGIC 0x3152584eu
+#define NX_FRAME_VERSION 1u
+
+/* Largest scope and module bytes a descriptor may carry. */
+#define NX_DESC_SCOPE_MAX 32u
+#define NX_DESC_DATA_MAX 512u
+#define NX_PROTO_NAME_MAX 15u
+
+/* A peer's descriptor, as the core shows it to a module. The core has
+ * already checked that name and wire version are this module's. */
+struct nx_desc {
+  const char *name;
+  uint16_t wire_version;
+  uint8_t scope_len;
+  const uint8_t *scope; /* where it is reachable: host id, job id, ... */
+  uint16_t data_len;
+  const uint8_t *data; /* the module's own bytes: addresses, ranks, ... */
+};
+
+/* The module writes its own descriptor here. */
+struct nx_desc_buf {
+  uint8_t scope_len;
+  uint8_t scope[NX_DESC_SCOPE_MAX];
+  uint16_t data_len;
+  uint8_t data[NX_DESC_DATA_MAX];
+};
+
+/* One frame. On send the core fills iov[0] (header) and iov[1] (payload);
+ * on receive frame_alloc returns a frame whose iov[1] is where the payload
+ * goes. `module_data` is scratch space for whoever owns the frame now. */
+typedef struct nx_frame {
+  struct iovec iov[2];
+  int iovcnt;
+  size_t len;
+  void *module_data[2];
+} nx_frame_t;
+
+/* Services of the core, handed to a module's init. Callable from any thread. */
+struct nx_core_api {
+  uint32_t abi_version;
+  /* Identity of this process and host (16 random bytes each; the host id is
+   * derived from /etc/machine-id where there is one). */
+  const uint8_t *process_uuid;
+  const uint8_t *host_uuid;
+
+  /* Receiving. frame_alloc checks the NX_FRAME_HDR_SIZE header bytes `hdr`
+   * and returns a frame whose iov[1] has room for the payload it announces
+   * (NX_EPROTO for a bad header, which the core counts: drop the peer;
+   * NX_ENOMEM). Then exactly one of frame_deliver (payload complete) or
+   * frame_free (connection lost midway). */
+  int (*frame_alloc)(const void *hdr, nx_frame_t **frame);
+  void (*frame_deliver)(nx_frame_t *frame);
+  void (*frame_free)(nx_frame_t *frame);
+
+  /* Sending. A module that accepted a frame (send returned 0) calls
+   * send_done exactly once when it no longer needs the bytes. handover
+   * delivers a frame that is being sent to this same process without
+   * copying it, and counts as send_done. */
+  void (*send_done)(nx_frame_t *frame, int status);
+  void (*handover)(nx_frame_t *frame);
+
+  /* Events. peer_failed: the endpoint returned by connect (or an accepted
+   * one) is dead; the core fails RSRs to it. bad_peer: a peer sent
+   * something malformed and was dropped (counted). wake: a module thread
+   * made work ready for a module without a wait fd. */
+  void (*peer_failed)(void *state, void *ep, int status);
+  void (*bad_peer)(const char *module, const char *why);
+  void (*wake)(void);
+
+  /* One line on stderr, prefixed with the module name, if NX_DEBUG is set
+   * (always for level 0). */
+  void (*log)(int level, const char *module, const char *fmt, ...);
+};
+
+struct nx_protocol_ops {
+  uint32_t abi_version; /* NX_PROTOCOL_ABI_VERSION */
+  const char *name;     /* "local", "tcp", ...: at most NX_PROTO_NAME_MAX */
+  uint16_t wire_version;
+  uint16_t cost; /* default cost; lower is preferred */
+
+  /* Lifecycle (mandatory). init returns 0, or a negative code with a
+   * one-line reason in `why` (the module is then skipped). */
+  int (*init)(const struct nx_core_api *core, void **state, char *why,
+              size_t why_len);
+  void (*finalize)(void *state);
+
+  /* Descriptors (mandatory). reachable returns the cost (>= 0) of reaching
+   * `peer` from here, or NX_EUNREACH. */
+  int (*descriptor)(void *state, struct nx_desc_buf *out);
+  int (*reachable)(void *state, const struct nx_desc *peer);
+
+  /* Connections (mandatory). connect may complete lazily; errors that show
+   * later come through peer_failed. */
+  int (*connect)(void *state, const struct nx_desc *peer, void **ep);
+  void (*disconnect)(void *state, void *ep);
+
+  /* Data (mandatory). Returns 0 (the module owns the frame until it calls
+   * send_done or handover), NX_EAGAIN (flags has NX_RSR_NONBLOCK and the
+   * queue is full), or another negative code (the core keeps the frame). */
+  int (*send)(void *state, void *ep, nx_frame_t *frame, unsigned flags);
+
+  /* Progress. progress (mandatory) never blocks and returns the number of
+   * events handled; wait_fd (optional) returns an fd that becomes readable
+   * when progress has work, or a negative code if there is none. */
+  int (*progress)(void *state);
+  int (*wait_fd)(void *state);
+
+  /* Information (optional): the backend library and its version. */
+  const char *(*backend_version)(void *state);
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_PROTOCOL_H */

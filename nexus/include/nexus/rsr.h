@@ -1,0 +1,46 @@
+/* Remote service requests: one-way, asynchronous invocation of a handler in the context a gp names. */
+#ifndef NEXUS_RSR_H
+#define NEXUS_RSR_H
+
+#include <stddef.h>
+
+#include "buffer.h"
+#include "context.h"
+#include "gp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Flags for nx_rsr_send_flags. */
+enum nx_rsr_flags {
+  /* Fail with NX_EAGAIN instead of blocking when the protocol's send queue
+   * to the destination is full. */
+  NX_RSR_NONBLOCK = 1u << 0
+};
+
+/* Step 1 of an RSR: starts a buffer for handler `handler` at `gp`.
+ * `size_hint` is the payload size expected (buffers grow as needed).
+ * `*buf` is written only on success. Returns 0, NX_EINVAL (NULL or null gp),
+ * NX_ENOMEM or NX_ENOTINIT. */
+int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
+                size_t size_hint);
+
+/* The same, naming the handler (its id is nx_handler_id(name)). */
+int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
+                     size_t size_hint);
+
+/* Step 3: sends the RSR. Never waits for the handler; the buffer belongs to
+ * the runtime afterwards, whatever the result. Returns 0; NX_EINVAL;
+ * NX_EUNREACH when no loaded protocol reaches the destination;
+ * NX_ENOCONTEXT when the destination context is known to be gone;
+ * NX_EPEERDEAD; NX_EAGAIN (only with NX_RSR_NONBLOCK). A handler that turns
+ * out to be unknown at the destination is reported there, not here. */
+int nx_rsr_send(nx_buffer_t *buf);
+int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_RSR_H */

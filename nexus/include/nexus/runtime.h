@@ -1,0 +1,86 @@
+/* Runtime lifecycle, nodes, progress, counters and error reporting. */
+#ifndef NEXUS_RUNTIME_H
+#define NEXUS_RUNTIME_H
+
+#include <stdint.h>
+
+#include "context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Starts the runtime in this process: loads the protocol modules
+ * (NX_PROTOCOLS, NX_PROTO_PATH), creates the initial context and, unless
+ * NX_PROGRESS=poll, the progress thread. `argc`/`argv` may be NULL.
+ * Calls nest: each nx_init needs one nx_finalize.
+ * Returns 0, NX_ENOMEM, NX_EUNREACH (no protocol module loaded) or
+ * NX_EINVAL (bad environment setting). */
+int nx_init(int *argc, char ***argv);
+
+/* Stops the runtime: joins its threads, destroys the contexts, unloads the
+ * modules. RSRs not yet delivered are dropped. Returns 0 or NX_ENOTINIT. */
+int nx_finalize(void);
+
+/* A node: a processing resource (here, a host). */
+typedef struct nx_node {
+  uint32_t id;
+  char host[64];
+} nx_node_t;
+
+/* Writes the node this process runs on. Returns 0, NX_EINVAL or NX_ENOTINIT. */
+int nx_node_self(nx_node_t *node);
+
+/* Drives progress once without blocking: polls every module and runs the
+ * handlers that are due. Needed only with NX_PROGRESS=poll. Returns the
+ * number of RSRs handled (>= 0), or NX_ENOTINIT. */
+int nx_poll(void);
+
+/* Counters of this process, for tools and tests. */
+typedef struct nx_stats {
+  uint64_t rsr_sent;           /* RSRs accepted by nx_rsr_send */
+  uint64_t rsr_handled;        /* handlers run */
+  uint64_t drop_no_handler;    /* RSRs for a handler the context lacks */
+  uint64_t drop_no_context;    /* RSRs for an unknown or destroyed context */
+  uint64_t drop_bad_frame;     /* malformed frames from a peer */
+  uint64_t threads_created;    /* runtime threads started (pool growth) */
+} nx_stats_t;
+
+/* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */
+int nx_stats_get(nx_stats_t *stats);
+
+/* Called (on a runtime thread) for every RSR the runtime drops, with the
+ * reason, the destination context id and the handler id. */
+typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
+                            void *arg);
+
+/* Installs `cb` (NULL restores the default: one line on stderr for each of
+ * the first few drops). Returns 0 or NX_ENOTINIT. */
+int nx_error_cb_set(nx_error_cb cb, void *arg);
+
+/* What the loader did with one protocol module (for nxinfo and tests). */
+typedef struct nx_module_info {
+  char name[16];
+  char path[512];   /* the shared object, or "" if none was found */
+  int loaded;       /* 1 if loaded and initialised */
+  int error;        /* why not: an NX_E* code (0 when loaded) */
+  char reason[256]; /* why not, in words */
+  int cost;         /* default cost (lower is preferred) */
+  int rank;         /* position in the preference order (0 first) */
+  unsigned wire_version;
+  char backend[128];    /* backend library and version, if known */
+  char descriptor[256]; /* this process's descriptor, printable */
+} nx_module_info_t;
+
+/* Number of modules the loader considered (found or asked for). */
+int nx_module_count(void);
+
+/* Writes what happened to module `index` (0 <= index < nx_module_count()).
+ * Returns 0, NX_EINVAL or NX_ENOTINIT. */
+int nx_module_info(int index, nx_module_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_RUNTIME_H */

@@ -1,0 +1,88 @@
+/* Threads, mutexes, condition variables and thread-specific keys (POSIX-style). */
+#ifndef NEXUS_THREAD_H
+#define NEXUS_THREAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The types are concrete so a compiler can embed them in its own objects.
+ * Treat their members as private. */
+typedef struct nx_thread {
+  pthread_t tid;
+} nx_thread_t;
+
+typedef struct nx_mutex {
+  pthread_mutex_t m;
+} nx_mutex_t;
+
+/* A condition variable. `seq` counts signals; waiters sleep on it with a
+ * futex and, while they wait, may drive the runtime's progress engine (so a
+ * thread waiting for a reply delivers that reply itself). */
+typedef struct nx_cond {
+  uint32_t seq;
+  uint32_t sleepers;
+} nx_cond_t;
+
+typedef struct nx_key {
+  pthread_key_t k;
+} nx_key_t;
+
+typedef void *(*nx_thread_fn)(void *arg);
+
+/* Starts `fn(arg)` in a new thread. Returns 0, NX_EAGAIN or NX_EINVAL. */
+int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg);
+
+/* Ends the calling thread with `result`; does not return. */
+void nx_thread_exit(void *result);
+
+/* Waits for `thread` to end and stores its result in `*result` (may be NULL).
+ * Returns 0, NX_EINVAL (not joinable, or joining oneself). */
+int nx_thread_join(nx_thread_t thread, void **result);
+
+/* Gives up the processor to another runnable thread. */
+void nx_thread_yield(void);
+
+/* Returns the calling thread. */
+nx_thread_t nx_thread_self(void);
+
+/* Returns 1 if `a` and `b` name the same thread, else 0. */
+int nx_thread_equal(nx_thread_t a, nx_thread_t b);
+
+/* Mutexes. Returns 0 or NX_EINVAL; nx_mutex_trylock returns NX_EBUSY when
+ * the mutex is held; nx_mutex_unlock of a mutex not held by the caller
+ * returns NX_EINVAL (mutexes are error-checking). */
+int nx_mutex_init(nx_mutex_t *mutex);
+int nx_mutex_destroy(nx_mutex_t *mutex);
+int nx_mutex_lock(nx_mutex_t *mutex);
+int nx_mutex_trylock(nx_mutex_t *mutex);
+int nx_mutex_unlock(nx_mutex_t *mutex);
+
+/* Condition variables. Waiters must hold `mutex` and re-check their
+ * predicate after waking: like POSIX, a wait may return spuriously.
+ * nx_cond_timedwait takes an absolute CLOCK_REALTIME deadline and returns
+ * NX_ETIMEDOUT when it passes. */
+int nx_cond_init(nx_cond_t *cond);
+int nx_cond_destroy(nx_cond_t *cond);
+int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
+int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
+                      const struct timespec *abstime);
+int nx_cond_signal(nx_cond_t *cond);
+int nx_cond_broadcast(nx_cond_t *cond);
+
+/* Thread-specific data. `destructor` (may be NULL) runs at thread exit for
+ * a non-NULL value. Return 0, NX_EAGAIN or NX_EINVAL. */
+int nx_key_create(nx_key_t *key, void (*destructor)(void *));
+int nx_key_delete(nx_key_t key);
+int nx_key_set(nx_key_t key, const void *value);
+void *nx_key_get(nx_key_t key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_THREAD_H */

@@ -1,0 +1,383 @@
+/* Message buffers: typed put/get with per-value type tags, byte-order conversion on get, and ownership. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Each value starts with a one-byte tag; arrays set NXI_TAG_ARRAY and are
+ * followed by a 32-bit count in the buffer's byte order. */
+enum {
+  TAG_INT8 = 1,
+  TAG_UINT8,
+  TAG_INT16,
+  TAG_UINT16,
+  TAG_INT32,
+  TAG_UINT32,
+  TAG_INT64,
+  TAG_UINT64,
+  TAG_FLOAT,
+  TAG_DOUBLE,
+  TAG_CHAR,
+  TAG_BYTES,
+  TAG_GP,
+  TAG_ARRAY = 0x80
+};
+
+#define INLINE_MIN 64
+
+int nx_format_native(void) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return NX_FORMAT_LITTLE;
+#else
+  return NX_FORMAT_BIG;
+#endif
+}
+
+struct nx_buffer *nxi_buffer_alloc(size_t cap) {
+  if (cap < INLINE_MIN)
+    cap = INLINE_MIN;
+  struct nx_buffer *b = malloc(sizeof(*b) + cap);
+  if (b == NULL)
+    return NULL;
+  memset(b, 0, sizeof(*b));
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->urefs, 0);
+  b->data = b->inline_data;
+  b->cap = cap;
+  b->fmt = (uint8_t)nx_format_native();
+  return b;
+}
+
+void nxi_buffer_free(struct nx_buffer *b) {
+  if (b->data_heap)
+    free(b->data);
+  free(b);
+}
+
+void nxi_buffer_seal(struct nx_buffer *b) {
+  uint8_t *h = b->hdr;
+  nxi_le32(h + 0, NX_FRAME_MAGIC);
+  h[4] = NX_FRAME_VERSION;
+  h[5] = b->fmt;
+  nxi_le16(h + 6, 0);
+  nxi_le32(h + 8, b->handler);
+  nxi_le32(h + 12, 0);
+  nxi_le64(h + 16, b->context);
+  nxi_le64(h + 24, b->address);
+  nxi_le64(h + 32, b->len);
+  b->frame.iov[0].iov_base = h;
+  b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
+  b->frame.iov[1].iov_base = b->data;
+  b->frame.iov[1].iov_len = b->len;
+  b->frame.iovcnt = 2;
+  b->frame.len = NX_FRAME_HDR_SIZE + b->len;
+}
+
+/* Ownership. `refs` counts every holder; `urefs` the program's share, so a
+ * release the program does not own is refused instead of freeing a buffer
+ * the runtime still uses. Stand-alone and unsent buffers start with one
+ * reference of the program's; a received buffer starts with the runtime's
+ * only, dropped when its handler returns. */
+
+static void buffer_unref(struct nx_buffer *b) {
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+    nxi_buffer_free(b);
+}
+
+void nxi_buffer_handler_done(struct nx_buffer *b) { buffer_unref(b); }
+
+int nx_buffer_create(size_t size_hint, nx_buffer_t **buf) {
+  if (buf == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  struct nx_buffer *b = nxi_buffer_alloc(size_hint);
+  if (b == NULL)
+    return NX_ENOMEM;
+  b->kind = NXI_BUF_STANDALONE;
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->urefs, 1);
+  *buf = b;
+  return 0;
+}
+
+int nx_buffer_retain(nx_buffer_t *b) {
+  if (b == NULL)
+    return NX_EINVAL;
+  atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->urefs, 1, memory_order_relaxed);
+  return 0;
+}
+
+int nx_buffer_release(nx_buffer_t *b) {
+  if (b == NULL)
+    return NX_EINVAL;
+  unsigned r = atomic_load_explicit(&b->urefs, memory_order_relaxed);
+  do {
+    if (r == 0)
+      return NX_EINVAL; /* not the program's to release */
+  } while (!atomic_compare_exchange_weak_explicit(
+      &b->urefs, &r, r - 1, memory_order_relaxed, memory_order_relaxed));
+  buffer_unref(b);
+  return 0;
+}
+
+int nx_buffer_set_format(nx_buffer_t *b, int format) {
+  if (b == NULL || (format != NX_FORMAT_LITTLE && format != NX_FORMAT_BIG))
+    return NX_EINVAL;
+  if (b->kind == NXI_BUF_RECV)
+    return NX_EINVAL;
+  if (b->len != 0)
+    return NX_EBUSY;
+  b->fmt = (uint8_t)format;
+  return 0;
+}
+
+int nx_buffer_format(const nx_buffer_t *b) {
+  return b != NULL ? b->fmt : NX_EINVAL;
+}
+
+int nx_buffer_rewind(nx_buffer_t *b) {
+  if (b == NULL)
+    return NX_EINVAL;
+  b->pos = 0;
+  return 0;
+}
+
+size_t nx_buffer_length(const nx_buffer_t *b) { return b != NULL ? b->len : 0; }
+
+size_t nx_buffer_remaining(const nx_buffer_t *b) {
+  return b != NULL ? b->len - b->pos : 0;
+}
+
+/* Sizes. */
+
+static size_t sizeof_array(size_t elem, size_t count) {
+  return 1 + 4 + elem * count;
+}
+
+size_t nx_sizeof_int8(size_t n) { return sizeof_array(1, n); }
+size_t nx_sizeof_int16(size_t n) { return sizeof_array(2, n); }
+size_t nx_sizeof_int32(size_t n) { return sizeof_array(4, n); }
+size_t nx_sizeof_int64(size_t n) { return sizeof_array(8, n); }
+size_t nx_sizeof_float(size_t n) { return sizeof_array(4, n); }
+size_t nx_sizeof_double(size_t n) { return sizeof_array(8, n); }
+size_t nx_sizeof_char(size_t n) { return sizeof_array(1, n); }
+size_t nx_sizeof_bytes(size_t n) { return sizeof_array(1, n); }
+
+/* Writing. */
+
+static int reserve(struct nx_buffer *b, size_t extra) {
+  if (b->cap - b->len >= extra)
+    return 0;
+  if (extra > SIZE_MAX / 2 - b->len)
+    return NX_ENOMEM;
+  size_t cap = b->cap * 2;
+  if (cap < b->len + extra)
+    cap = b->len + extra;
+  uint8_t *d;
+  if (b->data_heap) {
+    d = realloc(b->data, cap);
+  } else {
+    d = malloc(cap);
+    if (d != NULL)
+      memcpy(d, b->data, b->len);
+  }
+  if (d == NULL)
+    return NX_ENOMEM;
+  b->data = d;
+  b->data_heap = 1;
+  b->cap = cap;
+  return 0;
+}
+
+static int writable(const struct nx_buffer *b) {
+  return b != NULL && b->kind != NXI_BUF_RECV;
+}
+
+static int swapped(const struct nx_buffer *b) {
+  return b->fmt != nx_format_native();
+}
+
+/* Copies `count` elements of `size` bytes, reversing each one's bytes when
+ * `swap` is set. */
+static void copy_elems(uint8_t *dst, const uint8_t *src, size_t size,
+                       size_t count, int swap) {
+  if (!swap || size == 1) {
+    memcpy(dst, src, size * count);
+    return;
+  }
+  for (size_t i = 0; i < count; i++, dst += size, src += size)
+    for (size_t j = 0; j < size; j++)
+      dst[j] = src[size - 1 - j];
+}
+
+static int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
+                      size_t size) {
+  if (!writable(b))
+    return NX_EINVAL;
+  int r = reserve(b, 1 + size);
+  if (r < 0)
+    return r;
+  uint8_t *p = b->data + b->len;
+  p[0] = tag;
+  copy_elems(p + 1, v, size, 1, swapped(b));
+  b->len += 1 + size;
+  return 0;
+}
+
+static int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
+                     size_t size, size_t count) {
+  if (!writable(b) || (v == NULL && count != 0) || count > UINT32_MAX)
+    return NX_EINVAL;
+  if (count > (SIZE_MAX - 5) / size)
+    return NX_ENOMEM;
+  int r = reserve(b, 5 + size * count);
+  if (r < 0)
+    return r;
+  uint8_t *p = b->data + b->len;
+  uint32_t n = (uint32_t)count;
+  p[0] = (uint8_t)(tag | TAG_ARRAY);
+  copy_elems(p + 1, (const uint8_t *)&n, 4, 1, swapped(b));
+  if (count != 0)
+    copy_elems(p + 5, v, size, count, swapped(b));
+  b->len += 5 + size * count;
+  return 0;
+}
+
+/* Reading: check everything first, so an error consumes nothing. */
+
+static int get_scalar(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
+  if (b == NULL || v == NULL || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL;
+  size_t left = b->len - b->pos;
+  if (left < 1)
+    return NX_ERANGE;
+  const uint8_t *p = b->data + b->pos;
+  if (p[0] != tag)
+    return NX_ETYPE;
+  if (left < 1 + size)
+    return NX_ERANGE;
+  copy_elems(v, p + 1, size, 1, swapped(b));
+  b->pos += 1 + size;
+  return 0;
+}
+
+static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
+                     size_t count) {
+  if (b == NULL || (v == NULL && count != 0) || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL;
+  size_t left = b->len - b->pos;
+  if (left < 5)
+    return left == 0 ? NX_ERANGE
+                     : (b->data[b->pos] != (tag | TAG_ARRAY) ? NX_ETYPE
+                                                             : NX_ERANGE);
+  const uint8_t *p = b->data + b->pos;
+  if (p[0] != (tag | TAG_ARRAY))
+    return NX_ETYPE;
+  uint32_t n;
+  copy_elems((uint8_t *)&n, p + 1, 4, 1, swapped(b));
+  if (n != count)
+    return NX_ETYPE;
+  if ((left - 5) / size < count)
+    return NX_ERANGE;
+  if (count != 0)
+    copy_elems(v, p + 5, size, count, swapped(b));
+  b->pos += 5 + size * count;
+  return 0;
+}
+
+#define NX_BUFFER_TYPES(XX)                                                    \
+  XX(int8, int8_t, TAG_INT8)                                                   \
+  XX(uint8, uint8_t, TAG_UINT8)                                                \
+  XX(int16, int16_t, TAG_INT16)                                                \
+  XX(uint16, uint16_t, TAG_UINT16)                                             \
+  XX(int32, int32_t, TAG_INT32)                                                \
+  XX(uint32, uint32_t, TAG_UINT32)                                             \
+  XX(int64, int64_t, TAG_INT64)                                                \
+  XX(uint64, uint64_t, TAG_UINT64)                                             \
+  XX(float, float, TAG_FLOAT)                                                  \
+  XX(double, double, TAG_DOUBLE)                                               \
+  XX(char, char, TAG_CHAR)
+
+#define NX_BUFFER_FUNCS(name, type, tag)                                       \
+  int nx_put_##name(nx_buffer_t *b, type v) {                                  \
+    return put_scalar(b, tag, &v, sizeof(type));                               \
+  }                                                                            \
+  int nx_get_##name(nx_buffer_t *b, type *v) {                                 \
+    return get_scalar(b, tag, v, sizeof(type));                                \
+  }                                                                            \
+  int nx_put_##name##_array(nx_buffer_t *b, const type *v, size_t n) {         \
+    return put_array(b, tag, v, sizeof(type), n);                              \
+  }                                                                            \
+  int nx_get_##name##_array(nx_buffer_t *b, type *v, size_t n) {               \
+    return get_array(b, tag, v, sizeof(type), n);                              \
+  }
+NX_BUFFER_TYPES(NX_BUFFER_FUNCS)
+#undef NX_BUFFER_FUNCS
+
+/* Bytes are never converted: write them as a one-byte-element array. */
+int nx_put_bytes(nx_buffer_t *b, const void *v, size_t n) {
+  return put_array(b, TAG_BYTES, v, 1, n);
+}
+
+int nx_get_bytes(nx_buffer_t *b, void *v, size_t n) {
+  return get_array(b, TAG_BYTES, v, 1, n);
+}
+
+/* Global pointers: tag, context and address in the buffer's byte order,
+ * then the descriptor list in its own fixed (little-endian) encoding. */
+
+size_t nx_sizeof_gp(const struct nx_gp *gp) {
+  return 1 + 8 + 8 + (gp != NULL && gp->protos != NULL ? gp->protos->len : 1);
+}
+
+int nx_put_gp(nx_buffer_t *b, const struct nx_gp *gp) {
+  if (!writable(b) || gp == NULL)
+    return NX_EINVAL;
+  size_t dlen = gp->protos != NULL ? gp->protos->len : 1;
+  int r = reserve(b, 17 + dlen);
+  if (r < 0)
+    return r;
+  uint8_t *p = b->data + b->len;
+  p[0] = TAG_GP;
+  copy_elems(p + 1, (const uint8_t *)&gp->context, 8, 1, swapped(b));
+  copy_elems(p + 9, (const uint8_t *)&gp->address, 8, 1, swapped(b));
+  if (gp->protos != NULL)
+    memcpy(p + 17, gp->protos->blob, dlen);
+  else
+    p[17] = 0; /* a null gp: no descriptors */
+  b->len += 17 + dlen;
+  return 0;
+}
+
+int nx_get_gp(nx_buffer_t *b, struct nx_gp *gp) {
+  if (b == NULL || gp == NULL || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL;
+  size_t left = b->len - b->pos;
+  if (left < 1)
+    return NX_ERANGE;
+  const uint8_t *p = b->data + b->pos;
+  if (p[0] != TAG_GP)
+    return NX_ETYPE;
+  if (left < 18)
+    return NX_ERANGE;
+  size_t dlen;
+  int r = nxi_dlist_parse_len(p + 17, left - 17, &dlen);
+  if (r < 0)
+    return r;
+  struct nx_gp g;
+  copy_elems((uint8_t *)&g.context, p + 1, 8, 1, swapped(b));
+  copy_elems((uint8_t *)&g.address, p + 9, 8, 1, swapped(b));
+  g.protos = NULL;
+  if (p[17] != 0) {
+    r = nxi_dlist_intern(p + 17, dlen, &g.protos);
+    if (r < 0)
+      return r;
+  } else if (g.context != 0) {
+    return NX_EPROTO; /* a gp to a context must say how to reach it */
+  }
+  b->pos += 17 + dlen;
+  *gp = g;
+  return 0;
+}

@@ -1,0 +1,301 @@
+/* Global pointers and the interned protocol descriptor lists they carry, with the per-destination protocol choice. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Descriptor list wire encoding (fixed little-endian, docs/design.md):
+ *   u8 count, then per descriptor:
+ *   u8 name_len, name, u16 wire_version, u8 scope_len, scope,
+ *   u16 data_len, data */
+
+#define BUCKETS 256
+
+static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nxi_dlist *intern_table[BUCKETS];
+
+static uint64_t fnv64(const uint8_t *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Walks the encoding at `p`, checking every field against `avail` and the
+ * limits; fills `dl` when it is not NULL. */
+static int parse(const uint8_t *p, size_t avail, size_t *len,
+                 struct nxi_dlist *dl) {
+  if (avail < 1)
+    return NX_ERANGE;
+  unsigned n = p[0];
+  if (n > NXI_MAX_DESC)
+    return NX_EPROTO;
+  size_t off = 1;
+  for (unsigned i = 0; i < n; i++) {
+    if (avail - off < 1)
+      return NX_ERANGE;
+    unsigned nl = p[off];
+    if (nl == 0 || nl > NX_PROTO_NAME_MAX)
+      return NX_EPROTO;
+    if (avail - off < 1 + nl + 2 + 1)
+      return NX_ERANGE;
+    const uint8_t *name = p + off + 1;
+    off += 1 + nl;
+    uint16_t wv = nxi_rd16(p + off);
+    off += 2;
+    unsigned sl = p[off++];
+    if (sl > NX_DESC_SCOPE_MAX)
+      return NX_EPROTO;
+    if (avail - off < sl + 2u)
+      return NX_ERANGE;
+    const uint8_t *scope = p + off;
+    off += sl;
+    unsigned dlen = nxi_rd16(p + off);
+    off += 2;
+    if (dlen > NX_DESC_DATA_MAX)
+      return NX_EPROTO;
+    if (avail - off < dlen)
+      return NX_ERANGE;
+    if (dl != NULL) {
+      memcpy(dl->names[i], name, nl);
+      dl->names[i][nl] = '\0';
+      dl->desc[i].name = dl->names[i];
+      dl->desc[i].wire_version = wv;
+      dl->desc[i].scope_len = (uint8_t)sl;
+      dl->desc[i].scope = dl->blob + (scope - p);
+      dl->desc[i].data_len = (uint16_t)dlen;
+      dl->desc[i].data = dl->blob + (p + off - p);
+    }
+    off += dlen;
+  }
+  if (dl != NULL)
+    dl->n = (int)n;
+  *len = off;
+  return 0;
+}
+
+int nxi_dlist_parse_len(const uint8_t *p, size_t avail, size_t *len) {
+  return parse(p, avail, len, NULL);
+}
+
+int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out) {
+  size_t check;
+  int r = parse(blob, len, &check, NULL);
+  if (r < 0)
+    return r;
+  if (check != len)
+    return NX_EPROTO;
+  uint64_t h = fnv64(blob, len);
+  pthread_mutex_lock(&intern_lock);
+  for (struct nxi_dlist *d = intern_table[h % BUCKETS]; d; d = d->next) {
+    if (d->hash == h && d->len == len && memcmp(d->blob, blob, len) == 0) {
+      atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+      pthread_mutex_unlock(&intern_lock);
+      *out = d;
+      return 0;
+    }
+  }
+  struct nxi_dlist *d = calloc(1, sizeof(*d) + len);
+  if (d == NULL) {
+    pthread_mutex_unlock(&intern_lock);
+    return NX_ENOMEM;
+  }
+  d->blob = (uint8_t *)(d + 1);
+  memcpy(d->blob, blob, len);
+  d->len = len;
+  d->hash = h;
+  atomic_init(&d->refs, 1);
+  parse(d->blob, len, &check, d);
+  d->next = intern_table[h % BUCKETS];
+  intern_table[h % BUCKETS] = d;
+  pthread_mutex_unlock(&intern_lock);
+  *out = d;
+  return 0;
+}
+
+void nxi_dlist_retain(struct nxi_dlist *dl) {
+  atomic_fetch_add_explicit(&dl->refs, 1, memory_order_relaxed);
+}
+
+static void dlist_free(struct nxi_dlist *d) {
+  struct nxi_route *rt = atomic_load(&d->route);
+  if (rt != NULL) {
+    rt->mod->ops->disconnect(rt->mod->state, rt->ep);
+    free(rt);
+  }
+  free(d);
+}
+
+void nxi_dlist_release(struct nxi_dlist *dl) {
+  if (atomic_fetch_sub_explicit(&dl->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  /* A lookup in nxi_dlist_intern may have revived it; decide under the lock. */
+  pthread_mutex_lock(&intern_lock);
+  if (atomic_load(&dl->refs) != 0) {
+    pthread_mutex_unlock(&intern_lock);
+    return;
+  }
+  struct nxi_dlist **pp = &intern_table[dl->hash % BUCKETS];
+  while (*pp != dl)
+    pp = &(*pp)->next;
+  *pp = dl->next;
+  pthread_mutex_unlock(&intern_lock);
+  dlist_free(dl);
+}
+
+void nxi_gp_finalize(void) {
+  pthread_mutex_lock(&intern_lock);
+  for (int i = 0; i < BUCKETS; i++) {
+    struct nxi_dlist *d = intern_table[i];
+    intern_table[i] = NULL;
+    while (d != NULL) {
+      struct nxi_dlist *next = d->next;
+      dlist_free(d);
+      d = next;
+    }
+  }
+  pthread_mutex_unlock(&intern_lock);
+}
+
+/* Protocol choice: every loaded module that finds its own name and wire
+ * version in the list and calls the descriptor reachable is a candidate;
+ * they are tried by cost (or by NX_PROTOCOLS order when that is set) until
+ * one connects. The choice is cached in the list. */
+
+struct candidate {
+  struct nxi_module *mod;
+  const struct nx_desc *desc;
+  int cost;
+};
+
+static int better(const struct candidate *a, const struct candidate *b) {
+  if (a->cost != b->cost)
+    return a->cost < b->cost;
+  return a->mod->order < b->mod->order;
+}
+
+static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
+  struct candidate c[NXI_MAX_DESC];
+  int n = 0;
+  int nmods = nxi_module_count_loaded();
+  for (int i = 0; i < dl->n; i++) {
+    const struct nx_desc *d = &dl->desc[i];
+    for (int m = 0; m < nmods; m++) {
+      struct nxi_module *mod = nxi_module_loaded(m);
+      if (strcmp(mod->name, d->name) != 0 ||
+          mod->ops->wire_version != d->wire_version)
+        continue; /* a module we lack, or another wire version: skip it */
+      int cost = mod->ops->reachable(mod->state, d);
+      if (cost < 0)
+        continue;
+      c[n].mod = mod;
+      c[n].desc = d;
+      c[n].cost = nxi_rt.explicit_order ? 0 : cost;
+      n++;
+    }
+  }
+  /* Insertion sort: at most NXI_MAX_DESC entries. */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && better(&c[j], &c[j - 1]); j--) {
+      struct candidate t = c[j];
+      c[j] = c[j - 1];
+      c[j - 1] = t;
+    }
+  for (int i = 0; i < n; i++) {
+    void *ep = NULL;
+    int r = c[i].mod->ops->connect(c[i].mod->state, c[i].desc, &ep);
+    if (r < 0) {
+      nxi_log(1, c[i].mod->name, "connect failed: %s; trying the next",
+              nx_strerror(r));
+      continue;
+    }
+    struct nxi_route *rt = malloc(sizeof(*rt));
+    if (rt == NULL) {
+      c[i].mod->ops->disconnect(c[i].mod->state, ep);
+      return NX_ENOMEM;
+    }
+    rt->mod = c[i].mod;
+    rt->ep = ep;
+    *out = rt;
+    return 0;
+  }
+  return NX_EUNREACH;
+}
+
+int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
+  struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
+  if (rt != NULL) {
+    *out = rt;
+    return 0;
+  }
+  int r = resolve(dl, &rt);
+  if (r < 0)
+    return r;
+  struct nxi_route *expected = NULL;
+  if (!atomic_compare_exchange_strong(&dl->route, &expected, rt)) {
+    rt->mod->ops->disconnect(rt->mod->state, rt->ep);
+    free(rt);
+    rt = expected;
+  }
+  *out = rt;
+  return 0;
+}
+
+/* The public gp calls. */
+
+int nx_gp_make(void *address, nx_gp_t *gp) {
+  if (gp == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  nx_context_t *ctx = nx_context_self();
+  nxi_dlist_retain(nxi_rt.self_dl);
+  gp->context = ctx->id;
+  gp->address = (uint64_t)(uintptr_t)address;
+  gp->protos = nxi_rt.self_dl;
+  return 0;
+}
+
+int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst) {
+  if (src == NULL || dst == NULL)
+    return NX_EINVAL;
+  if (src->protos != NULL)
+    nxi_dlist_retain(src->protos);
+  *dst = *src;
+  return 0;
+}
+
+int nx_gp_release(nx_gp_t *gp) {
+  if (gp == NULL)
+    return NX_EINVAL;
+  if (gp->protos != NULL)
+    nxi_dlist_release(gp->protos);
+  gp->context = 0;
+  gp->address = 0;
+  gp->protos = NULL;
+  return 0;
+}
+
+int nx_gp_equal(const nx_gp_t *a, const nx_gp_t *b) {
+  if (a == NULL || b == NULL)
+    return 0;
+  return a->context == b->context && a->address == b->address;
+}
+
+int nx_gp_is_null(const nx_gp_t *gp) { return gp == NULL || gp->context == 0; }
+
+uint64_t nx_gp_context(const nx_gp_t *gp) { return gp != NULL ? gp->context : 0; }
+
+void *nx_gp_address(const nx_gp_t *gp) {
+  return gp != NULL ? (void *)(uintptr_t)gp->address : NULL;
+}
+
+const char *nx_gp_protocol(const nx_gp_t *gp) {
+  if (gp == NULL || gp->protos == NULL || !nxi_ready())
+    return NULL;
+  struct nxi_route *rt;
+  if (nxi_dlist_route(gp->protos, &rt) < 0)
+    return NULL;
+  return rt->mod->name;
+}

@@ -1,0 +1,256 @@
+/* The protocol module loader: finds libnx_proto_<name>.so files, checks their ABI and slots once, initialises them, and orders them. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_MODULES 16
+#define PREFIX "libnx_proto_"
+#define SUFFIX ".so"
+
+static struct nxi_module mods[MAX_MODULES];
+static int nmods;
+static struct nxi_module *loaded[MAX_MODULES];
+static int nloaded;
+
+int nxi_module_count_loaded(void) { return nloaded; }
+struct nxi_module *nxi_module_loaded(int i) { return loaded[i]; }
+
+static struct nxi_module *find(const char *name) {
+  for (int i = 0; i < nmods; i++)
+    if (strcmp(mods[i].name, name) == 0)
+      return &mods[i];
+  return NULL;
+}
+
+static struct nxi_module *add(const char *name) {
+  struct nxi_module *m = find(name);
+  if (m != NULL || nmods == MAX_MODULES ||
+      strlen(name) > NX_PROTO_NAME_MAX || name[0] == '\0')
+    return m;
+  m = &mods[nmods++];
+  memset(m, 0, sizeof(*m));
+  snprintf(m->name, sizeof(m->name), "%s", name);
+  m->order = nmods - 1;
+  m->error = NX_ENOENT;
+  snprintf(m->reason, sizeof(m->reason), "no %s%s%s found", PREFIX, name,
+           SUFFIX);
+  return m;
+}
+
+/* Records every module file in `dir`; the first path found for a name wins.
+ * With `only_listed`, names not already asked for are ignored. */
+static void scan_dir(const char *dir, int only_listed) {
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0 ||
+        len <= strlen(PREFIX) + strlen(SUFFIX) ||
+        strcmp(e->d_name + len - strlen(SUFFIX), SUFFIX) != 0)
+      continue;
+    char name[64];
+    size_t nl = len - strlen(PREFIX) - strlen(SUFFIX);
+    if (nl >= sizeof(name))
+      continue;
+    memcpy(name, e->d_name + strlen(PREFIX), nl);
+    name[nl] = '\0';
+    struct nxi_module *m = only_listed ? find(name) : add(name);
+    if (m == NULL || m->path[0] != '\0')
+      continue;
+    snprintf(m->path, sizeof(m->path), "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+}
+
+/* The build tree keeps each module in protocols/<name>/. */
+static void scan_tree(const char *root, int only_listed) {
+  DIR *d = opendir(root);
+  if (d == NULL)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char sub[1024];
+    snprintf(sub, sizeof(sub), "%s/%s", root, e->d_name);
+    scan_dir(sub, only_listed);
+  }
+  closedir(d);
+}
+
+static void discover(int only_listed) {
+  const char *path = getenv("NX_PROTO_PATH");
+  if (path != NULL && path[0] != '\0') {
+    char *copy = strdup(path);
+    char *save = NULL;
+    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir;
+         dir = strtok_r(NULL, ":", &save))
+      scan_dir(dir, only_listed);
+    free(copy);
+  }
+  /* Next to this library: <libdir>/nexus when installed, ../protocols/
+   * when run from the build tree. */
+  Dl_info info;
+  if (dladdr((void *)&nxi_modules_load, &info) != 0 && info.dli_fname) {
+    char *copy = strdup(info.dli_fname);
+    if (copy != NULL) {
+      char dir[1024];
+      const char *base = dirname(copy);
+      snprintf(dir, sizeof(dir), "%s/nexus", base);
+      scan_dir(dir, only_listed);
+      snprintf(dir, sizeof(dir), "%s/../protocols", base);
+      scan_tree(dir, only_listed);
+      free(copy);
+    }
+  }
+  scan_dir(NX_MODULE_DIR, only_listed);
+  scan_tree(NX_BUILD_MODULE_DIR, only_listed);
+}
+
+static int fail(struct nxi_module *m, int err, const char *fmt, const char *arg) {
+  m->error = err;
+  snprintf(m->reason, sizeof(m->reason), fmt, arg);
+  if (m->dl_handle != NULL)
+    dlclose(m->dl_handle);
+  m->dl_handle = NULL;
+  m->ops = NULL;
+  nxi_log(1, m->name, "skipped: %s", m->reason);
+  return err;
+}
+
+/* Loads and validates one module: ABI version, name and every mandatory
+ * slot are checked here, once, so the rest of the core can call slots
+ * without checking. */
+static int load(struct nxi_module *m) {
+  if (m->path[0] == '\0')
+    return m->error;
+  m->dl_handle = dlopen(m->path, RTLD_NOW | RTLD_LOCAL);
+  if (m->dl_handle == NULL)
+    return fail(m, NX_EMODULE, "dlopen failed: %s", dlerror());
+  char sym[64];
+  snprintf(sym, sizeof(sym), "nx_protocol_%s", m->name);
+  const struct nx_protocol_ops *ops = dlsym(m->dl_handle, sym);
+  if (ops == NULL)
+    return fail(m, NX_EMODULE, "no symbol %s", sym);
+  if (ops->abi_version != NX_PROTOCOL_ABI_VERSION) {
+    char v[64];
+    snprintf(v, sizeof(v), "%u, this core speaks %u", ops->abi_version,
+             NX_PROTOCOL_ABI_VERSION);
+    return fail(m, NX_EABI, "wrong ABI version %s", v);
+  }
+  if (ops->name == NULL || strcmp(ops->name, m->name) != 0)
+    return fail(m, NX_EMODULE, "table names another module (%s)",
+                ops->name ? ops->name : "NULL");
+  const char *missing = !ops->init         ? "init"
+                        : !ops->finalize   ? "finalize"
+                        : !ops->descriptor ? "descriptor"
+                        : !ops->reachable  ? "reachable"
+                        : !ops->connect    ? "connect"
+                        : !ops->disconnect ? "disconnect"
+                        : !ops->send       ? "send"
+                        : !ops->progress   ? "progress"
+                                           : NULL;
+  if (missing != NULL)
+    return fail(m, NX_EMODULE, "mandatory slot %s is NULL", missing);
+  char why[256] = "init failed";
+  int r = ops->init(&nxi_core_api, &m->state, why, sizeof(why));
+  if (r < 0)
+    return fail(m, r, "%s", why);
+  memset(&m->desc, 0, sizeof(m->desc));
+  r = ops->descriptor(m->state, &m->desc);
+  if (r < 0 || m->desc.scope_len > NX_DESC_SCOPE_MAX ||
+      m->desc.data_len > NX_DESC_DATA_MAX) {
+    ops->finalize(m->state);
+    return fail(m, r < 0 ? r : NX_EPROTO, "%s", "bad descriptor");
+  }
+  m->wait_fd = ops->wait_fd != NULL ? ops->wait_fd(m->state) : -1;
+  if (m->wait_fd >= 0 && nxi_progress_add_fd(m->wait_fd) < 0) {
+    ops->finalize(m->state);
+    return fail(m, NX_EIO, "%s", "cannot watch its wait fd");
+  }
+  m->ops = ops;
+  m->loaded = 1;
+  m->error = 0;
+  m->reason[0] = '\0';
+  return 0;
+}
+
+int nxi_modules_load(void) {
+  nmods = 0;
+  nloaded = 0;
+  const char *list = getenv("NX_PROTOCOLS");
+  if (list != NULL) {
+    char *copy = strdup(list);
+    char *save = NULL;
+    for (char *n = copy ? strtok_r(copy, ",", &save) : NULL; n;
+         n = strtok_r(NULL, ",", &save))
+      add(n);
+    free(copy);
+  }
+  discover(list != NULL);
+  for (int i = 0; i < nmods; i++)
+    if (load(&mods[i]) == 0)
+      loaded[nloaded++] = &mods[i];
+  /* Preference: NX_PROTOCOLS order when given, else by cost. */
+  if (list == NULL)
+    for (int i = 1; i < nloaded; i++)
+      for (int j = i; j > 0 && loaded[j]->ops->cost < loaded[j - 1]->ops->cost;
+           j--) {
+        struct nxi_module *t = loaded[j];
+        loaded[j] = loaded[j - 1];
+        loaded[j - 1] = t;
+      }
+  for (int i = 0; i < nloaded; i++)
+    loaded[i]->order = i;
+  return 0;
+}
+
+void nxi_modules_unload(void) {
+  for (int i = 0; i < nloaded; i++) {
+    loaded[i]->ops->finalize(loaded[i]->state);
+    /* Modules stay mapped: a library they use (libuv, UCX, MPI) may have
+     * threads or atexit handlers that outlive finalize. */
+  }
+  nloaded = 0;
+}
+
+int nx_module_count(void) { return nxi_ready() ? nmods : NX_ENOTINIT; }
+
+int nx_module_info(int index, nx_module_info_t *info) {
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (info == NULL || index < 0 || index >= nmods)
+    return NX_EINVAL;
+  const struct nxi_module *m = &mods[index];
+  memset(info, 0, sizeof(*info));
+  snprintf(info->name, sizeof(info->name), "%s", m->name);
+  snprintf(info->path, sizeof(info->path), "%s", m->path);
+  snprintf(info->reason, sizeof(info->reason), "%s", m->reason);
+  info->loaded = m->loaded;
+  info->error = m->error;
+  info->rank = m->loaded ? m->order : -1;
+  if (m->ops != NULL) {
+    info->cost = m->ops->cost;
+    info->wire_version = m->ops->wire_version;
+    if (m->ops->backend_version != NULL)
+      snprintf(info->backend, sizeof(info->backend), "%s",
+               m->ops->backend_version(m->state));
+    size_t off = (size_t)snprintf(info->descriptor, sizeof(info->descriptor),
+                                  "scope=");
+    for (int i = 0; i < m->desc.scope_len && off + 3 < sizeof(info->descriptor);
+         i++)
+      off += (size_t)snprintf(info->descriptor + off,
+                              sizeof(info->descriptor) - off, "%02x",
+                              m->desc.scope[i]);
+    snprintf(info->descriptor + off, sizeof(info->descriptor) - off,
+             " bytes=%u", (unsigned)m->desc.data_len);
+  }
+  return 0;
+}

@@ -1,0 +1,590 @@
+/* The progress engine: who drives the protocol modules and runs handlers, when threads spin, yield or sleep, and the runtime thread pool. */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "nxi_thread.h"
+
+/* Driving progress means polling every module and running the handlers of
+ * the frames that arrived; one thread at a time does it, the holder of the
+ * driver lock. Drivers are:
+ *  - the progress thread ("primary", unless NX_PROGRESS=poll), which spins,
+ *    then yields, then sleeps in epoll on the modules' wait fds;
+ *  - a thread waiting in nx_cond_wait while the primary is not spinning
+ *    (so a waiting thread delivers its own reply, with no thread hand-off);
+ *  - a caller of nx_poll.
+ * Non-threaded handlers run on the driver. Threaded handlers run on runtime
+ * threads only: on the primary itself, which hands the primary role to a
+ * pooled thread if the handler blocks (the handler then keeps the thread).
+ * Application threads never run threaded handlers, so a handler that blocks
+ * never holds up the thread that would wake it. */
+
+enum { PRIMARY_SPIN, PRIMARY_YIELD, PRIMARY_SLEEP, PRIMARY_RUNNING };
+
+#define BATCH 64
+#define MAX_IDLE_THREADS 4
+#define SLEEP_MS 100
+#define YIELD_US 1000
+
+struct engine {
+  _Alignas(NXI_CACHELINE) atomic_int driver;
+  _Alignas(NXI_CACHELINE) atomic_int pending;
+  _Alignas(NXI_CACHELINE) atomic_int sleepers;
+  atomic_int wake_pending;
+  atomic_int primary_state;
+  atomic_int waiters;
+  atomic_int stopping;
+  struct nxi_mpscq recvq;
+  int epfd;
+  int evfd;
+  uint64_t spin_ns;
+  /* Threaded handlers waiting for a runtime thread. */
+  pthread_mutex_t tq_lock;
+  struct nxi_qnode *tq_head, *tq_tail;
+  atomic_int tq_len;
+  /* The pool of runtime threads. */
+  pthread_mutex_t pool_lock;
+  uint32_t pool_word; /* futex idle threads sleep on */
+  int idle;
+  atomic_int live;
+  atomic_int want_primary;
+};
+
+static struct engine eng;
+
+/* Per-thread driver state: `driving` counts nested holds of the driver lock;
+ * `gen` changes when a blocking handler gives the lock away, which tells
+ * every frame up the stack that it no longer holds it. */
+static _Thread_local struct {
+  int runtime;
+  int primary;
+  int driving;
+  unsigned gen;
+} me;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int past(const struct timespec *abstime) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec > abstime->tv_sec ||
+         (ts.tv_sec == abstime->tv_sec && ts.tv_nsec >= abstime->tv_nsec);
+}
+
+/* The MPSC queue. */
+
+void nxi_mpscq_init(struct nxi_mpscq *q) {
+  atomic_init(&q->stub.next, NULL);
+  atomic_init(&q->head, &q->stub);
+  q->tail = &q->stub;
+}
+
+void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n) {
+  atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+  struct nxi_qnode *prev =
+      atomic_exchange_explicit(&q->head, n, memory_order_acq_rel);
+  atomic_store_explicit(&prev->next, n, memory_order_release);
+}
+
+/* Returns NULL when empty, or while a producer is between its two steps
+ * (its item is then counted in `pending` only after the link is made). */
+struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
+  struct nxi_qnode *tail = q->tail;
+  struct nxi_qnode *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+  if (tail == &q->stub) {
+    if (next == NULL)
+      return NULL;
+    q->tail = next;
+    tail = next;
+    next = atomic_load_explicit(&next->next, memory_order_acquire);
+  }
+  if (next != NULL) {
+    q->tail = next;
+    return tail;
+  }
+  if (tail != atomic_load_explicit(&q->head, memory_order_acquire))
+    return NULL;
+  nxi_mpscq_push(q, &q->stub);
+  next = atomic_load_explicit(&tail->next, memory_order_acquire);
+  if (next != NULL) {
+    q->tail = next;
+    return tail;
+  }
+  return NULL;
+}
+
+/* The driver lock. */
+
+static int drive_begin(unsigned *gen) {
+  if (me.driving > 0) {
+    me.driving++;
+    *gen = me.gen;
+    return 1;
+  }
+  int expected = 0;
+  if (atomic_load_explicit(&eng.driver, memory_order_relaxed) != 0 ||
+      !atomic_compare_exchange_strong_explicit(&eng.driver, &expected, 1,
+                                               memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0;
+  me.driving = 1;
+  *gen = me.gen;
+  return 1;
+}
+
+static void drive_end(unsigned gen) {
+  if (gen != me.gen || me.driving == 0)
+    return; /* given away meanwhile */
+  if (--me.driving == 0)
+    atomic_store_explicit(&eng.driver, 0, memory_order_release);
+}
+
+/* Gives the lock away from inside a handler that is about to block. */
+static void drive_lose(void) {
+  if (me.driving == 0)
+    return;
+  me.driving = 0;
+  me.gen++;
+  atomic_store_explicit(&eng.driver, 0, memory_order_release);
+}
+
+unsigned nxi_driver_lock(void) {
+  unsigned gen;
+  for (unsigned i = 0; !drive_begin(&gen); i++) {
+    if (i < 1000)
+      nxi_cpu_relax();
+    else
+      sched_yield();
+  }
+  return gen;
+}
+
+void nxi_driver_unlock(unsigned gen) { drive_end(gen); }
+
+/* Waking sleepers. */
+
+void nxi_progress_wake(void) {
+  if (atomic_load(&eng.sleepers) == 0)
+    return;
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&eng.wake_pending, &expected, 1)) {
+    uint64_t one = 1;
+    ssize_t w = write(eng.evfd, &one, sizeof(one));
+    (void)w; /* EAGAIN: the counter is already non-zero */
+  }
+}
+
+static void sleep_epoll(int timeout_ms) {
+  atomic_fetch_add(&eng.sleepers, 1);
+  if (atomic_load(&eng.pending) <= 0 && atomic_load(&eng.tq_len) == 0 &&
+      !atomic_load(&eng.stopping)) {
+    struct epoll_event ev[8];
+    int n = epoll_wait(eng.epfd, ev, 8, timeout_ms);
+    for (int i = 0; i < n; i++) {
+      if (ev[i].data.fd == eng.evfd) {
+        uint64_t v;
+        ssize_t r = read(eng.evfd, &v, sizeof(v));
+        (void)r;
+        atomic_store(&eng.wake_pending, 0);
+      }
+    }
+  }
+  atomic_fetch_sub(&eng.sleepers, 1);
+}
+
+int nxi_progress_add_fd(int fd) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+  return epoll_ctl(eng.epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/* Running handlers. */
+
+static void run(struct nx_buffer *b) {
+  struct nx_context *ctx = b->ctx;
+  nx_context_t *old = nxi_context_swap(ctx);
+  b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  nxi_context_swap(old);
+  atomic_fetch_add_explicit(&nxi_rt.rsr_handled, 1, memory_order_relaxed);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+}
+
+static void *thread_main(void *arg);
+
+/* Starts a runtime thread; `primary` makes it the progress thread. */
+static int spawn(int primary, struct nx_buffer *job) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  atomic_fetch_add(&eng.live, 1);
+  pthread_t tid;
+  void *arg = job != NULL ? (void *)job : primary ? (void *)&eng : NULL;
+  int r = pthread_create(&tid, &attr, thread_main, arg);
+  pthread_attr_destroy(&attr);
+  if (r != 0) {
+    atomic_fetch_sub(&eng.live, 1);
+    nxi_log(0, NULL, "cannot start a runtime thread: %s", strerror(r));
+    return NX_EAGAIN;
+  }
+  atomic_fetch_add_explicit(&nxi_rt.threads_created, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* Wakes an idle pooled thread, or starts one. Pool lock held. */
+static void pool_kick_locked(void) {
+  if (eng.idle > 0) {
+    __atomic_fetch_add(&eng.pool_word, 1, __ATOMIC_SEQ_CST);
+    nxi_futex_wake(&eng.pool_word, 1);
+  } else {
+    spawn(0, NULL);
+  }
+}
+
+static void tq_push(struct nx_buffer *b) {
+  pthread_mutex_lock(&eng.tq_lock);
+  atomic_store_explicit(&b->qnode.next, NULL, memory_order_relaxed);
+  if (eng.tq_tail != NULL)
+    atomic_store_explicit(&eng.tq_tail->next, &b->qnode, memory_order_relaxed);
+  else
+    eng.tq_head = &b->qnode;
+  eng.tq_tail = &b->qnode;
+  atomic_fetch_add(&eng.tq_len, 1);
+  pthread_mutex_unlock(&eng.tq_lock);
+  if (nxi_rt.poll_mode) {
+    pthread_mutex_lock(&eng.pool_lock);
+    pool_kick_locked();
+    pthread_mutex_unlock(&eng.pool_lock);
+  } else {
+    nxi_progress_wake(); /* the primary runs it */
+  }
+}
+
+static struct nx_buffer *tq_pop(void) {
+  if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) == 0)
+    return NULL;
+  pthread_mutex_lock(&eng.tq_lock);
+  struct nxi_qnode *n = eng.tq_head;
+  if (n != NULL) {
+    eng.tq_head = atomic_load_explicit(&n->next, memory_order_relaxed);
+    if (eng.tq_head == NULL)
+      eng.tq_tail = NULL;
+    atomic_fetch_sub(&eng.tq_len, 1);
+  }
+  pthread_mutex_unlock(&eng.tq_lock);
+  return n != NULL ? NXI_CONTAINER_OF(n, struct nx_buffer, qnode) : NULL;
+}
+
+static void dispatch(struct nx_buffer *b) {
+  struct nx_context *ctx = nxi_context_get(b->context);
+  if (ctx == NULL) {
+    nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
+    nxi_buffer_handler_done(b);
+    return;
+  }
+  const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
+  if (h == NULL) {
+    nxi_drop(NX_ENOHANDLER, b->context, b->handler);
+    nxi_buffer_handler_done(b);
+    nxi_context_put(ctx);
+    return;
+  }
+  b->ctx = ctx;
+  b->fn = h->fn;
+  switch (h->kind) {
+  case NX_HANDLER_THREADED:
+    if (!me.runtime) {
+      tq_push(b);
+      return;
+    }
+    break;
+  case NX_HANDLER_NEW_THREAD:
+    if (spawn(0, b) == 0)
+      return;
+    break; /* no thread to be had: run it here rather than lose it */
+  default:
+    break;
+  }
+  if (me.primary)
+    atomic_store_explicit(&eng.primary_state, PRIMARY_RUNNING,
+                          memory_order_relaxed);
+  run(b);
+}
+
+/* One round: poll every module, then run up to BATCH arrived RSRs. Stops
+ * early if a handler blocked and gave the driver lock away. */
+static int poll_once(unsigned gen) {
+  int n = 0;
+  int nmods = nxi_module_count_loaded();
+  for (int i = 0; i < nmods; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    int r = m->ops->progress(m->state);
+    if (r > 0)
+      n += r;
+  }
+  for (int i = 0; i < BATCH && me.gen == gen; i++) {
+    struct nxi_qnode *q = nxi_mpscq_pop(&eng.recvq);
+    if (q == NULL)
+      break;
+    atomic_fetch_sub_explicit(&eng.pending, 1, memory_order_relaxed);
+    dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
+    n++;
+  }
+  return n;
+}
+
+void nxi_deliver(struct nx_buffer *b) {
+  nxi_mpscq_push(&eng.recvq, &b->qnode);
+  atomic_fetch_add(&eng.pending, 1);
+  nxi_progress_wake();
+}
+
+int nx_poll(void) {
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  unsigned gen;
+  if (!drive_begin(&gen))
+    return 0;
+  int n = poll_once(gen);
+  drive_end(gen);
+  return n;
+}
+
+/* The runtime threads. */
+
+static void primary_loop(void) {
+  uint64_t last_work = now_ns();
+  while (me.primary && !atomic_load(&eng.stopping)) {
+    struct nx_buffer *job = tq_pop();
+    if (job != NULL) {
+      atomic_store(&eng.primary_state, PRIMARY_RUNNING);
+      run(job);
+      last_work = now_ns();
+      continue;
+    }
+    unsigned gen;
+    int n = 0;
+    if (drive_begin(&gen)) {
+      n = poll_once(gen);
+      drive_end(gen);
+    }
+    uint64_t t = now_ns();
+    if (n > 0)
+      last_work = t;
+    if (!me.primary)
+      break; /* a handler blocked on this thread: another is primary now */
+    uint64_t idle = t - last_work;
+    if (idle < eng.spin_ns || atomic_load(&eng.waiters) > 0) {
+      atomic_store_explicit(&eng.primary_state, PRIMARY_SPIN,
+                            memory_order_relaxed);
+      nxi_cpu_relax();
+    } else if (idle < eng.spin_ns + YIELD_US * 1000ull) {
+      atomic_store(&eng.primary_state, PRIMARY_YIELD);
+      sched_yield();
+    } else {
+      atomic_store(&eng.primary_state, PRIMARY_SLEEP);
+      sleep_epoll(SLEEP_MS);
+    }
+  }
+}
+
+static void *thread_main(void *arg) {
+  me.runtime = 1;
+  if (arg == &eng) {
+    me.primary = 1;
+  } else if (arg != NULL) {
+    run(arg); /* a NX_HANDLER_NEW_THREAD handler */
+    atomic_fetch_sub(&eng.live, 1);
+    return NULL;
+  }
+  while (!atomic_load(&eng.stopping)) {
+    if (me.primary) {
+      primary_loop();
+      continue;
+    }
+    int one = 1;
+    if (atomic_compare_exchange_strong(&eng.want_primary, &one, 0)) {
+      me.primary = 1;
+      continue;
+    }
+    struct nx_buffer *job = tq_pop();
+    if (job != NULL) {
+      run(job);
+      continue;
+    }
+    pthread_mutex_lock(&eng.pool_lock);
+    if (eng.idle >= MAX_IDLE_THREADS || atomic_load(&eng.stopping)) {
+      pthread_mutex_unlock(&eng.pool_lock);
+      break;
+    }
+    eng.idle++;
+    uint32_t w = __atomic_load_n(&eng.pool_word, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&eng.pool_lock);
+    if (atomic_load(&eng.want_primary) == 0 && atomic_load(&eng.tq_len) == 0)
+      nxi_futex_wait(&eng.pool_word, w, NULL);
+    pthread_mutex_lock(&eng.pool_lock);
+    eng.idle--;
+    pthread_mutex_unlock(&eng.pool_lock);
+  }
+  atomic_fetch_sub(&eng.live, 1);
+  return NULL;
+}
+
+/* Hooks called by the thread module (threads/nxi_thread.h). */
+
+static int hook_wait(const uint32_t *word, uint32_t old,
+                     const struct timespec *abstime) {
+  if (atomic_load(&eng.stopping))
+    return NX_EAGAIN;
+  atomic_fetch_add(&eng.waiters, 1);
+  uint64_t start = now_ns();
+  uint64_t budget = eng.spin_ns + YIELD_US * 1000ull;
+  int r = NX_EAGAIN;
+  for (unsigned i = 1;; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
+      r = 0;
+      break;
+    }
+    if (me.driving > 0 || nxi_rt.poll_mode ||
+        atomic_load_explicit(&eng.primary_state, memory_order_relaxed) !=
+            PRIMARY_SPIN) {
+      unsigned gen;
+      if (drive_begin(&gen)) {
+        int n = poll_once(gen);
+        drive_end(gen);
+        if (n > 0)
+          continue;
+      }
+    }
+    if ((i & 63) != 0) {
+      nxi_cpu_relax();
+      continue;
+    }
+    if (abstime != NULL && past(abstime)) {
+      r = NX_ETIMEDOUT;
+      break;
+    }
+    uint64_t waited = now_ns() - start;
+    if (waited < eng.spin_ns)
+      continue;
+    if (waited < budget) {
+      sched_yield();
+      continue;
+    }
+    if (!nxi_rt.poll_mode || me.driving > 0)
+      break; /* sleep in the kernel; the primary (or a new one) drives */
+    /* Poll mode: nobody else drives, so sleep in epoll and come back;
+     * nx_cond_signal wakes us through the eventfd. */
+    sleep_epoll(SLEEP_MS);
+  }
+  atomic_fetch_sub(&eng.waiters, 1);
+  return r;
+}
+
+static void promote(void) {
+  pthread_mutex_lock(&eng.pool_lock);
+  atomic_store(&eng.want_primary, 1);
+  pool_kick_locked();
+  pthread_mutex_unlock(&eng.pool_lock);
+}
+
+/* A thread is about to sleep in the kernel: if it drives progress, it lets
+ * go; if it is the primary (a threaded handler blocking), another thread
+ * becomes primary and this one keeps running the handler. */
+static void hook_block(void) {
+  drive_lose();
+  if (me.primary) {
+    me.primary = 0;
+    promote();
+  }
+}
+
+static void hook_unblock(void) {}
+
+static void hook_signal(const uint32_t *word) {
+  (void)word;
+  nxi_progress_wake(); /* a poll-mode waiter may sleep in epoll */
+}
+
+static const struct nxi_thread_hooks hooks = {
+    .wait = hook_wait,
+    .block = hook_block,
+    .unblock = hook_unblock,
+    .signal = hook_signal,
+};
+
+/* Lifecycle. */
+
+int nxi_progress_init(void) {
+  memset(&eng, 0, sizeof(eng));
+  nxi_mpscq_init(&eng.recvq);
+  eng.spin_ns = (uint64_t)nxi_rt.spin_us * 1000u;
+  pthread_mutex_init(&eng.tq_lock, NULL);
+  pthread_mutex_init(&eng.pool_lock, NULL);
+  eng.epfd = epoll_create1(EPOLL_CLOEXEC);
+  eng.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (eng.epfd < 0 || eng.evfd < 0 || nxi_progress_add_fd(eng.evfd) < 0) {
+    if (eng.epfd >= 0)
+      close(eng.epfd);
+    if (eng.evfd >= 0)
+      close(eng.evfd);
+    return NX_ENOMEM;
+  }
+  atomic_store(&eng.primary_state, PRIMARY_SLEEP);
+  nxi_thread_hooks_set(&hooks);
+  return 0;
+}
+
+void nxi_progress_start(void) {
+  if (!nxi_rt.poll_mode)
+    spawn(1, NULL);
+}
+
+/* Stops the runtime threads. Returns the number still running handlers
+ * after a grace period (they are blocked in program code). */
+static int stop_threads(void) {
+  atomic_store(&eng.stopping, 1);
+  uint64_t deadline = now_ns() + 2000000000ull;
+  while (atomic_load(&eng.live) > 0 && now_ns() < deadline) {
+    uint64_t one = 1;
+    ssize_t w = write(eng.evfd, &one, sizeof(one));
+    (void)w;
+    __atomic_fetch_add(&eng.pool_word, 1, __ATOMIC_SEQ_CST);
+    nxi_futex_wake(&eng.pool_word, 1 << 30);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return atomic_load(&eng.live);
+}
+
+void nxi_progress_finalize(void) {
+  int left = stop_threads();
+  nxi_thread_hooks_set(NULL);
+  if (left > 0)
+    nxi_log(0, NULL, "%d handler thread(s) still blocked at nx_finalize", left);
+  /* Drop what was never dispatched. */
+  unsigned gen;
+  if (drive_begin(&gen)) {
+    struct nxi_qnode *q;
+    while ((q = nxi_mpscq_pop(&eng.recvq)) != NULL)
+      nxi_buffer_handler_done(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
+    drive_end(gen);
+  }
+  struct nx_buffer *b;
+  while ((b = tq_pop()) != NULL) {
+    nxi_context_put(b->ctx);
+    nxi_buffer_handler_done(b);
+  }
+  close(eng.epfd);
+  close(eng.evfd);
+}
+
