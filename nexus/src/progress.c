@@ -25,12 +25,22 @@
  * Application threads never run threaded handlers, so a handler that blocks
  * never holds up the thread that would wake it. */
 
-enum { PRIMARY_SPIN, PRIMARY_YIELD, PRIMARY_SLEEP, PRIMARY_RUNNING };
+/* What the primary is doing; waiting threads drive unless it is SPIN. */
+enum {
+  PRIMARY_SPIN,    /* driving, busy-polling */
+  PRIMARY_DEFER,   /* leaving progress to a waiting application thread */
+  PRIMARY_YIELD,   /* driving, yielding the CPU between polls */
+  PRIMARY_SLEEP,   /* asleep in epoll */
+  PRIMARY_RUNNING  /* running a handler */
+};
 
 #define BATCH 64
 #define MAX_IDLE_THREADS 4
 #define SLEEP_MS 100
 #define YIELD_US 1000
+/* After a waiter was seen, the primary keeps out of its way this long: the
+ * waiter is usually between two waits of a round-trip loop. */
+#define DEFER_NS 10000
 
 struct engine {
   _Alignas(NXI_CACHELINE) atomic_int driver;
@@ -361,14 +371,35 @@ int nx_poll(void) {
 
 /* The runtime threads. */
 
+/* The primary drives, except while an application thread waits in
+ * nx_cond_wait and no threaded handler ran lately: then the waiter drives
+ * alone (its reply needs no hand-off between cores) and the primary only
+ * watches for threaded handlers, which application threads never run. */
 static void primary_loop(void) {
   uint64_t last_work = now_ns();
+  uint64_t last_threaded = 0;
+  uint64_t last_waiter = 0;
   while (me.primary && !atomic_load(&eng.stopping)) {
     struct nx_buffer *job = tq_pop();
     if (job != NULL) {
       atomic_store(&eng.primary_state, PRIMARY_RUNNING);
       run(job);
-      last_work = now_ns();
+      /* Stay in front: what a threaded handler sends is usually answered
+       * by another threaded handler, best run here too. */
+      atomic_store(&eng.primary_state, PRIMARY_SPIN);
+      last_work = last_threaded = now_ns();
+      continue;
+    }
+    uint64_t t = now_ns();
+    if (atomic_load_explicit(&eng.waiters, memory_order_relaxed) > 0)
+      last_waiter = t;
+    if (t - last_waiter < DEFER_NS && t - last_threaded > eng.spin_ns) {
+      atomic_store_explicit(&eng.primary_state, PRIMARY_DEFER,
+                            memory_order_relaxed);
+      last_work = t;
+      /* Look at the shared counters rarely: the waiter writes them. */
+      for (int i = 0; i < 16; i++)
+        nxi_cpu_relax();
       continue;
     }
     unsigned gen;
@@ -377,13 +408,12 @@ static void primary_loop(void) {
       n = poll_once(gen);
       drive_end(gen);
     }
-    uint64_t t = now_ns();
     if (n > 0)
       last_work = t;
     if (!me.primary)
       break; /* a handler blocked on this thread: another is primary now */
     uint64_t idle = t - last_work;
-    if (idle < eng.spin_ns || atomic_load(&eng.waiters) > 0) {
+    if (idle < eng.spin_ns) {
       atomic_store_explicit(&eng.primary_state, PRIMARY_SPIN,
                             memory_order_relaxed);
       nxi_cpu_relax();
@@ -449,14 +479,15 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   uint64_t start = now_ns();
   uint64_t budget = eng.spin_ns + YIELD_US * 1000ull;
   int r = NX_EAGAIN;
+  int spun_out = 0; /* past the spin phase: drive even beside a handler */
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
       r = 0;
       break;
     }
+    int ps = atomic_load_explicit(&eng.primary_state, memory_order_relaxed);
     if (me.driving > 0 || nxi_rt.poll_mode ||
-        atomic_load_explicit(&eng.primary_state, memory_order_relaxed) !=
-            PRIMARY_SPIN) {
+        (ps != PRIMARY_SPIN && (ps != PRIMARY_RUNNING || spun_out))) {
       unsigned gen;
       if (drive_begin(&gen)) {
         int n = poll_once(gen);
@@ -476,6 +507,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
     uint64_t waited = now_ns() - start;
     if (waited < eng.spin_ns)
       continue;
+    spun_out = 1;
     if (waited < budget) {
       sched_yield();
       continue;

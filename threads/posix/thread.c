@@ -91,17 +91,24 @@ int nx_thread_equal(nx_thread_t a, nx_thread_t b) {
   return pthread_equal(a.tid, b.tid) != 0;
 }
 
-/* Mutexes: error-checking, so misuse is reported instead of undefined. */
+/* Mutexes: plain pthread mutexes plus an owner field, so that relocking
+ * and unlocking by another thread are refused without asking pthreads
+ * (which would call them undefined, and sanitizers would abort). */
+
+static int held_by_me(nx_mutex_t *mutex) {
+  pthread_t owner = __atomic_load_n(&mutex->owner, __ATOMIC_RELAXED);
+  return owner != 0 && pthread_equal(owner, pthread_self());
+}
+
+static void set_owner(nx_mutex_t *mutex, pthread_t owner) {
+  __atomic_store_n(&mutex->owner, owner, __ATOMIC_RELAXED);
+}
 
 int nx_mutex_init(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
-  int r = pthread_mutex_init(&mutex->m, &attr);
-  pthread_mutexattr_destroy(&attr);
-  return nxi_errno_to_nx(r);
+  set_owner(mutex, 0);
+  return nxi_errno_to_nx(pthread_mutex_init(&mutex->m, NULL));
 }
 
 int nx_mutex_destroy(nx_mutex_t *mutex) {
@@ -128,25 +135,41 @@ static int lock_slow(pthread_mutex_t *m) {
   return r;
 }
 
-int nx_mutex_lock(nx_mutex_t *mutex) {
-  if (mutex == NULL)
-    return NX_EINVAL;
+static int lock(nx_mutex_t *mutex) {
   int r = pthread_mutex_trylock(&mutex->m);
   if (r == EBUSY)
     r = lock_slow(&mutex->m);
+  if (r == 0)
+    set_owner(mutex, pthread_self());
   return nxi_errno_to_nx(r);
+}
+
+int nx_mutex_lock(nx_mutex_t *mutex) {
+  if (mutex == NULL || held_by_me(mutex))
+    return NX_EINVAL;
+  return lock(mutex);
 }
 
 int nx_mutex_trylock(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  return nxi_errno_to_nx(pthread_mutex_trylock(&mutex->m));
+  if (held_by_me(mutex))
+    return NX_EBUSY;
+  int r = pthread_mutex_trylock(&mutex->m);
+  if (r == 0)
+    set_owner(mutex, pthread_self());
+  return nxi_errno_to_nx(r);
+}
+
+static int unlock(nx_mutex_t *mutex) {
+  set_owner(mutex, 0);
+  return nxi_errno_to_nx(pthread_mutex_unlock(&mutex->m));
 }
 
 int nx_mutex_unlock(nx_mutex_t *mutex) {
-  if (mutex == NULL)
+  if (mutex == NULL || !held_by_me(mutex))
     return NX_EINVAL;
-  return nxi_errno_to_nx(pthread_mutex_unlock(&mutex->m));
+  return unlock(mutex);
 }
 
 /* Condition variables. `seq` is bumped by every signal; a waiter remembers
@@ -177,10 +200,10 @@ int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
   if (abstime != NULL &&
       (abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
     return NX_EINVAL;
+  if (!held_by_me(mutex))
+    return NX_EINVAL;
   uint32_t seq = __atomic_load_n(&cond->seq, __ATOMIC_ACQUIRE);
-  int r = pthread_mutex_unlock(&mutex->m);
-  if (r != 0)
-    return NX_EINVAL; /* the caller does not hold the mutex */
+  unlock(mutex);
 
   const struct nxi_thread_hooks *h = get_hooks();
   int rc = h != NULL ? h->wait(&cond->seq, seq, abstime) : NX_EAGAIN;
@@ -199,10 +222,8 @@ int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
     __atomic_fetch_sub(&cond->sleepers, 1, __ATOMIC_SEQ_CST);
   }
 
-  r = pthread_mutex_trylock(&mutex->m);
-  if (r == EBUSY)
-    r = lock_slow(&mutex->m);
-  return r != 0 ? nxi_errno_to_nx(r) : rc;
+  int r = lock(mutex);
+  return r != 0 ? r : rc;
 }
 
 int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex) {

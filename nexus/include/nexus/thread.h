@@ -18,6 +18,7 @@ typedef struct nx_thread {
 
 typedef struct nx_mutex {
   pthread_mutex_t m;
+  pthread_t owner; /* checked on unlock, so misuse is refused */
 } nx_mutex_t;
 
 /* A condition variable. `seq` counts signals; waiters sleep on it with a
@@ -54,8 +55,8 @@ nx_thread_t nx_thread_self(void);
 int nx_thread_equal(nx_thread_t a, nx_thread_t b);
 
 /* Mutexes. Returns 0 or NX_EINVAL; nx_mutex_trylock returns NX_EBUSY when
- * the mutex is held; nx_mutex_unlock of a mutex not held by the caller
- * returns NX_EINVAL (mutexes are error-checking). */
+ * the mutex is held; locking a mutex the caller already holds, and
+ * unlocking one it does not hold, return NX_EINVAL and change nothing. */
 int nx_mutex_init(nx_mutex_t *mutex);
 int nx_mutex_destroy(nx_mutex_t *mutex);
 int nx_mutex_lock(nx_mutex_t *mutex);

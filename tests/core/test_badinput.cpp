@@ -1,0 +1,219 @@
+// Bad input to the runtime: RSRs for unknown handlers and destroyed
+// contexts are dropped, counted and reported; misuse of the API returns
+// NX_E* codes; nothing crashes or hangs.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+#include "latch.h"
+#include "nexus.h"
+#include "runtime_guard.h"
+
+namespace {
+
+struct drop_log {
+  latch drops;
+  std::atomic<int> last_err{0};
+  std::atomic<uint64_t> last_ctx{0};
+  std::atomic<uint32_t> last_handler{0};
+};
+
+void on_drop(int err, uint64_t ctx, uint32_t handler, void *arg) {
+  auto *log = static_cast<drop_log *>(arg);
+  log->last_err = err;
+  log->last_ctx = ctx;
+  log->last_handler = handler;
+  log->drops.add();
+}
+
+struct hits {
+  latch n;
+};
+void on_hit(nx_context_t *ctx, void *, nx_buffer_t *) {
+  static_cast<hits *>(nx_context_data(ctx))->n.add();
+}
+int hit_init(nx_context_t *ctx, void *arg) {
+  nx_context_set_data(ctx, arg);
+  return nx_handler_register(ctx, "hit", on_hit, NX_HANDLER_NONTHREADED,
+                             nullptr);
+}
+
+void send(const nx_gp_t *gp, const char *handler) {
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, gp, handler, 0) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+}
+
+} // namespace
+
+TEST_CASE("an RSR for an unknown handler is dropped, counted and reported",
+          "[badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  drop_log log;
+  REQUIRE(nx_error_cb_set(on_drop, &log) == 0);
+  hits h;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &h, &gp) == 0);
+  send(&gp, "no-such-handler");
+  REQUIRE(log.drops.wait_for(1) == 1);
+  CHECK(log.last_err == NX_ENOHANDLER);
+  CHECK(log.last_ctx == nx_gp_context(&gp));
+  CHECK(log.last_handler == nx_handler_id("no-such-handler"));
+  // The context keeps serving.
+  send(&gp, "hit");
+  REQUIRE(h.n.wait_for(1) == 1);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.drop_no_handler == 1);
+  // A handler of another context is not this context's.
+  hits h2;
+  nx_gp_t other;
+  REQUIRE(nx_context_create_local(
+              [](nx_context_t *ctx, void *arg) {
+                nx_context_set_data(ctx, arg);
+                return nx_handler_register(ctx, "only-here", on_hit,
+                                           NX_HANDLER_NONTHREADED, nullptr);
+              },
+              &h2, &other) == 0);
+  send(&gp, "only-here");
+  REQUIRE(log.drops.wait_for(2) == 2);
+  CHECK(h2.n.get() == 0);
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
+  nx_gp_release(&other);
+  nx_gp_release(&gp);
+}
+
+TEST_CASE("an RSR for a destroyed context is dropped and counted",
+          "[badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  drop_log log;
+  REQUIRE(nx_error_cb_set(on_drop, &log) == 0);
+  hits h;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &h, &gp) == 0);
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  CHECK(nx_context_destroy(&gp) == NX_ENOCONTEXT);
+  send(&gp, "hit");
+  REQUIRE(log.drops.wait_for(1) == 1);
+  CHECK(log.last_err == NX_ENOCONTEXT);
+  CHECK(h.n.get() == 0);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.drop_no_context == 1);
+  nx_gp_release(&gp);
+}
+
+namespace {
+struct reader_report {
+  latch done;
+  int past_end = 0, wrong_type = 0, then_ok = 0, bad_release = 0;
+};
+void on_read(nx_context_t *ctx, void *, nx_buffer_t *b) {
+  auto *r = static_cast<reader_report *>(nx_context_data(ctx));
+  int32_t v;
+  int64_t w;
+  r->wrong_type = nx_get_int64(b, &w);
+  r->then_ok = nx_get_int32(b, &v) == 0 && v == 42 ? 0 : -1;
+  r->past_end = nx_get_int32(b, &v);
+  r->bad_release = nx_buffer_release(b); // not retained: refused
+  r->done.add();
+}
+} // namespace
+
+TEST_CASE("inside a handler, a bad get errs and the buffer stays usable",
+          "[badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  reader_report rep;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(
+              [](nx_context_t *ctx, void *arg) {
+                nx_context_set_data(ctx, arg);
+                return nx_handler_register(ctx, "read", on_read,
+                                           NX_HANDLER_THREADED, nullptr);
+              },
+              &rep, &gp) == 0);
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &gp, "read", 8) == 0);
+  REQUIRE(nx_put_int32(b, 42) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(rep.done.wait_for(1) == 1);
+  CHECK(rep.wrong_type == NX_ETYPE);
+  CHECK(rep.then_ok == 0);
+  CHECK(rep.past_end == NX_ERANGE);
+  CHECK(rep.bad_release == NX_EINVAL);
+  nx_gp_release(&gp);
+}
+
+TEST_CASE("misuse of the API returns error codes", "[badinput]") {
+  SECTION("before nx_init") {
+    nx_gp_t gp = NX_GP_NULL;
+    nx_buffer_t *b = nullptr;
+    nx_stats_t s;
+    nx_node_t node;
+    CHECK(nx_finalize() == NX_ENOTINIT);
+    CHECK(nx_gp_make(nullptr, &gp) == NX_ENOTINIT);
+    CHECK(nx_buffer_create(8, &b) == NX_ENOTINIT);
+    CHECK(nx_context_create_local(nullptr, nullptr, &gp) == NX_ENOTINIT);
+    CHECK(nx_poll() == NX_ENOTINIT);
+    CHECK(nx_stats_get(&s) == NX_ENOTINIT);
+    CHECK(nx_node_self(&node) == NX_ENOTINIT);
+    CHECK(nx_context_self() == nullptr);
+    CHECK(nx_gp_protocol(&gp) == nullptr);
+  }
+  SECTION("a bad NX_PROGRESS is refused") {
+    setenv("NX_PROGRESS", "sometimes", 1);
+    CHECK(nx_init(nullptr, nullptr) == NX_EINVAL);
+    unsetenv("NX_PROGRESS");
+    CHECK(nx_finalize() == NX_ENOTINIT);
+  }
+  SECTION("after nx_init") {
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    nx_gp_t initial;
+    REQUIRE(nx_gp_make(nullptr, &initial) == 0);
+    CHECK(nx_context_destroy(&initial) == NX_EBUSY);
+    CHECK(nx_context_destroy(nullptr) == NX_EINVAL);
+    CHECK(nx_context_create_local(nullptr, nullptr, nullptr) == NX_EINVAL);
+    nx_context_t *self = nx_context_self();
+    CHECK(nx_handler_register(nullptr, "x", on_hit, 0, nullptr) == NX_EINVAL);
+    CHECK(nx_handler_register(self, nullptr, on_hit, 0, nullptr) == NX_EINVAL);
+    CHECK(nx_handler_register(self, "", on_hit, 0, nullptr) == NX_EINVAL);
+    CHECK(nx_handler_register(self, "x", nullptr, 0, nullptr) == NX_EINVAL);
+    CHECK(nx_handler_register(self, "x", on_hit, 7, nullptr) == NX_EINVAL);
+    CHECK(nx_stats_get(nullptr) == NX_EINVAL);
+    CHECK(nx_node_self(nullptr) == NX_EINVAL);
+    CHECK(nx_buffer_release(nullptr) == NX_EINVAL);
+    CHECK(nx_buffer_retain(nullptr) == NX_EINVAL);
+    nx_gp_release(&initial);
+  }
+}
+
+TEST_CASE("handler names whose ids collide are refused", "[badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  // Two names with the same 32-bit FNV-1a hash.
+  REQUIRE(nx_handler_id("h1340180") == nx_handler_id("h84337"));
+  nx_context_t *self = nx_context_self();
+  nx_handler_id_t id = 0;
+  REQUIRE(nx_handler_register(self, "h1340180", on_hit, 0, &id) == 0);
+  CHECK(id == nx_handler_id("h1340180"));
+  CHECK(nx_handler_register(self, "h84337", on_hit, 0, nullptr) ==
+        NX_ECOLLISION);
+  // Re-registering the same name replaces it.
+  CHECK(nx_handler_register(self, "h1340180", on_hit, 1, nullptr) == 0);
+}
+
+TEST_CASE("a context whose init fails is not created", "[badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t gp = NX_GP_NULL;
+  CHECK(nx_context_create_local(
+            [](nx_context_t *, void *) { return (int)NX_EACCES; }, nullptr,
+            &gp) == NX_EACCES);
+  CHECK(nx_gp_is_null(&gp));
+}
