@@ -20,10 +20,11 @@
  *    (so a waiting thread delivers its own reply, with no thread hand-off);
  *  - a caller of nx_poll.
  * Non-threaded handlers run on the driver. Threaded handlers run on runtime
- * threads only: on the primary itself, which hands the primary role to a
- * pooled thread if the handler blocks (the handler then keeps the thread).
- * Application threads never run threaded handlers, so a handler that blocks
- * never holds up the thread that would wake it. */
+ * threads only, and only at the bottom of their stack: on the primary
+ * itself, which hands the primary role to a pooled thread if the handler
+ * blocks (the handler then keeps the thread). Neither an application thread
+ * nor a thread already inside a handler runs one, so a handler that blocks
+ * never holds up code that might be what wakes it. */
 
 /* What the primary is doing; waiting threads drive unless it is SPIN. */
 enum {
@@ -72,10 +73,11 @@ static struct engine eng;
  * `gen` changes when a blocking handler gives the lock away, which tells
  * every frame up the stack that it no longer holds it. */
 static _Thread_local struct {
-  int runtime;
-  int primary;
-  int driving;
-  unsigned gen;
+  int runtime;   /* a runtime thread (progress or pool) */
+  int primary;   /* the progress thread */
+  int driving;   /* nested holds of the driver lock */
+  unsigned gen;  /* bumped when a blocking handler gives the lock away */
+  int handlers;  /* handlers running on this thread (nesting depth) */
 } me;
 
 static uint64_t now_ns(void) {
@@ -222,7 +224,9 @@ int nxi_progress_add_fd(int fd) {
 static void run(struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
   nx_context_t *old = nxi_context_swap(ctx);
+  me.handlers++;
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  me.handlers--;
   nxi_context_swap(old);
   atomic_fetch_add_explicit(&nxi_rt.rsr_handled, 1, memory_order_relaxed);
   nxi_buffer_handler_done(b);
@@ -312,7 +316,10 @@ static void dispatch(struct nx_buffer *b) {
   b->fn = h->fn;
   switch (h->kind) {
   case NX_HANDLER_THREADED:
-    if (!me.runtime) {
+    /* Inline only on a runtime thread that runs no other handler: a
+     * threaded handler that blocks must never sit on top of code (a waiting
+     * application thread, or another handler) that might be what wakes it. */
+    if (!me.runtime || me.handlers > 0) {
       tq_push(b);
       return;
     }

@@ -83,7 +83,8 @@ NX_TEST_OPS(char, char, char)
 // floating point -0.0, denormals, infinities and NaN.
 template <class T> std::vector<T> values() {
   using L = std::numeric_limits<T>;
-  std::vector<T> v = {L::min(), L::max(), T(0), T(1), T(L::max() - 1), T(L::min() + 1)};
+  std::vector<T> v = {L::min(), L::max(),        T(0),
+                      T(1),     T(L::max() - 1), T(L::min() + 1)};
   if (L::is_signed)
     v.push_back(T(-1));
   // A value whose bytes all differ, so any byte-order mix-up shows.
@@ -96,16 +97,38 @@ template <class T> std::vector<T> values() {
 
 template <class T> std::vector<T> float_values() {
   using L = std::numeric_limits<T>;
-  return {T(0),         T(-0.0),        T(1),          T(-1),       T(1.5),
-          T(3.14159265358979323846),    L::min(),      L::max(),    L::lowest(),
-          L::epsilon(), L::denorm_min(), -L::denorm_min(), T(L::min() / 4),
-          L::infinity(), -L::infinity(), L::quiet_NaN(), T(123456.789)};
+  return {T(0),
+          T(-0.0),
+          T(1),
+          T(-1),
+          T(1.5),
+          T(3.14159265358979323846),
+          L::min(),
+          L::max(),
+          L::lowest(),
+          L::epsilon(),
+          L::denorm_min(),
+          -L::denorm_min(),
+          T(L::min() / 4),
+          L::infinity(),
+          -L::infinity(),
+          L::quiet_NaN(),
+          T(123456.789)};
 }
 
 template <> std::vector<float> values<float>() { return float_values<float>(); }
-template <> std::vector<double> values<double>() { return float_values<double>(); }
+template <> std::vector<double> values<double>() {
+  return float_values<double>();
+}
 template <> std::vector<char> values<char>() {
-  return {'\0', 'a', 'Z', '\n', CHAR_MIN, CHAR_MAX, static_cast<char>(0x80), static_cast<char>(0x7f)};
+  return {'\0',
+          'a',
+          'Z',
+          '\n',
+          CHAR_MIN,
+          CHAR_MAX,
+          static_cast<char>(0x80),
+          static_cast<char>(0x7f)};
 }
 
 template <class T> bool same(T a, T b) {
@@ -119,7 +142,8 @@ template <class T> bool same(T a, T b) {
 }
 
 template <class T> std::string show(T v) {
-  if constexpr (std::is_same<T, char>::value || std::is_same<T, int8_t>::value ||
+  if constexpr (std::is_same<T, char>::value ||
+                std::is_same<T, int8_t>::value ||
                 std::is_same<T, uint8_t>::value)
     return std::to_string(static_cast<int>(v));
   else
@@ -141,6 +165,13 @@ template <class T> void get_values(nx_buffer_t *b, const std::vector<T> &vals) {
     INFO("got " << show(got));
     CHECK(same(got, v));
   }
+}
+
+// Puts every value of values<T>(), rewinds and reads them back.
+template <class T> void scalar_roundtrip(nx_buffer_t *b) {
+  put_values(b, values<T>());
+  REQUIRE(nx_buffer_rewind(b) == 0);
+  get_values(b, values<T>());
 }
 
 // `count` values cycling through values<T>().
@@ -253,8 +284,8 @@ void get_everything(nx_buffer_t *b) {
 // A type-erased scalar kind, for the type-mismatch matrix.
 struct kind {
   const char *name;
-  std::function<int(nx_buffer_t *)> put;      // puts one value
-  std::function<int(nx_buffer_t *)> get;      // gets one value, discards it
+  std::function<int(nx_buffer_t *)> put; // puts one value
+  std::function<int(nx_buffer_t *)> get; // gets one value, discards it
   std::function<int(nx_buffer_t *, size_t)> put_array; // `n` values
   std::function<int(nx_buffer_t *, size_t)> get_array;
 };
@@ -279,7 +310,7 @@ template <class T> kind make_kind() {
 }
 
 std::vector<kind> all_kinds() {
-  return {make_kind<int8_t>(),  make_kind<uint8_t>(),  make_kind<int16_t>(),
+  return {make_kind<int8_t>(),   make_kind<uint8_t>(),  make_kind<int16_t>(),
           make_kind<uint16_t>(), make_kind<int32_t>(),  make_kind<uint32_t>(),
           make_kind<int64_t>(),  make_kind<uint64_t>(), make_kind<float>(),
           make_kind<double>(),   make_kind<char>()};
@@ -314,17 +345,17 @@ TEST_CASE("every scalar type round-trips, extremes included", "[buffer]") {
   REQUIRE(rt.init_rc() == 0);
   {
     buffer_ref b(16);
-    SECTION("int8") { put_values(b, values<int8_t>()); nx_buffer_rewind(b); get_values(b, values<int8_t>()); }
-    SECTION("uint8") { put_values(b, values<uint8_t>()); nx_buffer_rewind(b); get_values(b, values<uint8_t>()); }
-    SECTION("int16") { put_values(b, values<int16_t>()); nx_buffer_rewind(b); get_values(b, values<int16_t>()); }
-    SECTION("uint16") { put_values(b, values<uint16_t>()); nx_buffer_rewind(b); get_values(b, values<uint16_t>()); }
-    SECTION("int32") { put_values(b, values<int32_t>()); nx_buffer_rewind(b); get_values(b, values<int32_t>()); }
-    SECTION("uint32") { put_values(b, values<uint32_t>()); nx_buffer_rewind(b); get_values(b, values<uint32_t>()); }
-    SECTION("int64") { put_values(b, values<int64_t>()); nx_buffer_rewind(b); get_values(b, values<int64_t>()); }
-    SECTION("uint64") { put_values(b, values<uint64_t>()); nx_buffer_rewind(b); get_values(b, values<uint64_t>()); }
-    SECTION("float") { put_values(b, values<float>()); nx_buffer_rewind(b); get_values(b, values<float>()); }
-    SECTION("double") { put_values(b, values<double>()); nx_buffer_rewind(b); get_values(b, values<double>()); }
-    SECTION("char") { put_values(b, values<char>()); nx_buffer_rewind(b); get_values(b, values<char>()); }
+    SECTION("int8") { scalar_roundtrip<int8_t>(b); }
+    SECTION("uint8") { scalar_roundtrip<uint8_t>(b); }
+    SECTION("int16") { scalar_roundtrip<int16_t>(b); }
+    SECTION("uint16") { scalar_roundtrip<uint16_t>(b); }
+    SECTION("int32") { scalar_roundtrip<int32_t>(b); }
+    SECTION("uint32") { scalar_roundtrip<uint32_t>(b); }
+    SECTION("int64") { scalar_roundtrip<int64_t>(b); }
+    SECTION("uint64") { scalar_roundtrip<uint64_t>(b); }
+    SECTION("float") { scalar_roundtrip<float>(b); }
+    SECTION("double") { scalar_roundtrip<double>(b); }
+    SECTION("char") { scalar_roundtrip<char>(b); }
     CHECK(nx_buffer_remaining(b) == 0);
   }
   CHECK(rt.finalize() == 0);
@@ -358,7 +389,8 @@ TEST_CASE("the special values are really in the value lists", "[buffer]") {
   CHECK(std::find(u64.begin(), u64.end(), UINT64_MAX) != u64.end());
 }
 
-TEST_CASE("every type, array and byte blob round-trips in one buffer", "[buffer]") {
+TEST_CASE("every type, array and byte blob round-trips in one buffer",
+          "[buffer]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -478,7 +510,8 @@ TEST_CASE("length and remaining track puts and gets", "[buffer]") {
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("reading past the end returns NX_ERANGE and leaves the buffer usable", "[buffer]") {
+TEST_CASE("reading past the end returns NX_ERANGE and leaves the buffer usable",
+          "[buffer]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -507,7 +540,7 @@ TEST_CASE("reading past the end returns NX_ERANGE and leaves the buffer usable",
       size_t len = nx_buffer_length(b);
       v = 99;
       CHECK(nx_get_int32(b, &v) == NX_ERANGE);
-      CHECK(v == 99); // not written on error
+      CHECK(v == 99);                          // not written on error
       CHECK(nx_get_int32(b, &v) == NX_ERANGE); // still at the end
       CHECK(nx_buffer_remaining(b) == 0);
       CHECK(nx_buffer_length(b) == len);
@@ -545,7 +578,8 @@ TEST_CASE("reading past the end returns NX_ERANGE and leaves the buffer usable",
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("a get of the wrong type returns NX_ETYPE and consumes nothing", "[buffer]") {
+TEST_CASE("a get of the wrong type returns NX_ETYPE and consumes nothing",
+          "[buffer]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -598,7 +632,8 @@ TEST_CASE("a get of the wrong type returns NX_ETYPE and consumes nothing", "[buf
         for (const kind &get : kinds) {
           if (&put == &get)
             continue;
-          INFO("put_" << put.name << "_array then get_" << get.name << "_array");
+          INFO("put_" << put.name << "_array then get_" << get.name
+                      << "_array");
           buffer_ref b;
           REQUIRE(put.put_array(b, 4) == 0);
           REQUIRE(nx_put_bytes(b, PADDING, sizeof PADDING) == 0);
@@ -726,7 +761,8 @@ TEST_CASE("nx_buffer_set_format", "[buffer][format]") {
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("foreign format: every type round-trips (receiver makes right)", "[buffer][format]") {
+TEST_CASE("foreign format: every type round-trips (receiver makes right)",
+          "[buffer][format]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -751,7 +787,8 @@ TEST_CASE("foreign format: every type round-trips (receiver makes right)", "[buf
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("foreign format: multi-byte values and type checks", "[buffer][format]") {
+TEST_CASE("foreign format: multi-byte values and type checks",
+          "[buffer][format]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -904,7 +941,8 @@ template <class T> void check_sizeof(int format) {
     CHECK(grew >= sizeof(T));
     CHECK(ops<T>::size(1) >= grew);
   }
-  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}, size_t{100000}}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{3}, size_t{1000}, size_t{100000}}) {
     INFO("array of " << n);
     buffer_ref b(0, format);
     REQUIRE(ops<T>::put(b, values<T>()[0]) == 0); // something before it
@@ -918,7 +956,9 @@ template <class T> void check_sizeof(int format) {
   // n single puts fit in n times the size of one.
   buffer_ref b(0, format);
   for (int i = 0; i < 100; i++)
-    REQUIRE(ops<T>::put(b, values<T>()[static_cast<size_t>(i) % values<T>().size()]) == 0);
+    REQUIRE(ops<T>::put(
+                b, values<T>()[static_cast<size_t>(i) % values<T>().size()]) ==
+            0);
   CHECK(100 * ops<T>::size(1) >= nx_buffer_length(b));
 }
 

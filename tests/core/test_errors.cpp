@@ -1,4 +1,5 @@
-// Tests of nexus/src/error.c: the NX_ERRNO_MAP codes, nx_strerror and nx_err_name.
+// Tests of nexus/src/error.c: the NX_ERRNO_MAP codes, nx_strerror and
+// nx_err_name.
 #include <catch2/catch.hpp>
 
 #include <cctype>
@@ -37,7 +38,8 @@ std::string lower(const char *s) {
 
 } // namespace
 
-TEST_CASE("NX_OK is zero and every error code is negative and distinct", "[errors]") {
+TEST_CASE("NX_OK is zero and every error code is negative and distinct",
+          "[errors]") {
   STATIC_REQUIRE(NX_OK == 0);
   REQUIRE_FALSE(all_codes().empty());
   std::set<int> seen;
@@ -81,7 +83,8 @@ TEST_CASE("every code has its own name and description", "[errors]") {
 }
 
 TEST_CASE("unknown codes give a non-NULL 'unknown' text", "[errors]") {
-  const int unknown[] = {1, 12345, -1 - 4010 - 1000, -9999, INT_MIN, INT_MAX, -4000, -4011};
+  const int unknown[] = {
+      1, 12345, -1 - 4010 - 1000, -9999, INT_MIN, INT_MAX, -4000, -4011};
   std::set<int> known;
   for (const code_info &c : all_codes())
     known.insert(c.code);

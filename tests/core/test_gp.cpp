@@ -157,7 +157,8 @@ TEST_CASE("null gps", "[gp]") {
     nx_gp_t null_gp = NX_GP_NULL;
     CHECK(nx_gp_is_null(&null_gp) == 1);
     CHECK(nx_gp_context(&null_gp) == 0);
-    CHECK(nx_gp_protocol(&null_gp) == nullptr); // names nothing, so nothing reaches it
+    CHECK(nx_gp_protocol(&null_gp) ==
+          nullptr); // names nothing, so nothing reaches it
     CHECK(nx_gp_release(&null_gp) == 0);
     CHECK(nx_gp_is_null(&null_gp) == 1);
 
@@ -202,11 +203,14 @@ TEST_CASE("many gps, copies and releases", "[gp]") {
   {
     const int N = 1000;
     std::vector<int> targets(N);
-    std::vector<nx_gp_t> gps(N, nx_gp_t NX_GP_NULL), copies(N, nx_gp_t NX_GP_NULL);
+    std::vector<nx_gp_t> gps(N, nx_gp_t NX_GP_NULL),
+        copies(N, nx_gp_t NX_GP_NULL);
     int failures = 0;
     for (int i = 0; i < N; i++) {
-      failures += nx_gp_make(&targets[static_cast<size_t>(i)], &gps[static_cast<size_t>(i)]) != 0;
-      failures += nx_gp_copy(&gps[static_cast<size_t>(i)], &copies[static_cast<size_t>(i)]) != 0;
+      failures += nx_gp_make(&targets[static_cast<size_t>(i)],
+                             &gps[static_cast<size_t>(i)]) != 0;
+      failures += nx_gp_copy(&gps[static_cast<size_t>(i)],
+                             &copies[static_cast<size_t>(i)]) != 0;
     }
     REQUIRE(failures == 0);
     for (int i = 0; i < N; i++) {
@@ -230,7 +234,9 @@ TEST_CASE("many gps, copies and releases", "[gp]") {
 }
 
 namespace {
-int set_data_init(nx_context_t *ctx, void *arg) { return nx_context_set_data(ctx, arg); }
+int set_data_init(nx_context_t *ctx, void *arg) {
+  return nx_context_set_data(ctx, arg);
+}
 } // namespace
 
 TEST_CASE("gps to another local context differ from gps here", "[gp]") {
@@ -306,7 +312,8 @@ TEST_CASE("a gp travels through a buffer", "[gp][buffer]") {
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("a gp to another local context travels through a buffer", "[gp][buffer]") {
+TEST_CASE("a gp to another local context travels through a buffer",
+          "[gp][buffer]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -351,7 +358,8 @@ TEST_CASE("nx_put_gp and nx_get_gp reject NULL arguments", "[gp][buffer]") {
   CHECK(rt.finalize() == 0);
 }
 
-TEST_CASE("nx_get_gp refuses what is not a gp, without crashing", "[gp][buffer]") {
+TEST_CASE("nx_get_gp refuses what is not a gp, without crashing",
+          "[gp][buffer]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   {
@@ -364,8 +372,8 @@ TEST_CASE("nx_get_gp refuses what is not a gp, without crashing", "[gp][buffer]"
 
     SECTION("garbage bytes") {
       std::mt19937 rng(12345);
-      for (size_t n : {size_t{1}, size_t{4}, size_t{8}, size_t{16}, size_t{24}, size_t{32},
-                       size_t{64}, size_t{256}, size_t{4096}}) {
+      for (size_t n : {size_t{1}, size_t{4}, size_t{8}, size_t{16}, size_t{24},
+                       size_t{32}, size_t{64}, size_t{256}, size_t{4096}}) {
         for (int trial = 0; trial < 20; trial++) {
           std::vector<unsigned char> junk(n);
           for (auto &c : junk)
@@ -405,9 +413,18 @@ TEST_CASE("nx_get_gp refuses what is not a gp, without crashing", "[gp][buffer]"
         switch (trial % 5) {
         case 0: REQUIRE(nx_put_uint64(b, words[0]) == 0); break;
         case 1: REQUIRE(nx_put_uint64_array(b, words, 6) == 0); break;
-        case 2: REQUIRE(nx_put_int64_array(b, reinterpret_cast<int64_t *>(words), 3) == 0); break;
-        case 3: REQUIRE(nx_put_char_array(b, reinterpret_cast<char *>(words), sizeof words) == 0); break;
-        case 4: REQUIRE(nx_put_uint8_array(b, reinterpret_cast<uint8_t *>(words), sizeof words) == 0); break;
+        case 2:
+          REQUIRE(nx_put_int64_array(b, reinterpret_cast<int64_t *>(words),
+                                     3) == 0);
+          break;
+        case 3:
+          REQUIRE(nx_put_char_array(b, reinterpret_cast<char *>(words),
+                                    sizeof words) == 0);
+          break;
+        case 4:
+          REQUIRE(nx_put_uint8_array(b, reinterpret_cast<uint8_t *>(words),
+                                     sizeof words) == 0);
+          break;
         }
         for (int i = 0; i < 4; i++) // more data after it
           REQUIRE(nx_put_uint64(b, rng()) == 0);

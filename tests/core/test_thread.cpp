@@ -53,11 +53,13 @@ struct timespec realtime_after_ms(long ms) {
 double now_seconds(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  return static_cast<double>(ts.tv_sec) +
+         static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 double to_seconds(const struct timespec &ts) {
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  return static_cast<double>(ts.tv_sec) +
+         static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // Waits (holding `m`) until `pred()` holds or STUCK_SECONDS pass. Returns
@@ -103,7 +105,8 @@ static void *exits_early(void *) {
 
 TEST_CASE("a thread runs and join returns its result", "[thread]") {
   nx_thread_t t;
-  REQUIRE(nx_thread_create(&t, add_one, reinterpret_cast<void *>(intptr_t{41})) == 0);
+  REQUIRE(nx_thread_create(&t, add_one,
+                           reinterpret_cast<void *>(intptr_t{41})) == 0);
   void *result = nullptr;
   REQUIRE(nx_thread_join(t, &result) == 0);
   CHECK(reinterpret_cast<intptr_t>(result) == 42);
@@ -121,11 +124,13 @@ TEST_CASE("nx_thread_exit ends the thread with its result", "[thread]") {
   CHECK(reinterpret_cast<intptr_t>(result) == 7);
 }
 
-TEST_CASE("many threads run concurrently and each result comes back", "[thread]") {
+TEST_CASE("many threads run concurrently and each result comes back",
+          "[thread]") {
   constexpr int N = 16;
   nx_thread_t t[N];
   for (int i = 0; i < N; i++)
-    REQUIRE(nx_thread_create(&t[i], add_one, reinterpret_cast<void *>(intptr_t{i * 10})) == 0);
+    REQUIRE(nx_thread_create(&t[i], add_one,
+                             reinterpret_cast<void *>(intptr_t{i * 10})) == 0);
   for (int i = 0; i < N; i++) {
     void *result = nullptr;
     REQUIRE(nx_thread_join(t[i], &result) == 0);
@@ -166,7 +171,8 @@ static void *record_self(void *arg) {
   return nullptr;
 }
 
-TEST_CASE("nx_thread_self names the caller and nx_thread_equal compares", "[thread]") {
+TEST_CASE("nx_thread_self names the caller and nx_thread_equal compares",
+          "[thread]") {
   nx_thread_t me = nx_thread_self();
   CHECK(nx_thread_equal(me, nx_thread_self()) == 1);
 
@@ -229,6 +235,25 @@ TEST_CASE("mutex lock, trylock and unlock", "[mutex]") {
 
   SECTION("unlock of a mutex nobody holds returns NX_EINVAL") {
     CHECK(nx_mutex_unlock(&m) == NX_EINVAL);
+    // And changed nothing: the mutex is still free.
+    CHECK(nx_mutex_trylock(&m) == 0);
+    CHECK(nx_mutex_unlock(&m) == 0);
+  }
+
+  SECTION("relocking a mutex one holds returns NX_EINVAL and changes nothing") {
+    REQUIRE(nx_mutex_lock(&m) == 0);
+    CHECK(nx_mutex_lock(&m) == NX_EINVAL);
+    CHECK(nx_mutex_trylock(&m) == NX_EBUSY); // held, if by us
+    // Still held exactly once: one unlock frees it, a second is refused.
+    CHECK(nx_mutex_unlock(&m) == 0);
+    CHECK(nx_mutex_unlock(&m) == NX_EINVAL);
+    int rc_lock = 1, rc_unlock = 1;
+    REQUIRE(run_in_thread([&] {
+              rc_lock = nx_mutex_trylock(&m);
+              rc_unlock = nx_mutex_unlock(&m);
+            }) == 0);
+    CHECK(rc_lock == 0);
+    CHECK(rc_unlock == 0);
   }
 
   SECTION("lock blocks until the holder unlocks") {
@@ -252,7 +277,8 @@ TEST_CASE("mutex lock, trylock and unlock", "[mutex]") {
     REQUIRE(nx_thread_create(&t, run_function, &holder) == 0);
     REQUIRE(nx_mutex_lock(&gate) == 0);
     int werr = 0;
-    bool held = wait_until(&cv, &gate, [&] { return stage == 1; }, &werr);
+    bool held = wait_until(
+        &cv, &gate, [&] { return stage == 1; }, &werr);
     CHECK(held);
     CHECK(nx_mutex_trylock(&m) == NX_EBUSY);
     stage = 2;
@@ -278,7 +304,8 @@ TEST_CASE("mutex calls reject NULL", "[mutex]") {
   CHECK(nx_mutex_unlock(nullptr) == NX_EINVAL);
 }
 
-TEST_CASE("a mutex makes increments from several threads exclusive", "[mutex]") {
+TEST_CASE("a mutex makes increments from several threads exclusive",
+          "[mutex]") {
   constexpr int THREADS = 4;
   constexpr int ITERS = 50000;
   nx_mutex_t m;
@@ -323,6 +350,26 @@ TEST_CASE("condition variable calls reject NULL", "[cond]") {
   CHECK(nx_cond_timedwait(nullptr, &m, &ts) == NX_EINVAL);
   CHECK(nx_cond_timedwait(&c, nullptr, &ts) == NX_EINVAL);
   CHECK(nx_mutex_unlock(&m) == 0);
+  CHECK(nx_cond_destroy(&c) == 0);
+  CHECK(nx_mutex_destroy(&m) == 0);
+}
+
+TEST_CASE("waiting with a mutex one does not hold returns NX_EINVAL",
+          "[cond]") {
+  nx_mutex_t m;
+  nx_cond_t c;
+  REQUIRE(nx_mutex_init(&m) == 0);
+  REQUIRE(nx_cond_init(&c) == 0);
+  struct timespec ts = realtime_after_ms(10);
+  CHECK(nx_cond_wait(&c, &m) == NX_EINVAL);
+  CHECK(nx_cond_timedwait(&c, &m, &ts) == NX_EINVAL);
+  // Held by another thread: still not ours to wait with.
+  REQUIRE(nx_mutex_lock(&m) == 0);
+  int rc_wait = 1;
+  REQUIRE(run_in_thread([&] { rc_wait = nx_cond_timedwait(&c, &m, &ts); }) ==
+          0);
+  CHECK(rc_wait == NX_EINVAL);
+  CHECK(nx_mutex_unlock(&m) == 0); // still ours
   CHECK(nx_cond_destroy(&c) == 0);
   CHECK(nx_mutex_destroy(&m) == 0);
 }
@@ -389,7 +436,8 @@ void queue_test() {
   }
   // Every item must be taken with signals alone, before `done` is set.
   REQUIRE(nx_mutex_lock(&m) == 0);
-  all_taken = wait_until(&drained, &m, [&] { return taken == ITEMS; }, &werr);
+  all_taken = wait_until(
+      &drained, &m, [&] { return taken == ITEMS; }, &werr);
   done = true;
   REQUIRE(nx_cond_broadcast(&nonempty) == 0);
   REQUIRE(nx_mutex_unlock(&m) == 0);
@@ -444,10 +492,12 @@ void broadcast_test() {
 
   int werr = 0;
   REQUIRE(nx_mutex_lock(&s->m) == 0);
-  bool all_waiting = wait_until(&s->main_cv, &s->m, [&] { return s->waiting == WAITERS; }, &werr);
+  bool all_waiting = wait_until(
+      &s->main_cv, &s->m, [&] { return s->waiting == WAITERS; }, &werr);
   s->go = true;
   REQUIRE(nx_cond_broadcast(&s->go_cv) == 0);
-  bool all_woke = wait_until(&s->main_cv, &s->m, [&] { return s->woke == WAITERS; }, &werr);
+  bool all_woke = wait_until(
+      &s->main_cv, &s->m, [&] { return s->woke == WAITERS; }, &werr);
   int woke = s->woke;
   REQUIRE(nx_mutex_unlock(&s->m) == 0);
   REQUIRE(all_waiting);
@@ -581,7 +631,8 @@ void timedwait_signalled_test() {
   REQUIRE(nx_thread_create(&t, run_function, &waiter) == 0);
   int werr = 0;
   REQUIRE(nx_mutex_lock(&m) == 0);
-  bool ready = wait_until(&ready_cv, &m, [&] { return waiting; }, &werr);
+  bool ready = wait_until(
+      &ready_cv, &m, [&] { return waiting; }, &werr);
   flag = true;
   REQUIRE(nx_cond_signal(&cv) == 0);
   REQUIRE(nx_mutex_unlock(&m) == 0);
@@ -601,7 +652,9 @@ TEST_CASE("signal wakes consumers of a queue", "[cond]") { queue_test(); }
 
 TEST_CASE("broadcast wakes every waiter", "[cond]") { broadcast_test(); }
 
-TEST_CASE("wait/signal ping-pong without the runtime", "[cond]") { ping_pong(2000); }
+TEST_CASE("wait/signal ping-pong without the runtime", "[cond]") {
+  ping_pong(2000);
+}
 
 TEST_CASE("timed wait returns NX_ETIMEDOUT after the deadline", "[cond]") {
   timedwait_timeout_test();
@@ -693,7 +746,8 @@ TEST_CASE("thread-specific keys", "[key]") {
   CHECK(nx_key_delete(key) == 0);
 }
 
-TEST_CASE("two keys hold separate values; a key may have no destructor", "[key]") {
+TEST_CASE("two keys hold separate values; a key may have no destructor",
+          "[key]") {
   nx_key_t a, b;
   REQUIRE(nx_key_create(&a, nullptr) == 0);
   REQUIRE(nx_key_create(&b, nullptr) == 0);

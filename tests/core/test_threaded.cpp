@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <ctime>
 #include <pthread.h>
 
 #include "latch.h"
@@ -143,4 +144,85 @@ TEST_CASE("threaded and new-thread handlers never run on the application "
       CHECK(after.threads_created - before.threads_created >= 50);
     nx_gp_release(&gp);
   }
+}
+
+namespace {
+// H1 waits for A, then sets B; H2 waits for B. If H2 ran nested inside H1's
+// wait (on H1's stack), B could never be set: a deadlock.
+struct chain {
+  nx_mutex_t m;
+  nx_cond_t c;
+  bool a = false, b = false;
+  latch started1, started2, done;
+  chain() {
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+  }
+  void wait_flag(bool chain::*flag) {
+    nx_mutex_lock(&m);
+    while (!(this->*flag))
+      nx_cond_wait(&c, &m);
+    nx_mutex_unlock(&m);
+  }
+  void set_flag(bool chain::*flag) {
+    nx_mutex_lock(&m);
+    this->*flag = true;
+    nx_cond_broadcast(&c);
+    nx_mutex_unlock(&m);
+  }
+};
+void on_h1(nx_context_t *ctx, void *, nx_buffer_t *) {
+  auto *c = static_cast<chain *>(nx_context_data(ctx));
+  c->started1.add();
+  c->wait_flag(&chain::a);
+  c->set_flag(&chain::b);
+  c->done.add();
+}
+void on_h2(nx_context_t *ctx, void *, nx_buffer_t *) {
+  auto *c = static_cast<chain *>(nx_context_data(ctx));
+  c->started2.add();
+  c->wait_flag(&chain::b);
+  c->done.add();
+}
+void on_a(nx_context_t *ctx, void *, nx_buffer_t *) {
+  static_cast<chain *>(nx_context_data(ctx))->set_flag(&chain::a);
+}
+} // namespace
+
+TEST_CASE("a waiting threaded handler never runs another threaded handler "
+          "on its own stack",
+          "[threaded]") {
+  // No spin phase: H1 drives progress from its wait at once, which is when
+  // it could be tempted to run H2 itself.
+  setenv("NX_SPIN_US", "0", 1);
+  runtime_guard rt;
+  unsetenv("NX_SPIN_US");
+  REQUIRE(rt.init_rc() == 0);
+  chain ch;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(
+              [](nx_context_t *ctx, void *arg) {
+                nx_context_set_data(ctx, arg);
+                int r = nx_handler_register(ctx, "h1", on_h1,
+                                            NX_HANDLER_THREADED, nullptr);
+                if (r == 0)
+                  r = nx_handler_register(ctx, "h2", on_h2,
+                                          NX_HANDLER_THREADED, nullptr);
+                if (r == 0)
+                  r = nx_handler_register(ctx, "a", on_a,
+                                          NX_HANDLER_NONTHREADED, nullptr);
+                return r;
+              },
+              &ch, &gp) == 0);
+  send(&gp, "h1");
+  REQUIRE(ch.started1.wait_for(1) == 1);
+  send(&gp, "h2");
+  // Do not drive progress here: leave H2 to the runtime threads (and to H1,
+  // which is driving while it waits).
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, nullptr);
+  REQUIRE(ch.started2.wait_for(1, 10) == 1);
+  send(&gp, "a");
+  CHECK(ch.done.wait_for(2, 10) == 2);
+  nx_gp_release(&gp);
 }
