@@ -89,8 +89,16 @@ int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out) {
   uint64_t h = fnv64(blob, len);
   pthread_mutex_lock(&intern_lock);
   for (struct nxi_dlist *d = intern_table[h % BUCKETS]; d; d = d->next) {
-    if (d->hash == h && d->len == len && memcmp(d->blob, blob, len) == 0) {
-      atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+    if (d->hash != h || d->len != len || memcmp(d->blob, blob, len) != 0)
+      continue;
+    /* Take a reference only while the list is alive: one whose count
+     * reached zero belongs to the releasing thread, which frees it. */
+    unsigned r = atomic_load_explicit(&d->refs, memory_order_relaxed);
+    while (r != 0 && !atomic_compare_exchange_weak_explicit(
+                         &d->refs, &r, r + 1, memory_order_relaxed,
+                         memory_order_relaxed))
+      ;
+    if (r != 0) {
       pthread_mutex_unlock(&intern_lock);
       *out = d;
       return 0;
@@ -130,12 +138,8 @@ static void dlist_free(struct nxi_dlist *d) {
 void nxi_dlist_release(struct nxi_dlist *dl) {
   if (atomic_fetch_sub_explicit(&dl->refs, 1, memory_order_acq_rel) != 1)
     return;
-  /* A lookup in nxi_dlist_intern may have revived it; decide under the lock. */
+  /* Nobody can revive it (nxi_dlist_intern skips dead lists): unlink it. */
   pthread_mutex_lock(&intern_lock);
-  if (atomic_load(&dl->refs) != 0) {
-    pthread_mutex_unlock(&intern_lock);
-    return;
-  }
   struct nxi_dlist **pp = &intern_table[dl->hash % BUCKETS];
   while (*pp != dl)
     pp = &(*pp)->next;

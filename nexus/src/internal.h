@@ -153,7 +153,9 @@ nx_context_t *nxi_context_swap(nx_context_t *ctx);
 
 /* The progress engine. */
 int nxi_progress_init(void);
-void nxi_progress_finalize(void);
+/* Stops the runtime threads and drops undelivered RSRs. Returns the number
+ * of handler threads still blocked in program code (nothing is freed then). */
+int nxi_progress_finalize(void);
 void nxi_progress_start(void); /* starts the progress thread, if any */
 /* Hands a complete received buffer to the dispatcher. */
 void nxi_deliver(struct nx_buffer *b);

@@ -605,11 +605,18 @@ static int stop_threads(void) {
   return atomic_load(&eng.live);
 }
 
-void nxi_progress_finalize(void) {
+int nxi_progress_finalize(void) {
   int left = stop_threads();
   nxi_thread_hooks_set(NULL);
-  if (left > 0)
-    nxi_log(0, NULL, "%d handler thread(s) still blocked at nx_finalize", left);
+  if (left > 0) {
+    /* They run program code and may touch their contexts and buffers at
+     * any time: leave everything they can reach in place. */
+    nxi_log(0, NULL,
+            "%d handler thread(s) still blocked at nx_finalize; their "
+            "contexts are left allocated",
+            left);
+    return left;
+  }
   /* Drop what was never dispatched. */
   unsigned gen;
   if (drive_begin(&gen)) {
@@ -625,5 +632,6 @@ void nxi_progress_finalize(void) {
   }
   close(eng.epfd);
   close(eng.evfd);
+  return 0;
 }
 

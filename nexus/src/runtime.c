@@ -286,7 +286,11 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return 0;
   }
-  nxi_progress_finalize();
+  if (nxi_progress_finalize() > 0) {
+    /* Blocked handler threads may still use contexts, gps and modules. */
+    pthread_mutex_unlock(&init_lock);
+    return NX_EBUSY;
+  }
   nxi_dlist_release(nxi_rt.self_dl);
   nxi_rt.self_dl = NULL;
   nxi_gp_finalize(); /* disconnects cached routes: before the modules go */

@@ -37,7 +37,8 @@ size_t nx_sizeof_bytes(size_t count);
 size_t nx_sizeof_gp(const struct nx_gp *gp);
 
 /* Creates a stand-alone buffer (not bound to an RSR) for packing and
- * unpacking, in this machine's format. Returns 0, NX_EINVAL or NX_ENOMEM. */
+ * unpacking, in this machine's format. Returns 0, NX_EINVAL, NX_ENOMEM or
+ * NX_ENOTINIT. */
 int nx_buffer_create(size_t size_hint, nx_buffer_t **buf);
 
 /* Makes the buffer write in `format` (NX_FORMAT_*). Only allowed while the
@@ -97,10 +98,12 @@ int nx_put_bytes(nx_buffer_t *buf, const void *v, size_t count);
 int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
 
 /* Get: read the next value into `*v`, or `count` values into `v[]`,
- * converting from the buffer's format. Return 0; NX_ERANGE when the buffer
- * holds too few bytes; NX_ETYPE when the next value has another type, or an
- * array of another length; NX_EPROTO when the data is malformed. On error
- * nothing is read: the buffer stays usable at the same position. */
+ * converting from the buffer's format. Return 0; NX_EINVAL for a NULL
+ * argument or an RSR buffer not yet sent (write-only); NX_ERANGE when the
+ * buffer holds too few bytes; NX_ETYPE when the next value has another
+ * type, or an array of another length; NX_EPROTO when the data is
+ * malformed. On error nothing is read: the buffer stays usable at the same
+ * position. */
 int nx_get_int8(nx_buffer_t *buf, int8_t *v);
 int nx_get_uint8(nx_buffer_t *buf, uint8_t *v);
 int nx_get_int16(nx_buffer_t *buf, int16_t *v);

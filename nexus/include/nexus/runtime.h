@@ -19,7 +19,10 @@ extern "C" {
 int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime: joins its threads, destroys the contexts, unloads the
- * modules. RSRs not yet delivered are dropped. Returns 0 or NX_ENOTINIT. */
+ * modules. RSRs not yet delivered are dropped. If handler threads are still
+ * blocked in program code after a two-second grace period, they are left
+ * running, nothing they might use is freed, and NX_EBUSY is returned (the
+ * runtime is stopped all the same). Returns 0, NX_EBUSY or NX_ENOTINIT. */
 int nx_finalize(void);
 
 /* A node: a processing resource (here, a host). */
