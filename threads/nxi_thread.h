@@ -35,7 +35,10 @@ int nxi_futex_wait(const uint32_t *word, uint32_t old,
 void nxi_futex_wake(const uint32_t *word, int n);
 
 /* Maps a pthread/errno code to an NX_E* code. */
-int nxi_errno_to_nx(int err);
+int nxi_errno_slow(int err);
+static inline int nxi_errno_to_nx(int err) {
+  return err == 0 ? 0 : nxi_errno_slow(err);
+}
 
 /* A pause instruction for spin loops. */
 static inline void nxi_cpu_relax(void) {

@@ -36,10 +36,14 @@ int nx_format_native(void) {
 struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   if (cap < INLINE_MIN)
     cap = INLINE_MIN;
+  if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
+    return NULL; /* a hint no memory can hold */
   struct nx_buffer *b = malloc(sizeof(*b) + cap);
   if (b == NULL)
     return NULL;
-  memset(b, 0, sizeof(*b));
+  /* Every field but the header bytes and the frame (written when sealed or
+   * received) starts at zero. */
+  memset(b, 0, offsetof(struct nx_buffer, hdr));
   atomic_init(&b->refs, 1);
   atomic_init(&b->urefs, 0);
   b->data = b->inline_data;
@@ -80,7 +84,10 @@ void nxi_buffer_seal(struct nx_buffer *b) {
  * only, dropped when its handler returns. */
 
 static void buffer_unref(struct nx_buffer *b) {
-  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+  /* A count of one is ours alone: nobody else can be retaining it (that
+   * needs a reference), so free it without a locked operation. */
+  if (atomic_load_explicit(&b->refs, memory_order_acquire) == 1 ||
+      atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
     nxi_buffer_free(b);
 }
 
@@ -102,8 +109,8 @@ int nx_buffer_create(size_t size_hint, nx_buffer_t **buf) {
 }
 
 int nx_buffer_retain(nx_buffer_t *b) {
-  if (b == NULL)
-    return NX_EINVAL;
+  if (b == NULL || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL; /* an RSR buffer is given away by nx_rsr_send */
   atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->urefs, 1, memory_order_relaxed);
   return 0;

@@ -19,7 +19,7 @@ struct retired {
 };
 static struct retired *reg_retired;
 
-static _Thread_local nx_context_t *current;
+static NXI_TLS nx_context_t *current;
 
 #define HT_INITIAL 8
 
@@ -259,6 +259,8 @@ nx_handler_id_t nx_handler_id(const char *name) {
 
 const struct nxi_handler *nxi_handler_find(struct nx_context *ctx,
                                            uint32_t id) {
+  if (id == 0)
+    return NULL; /* 0 marks an empty slot; no name hashes to it */
   const struct nxi_htable *t =
       atomic_load_explicit(&ctx->handlers, memory_order_acquire);
   for (uint32_t i = id & t->mask;; i = (i + 1) & t->mask) {

@@ -148,17 +148,19 @@ void nxi_dlist_release(struct nxi_dlist *dl) {
   dlist_free(dl);
 }
 
+/* The modules are about to go: forget every cached route. The lists stay,
+ * owned by the gps that hold them, which may be released (or used again
+ * after a new nx_init) later. */
 void nxi_gp_finalize(void) {
   pthread_mutex_lock(&intern_lock);
-  for (int i = 0; i < BUCKETS; i++) {
-    struct nxi_dlist *d = intern_table[i];
-    intern_table[i] = NULL;
-    while (d != NULL) {
-      struct nxi_dlist *next = d->next;
-      dlist_free(d);
-      d = next;
+  for (int i = 0; i < BUCKETS; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      struct nxi_route *rt = atomic_exchange(&d->route, NULL);
+      if (rt != NULL) {
+        rt->mod->ops->disconnect(rt->mod->state, rt->ep);
+        free(rt);
+      }
     }
-  }
   pthread_mutex_unlock(&intern_lock);
 }
 

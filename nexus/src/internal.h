@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "nexus.h"
 #include "nexus/protocol.h"
@@ -68,7 +69,7 @@ void nxi_buffer_handler_done(struct nx_buffer *b);
 void nxi_buffer_seal(struct nx_buffer *b);
 
 /* Descriptor lists, interned and reference counted. */
-#define NXI_MAX_DESC 8
+#define NXI_MAX_DESC 16 /* = the loader's module limit */
 
 struct nxi_route;
 
@@ -115,6 +116,8 @@ struct nxi_route {
 int nxi_modules_load(void);
 void nxi_modules_unload(void);
 int nxi_module_count_loaded(void);
+int nxi_module_count_all(void);
+void nxi_module_explain(int i); /* logs why module i was skipped */
 struct nxi_module *nxi_module_loaded(int i);
 extern const struct nx_core_api nxi_core_api;
 
@@ -196,33 +199,48 @@ void nxi_drop(int err, uint64_t context, uint32_t handler);
 void nxi_log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Little-endian helpers for the fixed-order wire fields. */
+/* Little-endian helpers for the fixed-order wire fields: plain stores and
+ * loads on a little-endian host, byte swaps elsewhere. */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define NXI_TO_LE16(v) (v)
+#define NXI_TO_LE32(v) (v)
+#define NXI_TO_LE64(v) (v)
+#else
+#define NXI_TO_LE16(v) __builtin_bswap16(v)
+#define NXI_TO_LE32(v) __builtin_bswap32(v)
+#define NXI_TO_LE64(v) __builtin_bswap64(v)
+#endif
+
 static inline void nxi_le16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
+  v = NXI_TO_LE16(v);
+  memcpy(p, &v, 2);
 }
 static inline void nxi_le32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
+  v = NXI_TO_LE32(v);
+  memcpy(p, &v, 4);
 }
 static inline void nxi_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
+  v = NXI_TO_LE64(v);
+  memcpy(p, &v, 8);
 }
 static inline uint16_t nxi_rd16(const uint8_t *p) {
-  return (uint16_t)(p[0] | (p[1] << 8));
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return NXI_TO_LE16(v);
 }
 static inline uint32_t nxi_rd32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return NXI_TO_LE32(v);
 }
 static inline uint64_t nxi_rd64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return NXI_TO_LE64(v);
 }
+
+/* Thread-locals of libnexus use the initial-exec model: a plain
+ * fs-relative access instead of a __tls_get_addr call on every RSR. */
+#define NXI_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
 #endif /* NXI_INTERNAL_H */

@@ -79,7 +79,9 @@ static void scan_tree(const char *root, int only_listed) {
     if (e->d_name[0] == '.')
       continue;
     char sub[1024];
-    snprintf(sub, sizeof(sub), "%s/%s", root, e->d_name);
+    if (snprintf(sub, sizeof(sub), "%s/%s", root, e->d_name) >=
+        (int)sizeof(sub))
+      continue; /* a path this long is not ours */
     scan_dir(sub, only_listed);
   }
   closedir(d);
@@ -111,7 +113,6 @@ static void discover(int only_listed) {
     }
   }
   scan_dir(NX_MODULE_DIR, only_listed);
-  scan_tree(NX_BUILD_MODULE_DIR, only_listed);
 }
 
 static int fail(struct nxi_module *m, int err, const char *fmt, const char *arg) {
@@ -129,8 +130,10 @@ static int fail(struct nxi_module *m, int err, const char *fmt, const char *arg)
  * slot are checked here, once, so the rest of the core can call slots
  * without checking. */
 static int load(struct nxi_module *m) {
-  if (m->path[0] == '\0')
+  if (m->path[0] == '\0') {
+    nxi_log(1, m->name, "skipped: %s", m->reason);
     return m->error;
+  }
   m->dl_handle = dlopen(m->path, RTLD_NOW | RTLD_LOCAL);
   if (m->dl_handle == NULL)
     return fail(m, NX_EMODULE, "dlopen failed: %s", dlerror());
@@ -222,6 +225,12 @@ void nxi_modules_unload(void) {
 }
 
 int nx_module_count(void) { return nxi_ready() ? nmods : NX_ENOTINIT; }
+
+int nxi_module_count_all(void) { return nmods; }
+
+void nxi_module_explain(int i) {
+  nxi_log(0, mods[i].name, "skipped: %s", mods[i].reason);
+}
 
 int nx_module_info(int index, nx_module_info_t *info) {
   if (!nxi_ready())

@@ -43,14 +43,18 @@ enum {
  * waiter is usually between two waits of a round-trip loop. */
 #define DEFER_NS 10000
 
+/* Fields written by one side and read by the other sit on lines of their
+ * own, so that a spinning reader does not slow the writer down. */
 struct engine {
   _Alignas(NXI_CACHELINE) atomic_int driver;
-  _Alignas(NXI_CACHELINE) atomic_int pending;
+  _Alignas(NXI_CACHELINE) atomic_uint pushed; /* RSRs queued (producers) */
+  _Alignas(NXI_CACHELINE) atomic_uint popped; /* RSRs taken (the driver) */
   _Alignas(NXI_CACHELINE) atomic_int sleepers;
+  atomic_int word_sleepers; /* poll-mode waiters asleep in epoll */
   atomic_int wake_pending;
-  atomic_int primary_state;
-  atomic_int waiters;
-  atomic_int stopping;
+  _Alignas(NXI_CACHELINE) atomic_int primary_state;
+  _Alignas(NXI_CACHELINE) atomic_int waiters;
+  _Alignas(NXI_CACHELINE) atomic_int stopping;
   struct nxi_mpscq recvq;
   int epfd;
   int evfd;
@@ -72,7 +76,7 @@ static struct engine eng;
 /* Per-thread driver state: `driving` counts nested holds of the driver lock;
  * `gen` changes when a blocking handler gives the lock away, which tells
  * every frame up the stack that it no longer holds it. */
-static _Thread_local struct {
+static NXI_TLS struct {
   int runtime;   /* a runtime thread (progress or pool) */
   int primary;   /* the progress thread */
   int driving;   /* nested holds of the driver lock */
@@ -109,7 +113,7 @@ void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n) {
 }
 
 /* Returns NULL when empty, or while a producer is between its two steps
- * (its item is then counted in `pending` only after the link is made). */
+ * (its item is counted in `pushed` only after the link is made). */
 struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
   struct nxi_qnode *tail = q->tail;
   struct nxi_qnode *next = atomic_load_explicit(&tail->next, memory_order_acquire);
@@ -196,10 +200,17 @@ void nxi_progress_wake(void) {
   }
 }
 
-static void sleep_epoll(int timeout_ms) {
+/* Sleeps in epoll until a module fd, the eventfd, or the timeout. A waiter
+ * passes the word it waits on: announced in `word_sleepers` before the last
+ * look at the word, so nx_cond_signal (which bumps the word first) either
+ * is seen here or sees us and writes the eventfd. */
+static void sleep_epoll(int timeout_ms, const uint32_t *word, uint32_t old) {
   atomic_fetch_add(&eng.sleepers, 1);
-  if (atomic_load(&eng.pending) <= 0 && atomic_load(&eng.tq_len) == 0 &&
-      !atomic_load(&eng.stopping)) {
+  if (word != NULL)
+    atomic_fetch_add(&eng.word_sleepers, 1);
+  if (atomic_load(&eng.pushed) == atomic_load(&eng.popped) &&
+      atomic_load(&eng.tq_len) == 0 && !atomic_load(&eng.stopping) &&
+      (word == NULL || __atomic_load_n(word, __ATOMIC_SEQ_CST) == old)) {
     struct epoll_event ev[8];
     int n = epoll_wait(eng.epfd, ev, 8, timeout_ms);
     for (int i = 0; i < n; i++) {
@@ -211,12 +222,19 @@ static void sleep_epoll(int timeout_ms) {
       }
     }
   }
+  if (word != NULL)
+    atomic_fetch_sub(&eng.word_sleepers, 1);
   atomic_fetch_sub(&eng.sleepers, 1);
 }
 
 int nxi_progress_add_fd(int fd) {
   struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
   return epoll_ctl(eng.epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static void set_state(int state) {
+  if (atomic_load_explicit(&eng.primary_state, memory_order_relaxed) != state)
+    atomic_store_explicit(&eng.primary_state, state, memory_order_relaxed);
 }
 
 /* Running handlers. */
@@ -228,7 +246,6 @@ static void run(struct nx_buffer *b) {
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   me.handlers--;
   nxi_context_swap(old);
-  atomic_fetch_add_explicit(&nxi_rt.rsr_handled, 1, memory_order_relaxed);
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
 }
@@ -314,6 +331,11 @@ static void dispatch(struct nx_buffer *b) {
   }
   b->ctx = ctx;
   b->fn = h->fn;
+  /* Under the driver lock: a plain store is enough. */
+  atomic_store_explicit(
+      &nxi_rt.rsr_handled,
+      atomic_load_explicit(&nxi_rt.rsr_handled, memory_order_relaxed) + 1,
+      memory_order_relaxed);
   switch (h->kind) {
   case NX_HANDLER_THREADED:
     /* Inline only on a runtime thread that runs no other handler: a
@@ -325,15 +347,14 @@ static void dispatch(struct nx_buffer *b) {
     }
     break;
   case NX_HANDLER_NEW_THREAD:
-    if (spawn(0, b) == 0)
-      return;
-    break; /* no thread to be had: run it here rather than lose it */
+    if (spawn(0, b) != 0)
+      tq_push(b); /* no new thread to be had: a pooled one runs it */
+    return;
   default:
     break;
   }
   if (me.primary)
-    atomic_store_explicit(&eng.primary_state, PRIMARY_RUNNING,
-                          memory_order_relaxed);
+    set_state(PRIMARY_RUNNING);
   run(b);
 }
 
@@ -352,7 +373,11 @@ static int poll_once(unsigned gen) {
     struct nxi_qnode *q = nxi_mpscq_pop(&eng.recvq);
     if (q == NULL)
       break;
-    atomic_fetch_sub_explicit(&eng.pending, 1, memory_order_relaxed);
+    /* Only the driver writes `popped`: a plain store, no locked op. */
+    atomic_store_explicit(
+        &eng.popped,
+        atomic_load_explicit(&eng.popped, memory_order_relaxed) + 1,
+        memory_order_release);
     dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
     n++;
   }
@@ -361,7 +386,7 @@ static int poll_once(unsigned gen) {
 
 void nxi_deliver(struct nx_buffer *b) {
   nxi_mpscq_push(&eng.recvq, &b->qnode);
-  atomic_fetch_add(&eng.pending, 1);
+  atomic_fetch_add(&eng.pushed, 1);
   nxi_progress_wake();
 }
 
@@ -389,11 +414,13 @@ static void primary_loop(void) {
   while (me.primary && !atomic_load(&eng.stopping)) {
     struct nx_buffer *job = tq_pop();
     if (job != NULL) {
-      atomic_store(&eng.primary_state, PRIMARY_RUNNING);
+      set_state(PRIMARY_RUNNING);
       run(job);
+      if (!me.primary)
+        break; /* it blocked: another thread is primary now */
       /* Stay in front: what a threaded handler sends is usually answered
        * by another threaded handler, best run here too. */
-      atomic_store(&eng.primary_state, PRIMARY_SPIN);
+      set_state(PRIMARY_SPIN);
       last_work = last_threaded = now_ns();
       continue;
     }
@@ -401,8 +428,7 @@ static void primary_loop(void) {
     if (atomic_load_explicit(&eng.waiters, memory_order_relaxed) > 0)
       last_waiter = t;
     if (t - last_waiter < DEFER_NS && t - last_threaded > eng.spin_ns) {
-      atomic_store_explicit(&eng.primary_state, PRIMARY_DEFER,
-                            memory_order_relaxed);
+      set_state(PRIMARY_DEFER);
       last_work = t;
       /* Look at the shared counters rarely: the waiter writes them. */
       for (int i = 0; i < 16; i++)
@@ -421,15 +447,14 @@ static void primary_loop(void) {
       break; /* a handler blocked on this thread: another is primary now */
     uint64_t idle = t - last_work;
     if (idle < eng.spin_ns) {
-      atomic_store_explicit(&eng.primary_state, PRIMARY_SPIN,
-                            memory_order_relaxed);
+      set_state(PRIMARY_SPIN);
       nxi_cpu_relax();
     } else if (idle < eng.spin_ns + YIELD_US * 1000ull) {
-      atomic_store(&eng.primary_state, PRIMARY_YIELD);
+      set_state(PRIMARY_YIELD);
       sched_yield();
     } else {
-      atomic_store(&eng.primary_state, PRIMARY_SLEEP);
-      sleep_epoll(SLEEP_MS);
+      set_state(PRIMARY_SLEEP);
+      sleep_epoll(SLEEP_MS, NULL, 0);
     }
   }
 }
@@ -523,7 +548,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       break; /* sleep in the kernel; the primary (or a new one) drives */
     /* Poll mode: nobody else drives, so sleep in epoll and come back;
      * nx_cond_signal wakes us through the eventfd. */
-    sleep_epoll(SLEEP_MS);
+    sleep_epoll(SLEEP_MS, word, old);
   }
   atomic_fetch_sub(&eng.waiters, 1);
   return r;
@@ -551,7 +576,13 @@ static void hook_unblock(void) {}
 
 static void hook_signal(const uint32_t *word) {
   (void)word;
-  nxi_progress_wake(); /* a poll-mode waiter may sleep in epoll */
+  /* Only poll-mode waiters sleep in epoll for a condition variable; the
+   * primary's sleep does not care about the program's own signals. */
+  if (atomic_load(&eng.word_sleepers) > 0) {
+    uint64_t one = 1;
+    ssize_t w = write(eng.evfd, &one, sizeof(one));
+    (void)w;
+  }
 }
 
 static const struct nxi_thread_hooks hooks = {

@@ -12,6 +12,9 @@
 
 struct nxi_runtime nxi_rt;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Set when nx_finalize had to leave blocked handler threads running: the
+ * runtime's state is theirs, so it can never be initialised again. */
+static int abandoned;
 
 #define DROPS_LOGGED_MAX 10
 
@@ -68,7 +71,7 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   uint64_t len = nxi_rd64(h + 32);
   if (nxi_rd32(h) != NX_FRAME_MAGIC || h[4] != NX_FRAME_VERSION ||
       (h[5] != NX_FORMAT_LITTLE && h[5] != NX_FORMAT_BIG) ||
-      nxi_rd64(h + 16) == 0 || len > max_frame()) {
+      nxi_rd32(h + 8) == 0 || nxi_rd64(h + 16) == 0 || len > max_frame()) {
     atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
     return NX_EPROTO;
   }
@@ -222,7 +225,10 @@ int nx_init(int *argc, char ***argv) {
     pthread_mutex_unlock(&init_lock);
     return 0;
   }
-  int r = read_env();
+  int r = NX_EBUSY;
+  if (abandoned)
+    goto err_unlock;
+  r = read_env();
   if (r < 0)
     goto err_unlock;
   nxi_rt.explicit_order = getenv("NX_PROTOCOLS") != NULL;
@@ -253,7 +259,9 @@ int nx_init(int *argc, char ***argv) {
   if (r < 0)
     goto err_contexts;
   if (nxi_module_count_loaded() == 0) {
-    nxi_log(0, NULL, "no protocol module loaded (see nxinfo)");
+    nxi_log(0, NULL, "no protocol module loaded:");
+    for (int i = 0; i < nxi_module_count_all(); i++)
+      nxi_module_explain(i);
     r = NX_EUNREACH;
     goto err_modules;
   }
@@ -288,12 +296,13 @@ int nx_finalize(void) {
   }
   if (nxi_progress_finalize() > 0) {
     /* Blocked handler threads may still use contexts, gps and modules. */
+    abandoned = 1;
     pthread_mutex_unlock(&init_lock);
     return NX_EBUSY;
   }
   nxi_dlist_release(nxi_rt.self_dl);
   nxi_rt.self_dl = NULL;
-  nxi_gp_finalize(); /* disconnects cached routes: before the modules go */
+  nxi_gp_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
   nxi_modules_unload();
   pthread_mutex_unlock(&init_lock);

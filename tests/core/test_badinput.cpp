@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -189,6 +190,17 @@ TEST_CASE("misuse of the API returns error codes", "[badinput]") {
     CHECK(nx_node_self(nullptr) == NX_EINVAL);
     CHECK(nx_buffer_release(nullptr) == NX_EINVAL);
     CHECK(nx_buffer_retain(nullptr) == NX_EINVAL);
+    // Size hints no memory can hold fail cleanly instead of wrapping.
+    nx_buffer_t *b = nullptr;
+    CHECK(nx_buffer_create(SIZE_MAX, &b) == NX_ENOMEM);
+    CHECK(nx_buffer_create(SIZE_MAX - 100, &b) == NX_ENOMEM);
+    CHECK(nx_rsr_init(&b, &initial, 1, SIZE_MAX) == NX_ENOMEM);
+    CHECK(b == nullptr);
+    // An unsent RSR buffer cannot be retained: nx_rsr_send takes it.
+    REQUIRE(nx_handler_register(self, "sink", on_hit, 0, nullptr) == 0);
+    REQUIRE(nx_rsr_init_name(&b, &initial, "sink", 0) == 0);
+    CHECK(nx_buffer_retain(b) == NX_EINVAL);
+    CHECK(nx_rsr_send(b) == 0);
     nx_gp_release(&initial);
   }
 }

@@ -460,3 +460,29 @@ TEST_CASE("nx_get_gp refuses what is not a gp, without crashing",
   }
   CHECK(rt.finalize() == 0);
 }
+
+TEST_CASE("a gp may be released after nx_finalize, and outlive a restart",
+          "[gp]") {
+  nx_gp_t kept = NX_GP_NULL, copy = NX_GP_NULL;
+  {
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    int x = 0;
+    REQUIRE(nx_gp_make(&x, &kept) == 0);
+    REQUIRE(nx_gp_copy(&kept, &copy) == 0);
+    REQUIRE(std::string(nx_gp_protocol(&kept)) == "local");
+  }
+  // The runtime is gone; the gps still own their descriptor lists.
+  CHECK(nx_gp_release(&copy) == 0);
+  {
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    // It names a context of the earlier run: no protocol reaches it now.
+    CHECK(nx_gp_protocol(&kept) == nullptr);
+    nx_buffer_t *b = nullptr;
+    REQUIRE(nx_rsr_init_name(&b, &kept, "x", 0) == 0);
+    CHECK(nx_rsr_send(b) == NX_EUNREACH);
+  }
+  CHECK(nx_gp_release(&kept) == 0);
+  CHECK(nx_gp_is_null(&kept));
+}

@@ -169,8 +169,11 @@ TEST_CASE("malformed frame headers are refused and counted", "[loader][badinput]
   uint64_t huge = 1ull << 60; // a frame announcing 2^60 bytes
   std::memcpy(hdr + 32, &huge, 8);
   CHECK(inject(hdr, payload, sizeof(payload)) == NX_EPROTO);
+  good(hdr);
+  std::memset(hdr + 8, 0, 4); // handler id 0 (no name hashes to it)
+  CHECK(inject(hdr, payload, sizeof(payload)) == NX_EPROTO);
   REQUIRE(nx_stats_get(&after) == 0);
-  CHECK(after.drop_bad_frame - before.drop_bad_frame == 5);
+  CHECK(after.drop_bad_frame - before.drop_bad_frame == 6);
 
   // And a well-formed frame still gets through afterwards.
   good(hdr);

@@ -23,7 +23,7 @@ static const struct nxi_thread_hooks *get_hooks(void) {
   return __atomic_load_n(&hooks, __ATOMIC_ACQUIRE);
 }
 
-int nxi_errno_to_nx(int err) {
+int nxi_errno_slow(int err) {
   switch (err) {
   case 0: return 0;
   case EAGAIN: return NX_EAGAIN;

@@ -22,9 +22,10 @@ enum nx_format {
 /* The format of this machine. */
 int nx_format_native(void);
 
-/* Bytes that `count` values of a type take in a buffer, including the type
- * tag each put writes (a buffer checks types on get). Use these to size
- * size hints; a size hint is only a hint, buffers grow as needed. */
+/* Bytes that an array of `count` values of a type takes in a buffer,
+ * including the type tag and count (a buffer checks types on get); a single
+ * value put with nx_put_<type> takes 4 bytes less. Use these for size
+ * hints; a size hint is only a hint, buffers grow as needed. */
 size_t nx_sizeof_int8(size_t count);
 size_t nx_sizeof_int16(size_t count);
 size_t nx_sizeof_int32(size_t count);
@@ -59,7 +60,7 @@ size_t nx_buffer_remaining(const nx_buffer_t *buf);
 /* Keeps a buffer alive past the handler's return (no copy). Each retain
  * needs one release. A handler's buffer is released by the runtime when the
  * handler returns, so a handler releases only what it retained. Returns 0 or
- * NX_EINVAL. */
+ * NX_EINVAL (NULL, or an RSR buffer not yet sent: nx_rsr_send takes it). */
 int nx_buffer_retain(nx_buffer_t *buf);
 
 /* Drops one reference; the last one frees the buffer. Releasing a handler's

@@ -85,7 +85,8 @@ struct nx_core_api {
    * and returns a frame whose iov[1] has room for the payload it announces
    * (NX_EPROTO for a bad header, which the core counts: drop the peer;
    * NX_ENOMEM). Then exactly one of frame_deliver (payload complete) or
-   * frame_free (connection lost midway). */
+   * frame_free (connection lost midway). A NX_EPROTO from frame_alloc is
+   * already counted: drop the peer without calling bad_peer. */
   int (*frame_alloc)(const void *hdr, nx_frame_t **frame);
   void (*frame_deliver)(nx_frame_t *frame);
   void (*frame_free)(nx_frame_t *frame);
@@ -99,7 +100,8 @@ struct nx_core_api {
 
   /* Events. peer_failed: the endpoint returned by connect (or an accepted
    * one) is dead; the core fails RSRs to it. bad_peer: a peer sent
-   * something malformed and was dropped (counted). wake: a module thread
+   * something malformed that frame_alloc did not see, and was dropped
+   * (counted). wake: a module thread
    * made work ready for a module without a wait fd. */
   void (*peer_failed)(void *state, void *ep, int status);
   void (*bad_peer)(const char *module, const char *why);

@@ -31,11 +31,14 @@ int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
                      size_t size_hint);
 
 /* Step 3: sends the RSR. Never waits for the handler; the buffer belongs to
- * the runtime afterwards, whatever the result. Returns 0; NX_EINVAL;
- * NX_EUNREACH when no loaded protocol reaches the destination;
- * NX_ENOCONTEXT when the destination context is known to be gone;
- * NX_EPEERDEAD; NX_EAGAIN (only with NX_RSR_NONBLOCK). A handler that turns
- * out to be unknown at the destination is reported there, not here. */
+ * the runtime afterwards, whatever the result (except for NX_EINVAL: a
+ * buffer that is not an unsent RSR buffer is not taken). Returns 0;
+ * NX_EINVAL; NX_ENOTINIT; NX_ENOMEM; NX_EUNREACH when no loaded protocol
+ * reaches the destination; or an error of the protocol module (for modules
+ * with send queues, NX_EAGAIN with NX_RSR_NONBLOCK). A destination context
+ * or handler that turns out not to exist is reported at the destination
+ * (dropped, counted, error callback), not here. The gp given to nx_rsr_init
+ * must stay valid until this call. */
 int nx_rsr_send(nx_buffer_t *buf);
 int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
 

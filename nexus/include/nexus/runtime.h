@@ -14,8 +14,10 @@ extern "C" {
  * (NX_PROTOCOLS, NX_PROTO_PATH), creates the initial context and, unless
  * NX_PROGRESS=poll, the progress thread. `argc`/`argv` may be NULL.
  * Calls nest: each nx_init needs one nx_finalize.
- * Returns 0, NX_ENOMEM, NX_EUNREACH (no protocol module loaded) or
- * NX_EINVAL (bad environment setting). */
+ * Returns 0, NX_ENOMEM, NX_EUNREACH (no protocol module loaded; the reasons
+ * are printed), NX_EINVAL (bad environment setting), NX_EIO (no random
+ * bytes for the process identity) or NX_EBUSY (an earlier nx_finalize had
+ * to leave blocked handler threads running). */
 int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime: joins its threads, destroys the contexts, unloads the
@@ -35,14 +37,16 @@ typedef struct nx_node {
 int nx_node_self(nx_node_t *node);
 
 /* Drives progress once without blocking: polls every module and runs the
- * handlers that are due. Needed only with NX_PROGRESS=poll. Returns the
- * number of RSRs handled (>= 0), or NX_ENOTINIT. */
+ * handlers that are due (threaded ones are handed to runtime threads).
+ * Needed only with NX_PROGRESS=poll. Returns how much was done (module
+ * events plus RSRs dispatched, dropped ones included; 0 when nothing was
+ * due or another thread is driving), or NX_ENOTINIT. */
 int nx_poll(void);
 
 /* Counters of this process, for tools and tests. */
 typedef struct nx_stats {
   uint64_t rsr_sent;           /* RSRs accepted by nx_rsr_send */
-  uint64_t rsr_handled;        /* handlers run */
+  uint64_t rsr_handled;        /* RSRs dispatched to their handler */
   uint64_t drop_no_handler;    /* RSRs for a handler the context lacks */
   uint64_t drop_no_context;    /* RSRs for an unknown or destroyed context */
   uint64_t drop_bad_frame;     /* malformed frames from a peer */
@@ -52,8 +56,10 @@ typedef struct nx_stats {
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */
 int nx_stats_get(nx_stats_t *stats);
 
-/* Called (on a runtime thread) for every RSR the runtime drops, with the
- * reason, the destination context id and the handler id. */
+/* Called for every RSR the runtime drops, with the reason, the destination
+ * context id and the handler id, on the thread that drives progress at the
+ * time (a runtime thread, or an application thread waiting in nexus). It
+ * must not block. */
 typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
                             void *arg);
 
