@@ -1,4 +1,5 @@
 /* Message buffers: typed put/get with per-value type tags, byte-order conversion on get, and ownership. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,8 @@ enum {
   TAG_ARRAY = 0x80
 };
 
-#define INLINE_MIN 64
+/* The smallest payload room; RSRs that fit share the per-thread cache. */
+#define INLINE_MIN 192
 
 int nx_format_native(void) {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -33,12 +35,55 @@ int nx_format_native(void) {
 #endif
 }
 
+/* A per-thread cache of buffers of the standard capacity, so the common
+ * small RSR costs no malloc/free. A thread's cache is freed when the thread
+ * ends. AddressSanitizer builds skip it, to keep use-after-free checks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CACHE_MAX 0
+#else
+#define CACHE_MAX 64
+#endif
+
+struct buffer_cache {
+  struct nx_buffer *head;
+  int count;
+  int registered;
+};
+
+static NXI_TLS struct buffer_cache cache;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void cache_drain(void *arg) {
+  struct buffer_cache *c = arg;
+  while (c->head != NULL) {
+    struct nx_buffer *b = c->head;
+    c->head = b->ctx_next;
+    free(b);
+  }
+  c->count = 0;
+}
+
+static void cache_key_create(void) {
+  pthread_key_create(&cache_key, cache_drain);
+}
+
+static struct nx_buffer *raw_alloc(size_t cap) {
+  if (cap == INLINE_MIN && cache.head != NULL) {
+    struct nx_buffer *b = cache.head;
+    cache.head = b->ctx_next;
+    cache.count--;
+    return b;
+  }
+  return malloc(sizeof(struct nx_buffer) + cap);
+}
+
 struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   if (cap < INLINE_MIN)
     cap = INLINE_MIN;
   if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
     return NULL; /* a hint no memory can hold */
-  struct nx_buffer *b = malloc(sizeof(*b) + cap);
+  struct nx_buffer *b = raw_alloc(cap);
   if (b == NULL)
     return NULL;
   /* Every field but the header bytes and the frame (written when sealed or
@@ -53,8 +98,19 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
 }
 
 void nxi_buffer_free(struct nx_buffer *b) {
-  if (b->data_heap)
+  if (b->data_heap) {
     free(b->data);
+  } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {
+    if (!cache.registered) {
+      pthread_once(&cache_once, cache_key_create);
+      pthread_setspecific(cache_key, &cache);
+      cache.registered = 1;
+    }
+    b->ctx_next = cache.head;
+    cache.head = b;
+    cache.count++;
+    return;
+  }
   free(b);
 }
 

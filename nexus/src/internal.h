@@ -55,7 +55,10 @@ struct nx_buffer {
   uint64_t context;
   uint64_t address;
   struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
-  struct nx_context *ctx; /* RECV, queued for a thread: target (a ref) */
+  union {
+    struct nx_context *ctx;     /* RECV, queued for a thread: target (ref) */
+    struct nx_buffer *ctx_next; /* in a thread's cache of free buffers */
+  };
   nx_handler_fn fn;
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];

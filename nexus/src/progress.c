@@ -67,6 +67,7 @@ struct engine {
   pthread_mutex_t pool_lock;
   uint32_t pool_word; /* futex idle threads sleep on */
   int idle;
+  atomic_int spinners; /* pooled threads spinning for work before sleeping */
   atomic_int live;
   atomic_int want_primary;
 };
@@ -292,6 +293,10 @@ static void tq_push(struct nx_buffer *b) {
   atomic_fetch_add(&eng.tq_len, 1);
   pthread_mutex_unlock(&eng.tq_lock);
   if (nxi_rt.poll_mode) {
+    /* A spinning pooled thread will see tq_len; it checks tq_len again
+     * after it stops spinning, so one of us always sees the other. */
+    if (atomic_load(&eng.spinners) > 0)
+      return;
     pthread_mutex_lock(&eng.pool_lock);
     pool_kick_locked();
     pthread_mutex_unlock(&eng.pool_lock);
@@ -483,6 +488,22 @@ static void *thread_main(void *arg) {
       run(job);
       continue;
     }
+    /* Spin a while before sleeping: waking a sleeping thread costs tens of
+     * microseconds, more than most handlers. */
+    atomic_fetch_add(&eng.spinners, 1);
+    uint64_t until = now_ns() + eng.spin_ns;
+    int found = 0;
+    for (unsigned i = 1; !found; i++) {
+      found = atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0 ||
+              atomic_load_explicit(&eng.want_primary, memory_order_relaxed) ||
+              atomic_load_explicit(&eng.stopping, memory_order_relaxed);
+      if ((i & 63) == 0 && now_ns() >= until)
+        break;
+      nxi_cpu_relax();
+    }
+    atomic_fetch_sub(&eng.spinners, 1);
+    if (found)
+      continue;
     pthread_mutex_lock(&eng.pool_lock);
     if (eng.idle >= MAX_IDLE_THREADS || atomic_load(&eng.stopping)) {
       pthread_mutex_unlock(&eng.pool_lock);
