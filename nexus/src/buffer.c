@@ -185,6 +185,31 @@ int nx_buffer_release(nx_buffer_t *b) {
   return 0;
 }
 
+int nx_buffer_bytes(const nx_buffer_t *b, const void **data, size_t *len) {
+  if (b == NULL || data == NULL || len == NULL)
+    return NX_EINVAL;
+  *data = b->data;
+  *len = b->len;
+  return 0;
+}
+
+int nx_buffer_from_bytes(const void *data, size_t len, int format,
+                         nx_buffer_t **buf) {
+  if ((data == NULL && len != 0) || buf == NULL ||
+      (format != NX_FORMAT_LITTLE && format != NX_FORMAT_BIG))
+    return NX_EINVAL;
+  nx_buffer_t *b;
+  int r = nx_buffer_create(len, &b);
+  if (r < 0)
+    return r;
+  if (len != 0)
+    memcpy(b->data, data, len);
+  b->len = len;
+  b->fmt = (uint8_t)format;
+  *buf = b;
+  return 0;
+}
+
 int nx_buffer_set_format(nx_buffer_t *b, int format) {
   if (b == NULL || (format != NX_FORMAT_LITTLE && format != NX_FORMAT_BIG))
     return NX_EINVAL;

@@ -166,6 +166,8 @@ void nxi_progress_start(void); /* starts the progress thread, if any */
 /* Hands a complete received buffer to the dispatcher. */
 void nxi_deliver(struct nx_buffer *b);
 void nxi_progress_wake(void);
+/* Drives progress once if no other thread does, else yields the CPU. */
+void nxi_progress_help(void);
 int nxi_progress_add_fd(int fd);
 /* The driver lock serialises module progress and dispatch. Reentrant for
  * the thread that holds it; returns a token for the unlock. */
@@ -182,6 +184,7 @@ struct nxi_runtime {
   uint32_t proc_id;
   uint8_t process_uuid[16];
   uint8_t host_uuid[16];
+  uint8_t key[NX_KEY_SIZE]; /* the computation's key (NX_KEY, or random) */
   nx_context_t *initial;
   struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
   atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler,

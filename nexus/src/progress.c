@@ -395,6 +395,17 @@ void nxi_deliver(struct nx_buffer *b) {
   nxi_progress_wake();
 }
 
+void nxi_progress_help(void) {
+  unsigned gen;
+  if (drive_begin(&gen)) {
+    int n = poll_once(gen);
+    drive_end(gen);
+    if (n > 0)
+      return;
+  }
+  sched_yield();
+}
+
 int nx_poll(void) {
   if (!nxi_ready())
     return NX_ENOTINIT;

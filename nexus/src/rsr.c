@@ -46,7 +46,12 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   }
   nxi_buffer_seal(b);
   atomic_fetch_add_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
-  r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
+  /* A full queue to the peer: help the transfers along, then try again
+   * (memory stays bounded; the module says when it has room). */
+  while ((r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags)) ==
+             NX_EAGAIN &&
+         !(flags & NX_RSR_NONBLOCK))
+    nxi_progress_help();
   if (r < 0) {
     atomic_fetch_sub_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
     nxi_buffer_free(b);

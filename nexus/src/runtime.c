@@ -143,6 +143,7 @@ const struct nx_core_api nxi_core_api = {
     .bad_peer = core_bad_peer,
     .wake = core_wake,
     .log = core_log,
+    .key = nxi_rt.key,
 };
 
 /* Identity. */
@@ -164,6 +165,26 @@ static void fill_host_uuid(uint8_t out[16]) {
   memcpy(out + 8, &h2, 8);
 }
 
+/* NX_KEY: the computation's key as 32 hex digits, set by the launcher. */
+static int read_key(void) {
+  const char *hex = getenv("NX_KEY");
+  if (hex == NULL || hex[0] == '\0')
+    return getrandom(nxi_rt.key, NX_KEY_SIZE, 0) == NX_KEY_SIZE ? 0 : NX_EIO;
+  if (strlen(hex) != 2 * NX_KEY_SIZE) {
+    nxi_log(0, NULL, "NX_KEY must be %u hex digits", 2 * NX_KEY_SIZE);
+    return NX_EINVAL;
+  }
+  for (unsigned i = 0; i < NX_KEY_SIZE; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+      nxi_log(0, NULL, "NX_KEY is not hexadecimal");
+      return NX_EINVAL;
+    }
+    nxi_rt.key[i] = (uint8_t)v;
+  }
+  return 0;
+}
+
 static int read_env(void) {
   const char *mode = getenv("NX_PROGRESS");
   if (mode == NULL || mode[0] == '\0' || strcmp(mode, "thread") == 0)
@@ -178,7 +199,7 @@ static int read_env(void) {
   nxi_rt.spin_us = spin != NULL ? (unsigned)strtoul(spin, NULL, 10) : 50;
   const char *debug = getenv("NX_DEBUG");
   nxi_rt.debug = debug != NULL ? (unsigned)strtoul(debug, NULL, 10) : 0;
-  return 0;
+  return read_key();
 }
 
 /* This process's descriptor list: one entry per loaded module. */

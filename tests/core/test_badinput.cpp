@@ -166,6 +166,16 @@ TEST_CASE("misuse of the API returns error codes", "[badinput]") {
     CHECK(nx_context_self() == nullptr);
     CHECK(nx_gp_protocol(&gp) == nullptr);
   }
+  SECTION("a bad NX_KEY is refused") {
+    for (const char *key : {"abc", "zz000000000000000000000000000000"}) {
+      setenv("NX_KEY", key, 1);
+      CHECK(nx_init(nullptr, nullptr) == NX_EINVAL);
+    }
+    setenv("NX_KEY", "00112233445566778899aabbccddeeff", 1);
+    CHECK(nx_init(nullptr, nullptr) == 0);
+    CHECK(nx_finalize() == 0);
+    unsetenv("NX_KEY");
+  }
   SECTION("a bad NX_PROGRESS is refused") {
     setenv("NX_PROGRESS", "sometimes", 1);
     CHECK(nx_init(nullptr, nullptr) == NX_EINVAL);

@@ -1004,3 +1004,50 @@ TEST_CASE("nx_sizeof_* grow with the count", "[buffer]") {
   CHECK(nx_sizeof_bytes(10) >= 10);
   CHECK(nx_sizeof_int32(1000) > nx_sizeof_int32(10));
 }
+
+TEST_CASE("a buffer's bytes make an equal buffer elsewhere", "[buffer]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  for (int format : {NX_FORMAT_LITTLE, NX_FORMAT_BIG}) {
+    nx_buffer_t *a;
+    REQUIRE(nx_buffer_create(16, &a) == 0);
+    REQUIRE(nx_buffer_set_format(a, format) == 0);
+    nx_gp_t gp;
+    int x = 0;
+    REQUIRE(nx_gp_make(&x, &gp) == 0);
+    const double d[3] = {1.5, -2.25, 1e300};
+    REQUIRE(nx_put_uint64(a, 0x0102030405060708ull) == 0);
+    REQUIRE(nx_put_double_array(a, d, 3) == 0);
+    REQUIRE(nx_put_gp(a, &gp) == 0);
+    const void *bytes;
+    size_t len;
+    REQUIRE(nx_buffer_bytes(a, &bytes, &len) == 0);
+    CHECK(len == nx_buffer_length(a));
+    nx_buffer_t *b;
+    REQUIRE(nx_buffer_from_bytes(bytes, len, nx_buffer_format(a), &b) == 0);
+    REQUIRE(nx_buffer_release(a) == 0); // b holds a copy
+    uint64_t u;
+    double e[3];
+    nx_gp_t back = NX_GP_NULL;
+    CHECK(nx_get_uint64(b, &u) == 0);
+    CHECK(u == 0x0102030405060708ull);
+    CHECK(nx_get_double_array(b, e, 3) == 0);
+    CHECK(std::memcmp(d, e, sizeof(d)) == 0);
+    CHECK(nx_get_gp(b, &back) == 0);
+    CHECK(nx_gp_equal(&gp, &back));
+    CHECK(nx_buffer_remaining(b) == 0);
+    nx_gp_release(&back);
+    nx_gp_release(&gp);
+    REQUIRE(nx_buffer_release(b) == 0);
+  }
+  nx_buffer_t *b = nullptr;
+  CHECK(nx_buffer_from_bytes(nullptr, 4, NX_FORMAT_LITTLE, &b) == NX_EINVAL);
+  CHECK(nx_buffer_from_bytes("x", 1, 9, &b) == NX_EINVAL);
+  CHECK(nx_buffer_bytes(nullptr, nullptr, nullptr) == NX_EINVAL);
+  // Garbage bytes are a buffer like any other: the gets refuse them.
+  const unsigned char junk[] = {13, 1, 2, 3};
+  REQUIRE(nx_buffer_from_bytes(junk, sizeof(junk), NX_FORMAT_LITTLE, &b) == 0);
+  nx_gp_t g = NX_GP_NULL;
+  CHECK(nx_get_gp(b, &g) == NX_ERANGE);
+  REQUIRE(nx_buffer_release(b) == 0);
+}

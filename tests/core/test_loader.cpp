@@ -182,3 +182,37 @@ TEST_CASE("malformed frame headers are refused and counted", "[loader][badinput]
   nx_gp_release(&gp);
   dlclose(h);
 }
+
+TEST_CASE("a full send queue makes nx_rsr_send wait, or fail with "
+          "NX_RSR_NONBLOCK",
+          "[loader][rsr]") {
+  env_guard env("fixture,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  auto set_full = reinterpret_cast<void (*)(int)>(dlsym(h, "nx_fixture_set_full"));
+  REQUIRE(set_full != nullptr);
+  hits hh;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
+  REQUIRE(std::string(nx_gp_protocol(&gp)) == "fixture");
+  nx_buffer_t *b;
+  // Blocking: retried until the module takes it.
+  set_full(5);
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  CHECK(nx_rsr_send(b) == 0);
+  CHECK(hh.n.wait_for(1) == 1);
+  // Non-blocking: refused at once; the buffer is gone, nothing arrives.
+  set_full(1);
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  CHECK(nx_rsr_send_flags(b, NX_RSR_NONBLOCK) == NX_EAGAIN);
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  CHECK(nx_rsr_send_flags(b, NX_RSR_NONBLOCK) == 0);
+  CHECK(hh.n.wait_for(2) == 2);
+  nx_gp_release(&gp);
+  dlclose(h);
+}

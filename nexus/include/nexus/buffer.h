@@ -57,6 +57,19 @@ int nx_buffer_rewind(nx_buffer_t *buf);
 size_t nx_buffer_length(const nx_buffer_t *buf);
 size_t nx_buffer_remaining(const nx_buffer_t *buf);
 
+/* The packed contents of a buffer, in its format (nx_buffer_format), for a
+ * program that moves them by other means (a file, a pipe, a launcher).
+ * `*data` stays valid until the buffer changes or is released. Returns 0 or
+ * NX_EINVAL. */
+int nx_buffer_bytes(const nx_buffer_t *buf, const void **data, size_t *len);
+
+/* Makes a stand-alone buffer holding a copy of `len` bytes that another
+ * buffer's nx_buffer_bytes gave, in `format`, ready to read from the start.
+ * Malformed contents are found by the gets, as for any received buffer.
+ * Returns 0, NX_EINVAL, NX_ENOMEM or NX_ENOTINIT. */
+int nx_buffer_from_bytes(const void *data, size_t len, int format,
+                         nx_buffer_t **buf);
+
 /* Keeps a buffer alive past the handler's return (no copy). Each retain
  * needs one release. A handler's buffer is released by the runtime when the
  * handler returns, so a handler releases only what it retained. Returns 0 or

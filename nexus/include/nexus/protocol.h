@@ -22,7 +22,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 1u
+#define NX_PROTOCOL_ABI_VERSION 2u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -110,7 +110,13 @@ struct nx_core_api {
   /* One line on stderr, prefixed with the module name, if NX_DEBUG is set
    * (always for level 0). */
   void (*log)(int level, const char *module, const char *fmt, ...);
+
+  /* ABI 2: the computation's key (NX_KEY_SIZE bytes). Modules that accept
+   * connections make every peer present it before any frame. */
+  const uint8_t *key;
 };
+
+#define NX_KEY_SIZE 16u
 
 struct nx_protocol_ops {
   uint32_t abi_version; /* NX_PROTOCOL_ABI_VERSION */
@@ -135,8 +141,10 @@ struct nx_protocol_ops {
   void (*disconnect)(void *state, void *ep);
 
   /* Data (mandatory). Returns 0 (the module owns the frame until it calls
-   * send_done or handover), NX_EAGAIN (flags has NX_RSR_NONBLOCK and the
-   * queue is full), or another negative code (the core keeps the frame). */
+   * send_done or handover); NX_EAGAIN when its queue to that peer is full
+   * (the core keeps the frame, drives progress and tries again, unless the
+   * caller passed NX_RSR_NONBLOCK); or another negative code (the core
+   * keeps the frame and fails the RSR). */
   int (*send)(void *state, void *ep, nx_frame_t *frame, unsigned flags);
 
   /* Progress. progress (mandatory) never blocks and returns the number of
