@@ -462,6 +462,8 @@ int nx_get_gp(nx_buffer_t *b, struct nx_gp *gp) {
     r = nxi_dlist_intern(p + 17, dlen, &g.protos);
     if (r < 0)
       return r;
+    atomic_store_explicit(&g.protos->proc, (uint32_t)(g.context >> 32),
+                          memory_order_relaxed);
   } else if (g.context != 0) {
     return NX_EPROTO; /* a gp to a context must say how to reach it */
   }

@@ -223,6 +223,7 @@ static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
     }
     rt->mod = c[i].mod;
     rt->ep = ep;
+    atomic_init(&rt->failed, 0);
     *out = rt;
     return 0;
   }
@@ -246,6 +247,32 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
   }
   *out = rt;
   return 0;
+}
+
+void nxi_gp_peer_failed(void *state, void *ep, int status) {
+  uint32_t procs[64];
+  int n = 0;
+  pthread_mutex_lock(&intern_lock);
+  for (int i = 0; i < BUCKETS; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      struct nxi_route *rt = atomic_load(&d->route);
+      int expected = 0;
+      if (rt == NULL || rt->ep != ep || rt->mod->state != state ||
+          !atomic_compare_exchange_strong(&rt->failed, &expected, status))
+        continue;
+      if (n < 64)
+        procs[n++] = atomic_load(&d->proc);
+    }
+  pthread_mutex_unlock(&intern_lock);
+  for (int i = 0; i < n; i++) {
+    atomic_fetch_add(&nxi_rt.peers_failed, 1);
+    nxi_log(1, NULL, "peer process %#x failed: %s", procs[i],
+            nx_strerror(status));
+    nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
+    if (cb != NULL)
+      cb(status, (uint64_t)procs[i] << 32, 0,
+         __atomic_load_n(&nxi_rt.error_arg, __ATOMIC_RELAXED));
+  }
 }
 
 /* The public gp calls. */

@@ -86,6 +86,7 @@ struct nxi_dlist {
   struct nx_desc desc[NXI_MAX_DESC];
   char names[NXI_MAX_DESC][NX_PROTO_NAME_MAX + 1];
   struct nxi_route *_Atomic route; /* cached protocol choice */
+  _Atomic uint32_t proc;            /* process id part of its context ids */
 };
 
 int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out);
@@ -114,7 +115,12 @@ struct nxi_module {
 struct nxi_route {
   struct nxi_module *mod;
   void *ep;
+  atomic_int failed; /* the NX_E* code the endpoint died with, or 0 */
 };
+
+/* A module reported its endpoint `ep` dead: every route through it fails
+ * from now on, and the program hears of each process it loses. */
+void nxi_gp_peer_failed(void *state, void *ep, int status);
 
 int nxi_modules_load(void);
 void nxi_modules_unload(void);
@@ -188,7 +194,8 @@ struct nxi_runtime {
   nx_context_t *initial;
   struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
   atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler,
-      drop_no_context, drop_bad_frame, threads_created;
+      drop_no_context, drop_bad_frame, threads_created, rsr_failed,
+      peers_failed;
   nx_error_cb error_cb;
   void *error_arg;
   atomic_int drops_logged;

@@ -40,6 +40,8 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   }
   struct nxi_route *rt;
   int r = nxi_dlist_route(b->dl, &rt);
+  if (r == 0)
+    r = atomic_load_explicit(&rt->failed, memory_order_relaxed);
   if (r < 0) {
     nxi_buffer_free(b);
     return r;

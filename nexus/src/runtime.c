@@ -44,8 +44,10 @@ static void core_log(int level, const char *module, const char *fmt, ...) {
 }
 
 void nxi_drop(int err, uint64_t context, uint32_t handler) {
-  atomic_uint_fast64_t *counter = err == NX_ENOHANDLER ? &nxi_rt.drop_no_handler
-                                                       : &nxi_rt.drop_no_context;
+  atomic_uint_fast64_t *counter =
+      err == NX_ENOHANDLER   ? &nxi_rt.drop_no_handler
+      : err == NX_ENOCONTEXT ? &nxi_rt.drop_no_context
+                             : &nxi_rt.rsr_failed;
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
   nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
   if (cb != NULL) {
@@ -103,9 +105,13 @@ static void core_frame_free(nx_frame_t *frame) {
   nxi_buffer_free(NXI_CONTAINER_OF(frame, struct nx_buffer, frame));
 }
 
+/* A frame the module could not deliver (its peer died with it queued) is
+ * an RSR that failed after nx_rsr_send returned: report it. */
 static void core_send_done(nx_frame_t *frame, int status) {
-  (void)status;
-  nxi_buffer_free(NXI_CONTAINER_OF(frame, struct nx_buffer, frame));
+  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  if (status < 0)
+    nxi_drop(status, b->context, b->handler);
+  nxi_buffer_free(b);
 }
 
 /* The sent buffer becomes the received one: same bytes, same format tag,
@@ -118,9 +124,7 @@ static void core_handover(nx_frame_t *frame) {
 }
 
 static void core_peer_failed(void *state, void *ep, int status) {
-  (void)state;
-  (void)ep;
-  nxi_log(1, NULL, "peer failed: %s", nx_strerror(status));
+  nxi_gp_peer_failed(state, ep, status < 0 ? status : NX_EPEERDEAD);
 }
 
 static void core_bad_peer(const char *module, const char *why) {
@@ -234,6 +238,8 @@ static int build_self_dlist(void) {
   }
   int r = nxi_dlist_intern(blob, off, &nxi_rt.self_dl);
   free(blob);
+  if (r == 0)
+    atomic_store(&nxi_rt.self_dl->proc, nxi_rt.proc_id);
   return r;
 }
 
@@ -268,6 +274,8 @@ int nx_init(int *argc, char ***argv) {
   atomic_store(&nxi_rt.drop_no_context, 0);
   atomic_store(&nxi_rt.drop_bad_frame, 0);
   atomic_store(&nxi_rt.threads_created, 0);
+  atomic_store(&nxi_rt.rsr_failed, 0);
+  atomic_store(&nxi_rt.peers_failed, 0);
   nxi_rt.error_cb = NULL;
 
   r = nxi_progress_init();
@@ -352,6 +360,8 @@ int nx_stats_get(nx_stats_t *s) {
   s->drop_no_context = atomic_load(&nxi_rt.drop_no_context);
   s->drop_bad_frame = atomic_load(&nxi_rt.drop_bad_frame);
   s->threads_created = atomic_load(&nxi_rt.threads_created);
+  s->rsr_failed = atomic_load(&nxi_rt.rsr_failed);
+  s->peers_failed = atomic_load(&nxi_rt.peers_failed);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // handed to the core through the fixture's receive path.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -213,6 +214,61 @@ TEST_CASE("a full send queue makes nx_rsr_send wait, or fail with "
   REQUIRE(nx_put_int32(b, 7) == 0);
   CHECK(nx_rsr_send_flags(b, NX_RSR_NONBLOCK) == 0);
   CHECK(hh.n.wait_for(2) == 2);
+  nx_gp_release(&gp);
+  dlclose(h);
+}
+
+namespace {
+struct failures {
+  latch n;
+  std::atomic<int> err{0};
+  std::atomic<uint64_t> ctx{0};
+  std::atomic<uint32_t> handler{1};
+};
+void on_failure(int err, uint64_t ctx, uint32_t handler, void *arg) {
+  auto *f = static_cast<failures *>(arg);
+  f->err = err;
+  f->ctx = ctx;
+  f->handler = handler;
+  f->n.add();
+}
+} // namespace
+
+TEST_CASE("a dead peer fails later RSRs and is reported once", "[loader][badinput]") {
+  env_guard env("fixture,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  auto fail_peer = reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
+  REQUIRE(fail_peer != nullptr);
+  failures f;
+  REQUIRE(nx_error_cb_set(on_failure, &f) == 0);
+  hits hh;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
+  REQUIRE(std::string(nx_gp_protocol(&gp)) == "fixture");
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(hh.n.wait_for(1) == 1);
+
+  fail_peer();
+  CHECK(f.n.get() == 1);
+  CHECK(f.err == NX_EPEERDEAD);
+  CHECK(f.handler == 0);
+  CHECK((f.ctx >> 32) == (nx_gp_context(&gp) >> 32)); // the whole process
+  CHECK((uint32_t)f.ctx == 0);
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  CHECK(nx_rsr_send(b) == NX_EPEERDEAD);
+  fail_peer(); // reported once
+  CHECK(f.n.get() == 1);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.peers_failed == 1);
+  CHECK(hh.n.get() == 1);
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
   dlclose(h);
 }

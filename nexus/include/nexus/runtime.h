@@ -51,6 +51,8 @@ typedef struct nx_stats {
   uint64_t drop_no_context;    /* RSRs for an unknown or destroyed context */
   uint64_t drop_bad_frame;     /* malformed frames from a peer */
   uint64_t threads_created;    /* runtime threads started (pool growth) */
+  uint64_t rsr_failed;         /* accepted RSRs lost with their peer */
+  uint64_t peers_failed;       /* peer processes found dead */
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */
@@ -59,7 +61,12 @@ int nx_stats_get(nx_stats_t *stats);
 /* Called for every RSR the runtime drops, with the reason, the destination
  * context id and the handler id, on the thread that drives progress at the
  * time (a runtime thread, or an application thread waiting in nexus). It
- * must not block. */
+ * must not block. Reasons: NX_ENOHANDLER, NX_ENOCONTEXT (here), and
+ * NX_EPEERDEAD for an RSR that was accepted but whose peer died first.
+ * When a peer process dies, it is called once more with NX_EPEERDEAD,
+ * handler 0 and a context id whose low 32 bits are 0: that names every
+ * context of the dead process (all share its high 32 bits). A program
+ * waiting for replies from it signals its waiters from here. */
 typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
                             void *arg);
 
