@@ -9,6 +9,7 @@
 #include "nexus/context.h"
 #include "nexus/rsr.h"
 #include "nexus/runtime.h"
+#include "nexus/process.h"
 
 #define NX_VERSION_MAJOR 0
 #define NX_VERSION_MINOR 1

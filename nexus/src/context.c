@@ -236,6 +236,8 @@ int nx_context_destroy(const nx_gp_t *gp) {
     return NX_ENOTINIT;
   if (gp->context == nxi_rt.initial->id)
     return NX_EBUSY;
+  if ((uint32_t)(gp->context >> 32) != nxi_rt.proc_id)
+    return nxi_process_destroy(gp->context);
   unsigned tok = nxi_driver_lock();
   struct nx_context *ctx = nxi_context_get(gp->context);
   int r = ctx != NULL ? unpublish_locked(ctx) : NX_ENOCONTEXT;

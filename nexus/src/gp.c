@@ -231,6 +231,9 @@ static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
 }
 
 int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
+  int failed = atomic_load_explicit(&dl->failed, memory_order_relaxed);
+  if (failed < 0)
+    return failed;
   struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
   if (rt != NULL) {
     *out = rt;
@@ -249,30 +252,52 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
   return 0;
 }
 
-void nxi_gp_peer_failed(void *state, void *ep, int status) {
+/* Marks the lists that match (an endpoint, or a process) failed, and
+ * reports each process lost, once. */
+static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
   uint32_t procs[64];
   int n = 0;
   pthread_mutex_lock(&intern_lock);
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
-      int expected = 0;
-      if (rt == NULL || rt->ep != ep || rt->mod->state != state ||
-          !atomic_compare_exchange_strong(&rt->failed, &expected, status))
+      if (ep != NULL) {
+        if (rt == NULL || rt->ep != ep || rt->mod->state != state)
+          continue;
+      } else if (atomic_load(&d->proc) != proc) {
         continue;
-      if (n < 64)
-        procs[n++] = atomic_load(&d->proc);
+      }
+      int expected = 0;
+      if (rt != NULL)
+        atomic_compare_exchange_strong(&rt->failed, &expected, status);
+      expected = 0;
+      if (!atomic_compare_exchange_strong(&d->failed, &expected, status))
+        continue; /* already known */
+      uint32_t p = atomic_load(&d->proc);
+      int seen = 0;
+      for (int k = 0; k < n; k++)
+        seen |= procs[k] == p;
+      if (!seen && n < 64)
+        procs[n++] = p;
     }
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++) {
     atomic_fetch_add(&nxi_rt.peers_failed, 1);
-    nxi_log(1, NULL, "peer process %#x failed: %s", procs[i],
-            nx_strerror(status));
+    nxi_log(1, NULL, "peer process %#x: %s", procs[i], nx_strerror(status));
     nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
     if (cb != NULL)
       cb(status, (uint64_t)procs[i] << 32, 0,
          __atomic_load_n(&nxi_rt.error_arg, __ATOMIC_RELAXED));
   }
+}
+
+void nxi_gp_peer_failed(void *state, void *ep, int status) {
+  fail_lists(state, ep, 0, status);
+}
+
+void nxi_gp_proc_failed(uint32_t proc, int status) {
+  if (proc != 0 && proc != nxi_rt.proc_id)
+    fail_lists(NULL, NULL, proc, status);
 }
 
 /* The public gp calls. */

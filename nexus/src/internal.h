@@ -87,6 +87,7 @@ struct nxi_dlist {
   char names[NXI_MAX_DESC][NX_PROTO_NAME_MAX + 1];
   struct nxi_route *_Atomic route; /* cached protocol choice */
   _Atomic uint32_t proc;            /* process id part of its context ids */
+  atomic_int failed;                /* its process is gone: the NX_E* why */
 };
 
 int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out);
@@ -121,6 +122,13 @@ struct nxi_route {
 /* A module reported its endpoint `ep` dead: every route through it fails
  * from now on, and the program hears of each process it loses. */
 void nxi_gp_peer_failed(void *state, void *ep, int status);
+/* Process `proc` ended (or was destroyed): RSRs to it fail with `status`. */
+void nxi_gp_proc_failed(uint32_t proc, int status);
+
+/* Process contexts (process.c). */
+int nxi_process_init(void);
+void nxi_process_finalize(void);
+int nxi_process_destroy(uint64_t context);
 
 int nxi_modules_load(void);
 void nxi_modules_unload(void);

@@ -297,11 +297,18 @@ int nx_init(int *argc, char ***argv) {
   r = build_self_dlist();
   if (r < 0)
     goto err_modules;
+  r = nxi_process_init();
+  if (r < 0)
+    goto err_dlist;
   atomic_store(&nxi_rt.refs, 1);
   nxi_progress_start();
   pthread_mutex_unlock(&init_lock);
   return 0;
 
+err_dlist:
+  nxi_dlist_release(nxi_rt.self_dl);
+  nxi_rt.self_dl = NULL;
+  nxi_gp_finalize();
 err_modules:
   nxi_modules_unload();
 err_contexts:
@@ -323,6 +330,7 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return 0;
   }
+  nxi_process_finalize(); /* ends our children; stops the watchers */
   if (nxi_progress_finalize() > 0) {
     /* Blocked handler threads may still use contexts, gps and modules. */
     abandoned = 1;

@@ -51,10 +51,14 @@ nx_handler_id_t nx_handler_id(const char *name);
  * Returns 0, NX_EINVAL, NX_ENOMEM, NX_ENOTINIT, or init's negative result. */
 int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
 
-/* Destroys the context `gp` names (must be in this process). RSRs that
- * arrive for it later are dropped and counted (NX_ENOCONTEXT); handlers
- * running in it finish first. Returns 0, NX_EINVAL, NX_ENOCONTEXT (unknown
- * or already destroyed) or NX_EBUSY (the process's initial context). */
+/* Destroys the context `gp` names. An in-process context: RSRs that arrive
+ * for it later are dropped and counted (NX_ENOCONTEXT); handlers running in
+ * it finish first. A process context this process made with
+ * nx_context_create: it is asked to end (its nx_context_serve returns),
+ * given 5 s, then sent SIGTERM and, 2 s later, SIGKILL, and reaped; RSRs to
+ * it then fail with NX_ENOCONTEXT. Returns 0, NX_EINVAL, NX_ENOCONTEXT
+ * (unknown, already destroyed, or another process's context that this
+ * process did not create) or NX_EBUSY (the process's initial context). */
 int nx_context_destroy(const nx_gp_t *gp);
 
 /* The current context of the calling thread: inside a handler or init the

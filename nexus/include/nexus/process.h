@@ -1,0 +1,58 @@
+/* Nodes and process contexts: OS processes started on nodes, the launcher's bootstrap, and their lifecycle. */
+#ifndef NEXUS_PROCESS_H
+#define NEXUS_PROCESS_H
+
+#include "gp.h"
+#include "runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Acquires `count` nodes described by `spec` into nodes[0..count-1].
+ * "localhost" (or "local") gives nodes on this host, where process
+ * contexts are started with fork/exec. Other specs (nodes on other hosts,
+ * through Open MPI's MPI_Comm_spawn) return NX_ENOTSUP until the MPI
+ * module exists; see docs/design.md. Returns 0, NX_EINVAL or NX_ENOTSUP. */
+int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes);
+
+/* Gives a node back. Returns 0 or NX_EINVAL. */
+int nx_node_release(nx_node_t *node);
+
+/* Starts `exe` (searched in PATH if it has no '/') with `argv` (NULL-ended;
+ * argv[0] is the program name, may be NULL for just `exe`) as a new process
+ * context on `node`. The program calls nx_init, registers its handlers and
+ * calls nx_context_ready (or nx_context_serve); only then is `*gp` written,
+ * naming the new process's initial context. Waits at most NX_CREATE_TIMEOUT
+ * seconds (default 30). Returns 0; NX_EINVAL; NX_ENOTSUP (a node that is not
+ * local); NX_ENOENT (the program could not be started); NX_EPEERDEAD (it
+ * ended before it was ready); NX_ETIMEDOUT; NX_ENOMEM; NX_ENOTINIT. */
+int nx_context_create(const nx_node_t *node, const char *exe,
+                      char *const argv[], nx_gp_t *gp);
+
+/* In a program started as a process context (by nx_context_create or
+ * nxrun): its initial context is initialised; the creator gets its gp now.
+ * Idempotent. Returns 0, NX_ENOENT (this process was not started that way),
+ * NX_EPEERDEAD (the creator is gone) or NX_ENOTINIT. */
+int nx_context_ready(void);
+
+/* nx_context_ready, then serves RSRs until the creator destroys this
+ * context (returns 0) or goes away (returns NX_EPEERDEAD). The program then
+ * calls nx_finalize and exits. Returns NX_ENOENT when this process was not
+ * started as a process context. */
+int nx_context_serve(void);
+
+/* The computation's initial contexts, for a program started by nxrun:
+ * `*gps` gets a malloc'ed array of `*count` gps, one per process in rank
+ * order (this process's own included); release each gp and free the
+ * array. In a context made by nx_context_create, the one peer is the
+ * creator. Calls nx_context_ready first; waits until every peer is ready.
+ * `*rank` (may be NULL) gets this process's index. Returns 0, NX_EINVAL,
+ * NX_ENOENT, NX_EPEERDEAD (the launcher is gone), NX_ENOMEM, NX_ENOTINIT. */
+int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXUS_PROCESS_H */

@@ -1,0 +1,186 @@
+// Tests of nexus/src/process.c: process contexts started with
+// nx_context_create on this host, their bootstrap and their ends; no process
+// or file descriptor is left behind.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "latch.h"
+#include "nexus.h"
+#include "runtime_guard.h"
+
+namespace {
+
+int open_fds() {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  while (d != nullptr && readdir(d) != nullptr)
+    n++;
+  if (d != nullptr)
+    closedir(d);
+  return n;
+}
+
+// No child of this process is left, running or unreaped.
+bool no_children() {
+  errno = 0;
+  return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
+}
+
+nx_node_t local_node() {
+  nx_node_t node;
+  REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
+  return node;
+}
+
+} // namespace
+
+TEST_CASE("nodes on this host; other specs are not supported yet", "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t nodes[3];
+  REQUIRE(nx_nodes_acquire("localhost", 3, nodes) == 0);
+  CHECK(nodes[2].id == 2);
+  CHECK(std::string(nodes[0].host) == "localhost");
+  CHECK(nx_nodes_acquire("mpi:hosts=a,b", 2, nodes) == NX_ENOTSUP);
+  CHECK(nx_nodes_acquire(nullptr, 1, nodes) == NX_EINVAL);
+  CHECK(nx_node_release(&nodes[0]) == 0);
+  nx_node_t far = nodes[0];
+  std::snprintf(far.host, sizeof(far.host), "elsewhere.example");
+  nx_gp_t gp;
+  CHECK(nx_context_create(&far, CHILD_EXE, nullptr, &gp) == NX_ENOTSUP);
+}
+
+TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  // One round first: the runtime's process monitor opens its pipe once.
+  nx_gp_t warm;
+  REQUIRE(nx_context_create(&node, CHILD_EXE, nullptr, &warm) == 0);
+  REQUIRE(nx_context_destroy(&warm) == 0);
+  nx_gp_release(&warm);
+  int fds = open_fds();
+  for (int i = 0; i < 20; i++) {
+    nx_gp_t gp = NX_GP_NULL;
+    char *const argv[] = {(char *)"ctx_child", (char *)"serve", nullptr};
+    REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
+    CHECK_FALSE(nx_gp_is_null(&gp));
+    CHECK((nx_gp_context(&gp) >> 32) !=
+          (nx_context_id(nx_context_self()) >> 32)); // another process
+    REQUIRE(nx_context_destroy(&gp) == 0);
+    CHECK(nx_context_destroy(&gp) == NX_ENOCONTEXT);
+    nx_gp_release(&gp);
+  }
+  CHECK(no_children());
+  CHECK(open_fds() == fds);
+}
+
+TEST_CASE("a process context that cannot start, or never gets ready",
+          "[process][badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  nx_gp_t gp = NX_GP_NULL;
+  CHECK(nx_context_create(&node, "/nonexistent/program", nullptr, &gp) ==
+        NX_ENOENT);
+  char *const early[] = {(char *)"ctx_child", (char *)"exit-early", nullptr};
+  CHECK(nx_context_create(&node, CHILD_EXE, early, &gp) == NX_EPEERDEAD);
+  setenv("NX_CREATE_TIMEOUT", "1", 1);
+  char *const stuck[] = {(char *)"ctx_child", (char *)"no-ready", nullptr};
+  CHECK(nx_context_create(&node, CHILD_EXE, stuck, &gp) == NX_ETIMEDOUT);
+  unsetenv("NX_CREATE_TIMEOUT");
+  CHECK(nx_gp_is_null(&gp));
+  CHECK(nx_context_create(&node, CHILD_EXE, nullptr, nullptr) == NX_EINVAL);
+  CHECK(no_children());
+}
+
+TEST_CASE("a created process context knows its creator", "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  char path[] = "/tmp/nx_peers_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  nx_gp_t gp;
+  char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
+  REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
+  REQUIRE(nx_context_destroy(&gp) == 0); // it wrote the file before serving
+  std::ifstream in(path);
+  int r = -1, n = -1, rank = 0;
+  std::string ctx;
+  in >> r >> n >> rank >> std::hex >> ctx;
+  unlink(path);
+  CHECK(r == 0);
+  CHECK(n == 1);
+  CHECK(rank == -1);
+  CHECK(std::stoull(ctx, nullptr, 16) == nx_context_id(nx_context_self()));
+  nx_gp_release(&gp);
+}
+
+namespace {
+struct deaths {
+  latch n;
+  std::atomic<uint64_t> ctx{0};
+};
+void on_death(int err, uint64_t ctx, uint32_t, void *arg) {
+  auto *d = static_cast<deaths *>(arg);
+  if (err == NX_EPEERDEAD) {
+    d->ctx = ctx;
+    d->n.add();
+  }
+}
+} // namespace
+
+TEST_CASE("a process context killed with SIGKILL is noticed", "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  deaths d;
+  REQUIRE(nx_error_cb_set(on_death, &d) == 0);
+  nx_node_t node = local_node();
+  nx_gp_t gp;
+  char path[] = "/tmp/nx_pid_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
+  REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
+  // Find the child by its parent: us.
+  pid_t child = -1;
+  for (int tries = 0; tries < 100 && child < 0; tries++) {
+    DIR *dir = opendir("/proc");
+    struct dirent *e;
+    while (dir != nullptr && (e = readdir(dir)) != nullptr) {
+      std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
+      std::string pid, comm, state;
+      long ppid = 0;
+      if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
+          comm.find("ctx_child") != std::string::npos)
+        child = std::stoi(pid);
+    }
+    if (dir != nullptr)
+      closedir(dir);
+  }
+  unlink(path);
+  REQUIRE(child > 0);
+  REQUIRE(kill(child, SIGKILL) == 0);
+  REQUIRE(d.n.wait_for(1, 10) == 1);
+  CHECK((d.ctx >> 32) == (nx_gp_context(&gp) >> 32));
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &gp, "ping", 0) == 0);
+  CHECK(nx_rsr_send(b) == NX_EPEERDEAD);
+  REQUIRE(nx_context_destroy(&gp) == 0); // reaps it
+  CHECK(no_children());
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
+  nx_gp_release(&gp);
+}
