@@ -13,6 +13,10 @@
 #define BUCKETS 256
 
 static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Processes known dead, so each is reported once however the news comes
+ * (a module's endpoint, the launcher, a child's channel). */
+static uint32_t *dead_procs;
+static size_t dead_count, dead_cap;
 static struct nxi_dlist *intern_table[BUCKETS];
 
 static uint64_t fnv64(const uint8_t *p, size_t n) {
@@ -153,6 +157,9 @@ void nxi_dlist_release(struct nxi_dlist *dl) {
  * after a new nx_init) later. */
 void nxi_gp_finalize(void) {
   pthread_mutex_lock(&intern_lock);
+  free(dead_procs);
+  dead_procs = NULL;
+  dead_count = dead_cap = 0;
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_exchange(&d->route, NULL);
@@ -252,12 +259,31 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
   return 0;
 }
 
-/* Marks the lists that match (an endpoint, or a process) failed, and
- * reports each process lost, once. */
+/* Intern lock held. Returns 1 if `proc` was not known dead before. */
+static int mark_dead(uint32_t proc) {
+  for (size_t i = 0; i < dead_count; i++)
+    if (dead_procs[i] == proc)
+      return 0;
+  if (dead_count == dead_cap) {
+    size_t cap = dead_cap ? dead_cap * 2 : 16;
+    uint32_t *p = realloc(dead_procs, cap * sizeof(*p));
+    if (p == NULL)
+      return 1; /* report it, maybe twice, rather than not at all */
+    dead_procs = p;
+    dead_cap = cap;
+  }
+  dead_procs[dead_count++] = proc;
+  return 1;
+}
+
+/* Marks the lists that match (an endpoint, or a process) failed and reports
+ * each newly dead process once. */
 static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
   uint32_t procs[64];
   int n = 0;
   pthread_mutex_lock(&intern_lock);
+  if (ep == NULL && mark_dead(proc))
+    procs[n++] = proc;
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
@@ -271,13 +297,9 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
       if (rt != NULL)
         atomic_compare_exchange_strong(&rt->failed, &expected, status);
       expected = 0;
-      if (!atomic_compare_exchange_strong(&d->failed, &expected, status))
-        continue; /* already known */
+      atomic_compare_exchange_strong(&d->failed, &expected, status);
       uint32_t p = atomic_load(&d->proc);
-      int seen = 0;
-      for (int k = 0; k < n; k++)
-        seen |= procs[k] == p;
-      if (!seen && n < 64)
+      if (ep != NULL && p != 0 && n < 64 && mark_dead(p))
         procs[n++] = p;
     }
   pthread_mutex_unlock(&intern_lock);

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nexus.h"
@@ -20,6 +22,35 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_release(&reply);
 }
 
+/* Rank-suffixed result files, so that nxrun's N copies do not collide. */
+static void write_result(const char *base, int rank, const char *text) {
+  char path[512];
+  if (rank >= 0)
+    snprintf(path, sizeof(path), "%s.%d", base, rank);
+  else
+    snprintf(path, sizeof(path), "%s", base);
+  FILE *f = fopen(path, "w");
+  if (f != NULL) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+static nx_mutex_t dead_m;
+static nx_cond_t dead_c;
+static int dead_seen;
+
+static void on_error(int err, uint64_t ctx, uint32_t handler, void *arg) {
+  (void)ctx;
+  (void)arg;
+  if (err == NX_EPEERDEAD && handler == 0) {
+    nx_mutex_lock(&dead_m);
+    dead_seen++;
+    nx_cond_broadcast(&dead_c);
+    nx_mutex_unlock(&dead_m);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "serve";
   if (strcmp(mode, "exit-early") == 0)
@@ -36,15 +67,40 @@ int main(int argc, char **argv) {
     nx_gp_t *gps = NULL;
     int n = 0, rank = 0;
     int r = nx_context_peers(&gps, &n, &rank);
-    FILE *f = fopen(argv[2], "w");
-    if (f != NULL) {
-      fprintf(f, "%d %d %d %llx\n", r, n, rank,
-              n > 0 ? (unsigned long long)nx_gp_context(&gps[0]) : 0ull);
-      fclose(f);
-    }
+    char text[128];
+    snprintf(text, sizeof(text), "%d %d %d %llx\n", r, n, rank,
+             n > 0 ? (unsigned long long)nx_gp_context(&gps[0]) : 0ull);
+    write_result(argv[2], rank, text);
     for (int i = 0; i < n; i++)
       nx_gp_release(&gps[i]);
     free(gps);
+  }
+  if (strcmp(mode, "die") == 0 && argc > 2) {
+    /* Under nxrun: rank 1 dies; the others wait to hear of it, then end. */
+    nx_mutex_init(&dead_m);
+    nx_cond_init(&dead_c);
+    nx_error_cb_set(on_error, NULL);
+    nx_gp_t *gps = NULL;
+    int n = 0, rank = -1;
+    if (nx_context_peers(&gps, &n, &rank) != 0)
+      return 4;
+    for (int i = 0; i < n; i++)
+      nx_gp_release(&gps[i]);
+    free(gps);
+    if (rank == 1)
+      raise(SIGKILL);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    nx_mutex_lock(&dead_m);
+    while (!dead_seen &&
+           nx_cond_timedwait(&dead_c, &dead_m, &deadline) != NX_ETIMEDOUT)
+      ;
+    int seen = dead_seen;
+    nx_mutex_unlock(&dead_m);
+    write_result(argv[2], rank, seen ? "saw-death\n" : "no-death\n");
+    nx_finalize();
+    return seen ? 0 : 5;
   }
   int r = nx_context_serve();
   nx_finalize();
