@@ -13,7 +13,8 @@
  *    the thread sleep in the kernel.
  *  - block/unblock: bracket every sleep in the kernel (cond wait, contended
  *    mutex, join), so a thread that drives progress hands it over first.
- *  - signal: `*word` was bumped; wakes a progress driver sleeping on it. */
+ *  - signal: `*word` was bumped; wakes threads that wait for a word while
+ *    asleep in the progress engine's epoll (NX_PROGRESS=poll waiters). */
 struct nxi_thread_hooks {
   int (*wait)(const uint32_t *word, uint32_t old,
               const struct timespec *abstime);

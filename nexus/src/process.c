@@ -245,9 +245,10 @@ int nx_context_ready(void) {
   nx_mutex_lock(&me.m);
   int r = 0;
   if (!me.ready) {
-    uint8_t buf[1 + 20 + 4096];
-    size_t len = nxi_ctl_ready_msg(buf, sizeof(buf));
+    uint8_t *buf = malloc(NXI_CTL_MAX);
+    size_t len = buf != NULL ? nxi_ctl_ready_msg(buf, NXI_CTL_MAX) : 0;
     r = len == 0 ? NX_ENOMEM : nxi_ctl_send(me.fd, buf, len);
+    free(buf);
     if (r == 0)
       me.ready = 1;
   }
@@ -354,15 +355,33 @@ static void try_reap(struct child *c, int options) {
 
 static void *monitor_main(void *arg) {
   (void)arg;
+  struct pollfd *fds = NULL;
+  struct child **who = NULL;
+  size_t cap = 0;
   for (;;) {
-    struct pollfd fds[65];
-    struct child *who[65];
-    int n = 0;
+    size_t n = 0;
+    pthread_mutex_lock(&kids_lock);
+    size_t want = 1;
+    for (struct child *c = kids; c != NULL; c = c->next)
+      want++;
+    if (want > cap) {
+      struct pollfd *f = realloc(fds, want * sizeof(*fds));
+      struct child **w = f != NULL ? realloc(who, want * sizeof(*who)) : NULL;
+      if (f != NULL)
+        fds = f;
+      if (w != NULL) {
+        who = w;
+        cap = want;
+      }
+    }
+    if (cap == 0) {
+      pthread_mutex_unlock(&kids_lock);
+      break;
+    }
     fds[n].fd = wake_pipe[0];
     fds[n].events = POLLIN;
     who[n++] = NULL;
-    pthread_mutex_lock(&kids_lock);
-    for (struct child *c = kids; c != NULL && n < 65; c = c->next) {
+    for (struct child *c = kids; c != NULL && n < cap; c = c->next) {
       if (c->dead) {
         try_reap(c, WNOHANG);
         continue;
@@ -380,7 +399,7 @@ static void *monitor_main(void *arg) {
       if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
         break;
     }
-    for (int i = 1; i < n; i++) {
+    for (size_t i = 1; i < n; i++) {
       if (fds[i].revents == 0)
         continue;
       uint8_t buf[64];
@@ -398,6 +417,8 @@ static void *monitor_main(void *arg) {
         nxi_gp_proc_failed(proc, NX_EPEERDEAD);
     }
   }
+  free(fds);
+  free(who);
   return NULL;
 }
 

@@ -18,7 +18,8 @@
  *    then yields, then sleeps in epoll on the modules' wait fds;
  *  - a thread waiting in nx_cond_wait while the primary is not spinning
  *    (so a waiting thread delivers its own reply, with no thread hand-off);
- *  - a caller of nx_poll.
+ *  - a caller of nx_poll;
+ *  - a sender whose module queue is full (nx_rsr_send helps it drain).
  * Non-threaded handlers run on the driver. Threaded handlers run on runtime
  * threads only, and only at the bottom of their stack: on the primary
  * itself, which hands the primary role to a pooled thread if the handler
@@ -38,6 +39,9 @@ enum {
 #define BATCH 64
 #define MAX_IDLE_THREADS 4
 #define SLEEP_MS 100
+/* A poll-mode waiter sleeps in slices this long: one eventfd write wakes
+ * only one of several threads asleep in epoll. */
+#define WAITER_SLEEP_MS 2
 #define YIELD_US 1000
 /* After a waiter was seen, the primary keeps out of its way this long: the
  * waiter is usually between two waits of a round-trip loop. */
@@ -419,7 +423,7 @@ int nx_poll(void) {
 
 /* The runtime threads. */
 
-/* The primary drives, except while an application thread waits in
+/* The primary drives, except while another thread waits in
  * nx_cond_wait and no threaded handler ran lately: then the waiter drives
  * alone (its reply needs no hand-off between cores) and the primary only
  * watches for threaded handlers, which application threads never run. */
@@ -518,6 +522,9 @@ static void *thread_main(void *arg) {
     pthread_mutex_lock(&eng.pool_lock);
     if (eng.idle >= MAX_IDLE_THREADS || atomic_load(&eng.stopping)) {
       pthread_mutex_unlock(&eng.pool_lock);
+      /* A push may have skipped the wake-up because we were spinning. */
+      if (atomic_load(&eng.tq_len) > 0 && !atomic_load(&eng.stopping))
+        continue;
       break;
     }
     eng.idle++;
@@ -537,7 +544,7 @@ static void *thread_main(void *arg) {
 
 static int hook_wait(const uint32_t *word, uint32_t old,
                      const struct timespec *abstime) {
-  if (atomic_load(&eng.stopping))
+  if (!nxi_ready() || atomic_load(&eng.stopping))
     return NX_EAGAIN;
   atomic_fetch_add(&eng.waiters, 1);
   uint64_t start = now_ns();
@@ -547,6 +554,11 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
       r = 0;
+      break;
+    }
+    if (!nxi_ready() || atomic_load_explicit(&eng.stopping,
+                                             memory_order_relaxed)) {
+      r = NX_EAGAIN; /* starting or stopping: just sleep */
       break;
     }
     int ps = atomic_load_explicit(&eng.primary_state, memory_order_relaxed);
@@ -580,7 +592,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       break; /* sleep in the kernel; the primary (or a new one) drives */
     /* Poll mode: nobody else drives, so sleep in epoll and come back;
      * nx_cond_signal wakes us through the eventfd. */
-    sleep_epoll(SLEEP_MS, word, old);
+    sleep_epoll(WAITER_SLEEP_MS, word, old);
   }
   atomic_fetch_sub(&eng.waiters, 1);
   return r;

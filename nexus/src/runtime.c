@@ -178,13 +178,20 @@ static int read_key(void) {
     nxi_log(0, NULL, "NX_KEY must be %u hex digits", 2 * NX_KEY_SIZE);
     return NX_EINVAL;
   }
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++) {
-    unsigned v;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+  for (unsigned i = 0; i < 2 * NX_KEY_SIZE; i++) {
+    char c = hex[i];
+    int v = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (v < 0) {
       nxi_log(0, NULL, "NX_KEY is not hexadecimal");
       return NX_EINVAL;
     }
-    nxi_rt.key[i] = (uint8_t)v;
+    if (i % 2 == 0)
+      nxi_rt.key[i / 2] = (uint8_t)(v << 4);
+    else
+      nxi_rt.key[i / 2] |= (uint8_t)v;
   }
   return 0;
 }

@@ -25,15 +25,17 @@ typedef void (*nx_handler_fn)(nx_context_t *ctx, void *address,
                               nx_buffer_t *buf);
 
 /* Compiler-supplied context initialisation. Runs once, in the new context,
- * before the creator gets a gp to it; a negative return aborts creation. */
+ * before the creator gets a gp to it; 0 (or any non-negative value) means
+ * success, a negative return aborts creation. */
 typedef int (*nx_context_init_fn)(nx_context_t *ctx, void *arg);
 
 enum nx_handler_kind {
   /* Runs on the thread that drives progress; must not block. */
   NX_HANDLER_NONTHREADED = 0,
-  /* May block. Runs on a runtime thread (pooled; the pool grows when every
-   * pooled thread is blocked); starts on the thread that received it and
-   * hands progress to another thread only if it blocks. */
+  /* May block. Runs on a runtime thread, never on an application thread:
+   * on the progress thread when it is free (which hands progress to a
+   * pooled thread only if the handler blocks), else on a pooled thread
+   * (the pool grows when every pooled thread is blocked). */
   NX_HANDLER_THREADED = 1,
   /* May block. Always runs on a newly created thread (the Nexus paper's
    * "new thread" variant; kept to measure its cost). */
@@ -47,7 +49,7 @@ nx_handler_id_t nx_handler_id(const char *name);
 /* Creates an in-process context: it shares this process's memory but has
  * its own handler table and data. `init(ctx, arg)` runs in the calling
  * thread with the new context current; `*gp` is written only after init
- * returned 0, and names the context's data pointer (nx_context_set_data).
+ * returned (>= 0), and names the context's data pointer (nx_context_set_data).
  * Returns 0, NX_EINVAL, NX_ENOMEM, NX_ENOTINIT, or init's negative result. */
 int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
 

@@ -26,7 +26,9 @@ int nx_node_release(nx_node_t *node);
  * naming the new process's initial context. Waits at most NX_CREATE_TIMEOUT
  * seconds (default 30). Returns 0; NX_EINVAL; NX_ENOTSUP (a node that is not
  * local); NX_ENOENT (the program could not be started); NX_EPEERDEAD (it
- * ended before it was ready); NX_ETIMEDOUT; NX_ENOMEM; NX_ENOTINIT. */
+ * ended before it was ready, or said something malformed); NX_ETIMEDOUT;
+ * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
+ * NX_ENOTINIT. */
 int nx_context_create(const nx_node_t *node, const char *exe,
                       char *const argv[], nx_gp_t *gp);
 
@@ -47,8 +49,10 @@ int nx_context_serve(void);
  * order (this process's own included); release each gp and free the
  * array. In a context made by nx_context_create, the one peer is the
  * creator. Calls nx_context_ready first; waits until every peer is ready.
- * `*rank` (may be NULL) gets this process's index. Returns 0, NX_EINVAL,
- * NX_ENOENT, NX_EPEERDEAD (the launcher is gone), NX_ENOMEM, NX_ENOTINIT. */
+ * `*rank` (may be NULL) gets this process's index, -1 in a context made by
+ * nx_context_create. Returns 0, NX_EINVAL, NX_ENOENT, NX_EPEERDEAD (the
+ * launcher is gone), NX_EPROTO (a malformed peer list), NX_ENOMEM,
+ * NX_ENOTINIT. */
 int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
 
 #ifdef __cplusplus

@@ -21,8 +21,8 @@ enum nx_rsr_flags {
 
 /* Step 1 of an RSR: starts a buffer for handler `handler` at `gp`.
  * `size_hint` is the payload size expected (buffers grow as needed).
- * `*buf` is written only on success. Returns 0, NX_EINVAL (NULL or null gp),
- * NX_ENOMEM or NX_ENOTINIT. */
+ * `*buf` is written only on success. Returns 0, NX_EINVAL (NULL, a null gp,
+ * or handler id 0), NX_ENOMEM or NX_ENOTINIT. */
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint);
 

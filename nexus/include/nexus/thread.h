@@ -18,7 +18,7 @@ typedef struct nx_thread {
 
 typedef struct nx_mutex {
   pthread_mutex_t m;
-  pthread_t owner; /* checked on unlock, so misuse is refused */
+  pthread_t owner; /* checked on lock and unlock, so misuse is refused */
 } nx_mutex_t;
 
 /* A condition variable. `seq` counts signals; waiters sleep on it with a
