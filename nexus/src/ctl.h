@@ -37,6 +37,9 @@ int nxi_ctl_send(int fd, const void *msg, size_t len);
  * 0 at end of file, or a negative code. Waits at most timeout_ms (-1:
  * forever). */
 long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms);
+/* Writes this process's initial context as one peer entry; returns its
+ * length, 0 if it does not fit in cap. */
+size_t nxi_ctl_self_entry(uint8_t *p, size_t cap);
 /* Builds a READY message for this process into buf; returns its length. */
 size_t nxi_ctl_ready_msg(uint8_t *buf, size_t cap);
 /* Parses a READY message. */

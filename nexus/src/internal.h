@@ -129,6 +129,7 @@ void nxi_gp_proc_failed(uint32_t proc, int status);
 int nxi_process_init(void);
 void nxi_process_finalize(void);
 int nxi_process_destroy(uint64_t context);
+void nxi_attach_finalize(void);
 
 int nxi_modules_load(void);
 void nxi_modules_unload(void);

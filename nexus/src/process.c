@@ -68,6 +68,8 @@ static size_t put_self(uint8_t *p, size_t cap) {
   return put_peer(p, ctx->id, (uint64_t)(uintptr_t)ctx->data, nxi_rt.self_dl);
 }
 
+size_t nxi_ctl_self_entry(uint8_t *p, size_t cap) { return put_self(p, cap); }
+
 size_t nxi_ctl_ready_msg(uint8_t *buf, size_t cap) {
   if (cap < 1)
     return 0;

@@ -337,6 +337,7 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return 0;
   }
+  nxi_attach_finalize();
   nxi_process_finalize(); /* ends our children; stops the watchers */
   if (nxi_progress_finalize() > 0) {
     /* Blocked handler threads may still use contexts, gps and modules. */

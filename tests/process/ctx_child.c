@@ -59,6 +59,19 @@ int main(int argc, char **argv) {
     return 2;
   nx_handler_register(nx_context_self(), "ping", on_ping,
                       NX_HANDLER_NONTHREADED, NULL);
+  if (strcmp(mode, "attach-server") == 0 && argc > 2) {
+    /* Started by hand, not as a process context: listen, say where, and
+     * serve until killed. */
+    const char *url = NULL;
+    if (nx_attach_listen(&url) != 0)
+      return 6;
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
+    write_result(tmp, -1, url);
+    rename(tmp, argv[2]);
+    for (;;)
+      pause();
+  }
   if (strcmp(mode, "no-ready") == 0) {
     sleep(600);
     return 0;

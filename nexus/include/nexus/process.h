@@ -55,6 +55,24 @@ int nx_context_serve(void);
  * NX_ENOTINIT. */
 int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
 
+/* Makes this computation accept attachments: programs started separately,
+ * here or on another host, join it with nx_attach. `*url` gets
+ * "nexus://HOST:PORT/KEY" (KEY: the computation's key, 32 hex digits),
+ * valid until nx_finalize. Listens on 127.0.0.1, or on NX_ATTACH_LISTEN
+ * ("addr", "addr:port" or "[v6addr]:port"). A connection that does not
+ * present the key is refused and counted (drop_bad_frame). Calling it again
+ * returns the same URL. Returns 0, NX_EINVAL, NX_EBUSY (address in use),
+ * NX_EIO, NX_EAGAIN or NX_ENOTINIT. */
+int nx_attach_listen(const char **url);
+
+/* Joins the computation listening at `url` and writes a gp to its
+ * listening context into `*gp`. This process adopts that computation's key
+ * (its protocol modules present it from now on), so RSRs flow both ways.
+ * Returns 0; NX_EINVAL (malformed URL); NX_EUNREACH (nothing listens
+ * there); NX_EACCES (the key was refused); NX_EPROTO; NX_ETIMEDOUT;
+ * NX_ENOMEM; NX_ENOTINIT. */
+int nx_attach(const char *url, nx_gp_t *gp);
+
 #ifdef __cplusplus
 }
 #endif
