@@ -51,6 +51,45 @@ static void on_error(int err, uint64_t ctx, uint32_t handler, void *arg) {
   }
 }
 
+/* "forward" (relay mode): sends "count" to the gp in the buffer, telling
+ * it which protocol this process uses to reach it and whom to report to. */
+static void on_forward(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t target = NX_GP_NULL, report = NX_GP_NULL;
+  nx_buffer_t *out;
+  if (nx_get_gp(buf, &target) == 0 && nx_get_gp(buf, &report) == 0 &&
+      nx_rsr_init_name(&out, &target, "count", 128) == 0) {
+    const char *p = nx_gp_protocol(&target);
+    char name[16] = {0};
+    snprintf(name, sizeof(name), "%s", p != NULL ? p : "none");
+    nx_put_char_array(out, name, sizeof(name));
+    nx_put_gp(out, &report);
+    nx_rsr_send(out);
+  }
+  nx_gp_release(&target);
+  nx_gp_release(&report);
+}
+
+/* "count" (relay mode): counts, and tells the reporter. */
+static int counted;
+static void on_count(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  char name[16];
+  nx_gp_t report = NX_GP_NULL;
+  nx_buffer_t *out;
+  if (nx_get_char_array(buf, name, sizeof(name)) == 0 &&
+      nx_get_gp(buf, &report) == 0 &&
+      nx_rsr_init_name(&out, &report, "counted", 64) == 0) {
+    counted++;
+    nx_put_int32(out, counted);
+    nx_put_char_array(out, name, sizeof(name));
+    nx_rsr_send(out);
+  }
+  nx_gp_release(&report);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "serve";
   if (strcmp(mode, "exit-early") == 0)
@@ -58,6 +97,10 @@ int main(int argc, char **argv) {
   if (nx_init(&argc, &argv) != 0)
     return 2;
   nx_handler_register(nx_context_self(), "ping", on_ping,
+                      NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "forward", on_forward,
+                      NX_HANDLER_THREADED, NULL);
+  nx_handler_register(nx_context_self(), "count", on_count,
                       NX_HANDLER_NONTHREADED, NULL);
   if (strcmp(mode, "attach-server") == 0 && argc > 2) {
     /* Started by hand, not as a process context: listen, say where, and
