@@ -1,5 +1,6 @@
 /* Global pointers and the interned protocol descriptor lists they carry, with the per-destination protocol choice. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -369,6 +370,22 @@ uint64_t nx_gp_context(const nx_gp_t *gp) { return gp != NULL ? gp->context : 0;
 
 void *nx_gp_address(const nx_gp_t *gp) {
   return gp != NULL ? (void *)(uintptr_t)gp->address : NULL;
+}
+
+int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len) {
+  if (gp == NULL || buf == NULL || len == 0)
+    return NX_EINVAL;
+  if (gp->protos == NULL || !nxi_ready())
+    return NX_EUNREACH;
+  struct nxi_route *rt;
+  int r = nxi_dlist_route(gp->protos, &rt);
+  if (r < 0)
+    return r;
+  if (rt->mod->ops->endpoint_info == NULL) {
+    snprintf(buf, len, "%s", rt->mod->name);
+    return NX_ENOTSUP;
+  }
+  return rt->mod->ops->endpoint_info(rt->mod->state, rt->ep, buf, len);
 }
 
 const char *nx_gp_protocol(const nx_gp_t *gp) {

@@ -490,3 +490,18 @@ TEST_CASE("a gp may be released after nx_finalize, and outlive a restart",
   CHECK(nx_gp_is_null(&kept));
   unsetenv("NX_PROTOCOLS");
 }
+
+TEST_CASE("nx_gp_protocol_info names the module when it says no more",
+          "[gp]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t gp;
+  REQUIRE(nx_gp_make(nullptr, &gp) == 0);
+  char buf[64];
+  CHECK(nx_gp_protocol_info(&gp, buf, sizeof(buf)) == NX_ENOTSUP);
+  CHECK(std::string(buf) == "local");
+  CHECK(nx_gp_protocol_info(&gp, nullptr, 8) == NX_EINVAL);
+  nx_gp_t null_gp = NX_GP_NULL;
+  CHECK(nx_gp_protocol_info(&null_gp, buf, sizeof(buf)) == NX_EUNREACH);
+  nx_gp_release(&gp);
+}

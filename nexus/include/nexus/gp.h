@@ -2,6 +2,7 @@
 #ifndef NEXUS_GP_H
 #define NEXUS_GP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -47,6 +48,12 @@ void *nx_gp_address(const nx_gp_t *gp);
 /* The name of the protocol module that would carry an RSR to this gp
  * ("local", "tcp", ...), or NULL if none reaches it. */
 const char *nx_gp_protocol(const nx_gp_t *gp);
+
+/* What the chosen protocol module says carries RSRs to this gp underneath
+ * (for example "ucx: sysv/memory, posix/memory"), as one line in `buf`.
+ * Returns 0; NX_EUNREACH (no protocol reaches it); NX_ENOTSUP (the module
+ * does not say: `buf` then holds just the module name); NX_EINVAL. */
+int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 2u
+#define NX_PROTOCOL_ABI_VERSION 3u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -41,7 +41,7 @@ extern "C" {
 
 /* Largest scope and module bytes a descriptor may carry. */
 #define NX_DESC_SCOPE_MAX 32u
-#define NX_DESC_DATA_MAX 512u
+#define NX_DESC_DATA_MAX 4096u /* a UCX worker address fits */
 #define NX_PROTO_NAME_MAX 15u
 
 /* A peer's descriptor, as the core shows it to a module. The core has
@@ -155,6 +155,11 @@ struct nx_protocol_ops {
 
   /* Information (optional): the backend library and its version. */
   const char *(*backend_version)(void *state);
+
+  /* ABI 3, optional: what carries endpoint `ep` underneath (for example
+   * the UCX transports it uses), written into buf as one line; returns 0
+   * or a negative code. */
+  int (*endpoint_info)(void *state, void *ep, char *buf, size_t len);
 };
 
 #ifdef __cplusplus
