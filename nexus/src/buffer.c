@@ -26,6 +26,8 @@ enum {
 
 /* The smallest payload room; RSRs that fit share the per-thread cache. */
 #define INLINE_MIN 192
+/* Payloads above this get an allocation of their own. */
+#define INLINE_MAX (64 * 1024)
 
 int nx_format_native(void) {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -83,7 +85,10 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
     cap = INLINE_MIN;
   if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
     return NULL; /* a hint no memory can hold */
-  struct nx_buffer *b = raw_alloc(cap);
+  /* Large payloads live apart from the struct, so growing one is a
+   * realloc, not a second copy beside the first. */
+  int apart = cap > INLINE_MAX;
+  struct nx_buffer *b = raw_alloc(apart ? INLINE_MIN : cap);
   if (b == NULL)
     return NULL;
   /* Every field but the header bytes and the frame (written when sealed or
@@ -92,7 +97,17 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   atomic_init(&b->refs, 1);
   atomic_init(&b->urefs, 0);
   b->data = b->inline_data;
-  b->cap = cap;
+  b->cap = apart ? INLINE_MIN : cap;
+  if (apart) {
+    uint8_t *d = malloc(cap);
+    if (d == NULL) {
+      free(b);
+      return NULL;
+    }
+    b->data = d;
+    b->data_heap = 1;
+    b->cap = cap;
+  }
   b->fmt = (uint8_t)nx_format_native();
   return b;
 }

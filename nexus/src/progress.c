@@ -46,6 +46,11 @@ enum {
 /* After a waiter was seen, the primary keeps out of its way this long: the
  * waiter is usually between two waits of a round-trip loop. */
 #define DEFER_NS 10000
+/* While deferring, the primary spins this long, then yields, then sleeps
+ * in slices of DEFER_SLEEP_MS: the waiter drives, and on a machine with
+ * few cores a spinning primary would take a core its peers need. */
+#define DEFER_SPIN_NS 5000
+#define DEFER_SLEEP_MS 1
 
 /* Fields written by one side and read by the other sit on lines of their
  * own, so that a spinning reader does not slow the writer down. */
@@ -431,6 +436,7 @@ static void primary_loop(void) {
   uint64_t last_work = now_ns();
   uint64_t last_threaded = 0;
   uint64_t last_waiter = 0;
+  uint64_t defer_since = 0;
   while (me.primary && !atomic_load(&eng.stopping)) {
     struct nx_buffer *job = tq_pop();
     if (job != NULL) {
@@ -450,11 +456,24 @@ static void primary_loop(void) {
     if (t - last_waiter < DEFER_NS && t - last_threaded > eng.spin_ns) {
       set_state(PRIMARY_DEFER);
       last_work = t;
-      /* Look at the shared counters rarely: the waiter writes them. */
-      for (int i = 0; i < 16; i++)
-        nxi_cpu_relax();
+      if (defer_since == 0)
+        defer_since = t;
+      uint64_t deferred = t - defer_since;
+      if (deferred < DEFER_SPIN_NS) {
+        /* Look at the shared counters rarely: the waiter writes them. */
+        for (int i = 0; i < 16; i++)
+          nxi_cpu_relax();
+      } else if (deferred < DEFER_SPIN_NS + YIELD_US * 1000ull) {
+        sched_yield();
+      } else {
+        /* Nobody wakes this sleep: it ends by itself, so the waiter's path
+         * carries no system call. */
+        struct timespec ts = {0, DEFER_SLEEP_MS * 1000000L};
+        nanosleep(&ts, NULL);
+      }
       continue;
     }
+    defer_since = 0;
     unsigned gen;
     int n = 0;
     if (drive_begin(&gen)) {
@@ -568,8 +587,12 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       if (drive_begin(&gen)) {
         int n = poll_once(gen);
         drive_end(gen);
-        if (n > 0)
+        if (n > 0) {
+          /* Work came: the wait is busy, not idle; spin on. */
+          start = now_ns();
+          spun_out = 0;
           continue;
+        }
       }
     }
     if ((i & 63) != 0) {

@@ -61,11 +61,16 @@ void nxi_drop(int err, uint64_t context, uint32_t handler) {
 
 /* Core services for modules (nexus/protocol.h). */
 
-static size_t max_frame(void) {
+/* The largest frame a peer may announce: this machine's memory. Computed
+ * once (sysconf(_SC_PHYS_PAGES) is a system call). */
+static size_t max_frame_bytes;
+
+static size_t max_frame(void) { return max_frame_bytes; }
+
+static void compute_max_frame(void) {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || size <= 0)
-    return (size_t)1 << 40;
-  return (size_t)pages * (size_t)size;
+  max_frame_bytes = pages <= 0 || size <= 0 ? (size_t)1 << 40
+                                            : (size_t)pages * (size_t)size;
 }
 
 static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
@@ -274,6 +279,7 @@ int nx_init(int *argc, char ***argv) {
   if (nxi_rt.proc_id == 0)
     nxi_rt.proc_id = 1;
   fill_host_uuid(nxi_rt.host_uuid);
+  compute_max_frame();
   atomic_store(&nxi_rt.drops_logged, 0);
   atomic_store(&nxi_rt.rsr_sent, 0);
   atomic_store(&nxi_rt.rsr_handled, 0);

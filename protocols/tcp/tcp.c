@@ -1,0 +1,616 @@
+/* The tcp protocol module: RSR frames between processes over TCP (libuv), one connection per pair of processes; this file holds the ops table, the peers and the send path. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tcp.h"
+
+/* Threads. send() runs on any thread, concurrently; everything that calls
+ * libuv runs on the driver (progress, init, finalize). A peer's `lock`
+ * guards its send side: the socket of its open connection, the queue of
+ * frames not yet written, the dead flag. A sender with nothing queued
+ * writes straight to the socket (sendmsg, non-blocking, MSG_NOSIGNAL)
+ * under that lock and queues only what the socket did not take; the
+ * driver writes the queue when the socket becomes writable. Because a
+ * frame is written directly only when the queue is empty, and a partly
+ * written frame goes to the head of the queue, frames leave in the order
+ * their send() calls took the lock and their bytes never interleave.
+ * A sender that needs the driver (a frame queued behind nothing, a
+ * connection to open, a dead connection to close) pushes the peer on an
+ * "attention" stack and wakes the core. Lock order: peers_lock, then a
+ * peer's lock; nothing takes peers_lock while holding a peer's lock. */
+
+int tcp_status_to_nx(int status) {
+  switch (status) {
+  case 0: return 0;
+  case -EAGAIN: return NX_EAGAIN;
+  case -ENOMEM:
+  case -ENOBUFS: return NX_ENOMEM;
+  case -EINVAL: return NX_EINVAL;
+  case -EACCES:
+  case -EPERM: return NX_EACCES;
+  case -EADDRINUSE: return NX_EBUSY;
+  case -EADDRNOTAVAIL:
+  case -EAFNOSUPPORT:
+  case -EPROTONOSUPPORT:
+  case -ENETUNREACH:
+  case -EHOSTUNREACH: return NX_EUNREACH;
+  case -ETIMEDOUT: return NX_ETIMEDOUT;
+  case -ECONNRESET: return NX_ECONNRESET;
+  case -EPIPE:
+  case -ECONNREFUSED:
+  case -ECONNABORTED:
+  case -ENOTCONN:
+  case UV_EOF: return NX_EPEERDEAD;
+  case -EMFILE:
+  case -ENFILE: return NX_EAGAIN;
+  default: return NX_EIO;
+  }
+}
+
+/* Frames: module_data[0] links the queue, module_data[1] counts the bytes
+ * already written. */
+
+static nx_frame_t *frame_next(const nx_frame_t *f) { return f->module_data[0]; }
+
+static size_t frame_sent(const nx_frame_t *f) {
+  return (size_t)(uintptr_t)f->module_data[1];
+}
+
+static size_t frame_total(const nx_frame_t *f) {
+  size_t n = 0;
+  for (int i = 0; i < f->iovcnt && i < 2; i++)
+    n += f->iov[i].iov_len;
+  return n;
+}
+
+/* Appends the unsent part of `f` to `iov`; returns the entries used. */
+static int frame_iov(const nx_frame_t *f, struct iovec *iov) {
+  size_t skip = frame_sent(f);
+  int n = 0;
+  for (int i = 0; i < f->iovcnt && i < 2; i++) {
+    size_t len = f->iov[i].iov_len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    iov[n].iov_base = (char *)f->iov[i].iov_base + skip;
+    iov[n].iov_len = len - skip;
+    skip = 0;
+    n++;
+  }
+  return n;
+}
+
+static ssize_t write_iov(int fd, struct iovec *iov, int n) {
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+  ssize_t w;
+  do
+    w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (w < 0 && errno == EINTR);
+  return w;
+}
+
+static void complete(struct tcp *t, nx_frame_t *list, int status) {
+  while (list != NULL) {
+    nx_frame_t *next = frame_next(list);
+    t->core->send_done(list, status);
+    list = next;
+  }
+}
+
+/* Writes queued frames until the queue is empty or the socket is full.
+ * Peer lock held; written frames go to `*done` for send_done after the
+ * unlock. Returns 0, or a negative errno when the connection is broken. */
+#define FLUSH_IOV 64
+static int flush_locked(struct tcp_peer *p, nx_frame_t **done) {
+  while (p->qhead != NULL) {
+    struct iovec iov[FLUSH_IOV];
+    int n = 0;
+    for (nx_frame_t *f = p->qhead; f != NULL && n + 2 <= FLUSH_IOV;
+         f = frame_next(f))
+      n += frame_iov(f, iov + n);
+    ssize_t w = write_iov(p->fd, iov, n);
+    if (w < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+    size_t left = (size_t)w;
+    p->qbytes -= left;
+    while (p->qhead != NULL) {
+      nx_frame_t *f = p->qhead;
+      size_t rest = frame_total(f) - frame_sent(f);
+      if (left < rest) {
+        f->module_data[1] = (void *)(uintptr_t)(frame_sent(f) + left);
+        return 0; /* the socket is full */
+      }
+      left -= rest;
+      p->qhead = frame_next(f);
+      if (p->qhead == NULL)
+        p->qtail = NULL;
+      f->module_data[0] = *done;
+      *done = f;
+    }
+  }
+  return 0;
+}
+
+static void enqueue_locked(struct tcp_peer *p, nx_frame_t *f, size_t unsent) {
+  f->module_data[0] = NULL;
+  if (p->qtail != NULL)
+    p->qtail->module_data[0] = f;
+  else
+    p->qhead = f;
+  p->qtail = f;
+  p->qbytes += unsent;
+}
+
+/* Marks the peer dead: no more writes to its socket (the driver closes
+ * it), no more frames accepted. Returns the frames that were queued. */
+static nx_frame_t *mark_dead_locked(struct tcp_peer *p) {
+  nx_frame_t *q = p->qhead;
+  p->dead = 1;
+  p->fd = -1;
+  p->qhead = p->qtail = NULL;
+  p->qbytes = 0;
+  return q;
+}
+
+static void report(struct tcp *t, struct tcp_peer *p, const char *why) {
+  if (atomic_exchange(&p->reported, 1) || t->finalizing)
+    return;
+  TCP_LOG(t, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
+          p->uuid[3], why);
+  t->core->peer_failed(t, p, NX_EPEERDEAD);
+}
+
+/* Peers. */
+
+static unsigned bucket(const uint8_t *uuid) {
+  return (unsigned)(uuid[0] ^ uuid[5] ^ uuid[11]) % TCP_PEER_BUCKETS;
+}
+
+struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
+  pthread_mutex_lock(&t->peers_lock);
+  struct tcp_peer **head = &t->peers[bucket(uuid)];
+  for (struct tcp_peer *p = *head; p != NULL; p = p->next) {
+    if (memcmp(p->uuid, uuid, TCP_UUID_SIZE) != 0)
+      continue;
+    /* One whose count reached zero belongs to the thread freeing it. */
+    unsigned r = atomic_load(&p->refs);
+    while (r != 0 && !atomic_compare_exchange_weak(&p->refs, &r, r + 1))
+      ;
+    if (r != 0) {
+      pthread_mutex_unlock(&t->peers_lock);
+      return p;
+    }
+  }
+  struct tcp_peer *p = calloc(1, sizeof(*p));
+  if (p == NULL) {
+    pthread_mutex_unlock(&t->peers_lock);
+    return NULL;
+  }
+  pthread_mutex_init(&p->lock, NULL);
+  memcpy(p->uuid, uuid, TCP_UUID_SIZE);
+  atomic_init(&p->refs, 1);
+  p->fd = -1;
+  p->next = *head;
+  *head = p;
+  pthread_mutex_unlock(&t->peers_lock);
+  return p;
+}
+
+/* Whoever drops the last reference frees the peer. By then it has no
+ * connection (each holds a reference) and so nothing queued. */
+void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
+  if (atomic_fetch_sub(&p->refs, 1) != 1)
+    return;
+  pthread_mutex_lock(&t->peers_lock);
+  struct tcp_peer **pp = &t->peers[bucket(p->uuid)];
+  while (*pp != NULL && *pp != p)
+    pp = &(*pp)->next;
+  if (*pp == p)
+    *pp = p->next;
+  pthread_mutex_unlock(&t->peers_lock);
+  complete(t, p->qhead, NX_EPEERDEAD);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+}
+
+/* Asks the driver to look at the peer. The caller holds a reference. */
+static void attend(struct tcp *t, struct tcp_peer *p) {
+  if (atomic_exchange(&p->attn, 1))
+    return; /* already waiting */
+  atomic_fetch_add(&p->refs, 1);
+  struct tcp_peer *head = atomic_load(&t->attn_head);
+  do
+    p->attn_next = head;
+  while (!atomic_compare_exchange_weak(&t->attn_head, &head, p));
+  t->core->wake();
+}
+
+void tcp_peer_open(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c) {
+  c->state = CONN_OPEN;
+  uv_timer_stop(&c->timer);
+  p->conn = c;
+  nx_frame_t *done = NULL;
+  pthread_mutex_lock(&p->lock);
+  p->fd = c->fd;
+  int r = flush_locked(p, &done);
+  int more = p->qhead != NULL;
+  pthread_mutex_unlock(&p->lock);
+  complete(t, done, 0);
+  if (r < 0) {
+    tcp_peer_fail(t, p, strerror(-r));
+    return;
+  }
+  tcp_conn_poll(c, UV_READABLE | (more ? UV_WRITABLE : 0));
+}
+
+void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
+  nx_frame_t *done = NULL;
+  int r = 0, more = 0;
+  pthread_mutex_lock(&p->lock);
+  if (p->fd >= 0) {
+    r = flush_locked(p, &done);
+    more = p->qhead != NULL;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (done != NULL)
+    t->events++;
+  complete(t, done, 0);
+  if (r < 0) {
+    tcp_peer_fail(t, p, strerror(-r));
+    return;
+  }
+  if (p->conn != NULL)
+    tcp_conn_poll(p->conn, UV_READABLE | (more ? UV_WRITABLE : 0));
+}
+
+void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
+  pthread_mutex_lock(&p->lock);
+  nx_frame_t *q = mark_dead_locked(p);
+  pthread_mutex_unlock(&p->lock);
+  if (p->conn != NULL)
+    tcp_conn_close(p->conn);
+  if (p->out != NULL)
+    tcp_conn_close(p->out);
+  /* The peer first, then its RSRs: whoever hears of a lost RSR can find
+   * its destination failed already. */
+  report(t, p, why);
+  complete(t, q, NX_EPEERDEAD);
+}
+
+/* What the driver does for a peer on the attention stack. */
+static void service(struct tcp *t, struct tcp_peer *p) {
+  pthread_mutex_lock(&p->lock);
+  int dead = p->dead, open = p->fd >= 0, queued = p->qhead != NULL;
+  int error = p->error;
+  pthread_mutex_unlock(&p->lock);
+  if (dead) {
+    /* A sender found the connection broken (or it failed before). */
+    if (queued || p->conn != NULL || p->out != NULL ||
+        !atomic_load(&p->reported))
+      tcp_peer_fail(t, p, strerror(error));
+    return;
+  }
+  if (open)
+    tcp_peer_flush(t, p);
+  else if (queued && p->conn == NULL && p->out == NULL)
+    tcp_conn_start(t, p);
+}
+
+static void service_all(struct tcp *t) {
+  if (atomic_load_explicit(&t->attn_head, memory_order_relaxed) == NULL)
+    return;
+  struct tcp_peer *p = atomic_exchange(&t->attn_head, NULL);
+  while (p != NULL) {
+    struct tcp_peer *next = p->attn_next;
+    atomic_store(&p->attn, 0);
+    service(t, p);
+    t->events++;
+    tcp_peer_release(t, p);
+    p = next;
+  }
+}
+
+/* Settings. */
+
+static int env_size(const char *name, size_t def, size_t min, size_t *out,
+                    char *why, size_t why_len) {
+  const char *s = getenv(name);
+  if (s == NULL || s[0] == '\0') {
+    *out = def;
+    return 0;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  unsigned shift = 0;
+  if (*end == 'k' || *end == 'K')
+    shift = 10, end++;
+  else if (*end == 'm' || *end == 'M')
+    shift = 20, end++;
+  else if (*end == 'g' || *end == 'G')
+    shift = 30, end++;
+  if (s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' ||
+      v > (SIZE_MAX >> shift) || (v << shift) < min) {
+    snprintf(why, why_len, "%s=%s: expected a number >= %zu (suffix k, m, g)",
+             name, s, min);
+    return NX_EINVAL;
+  }
+  *out = (size_t)(v << shift);
+  return 0;
+}
+
+/* The ops. */
+
+static void tcp_finalize(void *state);
+
+static int tcp_init(const struct nx_core_api *core, void **state, char *why,
+                    size_t why_len) {
+  struct tcp *t = calloc(1, sizeof(*t));
+  if (t == NULL)
+    return NX_ENOMEM;
+  t->core = core;
+  size_t ms;
+  int r = env_size("NX_TCP_QUEUE_MAX", TCP_QUEUE_MAX_DEFAULT, 1, &t->queue_max,
+                   why, why_len);
+  if (r == 0)
+    r = env_size("NX_TCP_HANDSHAKE_MS", TCP_HANDSHAKE_MS_DEFAULT, 1, &ms, why,
+                 why_len);
+  if (r == 0 && ms > 3600000u) {
+    snprintf(why, why_len, "NX_TCP_HANDSHAKE_MS: at most 3600000");
+    r = NX_EINVAL;
+  }
+  if (r < 0) {
+    free(t);
+    return r;
+  }
+  t->handshake_ms = (unsigned)ms;
+  t->stage = malloc(TCP_STAGE_SIZE);
+  if (t->stage == NULL) {
+    free(t);
+    return NX_ENOMEM;
+  }
+  r = uv_loop_init(&t->loop);
+  if (r < 0) {
+    snprintf(why, why_len, "uv_loop_init: %s", uv_strerror(r));
+    free(t->stage);
+    free(t);
+    return tcp_status_to_nx(r);
+  }
+  pthread_mutex_init(&t->peers_lock, NULL);
+  for (int family = AF_INET; family != 0;
+       family = family == AF_INET ? AF_INET6 : 0) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0)
+      close(fd);
+    *(family == AF_INET ? &t->ipv4_ok : &t->ipv6_ok) = fd >= 0;
+  }
+  snprintf(t->version, sizeof(t->version), "libuv %s", uv_version_string());
+  r = tcp_listeners_open(t, why, why_len);
+  if (r < 0) {
+    tcp_finalize(t);
+    return r;
+  }
+  *state = t;
+  return 0;
+}
+
+static int queues_empty(struct tcp *t) {
+  int empty = 1;
+  pthread_mutex_lock(&t->peers_lock);
+  for (int i = 0; i < TCP_PEER_BUCKETS && empty; i++)
+    for (struct tcp_peer *p = t->peers[i]; p != NULL && empty; p = p->next) {
+      pthread_mutex_lock(&p->lock);
+      empty = p->qhead == NULL || p->dead;
+      pthread_mutex_unlock(&p->lock);
+    }
+  pthread_mutex_unlock(&t->peers_lock);
+  return empty;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int tcp_progress(void *state);
+
+/* Runs after the core stopped its progress engine and disconnected every
+ * endpoint. Frames still queued get up to TCP_LINGER_MS to leave (a last
+ * reply is often sent just before nx_finalize); frames that arrive meanwhile
+ * are dropped, peers that fail are not reported. Then everything closes. */
+static void tcp_finalize(void *state) {
+  struct tcp *t = state;
+  t->finalizing = 1;
+  uint64_t deadline = now_ms() + TCP_LINGER_MS;
+  while (t->nlisten > 0 && !queues_empty(t) && now_ms() < deadline) {
+    tcp_progress(t);
+    struct pollfd pfd = {.fd = uv_backend_fd(&t->loop), .events = POLLIN};
+    poll(&pfd, 1, 10);
+  }
+  tcp_listeners_close(t);
+  pthread_mutex_lock(&t->peers_lock);
+  for (int i = 0; i < TCP_PEER_BUCKETS; i++)
+    for (struct tcp_peer *p = t->peers[i]; p != NULL; p = p->next) {
+      pthread_mutex_lock(&p->lock);
+      nx_frame_t *q = mark_dead_locked(p);
+      pthread_mutex_unlock(&p->lock);
+      if (q != NULL)
+        TCP_LOG(t, 1, "finalize: dropping frames that could not be sent");
+      complete(t, q, NX_EFINALIZED);
+    }
+  pthread_mutex_unlock(&t->peers_lock);
+  service_all(t); /* drops the references the stack holds */
+  /* Closing frees nothing yet (libuv calls back later), so the list stays
+   * walkable. */
+  for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
+    tcp_conn_close(c);
+  uv_run(&t->loop, UV_RUN_DEFAULT); /* until every handle is closed */
+  if (uv_loop_close(&t->loop) != 0)
+    TCP_LOG(t, 0, "finalize: libuv handles still open");
+  for (int i = 0; i < TCP_PEER_BUCKETS; i++)
+    while (t->peers[i] != NULL) { /* only if the core kept an endpoint */
+      struct tcp_peer *p = t->peers[i];
+      t->peers[i] = p->next;
+      pthread_mutex_destroy(&p->lock);
+      free(p);
+    }
+  pthread_mutex_destroy(&t->peers_lock);
+  free(t->stage);
+  free(t);
+}
+
+static int tcp_descriptor(void *state, struct nx_desc_buf *out) {
+  tcp_desc_encode(state, out);
+  return 0;
+}
+
+static int tcp_reachable(void *state, const struct nx_desc *peer) {
+  struct tcp *t = state;
+  struct tcp_desc d;
+  if (tcp_desc_decode(t, peer, &d) < 0 ||
+      memcmp(d.uuid, t->core->process_uuid, TCP_UUID_SIZE) == 0)
+    return NX_EUNREACH; /* this process: the local module's */
+  return TCP_COST;
+}
+
+static int tcp_connect(void *state, const struct nx_desc *peer, void **ep) {
+  struct tcp *t = state;
+  struct tcp_desc d;
+  if (tcp_desc_decode(t, peer, &d) < 0 ||
+      memcmp(d.uuid, t->core->process_uuid, TCP_UUID_SIZE) == 0)
+    return NX_EUNREACH;
+  struct tcp_peer *p = tcp_peer_get(t, d.uuid);
+  if (p == NULL)
+    return NX_ENOMEM;
+  pthread_mutex_lock(&p->lock);
+  if (p->naddr == 0) {
+    memcpy(p->addr, d.addr, sizeof(d.addr[0]) * (size_t)d.naddr);
+    p->naddr = d.naddr;
+  }
+  pthread_mutex_unlock(&p->lock);
+  *ep = p;
+  return 0;
+}
+
+static void tcp_disconnect(void *state, void *ep) {
+  tcp_peer_release(state, ep);
+}
+
+static int tcp_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
+  (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
+  struct tcp *t = state;
+  struct tcp_peer *p = ep;
+  size_t total = frame_total(frame);
+  frame->module_data[0] = NULL;
+  frame->module_data[1] = NULL;
+  pthread_mutex_lock(&p->lock);
+  if (p->dead) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EPEERDEAD;
+  }
+  if (p->qhead == NULL && p->fd >= 0) {
+    /* The fast path: straight to the socket. */
+    size_t sent = 0;
+    ssize_t w = 0;
+    while (sent < total) {
+      struct iovec iov[2];
+      int n = frame_iov(frame, iov);
+      w = write_iov(p->fd, iov, n);
+      if (w <= 0)
+        break;
+      sent += (size_t)w;
+      frame->module_data[1] = (void *)(uintptr_t)sent;
+    }
+    if (sent == total) {
+      pthread_mutex_unlock(&p->lock);
+      t->core->send_done(frame, 0);
+      return 0;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      /* No more writes; the driver fails the queue, closes the
+       * connection and reports the peer. */
+      p->dead = 1;
+      p->fd = -1;
+      p->error = errno;
+      pthread_mutex_unlock(&p->lock);
+      attend(t, p);
+      return NX_EPEERDEAD;
+    }
+    enqueue_locked(p, frame, total - sent);
+    pthread_mutex_unlock(&p->lock);
+    attend(t, p); /* the driver polls for writable */
+    return 0;
+  }
+  if (p->qhead != NULL && p->qbytes + total > t->queue_max) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EAGAIN;
+  }
+  int first = p->qhead == NULL;
+  enqueue_locked(p, frame, total);
+  pthread_mutex_unlock(&p->lock);
+  /* Behind other frames, the driver is already at work on this peer. */
+  if (first)
+    attend(t, p);
+  return 0;
+}
+
+static int tcp_progress(void *state) {
+  struct tcp *t = state;
+  t->events = 0;
+  t->watch_changed = 0;
+  t->budget = TCP_DELIVER_MAX;
+  service_all(t);
+  if (t->nleft > 0)
+    tcp_conn_read_left(t);
+  /* While frames keep coming on one connection, read it straight away:
+   * one system call instead of libuv's epoll_wait and then the read. Now
+   * and then libuv runs anyway, for everything else. */
+  if (t->hot != NULL && !t->watch_changed && ++t->hot_streak < TCP_HOT_MAX) {
+    tcp_conn_read_hot(t);
+    return t->events;
+  }
+  t->hot_streak = 0;
+  uv_run(&t->loop, UV_RUN_NOWAIT);
+  /* libuv registers new interest in its epoll set only at its next poll:
+   * run again so the core never sleeps on a set that lacks it. */
+  for (int i = 0; i < 4 && t->watch_changed; i++) {
+    t->watch_changed = 0;
+    uv_run(&t->loop, UV_RUN_NOWAIT);
+  }
+  return t->events;
+}
+
+static int tcp_wait_fd(void *state) {
+  struct tcp *t = state;
+  return uv_backend_fd(&t->loop);
+}
+
+static const char *tcp_backend_version(void *state) {
+  struct tcp *t = state;
+  return t->version;
+}
+
+NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
+    .abi_version = NX_PROTOCOL_ABI_VERSION,
+    .name = TCP_NAME,
+    .wire_version = TCP_WIRE_VERSION,
+    .cost = TCP_COST,
+    .init = tcp_init,
+    .finalize = tcp_finalize,
+    .descriptor = tcp_descriptor,
+    .reachable = tcp_reachable,
+    .connect = tcp_connect,
+    .disconnect = tcp_disconnect,
+    .send = tcp_send,
+    .progress = tcp_progress,
+    .wait_fd = tcp_wait_fd,
+    .backend_version = tcp_backend_version,
+};

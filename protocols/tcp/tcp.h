@@ -1,0 +1,237 @@
+/* Private declarations of the tcp protocol module, shared by its three source files. */
+#ifndef NX_PROTO_TCP_H
+#define NX_PROTO_TCP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "nexus/protocol.h"
+
+/* The files:
+ *   tcp.c       the ops table, peers (one per remote process) and the send
+ *               path, which any thread may take;
+ *   tcp_conn.c  connections: connect, accept, handshake, reading frames,
+ *               closing; driver only;
+ *   tcp_addr.c  addresses: NX_TCP_LISTEN, the listening sockets and the
+ *               descriptor encoding.
+ * "Driver only" means: called from progress() (or init/finalize), which the
+ * core runs on one thread at a time. Only driver-only code calls libuv. */
+
+#define TCP_NAME "tcp"
+#define TCP_COST 40
+#define TCP_WIRE_VERSION 1
+
+/* Descriptor data (docs/tcp.md): u8 version, u8 flags, 16-byte process
+ * uuid, u8 count, then per address u8 family (4 or 6), u16 port (network
+ * order), 4 or 16 address bytes (network order). */
+#define TCP_DESC_VERSION 1
+#define TCP_DESC_HEAD 19
+#define TCP_MAX_ADDRS 16
+#define TCP_UUID_SIZE 16
+
+/* Handshake (docs/tcp.md). The client's hello: "NXT1", u16 version (LE),
+ * the key, its process uuid. The server's answer: "NXT1", u16 version,
+ * u16 status, its process uuid. */
+#define TCP_MAGIC "NXT1"
+#define TCP_HS_VERSION 1
+#define TCP_HELLO_SIZE (4 + 2 + NX_KEY_SIZE + TCP_UUID_SIZE)
+#define TCP_ANSWER_SIZE (4 + 2 + 2 + TCP_UUID_SIZE)
+enum tcp_answer {
+  TCP_ANSWER_ACCEPT = 0, /* this connection carries the pair's frames */
+  TCP_ANSWER_RETRY = 1,  /* refused: the connection I opened wins */
+  TCP_ANSWER_GONE = 2    /* refused: you count as dead here, or as
+                            already connected */
+};
+
+#define TCP_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
+#define TCP_HANDSHAKE_MS_DEFAULT 5000u
+/* Accepted connections still in their handshake; more are closed at once. */
+#define TCP_MAX_HANDSHAKING 128
+/* Bytes read ahead of the current header or payload in one readv. */
+#define TCP_STAGE_SIZE 65536
+/* At most this many readv calls per connection per progress call. */
+#define TCP_READ_ROUNDS 16
+/* Frames one progress call delivers at most: about what the core
+ * dispatches per round, so a peer that floods small frames fills its own
+ * socket buffers, not our memory. */
+#define TCP_DELIVER_MAX 64
+/* Progress calls in a row that may read the hot connection without libuv. */
+#define TCP_HOT_MAX 8
+/* Reads that find nothing before the hot connection is forgotten. */
+#define TCP_HOT_IDLE 64
+/* How long finalize keeps flushing queued frames. */
+#define TCP_LINGER_MS 2000u
+#define TCP_PEER_BUCKETS 64
+
+/* One address: family AF_INET or AF_INET6, port in host order, the address
+ * bytes in network order (4 or 16 used). */
+struct tcp_addr {
+  int family;
+  uint16_t port;
+  uint8_t bytes[16];
+};
+
+/* A peer's descriptor, decoded and filtered to the addresses this process
+ * can use, in the order to try them. */
+struct tcp_desc {
+  uint8_t uuid[TCP_UUID_SIZE];
+  int naddr;
+  struct tcp_addr addr[TCP_MAX_ADDRS];
+};
+
+struct tcp;
+
+struct tcp_listener {
+  uv_poll_t poll;
+  int fd;
+  int wildcard; /* bound to 0.0.0.0 or :: */
+  struct tcp_addr addr;
+  struct tcp *t;
+};
+
+/* Another process: the endpoint connect() returns, shared by every
+ * destination in that process, and created too by an accepted connection.
+ * Reference counted: one per connect(), per connection that points at it,
+ * and while it waits for the driver's attention. */
+struct tcp_peer {
+  pthread_mutex_t lock;
+  uint8_t uuid[TCP_UUID_SIZE];
+  atomic_uint refs;
+  struct tcp_peer *next; /* hash chain, under tcp.peers_lock */
+
+  /* Under `lock`: the send side. `fd` is the open connection's socket, or
+   * -1; senders write to it directly when nothing is queued. */
+  int fd;
+  int dead;
+  int error;                 /* errno a sender met writing, for the log */
+  nx_frame_t *qhead, *qtail; /* module_data[0]: next; [1]: bytes sent */
+  size_t qbytes;             /* unsent bytes in the queue */
+  int naddr;
+  struct tcp_addr addr[TCP_MAX_ADDRS];
+
+  /* Waiting for the driver: set by whoever pushes it on tcp.attn_head. */
+  atomic_int attn;
+  struct tcp_peer *attn_next;
+  atomic_int reported; /* peer_failed was called */
+
+  /* Driver only. */
+  struct tcp_conn *conn; /* the open connection (fd above is its socket) */
+  struct tcp_conn *out;  /* our connection attempt, not yet answered */
+};
+
+enum tcp_conn_state {
+  CONN_CONNECTING, /* client: TCP connect in progress */
+  CONN_HELLO_SENT, /* client: waiting for the answer */
+  CONN_WAIT_HELLO, /* server: waiting for the client's hello */
+  CONN_WAIT_PEER,  /* client, refused: waiting for the peer to connect to us
+                     (no socket; only the timer runs) */
+  CONN_OPEN,       /* carries frames */
+  CONN_CLOSING
+};
+
+/* One TCP connection (or, in CONN_WAIT_PEER, a placeholder for one). */
+struct tcp_conn {
+  struct tcp *t;
+  uv_poll_t poll;
+  uv_timer_t timer;
+  int handles; /* libuv handles still to be closed */
+  int fd;
+  int state;
+  int next_addr;         /* client: index of the next address to try */
+  struct tcp_peer *peer; /* holds a reference; NULL before the hello */
+  int events;            /* UV_READABLE / UV_WRITABLE being polled */
+
+  uint8_t hs_in[TCP_HELLO_SIZE]; /* handshake bytes read so far */
+  size_t hs_in_len;
+  uint8_t hs_out[TCP_HELLO_SIZE]; /* client: hello bytes still to write */
+  size_t hs_out_len, hs_out_off;
+
+  uint8_t hdr[NX_FRAME_HDR_SIZE]; /* the frame header being read */
+  size_t hdr_len;
+  nx_frame_t *rx; /* the frame whose payload is being read */
+  size_t rx_off;
+  /* Read-ahead left over when the delivery budget ran out; consumed before
+   * the socket is read again. */
+  uint8_t *left;
+  size_t left_len, left_off;
+
+  struct tcp_conn *prev, *next; /* tcp.conns */
+};
+
+/* The module's state, one per nx_init. */
+struct tcp {
+  const struct nx_core_api *core;
+  uv_loop_t loop;
+  int ipv4_ok, ipv6_ok;
+  size_t queue_max;
+  unsigned handshake_ms;
+
+  int nlisten;
+  struct tcp_listener listen[TCP_MAX_ADDRS];
+  int nadvert; /* the addresses in our descriptor */
+  struct tcp_addr advert[TCP_MAX_ADDRS];
+
+  pthread_mutex_t peers_lock;
+  struct tcp_peer *peers[TCP_PEER_BUCKETS];
+  /* Peers that need the driver (a stack; each entry holds a reference). */
+  struct tcp_peer *_Atomic attn_head;
+
+  /* Driver only. */
+  struct tcp_conn *conns;
+  int handshaking;      /* accepted connections before their hello */
+  int events;           /* work done in the current progress call */
+  int watch_changed;    /* a callback changed what libuv polls */
+  int finalizing;       /* in finalize: no more deliveries or reports */
+  int budget;           /* frames this progress call may still deliver */
+  int nleft;            /* connections holding read-ahead */
+  struct tcp_conn *hot; /* the connection that delivered the last frame */
+  int hot_streak;       /* progress calls served by it without libuv */
+  int hot_idle;         /* reads of it in a row that found nothing */
+  uint8_t *stage;       /* TCP_STAGE_SIZE bytes of read-ahead */
+  char version[64];
+};
+
+/* tcp.c */
+int tcp_status_to_nx(int status);
+/* Finds the peer with `uuid` or adds one; returns it with a reference, or
+ * NULL when out of memory. */
+struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid);
+void tcp_peer_release(struct tcp *t, struct tcp_peer *p);
+/* Driver only: `c` (the peer's, answered or accepted) now carries the
+ * peer's frames; flushes what was queued. */
+void tcp_peer_open(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c);
+/* Driver only: writes queued frames after the socket became writable. */
+void tcp_peer_flush(struct tcp *t, struct tcp_peer *p);
+/* Driver only: the peer is dead; fails its queue, closes its connections,
+ * reports it once. */
+void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why);
+
+/* tcp_conn.c */
+void tcp_conn_on_listen(uv_poll_t *handle, int status, int events);
+/* Starts connecting to the peer; fails the peer if no address works. */
+void tcp_conn_start(struct tcp *t, struct tcp_peer *p);
+void tcp_conn_close(struct tcp_conn *c);
+void tcp_conn_poll(struct tcp_conn *c, int events);
+/* Reads the hot connection without asking libuv; returns 1 if it
+ * delivered something. */
+int tcp_conn_read_hot(struct tcp *t);
+/* Delivers read-ahead that a connection kept when the budget ran out. */
+void tcp_conn_read_left(struct tcp *t);
+
+/* tcp_addr.c */
+int tcp_listeners_open(struct tcp *t, char *why, size_t why_len);
+void tcp_listeners_close(struct tcp *t);
+void tcp_desc_encode(const struct tcp *t, struct nx_desc_buf *out);
+int tcp_desc_decode(const struct tcp *t, const struct nx_desc *d,
+                    struct tcp_desc *out);
+socklen_t tcp_addr_sockaddr(const struct tcp_addr *a,
+                            struct sockaddr_storage *ss);
+void tcp_addr_format(const struct tcp_addr *a, char *buf, size_t len);
+
+#define TCP_LOG(t, level, ...) (t)->core->log((level), TCP_NAME, __VA_ARGS__)
+
+#endif /* NX_PROTO_TCP_H */

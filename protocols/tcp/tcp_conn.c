@@ -1,0 +1,724 @@
+/* Connections of the tcp module: connecting and accepting, the handshake, reading frames, timeouts and closing; all on the driver. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "tcp.h"
+
+/* Who keeps which connection. Each pair of processes uses one connection,
+ * opened when the first frame is to be sent. A client sends its hello and
+ * waits for the answer before it writes any frame; the server answers
+ * ACCEPT only when the connection is to carry the pair's frames. When both
+ * processes connect at once, the connection opened by the process with the
+ * lower uuid wins: the server of the other one answers RETRY (the client
+ * then waits for the winner's hello, at most the handshake timeout), or,
+ * if it is the lower one itself, drops its own attempt and accepts. So no
+ * frame ever travels on a connection that loses, and every frame from one
+ * process to another goes, in order, through the one connection that
+ * won. Losing that connection means the peer is dead: there is no
+ * reconnection. */
+
+static void on_io(uv_poll_t *handle, int status, int events);
+static void on_timer(uv_timer_t *handle);
+static void read_frames(struct tcp_conn *c);
+
+static void on_closed(uv_handle_t *handle) {
+  struct tcp_conn *c = handle->data;
+  if (--c->handles > 0)
+    return;
+  struct tcp *t = c->t;
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    t->conns = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  if (c->peer != NULL)
+    tcp_peer_release(t, c->peer);
+  free(c);
+}
+
+/* A connection on socket `fd` (-1 for a placeholder), its handshake timer
+ * started. On failure closes `fd` and returns NULL. */
+static struct tcp_conn *conn_new(struct tcp *t, int fd, int state) {
+  struct tcp_conn *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  c->t = t;
+  c->fd = -1;
+  c->state = state;
+  c->next = t->conns;
+  if (t->conns != NULL)
+    t->conns->prev = c;
+  t->conns = c;
+  uv_timer_init(&t->loop, &c->timer);
+  c->timer.data = c;
+  c->handles = 1;
+  if (fd >= 0) {
+    int r = uv_poll_init(&t->loop, &c->poll, fd);
+    if (r < 0) {
+      TCP_LOG(t, 0, "uv_poll_init: %s", uv_strerror(r));
+      close(fd);
+      c->state = CONN_OPEN; /* not WAIT_HELLO: nothing to count down */
+      tcp_conn_close(c);
+      return NULL;
+    }
+    c->poll.data = c;
+    c->handles++;
+    c->fd = fd;
+  }
+  uv_timer_start(&c->timer, on_timer, t->handshake_ms, 0);
+  return c;
+}
+
+void tcp_conn_close(struct tcp_conn *c) {
+  if (c->state == CONN_CLOSING)
+    return;
+  struct tcp *t = c->t;
+  if (c->state == CONN_WAIT_HELLO)
+    t->handshaking--;
+  c->state = CONN_CLOSING;
+  if (t->hot == c)
+    t->hot = NULL;
+  struct tcp_peer *p = c->peer;
+  if (p != NULL && p->conn == c) {
+    pthread_mutex_lock(&p->lock);
+    p->fd = -1; /* senders stop writing before the socket goes */
+    pthread_mutex_unlock(&p->lock);
+    p->conn = NULL;
+  }
+  if (p != NULL && p->out == c)
+    p->out = NULL;
+  if (c->rx != NULL) {
+    t->core->frame_free(c->rx);
+    c->rx = NULL;
+  }
+  if (c->left != NULL) {
+    free(c->left);
+    c->left = NULL;
+    t->nleft--;
+  }
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_closed);
+  if (c->fd >= 0) {
+    /* uv_close stops polling the fd at once, so it can go now. */
+    uv_close((uv_handle_t *)&c->poll, on_closed);
+    close(c->fd);
+    c->fd = -1;
+  }
+  t->events++;
+}
+
+void tcp_conn_poll(struct tcp_conn *c, int events) {
+  if (c->state == CONN_CLOSING || c->fd < 0 || c->events == events)
+    return;
+  if (events == 0)
+    uv_poll_stop(&c->poll);
+  else
+    uv_poll_start(&c->poll, events, on_io);
+  c->events = events;
+  c->t->watch_changed = 1;
+}
+
+/* A peer sent something malformed before it had a peer object: count it,
+ * drop it. */
+static void drop_bad(struct tcp_conn *c, const char *why) {
+  c->t->core->bad_peer(TCP_NAME, why);
+  tcp_conn_close(c);
+}
+
+static void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int key_equal(const uint8_t *a, const uint8_t *b) {
+  volatile uint8_t diff = 0; /* constant time: no early exit */
+  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
+    diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+static void put_le16(uint8_t *p, unsigned v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+
+static unsigned get_le16(const uint8_t *p) {
+  return (unsigned)p[0] | (unsigned)p[1] << 8;
+}
+
+/* Connecting. */
+
+/* Tries the peer's addresses from `index` on until a connect starts; fails
+ * the peer when none is left. */
+static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
+  for (;; index++) {
+    struct tcp_addr a;
+    pthread_mutex_lock(&p->lock);
+    int have = index < p->naddr && !p->dead;
+    if (have)
+      a = p->addr[index];
+    pthread_mutex_unlock(&p->lock);
+    if (!have) {
+      tcp_peer_fail(t, p,
+                    index == 0 ? "no address to connect to"
+                               : "cannot connect to any of its addresses");
+      return;
+    }
+    char text[64];
+    tcp_addr_format(&a, text, sizeof(text));
+    int fd = socket(a.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      TCP_LOG(t, 1, "socket for %s: %s", text, strerror(errno));
+      continue;
+    }
+    set_nodelay(fd);
+    struct sockaddr_storage ss;
+    socklen_t sl = tcp_addr_sockaddr(&a, &ss);
+    if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+      TCP_LOG(t, 1, "connect to %s: %s", text, strerror(errno));
+      close(fd);
+      continue;
+    }
+    struct tcp_conn *c = conn_new(t, fd, CONN_CONNECTING);
+    if (c == NULL) {
+      tcp_peer_fail(t, p, "out of memory");
+      return;
+    }
+    atomic_fetch_add(&p->refs, 1);
+    c->peer = p;
+    c->next_addr = index + 1;
+    p->out = c;
+    tcp_conn_poll(c, UV_WRITABLE);
+    TCP_LOG(t, 2, "connecting to %s", text);
+    return;
+  }
+}
+
+void tcp_conn_start(struct tcp *t, struct tcp_peer *p) { try_connect(t, p, 0); }
+
+/* A connect attempt failed before the handshake: the next address. */
+static void connect_failed(struct tcp_conn *c, const char *why) {
+  struct tcp *t = c->t;
+  struct tcp_peer *p = c->peer; /* c's reference lasts until it is freed */
+  int next = c->next_addr;
+  TCP_LOG(t, 1, "connect: %s", why);
+  tcp_conn_close(c);
+  try_connect(t, p, next);
+}
+
+static void write_hello(struct tcp_conn *c) {
+  while (c->hs_out_off < c->hs_out_len) {
+    ssize_t n =
+        send(c->fd, c->hs_out + c->hs_out_off, c->hs_out_len - c->hs_out_off,
+             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      tcp_conn_poll(c, UV_READABLE | UV_WRITABLE);
+      return;
+    }
+    if (n < 0) {
+      tcp_peer_fail(c->t, c->peer, strerror(errno));
+      return;
+    }
+    c->hs_out_off += (size_t)n;
+  }
+  tcp_conn_poll(c, UV_READABLE);
+}
+
+static void connected(struct tcp_conn *c) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+    err = errno;
+  if (err != 0) {
+    connect_failed(c, strerror(err));
+    return;
+  }
+  struct tcp *t = c->t;
+  uint8_t *h = c->hs_out;
+  memcpy(h, TCP_MAGIC, 4);
+  put_le16(h + 4, TCP_HS_VERSION);
+  memcpy(h + 6, t->core->key, NX_KEY_SIZE);
+  memcpy(h + 6 + NX_KEY_SIZE, t->core->process_uuid, TCP_UUID_SIZE);
+  c->hs_out_len = TCP_HELLO_SIZE;
+  c->hs_out_off = 0;
+  c->state = CONN_HELLO_SENT;
+  t->events++;
+  write_hello(c);
+}
+
+/* The connection broke (EOF, reset, poll error), in any state. */
+static void conn_lost(struct tcp_conn *c, const char *why) {
+  struct tcp *t = c->t;
+  char line[160];
+  switch (c->state) {
+  case CONN_WAIT_HELLO:
+    if (c->hs_in_len > 0) {
+      snprintf(line, sizeof(line), "connection lost during the handshake: %s",
+               why);
+      drop_bad(c, line);
+    } else {
+      TCP_LOG(t, 1, "a connection closed before its handshake: %s", why);
+      tcp_conn_close(c);
+    }
+    return;
+  case CONN_CONNECTING: connect_failed(c, why); return;
+  case CONN_HELLO_SENT:
+    snprintf(line, sizeof(line),
+             "connection lost during the handshake (a wrong key?): %s", why);
+    tcp_peer_fail(t, c->peer, line);
+    return;
+  case CONN_OPEN:
+    if (c->rx != NULL || c->hdr_len > 0)
+      t->core->bad_peer(TCP_NAME, "connection lost in the middle of a frame");
+    tcp_peer_fail(t, c->peer, why);
+    return;
+  default: tcp_conn_close(c);
+  }
+}
+
+static void lost_errno(struct tcp_conn *c, ssize_t n) {
+  conn_lost(c, n == 0 ? "closed the connection" : strerror(errno));
+}
+
+/* The handshake. */
+
+/* Reads handshake bytes until `want` are in. Returns 1 when complete, 0
+ * when more must come, -1 when the connection is gone. */
+static int read_handshake(struct tcp_conn *c, size_t want) {
+  ssize_t n;
+  do
+    n = recv(c->fd, c->hs_in + c->hs_in_len, want - c->hs_in_len, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return 0;
+  if (n <= 0) {
+    lost_errno(c, n);
+    return -1;
+  }
+  c->t->events++;
+  c->hs_in_len += (size_t)n;
+  return c->hs_in_len == want;
+}
+
+/* Server: the client's hello is in. Checks it, picks ACCEPT, RETRY or
+ * GONE (see the top of this file) and answers. */
+static void hello_received(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  const uint8_t *h = c->hs_in;
+  const uint8_t *uuid = h + 6 + NX_KEY_SIZE;
+  char line[96];
+  if (memcmp(h, TCP_MAGIC, 4) != 0) {
+    drop_bad(c, "handshake: bad magic");
+    return;
+  }
+  if (get_le16(h + 4) != TCP_HS_VERSION) {
+    snprintf(line, sizeof(line), "handshake: unsupported version %u",
+             get_le16(h + 4));
+    drop_bad(c, line);
+    return;
+  }
+  if (!key_equal(h + 6, t->core->key)) {
+    drop_bad(c, "handshake: wrong key");
+    return;
+  }
+  if (memcmp(uuid, t->core->process_uuid, TCP_UUID_SIZE) == 0) {
+    drop_bad(c, "handshake: the peer claims this process's identity");
+    return;
+  }
+  struct tcp_peer *p = tcp_peer_get(t, uuid);
+  if (p == NULL) {
+    tcp_conn_close(c);
+    return;
+  }
+  c->peer = p;
+  pthread_mutex_lock(&p->lock);
+  int dead = p->dead;
+  pthread_mutex_unlock(&p->lock);
+  unsigned status = TCP_ANSWER_ACCEPT;
+  if (dead || p->conn != NULL)
+    status = TCP_ANSWER_GONE;
+  else if (p->out != NULL &&
+           memcmp(uuid, t->core->process_uuid, TCP_UUID_SIZE) > 0)
+    status = TCP_ANSWER_RETRY; /* ours, opened by the lower uuid, wins */
+  uint8_t a[TCP_ANSWER_SIZE];
+  memcpy(a, TCP_MAGIC, 4);
+  put_le16(a + 4, TCP_HS_VERSION);
+  put_le16(a + 6, status);
+  memcpy(a + 8, t->core->process_uuid, TCP_UUID_SIZE);
+  /* A new socket's buffer always takes the 24 bytes at once. */
+  ssize_t n = send(c->fd, a, sizeof(a), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != (ssize_t)sizeof(a)) {
+    TCP_LOG(t, 1, "cannot answer a handshake: %s",
+            n < 0 ? strerror(errno) : "short write");
+    tcp_conn_close(c);
+    return;
+  }
+  if (status != TCP_ANSWER_ACCEPT) {
+    TCP_LOG(t, 1, "refused a connection from a peer (%s)",
+            status == TCP_ANSWER_RETRY
+                ? "both connected at once: ours wins"
+                : "it counts as dead here, or is connected already");
+    tcp_conn_close(c);
+    return;
+  }
+  if (p->out != NULL) {
+    TCP_LOG(t, 1, "both connected at once: the peer's connection wins");
+    tcp_conn_close(p->out); /* our attempt carried nothing */
+  }
+  TCP_LOG(t, 2, "accepted a connection from peer %02x%02x%02x%02x", uuid[0],
+          uuid[1], uuid[2], uuid[3]);
+  t->handshaking--;
+  tcp_peer_open(t, p, c);
+}
+
+/* Client: the server's answer is in. */
+static void answer_received(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  struct tcp_peer *p = c->peer;
+  const uint8_t *a = c->hs_in;
+  if (memcmp(a, TCP_MAGIC, 4) != 0 || get_le16(a + 4) != TCP_HS_VERSION ||
+      get_le16(a + 6) > TCP_ANSWER_GONE) {
+    t->core->bad_peer(TCP_NAME, "malformed handshake answer");
+    tcp_peer_fail(t, p, "malformed handshake answer");
+    return;
+  }
+  if (memcmp(a + 8, p->uuid, TCP_UUID_SIZE) != 0) {
+    tcp_peer_fail(t, p, "another process answers at its address");
+    return;
+  }
+  switch (get_le16(a + 6)) {
+  case TCP_ANSWER_ACCEPT:
+    TCP_LOG(t, 2, "connected to peer %02x%02x%02x%02x", p->uuid[0], p->uuid[1],
+            p->uuid[2], p->uuid[3]);
+    p->out = NULL;
+    if (p->conn != NULL) {
+      tcp_conn_close(c); /* cannot happen with a peer that follows the rules */
+      return;
+    }
+    tcp_peer_open(t, p, c);
+    return;
+  case TCP_ANSWER_RETRY: {
+    tcp_conn_close(c);
+    if (p->conn != NULL)
+      return; /* its connection is here already */
+    struct tcp_conn *w = conn_new(t, -1, CONN_WAIT_PEER);
+    if (w == NULL) {
+      tcp_peer_fail(t, p, "out of memory");
+      return;
+    }
+    atomic_fetch_add(&p->refs, 1);
+    w->peer = p;
+    p->out = w;
+    return;
+  }
+  default: tcp_peer_fail(t, p, "the peer refused the connection");
+  }
+}
+
+static void read_hello(struct tcp_conn *c) {
+  int r = read_handshake(c, TCP_HELLO_SIZE);
+  if (r < 0)
+    return;
+  /* Garbage shows in the first bytes: no need to wait for more. */
+  if (c->hs_in_len >= 4 && memcmp(c->hs_in, TCP_MAGIC, 4) != 0) {
+    drop_bad(c, "handshake: bad magic");
+    return;
+  }
+  if (r == 0)
+    return;
+  hello_received(c);
+  if (c->state == CONN_OPEN)
+    read_frames(c); /* frames may follow the hello at once */
+}
+
+static void read_answer(struct tcp_conn *c) {
+  if (read_handshake(c, TCP_ANSWER_SIZE) <= 0)
+    return;
+  answer_received(c);
+  if (c->state == CONN_OPEN)
+    read_frames(c);
+}
+
+/* Frames. The bytes of the header or payload being read go straight to
+ * where they belong (the payload into the frame frame_alloc returned);
+ * the same readv also takes up to TCP_STAGE_SIZE bytes that follow, which
+ * saves a system call per small frame; those are copied out before the
+ * next read. */
+
+static void deliver(struct tcp_conn *c, nx_frame_t *f) {
+  if (c->t->finalizing) {
+    c->t->core->frame_free(f); /* the core no longer dispatches */
+    return;
+  }
+  c->t->core->frame_deliver(f);
+  c->t->events++;
+  c->t->budget--;
+  c->t->hot = c;
+}
+
+int tcp_conn_read_hot(struct tcp *t) {
+  struct tcp_conn *c = t->hot;
+  if (c == NULL || c->state != CONN_OPEN)
+    return 0;
+  int before = t->events;
+  read_frames(c);
+  if (t->events > before) {
+    t->hot_idle = 0;
+    return 1;
+  }
+  /* Quiet for a while: back to libuv alone, so that a driver woken for
+   * another socket does not read this one first. */
+  if (++t->hot_idle >= TCP_HOT_IDLE) {
+    t->hot = NULL;
+    t->hot_idle = 0;
+  }
+  return 0;
+}
+
+static int header_done(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  nx_frame_t *f;
+  c->hdr_len = 0;
+  int r = t->core->frame_alloc(c->hdr, &f);
+  if (r < 0) {
+    /* NX_EPROTO is counted by the core already: no bad_peer. */
+    tcp_peer_fail(t, c->peer,
+                  r == NX_EPROTO ? "sent a malformed frame header"
+                                 : "no memory for a frame it sent");
+    return -1;
+  }
+  if (f->iov[1].iov_len == 0) {
+    deliver(c, f);
+    return 0;
+  }
+  c->rx = f;
+  c->rx_off = 0;
+  return 0;
+}
+
+/* `n` more bytes of the current header or payload are in place. */
+static int rx_advance(struct tcp_conn *c, size_t n) {
+  if (n == 0)
+    return 0;
+  if (c->rx == NULL) {
+    c->hdr_len += n;
+    return c->hdr_len == NX_FRAME_HDR_SIZE ? header_done(c) : 0;
+  }
+  c->rx_off += n;
+  if (c->rx_off == c->rx->iov[1].iov_len) {
+    nx_frame_t *f = c->rx;
+    c->rx = NULL;
+    deliver(c, f);
+  }
+  return 0;
+}
+
+/* Consumes read-ahead bytes; stops at a frame boundary once the budget is
+ * spent. Returns the bytes used, or -1 when the connection is gone. */
+static ssize_t rx_copy(struct tcp_conn *c, const uint8_t *p, size_t n) {
+  size_t used = 0;
+  while (used < n) {
+    if (c->t->budget <= 0 && c->rx == NULL && c->hdr_len == 0)
+      break;
+    size_t k;
+    if (c->rx == NULL) {
+      k = NX_FRAME_HDR_SIZE - c->hdr_len;
+      k = k < n - used ? k : n - used;
+      memcpy(c->hdr + c->hdr_len, p + used, k);
+    } else {
+      k = c->rx->iov[1].iov_len - c->rx_off;
+      k = k < n - used ? k : n - used;
+      memcpy((uint8_t *)c->rx->iov[1].iov_base + c->rx_off, p + used, k);
+    }
+    used += k;
+    if (rx_advance(c, k) < 0)
+      return -1;
+  }
+  return (ssize_t)used;
+}
+
+/* Keeps read-ahead the budget did not allow to deliver. Returns -1 (and
+ * drops the peer) when out of memory. */
+static int keep_left(struct tcp_conn *c, const uint8_t *p, size_t n) {
+  uint8_t *copy = malloc(n);
+  if (copy == NULL) {
+    tcp_peer_fail(c->t, c->peer, "no memory for read-ahead");
+    return -1;
+  }
+  memcpy(copy, p, n);
+  c->left = copy;
+  c->left_len = n;
+  c->left_off = 0;
+  c->t->nleft++;
+  TCP_LOG(c->t, 2, "delivery budget spent: %zu bytes wait", n);
+  return 0;
+}
+
+/* Delivers what is left of the read-ahead. Returns 1 when all of it is
+ * consumed (the socket may be read), 0 when the budget ran out, -1 when
+ * the connection is gone. */
+static int consume_left(struct tcp_conn *c) {
+  ssize_t used = rx_copy(c, c->left + c->left_off, c->left_len - c->left_off);
+  if (used < 0)
+    return -1;
+  c->left_off += (size_t)used;
+  if (c->left_off < c->left_len)
+    return 0;
+  free(c->left);
+  c->left = NULL;
+  c->t->nleft--;
+  return 1;
+}
+
+void tcp_conn_read_left(struct tcp *t) {
+  for (struct tcp_conn *c = t->conns; c != NULL && t->nleft > 0; c = c->next)
+    if (c->left != NULL && c->state == CONN_OPEN && t->budget > 0)
+      read_frames(c);
+}
+
+static void read_frames(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  if (c->left != NULL && consume_left(c) <= 0)
+    return;
+  for (int round = 0; round < TCP_READ_ROUNDS && t->budget > 0; round++) {
+    struct iovec iov[2];
+    if (c->rx == NULL) {
+      iov[0].iov_base = c->hdr + c->hdr_len;
+      iov[0].iov_len = NX_FRAME_HDR_SIZE - c->hdr_len;
+    } else {
+      iov[0].iov_base = (uint8_t *)c->rx->iov[1].iov_base + c->rx_off;
+      iov[0].iov_len = c->rx->iov[1].iov_len - c->rx_off;
+    }
+    iov[1].iov_base = t->stage;
+    iov[1].iov_len = TCP_STAGE_SIZE;
+    ssize_t n;
+    do
+      n = readv(c->fd, iov, 2);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) {
+      lost_errno(c, n);
+      return;
+    }
+    t->events++;
+    size_t direct = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+    if (rx_advance(c, direct) < 0)
+      return;
+    size_t ahead = (size_t)n - direct;
+    if (ahead > 0) {
+      ssize_t used = rx_copy(c, t->stage, ahead);
+      if (used < 0)
+        return;
+      if ((size_t)used < ahead) {
+        keep_left(c, t->stage + used, ahead - (size_t)used);
+        return;
+      }
+    }
+    if ((size_t)n < iov[0].iov_len + iov[1].iov_len)
+      return; /* the socket is drained: no need to ask again */
+  }
+}
+
+/* Events. */
+
+static void on_io(uv_poll_t *handle, int status, int events) {
+  struct tcp_conn *c = handle->data;
+  if (c->state == CONN_CLOSING)
+    return;
+  if (status < 0) {
+    /* libuv stopped polling (a socket error): find out which. */
+    c->events = 0;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    conn_lost(c, err != 0 ? strerror(err) : uv_strerror(status));
+    return;
+  }
+  if (events & UV_WRITABLE) {
+    if (c->state == CONN_CONNECTING)
+      connected(c);
+    else if (c->state == CONN_HELLO_SENT)
+      write_hello(c);
+    else if (c->state == CONN_OPEN)
+      tcp_peer_flush(c->t, c->peer);
+  }
+  if (c->state == CONN_CLOSING || !(events & UV_READABLE))
+    return;
+  switch (c->state) {
+  case CONN_WAIT_HELLO: read_hello(c); break;
+  case CONN_HELLO_SENT: read_answer(c); break;
+  case CONN_OPEN: read_frames(c); break;
+  default: break;
+  }
+}
+
+static void on_timer(uv_timer_t *handle) {
+  struct tcp_conn *c = handle->data;
+  struct tcp *t = c->t;
+  char line[128];
+  t->events++;
+  switch (c->state) {
+  case CONN_WAIT_HELLO:
+    snprintf(line, sizeof(line), "no handshake within %u ms", t->handshake_ms);
+    drop_bad(c, line);
+    return;
+  case CONN_CONNECTING: connect_failed(c, "timed out"); return;
+  case CONN_HELLO_SENT:
+    snprintf(line, sizeof(line), "no answer to the handshake within %u ms",
+             t->handshake_ms);
+    tcp_peer_fail(t, c->peer, line);
+    return;
+  case CONN_WAIT_PEER:
+    tcp_peer_fail(t, c->peer,
+                  "refused our connection and did not open its own in time");
+    return;
+  default: return;
+  }
+}
+
+void tcp_conn_on_listen(uv_poll_t *handle, int status, int events) {
+  (void)events;
+  struct tcp_listener *l = handle->data;
+  struct tcp *t = l->t;
+  if (status < 0) {
+    TCP_LOG(t, 0, "listening socket: %s", uv_strerror(status));
+    return;
+  }
+  for (int i = 0; i < 32; i++) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        TCP_LOG(t, 1, "accept: %s", strerror(errno));
+      return;
+    }
+    t->events++;
+    if (t->handshaking >= TCP_MAX_HANDSHAKING) {
+      TCP_LOG(t, 1, "%d connections in their handshake: closing a new one",
+              t->handshaking);
+      close(fd);
+      continue;
+    }
+    set_nodelay(fd);
+    struct tcp_conn *c = conn_new(t, fd, CONN_WAIT_HELLO);
+    if (c == NULL)
+      continue;
+    t->handshaking++;
+    tcp_conn_poll(c, UV_READABLE);
+  }
+}

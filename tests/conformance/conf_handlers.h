@@ -1,0 +1,182 @@
+/* Handlers of the conformance suite's peer, shared by the peer program and by in-process peers (the local module). Header-only: included once per program. */
+#ifndef CONF_HANDLERS_H
+#define CONF_HANDLERS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nexus.h"
+
+/* "ping"/"ping_t" (non-threaded/threaded): payload = gp reply, u32 tag,
+ * bytes; answers "pong" with the tag and the same bytes. */
+static void conf_ping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  uint32_t tag = 0;
+  uint64_t len = 0;
+  void *data = NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) == 0 && nx_get_uint32(b, &tag) == 0 &&
+      nx_get_uint64(b, &len) == 0 &&
+      (data = malloc(len > 0 ? len : 1)) != NULL &&
+      nx_get_bytes(b, data, len) == 0 &&
+      nx_rsr_init_name(&o, &reply, "pong", len + 32) == 0) {
+    nx_put_uint32(o, tag);
+    nx_put_uint64(o, len);
+    nx_put_bytes(o, data, len);
+    nx_rsr_send(o);
+  }
+  free(data);
+  nx_gp_release(&reply);
+}
+
+/* "seq": u32 sender, u32 seq; counts per sender, notes duplicates and
+ * order violations. "report": gp reply -> "counts" with the totals. */
+#define CONF_SENDERS 16
+#define CONF_MAX_SEQ 20000
+static pthread_mutex_t conf_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t conf_next[CONF_SENDERS];
+static uint8_t *conf_seen[CONF_SENDERS];
+static uint64_t conf_total, conf_dups, conf_out_of_order, conf_bad;
+
+static void conf_seq(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  uint32_t s = 0, q = 0;
+  pthread_mutex_lock(&conf_lock);
+  if (nx_get_uint32(b, &s) != 0 || nx_get_uint32(b, &q) != 0 ||
+      s >= CONF_SENDERS || q >= CONF_MAX_SEQ) {
+    conf_bad++;
+  } else {
+    if (conf_seen[s] == NULL)
+      conf_seen[s] = (uint8_t *)calloc(CONF_MAX_SEQ, 1);
+    if (conf_seen[s] != NULL && conf_seen[s][q]++ != 0)
+      conf_dups++;
+    if (q != conf_next[s])
+      conf_out_of_order++;
+    conf_next[s] = q + 1;
+    conf_total++;
+  }
+  pthread_mutex_unlock(&conf_lock);
+}
+
+static void conf_report(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) == 0 &&
+      nx_rsr_init_name(&o, &reply, "counts", 64) == 0) {
+    pthread_mutex_lock(&conf_lock);
+    uint64_t v[4] = {conf_total, conf_dups, conf_out_of_order, conf_bad};
+    conf_total = conf_dups = conf_out_of_order = conf_bad = 0;
+    for (int i = 0; i < CONF_SENDERS; i++) {
+      conf_next[i] = 0;
+      free(conf_seen[i]);
+      conf_seen[i] = NULL;
+    }
+    pthread_mutex_unlock(&conf_lock);
+    nx_put_uint64_array(o, v, 4);
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&reply);
+}
+
+/* "types": every type, as the suite puts them; answers "typed" with the
+ * number of mismatches. */
+static void conf_types(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  int bad = 0;
+  nx_gp_t reply = NX_GP_NULL;
+  if (nx_get_gp(b, &reply) != 0)
+    return;
+  int8_t i8;
+  uint8_t u8;
+  int16_t i16;
+  uint16_t u16;
+  int32_t i32;
+  uint32_t u32;
+  int64_t i64;
+  uint64_t u64;
+  float f;
+  double d;
+  char c;
+  bad += nx_get_int8(b, &i8) != 0 || i8 != -8;
+  bad += nx_get_uint8(b, &u8) != 0 || u8 != 200;
+  bad += nx_get_int16(b, &i16) != 0 || i16 != -1600;
+  bad += nx_get_uint16(b, &u16) != 0 || u16 != 60000;
+  bad += nx_get_int32(b, &i32) != 0 || i32 != -320000;
+  bad += nx_get_uint32(b, &u32) != 0 || u32 != 4000000000u;
+  bad += nx_get_int64(b, &i64) != 0 || i64 != -(1ll << 60);
+  bad += nx_get_uint64(b, &u64) != 0 || u64 != 0xfedcba9876543210ull;
+  bad += nx_get_float(b, &f) != 0 || f != 1.5f;
+  bad += nx_get_double(b, &d) != 0 || d != -2.25e100;
+  bad += nx_get_char(b, &c) != 0 || c != 'q';
+  int32_t arr[100];
+  bad += nx_get_int32_array(b, arr, 100) != 0;
+  for (int k = 0; k < 100; k++)
+    bad += arr[k] != k * k - 50;
+  double darr[10];
+  bad += nx_get_double_array(b, darr, 10) != 0;
+  for (int k = 0; k < 10; k++)
+    bad += darr[k] != k / 4.0;
+  nx_gp_t inner = NX_GP_NULL;
+  bad += nx_get_gp(b, &inner) != 0 || !nx_gp_equal(&inner, &reply);
+  nx_gp_release(&inner);
+  bad += nx_buffer_remaining(b) != 0;
+  nx_buffer_t *o;
+  if (nx_rsr_init_name(&o, &reply, "typed", 16) == 0) {
+    nx_put_int32(o, bad);
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&reply);
+}
+
+/* "third": makes an in-process context here and sends its gp back in a
+ * "third_is" RSR; that context answers "ping" like this one. */
+static int conf_register(nx_context_t *ctx);
+static int conf_third_init(nx_context_t *ctx, void *arg) {
+  (void)arg;
+  return conf_register(ctx);
+}
+static void conf_third(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL, third = NX_GP_NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) == 0 &&
+      nx_context_create_local(conf_third_init, NULL, &third) == 0 &&
+      nx_rsr_init_name(&o, &reply, "third_is", 256) == 0) {
+    nx_put_gp(o, &third);
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&third);
+  nx_gp_release(&reply);
+}
+
+static int conf_register(nx_context_t *ctx) {
+  int r = nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED,
+                              NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "ping_t", conf_ping, NX_HANDLER_THREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "seq", conf_seq, NX_HANDLER_NONTHREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "report", conf_report,
+                            NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "types", conf_types, NX_HANDLER_THREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "third", conf_third, NX_HANDLER_NONTHREADED,
+                            NULL);
+  return r;
+}
+
+#endif /* CONF_HANDLERS_H */

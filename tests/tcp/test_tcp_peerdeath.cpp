@@ -1,0 +1,167 @@
+// A peer process that dies under the tcp module: killed with SIGKILL in
+// the middle of a ping-pong, or gone before the first connection. Sends
+// then fail with NX_EPEERDEAD, the program hears of it through its error
+// callback within a bounded time, and nothing hangs.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "runtime_guard.h"
+#include "tcp_harness.h"
+
+using namespace tcp_test;
+
+namespace {
+
+struct deaths {
+  latch n;
+  std::atomic<int> peer_dead{0};    // process-wide reports (handler 0)
+  std::atomic<int> rsr_lost{0};     // accepted RSRs lost with the peer
+  std::atomic<uint64_t> context{0}; // of the last process-wide report
+};
+
+void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  auto *d = static_cast<deaths *>(arg);
+  if (err == NX_EPEERDEAD && handler == 0) {
+    d->context = context;
+    d->peer_dead++;
+  } else if (err == NX_EPEERDEAD) {
+    d->rsr_lost++;
+  }
+  d->n.add();
+  // Wake this test's waiters too, as a program waiting for replies would.
+  the_client.echoed.add(0);
+}
+
+// Waits until `pred` holds, at most `seconds`.
+template <class F> bool wait_until(deaths &d, F pred, int seconds = 10) {
+  uint64_t end = now_ms() + (uint64_t)seconds * 1000u;
+  while (!pred()) {
+    if (now_ms() >= end)
+      return false;
+    d.n.wait_for(d.n.get() + 1, 1);
+  }
+  return true;
+}
+
+// Sends echoes of `size` bytes until one fails; SIGKILLs the peer from
+// another thread after `kill_after_ms`. Returns the failing send's code.
+int pingpong_until_death(peer_process &peer, const nx_gp_t &me, size_t size,
+                         unsigned kill_after_ms) {
+  pid_t pid = peer.pid;
+  std::thread killer([pid, kill_after_ms] {
+    sleep_ms(kill_after_ms);
+    kill(pid, SIGKILL);
+  });
+  int r = 0;
+  uint64_t tag = 1000;
+  uint64_t end = now_ms() + 20000;
+  while (r == 0 && now_ms() < end) {
+    long before = the_client.echoed.get();
+    r = send_echo(peer.gp, me, tag++, size);
+    if (r == 0)
+      the_client.echoed.wait_for(before + 1, 1);
+  }
+  killer.join();
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("kill -9 of the peer in the middle of a ping-pong: sends fail "
+          "with NX_EPEERDEAD, the error callback hears of it",
+          "[tcp]") {
+  setup_env();
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  client_scope cs;
+  REQUIRE(cs.ok());
+  deaths d;
+  REQUIRE(nx_error_cb_set(on_error, &d) == 0);
+  size_t size = GENERATE(as<size_t>{}, 64, 4u << 20);
+  INFO("payload of " << size << " bytes");
+  peer_process peer;
+  REQUIRE(peer.start() == "");
+  REQUIRE(echo_round_trip(peer.gp, cs.me, 1, size));
+  uint64_t t0 = now_ms();
+  CHECK(pingpong_until_death(peer, cs.me, size, 100) == NX_EPEERDEAD);
+  CHECK(now_ms() - t0 < 15000);
+  // The process-wide report names every context of the dead process.
+  REQUIRE(wait_until(d, [&] { return d.peer_dead > 0; }));
+  CHECK(d.peer_dead == 1);
+  CHECK(d.context == (nx_gp_context(&peer.gp) & ~(uint64_t)0xffffffffu));
+  // Later sends fail at once.
+  uint64_t t1 = now_ms();
+  CHECK(send_echo(peer.gp, cs.me, 7, 10) == NX_EPEERDEAD);
+  CHECK(send_echo(peer.gp, cs.me, 8, 1 << 20) == NX_EPEERDEAD);
+  CHECK(now_ms() - t1 < 1000);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.peers_failed == 1);
+  nx_error_cb_set(nullptr, nullptr);
+}
+
+TEST_CASE("a thread waiting for a reply from a peer that dies wakes through "
+          "the error callback",
+          "[tcp]") {
+  setup_env();
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  client_scope cs;
+  REQUIRE(cs.ok());
+  deaths d;
+  REQUIRE(nx_error_cb_set(on_error, &d) == 0);
+  peer_process peer;
+  REQUIRE(peer.start() == "");
+  REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 10));
+  // The peer sleeps in a handler, so the echo below is never answered.
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &peer.gp, "stall",
+                           nx_sizeof_gp(&cs.me) + nx_sizeof_int32(1)) == 0);
+  REQUIRE(nx_put_gp(b, &cs.me) == 0);
+  REQUIRE(nx_put_uint32(b, 60000) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(the_client.stalled.wait_for(1, 10) == 1);
+  REQUIRE(send_echo(peer.gp, cs.me, 2, 10) == 0);
+  pid_t pid = peer.pid;
+  std::thread killer([pid] {
+    sleep_ms(200);
+    kill(pid, SIGKILL);
+  });
+  uint64_t t0 = now_ms();
+  // Wakes without sending anything more.
+  CHECK(wait_until(d, [&] { return d.peer_dead > 0; }));
+  CHECK(now_ms() - t0 < 5000);
+  killer.join();
+  CHECK(d.peer_dead == 1);
+  CHECK(send_echo(peer.gp, cs.me, 3, 10) == NX_EPEERDEAD);
+  nx_error_cb_set(nullptr, nullptr);
+}
+
+TEST_CASE("a peer gone before the first connection: the RSR is reported "
+          "lost, later sends fail",
+          "[tcp]") {
+  setup_env();
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  client_scope cs;
+  REQUIRE(cs.ok());
+  deaths d;
+  REQUIRE(nx_error_cb_set(on_error, &d) == 0);
+  peer_process peer;
+  REQUIRE(peer.start() == "");
+  // It quits on a "quit" from us, which needs a connection: kill it
+  // instead, so nothing was ever connected.
+  peer.kill_now();
+  // Accepted (the connection is made lazily), then lost with the peer.
+  CHECK(send_echo(peer.gp, cs.me, 1, 10) == 0);
+  CHECK(wait_until(d, [&] { return d.rsr_lost > 0 && d.peer_dead > 0; }));
+  CHECK(d.rsr_lost == 1);
+  CHECK(d.peer_dead == 1);
+  CHECK(send_echo(peer.gp, cs.me, 2, 10) == NX_EPEERDEAD);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.rsr_failed == 1);
+  nx_error_cb_set(nullptr, nullptr);
+}
