@@ -270,9 +270,62 @@ int nx_context_serve(void) {
   return r;
 }
 
+/* Without a launcher's channel, a module may know the job (mpirun's ranks). */
+static int job_peers(nx_gp_t **gps, int *count, int *rank) {
+  int nmods = nxi_module_count_loaded();
+  for (int i = 0; i < nmods; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    if (m->ops->job_peers == NULL)
+      continue;
+    size_t cap = 20 + nxi_rt.self_dl->len;
+    uint8_t *mine = malloc(cap);
+    if (mine == NULL)
+      return NX_ENOMEM;
+    size_t len = put_self(mine, cap);
+    void *all = NULL;
+    size_t *lens = NULL;
+    int n = 0, me_rank = -1;
+    int r = m->ops->job_peers(m->state, mine, len, &all, &lens, &n, &me_rank);
+    free(mine);
+    if (r == NX_ENOENT)
+      continue;
+    if (r < 0)
+      return r;
+    nx_gp_t *out = n > 0 ? calloc((size_t)n, sizeof(*out)) : NULL;
+    size_t off = 0;
+    r = out != NULL ? 0 : NX_ENOMEM;
+    for (int k = 0; r == 0 && k < n; k++) {
+      struct nxi_ctl_peer p;
+      size_t at = 0;
+      r = nxi_ctl_parse_peer((const uint8_t *)all + off, lens[k], &at, &p);
+      if (r == 0)
+        r = peer_gp(&p, &out[k]);
+      off += lens[k];
+    }
+    free(all);
+    free(lens);
+    if (r < 0) {
+      for (int k = 0; out != NULL && k < n; k++)
+        nx_gp_release(&out[k]);
+      free(out);
+      return r;
+    }
+    *gps = out;
+    *count = n;
+    if (rank != NULL)
+      *rank = me_rank;
+    return 0;
+  }
+  return NX_ENOENT;
+}
+
 int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {
   if (gps == NULL || count == NULL)
     return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (me.fd < 0)
+    return job_peers(gps, count, rank);
   int r = nx_context_ready();
   if (r < 0)
     return r;

@@ -48,7 +48,9 @@ int nx_context_serve(void);
  * `*gps` gets a malloc'ed array of `*count` gps, one per process in rank
  * order (this process's own included); release each gp and free the
  * array. In a context made by nx_context_create, the one peer is the
- * creator. Calls nx_context_ready first; waits until every peer is ready.
+ * creator. In a program started by an MPI launcher (mpirun) instead, the
+ * MPI module gives the job's ranks (collective: every rank must call it).
+ * Calls nx_context_ready first; waits until every peer is ready.
  * `*rank` (may be NULL) gets this process's index, -1 in a context made by
  * nx_context_create. Returns 0, NX_EINVAL, NX_ENOENT, NX_EPEERDEAD (the
  * launcher is gone), NX_EPROTO (a malformed peer list), NX_ENOMEM,

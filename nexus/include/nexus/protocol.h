@@ -22,7 +22,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 3u
+#define NX_PROTOCOL_ABI_VERSION 4u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -160,6 +160,17 @@ struct nx_protocol_ops {
    * the UCX transports it uses), written into buf as one line; returns 0
    * or a negative code. */
   int (*endpoint_info)(void *state, void *ep, char *buf, size_t len);
+
+  /* ABI 4, optional: the module knows a job this process belongs to (the
+   * ranks an MPI launcher started) and can exchange the initial contexts
+   * with the other members. `mine` is this process's entry (opaque bytes);
+   * on success `*all` gets a malloc'ed concatenation of every member's
+   * entry in rank order, `*lens` a malloc'ed array of their lengths,
+   * `*count` the job size and `*rank` ours. Returns 0, NX_ENOENT (no job),
+   * or another negative code. Called at most once, from nx_context_peers,
+   * on a program thread. */
+  int (*job_peers)(void *state, const void *mine, size_t len, void **all,
+                   size_t **lens, int *count, int *rank);
 };
 
 #ifdef __cplusplus
