@@ -505,3 +505,28 @@ TEST_CASE("nx_gp_protocol_info names the module when it says no more",
   CHECK(nx_gp_protocol_info(&null_gp, buf, sizeof(buf)) == NX_EUNREACH);
   nx_gp_release(&gp);
 }
+
+TEST_CASE("NX_HOST_ID sets the host identity in the descriptors", "[gp]") {
+  std::string scope[3];
+  const char *ids[3] = {"alpha", "beta", "alpha"};
+  for (int i = 0; i < 3; i++) {
+    setenv("NX_HOST_ID", ids[i], 1);
+    setenv("NX_PROTOCOLS", "tcp,local", 1);
+    runtime_guard rt;
+    unsetenv("NX_HOST_ID");
+    unsetenv("NX_PROTOCOLS");
+    REQUIRE(rt.init_rc() == 0);
+    for (int m = 0; m < nx_module_count(); m++) {
+      nx_module_info_t info;
+      REQUIRE(nx_module_info(m, &info) == 0);
+      if (std::string(info.name) == "tcp" && info.loaded)
+        scope[i] = info.descriptor; // scope= is the host id for tcp
+    }
+  }
+  if (scope[0].empty()) {
+    WARN("SKIPPED: the tcp module is not built");
+    return;
+  }
+  CHECK(scope[0].substr(0, 38) != scope[1].substr(0, 38));
+  CHECK(scope[0].substr(0, 38) == scope[2].substr(0, 38));
+}
