@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs the build into a scratch DESTDIR, builds tests/install/hello.c
+# Installs the build into a scratch DESTDIR, builds tests/install/helper_hello.c
 # against it with pkg-config alone, and checks that the installed library
 # loads the installed module, not the build tree's.
 set -eu
@@ -14,7 +14,7 @@ pc=$(find "$tmp" -name nexus.pc | head -n 1)
 libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$tmp"
 flags=$(pkg-config --cflags --libs nexus)
-$cc -o "$tmp/hello" "$src/tests/install/hello.c" $flags
+$cc -o "$tmp/hello" "$src/tests/install/helper_hello.c" $flags
 out=$(env -u NX_PROTO_PATH -u NX_PROTOCOLS LD_LIBRARY_PATH="$libdir" "$tmp/hello")
 echo "$out"
 echo "$out" | grep -qx "protocol local" || { echo "FAIL: no RSR over local"; exit 1; }
