@@ -1,7 +1,9 @@
-/* RSR round trip between two processes over the tcp module, printed beside a raw busy-polled TCP ping-pong over loopback measured in the same run. */
+/* Round trips between two processes over loopback at 8 B to 1 MiB: RSRs over the tcp module, printed beside raw TCP ping-pongs (blocking and busy-polled) and Open MPI's tcp BTL measured in the same run. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -11,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -19,13 +20,43 @@
 
 #include "nexus.h"
 
-/* Usage: bench_rsr_tcp [iterations [runs]]. The program runs itself as
- * the second process ("--child <fd>"), so both sides are this binary. */
+/* Usage: bench_rsr_tcp [--quick] [--only SYSTEM] [--size BYTES].
+ * The RSR peer is this program again ("--child <fd> <parent pid>"), the raw
+ * peer a fork of it; Open MPI runs under mpirun with mpi_pingpong, which is
+ * built next to this program. --only and --size narrow a run for
+ * profiling. */
 
 extern char **environ;
 
-static int iters = 20000;
-static int reps = 5;
+/* The systems compared, in the order they run for each size and run. */
+enum system { RAW_BLOCKING, RAW_BUSY, RSR_THREAD, RSR_POLL, MPI, NSYSTEMS };
+
+static const char *const system_name[NSYSTEMS] = {
+    "raw-blocking", "raw-busy", "rsr-thread", "rsr-poll", "mpi"};
+static const char *const system_label[NSYSTEMS] = {
+    "raw TCP, blocking recv", "raw TCP, busy-polled recv",
+    "RSR, progress thread", "RSR, NX_PROGRESS=poll", "Open MPI, tcp BTL"};
+
+#define MAX_PAYLOAD (1 << 20)
+#define MAX_SIZES 4
+#define MAX_RUNS 9
+
+static int quick;
+static int runs = 5;
+/* This program's path: the RSR child runs it, and mpi_pingpong sits next
+ * to it. Read once from /proc/self/exe, which under valgrind names the
+ * program rather than the tool. */
+static char self_path[PATH_MAX];
+static char send_buf[MAX_PAYLOAD];
+static char recv_buf[MAX_PAYLOAD];
+
+/* Round trips per run, fewer for larger payloads: a 1 MiB round trip costs
+ * a hundred times an 8 B one, and the whole benchmark should stay within
+ * about two minutes. */
+static int iters_for(size_t size) {
+  int n = size <= 4096 ? 5000 : size <= 65536 ? 2000 : 200;
+  return quick ? n / 10 : n;
+}
 
 static double now_us(void) {
   struct timespec ts;
@@ -38,6 +69,7 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Sorts v: v[0] is then the fastest run. */
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
   return v[n / 2];
@@ -48,12 +80,32 @@ static void die(const char *what) {
   exit(1);
 }
 
-/* 1. The anchor: 8 bytes back and forth over a loopback TCP connection
- * (TCP_NODELAY), both processes busy-polling non-blocking sockets. */
+static void die_nx(const char *what, int rc) {
+  fprintf(stderr, "bench_rsr_tcp: %s: %s\n", what, nx_strerror(rc));
+  exit(1);
+}
 
-static void busy_read(int fd, char *buf, size_t n) {
+static void size_label(size_t size, char *out, size_t len) {
+  if (size >= (1 << 20) && size % (1 << 20) == 0)
+    snprintf(out, len, "%zu MiB", size >> 20);
+  else if (size >= 1024 && size % 1024 == 0)
+    snprintf(out, len, "%zu KiB", size >> 10);
+  else
+    snprintf(out, len, "%zu B", size);
+}
+
+/* 1. The anchors: `size` bytes back and forth over a loopback TCP
+ * connection with TCP_NODELAY, both processes either blocking in recv or
+ * busy-polling a non-blocking socket. One connection and one forked peer
+ * per run, so that an idle busy-polling peer never competes with the other
+ * systems. */
+
+/* On a non-blocking socket both loops spin on EAGAIN; on a blocking one
+ * MSG_WAITALL lets the kernel wake the reader once per message rather than
+ * once per segment, the best a blocking reader can do. */
+static void raw_recv(int fd, char *buf, size_t n, int flags) {
   while (n > 0) {
-    ssize_t r = recv(fd, buf, n, 0);
+    ssize_t r = recv(fd, buf, n, flags);
     if (r > 0) {
       buf += r;
       n -= (size_t)r;
@@ -63,33 +115,28 @@ static void busy_read(int fd, char *buf, size_t n) {
   }
 }
 
-static void raw_write(int fd, const char *buf, size_t n) {
-  if (send(fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n)
-    die("raw send");
+static void raw_send(int fd, const char *buf, size_t n) {
+  while (n > 0) {
+    ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
+    if (r > 0) {
+      buf += r;
+      n -= (size_t)r;
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+      die("raw send");
+    }
+  }
 }
 
-static void tune(int fd) {
+static void raw_tune(int fd, int busy) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (busy)
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-/* With `nested`, each socket also sits in an epoll set that sits in
- * another one, as a tcp socket does (libuv's loop inside the core's
- * progress engine): the kernel then runs the epoll wake-up callbacks on
- * every packet, though nobody waits in them. */
-static void nest(int fd) {
-  int inner = epoll_create1(EPOLL_CLOEXEC),
-      outer = epoll_create1(EPOLL_CLOEXEC);
-  struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-  if (inner < 0 || outer < 0 || epoll_ctl(inner, EPOLL_CTL_ADD, fd, &ev) < 0)
-    die("epoll");
-  ev.data.fd = inner;
-  if (epoll_ctl(outer, EPOLL_CTL_ADD, inner, &ev) < 0)
-    die("epoll");
-}
-
-static double bench_raw(int nested, double *best) {
+/* One run: `warm` round trips, then `n` timed ones. Returns the time per
+ * timed round trip in microseconds. */
+static double raw_run(int busy, size_t size, int warm, int n) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in in = {.sin_family = AF_INET,
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -97,7 +144,7 @@ static double bench_raw(int nested, double *best) {
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&in, sizeof(in)) < 0 ||
       listen(lfd, 1) < 0 || getsockname(lfd, (struct sockaddr *)&in, &len) < 0)
     die("raw listen");
-  int total = 1000 + reps * iters;
+  int flags = busy ? 0 : MSG_WAITALL;
   pid_t pid = fork();
   if (pid < 0)
     die("fork");
@@ -105,15 +152,12 @@ static double bench_raw(int nested, double *best) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, (struct sockaddr *)&in, sizeof(in)) < 0)
+    if (fd < 0 || connect(fd, (struct sockaddr *)&in, sizeof(in)) < 0)
       die("raw connect");
-    tune(fd);
-    if (nested)
-      nest(fd);
-    char buf[8];
-    for (int i = 0; i < total; i++) {
-      busy_read(fd, buf, sizeof(buf));
-      raw_write(fd, buf, sizeof(buf));
+    raw_tune(fd, busy);
+    for (int i = 0; i < warm + n; i++) {
+      raw_recv(fd, recv_buf, size, flags);
+      raw_send(fd, recv_buf, size);
     }
     _exit(0);
   }
@@ -121,44 +165,40 @@ static double bench_raw(int nested, double *best) {
   if (fd < 0)
     die("raw accept");
   close(lfd);
-  tune(fd);
-  if (nested)
-    nest(fd);
-  char buf[8] = "pingpong";
-  for (int i = 0; i < 1000; i++) {
-    raw_write(fd, buf, sizeof(buf));
-    busy_read(fd, buf, sizeof(buf));
+  raw_tune(fd, busy);
+  double t0 = 0;
+  for (int i = -warm; i < n; i++) {
+    if (i == 0)
+      t0 = now_us();
+    raw_send(fd, send_buf, size);
+    raw_recv(fd, recv_buf, size, flags);
   }
-  double v[32];
-  for (int r = 0; r < reps; r++) {
-    double t0 = now_us();
-    for (int i = 0; i < iters; i++) {
-      raw_write(fd, buf, sizeof(buf));
-      busy_read(fd, buf, sizeof(buf));
-    }
-    v[r] = (now_us() - t0) / iters;
-  }
+  double t = (now_us() - t0) / n;
   close(fd);
   waitpid(pid, NULL, 0);
-  double m = median(v, reps);
-  *best = v[0];
-  return m;
+  return t;
 }
 
-/* 2. RSRs: "ping" to the child's initial context, whose non-threaded
- * handler answers "pong" to the gp it was given once ("hello"); pong
+/* 2. RSRs: "ping" carries the payload to the child's initial context,
+ * whose non-threaded handler echoes it in "pong" to the gp it was given
+ * once ("hello"); pong copies the payload out, as a receiver would, and
  * signals the main thread, which waits in nx_cond_wait. */
 
 static nx_mutex_t m;
 static nx_cond_t c;
 static long done;
+static long bad_replies;
+static size_t reply_size;
 static int quit;
 static nx_gp_t reply_gp = NX_GP_NULL;
-static char payload_buf[1 << 16];
+static nx_handler_id_t pong_id;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
+  (void)ctx, (void)addr;
+  int rc = nx_get_bytes(buf, recv_buf, reply_size);
   nx_mutex_lock(&m);
+  if (rc != 0)
+    bad_replies++;
   done++;
   nx_cond_signal(&c);
   nx_mutex_unlock(&m);
@@ -172,17 +212,18 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  size_t n = nx_buffer_remaining(buf);
-  nx_buffer_t *out;
-  if (n > sizeof(payload_buf))
+  /* The payload is one nx_put_bytes: its length is what remains less the
+   * tag and count in front of it. */
+  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
+  if (remaining < head || remaining - head > sizeof(recv_buf))
     return;
-  if (n > 0)
-    nx_get_bytes(buf, payload_buf, n - 5); /* less the tag and count */
-  if (nx_rsr_init_name(&out, &reply_gp, "pong", n) == 0) {
-    if (n > 0)
-      nx_put_bytes(out, payload_buf, n - 5);
-    nx_rsr_send(out);
-  }
+  size_t n = remaining - head;
+  nx_buffer_t *out;
+  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
+      nx_rsr_init(&out, &reply_gp, pong_id, nx_sizeof_bytes(n)) != 0)
+    return;
+  nx_put_bytes(out, recv_buf, n);
+  nx_rsr_send(out);
 }
 
 static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -199,6 +240,7 @@ static int child_main(int fd, pid_t parent) {
     return 1;
   nx_mutex_init(&m);
   nx_cond_init(&c);
+  pong_id = nx_handler_id("pong");
   nx_context_t *self = nx_context_self();
   nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
@@ -219,8 +261,8 @@ static int child_main(int fd, pid_t parent) {
   nx_gp_release(&me);
   const char *mode = getenv("NX_PROGRESS");
   if (mode != NULL && strcmp(mode, "poll") == 0) {
-    /* Busy-polling, as the raw side does (and as compiler-generated code
-     * that calls nx_poll itself would). */
+    /* Busy-polling, as the busy-polled raw peer does (and as
+     * compiler-generated code that calls nx_poll itself would). */
     for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
       if (nx_poll() == 0 && (i & 0xfffff) == 0 && getppid() != parent)
         return 1;
@@ -251,10 +293,11 @@ static int read_all(int fd, void *p, size_t n) {
   return 0;
 }
 
-/* Starts the child in NX_PROGRESS=`mode`, runs the round trips, returns the
- * median time per round trip (the fastest run in *best). */
-static double bench_rsr(const char *self_path, const char *mode, size_t size,
-                        double *best) {
+/* One run: starts the child, both sides in NX_PROGRESS=`mode`, makes
+ * `warm` round trips, then `n` timed ones. Returns the time per timed round
+ * trip in microseconds. A fresh pair of processes per run, like the raw
+ * runs, so that no idle peer spins while another system is measured. */
+static double rsr_run(const char *mode, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   int fds[2];
   if (pipe(fds) < 0)
@@ -262,21 +305,19 @@ static double bench_rsr(const char *self_path, const char *mode, size_t size,
   char fd_arg[16], parent_arg[16];
   snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
   snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {(char *)self_path, "--child", fd_arg, parent_arg, NULL};
-  /* For profiling: BENCH_CHILD_PROGRESS gives the child another mode. */
-  const char *child_mode = getenv("BENCH_CHILD_PROGRESS");
-  if (child_mode != NULL)
-    setenv("NX_PROGRESS", child_mode, 1);
+  char *argv[] = {self_path, "--child", fd_arg, parent_arg, NULL};
   pid_t pid;
-  if (posix_spawn(&pid, self_path, NULL, NULL, argv, environ) != 0)
+  if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
     die("posix_spawn");
-  setenv("NX_PROGRESS", mode, 1);
   close(fds[1]);
-  if (nx_init(NULL, NULL) != 0)
-    die("nx_init");
+  int rc = nx_init(NULL, NULL);
+  if (rc != 0)
+    die_nx("nx_init", rc);
   nx_mutex_init(&m);
   nx_cond_init(&c);
   done = 0;
+  bad_replies = 0;
+  reply_size = size;
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
   uint32_t head[2];
@@ -287,37 +328,41 @@ static double bench_rsr(const char *self_path, const char *mode, size_t size,
   close(fds[0]);
   nx_buffer_t *b;
   nx_gp_t child, me;
-  if (nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b) != 0 ||
-      nx_get_gp(b, &child) != 0 || nx_gp_make(NULL, &me) != 0)
-    die("gp");
+  if ((rc = nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b)) != 0 ||
+      (rc = nx_get_gp(b, &child)) != 0 || (rc = nx_gp_make(NULL, &me)) != 0)
+    die_nx("gp", rc);
   nx_buffer_release(b);
-  if (strcmp(nx_gp_protocol(&child), "tcp") != 0)
-    die("not over tcp");
-  if (nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me)) != 0 ||
-      nx_put_gp(b, &me) != 0 || nx_rsr_send(b) != 0)
-    die("hello");
+  if (strcmp(nx_gp_protocol(&child), "tcp") != 0) {
+    fprintf(stderr, "bench_rsr_tcp: the child is reached over %s, not tcp\n",
+            nx_gp_protocol(&child));
+    exit(1);
+  }
+  if ((rc = nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me))) != 0 ||
+      (rc = nx_put_gp(b, &me)) != 0 || (rc = nx_rsr_send(b)) != 0)
+    die_nx("hello", rc);
   nx_handler_id_t ping = nx_handler_id("ping");
-  double v[32];
-  for (int r = -1; r < reps; r++) {
-    int n = r < 0 ? 1000 : iters; /* the first run warms up */
-    double t0 = now_us();
-    for (int i = 0; i < n; i++) {
-      if (nx_rsr_init(&b, &child, ping, size + 8) != 0)
-        die("nx_rsr_init");
-      if (size > 0)
-        nx_put_bytes(b, payload_buf, size);
-      nx_mutex_lock(&m);
-      long want = done + 1;
-      nx_mutex_unlock(&m);
-      if (nx_rsr_send(b) != 0)
-        die("nx_rsr_send");
-      nx_mutex_lock(&m);
-      while (done < want)
-        nx_cond_wait(&c, &m);
-      nx_mutex_unlock(&m);
-    }
-    if (r >= 0)
-      v[r] = (now_us() - t0) / n;
+  double t0 = 0;
+  for (int i = -warm; i < n; i++) {
+    if (i == 0)
+      t0 = now_us();
+    if ((rc = nx_rsr_init(&b, &child, ping, nx_sizeof_bytes(size))) != 0 ||
+        (rc = nx_put_bytes(b, send_buf, size)) != 0)
+      die_nx("ping", rc);
+    nx_mutex_lock(&m);
+    long want = done + 1;
+    nx_mutex_unlock(&m);
+    if ((rc = nx_rsr_send(b)) != 0)
+      die_nx("nx_rsr_send", rc);
+    nx_mutex_lock(&m);
+    while (done < want)
+      nx_cond_wait(&c, &m);
+    nx_mutex_unlock(&m);
+  }
+  double t = (now_us() - t0) / n;
+  if (bad_replies > 0) {
+    fprintf(stderr, "bench_rsr_tcp: %ld replies of the wrong size\n",
+            bad_replies);
+    exit(1);
   }
   if (nx_rsr_init_name(&b, &child, "quit", 0) == 0)
     nx_rsr_send(b);
@@ -325,23 +370,222 @@ static double bench_rsr(const char *self_path, const char *mode, size_t size,
   nx_gp_release(&child);
   nx_gp_release(&me);
   nx_finalize();
-  double med = median(v, reps);
-  *best = v[0];
-  return med;
+  return t;
+}
+
+/* 3. Open MPI: mpi_pingpong under mpirun with the tcp BTL over loopback.
+ * One mpirun per size (the same options as for all sizes at once), so that
+ * it runs amid the other systems' runs of that size. */
+
+struct mpi {
+  char pingpong[PATH_MAX]; /* mpi_pingpong next to this program */
+  char why[256];           /* set once Open MPI turned out unavailable */
+};
+
+static void mpi_find(struct mpi *mpi) {
+  static const char name[] = "mpi_pingpong";
+  char *slash = strrchr(self_path, '/'); /* the path is absolute */
+  size_t dir = (size_t)(slash + 1 - self_path);
+  if (dir + sizeof(name) > sizeof(mpi->pingpong)) {
+    snprintf(mpi->why, sizeof(mpi->why), "the path is too long");
+    return;
+  }
+  memcpy(mpi->pingpong, self_path, dir);
+  memcpy(mpi->pingpong + dir, name, sizeof(name));
+  if (access(mpi->pingpong, X_OK) != 0)
+    snprintf(mpi->why, sizeof(mpi->why),
+             "no %.200s: it is built only where Open MPI is installed",
+             mpi->pingpong);
+}
+
+/* Runs mpirun, waits at most `limit_s`, and returns the output (stdout and
+ * stderr) in `out`, or -1 with the reason in mpi->why. */
+static int mpi_exec(struct mpi *mpi, char **argv, int limit_s, char *out,
+                    size_t cap) {
+  int fds[2];
+  if (pipe(fds) < 0)
+    die("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    snprintf(mpi->why, sizeof(mpi->why), "cannot run mpirun: %s",
+             strerror(rc));
+    return -1;
+  }
+  size_t len = 0;
+  double deadline = now_us() + limit_s * 1e6;
+  for (;;) {
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int left_ms = (int)((deadline - now_us()) / 1000);
+    if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, NULL, 0);
+      close(fds[0]);
+      snprintf(mpi->why, sizeof(mpi->why), "mpirun took over %d s", limit_s);
+      return -1;
+    }
+    char chunk[4096];
+    ssize_t r = read(fds[0], chunk, sizeof(chunk));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    /* Output past `cap` is dropped; mpi_pingpong prints a few lines. */
+    size_t keep = cap - 1 - len < (size_t)r ? cap - 1 - len : (size_t)r;
+    memcpy(out + len, chunk, keep);
+    len += keep;
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    /* The last line of output usually says why. */
+    while (len > 0 && out[len - 1] == '\n')
+      out[--len] = '\0';
+    char *last = strrchr(out, '\n');
+    snprintf(mpi->why, sizeof(mpi->why), "mpirun failed (status %d): %.160s",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+             last != NULL ? last + 1 : out);
+    return -1;
+  }
+  return 0;
+}
+
+/* Returns mpi_pingpong's median round trip for `size` bytes in
+ * microseconds (it prints "bytes usec" lines), or NAN. */
+static double mpi_run(struct mpi *mpi, size_t size) {
+  if (mpi->why[0] != '\0')
+    return NAN;
+  char size_arg[32];
+  snprintf(size_arg, sizeof(size_arg), "%zu", size);
+  char *argv[] = {"mpirun",          "--allow-run-as-root",
+                  "--oversubscribe", "-np",
+                  "2",               "--mca",
+                  "btl",             "self,tcp",
+                  "--mca",           "btl_tcp_if_include",
+                  "lo",              mpi->pingpong,
+                  size_arg,          quick ? "--quick" : NULL,
+                  NULL};
+  static char out[1 << 16];
+  if (mpi_exec(mpi, argv, 120, out, sizeof(out)) < 0)
+    return NAN;
+  for (char *line = strtok(out, "\n"); line != NULL;
+       line = strtok(NULL, "\n")) {
+    size_t bytes;
+    double usec;
+    char extra;
+    if (line[0] != '#' &&
+        sscanf(line, "%zu %lf %c", &bytes, &usec, &extra) == 2 &&
+        bytes == size)
+      return usec;
+  }
+  snprintf(mpi->why, sizeof(mpi->why),
+           "mpi_pingpong printed no \"bytes usec\" line for %zu", size);
+  return NAN;
+}
+
+/* The results of one size: the median of the runs and the fastest run
+ * (Open MPI reports only its own median); NAN where not measured. */
+struct result {
+  size_t size;
+  double med[NSYSTEMS];
+  double best[NSYSTEMS];
+};
+
+static void print_ratio(double rsr, double anchor) {
+  if (isnan(rsr) || isnan(anchor))
+    printf("%10s", "-");
+  else
+    printf("%9.2fx", rsr / anchor);
+}
+
+static void print_size(const struct result *res, int n) {
+  char label[32];
+  size_label(res->size, label, sizeof(label));
+  printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", label,
+         n, runs);
+  printf("%-54s%10s%10s%10s\n", "", "RSR/busy", "RSR/block", "RSR/MPI");
+  for (int s = 0; s < MPI; s++) {
+    if (isnan(res->med[s]))
+      continue;
+    printf("  %-28s %9.2f us (%9.2f)", system_label[s], res->med[s],
+           res->best[s]);
+    if (s == RSR_THREAD || s == RSR_POLL) {
+      print_ratio(res->med[s], res->med[RAW_BUSY]);
+      print_ratio(res->med[s], res->med[RAW_BLOCKING]);
+      print_ratio(res->med[s], res->med[MPI]);
+    }
+    printf("\n");
+  }
+  if (!isnan(res->med[MPI]))
+    printf("  %-28s %9.2f us  (its own median of %d runs)\n",
+           system_label[MPI], res->med[MPI], quick ? 3 : 5);
+}
+
+/* Prints one goal for both RSR modes: met when rsr <= limit * anchor. */
+static void print_goal(const char *goal, const struct result *res,
+                       enum system anchor, double limit) {
+  printf("  %s\n", goal);
+  for (int s = RSR_THREAD; s <= RSR_POLL; s++) {
+    if (res == NULL || isnan(res->med[s]) || isnan(res->med[anchor])) {
+      printf("    %-28s not measured\n", system_label[s]);
+      continue;
+    }
+    double ratio = res->med[s] / res->med[anchor];
+    printf("    %-28s %6.2fx  %s\n", system_label[s], ratio,
+           ratio <= limit ? "met" : "NOT met");
+  }
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
+                  "[--size BYTES]\n  SYSTEM: raw-blocking, raw-busy, "
+                  "rsr-thread, rsr-poll or mpi\n");
+  return 2;
 }
 
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--child") == 0)
     return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]));
-  if (argc > 1)
-    iters = atoi(argv[1]);
-  if (argc > 2)
-    reps = atoi(argv[2]);
-  if (iters <= 0 || reps <= 0 || reps > 32) {
-    fprintf(stderr, "usage: bench_rsr_tcp [iterations [runs <= 32]]\n");
-    return 2;
+  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
+  int nsizes = MAX_SIZES;
+  int only = -1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+      runs = 3;
+    } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      i++;
+      for (int s = 0; s < NSYSTEMS; s++)
+        if (strcmp(argv[i], system_name[s]) == 0)
+          only = s;
+      if (only < 0)
+        return usage();
+    } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      char *end;
+      unsigned long long v = strtoull(argv[++i], &end, 10);
+      if (*end != '\0' || v == 0 || v > MAX_PAYLOAD)
+        return usage();
+      sizes[0] = (size_t)v;
+      nsizes = 1;
+    } else {
+      return usage();
+    }
   }
-  /* Both processes: tcp only, one key. */
+  ssize_t len = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+  if (len <= 0 || self_path[0] != '/')
+    die("readlink /proc/self/exe");
+  self_path[len] = '\0';
+  /* Both RSR processes: tcp only, one key. */
   char key[33];
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
   for (int i = 0; i < 16; i++)
@@ -349,35 +593,79 @@ int main(int argc, char **argv) {
   setenv("NX_KEY", key, 1);
   setenv("NX_PROTOCOLS", "tcp", 1);
   signal(SIGPIPE, SIG_IGN);
+  memset(send_buf, 0x5a, sizeof(send_buf));
+  struct mpi mpi = {{0}, {0}};
+  if (only < 0 || only == MPI)
+    mpi_find(&mpi);
 
-  printf("round trip between two processes over loopback, %d per run, "
-         "median of %d runs (fastest)\n",
-         iters, reps);
-  double best;
-  double raw = bench_raw(0, &best);
-  printf("%-44s %8.2f us (%.2f)\n", "raw TCP ping-pong, 8 B, busy-polled", raw,
-         best);
-  double nested = bench_raw(1, &best);
-  printf("%-44s %8.2f us (%.2f)  %.2fx raw\n",
-         "same, sockets in nested epoll sets", nested, best, nested / raw);
-  struct {
-    const char *mode;
-    size_t size;
-    const char *label;
-  } cases[] = {
-      {"poll", 0, "RSR null, NX_PROGRESS=poll"},
-      {"thread", 0, "RSR null, progress thread"},
-      {"poll", 1024, "RSR 1 KiB, NX_PROGRESS=poll"},
-      {"thread", 1024, "RSR 1 KiB, progress thread"},
-  };
-  /* For profiling: BENCH_ONLY runs one case (its index). */
-  const char *only = getenv("BENCH_ONLY");
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    if (only != NULL && (size_t)atoi(only) != i)
-      continue;
-    double t = bench_rsr("/proc/self/exe", cases[i].mode, cases[i].size, &best);
-    printf("%-44s %8.2f us (%.2f)  %.2fx raw\n", cases[i].label, t, best,
-           t / raw);
+  /* The load says how far to trust the run: busy-polling suffers most
+   * when other programs want the CPUs. */
+  double load = NAN;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%lf", &load) != 1)
+      load = NAN;
+    fclose(f);
   }
+  printf("round trips between two processes over loopback TCP; the systems "
+         "take turns within each size; load average %.2f\n",
+         load);
+  struct result results[MAX_SIZES];
+  for (int z = 0; z < nsizes; z++) {
+    struct result *res = &results[z];
+    size_t size = sizes[z];
+    int n = iters_for(size), warm = n / 10 + 1;
+    double v[NSYSTEMS][MAX_RUNS];
+    res->size = size;
+    for (int s = 0; s < NSYSTEMS; s++)
+      res->med[s] = res->best[s] = NAN;
+    /* Each run takes every system in turn, so that a noisy stretch of the
+     * machine falls on all of them alike. mpirun runs once, in the middle,
+     * and takes its own median. */
+    for (int r = 0; r < runs; r++) {
+      for (int s = 0; s < NSYSTEMS; s++) {
+        if (only >= 0 && only != s)
+          continue;
+        switch (s) {
+        case RAW_BLOCKING:
+        case RAW_BUSY:
+          v[s][r] = raw_run(s == RAW_BUSY, size, warm, n);
+          break;
+        case RSR_THREAD:
+        case RSR_POLL:
+          v[s][r] = rsr_run(s == RSR_POLL ? "poll" : "thread", size, warm, n);
+          break;
+        case MPI:
+          if (r == runs / 2)
+            res->med[MPI] = mpi_run(&mpi, size);
+          break;
+        }
+      }
+    }
+    for (int s = 0; s < MPI; s++) {
+      if (only >= 0 && only != s)
+        continue;
+      res->med[s] = median(v[s], runs);
+      res->best[s] = v[s][0];
+    }
+    print_size(res, n);
+    if ((only < 0 || only == MPI) && isnan(res->med[MPI]))
+      printf("  Open MPI: not available (%s)\n", mpi.why);
+    fflush(stdout);
+  }
+
+  if (only >= 0 || nsizes < MAX_SIZES)
+    return 0; /* a narrowed run, for profiling: no goals */
+  const struct result *small = NULL, *large = NULL;
+  for (int z = 0; z < nsizes; z++) {
+    if (results[z].size == 8)
+      small = &results[z];
+    if (results[z].size == 1 << 20)
+      large = &results[z];
+  }
+  printf("\ngoals:\n");
+  print_goal("8 B: RSR within 1.25x of busy-polled raw TCP", small, RAW_BUSY,
+             1.25);
+  print_goal("1 MiB: RSR no slower than Open MPI's tcp BTL", large, MPI, 1.0);
   return 0;
 }
