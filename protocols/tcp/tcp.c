@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tcp.h"
+#include "nxmod_env.h"
 
 /* Threads. send() runs on any thread, concurrently; everything that calls
  * libuv runs on the driver (progress, init, finalize). A peer's `lock`
@@ -317,35 +318,6 @@ static void service_all(struct tcp *t) {
   }
 }
 
-/* Settings. */
-
-static int env_size(const char *name, size_t def, size_t min, size_t *out,
-                    char *why, size_t why_len) {
-  const char *s = getenv(name);
-  if (s == NULL || s[0] == '\0') {
-    *out = def;
-    return 0;
-  }
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  unsigned shift = 0;
-  if (*end == 'k' || *end == 'K')
-    shift = 10, end++;
-  else if (*end == 'm' || *end == 'M')
-    shift = 20, end++;
-  else if (*end == 'g' || *end == 'G')
-    shift = 30, end++;
-  if (s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' ||
-      v > (SIZE_MAX >> shift) || (v << shift) < min) {
-    snprintf(why, why_len, "%s=%s: expected a number >= %zu (suffix k, m, g)",
-             name, s, min);
-    return NX_EINVAL;
-  }
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 /* The ops. */
 
 static void tcp_finalize(void *state);
@@ -357,15 +329,11 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
     return NX_ENOMEM;
   t->core = core;
   size_t ms;
-  int r = env_size("NX_TCP_QUEUE_MAX", TCP_QUEUE_MAX_DEFAULT, 1, &t->queue_max,
-                   why, why_len);
+  int r = nxmod_env_size("NX_TCP_QUEUE_MAX", TCP_QUEUE_MAX_DEFAULT, 1,
+                         SIZE_MAX, &t->queue_max, why, why_len);
   if (r == 0)
-    r = env_size("NX_TCP_HANDSHAKE_MS", TCP_HANDSHAKE_MS_DEFAULT, 1, &ms, why,
-                 why_len);
-  if (r == 0 && ms > 3600000u) {
-    snprintf(why, why_len, "NX_TCP_HANDSHAKE_MS: at most 3600000");
-    r = NX_EINVAL;
-  }
+    r = nxmod_env_size("NX_TCP_HANDSHAKE_MS", TCP_HANDSHAKE_MS_DEFAULT, 1,
+                       3600000, &ms, why, why_len);
   if (r < 0) {
     free(t);
     return r;

@@ -1,0 +1,311 @@
+/* RSR round trips between two MPI ranks over the mpi module, printed beside raw
+ * MPI_Send/MPI_Recv ping-pongs measured in the same run. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nexus.h"
+
+/* Usage: mpirun -np 2 bench_rsr_mpi [--quick] [--size BYTES]
+ * (add --mca btl self,vader or self,tcp to choose Open MPI's transport).
+ * The program initializes MPI itself (MPI_THREAD_MULTIPLE, which nexus
+ * needs), so the raw ping-pong and nexus share one MPI: every run starts
+ * nexus (nx_init, which reuses MPI), measures, and stops it again, and
+ * the raw runs go between, with no nexus thread alive. The systems take
+ * turns within each size, so a noisy stretch falls on all of them. */
+
+enum system { RAW, RSR_THREAD, RSR_POLL, NSYSTEMS };
+static const char *const label[NSYSTEMS] = {
+    "MPI_Send/MPI_Recv", "RSR, progress thread", "RSR, NX_PROGRESS=poll"};
+
+#define MAX_PAYLOAD (1 << 20)
+#define MAX_SIZES 4
+#define MAX_RUNS 9
+
+static int quick;
+static int runs = 5;
+static int rank;
+static char send_buf[MAX_PAYLOAD];
+static char recv_buf[MAX_PAYLOAD];
+
+static int iters_for(size_t size) {
+  int n = size <= 4096 ? 5000 : size <= 65536 ? 2000 : 200;
+  return quick ? n / 10 : n;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(const char *what, int rc) {
+  fprintf(stderr, "bench_rsr_mpi (rank %d): %s: %s\n", rank, what,
+          rc != 0 ? nx_strerror(rc) : "failed");
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* 1. The anchor: `size` bytes back and forth with blocking MPI_Send and
+ * MPI_Recv on MPI_COMM_WORLD. */
+static double raw_run(size_t size, int warm, int n) {
+  double t0 = 0;
+  for (int i = -warm; i < n; i++) {
+    if (i == 0) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = now_us();
+    }
+    if (rank == 0) {
+      MPI_Send(send_buf, (int)size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+      MPI_Recv(recv_buf, (int)size, MPI_BYTE, 1, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(recv_buf, (int)size, MPI_BYTE, 0, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      MPI_Send(recv_buf, (int)size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+    }
+  }
+  return (now_us() - t0) / n;
+}
+
+/* 2. RSRs: "ping" carries the payload to rank 1's initial context, whose
+ * non-threaded handler echoes it in "pong" to rank 0's; pong copies the
+ * payload out, as a receiver would, and signals rank 0's main thread,
+ * which waits in nx_cond_wait (and so drives progress itself). */
+
+static nx_mutex_t m;
+static nx_cond_t c;
+static long done;
+static int quit;
+static size_t reply_size;
+static nx_gp_t *peers;
+static nx_handler_id_t ping_id, pong_id;
+
+static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  nx_get_bytes(buf, recv_buf, reply_size);
+  nx_mutex_lock(&m);
+  done++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
+  if (remaining < head || remaining - head > sizeof(recv_buf))
+    return;
+  size_t n = remaining - head;
+  nx_buffer_t *out;
+  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
+      nx_rsr_init(&out, &peers[0], pong_id, nx_sizeof_bytes(n)) != 0)
+    return;
+  nx_put_bytes(out, recv_buf, n);
+  nx_rsr_send(out);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr, (void)buf;
+  nx_mutex_lock(&m);
+  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static double rsr_run(const char *mode, size_t size, int warm, int n) {
+  setenv("NX_PROGRESS", mode, 1);
+  int rc = nx_init(NULL, NULL);
+  if (rc != 0)
+    die("nx_init", rc);
+  done = 0;
+  quit = 0;
+  reply_size = size;
+  ping_id = nx_handler_id("ping");
+  pong_id = nx_handler_id("pong");
+  nx_context_t *self = nx_context_self();
+  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "pong", on_pong, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
+  int count = 0, me = -1;
+  if ((rc = nx_context_peers(&peers, &count, &me)) != 0)
+    die("nx_context_peers", rc);
+  if (count != 2 || me != rank)
+    die("nx_context_peers: not the 2 ranks of this job", 0);
+  const char *proto = nx_gp_protocol(&peers[1 - rank]);
+  if (proto == NULL || strcmp(proto, "mpi") != 0) {
+    fprintf(stderr,
+            "bench_rsr_mpi: the other rank is reached over %s, "
+            "not mpi\n",
+            proto != NULL ? proto : "nothing");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  /* Rank 1's ping handler answers to `peers`, which must be set before
+   * the first ping comes. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = 0;
+  if (rank == 1) {
+    /* Serve until rank 0 says quit. */
+    if (strcmp(mode, "poll") == 0) {
+      while (!__atomic_load_n(&quit, __ATOMIC_ACQUIRE))
+        nx_poll();
+    } else {
+      nx_mutex_lock(&m);
+      while (!quit)
+        nx_cond_wait(&c, &m);
+      nx_mutex_unlock(&m);
+    }
+  } else {
+    double t0 = 0;
+    for (int i = -warm; i < n; i++) {
+      if (i == 0)
+        t0 = now_us();
+      nx_buffer_t *b;
+      if ((rc = nx_rsr_init(&b, &peers[1], ping_id, nx_sizeof_bytes(size))) !=
+              0 ||
+          (rc = nx_put_bytes(b, send_buf, size)) != 0)
+        die("ping", rc);
+      nx_mutex_lock(&m);
+      long want = done + 1;
+      nx_mutex_unlock(&m);
+      if ((rc = nx_rsr_send(b)) != 0)
+        die("nx_rsr_send", rc);
+      nx_mutex_lock(&m);
+      while (done < want)
+        nx_cond_wait(&c, &m);
+      nx_mutex_unlock(&m);
+    }
+    t = (now_us() - t0) / n;
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init_name(&b, &peers[1], "quit", 8)) != 0 ||
+        (rc = nx_rsr_send(b)) != 0)
+      die("quit", rc);
+  }
+  for (int i = 0; i < count; i++)
+    nx_gp_release(&peers[i]);
+  free(peers);
+  peers = NULL;
+  /* Both ranks finalize together: the quit RSR has arrived once rank 1
+   * gets here, and the barrier keeps rank 0 from leaving before. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  if ((rc = nx_finalize()) != 0)
+    die("nx_finalize", rc);
+  return t;
+}
+
+static void size_label(size_t size, char *out, size_t len) {
+  if (size >= (1 << 20) && size % (1 << 20) == 0)
+    snprintf(out, len, "%zu MiB", size >> 20);
+  else if (size >= 1024 && size % 1024 == 0)
+    snprintf(out, len, "%zu KiB", size >> 10);
+  else
+    snprintf(out, len, "%zu B", size);
+}
+
+static void goal(const char *what, double rsr, double raw, double limit) {
+  double ratio = rsr / raw;
+  printf("    %-24s %6.2fx  %s\n", what, ratio,
+         ratio <= limit ? "met" : "NOT met");
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
+  int nsizes = MAX_SIZES;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+      runs = 3;
+    } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      unsigned long long v = strtoull(argv[++i], NULL, 10);
+      if (v == 0 || v > MAX_PAYLOAD) {
+        if (rank == 0)
+          fprintf(stderr, "bench_rsr_mpi: --size 1..%d\n", MAX_PAYLOAD);
+        MPI_Finalize();
+        return 2;
+      }
+      sizes[0] = (size_t)v;
+      nsizes = 1;
+    } else {
+      if (rank == 0)
+        fprintf(stderr, "usage: mpirun -np 2 bench_rsr_mpi [--quick] "
+                        "[--size BYTES]\n");
+      MPI_Finalize();
+      return 2;
+    }
+  }
+  if (size != 2 || provided < MPI_THREAD_SERIALIZED) {
+    if (rank == 0)
+      fprintf(stderr, "bench_rsr_mpi: needs exactly 2 ranks and "
+                      "MPI_THREAD_SERIALIZED or better\n");
+    MPI_Finalize();
+    return 2;
+  }
+  /* Only the mpi module between the ranks; local for a rank's own. */
+  setenv("NX_PROTOCOLS", "mpi,local", 1);
+  memset(send_buf, 0x5a, sizeof(send_buf));
+  if (rank == 0)
+    printf("round trips between 2 MPI ranks (%s); the systems take turns "
+           "within each size\n",
+           provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE"
+                                           : "MPI_THREAD_SERIALIZED");
+  double med8[NSYSTEMS] = {NAN, NAN, NAN}, med1m[NSYSTEMS] = {NAN, NAN, NAN};
+  for (int z = 0; z < nsizes; z++) {
+    size_t sz = sizes[z];
+    int n = iters_for(sz), warm = n / 10 + 1;
+    double v[NSYSTEMS][MAX_RUNS];
+    for (int r = 0; r < runs; r++) {
+      v[RAW][r] = raw_run(sz, warm, n);
+      v[RSR_THREAD][r] = rsr_run("thread", sz, warm, n);
+      v[RSR_POLL][r] = rsr_run("poll", sz, warm, n);
+    }
+    if (rank != 0)
+      continue;
+    double med[NSYSTEMS], best[NSYSTEMS];
+    for (int s = 0; s < NSYSTEMS; s++) {
+      qsort(v[s], (size_t)runs, sizeof(double), cmp_double);
+      med[s] = v[s][runs / 2];
+      best[s] = v[s][0];
+    }
+    char lab[32];
+    size_label(sz, lab, sizeof(lab));
+    printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", lab,
+           n, runs);
+    for (int s = 0; s < NSYSTEMS; s++) {
+      printf("  %-24s %9.2f us (%9.2f)", label[s], med[s], best[s]);
+      if (s != RAW)
+        printf("  %6.2fx MPI", med[s] / med[RAW]);
+      printf("\n");
+    }
+    fflush(stdout);
+    if (sz == 8)
+      memcpy(med8, med, sizeof(med));
+    if (sz == 1 << 20)
+      memcpy(med1m, med, sizeof(med));
+  }
+  if (rank == 0) {
+    printf("\ngoals:\n");
+    if (!isnan(med8[RAW])) {
+      printf("  8 B: RSR within 1.3x of MPI_Send/MPI_Recv\n");
+      goal(label[RSR_THREAD], med8[RSR_THREAD], med8[RAW], 1.3);
+      goal(label[RSR_POLL], med8[RSR_POLL], med8[RAW], 1.3);
+    }
+    if (!isnan(med1m[RAW])) {
+      printf("  1 MiB: RSR within 1.1x of MPI_Send/MPI_Recv\n");
+      goal(label[RSR_THREAD], med1m[RSR_THREAD], med1m[RAW], 1.1);
+      goal(label[RSR_POLL], med1m[RSR_POLL], med1m[RAW], 1.1);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,590 @@
+/* Round trips between two processes at 8 B to 1 MiB over libfabric: RSRs over the ofi module beside a raw fi_send/fi_recv ping-pong on the same provider, measured in the same run, for shm and tcp;ofi_rxm. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include "nexus.h"
+
+/* Usage: bench_rsr_ofi [--quick] [--provider NAME] [--size BYTES].
+ * libfabric reads FI_PROVIDER once per process, so every measurement runs
+ * in fresh processes: this program starts itself ("--measure SYSTEM SIZE
+ * N") with FI_PROVIDER set, and that process starts its peer (a fork for
+ * the raw ping-pong, "--child" for the RSRs). The main process never
+ * touches libfabric or nexus. */
+
+extern char **environ;
+
+enum system { RAW, RSR_THREAD, RSR_POLL, NSYSTEMS };
+static const char *const system_name[NSYSTEMS] = {"raw", "rsr-thread",
+                                                  "rsr-poll"};
+static const char *const system_label[NSYSTEMS] = {
+    "raw fi_send/fi_recv, busy-polled", "RSR, progress thread",
+    "RSR, NX_PROGRESS=poll"};
+
+#define MAX_PAYLOAD (1 << 20)
+#define MAX_RUNS 9
+
+static int quick;
+static int runs = 5;
+static char send_buf[MAX_PAYLOAD];
+static char recv_buf[MAX_PAYLOAD];
+
+static int iters_for(size_t size) {
+  int n = size <= 4096 ? 10000 : size <= 65536 ? 2000 : 300;
+  return quick ? n / 10 : n;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void die(const char *what, const char *why) {
+  fprintf(stderr, "bench_rsr_ofi[%d]: %s: %s\n", (int)getpid(), what, why);
+  exit(1);
+}
+
+static void die_fi(const char *what, ssize_t rc) {
+  die(what, fi_strerror((int)(rc < 0 ? -rc : rc)));
+}
+
+static void size_label(size_t size, char *out, size_t len) {
+  if (size >= (1 << 20) && size % (1 << 20) == 0)
+    snprintf(out, len, "%zu MiB", size >> 20);
+  else if (size >= 1024 && size % 1024 == 0)
+    snprintf(out, len, "%zu KiB", size >> 10);
+  else
+    snprintf(out, len, "%zu B", size);
+}
+
+static int read_all(int fd, void *p, size_t n) {
+  char *c = p;
+  while (n > 0) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* 1. The anchor: fi_send and fi_recv on one endpoint per process, the
+ * provider FI_PROVIDER names, found with the module's hints; each side
+ * posts its receive before it sends and busy-polls the completion queue.
+ * The payload lands straight in the receive buffer. */
+
+struct raw {
+  struct fi_info *info;
+  struct fid_fabric *fabric;
+  struct fid_domain *domain;
+  struct fid_av *av;
+  struct fid_cq *cq;
+  struct fid_ep *ep;
+  fi_addr_t peer;
+  struct fi_context2 rctx, sctx;
+  int received; /* the posted receive completed */
+};
+
+/* Reads completions; notes the receive's. */
+static void raw_poll(struct raw *r) {
+  struct fi_cq_entry e[8];
+  ssize_t n = fi_cq_read(r->cq, e, 8);
+  if (n == -FI_EAVAIL) {
+    struct fi_cq_err_entry err = {0};
+    fi_cq_readerr(r->cq, &err, 0);
+    die_fi("raw completion", err.err);
+  }
+  for (ssize_t i = 0; i < n; i++)
+    if (e[i].op_context == &r->rctx)
+      r->received = 1;
+}
+
+static void raw_open(struct raw *r) {
+  struct fi_info *hints = fi_allocinfo();
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  ssize_t rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &r->info);
+  fi_freeinfo(hints);
+  if (rc != 0)
+    die_fi("fi_getinfo", rc);
+  struct fi_av_attr av = {.type = FI_AV_TABLE};
+  struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_CONTEXT,
+                          .wait_obj = FI_WAIT_NONE};
+  if ((rc = fi_fabric(r->info->fabric_attr, &r->fabric, NULL)) != 0 ||
+      (rc = fi_domain(r->fabric, r->info, &r->domain, NULL)) != 0 ||
+      (rc = fi_av_open(r->domain, &av, &r->av, NULL)) != 0 ||
+      (rc = fi_cq_open(r->domain, &cq, &r->cq, NULL)) != 0 ||
+      (rc = fi_endpoint(r->domain, r->info, &r->ep, NULL)) != 0 ||
+      (rc = fi_ep_bind(r->ep, &r->av->fid, 0)) != 0 ||
+      (rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+      (rc = fi_enable(r->ep)) != 0)
+    die_fi("opening the raw endpoint", rc);
+}
+
+static void raw_close(struct raw *r) {
+  fi_close(&r->ep->fid);
+  fi_close(&r->cq->fid);
+  fi_close(&r->av->fid);
+  fi_close(&r->domain->fid);
+  fi_close(&r->fabric->fid);
+  fi_freeinfo(r->info);
+}
+
+/* Writes our endpoint name to `out`, reads the peer's from `in`. */
+static void raw_exchange(struct raw *r, int out, int in) {
+  char name[512];
+  size_t len = sizeof(name);
+  ssize_t rc = fi_getname(&r->ep->fid, name, &len);
+  if (rc != 0)
+    die_fi("fi_getname", rc);
+  uint32_t l = (uint32_t)len;
+  if (write(out, &l, sizeof(l)) != sizeof(l) ||
+      write(out, name, len) != (ssize_t)len)
+    die("writing the endpoint name", strerror(errno));
+  char peer[512];
+  if (read_all(in, &l, sizeof(l)) < 0 || l > sizeof(peer) ||
+      read_all(in, peer, l) < 0)
+    die("reading the peer's endpoint name", "short read");
+  if (fi_av_insert(r->av, peer, 1, &r->peer, 0, NULL) != 1)
+    die("fi_av_insert", "refused");
+}
+
+static void raw_post_recv(struct raw *r, size_t size) {
+  ssize_t rc;
+  r->received = 0;
+  while ((rc = fi_recv(r->ep, recv_buf, size, NULL, FI_ADDR_UNSPEC,
+                       &r->rctx)) == -FI_EAGAIN)
+    raw_poll(r);
+  if (rc != 0)
+    die_fi("fi_recv", rc);
+}
+
+static void raw_send(struct raw *r, size_t size) {
+  ssize_t rc;
+  while ((rc = fi_send(r->ep, send_buf, size, NULL, r->peer, &r->sctx)) ==
+         -FI_EAGAIN)
+    raw_poll(r);
+  if (rc != 0)
+    die_fi("fi_send", rc);
+}
+
+/* Busy-polls until the posted receive completed (send completions are
+ * read and dropped on the way). */
+static void raw_wait_recv(struct raw *r) {
+  while (!r->received)
+    raw_poll(r);
+}
+
+static double raw_measure(size_t size, int warm, int n) {
+  int p2c[2], c2p[2];
+  if (pipe(p2c) < 0 || pipe(c2p) < 0)
+    die("pipe", strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork", strerror(errno));
+  struct raw r = {0};
+  raw_open(&r);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    raw_exchange(&r, c2p[1], p2c[0]);
+    raw_post_recv(&r, size);
+    for (int i = 0; i < warm + n; i++) {
+      raw_wait_recv(&r);
+      raw_post_recv(&r, size);
+      raw_send(&r, size);
+    }
+    /* Keep progressing until the parent got the last reply (ofi_rxm
+     * moves large messages in progress calls, on both sides). */
+    for (;;) {
+      struct pollfd pfd = {.fd = p2c[0], .events = POLLIN};
+      if (poll(&pfd, 1, 0) > 0)
+        break;
+      raw_poll(&r);
+    }
+    raw_close(&r);
+    _exit(0);
+  }
+  raw_exchange(&r, p2c[1], c2p[0]);
+  double t0 = 0;
+  for (int i = -warm; i < n; i++) {
+    if (i == 0)
+      t0 = now_us();
+    raw_post_recv(&r, size);
+    raw_send(&r, size);
+    raw_wait_recv(&r);
+  }
+  double t = (now_us() - t0) / n;
+  char c = 0;
+  if (write(p2c[1], &c, 1) < 0)
+    die("write", strerror(errno));
+  waitpid(pid, NULL, 0);
+  raw_close(&r);
+  return t;
+}
+
+/* 2. RSRs: "ping" carries the payload to the child's initial context,
+ * whose non-threaded handler echoes it in "pong" to the gp it was given
+ * once ("hello"); pong copies the payload out, as a receiver would, and
+ * signals the main thread, which waits in nx_cond_wait. */
+
+static nx_mutex_t m;
+static nx_cond_t c;
+static long done;
+static long bad_replies;
+static size_t reply_size;
+static int quit;
+static nx_gp_t reply_gp = NX_GP_NULL;
+static nx_handler_id_t pong_id;
+
+static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  int rc = nx_get_bytes(buf, recv_buf, reply_size);
+  nx_mutex_lock(&m);
+  if (rc != 0)
+    bad_replies++;
+  done++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  nx_gp_release(&reply_gp);
+  nx_get_gp(buf, &reply_gp);
+}
+
+static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
+  if (remaining < head || remaining - head > sizeof(recv_buf))
+    return;
+  size_t n = remaining - head;
+  nx_buffer_t *out;
+  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
+      nx_rsr_init(&out, &reply_gp, pong_id, nx_sizeof_bytes(n)) != 0)
+    return;
+  nx_put_bytes(out, recv_buf, n);
+  nx_rsr_send(out);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr, (void)buf;
+  nx_mutex_lock(&m);
+  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static int child_main(int fd, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent || nx_init(NULL, NULL) != 0)
+    return 1;
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  pong_id = nx_handler_id("pong");
+  nx_context_t *self = nx_context_self();
+  nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
+  nx_gp_t me;
+  nx_buffer_t *b;
+  const void *bytes;
+  size_t len;
+  if (nx_gp_make(NULL, &me) != 0 || nx_buffer_create(64, &b) != 0 ||
+      nx_put_gp(b, &me) != 0 || nx_buffer_bytes(b, &bytes, &len) != 0)
+    return 1;
+  uint32_t head[2] = {(uint32_t)nx_buffer_format(b), (uint32_t)len};
+  if (write(fd, head, sizeof(head)) != sizeof(head) ||
+      write(fd, bytes, len) != (ssize_t)len)
+    return 1;
+  close(fd);
+  nx_buffer_release(b);
+  nx_gp_release(&me);
+  const char *mode = getenv("NX_PROGRESS");
+  if (mode != NULL && strcmp(mode, "poll") == 0) {
+    for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
+      if (nx_poll() == 0 && (i & 0xfffff) == 0 && getppid() != parent)
+        return 1;
+  } else {
+    nx_mutex_lock(&m);
+    while (!quit) {
+      struct timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += 1;
+      nx_cond_timedwait(&c, &m, &deadline);
+    }
+    nx_mutex_unlock(&m);
+  }
+  nx_gp_release(&reply_gp);
+  return nx_finalize() == 0 ? 0 : 1;
+}
+
+static void die_nx(const char *what, int rc) { die(what, nx_strerror(rc)); }
+
+static double rsr_measure(const char *mode, size_t size, int warm, int n) {
+  setenv("NX_PROGRESS", mode, 1);
+  setenv("NX_PROTOCOLS", "ofi,local", 1);
+  int fds[2];
+  if (pipe(fds) < 0)
+    die("pipe", strerror(errno));
+  char fd_arg[16], parent_arg[16];
+  snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
+  snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
+  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg, NULL};
+  pid_t pid;
+  if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+    die("posix_spawn", strerror(errno));
+  close(fds[1]);
+  int rc = nx_init(NULL, NULL);
+  if (rc != 0)
+    die_nx("nx_init", rc);
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  reply_size = size;
+  nx_handler_register(nx_context_self(), "pong", on_pong,
+                      NX_HANDLER_NONTHREADED, NULL);
+  uint32_t head[2];
+  char bytes[8192];
+  if (read_all(fds[0], head, sizeof(head)) < 0 || head[1] > sizeof(bytes) ||
+      read_all(fds[0], bytes, head[1]) < 0)
+    die("reading the child's gp", "short read");
+  close(fds[0]);
+  nx_buffer_t *b;
+  nx_gp_t child, me;
+  if ((rc = nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b)) != 0 ||
+      (rc = nx_get_gp(b, &child)) != 0 || (rc = nx_gp_make(NULL, &me)) != 0)
+    die_nx("gp", rc);
+  nx_buffer_release(b);
+  const char *proto = nx_gp_protocol(&child);
+  if (proto == NULL || strcmp(proto, "ofi") != 0)
+    die("the child is not reached over ofi", proto ? proto : "unreachable");
+  if ((rc = nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me))) != 0 ||
+      (rc = nx_put_gp(b, &me)) != 0 || (rc = nx_rsr_send(b)) != 0)
+    die_nx("hello", rc);
+  nx_handler_id_t ping = nx_handler_id("ping");
+  double t0 = 0;
+  for (int i = -warm; i < n; i++) {
+    if (i == 0)
+      t0 = now_us();
+    if ((rc = nx_rsr_init(&b, &child, ping, nx_sizeof_bytes(size))) != 0 ||
+        (rc = nx_put_bytes(b, send_buf, size)) != 0)
+      die_nx("ping", rc);
+    nx_mutex_lock(&m);
+    long want = done + 1;
+    nx_mutex_unlock(&m);
+    if ((rc = nx_rsr_send(b)) != 0)
+      die_nx("nx_rsr_send", rc);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    nx_mutex_lock(&m);
+    while (done < want)
+      if (nx_cond_timedwait(&c, &m, &deadline) == NX_ETIMEDOUT)
+        die("a round trip", "no reply within 10 s");
+    nx_mutex_unlock(&m);
+  }
+  double t = (now_us() - t0) / n;
+  if (bad_replies > 0)
+    die("replies", "of the wrong size");
+  if (nx_rsr_init_name(&b, &child, "quit", 0) == 0)
+    nx_rsr_send(b);
+  waitpid(pid, NULL, 0);
+  nx_gp_release(&child);
+  nx_gp_release(&me);
+  nx_finalize();
+  return t;
+}
+
+/* 3. The driver: one fresh process per measurement. */
+
+/* Runs "--measure" with FI_PROVIDER=`prov`; returns microseconds per round
+ * trip, or NAN with the reason in `why`. */
+static double measure(const char *prov, int sys, size_t size, char *why,
+                      size_t why_len) {
+  int fds[2];
+  if (pipe(fds) < 0)
+    die("pipe", strerror(errno));
+  char size_arg[32], n_arg[32];
+  snprintf(size_arg, sizeof(size_arg), "%zu", size);
+  snprintf(n_arg, sizeof(n_arg), "%d", iters_for(size));
+  char *argv[] = {"/proc/self/exe", "--measure", (char *)system_name[sys],
+                  size_arg,         n_arg,       NULL};
+  setenv("FI_PROVIDER", prov, 1);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0)
+    die("posix_spawn", strerror(rc));
+  char out[128] = "";
+  size_t len = 0;
+  ssize_t r;
+  while (len < sizeof(out) - 1 &&
+         (r = read(fds[0], out + len, sizeof(out) - 1 - len)) != 0) {
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      break;
+    len += (size_t)r;
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  double us;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+      sscanf(out, "%lf", &us) != 1) {
+    snprintf(why, why_len, "the measurement failed (see stderr)");
+    return NAN;
+  }
+  return us;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: bench_rsr_ofi [--quick] [--provider shm|tcp] "
+                  "[--size BYTES]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--child") == 0)
+    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]));
+  if (argc == 5 && strcmp(argv[1], "--measure") == 0) {
+    size_t size = strtoul(argv[3], NULL, 10);
+    int n = atoi(argv[4]);
+    if (size > MAX_PAYLOAD || n <= 0)
+      return usage();
+    memset(send_buf, 0x5a, size);
+    int warm = n / 10 > 100 ? 100 : n / 10 + 1;
+    double t;
+    if (strcmp(argv[2], "raw") == 0)
+      t = raw_measure(size, warm, n);
+    else if (strcmp(argv[2], "rsr-thread") == 0)
+      t = rsr_measure("thread", size, warm, n);
+    else if (strcmp(argv[2], "rsr-poll") == 0)
+      t = rsr_measure("poll", size, warm, n);
+    else
+      return usage();
+    printf("%.4f\n", t);
+    return 0;
+  }
+  size_t sizes[4] = {8, 1024, 65536, 1 << 20};
+  int nsizes = 4;
+  const char *provs[2] = {"shm", "tcp;ofi_rxm"};
+  int nprovs = 2;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+      runs = 3;
+    } else if (strcmp(argv[i], "--provider") == 0 && i + 1 < argc) {
+      i++;
+      provs[0] = strcmp(argv[i], "tcp") == 0 ? "tcp;ofi_rxm" : argv[i];
+      nprovs = 1;
+    } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      sizes[0] = strtoul(argv[++i], NULL, 10);
+      nsizes = 1;
+      if (sizes[0] > MAX_PAYLOAD)
+        return usage();
+    } else {
+      return usage();
+    }
+  }
+  /* Both RSR processes of a measurement: one computation, one key. */
+  char key[33];
+  srand((unsigned)time(NULL) ^ (unsigned)getpid());
+  for (int i = 0; i < 16; i++)
+    snprintf(key + 2 * i, 3, "%02x", rand() & 0xff);
+  setenv("NX_KEY", key, 1);
+  printf("RSR round trips over the ofi module vs raw libfabric ping-pong "
+         "(%s)\n",
+         quick ? "quick" : "full");
+  for (int pi = 0; pi < nprovs; pi++) {
+    const char *prov = provs[pi];
+    printf("\n== FI_PROVIDER=%s\n", prov);
+    double ratio8[NSYSTEMS], ratio1m[NSYSTEMS];
+    for (int s = 0; s < NSYSTEMS; s++)
+      ratio8[s] = ratio1m[s] = NAN;
+    int available = 1;
+    for (int si = 0; si < nsizes && available; si++) {
+      size_t size = sizes[si];
+      double v[NSYSTEMS][MAX_RUNS];
+      char why[160] = "";
+      /* Interleaved: each run measures every system once, so a slow
+       * moment of the machine hurts them alike. */
+      for (int run = 0; run < runs && available; run++)
+        for (int s = 0; s < NSYSTEMS; s++) {
+          v[s][run] = measure(prov, s, size, why, sizeof(why));
+          if (isnan(v[s][run]) && s == RAW) {
+            printf("  not available: %s\n", why);
+            available = 0;
+            break;
+          }
+        }
+      if (!available)
+        break;
+      char label[32];
+      size_label(size, label, sizeof(label));
+      printf("\n%s: %d round trips per run, median of %d runs (fastest)\n",
+             label, iters_for(size), runs);
+      double med[NSYSTEMS];
+      for (int s = 0; s < NSYSTEMS; s++) {
+        qsort(v[s], (size_t)runs, sizeof(double), cmp_double);
+        med[s] = v[s][runs / 2];
+        printf("  %-34s %9.2f us (%9.2f)", system_label[s], med[s], v[s][0]);
+        if (s != RAW)
+          printf("  %6.2fx raw (fastest %.2fx)", med[s] / med[RAW],
+                 v[s][0] / v[RAW][0]);
+        printf("\n");
+        if (size == 8)
+          ratio8[s] = med[s] / med[RAW];
+        if (size == 1 << 20)
+          ratio1m[s] = med[s] / med[RAW];
+      }
+    }
+    if (!available)
+      continue;
+    printf("\n  goals (RSR / raw):\n");
+    for (int s = RSR_THREAD; s < NSYSTEMS; s++) {
+      if (!isnan(ratio8[s]))
+        printf("    8 B   %-26s %6.2fx  (goal 1.3x: %s)\n", system_label[s],
+               ratio8[s], ratio8[s] <= 1.3 ? "met" : "NOT met");
+      if (!isnan(ratio1m[s]))
+        printf("    1 MiB %-26s %6.2fx  (goal 1.1x: %s)\n", system_label[s],
+               ratio1m[s], ratio1m[s] <= 1.1 ? "met" : "NOT met");
+    }
+  }
+  return 0;
+}

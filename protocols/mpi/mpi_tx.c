@@ -1,0 +1,349 @@
+/* Sending frames in the mpi module: posting a frame's messages from any thread,
+ * and completing them on the driver. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpimod.h"
+
+/* A frame the module accepted and has not finished with keeps, in
+ * module_data[0], the stage it was copied into (or NULL), and in
+ * module_data[1] the number of its requests still in flight, with
+ * FRAME_FAILED set once one of them failed. */
+#define FRAME_FAILED ((uintptr_t)1 << 31)
+#define FRAME_COUNT (FRAME_FAILED - 1)
+
+/* Small frames are copied, header and payload, into one message: the
+ * core keeps the header apart from the payload, and one message costs
+ * half of two. The copy goes into a per-thread stage; when MPI does not
+ * finish with it at once (Open MPI usually does: small sends complete
+ * inline), the frame takes the stage and the thread gets a new one. */
+struct stage {
+  size_t cap;
+  _Alignas(16) uint8_t bytes[];
+};
+
+static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
+static pthread_key_t stage_key;
+
+/* The key outlives every nx_init: the module is never unloaded, and each
+ * thread's stage is freed when the thread ends. */
+static void stage_key_create(void) { pthread_key_create(&stage_key, free); }
+
+static struct stage *stage_get(size_t need) {
+  struct stage *s = pthread_getspecific(stage_key);
+  if (s != NULL && s->cap >= need)
+    return s;
+  free(s);
+  size_t cap = need < MPIMOD_INLINE_DEFAULT + NX_FRAME_HDR_SIZE
+                   ? MPIMOD_INLINE_DEFAULT + NX_FRAME_HDR_SIZE
+                   : need;
+  s = malloc(sizeof(*s) + cap);
+  if (s != NULL)
+    s->cap = cap;
+  pthread_setspecific(stage_key, s);
+  return s;
+}
+
+int mpimod_tx_init(struct mpimod *m) {
+  pthread_once(&stage_once, stage_key_create);
+  m->tx_cap = 0;
+  return 0;
+}
+
+static size_t frame_payload(const nx_frame_t *f) {
+  return f->iovcnt > 1 ? f->iov[1].iov_len : 0;
+}
+
+/* Adds requests of a frame to the set the driver tests. tx_lock held. */
+static int track_locked(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
+                        const MPI_Request *reqs, int n) {
+  if (m->tx_n + n > m->tx_cap) {
+    int cap = m->tx_cap > 0 ? m->tx_cap : 64;
+    while (cap < m->tx_n + n)
+      cap *= 2;
+    MPI_Request *req = realloc(m->tx_req, (size_t)cap * sizeof(*req));
+    if (req == NULL)
+      return NX_ENOMEM;
+    m->tx_req = req;
+    struct mpimod_tx *of = realloc(m->tx_of, (size_t)cap * sizeof(*of));
+    if (of == NULL)
+      return NX_ENOMEM;
+    m->tx_of = of;
+    m->tx_cap = cap;
+  }
+  for (int i = 0; i < n; i++) {
+    m->tx_req[m->tx_n] = reqs[i];
+    m->tx_of[m->tx_n].frame = f;
+    m->tx_of[m->tx_n].peer = p;
+    m->tx_n++;
+  }
+  atomic_store(&m->tx_count, m->tx_n);
+  return 0;
+}
+
+/* Hands requests in flight to the driver. Out of memory for the request
+ * set, the sender waits for them itself: rare, and better than losing
+ * track of memory MPI still reads. Returns 1 if they completed here. */
+static int track(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
+                 MPI_Request *reqs, int n, int failed) {
+  f->module_data[1] = (void *)((uintptr_t)n | (failed ? FRAME_FAILED : 0));
+  pthread_mutex_lock(&m->tx_lock);
+  int r = track_locked(m, p, f, reqs, n);
+  pthread_mutex_unlock(&m->tx_lock);
+  if (r == 0)
+    return 0;
+  mpimod_lock(m);
+  MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+  mpimod_unlock(m);
+  return 1;
+}
+
+enum { POSTED = 0, DONE = 1 };
+
+/* Posts a small frame as one FRAME message. Peer lock held. Returns DONE
+ * (MPI finished with it), POSTED, or a negative code (nothing posted). */
+static int post_inline(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
+                       size_t plen, int *mpi_error) {
+  size_t total = NX_FRAME_HDR_SIZE + plen;
+  struct stage *s = stage_get(total);
+  if (s == NULL)
+    return NX_ENOMEM;
+  memcpy(s->bytes, f->iov[0].iov_base, NX_FRAME_HDR_SIZE);
+  if (plen > 0)
+    memcpy(s->bytes + NX_FRAME_HDR_SIZE, f->iov[1].iov_base, plen);
+  MPI_Request req;
+  int done = 0;
+  mpimod_lock(m);
+  int e = MPI_Isend(s->bytes, (int)total, MPI_BYTE, p->rank, MPIMOD_TAG_FRAME,
+                    m->comm, &req);
+  /* A failed test completes (and frees) the request: either way nothing
+   * refers to the stage afterwards. */
+  if (e == MPI_SUCCESS)
+    e = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+  mpimod_unlock(m);
+  if (e != MPI_SUCCESS) {
+    *mpi_error = e;
+    return NX_EPEERDEAD;
+  }
+  if (done)
+    return DONE;
+  pthread_setspecific(stage_key, NULL); /* the frame owns it now */
+  f->module_data[0] = s;
+  return track(m, p, f, &req, 1, 0) ? DONE : POSTED;
+}
+
+/* Posts a large frame: its header alone as a FRAME message, its payload in
+ * BODY messages of MPIMOD_CHUNK bytes straight from the frame. Peer lock held.
+ * Returns DONE, POSTED, or a negative code if nothing was posted. */
+static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
+                      size_t plen, int *mpi_error) {
+  size_t chunks = (plen + MPIMOD_CHUNK - 1) / MPIMOD_CHUNK;
+  if (chunks >= FRAME_COUNT)
+    return NX_EMSGSIZE;
+  MPI_Request local[8];
+  MPI_Request *reqs = local;
+  if (chunks + 1 > 8) {
+    reqs = malloc((chunks + 1) * sizeof(*reqs));
+    if (reqs == NULL)
+      return NX_ENOMEM;
+  }
+  const uint8_t *payload = f->iov[1].iov_base;
+  int posted = 0, head_done = 0;
+  mpimod_lock(m);
+  int e = MPI_Isend(f->iov[0].iov_base, NX_FRAME_HDR_SIZE, MPI_BYTE, p->rank,
+                    MPIMOD_TAG_FRAME, m->comm, &reqs[0]);
+  if (e == MPI_SUCCESS)
+    posted = 1;
+  for (size_t off = 0; e == MPI_SUCCESS && off < plen; off += MPIMOD_CHUNK) {
+    size_t n = plen - off < MPIMOD_CHUNK ? plen - off : MPIMOD_CHUNK;
+    e = MPI_Isend(payload + off, (int)n, MPI_BYTE, p->rank, MPIMOD_TAG_BODY,
+                  m->comm, &reqs[posted]);
+    if (e == MPI_SUCCESS)
+      posted++;
+  }
+  /* The header is small and usually gone at once: then only the payload
+   * needs watching. */
+  int failed = e != MPI_SUCCESS;
+  if (posted > 0 &&
+      MPI_Test(&reqs[0], &head_done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    head_done = 1; /* completed with an error, and freed */
+    failed = 1;
+  }
+  mpimod_unlock(m);
+  int r;
+  if (posted == 0) {
+    *mpi_error = e;
+    r = NX_EPEERDEAD;
+  } else {
+    /* Some messages are out: the frame is ours until they complete, even
+     * if the rest could not be posted (it then completes as lost). */
+    if (failed)
+      *mpi_error = e != MPI_SUCCESS ? e : MPI_ERR_OTHER;
+    int first = head_done ? 1 : 0;
+    if (posted - first == 0)
+      r = DONE;
+    else
+      r = track(m, p, f, reqs + first, posted - first, failed) ? DONE : POSTED;
+    if (failed && r == DONE) {
+      /* Nothing in flight, but part of it never left. */
+      f->module_data[1] = (void *)FRAME_FAILED;
+    }
+  }
+  if (reqs != local)
+    free(reqs);
+  return r;
+}
+
+int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f) {
+  if (f->iovcnt < 1 || f->iovcnt > 2 || f->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+    return NX_EINVAL;
+  size_t plen = frame_payload(f);
+  size_t total = NX_FRAME_HDR_SIZE + plen;
+  f->module_data[0] = NULL;
+  f->module_data[1] = NULL;
+  int mpi_error = MPI_SUCCESS;
+  pthread_mutex_lock(&p->lock);
+  if (p->dead) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EPEERDEAD;
+  }
+  /* Backpressure: a frame that would take the bytes in flight to this
+   * rank past queue_max waits, unless nothing is in flight (a frame larger
+   * than the bound must still go). */
+  if (p->inflight > 0 && p->inflight + total > m->queue_max) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EAGAIN;
+  }
+  int r = plen <= m->inline_max ? post_inline(m, p, f, plen, &mpi_error)
+                                : post_split(m, p, f, plen, &mpi_error);
+  if (r == POSTED)
+    p->inflight += total; /* the driver subtracts it under this lock */
+  pthread_mutex_unlock(&p->lock);
+  if (mpi_error != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(mpi_error, text, &len) != MPI_SUCCESS)
+      strcpy(text, "MPI error");
+    mpimod_peer_fail(m, p, text);
+  }
+  if (r == DONE) {
+    int lost = ((uintptr_t)f->module_data[1] & FRAME_FAILED) != 0;
+    free(f->module_data[0]); /* a stage, if the sender had to wait */
+    m->core->send_done(f, lost ? NX_EPEERDEAD : 0);
+    return 0;
+  }
+  return r;
+}
+
+/* Scratch arrays for MPI_Testsome, as large as the request set. tx_lock
+ * held. */
+static int scratch(struct mpimod *m) {
+  if (m->tx_scratch_cap >= m->tx_cap)
+    return 0;
+  int cap = m->tx_cap;
+  int *idx = realloc(m->tx_idx, (size_t)cap * sizeof(*idx));
+  if (idx == NULL)
+    return NX_ENOMEM;
+  m->tx_idx = idx;
+  MPI_Status *st = realloc(m->tx_st, (size_t)cap * sizeof(*st));
+  if (st == NULL)
+    return NX_ENOMEM;
+  m->tx_st = st;
+  struct mpimod_tx *fin = realloc(m->tx_fin, (size_t)cap * sizeof(*fin));
+  if (fin == NULL)
+    return NX_ENOMEM;
+  m->tx_fin = fin;
+  m->tx_scratch_cap = cap;
+  return 0;
+}
+
+static void finish(struct mpimod *m, struct mpimod_tx *t) {
+  nx_frame_t *f = t->frame;
+  size_t total = NX_FRAME_HDR_SIZE + frame_payload(f);
+  int lost = ((uintptr_t)f->module_data[1] & FRAME_FAILED) != 0;
+  pthread_mutex_lock(&t->peer->lock);
+  t->peer->inflight -= total;
+  pthread_mutex_unlock(&t->peer->lock);
+  free(f->module_data[0]);
+  f->module_data[0] = NULL;
+  if (lost)
+    mpimod_peer_fail(m, t->peer, "a send failed");
+  m->core->send_done(f, lost ? NX_EPEERDEAD : 0);
+}
+
+int mpimod_tx_progress(struct mpimod *m) {
+  if (atomic_load_explicit(&m->tx_count, memory_order_relaxed) == 0)
+    return 0;
+  pthread_mutex_lock(&m->tx_lock);
+  int n = m->tx_n, outc = 0, nfin = 0;
+  if (n == 0 || scratch(m) < 0) {
+    pthread_mutex_unlock(&m->tx_lock);
+    return 0;
+  }
+  mpimod_lock(m);
+  int e = MPI_Testsome(n, m->tx_req, &outc, m->tx_idx, m->tx_st);
+  mpimod_unlock(m);
+  if ((e != MPI_SUCCESS && e != MPI_ERR_IN_STATUS) || outc == MPI_UNDEFINED)
+    outc = 0;
+  for (int i = 0; i < outc; i++) {
+    struct mpimod_tx *t = &m->tx_of[m->tx_idx[i]];
+    uintptr_t v = (uintptr_t)t->frame->module_data[1];
+    if (e == MPI_ERR_IN_STATUS && m->tx_st[i].MPI_ERROR != MPI_SUCCESS)
+      v |= FRAME_FAILED;
+    v--;
+    t->frame->module_data[1] = (void *)v;
+    if ((v & FRAME_COUNT) == 0)
+      m->tx_fin[nfin++] = *t;
+  }
+  /* Testsome set the completed requests to MPI_REQUEST_NULL. */
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (m->tx_req[i] == MPI_REQUEST_NULL)
+      continue;
+    m->tx_req[k] = m->tx_req[i];
+    m->tx_of[k] = m->tx_of[i];
+    k++;
+  }
+  m->tx_n = k;
+  atomic_store(&m->tx_count, k);
+  pthread_mutex_unlock(&m->tx_lock);
+  /* send_done outside the locks: the core may free memory and count. The
+   * scratch array is the driver's, so it stays valid meanwhile. */
+  for (int i = 0; i < nfin; i++)
+    finish(m, &m->tx_fin[i]);
+  return nfin;
+}
+
+/* Sends still in flight after the linger: MPI may still read their
+ * frames, so they are neither freed nor reported done; their requests are
+ * released so that MPI does not keep them either. */
+void mpimod_tx_abandon(struct mpimod *m) {
+  pthread_mutex_lock(&m->tx_lock);
+  if (m->tx_n > 0)
+    MPIMOD_LOG(m, 1,
+               "finalize: %d sends still in flight; their frames are "
+               "leaked",
+               m->tx_n);
+  for (int i = 0; i < m->tx_n; i++) {
+    mpimod_lock(m);
+    MPI_Request_free(&m->tx_req[i]);
+    mpimod_unlock(m);
+  }
+  m->tx_n = 0;
+  atomic_store(&m->tx_count, 0);
+  pthread_mutex_unlock(&m->tx_lock);
+}
+
+void mpimod_tx_fini(struct mpimod *m) {
+  free(m->tx_req);
+  free(m->tx_of);
+  free(m->tx_idx);
+  free(m->tx_st);
+  free(m->tx_fin);
+  m->tx_req = NULL;
+  m->tx_of = NULL;
+  m->tx_idx = NULL;
+  m->tx_st = NULL;
+  m->tx_fin = NULL;
+  m->tx_cap = m->tx_scratch_cap = 0;
+}

@@ -1,0 +1,225 @@
+/* Private declarations of the mpi protocol module, shared by its three source
+ * files. */
+#ifndef NX_PROTO_MPIMOD_H
+#define NX_PROTO_MPIMOD_H
+
+/* This header is not called mpi.h, as STYLE.md would have it, because the
+ * module's folder is on the include path and would hide Open MPI's <mpi.h>.
+ * For the same reason every function here is named mpimod_*, not mpi_*:
+ * Open MPI's Fortran bindings export mpi_init, mpi_send, mpi_finalize, ...
+ * (lower case), and a reader of a backtrace should never wonder which of
+ * the two ran. */
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nexus/protocol.h"
+
+/* The files:
+ *   mpi.c     the ops table, init and finalize, descriptors, endpoints,
+ *             job_peers, the watcher thread;
+ *   mpi_tx.c  the send path (any thread) and send completion (driver);
+ *   mpi_rx.c  receiving: matching arrivals, payloads, in-order delivery
+ *             (driver only).
+ * "Driver only" means: called from progress() (or init/finalize), which the
+ * core runs on one thread at a time. */
+
+#define MPIMOD_NAME "mpi"
+#define MPIMOD_COST 30
+#define MPIMOD_WIRE_VERSION 1
+
+/* Descriptor (docs/mpi.md). Scope: the job id, 16 bytes every rank of the
+ * job shares. Data: u8 version, 3 zero bytes, u32 world rank (LE), the
+ * 16-byte process uuid. */
+#define MPIMOD_JOB_SIZE 16
+#define MPIMOD_UUID_SIZE 16
+#define MPIMOD_DESC_VERSION 1
+#define MPIMOD_DESC_SIZE (8 + MPIMOD_UUID_SIZE)
+
+/* Messages on the private communicator (docs/mpi.md). A frame whose
+ * payload is at most the inline size travels as one FRAME message: its
+ * header and payload. A larger one sends its 40 header bytes alone as a
+ * FRAME message (its length field then exceeds what came with it) and its
+ * payload in BODY messages of MPIMOD_CHUNK bytes (the last one shorter),
+ * straight from the frame. FRAME messages arrive in receives posted in
+ * advance, BODY messages are matched for the sources that owe one. The
+ * limits below are part of the wire format: change them only with
+ * MPIMOD_WIRE_VERSION (a FRAME message larger than a slot is not refused
+ * cleanly: Open MPI 4.1 mishandles truncating a large message). */
+enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
+#define MPIMOD_CHUNK ((size_t)16 << 20)
+/* The largest payload a FRAME message carries: what a posted receive
+ * holds. */
+#define MPIMOD_INLINE_LIMIT ((size_t)16384)
+#define MPIMOD_SLOT_SIZE (NX_FRAME_HDR_SIZE + MPIMOD_INLINE_LIMIT)
+/* Receives kept posted for FRAME messages. */
+#define MPIMOD_SLOTS 8
+
+#define MPIMOD_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
+#define MPIMOD_INLINE_DEFAULT ((size_t)8192)
+#define MPIMOD_WATCH_US_DEFAULT 1000u
+/* FRAME messages one progress call takes at most: about what the core
+ * dispatches per round. */
+#define MPIMOD_MATCH_MAX 64
+/* How long finalize waits for requests still in flight. */
+#define MPIMOD_LINGER_MS 2000u
+
+/* Another rank: the endpoint connect() returns, shared by every
+ * destination in that process. Peers live until finalize. */
+struct mpimod_peer {
+  pthread_mutex_t lock; /* the send side: posting, inflight, dead */
+  int rank;
+  uint8_t uuid[MPIMOD_UUID_SIZE];
+  size_t inflight; /* bytes of accepted frames not yet completed */
+  int dead;
+  atomic_int reported; /* peer_failed was called */
+};
+
+/* A frame being received, queued per source in the order its FRAME
+ * message arrived, so that frames are delivered in the order they were
+ * sent even when a small one arrives while a large one's payload is still
+ * coming. */
+enum mpimod_rx_kind {
+  MPIMOD_RX_FRAME,  /* a whole frame, copied out of its slot */
+  MPIMOD_RX_BODY,   /* a frame whose payload comes in BODY messages */
+  MPIMOD_RX_DISCARD /* a message received only to be dropped; not queued */
+};
+
+struct mpimod_rx {
+  struct mpimod_rx *next;
+  int src;
+  int kind;
+  int outstanding; /* requests not yet complete */
+  int failed;      /* a request failed: free, do not deliver */
+  int leaked;      /* abandoned at finalize: MPI may still write its memory */
+  /* MPIMOD_RX_FRAME and MPIMOD_RX_DISCARD */
+  uint8_t *buf;
+  size_t buf_len;
+  /* MPIMOD_RX_BODY: the frame (NULL while dropping a refused one's
+   * payload), its payload's length and how much of it is matched */
+  nx_frame_t *frame;
+  size_t body_len, body_posted;
+};
+
+struct mpimod_src {
+  struct mpimod_rx *head, *tail;
+  int owed;    /* queued BODY entries still owed payload messages */
+  int listed;  /* in mpimod.owing */
+  int dropped; /* broke the wire format: everything from it is dropped */
+};
+
+/* A receive posted for FRAME messages. */
+struct mpimod_slot {
+  MPI_Request req;
+  uint8_t *buf; /* MPIMOD_SLOT_SIZE bytes */
+};
+
+/* A send request and what it belongs to. */
+struct mpimod_tx {
+  nx_frame_t *frame;
+  struct mpimod_peer *peer;
+};
+
+/* The module's state, one per nx_init. */
+struct mpimod {
+  const struct nx_core_api *core;
+  MPI_Comm comm; /* private: MPI_Comm_dup of MPI_COMM_WORLD */
+  int rank, size;
+  int own_mpi;    /* this module called MPI_Init_thread */
+  int serialized; /* MPI gave THREAD_SERIALIZED: `big` guards every call */
+  pthread_mutex_t big;
+  size_t queue_max;
+  size_t inline_max;
+  unsigned watch_us;
+  uint8_t job[MPIMOD_JOB_SIZE];
+  char job_name[64]; /* for people: the launcher's job id */
+  char version[192];
+
+  pthread_mutex_t peers_lock; /* creating peers */
+  struct mpimod_peer **peers; /* by rank, created by connect */
+
+  /* Sends in flight: any thread appends, the driver tests. */
+  pthread_mutex_t tx_lock;
+  MPI_Request *tx_req;
+  struct mpimod_tx *tx_of;
+  int tx_n, tx_cap;
+  atomic_int tx_count; /* tx_n, readable without the lock */
+  /* Driver only: scratch for MPI_Testsome over the sends. */
+  int *tx_idx;
+  MPI_Status *tx_st;
+  struct mpimod_tx *tx_fin; /* frames whose last request completed */
+  int tx_scratch_cap;
+
+  /* Receiving, driver only (but see ring_lock). */
+  struct mpimod_src *srcs; /* by rank */
+  struct mpimod_slot slots[MPIMOD_SLOTS];
+  int ring_head;             /* the slot the next FRAME message lands in */
+  int ring_posted;           /* the slots have receives posted */
+  pthread_mutex_t ring_lock; /* the watcher looks at the head slot too */
+  int *owing;                /* sources owed BODY messages */
+  int nowing;
+  MPI_Request *rx_req; /* BODY (and dropped) receives in flight */
+  struct mpimod_rx **rx_of;
+  int rx_n, rx_cap;
+  int *rx_idx;
+  MPI_Status *rx_st;
+  atomic_int rx_count; /* entries not yet finished, for the watcher */
+  int finalizing;      /* in finalize: nothing more is delivered */
+  int probe_error;     /* a failed probe was logged */
+
+  /* The watcher thread (mpi.c). */
+  atomic_uint progress_calls;
+  pthread_t watcher;
+  int watch_inited; /* watch_lock and watch_cond exist */
+  int watching;
+  pthread_mutex_t watch_lock;
+  pthread_cond_t watch_cond;
+  int watch_stop;
+};
+
+/* mpi.c */
+int mpimod_status_to_nx(int mpi_error);
+/* Marks a peer dead (no more sends) and reports it once. */
+void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p, const char *why);
+/* The peer for `rank` if connect made one, else NULL. */
+struct mpimod_peer *mpimod_peer_find(struct mpimod *m, int rank);
+
+static inline void mpimod_lock(struct mpimod *m) {
+  if (m->serialized)
+    pthread_mutex_lock(&m->big);
+}
+
+static inline void mpimod_unlock(struct mpimod *m) {
+  if (m->serialized)
+    pthread_mutex_unlock(&m->big);
+}
+
+/* mpi_tx.c */
+int mpimod_tx_init(struct mpimod *m);
+int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p,
+                      nx_frame_t *frame);
+/* Driver only: completes finished sends; returns how many frames. */
+int mpimod_tx_progress(struct mpimod *m);
+/* Finalize: what is still in flight after the linger. */
+void mpimod_tx_abandon(struct mpimod *m);
+void mpimod_tx_fini(struct mpimod *m);
+
+/* mpi_rx.c */
+int mpimod_rx_init(struct mpimod *m);
+/* Driver only: takes arrived FRAME messages, matches and completes
+ * payloads, delivers (nothing new while finalizing); returns the events
+ * handled. */
+int mpimod_rx_progress(struct mpimod *m);
+/* The watcher: whether a FRAME message waits in the head slot. */
+int mpimod_rx_ready(struct mpimod *m);
+/* Finalize: receives still in flight after the linger. */
+void mpimod_rx_abandon(struct mpimod *m);
+void mpimod_rx_fini(struct mpimod *m);
+
+#define MPIMOD_LOG(m, level, ...)                                              \
+  (m)->core->log((level), MPIMOD_NAME, __VA_ARGS__)
+
+#endif /* NX_PROTO_MPIMOD_H */

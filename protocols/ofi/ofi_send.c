@@ -1,0 +1,551 @@
+/* Peers of the ofi module and the send path: any thread sends, the driver completes sends and reports peers that die, once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ofi.h"
+
+/* Threads. send() runs on any thread, concurrently with other sends and
+ * with progress. A peer's `lock` guards its send side: the next sequence
+ * number, the bytes in flight, the queue of frames the provider did not
+ * take yet, the dead flag. A sender takes it, numbers its frame and, when
+ * nothing is queued, posts the frame to the provider itself; only what the
+ * provider refuses for now (-FI_EAGAIN) is queued, and the driver posts
+ * the queue in order. So frames are numbered in the order their send()
+ * calls took the lock, and the receiver delivers them in that order
+ * (ofi_rail.c). Libfabric calls on a rail run under the rail's lock when
+ * the provider wants it (FI_THREAD_DOMAIN); with FI_THREAD_SAFE (shm,
+ * tcp;ofi_rxm) the provider serialises itself.
+ *
+ * Lock order: peers_lock, then a peer's lock, then a rail's lock; attn_lock
+ * is taken alone or inside a peer's lock. Completions are read under the
+ * rail's lock and handled after it is released.
+ *
+ * Small frames (header and payload within the provider's inject size) go
+ * with FI_INJECT: the provider copies them before fi_sendmsg returns, asks
+ * for no completion, and the frame goes back to the core at once. Other
+ * frames become an op (struct ofi_op) that lives until every part of it
+ * completed: one message, or for a large frame the announcement (RTS) and
+ * one tagged message per fragment. */
+
+static void live_add(struct ofi_peer *p, struct ofi_op *op);
+static void enqueue_locked(struct ofi_peer *p, struct ofi_op *op);
+static void attend(struct ofi *o, struct ofi_peer *p, int wake);
+
+static unsigned peer_bucket(const uint8_t *uuid) {
+  return (unsigned)(uuid[0] ^ uuid[5] ^ uuid[11]) % OFI_PEER_BUCKETS;
+}
+
+struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
+                              int *err) {
+  pthread_mutex_lock(&o->peers_lock);
+  struct ofi_peer **head = &o->peers[peer_bucket(t->uuid)];
+  for (struct ofi_peer *p = *head; p != NULL; p = p->next)
+    if (memcmp(p->uuid, t->uuid, OFI_UUID_SIZE) == 0) {
+      pthread_mutex_unlock(&o->peers_lock);
+      return p;
+    }
+  struct ofi_peer *p = calloc(1, sizeof(*p));
+  if (p == NULL) {
+    pthread_mutex_unlock(&o->peers_lock);
+    *err = NX_ENOMEM;
+    return NULL;
+  }
+  pthread_mutex_init(&p->lock, NULL);
+  memcpy(p->uuid, t->uuid, OFI_UUID_SIZE);
+  p->rail = t->rail;
+  p->eager_max = t->eager_max;
+  p->same_host = t->same_host;
+  p->pid = t->pid;
+  p->start_time = t->start_time;
+  p->pidns = t->pidns;
+  p->pidfd = -1;
+  p->inj_ctx.kind = CTX_INJECT;
+  p->inj_ctx.obj = p;
+  ofi_rail_lock(t->rail);
+  int n = fi_av_insert(t->rail->av, t->addr, 1, &p->addr, 0, NULL);
+  ofi_rail_unlock(t->rail);
+  if (n != 1) {
+    pthread_mutex_unlock(&o->peers_lock);
+    OFI_LOG(o, 1, "%s: fi_av_insert: %s", t->rail->prov,
+            n < 0 ? fi_strerror(-n) : "address refused");
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    *err = NX_EUNREACH;
+    return NULL;
+  }
+  ofi_wake_peer(o, p);
+  p->next = *head;
+  *head = p;
+  p->all_next = o->all;
+  o->all = p;
+  /* The HELLO goes first: frames queue behind it until the driver posts
+   * it (connect usually comes well before the first send). */
+  struct ofi_op *hello = calloc(1, sizeof(*hello) + sizeof(struct ofi_ctx));
+  pthread_mutex_lock(&p->lock);
+  if (hello != NULL) {
+    hello->peer = p;
+    hello->nparts = 1;
+    hello->seq = p->seq++;
+    ofi_put16(hello->pre, OFI_MAGIC);
+    hello->pre[2] = OFI_HELLO;
+    ofi_put32(hello->pre + 4, hello->seq);
+    ofi_put64(hello->pre + 8, o->id);
+    memcpy(hello->pre + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
+    live_add(p, hello);
+    enqueue_locked(p, hello);
+  } else {
+    p->dead = 1;
+    p->why = "out of memory";
+  }
+  pthread_mutex_unlock(&p->lock);
+  pthread_mutex_unlock(&o->peers_lock);
+  if (p->gone)
+    ofi_peer_kill(o, p, "its process has ended");
+  else
+    attend(o, p, 1);
+  return p;
+}
+
+/* Asks the driver to look at the peer (ops to post, a death to report). */
+static void attend(struct ofi *o, struct ofi_peer *p, int wake) {
+  pthread_mutex_lock(&o->attn_lock);
+  if (!p->attn) {
+    p->attn = 1;
+    p->attn_next = o->attn_head;
+    o->attn_head = p;
+    atomic_store(&o->attn_any, 1);
+  }
+  pthread_mutex_unlock(&o->attn_lock);
+  if (wake)
+    o->core->wake();
+}
+
+void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why) {
+  pthread_mutex_lock(&p->lock);
+  int was = p->dead;
+  if (!was) {
+    p->dead = 1;
+    p->why = why;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (!was)
+    attend(o, p, 1);
+}
+
+static void report(struct ofi *o, struct ofi_peer *p) {
+  if (atomic_exchange(&p->reported, 1))
+    return;
+  OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
+          p->uuid[3], p->why != NULL ? p->why : "failed");
+  o->core->peer_failed(o, p, NX_EPEERDEAD);
+}
+
+/* Ops. */
+
+static void put_pre(const struct ofi *o, uint8_t *pre, int kind, uint32_t seq,
+                    const nx_frame_t *f) {
+  ofi_put16(pre, OFI_MAGIC);
+  pre[2] = (uint8_t)kind;
+  pre[3] = 0;
+  ofi_put32(pre + 4, seq);
+  ofi_put64(pre + 8, o->id);
+  memcpy(pre + OFI_HDR_SIZE, f->iov[0].iov_base, NX_FRAME_HDR_SIZE);
+}
+
+static size_t payload_len(const nx_frame_t *f) {
+  return f->iovcnt > 1 ? f->iov[1].iov_len : 0;
+}
+
+static void live_add(struct ofi_peer *p, struct ofi_op *op) {
+  op->live_prev = NULL;
+  op->live_next = p->live;
+  if (p->live != NULL)
+    p->live->live_prev = op;
+  p->live = op;
+}
+
+static void live_del(struct ofi_peer *p, struct ofi_op *op) {
+  if (op->live_prev != NULL)
+    op->live_prev->live_next = op->live_next;
+  else
+    p->live = op->live_next;
+  if (op->live_next != NULL)
+    op->live_next->live_prev = op->live_prev;
+}
+
+static void enqueue_locked(struct ofi_peer *p, struct ofi_op *op) {
+  op->next = NULL;
+  if (p->qtail != NULL)
+    p->qtail->next = op;
+  else
+    p->qhead = op;
+  p->qtail = op;
+}
+
+static struct ofi_op *dequeue_locked(struct ofi_peer *p) {
+  struct ofi_op *op = p->qhead;
+  if (op != NULL) {
+    p->qhead = op->next;
+    if (p->qhead == NULL)
+      p->qtail = NULL;
+    op->next = NULL;
+  }
+  return op;
+}
+
+/* Posts the parts of `op` not posted yet, in order. Peer lock held.
+ * Returns 0 when all are posted, -FI_EAGAIN when the provider has no room
+ * now, or another negative code (the peer is unusable). */
+static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
+  struct ofi_peer *p = op->peer;
+  struct ofi_rail *r = p->rail;
+  const nx_frame_t *f = op->frame;
+  size_t plen = f != NULL ? payload_len(f) : 0;
+  while (op->posted < op->nparts) {
+    unsigned i = op->posted;
+    struct ofi_ctx *c = &op->ctx[i];
+    c->kind = CTX_TX;
+    c->obj = op;
+    ssize_t rc;
+    if (i == 0) {
+      struct iovec iov[2];
+      size_t n = 1, len;
+      if (f == NULL) {
+        iov[0] = (struct iovec){op->pre, OFI_HELLO_SIZE};
+      } else if (op->large) {
+        iov[0] = (struct iovec){op->pre, OFI_RTS_SIZE};
+      } else if (op->bounce != NULL) {
+        iov[0] = (struct iovec){op->bounce, OFI_PRE_SIZE + plen};
+      } else {
+        iov[0] = (struct iovec){op->pre, OFI_PRE_SIZE};
+        if (plen > 0)
+          iov[n++] = f->iov[1];
+      }
+      len = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
+      int inject = r->can_inject && len <= r->inject_max;
+      struct fi_msg msg = {.msg_iov = iov,
+                           .iov_count = n,
+                           .addr = p->addr,
+                           .context = inject ? &p->inj_ctx : c};
+      ofi_rail_lock(r);
+      rc = fi_sendmsg(r->ep, &msg, inject ? FI_INJECT : FI_COMPLETION);
+      ofi_rail_unlock(r);
+      if (rc == 0 && inject)
+        op->done++; /* no completion will come */
+    } else {
+      size_t off = (size_t)(i - 1) * op->frag;
+      struct iovec iov = {.iov_base = (uint8_t *)f->iov[1].iov_base + off,
+                          .iov_len =
+                              plen - off < op->frag ? plen - off : op->frag};
+      struct fi_msg_tagged tm = {.msg_iov = &iov,
+                                 .iov_count = 1,
+                                 .addr = p->addr,
+                                 .tag = ofi_tag(o->id, op->seq, i - 1),
+                                 .context = c};
+      ofi_rail_lock(r);
+      rc = fi_tsendmsg(r->ep, &tm, FI_COMPLETION);
+      ofi_rail_unlock(r);
+    }
+    if (rc != 0)
+      return rc;
+    op->posted++;
+  }
+  return 0;
+}
+
+/* Whether `op` is over: every part posted has completed and no other part
+ * will be posted. If so it leaves the peer's books. Peer lock held. */
+static int op_finished_locked(struct ofi_peer *p, struct ofi_op *op) {
+  if (op->done < op->posted || (op->posted < op->nparts && !op->abandoned))
+    return 0;
+  p->inflight -= op->bytes;
+  live_del(p, op);
+  return 1;
+}
+
+static void op_complete(struct ofi *o, struct ofi_op *op, int status) {
+  if (op->frame != NULL)
+    o->core->send_done(op->frame, status);
+  free(op->bounce);
+  free(op);
+}
+
+/* The status a finished op reports to the core. */
+static int op_status(const struct ofi_op *op, int dead) {
+  if (op->status == 0 && !op->abandoned)
+    return 0;
+  return dead || op->abandoned ? NX_EPEERDEAD : ofi_status_to_nx(-op->status);
+}
+
+int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
+  struct ofi_rail *r = p->rail;
+  if (f->iovcnt < 1 || f->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+    return NX_EINVAL;
+  size_t plen = payload_len(f);
+  size_t bytes = NX_FRAME_HDR_SIZE + plen;
+  int large = plen > p->eager_max;
+  size_t frag = 0;
+  unsigned nparts = 1;
+  if (large) {
+    frag = r->frag_max;
+    if (plen / frag >= OFI_FRAGS_MAX) {
+      frag = plen / (OFI_FRAGS_MAX - 1) + 1;
+      if (frag > OFI_FRAG_CAP || frag > r->msg_max)
+        return NX_EMSGSIZE; /* 256 GiB and more */
+    }
+    nparts = 1 + (unsigned)((plen - 1) / frag + 1); /* plen > 0 here */
+  }
+  int inject = !large && r->can_inject &&
+               OFI_PRE_SIZE + plen <= r->inject_max &&
+               (plen == 0 || r->iov_max >= 2);
+
+  pthread_mutex_lock(&p->lock);
+  if (p->dead) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EPEERDEAD;
+  }
+  if (p->inflight > 0 && p->inflight + bytes > o->queue_max) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_EAGAIN;
+  }
+  if (inject && p->qhead == NULL) {
+    /* The fast path: copied by the provider, no allocation, no
+     * completion. */
+    uint8_t pre[OFI_PRE_SIZE];
+    put_pre(o, pre, OFI_EAGER, p->seq, f);
+    struct iovec iov[2] = {{pre, OFI_PRE_SIZE}, {NULL, 0}};
+    if (plen > 0)
+      iov[1] = f->iov[1];
+    struct fi_msg msg = {.msg_iov = iov,
+                         .iov_count = plen > 0 ? 2 : 1,
+                         .addr = p->addr,
+                         .context = &p->inj_ctx};
+    ofi_rail_lock(r);
+    ssize_t rc = fi_sendmsg(r->ep, &msg, FI_INJECT);
+    ofi_rail_unlock(r);
+    if (rc == 0) {
+      p->seq++;
+      pthread_mutex_unlock(&p->lock);
+      ofi_wake_after_send(o, p);
+      o->core->send_done(f, 0);
+      return 0;
+    }
+    if (rc != -FI_EAGAIN) {
+      p->dead = 1;
+      p->why = fi_strerror((int)-rc);
+      pthread_mutex_unlock(&p->lock);
+      attend(o, p, 1);
+      return NX_EPEERDEAD;
+    }
+    /* No room in the provider now: queue it like any other. */
+  }
+  int bounce = !large && plen > 0 && r->iov_max < 2;
+  struct ofi_op *op = calloc(1, sizeof(*op) + nparts * sizeof(struct ofi_ctx));
+  if (op != NULL && bounce) {
+    op->bounce = malloc(OFI_PRE_SIZE + plen);
+    if (op->bounce == NULL) {
+      free(op);
+      op = NULL;
+    }
+  }
+  if (op == NULL) {
+    pthread_mutex_unlock(&p->lock);
+    return NX_ENOMEM;
+  }
+  op->peer = p;
+  op->frame = f;
+  op->bytes = bytes;
+  op->large = large;
+  op->frag = frag;
+  op->nparts = nparts;
+  op->seq = p->seq++;
+  put_pre(o, op->pre, large ? OFI_RTS : OFI_EAGER, op->seq, f);
+  if (large)
+    ofi_put64(op->pre + OFI_PRE_SIZE, frag);
+  if (bounce) {
+    memcpy(op->bounce, op->pre, OFI_PRE_SIZE);
+    memcpy(op->bounce + OFI_PRE_SIZE, f->iov[1].iov_base, plen);
+  }
+  p->inflight += bytes;
+  live_add(p, op);
+  int posted = 0, queued = 0, finished = 0;
+  if (p->qhead == NULL) {
+    ssize_t rc = op_post(o, op);
+    posted = op->posted > 0;
+    if (rc == -FI_EAGAIN) {
+      enqueue_locked(p, op);
+      queued = 1;
+    } else if (rc < 0) {
+      /* The provider refused the peer: it counts as dead. */
+      p->dead = 1;
+      p->why = fi_strerror((int)-rc);
+      op->abandoned = 1;
+      if (op->posted == 0) {
+        p->inflight -= bytes;
+        live_del(p, op);
+        pthread_mutex_unlock(&p->lock);
+        attend(o, p, 1);
+        free(op->bounce);
+        free(op);
+        return NX_EPEERDEAD; /* the core keeps the frame */
+      }
+      queued = 1; /* for the driver's attention */
+      finished = op_finished_locked(p, op);
+    } else {
+      finished = op_finished_locked(p, op);
+    }
+  } else {
+    enqueue_locked(p, op);
+    queued = 1;
+  }
+  int dead = p->dead;
+  pthread_mutex_unlock(&p->lock);
+  if (posted)
+    ofi_wake_after_send(o, p);
+  if (queued)
+    attend(o, p, 1);
+  if (finished)
+    op_complete(o, op, op_status(op, dead));
+  return 0;
+}
+
+void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err) {
+  struct ofi_peer *p = op->peer;
+  pthread_mutex_lock(&p->lock);
+  op->done++;
+  if (err != 0 && op->status == 0)
+    op->status = err;
+  int kill = err != 0 && err != FI_ECANCELED && !p->dead;
+  if (kill) {
+    p->dead = 1;
+    p->why = fi_strerror(err);
+  }
+  int finished = op_finished_locked(p, op);
+  int dead = p->dead;
+  pthread_mutex_unlock(&p->lock);
+  if (kill)
+    attend(o, p, 0);
+  if (finished)
+    op_complete(o, op, op_status(op, dead));
+}
+
+/* The driver's look at one peer: post its queue, or fail it. */
+static void service_peer(struct ofi *o, struct ofi_peer *p) {
+  struct ofi_op *ok = NULL, *failed = NULL;
+  int posted = 0, again = 0;
+  pthread_mutex_lock(&p->lock);
+  while (!p->dead && p->qhead != NULL) {
+    struct ofi_op *op = p->qhead;
+    unsigned before = op->posted;
+    ssize_t rc = op_post(o, op);
+    posted |= op->posted > before;
+    if (rc == -FI_EAGAIN) {
+      again = 1;
+      break;
+    }
+    dequeue_locked(p);
+    if (rc < 0) {
+      p->dead = 1;
+      p->why = fi_strerror((int)-rc);
+      op->abandoned = 1;
+    }
+    if (op_finished_locked(p, op)) {
+      op->next = rc < 0 ? failed : ok;
+      *(rc < 0 ? &failed : &ok) = op;
+    }
+  }
+  if (p->dead) {
+    /* Nothing more is posted; ops with parts in flight finish when those
+     * complete (on a dead shm peer: at finalize). */
+    struct ofi_op *op;
+    while ((op = dequeue_locked(p)) != NULL) {
+      op->abandoned = 1;
+      if (op_finished_locked(p, op)) {
+        op->next = failed;
+        failed = op;
+      }
+    }
+  }
+  int dead = p->dead;
+  pthread_mutex_unlock(&p->lock);
+  if (posted) {
+    ofi_wake_after_send(o, p);
+    o->events++;
+  }
+  /* The peer first, then its RSRs: whoever hears of a lost RSR can find
+   * its destination failed already. */
+  if (dead)
+    report(o, p);
+  while (ok != NULL) {
+    struct ofi_op *next = ok->next;
+    op_complete(o, ok, 0);
+    o->events++;
+    ok = next;
+  }
+  while (failed != NULL) {
+    struct ofi_op *next = failed->next;
+    op_complete(o, failed, NX_EPEERDEAD);
+    o->events++;
+    failed = next;
+  }
+  if (again)
+    attend(o, p, 0); /* the next progress call tries again */
+}
+
+void ofi_service(struct ofi *o) {
+  /* Senders may put a peer back on the attention list while the driver
+   * serves it: the driver's walk uses a link of its own. */
+  struct ofi_peer *list = NULL;
+  pthread_mutex_lock(&o->attn_lock);
+  for (struct ofi_peer *q = o->attn_head; q != NULL; q = q->attn_next) {
+    q->attn = 0;
+    q->serve_next = list;
+    list = q;
+  }
+  o->attn_head = NULL;
+  atomic_store(&o->attn_any, 0);
+  pthread_mutex_unlock(&o->attn_lock);
+  while (list != NULL) {
+    struct ofi_peer *next = list->serve_next;
+    service_peer(o, list);
+    list = next;
+  }
+}
+
+int ofi_sends_pending(struct ofi *o) {
+  int pending = 0;
+  pthread_mutex_lock(&o->peers_lock);
+  for (struct ofi_peer *p = o->all; p != NULL && !pending; p = p->all_next) {
+    pthread_mutex_lock(&p->lock);
+    pending = !p->dead && p->live != NULL;
+    pthread_mutex_unlock(&p->lock);
+  }
+  pthread_mutex_unlock(&o->peers_lock);
+  return pending;
+}
+
+/* After the rails closed, libfabric holds none of our ops: every frame
+ * still here goes back to the core, failed. */
+void ofi_peers_free(struct ofi *o) {
+  struct ofi_peer *p = o->all;
+  int lost = 0;
+  while (p != NULL) {
+    struct ofi_peer *next = p->all_next;
+    struct ofi_op *op = p->live;
+    while (op != NULL) {
+      struct ofi_op *n = op->live_next;
+      lost += op->frame != NULL;
+      op_complete(o, op, p->dead ? NX_EPEERDEAD : NX_EFINALIZED);
+      op = n;
+    }
+    ofi_wake_peer_fini(p);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    p = next;
+  }
+  if (lost > 0)
+    OFI_LOG(o, 1, "finalize: %d frame(s) could not be sent", lost);
+  o->all = NULL;
+  memset(o->peers, 0, sizeof(o->peers));
+  o->attn_head = NULL;
+}

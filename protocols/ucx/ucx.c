@@ -1,0 +1,416 @@
+/* The ucx protocol module: RSR frames between processes as UCP active messages
+ * (UCX picks shared memory or the network); this file holds the ops table, init
+ * and finalize, the descriptor and progress. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ucx.h"
+#include "nxmod_env.h"
+
+int ucx_status_to_nx(ucs_status_t status) {
+  if (status >= UCS_ERR_LAST_ENDPOINT_FAILURE &&
+      status <= UCS_ERR_FIRST_LINK_FAILURE)
+    return NX_EPEERDEAD; /* link and endpoint failures: the peer is gone */
+  switch (status) {
+  case UCS_OK: return 0;
+  case UCS_INPROGRESS:
+  case UCS_ERR_NO_RESOURCE: return NX_EAGAIN;
+  case UCS_ERR_BUSY: return NX_EBUSY;
+  case UCS_ERR_NO_MEMORY:
+  case UCS_ERR_EXCEEDS_LIMIT: return NX_ENOMEM;
+  case UCS_ERR_INVALID_PARAM:
+  case UCS_ERR_INVALID_ADDR: return NX_EINVAL;
+  case UCS_ERR_UNREACHABLE:
+  case UCS_ERR_NO_DEVICE:
+  case UCS_ERR_UNSUPPORTED:
+  case UCS_ERR_NOT_IMPLEMENTED: return NX_EUNREACH;
+  case UCS_ERR_CONNECTION_RESET:
+  case UCS_ERR_NOT_CONNECTED:
+  case UCS_ERR_REJECTED:
+  case UCS_ERR_CANCELED: return NX_EPEERDEAD;
+  case UCS_ERR_TIMED_OUT: return NX_ETIMEDOUT;
+  case UCS_ERR_MESSAGE_TRUNCATED: return NX_EMSGSIZE;
+  default: return NX_EIO;
+  }
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The lock and the hand-over to the core. */
+
+void ucx_lock(struct ucx *u) { pthread_mutex_lock(&u->lock); }
+
+void ucx_unlock(struct ucx *u, int deliver) {
+  struct ucx_batch b = {NULL, NULL, NULL, NULL};
+  b.done = u->done;
+  b.dropped = u->dropped;
+  b.reports = u->reports;
+  u->done = u->done_tail = NULL;
+  u->dropped = NULL;
+  u->reports = NULL;
+  if (deliver) {
+    b.ready = u->ready;
+    u->ready = u->ready_tail = NULL;
+  }
+  int finalizing = u->finalizing;
+  pthread_mutex_unlock(&u->lock);
+  /* The peer first, then its RSRs: whoever hears of a lost RSR can find
+   * its destination failed already. */
+  if (b.reports != NULL)
+    ucx_peers_report(u, b.reports);
+  while (b.done != NULL) {
+    nx_frame_t *f = b.done;
+    b.done = f->module_data[0];
+    u->core->send_done(f, (int)(intptr_t)f->module_data[1]);
+  }
+  while (b.dropped != NULL) {
+    nx_frame_t *f = b.dropped;
+    b.dropped = f->module_data[0];
+    u->core->frame_free(f);
+  }
+  while (b.ready != NULL) {
+    nx_frame_t *f = b.ready;
+    b.ready = f->module_data[0];
+    /* The engine has stopped once finalize runs: nobody would dispatch. */
+    if (finalizing)
+      u->core->frame_free(f);
+    else
+      u->core->frame_deliver(f);
+  }
+}
+
+/* Settings. */
+
+static int env_set(const char *name) {
+  const char *s = getenv(name);
+  return s != NULL && s[0] != '\0';
+}
+
+/* Our defaults for UCX settings the user left alone. Shared-memory
+ * transports in UCX 1.13 report peer failure only when asked to; without
+ * that, endpoints created with UCP_ERR_HANDLING_MODE_PEER fall back to
+ * TCP even between processes of one host. */
+static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
+  if (!env_set("UCX_MM_ERROR_HANDLING") &&
+      !env_set("UCX_POSIX_ERROR_HANDLING") &&
+      !env_set("UCX_SYSV_ERROR_HANDLING") &&
+      ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") != UCS_OK)
+    UCX_LOG(u, 1, "cannot enable peer-failure detection on shared memory");
+  if (!env_set("UCX_KEEPALIVE_INTERVAL") &&
+      ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT) !=
+          UCS_OK)
+    UCX_LOG(u, 1, "cannot set the keepalive interval");
+}
+
+/* The ops. */
+
+static int ucx_init(const struct nx_core_api *core, void **state, char *why,
+                    size_t why_len) {
+  struct ucx *u = calloc(1, sizeof(*u));
+  if (u == NULL)
+    return NX_ENOMEM;
+  u->core = core;
+  u->efd = -1;
+  atomic_init(&u->failed, NULL);
+  int r = nxmod_env_size("NX_UCX_QUEUE_MAX", UCX_QUEUE_MAX_DEFAULT, 1, SIZE_MAX,
+                         &u->queue_max, why, why_len);
+  if (r < 0)
+    goto err_free;
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  /* Senders wait for the driver's short UCP calls: spin a little first. */
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(&u->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+
+  ucp_config_t *cfg;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_config_read: %s", ucs_status_string(st));
+    r = ucx_status_to_nx(st);
+    goto err_lock;
+  }
+  config_defaults(u, cfg);
+  /* Other hosts only when asked: UCX judges "same host" by its own system
+   * id, which hosts cloned from one image (or network namespaces of one
+   * machine) share, and without devices named by the user it would pick
+   * whatever interface it finds. */
+  const char *remote = getenv("NX_UCX_REMOTE");
+  u->remote = remote != NULL && remote[0] != '\0'
+                  ? strcmp(remote, "0") != 0
+                  : env_set("UCX_NET_DEVICES");
+  ucp_params_t params = {
+      .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
+                    UCP_PARAM_FIELD_REQUEST_SIZE,
+      .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+      .request_size = sizeof(struct ucx_req),
+      .name = "nexus",
+  };
+  st = ucp_init(&params, cfg, &u->context);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len,
+             "ucp_init: %s (no usable UCX transport; see UCX_TLS and "
+             "UCX_NET_DEVICES)",
+             ucs_status_string(st));
+    r = ucx_status_to_nx(st);
+    goto err_lock;
+  }
+  /* One thread at a time calls UCP, holding u->lock: UCX's own locking
+   * would only add a second lock on the same path. */
+  ucp_worker_params_t wparams = {
+      .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+      .thread_mode = UCS_THREAD_MODE_SINGLE,
+  };
+  st = ucp_worker_create(u->context, &wparams, &u->worker);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_worker_create: %s", ucs_status_string(st));
+    r = ucx_status_to_nx(st);
+    goto err_context;
+  }
+  ucp_worker_attr_t wattr = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
+  st = ucp_worker_query(u->worker, &wattr);
+  if (st != UCS_OK || wattr.max_am_header < NX_FRAME_HDR_SIZE) {
+    snprintf(why, why_len, "UCX active-message headers hold %zu bytes, not %u",
+             st == UCS_OK ? wattr.max_am_header : 0, NX_FRAME_HDR_SIZE);
+    r = NX_EUNREACH;
+    goto err_worker;
+  }
+  st = ucp_worker_get_address(u->worker, &u->address, &u->address_len);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_worker_get_address: %s", ucs_status_string(st));
+    r = ucx_status_to_nx(st);
+    goto err_worker;
+  }
+  if (u->address_len > UCX_ADDR_MAX) {
+    snprintf(why, why_len,
+             "the UCX worker address has %zu bytes; a descriptor holds %u",
+             u->address_len, (unsigned)UCX_ADDR_MAX);
+    r = NX_EUNREACH;
+    goto err_address;
+  }
+  u->address_hash = ucx_hash((const uint8_t *)u->address, u->address_len);
+  ucp_am_handler_param_t hparams = {
+      .field_mask =
+          UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+          UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+      .id = UCX_AM_ID,
+      .flags = UCP_AM_FLAG_WHOLE_MSG,
+      .cb = ucx_am_recv,
+      .arg = u,
+  };
+  st = ucp_worker_set_am_recv_handler(u->worker, &hparams);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_worker_set_am_recv_handler: %s",
+             ucs_status_string(st));
+    r = ucx_status_to_nx(st);
+    goto err_address;
+  }
+  st = ucp_worker_get_efd(u->worker, &u->efd);
+  if (st != UCS_OK) {
+    /* The core then polls the module while it sleeps (every 100 ms). */
+    UCX_LOG(u, 1, "no event fd: %s", ucs_status_string(st));
+    u->efd = -1;
+  }
+  snprintf(u->version, sizeof(u->version), "UCX %s", ucp_get_version_string());
+  *state = u;
+  return 0;
+
+err_address:
+  ucp_worker_release_address(u->worker, u->address);
+err_worker:
+  ucp_worker_destroy(u->worker);
+err_context:
+  ucp_cleanup(u->context);
+err_lock:
+  pthread_mutex_destroy(&u->lock);
+err_free:
+  free(u);
+  return r;
+}
+
+static void pause_briefly(void) {
+  struct timespec ts = {0, 100000}; /* 100 us */
+  nanosleep(&ts, NULL);
+}
+
+/* Runs after the core stopped its progress engine and disconnected every
+ * endpoint. Sends still in flight get up to UCX_LINGER_MS to complete (a
+ * last reply is often sent just before nx_finalize), then every endpoint
+ * is closed (which tells live peers that we are gone) and the worker is
+ * destroyed; whatever UCX still held is failed with NX_EFINALIZED. */
+static void ucx_finalize(void *state) {
+  struct ucx *u = state;
+  uint64_t deadline = now_ns() + (uint64_t)UCX_LINGER_MS * 1000000u;
+  ucx_lock(u);
+  u->finalizing = 1;
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1)
+      ucx_peers_close_all(u);
+    while ((phase == 0 ? ucx_peers_pending(u) : u->closing) > 0 &&
+           now_ns() < deadline) {
+      unsigned n = ucp_worker_progress(u->worker);
+      ucx_peers_service(u);
+      ucx_unlock(u, 1);
+      if (n == 0)
+        pause_briefly();
+      ucx_lock(u);
+    }
+  }
+  if (u->closing > 0)
+    UCX_LOG(u, 1, "finalize: %u endpoint closes did not complete", u->closing);
+  /* UCX's own deferred work (of failed endpoints, say). */
+  for (int i = 0; i < 16 && ucp_worker_progress(u->worker) > 0; i++)
+    ;
+  ucx_unlock(u, 1);
+  /* What UCX still holds now, it would never complete: take it back. The
+   * frames of sends go to the core once the worker is destroyed, those of
+   * fetches are freed then: until then UCX might still touch them. */
+  ucx_lock(u);
+  ucx_rx_cancel_all(u);
+  ucx_peers_detach_all(u, NX_EFINALIZED);
+  nx_frame_t *detached = u->done;
+  u->done = u->done_tail = NULL;
+  ucx_unlock(u, 1);
+  ucp_worker_release_address(u->worker, u->address);
+  /* Destroying the worker completes the requests it still holds; their
+   * callbacks record them like any other. */
+  ucp_worker_destroy(u->worker);
+  ucx_lock(u);
+  ucx_unlock(u, 1);
+  while (detached != NULL) {
+    nx_frame_t *f = detached;
+    detached = f->module_data[0];
+    u->core->send_done(f, NX_EFINALIZED);
+  }
+  ucx_rx_free_all(u);
+  ucx_peers_free_all(u);
+  ucp_cleanup(u->context);
+  pthread_mutex_destroy(&u->lock);
+  free(u);
+}
+
+static int ucx_descriptor(void *state, struct nx_desc_buf *out) {
+  struct ucx *u = state;
+  out->scope_len = UCX_UUID_SIZE;
+  memcpy(out->scope, u->core->host_uuid, UCX_UUID_SIZE);
+  out->data[0] = UCX_DESC_VERSION;
+  memcpy(out->data + 1, u->core->process_uuid, UCX_UUID_SIZE);
+  for (int i = 0; i < 8; i++)
+    out->data[1 + UCX_UUID_SIZE + i] = (uint8_t)(u->address_hash >> (8 * i));
+  memcpy(out->data + UCX_DESC_HEAD, u->address, u->address_len);
+  out->data_len = (uint16_t)(UCX_DESC_HEAD + u->address_len);
+  return 0;
+}
+
+/* UCX decides later whether it can reach the address (ucp_ep_create in
+ * connect fails if no transport matches, and the core then tries the next
+ * module): a well-formed descriptor of another process costs UCX_COST. */
+static int ucx_reachable(void *state, const struct nx_desc *peer) {
+  const uint8_t *uuid, *addr;
+  size_t len;
+  struct ucx *u = state;
+  if (ucx_desc_parse(state, peer, &uuid, &addr, &len) < 0)
+    return NX_EUNREACH;
+  if (!u->remote && (peer->scope_len != UCX_UUID_SIZE ||
+                     memcmp(peer->scope, u->core->host_uuid, UCX_UUID_SIZE)))
+    return NX_EUNREACH;
+  return UCX_COST;
+}
+
+/* Arming the event fd. The core sleeps in epoll on our fd only after a
+ * round in which every module's progress found nothing, and (section 7 of
+ * docs/design.md) only after at least 1 ms of such rounds: the spin and
+ * yield phases of its driver. So it is enough to arm here, once idle for
+ * UCX_ARM_IDLE_NS (less than that 1 ms): by the time the core sleeps,
+ * the fd is armed, and any event after the arm makes it readable. An arm
+ * that finds events pending (UCS_ERR_BUSY) counts as work, so the core
+ * polls again instead of sleeping. While armed we re-arm at most every
+ * UCX_ARM_IDLE_NS: the fd is level-triggered, and re-arming is what
+ * drains it if it became readable without any work for us. During a busy
+ * exchange we never arm, so senders never pay for signalling us. */
+static int arm(struct ucx *u) {
+  uint64_t now = now_ns();
+  if (u->idle_since == 0) {
+    u->idle_since = now;
+    return 0;
+  }
+  if (now - u->idle_since < UCX_ARM_IDLE_NS ||
+      (u->armed && now - u->last_arm < UCX_ARM_IDLE_NS))
+    return 0;
+  ucs_status_t st = ucp_worker_arm(u->worker);
+  u->last_arm = now;
+  u->armed = st == UCS_OK;
+  if (st == UCS_ERR_BUSY)
+    return 1;
+  if (st != UCS_OK)
+    UCX_LOG(u, 1, "ucp_worker_arm: %s", ucs_status_string(st));
+  return 0;
+}
+
+static int ucx_progress(void *state) {
+  struct ucx *u = state;
+  int n = 0;
+  ucx_lock(u);
+  u->received = 0;
+  if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
+    ucx_peers_service(u);
+    n++;
+  }
+  for (int i = 0; i < UCX_PROGRESS_ROUNDS && u->received < UCX_DELIVER_MAX;
+       i++) {
+    unsigned r = ucp_worker_progress(u->worker);
+    if (r == 0)
+      break;
+    n += (int)r;
+  }
+  /* Failures UCX reported during that progress. */
+  if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
+    ucx_peers_service(u);
+    n++;
+  }
+  if (n == 0 && u->efd >= 0) {
+    n = arm(u);
+  } else {
+    u->idle_since = 0;
+    u->armed = 0;
+  }
+  ucx_unlock(u, 1);
+  return n;
+}
+
+static int ucx_wait_fd(void *state) {
+  struct ucx *u = state;
+  return u->efd >= 0 ? u->efd : NX_ENOTSUP;
+}
+
+static const char *ucx_backend_version(void *state) {
+  struct ucx *u = state;
+  return u->version;
+}
+
+NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ucx = {
+    .abi_version = NX_PROTOCOL_ABI_VERSION,
+    .name = UCX_NAME,
+    .wire_version = UCX_WIRE_VERSION,
+    .cost = UCX_COST,
+    .init = ucx_init,
+    .finalize = ucx_finalize,
+    .descriptor = ucx_descriptor,
+    .reachable = ucx_reachable,
+    .connect = ucx_connect,
+    .disconnect = ucx_disconnect,
+    .send = ucx_send,
+    .progress = ucx_progress,
+    .wait_fd = ucx_wait_fd,
+    .backend_version = ucx_backend_version,
+    .endpoint_info = ucx_endpoint_info,
+    .job_peers = NULL,
+};

@@ -1,0 +1,208 @@
+/* Private declarations of the ucx protocol module, shared by its three source
+ * files. */
+#ifndef NX_PROTO_UCX_H
+#define NX_PROTO_UCX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "nexus/protocol.h"
+
+/* The files:
+ *   ucx.c     the ops table, init and finalize, the descriptor, progress
+ *             and the arming of the worker's event fd;
+ *   ucx_ep.c  peers (one UCP endpoint per remote process): connect, the
+ *             send path, peer failure, endpoint_info;
+ *   ucx_rx.c  receiving: the active-message handler, rendezvous fetches
+ *             and the per-sender order of deliveries.
+ * Threads (docs/ucx.md): the worker is created UCS_THREAD_MODE_SINGLE and
+ * every UCP call on it is made holding `ucx.lock`, from whichever thread
+ * sends or drives progress. UCX runs our callbacks only inside those calls,
+ * so callbacks run under the lock too; they only record what happened in
+ * the lists below, and whoever took the lock hands the records to the core
+ * after unlocking (no core service that may run program code, such as
+ * send_done or peer_failed, is ever called under the lock). The one
+ * exception is the endpoint error handler, which may run on a UCX thread:
+ * it only pushes the peer on an atomic stack. */
+
+#define UCX_NAME "ucx"
+#define UCX_COST 10
+#define UCX_WIRE_VERSION 1
+#define UCX_AM_ID 0
+
+/* Descriptor data (docs/ucx.md): u8 version, the 16-byte process uuid, the
+ * 64-bit FNV-1a hash of the worker address (little-endian), then the UCP
+ * worker address itself. UCP parses an address without knowing its length,
+ * so only addresses whose hash matches are ever handed to it. */
+#define UCX_DESC_VERSION 1
+#define UCX_UUID_SIZE 16
+#define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8)
+#define UCX_ADDR_MAX (NX_DESC_DATA_MAX - UCX_DESC_HEAD)
+
+#define UCX_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
+/* ucp_worker_progress calls per progress() at most. */
+#define UCX_PROGRESS_ROUNDS 16
+/* Frames one progress() call delivers at most (about what the core
+ * dispatches per round): a peer flooding small frames fills its own send
+ * queue, not our memory. */
+#define UCX_DELIVER_MAX 64
+/* The worker's event fd is armed only after this much idleness (see
+ * ucx_progress): arming costs system calls here and makes senders signal
+ * us, which would slow a busy ping-pong down. */
+#define UCX_ARM_IDLE_NS 200000u
+/* How long finalize lets sends and endpoint closes complete. */
+#define UCX_LINGER_MS 2000u
+/* Keepalive interval set when UCX_KEEPALIVE_INTERVAL is not: UCX's default
+ * (20 s) would leave a killed peer on shared memory unnoticed that long. */
+#define UCX_KEEPALIVE_DEFAULT "1s"
+#define UCX_PEER_BUCKETS 64
+
+struct ucx;
+struct ucx_peer;
+
+/* Our part of every UCP request (ucp_params_t.request_size): a send in
+ * flight, on its peer's list. UCX does not always complete the requests of
+ * an endpoint that failed (a rendezvous waiting for a dead receiver stays
+ * pending), so the peer's list is how we find and fail them. */
+struct ucx_req {
+  nx_frame_t *frame;
+  struct ucx_peer *peer;
+  struct ucx_req *prev, *next;
+};
+
+/* Another process: the endpoint connect() returns, shared by every
+ * destination in that process. Everything but `failing`, `fail_next` and
+ * `error` is under ucx.lock. */
+struct ucx_peer {
+  struct ucx *u;
+  uint8_t uuid[UCX_UUID_SIZE];
+  ucp_ep_h ep;           /* NULL once closed */
+  unsigned refs;         /* connect() calls not yet disconnected */
+  size_t inflight;       /* bytes of send requests UCX has not completed */
+  unsigned nreq;         /* those requests */
+  struct ucx_req *reqs;  /* ... on a list */
+  int dead;              /* failed (or finalizing): sends return NX_EPEERDEAD */
+  struct ucx_peer *next; /* hash chain */
+  struct ucx_peer *report_next; /* ucx.reports */
+
+  /* Set by the error handler, from any thread. `failing` stays set: a
+   * peer is pushed once. */
+  atomic_int failing;
+  atomic_int error; /* the ucs_status_t it reported */
+  struct ucx_peer *fail_next;
+};
+
+/* A rendezvous fetch in progress (or finished, waiting for its turn). */
+struct ucx_rx {
+  struct ucx *u;
+  nx_frame_t *frame;
+  struct ucx_rxq *q;
+  void *req;    /* the ucp_am_recv_data_nbx request, NULL once complete */
+  int state;    /* RX_PENDING, RX_DONE, RX_FAILED */
+  int starting; /* inside ucp_am_recv_data_nbx: do not drain yet */
+};
+
+enum { RX_PENDING, RX_DONE, RX_FAILED };
+
+/* The frames of one sender that wait behind a rendezvous fetch, in
+ * arrival order: a frame is delivered only after every earlier one from
+ * that sender. A frame's module_data[0] links the queue, [1] is its
+ * struct ucx_rx (NULL for a frame that arrived complete). */
+struct ucx_rxq {
+  ucp_ep_h from; /* the reply endpoint UCX names the sender by */
+  nx_frame_t *head, *tail;
+  struct ucx_rxq *next;
+};
+
+/* The module's state, one per nx_init. */
+struct ucx {
+  const struct nx_core_api *core;
+  ucp_context_h context;
+  ucp_worker_h worker;
+  ucp_address_t *address;
+  size_t address_len;
+  uint64_t address_hash;
+  int efd; /* the worker's event fd, or -1 */
+  size_t queue_max;
+  int remote; /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */
+  char version[64];
+
+  pthread_mutex_t lock; /* every UCP call, and all below */
+  struct ucx_peer *peers[UCX_PEER_BUCKETS];
+  int events;   /* callbacks run during the current UCP call(s) */
+  int received; /* frames the AM handler took during this progress() */
+  /* Records of the callbacks, for the core (after unlocking). A frame's
+   * module_data[0] links these lists; in `done`, [1] is its status. */
+  nx_frame_t *done, *done_tail;   /* send_done */
+  nx_frame_t *ready, *ready_tail; /* frame_deliver, in order */
+  nx_frame_t *dropped;            /* frame_free */
+  struct ucx_peer *reports;       /* peer_failed */
+  struct ucx_rxq *rxqs;           /* senders with a fetch in progress */
+  unsigned closing;               /* endpoint closes not yet complete */
+  int finalizing;
+
+  /* Peers whose endpoint failed, pushed by the error handler. */
+  struct ucx_peer *_Atomic failed;
+
+  /* Driver only (progress, under the lock). */
+  uint64_t idle_since; /* first idle progress() after the last event, or 0 */
+  uint64_t last_arm;
+  int armed;
+};
+
+/* What a locked section leaves for the core; handed over by
+ * ucx_unlock(). */
+struct ucx_batch {
+  nx_frame_t *done, *ready, *dropped;
+  struct ucx_peer *reports;
+};
+
+/* ucx.c */
+int ucx_status_to_nx(ucs_status_t status);
+void ucx_lock(struct ucx *u);
+/* Takes what the callbacks recorded (the deliveries only when `deliver`:
+ * only progress and finalize deliver, so frames reach the core in order),
+ * unlocks, and hands it to the core. */
+void ucx_unlock(struct ucx *u, int deliver);
+#define UCX_LOG(u, level, ...) (u)->core->log((level), UCX_NAME, __VA_ARGS__)
+
+/* ucx_ep.c */
+int ucx_connect(void *state, const struct nx_desc *peer, void **ep);
+void ucx_disconnect(void *state, void *ep);
+int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags);
+int ucx_endpoint_info(void *state, void *ep, char *buf, size_t len);
+/* Parses a descriptor's data; returns 0 and points *addr into it, or
+ * NX_EUNREACH. */
+int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
+                   const uint8_t **uuid, const uint8_t **addr,
+                   size_t *addr_len);
+uint64_t ucx_hash(const uint8_t *p, size_t n);
+/* Lock held: marks peers the error handler pushed dead and closes their
+ * endpoints. */
+void ucx_peers_service(struct ucx *u);
+/* Lock held: starts closing every endpoint (finalize). */
+void ucx_peers_close_all(struct ucx *u);
+/* Lock held: takes every send still in flight from UCX (which will not
+ * call back for it) and fails it with `status` (finalize). */
+void ucx_peers_detach_all(struct ucx *u, int status);
+/* Lock held: sends not yet completed, over all peers. */
+unsigned ucx_peers_pending(struct ucx *u);
+/* Frees every peer (finalize, after the worker is gone). */
+void ucx_peers_free_all(struct ucx *u);
+/* After unlocking: reports the failed peers to the core. */
+void ucx_peers_report(struct ucx *u, struct ucx_peer *list);
+
+/* ucx_rx.c */
+ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
+                         void *data, size_t length,
+                         const ucp_am_recv_param_t *param);
+/* Lock held: takes the fetches still in progress from UCX (finalize). */
+void ucx_rx_cancel_all(struct ucx *u);
+/* After the worker is gone: frees frames still waiting (finalize). */
+void ucx_rx_free_all(struct ucx *u);
+
+#endif /* NX_PROTO_UCX_H */

@@ -1,0 +1,445 @@
+/* Peers of the ucx module: one UCP endpoint per remote process, created by the
+ * first connect and shared; the send path any thread may take; peer failure;
+ * endpoint_info. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx.h"
+
+/* Lifetime. A peer is created by the first connect() for its process and
+ * freed only by finalize: its endpoint stays open when the last gp to the
+ * process is released, because closing it would look to the peer exactly
+ * like our death (UCX tells the remote endpoint, which fails). A peer found
+ * dead stays in the table, dead, so that later connects and sends say so
+ * at once. */
+
+uint64_t ucx_hash(const uint8_t *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
+                   const uint8_t **uuid, const uint8_t **addr,
+                   size_t *addr_len) {
+  if (d->scope_len != UCX_UUID_SIZE || d->scope == NULL || d->data == NULL ||
+      d->data_len <= UCX_DESC_HEAD || d->data_len > NX_DESC_DATA_MAX ||
+      d->data[0] != UCX_DESC_VERSION)
+    return NX_EUNREACH;
+  const uint8_t *id = d->data + 1;
+  if (memcmp(id, u->core->process_uuid, UCX_UUID_SIZE) == 0)
+    return NX_EUNREACH; /* this process: the local module's */
+  uint64_t hash = 0;
+  for (int i = 0; i < 8; i++)
+    hash |= (uint64_t)d->data[1 + UCX_UUID_SIZE + i] << (8 * i);
+  size_t len = (size_t)d->data_len - UCX_DESC_HEAD;
+  if (ucx_hash(d->data + UCX_DESC_HEAD, len) != hash)
+    return NX_EUNREACH;
+  *uuid = id;
+  *addr = d->data + UCX_DESC_HEAD;
+  *addr_len = len;
+  return 0;
+}
+
+static unsigned bucket(const uint8_t *uuid) {
+  return (unsigned)(uuid[0] ^ uuid[7] ^ uuid[13]) % UCX_PEER_BUCKETS;
+}
+
+static struct ucx_peer *find_locked(struct ucx *u, const uint8_t *uuid) {
+  for (struct ucx_peer *p = u->peers[bucket(uuid)]; p != NULL; p = p->next)
+    if (memcmp(p->uuid, uuid, UCX_UUID_SIZE) == 0)
+      return p;
+  return NULL;
+}
+
+/* Failure. */
+
+/* UCX's endpoint error handler. It may run on a UCX thread, outside our
+ * lock: it only pushes the peer for the driver, which marks it dead and
+ * closes its endpoint (ucx_peers_service). */
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  struct ucx_peer *p = arg;
+  struct ucx *u = p->u;
+  atomic_store(&p->error, (int)status);
+  if (atomic_exchange(&p->failing, 1))
+    return;
+  struct ucx_peer *head = atomic_load(&u->failed);
+  do
+    p->fail_next = head;
+  while (!atomic_compare_exchange_weak(&u->failed, &head, p));
+  u->core->wake();
+}
+
+static void on_closed(void *req, ucs_status_t status, void *user_data) {
+  (void)status;
+  struct ucx *u = user_data;
+  u->closing--;
+  u->events++;
+  ucp_request_free(req);
+}
+
+/* Lock held. A forced close completes the endpoint's requests at once
+ * (UCS_ERR_CANCELED); a flushing one lets them finish and tells the peer. */
+static void close_locked(struct ucx *u, struct ucx_peer *p, int force) {
+  if (p->ep == NULL)
+    return;
+  ucp_request_param_t param = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA,
+      .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+      .cb.send = on_closed,
+      .user_data = u,
+  };
+  ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
+  p->ep = NULL;
+  if (r != NULL && !UCS_PTR_IS_ERR(r))
+    u->closing++;
+}
+
+static void done_append(struct ucx *u, nx_frame_t *f, int status) {
+  f->module_data[0] = NULL;
+  f->module_data[1] = (void *)(intptr_t)status;
+  if (u->done_tail != NULL)
+    u->done_tail->module_data[0] = f;
+  else
+    u->done = f;
+  u->done_tail = f;
+}
+
+static size_t frame_bytes(const nx_frame_t *f) {
+  return f->iov[0].iov_len + (f->iovcnt > 1 ? f->iov[1].iov_len : 0);
+}
+
+static void req_unlink(struct ucx_req *q) {
+  struct ucx_peer *p = q->peer;
+  if (q->prev != NULL)
+    q->prev->next = q->next;
+  else
+    p->reqs = q->next;
+  if (q->next != NULL)
+    q->next->prev = q->prev;
+  p->inflight -= frame_bytes(q->frame);
+  p->nreq--;
+}
+
+/* Lock held: fails the peer's sends that UCX still holds. Freeing a
+ * request that has not completed tells UCX never to call back for it; the
+ * endpoint is closed (or the worker about to go), so nothing reads the
+ * frames any more. */
+static void detach_locked(struct ucx *u, struct ucx_peer *p, int status) {
+  while (p->reqs != NULL) {
+    struct ucx_req *q = p->reqs;
+    nx_frame_t *f = q->frame;
+    req_unlink(q);
+    ucp_request_free(q);
+    done_append(u, f, status);
+  }
+}
+
+void ucx_peers_detach_all(struct ucx *u, int status) {
+  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
+    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next)
+      detach_locked(u, p, status);
+}
+
+static void fail_locked(struct ucx *u, struct ucx_peer *p, ucs_status_t why) {
+  if (p->dead)
+    return;
+  p->dead = 1;
+  UCX_LOG(u, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
+          p->uuid[3], ucs_status_string(why));
+  close_locked(u, p, 1);
+  detach_locked(u, p, u->finalizing ? NX_EFINALIZED : NX_EPEERDEAD);
+  if (!u->finalizing) {
+    p->report_next = u->reports;
+    u->reports = p;
+  }
+}
+
+void ucx_peers_service(struct ucx *u) {
+  struct ucx_peer *p = atomic_exchange(&u->failed, NULL);
+  while (p != NULL) {
+    struct ucx_peer *next = p->fail_next;
+    fail_locked(u, p, (ucs_status_t)atomic_load(&p->error));
+    p = next;
+  }
+}
+
+void ucx_peers_report(struct ucx *u, struct ucx_peer *list) {
+  while (list != NULL) {
+    struct ucx_peer *next = list->report_next;
+    u->core->peer_failed(u, list, NX_EPEERDEAD);
+    list = next;
+  }
+}
+
+void ucx_peers_close_all(struct ucx *u) {
+  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
+    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next) {
+      close_locked(u, p, p->dead);
+      p->dead = 1;
+    }
+}
+
+unsigned ucx_peers_pending(struct ucx *u) {
+  unsigned n = 0;
+  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
+    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next)
+      n += p->dead ? 0 : p->nreq;
+  return n;
+}
+
+void ucx_peers_free_all(struct ucx *u) {
+  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
+    while (u->peers[i] != NULL) {
+      struct ucx_peer *p = u->peers[i];
+      u->peers[i] = p->next;
+      free(p);
+    }
+}
+
+/* Connections. */
+
+int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
+  struct ucx *u = state;
+  const uint8_t *uuid, *addr;
+  size_t addr_len;
+  if (ucx_desc_parse(u, peer, &uuid, &addr, &addr_len) < 0)
+    return NX_EUNREACH;
+  ucx_lock(u);
+  struct ucx_peer *p = find_locked(u, uuid);
+  if (p != NULL) {
+    int r = p->dead ? NX_EPEERDEAD : 0;
+    if (r == 0)
+      p->refs++;
+    ucx_unlock(u, 0);
+    if (r == 0)
+      *ep = p;
+    return r;
+  }
+  p = calloc(1, sizeof(*p));
+  /* UCP reads the address without knowing its length: hand it an aligned
+   * copy followed by zeros. */
+  uint8_t *copy = calloc(1, addr_len + 64);
+  if (p == NULL || copy == NULL) {
+    ucx_unlock(u, 0);
+    free(p);
+    free(copy);
+    return NX_ENOMEM;
+  }
+  memcpy(copy, addr, addr_len);
+  p->u = u;
+  memcpy(p->uuid, uuid, UCX_UUID_SIZE);
+  atomic_init(&p->failing, 0);
+  atomic_init(&p->error, UCS_OK);
+  /* Created now, so that an address no transport of ours reaches fails
+   * here (the core then tries the next module); the wireup itself
+   * completes later, in progress. */
+  ucp_ep_params_t params = {
+      .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+      .address = (const ucp_address_t *)copy,
+      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+      .err_handler = {.cb = on_ep_error, .arg = p},
+  };
+  ucs_status_t st = ucp_ep_create(u->worker, &params, &p->ep);
+  free(copy);
+  if (st != UCS_OK) {
+    ucx_unlock(u, 0);
+    UCX_LOG(u, 1, "ucp_ep_create: %s", ucs_status_string(st));
+    free(p);
+    int r = ucx_status_to_nx(st);
+    return r == NX_EINVAL ? NX_EUNREACH : r;
+  }
+  p->refs = 1;
+  unsigned b = bucket(uuid);
+  p->next = u->peers[b];
+  u->peers[b] = p;
+  ucx_unlock(u, 0);
+  *ep = p;
+  return 0;
+}
+
+void ucx_disconnect(void *state, void *ep) {
+  struct ucx *u = state;
+  struct ucx_peer *p = ep;
+  ucx_lock(u);
+  p->refs--;
+  ucx_unlock(u, 0);
+}
+
+/* Sending. */
+
+static void on_sent(void *request, ucs_status_t status, void *user_data) {
+  (void)user_data;
+  struct ucx_req *q = request;
+  struct ucx_peer *p = q->peer;
+  struct ucx *u = p->u;
+  nx_frame_t *f = q->frame;
+  req_unlink(q);
+  int rc = 0;
+  if (status != UCS_OK)
+    rc = u->finalizing                           ? NX_EFINALIZED
+         : p->dead || status == UCS_ERR_CANCELED ? NX_EPEERDEAD
+                                                 : ucx_status_to_nx(status);
+  done_append(u, f, rc);
+  u->events++;
+  ucp_request_free(request);
+}
+
+/* The frame header (iov[0]) is the active message's header and the payload
+ * (iov[1]) its data, both sent from where they are: UCX copies small
+ * messages, and fetches large ones (rendezvous) from the payload itself.
+ * UCX 1.13 reads the header until the send completes, which the frame
+ * guarantees: it is ours until send_done. UCP_AM_SEND_FLAG_REPLY makes
+ * UCX tell the receiver which endpoint the message came by: it keeps each
+ * sender's frames in order across rendezvous fetches (ucx_rx.c). */
+int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
+  (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
+  struct ucx *u = state;
+  struct ucx_peer *p = ep;
+  if (frame->iovcnt < 1 || frame->iovcnt > 2 ||
+      frame->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+    return NX_EINVAL;
+  size_t total = frame_bytes(frame);
+  ucx_lock(u);
+  if (p->dead || p->ep == NULL) {
+    ucx_unlock(u, 0);
+    return NX_EPEERDEAD;
+  }
+  if (p->inflight > 0 && p->inflight + total > u->queue_max) {
+    ucx_unlock(u, 0);
+    return NX_EAGAIN;
+  }
+  ucp_request_param_t param = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
+      .flags = UCP_AM_SEND_FLAG_REPLY,
+      .cb.send = on_sent,
+  };
+  ucs_status_ptr_t r = ucp_am_send_nbx(
+      p->ep, UCX_AM_ID, frame->iov[0].iov_base, NX_FRAME_HDR_SIZE,
+      frame->iovcnt > 1 ? frame->iov[1].iov_base : NULL,
+      frame->iovcnt > 1 ? frame->iov[1].iov_len : 0, &param);
+  if (r == NULL) {
+    /* Sent already (copied out): the common case for small frames. */
+    int more = u->done != NULL || u->dropped != NULL || u->reports != NULL;
+    if (more)
+      ucx_unlock(u, 0);
+    else
+      pthread_mutex_unlock(&u->lock);
+    u->core->send_done(frame, 0);
+    return 0;
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    ucs_status_t st = UCS_PTR_STATUS(r);
+    int rc = ucx_status_to_nx(st);
+    ucx_unlock(u, 0);
+    if (rc == NX_EPEERDEAD)
+      on_ep_error(p, NULL, st); /* in case UCX has not said so itself */
+    else
+      UCX_LOG(u, 1, "ucp_am_send_nbx: %s", ucs_status_string(st));
+    return rc;
+  }
+  /* UCX calls back only from calls made under the lock: filling our part
+   * of the request now, before unlocking, is in time. */
+  struct ucx_req *q = r;
+  q->frame = frame;
+  q->peer = p;
+  q->prev = NULL;
+  q->next = p->reqs;
+  if (p->reqs != NULL)
+    p->reqs->prev = q;
+  p->reqs = q;
+  p->inflight += total;
+  p->nreq++;
+  ucx_unlock(u, 0);
+  /* Its completion may need a round of progress that no event announces
+   * (a send UCX queued for lack of room, or behind the wireup): make sure
+   * a sleeping driver comes round. */
+  u->core->wake();
+  return 0;
+}
+
+/* Information. */
+
+/* Appends `name` to `out` unless it is there already. */
+static void add_name(char *out, size_t len, const char *name) {
+  size_t n = strlen(out);
+  const char *s = out;
+  size_t nl = strlen(name);
+  while ((s = strstr(s, name)) != NULL) {
+    if ((s == out || s[-1] == ' ') && (s[nl] == ',' || s[nl] == '\0'))
+      return;
+    s += nl;
+  }
+  snprintf(out + n, len - n, "%s%s", n > 0 ? ", " : "", name);
+}
+
+/* ucp_ep_print_info (1.13 has no ucp_ep_query for transports) prints one
+ * line per lane, "lane[0]:  3:sysv/memory.0 md[2] -> ...": we keep the
+ * transport/device names, in lane order, without the ".0" path index. */
+static void lane_names(const char *text, char *out, size_t len) {
+  out[0] = '\0';
+  for (const char *line = text; line != NULL && *line != '\0';) {
+    const char *eol = strchr(line, '\n');
+    const char *lane = strstr(line, "lane[");
+    if (lane != NULL && (eol == NULL || lane < eol)) {
+      const char *s = strchr(lane, ':');
+      if (s != NULL && (eol == NULL || s < eol)) {
+        s++;
+        while (*s == ' ')
+          s++;
+        while (*s >= '0' && *s <= '9')
+          s++;
+        if (*s == ':')
+          s++;
+        char name[64];
+        size_t n = 0;
+        while (s[n] != '\0' && s[n] != ' ' && s[n] != '\n' &&
+               n + 1 < sizeof(name)) {
+          name[n] = s[n];
+          n++;
+        }
+        name[n] = '\0';
+        char *dot = strrchr(name, '.');
+        if (dot != NULL && strchr(name, '/') != NULL && dot > strchr(name, '/'))
+          *dot = '\0';
+        if (name[0] != '\0')
+          add_name(out, len, name);
+      }
+    }
+    line = eol != NULL ? eol + 1 : NULL;
+  }
+}
+
+int ucx_endpoint_info(void *state, void *ep, char *buf, size_t len) {
+  struct ucx *u = state;
+  struct ucx_peer *p = ep;
+  if (buf == NULL || len == 0)
+    return NX_EINVAL;
+  char *text = NULL;
+  size_t text_len = 0;
+  FILE *f = open_memstream(&text, &text_len);
+  if (f == NULL)
+    return NX_ENOMEM;
+  ucx_lock(u);
+  int dead = p->dead || p->ep == NULL;
+  if (!dead)
+    ucp_ep_print_info(p->ep, f);
+  ucx_unlock(u, 0);
+  fclose(f);
+  char names[256];
+  lane_names(text != NULL ? text : "", names, sizeof(names));
+  free(text);
+  if (dead)
+    snprintf(buf, len, "ucx: peer failed");
+  else
+    snprintf(buf, len, "ucx: %s", names[0] != '\0' ? names : "connecting");
+  return 0;
+}

@@ -1,0 +1,208 @@
+/* Receiving in the ucx module: the active-message handler, rendezvous fetches
+ * straight into the frame, and delivery in each sender's order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx.h"
+
+/* Order. UCX runs the handler for one endpoint's messages in the order they
+ * were sent, but a large message (rendezvous) is complete only when its
+ * fetch is, and a later small one may be complete at once. So frames of a
+ * sender that has a fetch in progress wait in that sender's queue and leave
+ * it in arrival order; senders are told apart by the reply endpoint UCX
+ * hands the handler (every frame is sent with UCP_AM_SEND_FLAG_REPLY). A
+ * queue exists only while its sender has a fetch in progress, so the usual
+ * case (nothing pending) costs one test of an empty list. Everything here
+ * runs inside ucp_worker_progress, under ucx.lock. */
+
+static void ready_append(struct ucx *u, nx_frame_t *f) {
+  f->module_data[0] = NULL;
+  if (u->ready_tail != NULL)
+    u->ready_tail->module_data[0] = f;
+  else
+    u->ready = f;
+  u->ready_tail = f;
+}
+
+static void dropped_push(struct ucx *u, nx_frame_t *f) {
+  f->module_data[0] = u->dropped;
+  u->dropped = f;
+}
+
+static struct ucx_rxq *rxq_find(struct ucx *u, ucp_ep_h from) {
+  for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next)
+    if (q->from == from)
+      return q;
+  return NULL;
+}
+
+static void rxq_append(struct ucx_rxq *q, nx_frame_t *f, struct ucx_rx *rx) {
+  f->module_data[0] = NULL;
+  f->module_data[1] = rx;
+  if (q->tail != NULL)
+    q->tail->module_data[0] = f;
+  else
+    q->head = f;
+  q->tail = f;
+}
+
+/* Moves the frames at the head of `q` that are complete to the ready (or
+ * dropped) list; frees the queue once it is empty. */
+static void rxq_drain(struct ucx *u, struct ucx_rxq *q) {
+  while (q->head != NULL) {
+    nx_frame_t *f = q->head;
+    struct ucx_rx *rx = f->module_data[1];
+    if (rx != NULL && rx->state == RX_PENDING)
+      return;
+    q->head = f->module_data[0];
+    if (q->head == NULL)
+      q->tail = NULL;
+    if (rx != NULL && rx->state == RX_FAILED)
+      dropped_push(u, f);
+    else
+      ready_append(u, f);
+    free(rx);
+  }
+  struct ucx_rxq **pp = &u->rxqs;
+  while (*pp != q)
+    pp = &(*pp)->next;
+  *pp = q->next;
+  free(q);
+}
+
+static void on_fetched(void *req, ucs_status_t status, size_t length,
+                       void *user_data) {
+  (void)length;
+  struct ucx_rx *rx = user_data;
+  struct ucx *u = rx->u;
+  rx->state = status == UCS_OK ? RX_DONE : RX_FAILED;
+  rx->req = NULL;
+  if (status != UCS_OK)
+    UCX_LOG(u, 1, "a rendezvous fetch failed: %s", ucs_status_string(status));
+  u->events++;
+  ucp_request_free(req);
+  if (!rx->starting)
+    rxq_drain(u, rx->q);
+}
+
+/* Refuses a message. For a rendezvous one the status goes back to the
+ * sender, whose send completes with it (so its RSR counts as failed). */
+static ucs_status_t refuse(int rndv, ucs_status_t status) {
+  return rndv ? status : UCS_OK;
+}
+
+ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
+                         void *data, size_t length,
+                         const ucp_am_recv_param_t *param) {
+  struct ucx *u = arg;
+  int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                      ? param->reply_ep
+                      : NULL;
+  u->received++;
+  u->events++;
+  if (header_length != NX_FRAME_HDR_SIZE || header == NULL) {
+    u->core->bad_peer(UCX_NAME, "an active message without a frame header");
+    return refuse(rndv, UCS_ERR_INVALID_PARAM);
+  }
+  nx_frame_t *f;
+  int r = u->core->frame_alloc(header, &f);
+  if (r < 0) {
+    /* NX_EPROTO is counted by the core already. */
+    if (r != NX_EPROTO)
+      UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+    return refuse(rndv,
+                  r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
+  }
+  if (f->iovcnt < 2 || f->iov[1].iov_len != length) {
+    u->core->frame_free(f);
+    u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
+                                "frame header");
+    return refuse(rndv, UCS_ERR_INVALID_PARAM);
+  }
+  struct ucx_rxq *q = rxq_find(u, from);
+  if (!rndv) {
+    /* The data lives only during this call: copy it into the frame. */
+    if (length > 0)
+      memcpy(f->iov[1].iov_base, data, length);
+    if (q == NULL)
+      ready_append(u, f);
+    else
+      rxq_append(q, f, NULL);
+    return UCS_OK;
+  }
+  struct ucx_rx *rx = malloc(sizeof(*rx));
+  if (rx != NULL && q == NULL) {
+    q = calloc(1, sizeof(*q));
+    if (q != NULL) {
+      q->from = from;
+      q->next = u->rxqs;
+      u->rxqs = q;
+    }
+  }
+  if (rx == NULL || q == NULL) {
+    free(rx);
+    u->core->frame_free(f);
+    UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+    return UCS_ERR_NO_MEMORY;
+  }
+  rx->u = u;
+  rx->frame = f;
+  rx->q = q;
+  rx->req = NULL;
+  rx->state = RX_PENDING;
+  rx->starting = 1;
+  rxq_append(q, f, rx);
+  /* Straight into the frame's payload: no copy on our side. */
+  ucp_request_param_t rparam = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_DATATYPE,
+      .cb.recv_am = on_fetched,
+      .user_data = rx,
+      .datatype = ucp_dt_make_contig(1),
+  };
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(
+      u->worker, data, f->iov[1].iov_base, length, &rparam);
+  rx->starting = 0;
+  if (req == NULL) {
+    rx->state = RX_DONE;
+  } else if (UCS_PTR_IS_ERR(req)) {
+    UCX_LOG(u, 1, "ucp_am_recv_data_nbx: %s",
+            ucs_status_string(UCS_PTR_STATUS(req)));
+    rx->state = RX_FAILED;
+  } else if (rx->state == RX_PENDING) {
+    rx->req = req;
+  }
+  if (rx->state != RX_PENDING)
+    rxq_drain(u, q);
+  return UCS_OK; /* the descriptor is UCP's again after recv_data */
+}
+
+/* Freeing a request that has not completed tells UCX never to call back
+ * for it. The fetch stays pending here, its frame in its queue: UCX may
+ * write into the frame until the worker is destroyed, after which
+ * ucx_rx_free_all frees it. */
+void ucx_rx_cancel_all(struct ucx *u) {
+  for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next)
+    for (nx_frame_t *f = q->head; f != NULL; f = f->module_data[0]) {
+      struct ucx_rx *rx = f->module_data[1];
+      if (rx != NULL && rx->state == RX_PENDING && rx->req != NULL) {
+        ucp_request_free(rx->req);
+        rx->req = NULL;
+      }
+    }
+}
+
+void ucx_rx_free_all(struct ucx *u) {
+  while (u->rxqs != NULL) {
+    struct ucx_rxq *q = u->rxqs;
+    u->rxqs = q->next;
+    while (q->head != NULL) {
+      nx_frame_t *f = q->head;
+      q->head = f->module_data[0];
+      free(f->module_data[1]);
+      u->core->frame_free(f);
+    }
+    free(q);
+  }
+}
