@@ -1,0 +1,238 @@
+#!/bin/sh
+# The heterogeneous-cluster test: two hosts made of Linux network
+# namespaces joined by a veth pair, several processes per host with
+# different module sets, joined through nx_attach; the hub process checks
+# which protocol every pair of contexts uses (docs/cluster-test.md).
+#
+# usage: cluster.sh CLUSTER_PEER NXINFO [degraded]
+# "degraded" runs the same cluster with the backends of ucx and ofi made
+# unusable at run time (UCX_TLS=bogus, FI_PROVIDER=nonexistent) and the
+# ranks started without mpirun: those modules are skipped with their
+# reasons and the computation runs over local and tcp.
+# Exit: 0 passed, 1 failed, 77 skipped (not root, no ip, no namespaces).
+set -u
+
+peer=$1
+nxinfo=$2
+mode=${3:-full}
+deadline=150 # seconds for the whole run; meson's timeout is 180
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+
+[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
+command -v ip >/dev/null 2>&1 || skip "ip (iproute2) is not installed"
+
+# Settings of the caller would change what is expected.
+unset NX_PROTOCOLS NX_TCP_LISTEN NX_ATTACH_LISTEN NX_UCX_REMOTE \
+  UCX_NET_DEVICES UCX_TLS FI_PROVIDER NX_KEY NX_HOST_ID NX_CTL_FD
+if [ "$mode" = degraded ]; then
+  export UCX_TLS=bogus FI_PROVIDER=nonexistent
+fi
+
+A=nxA-$$
+B=nxB-$$
+ipA=169.254.77.1
+ipB=169.254.77.2
+work=$(mktemp -d /tmp/nx-cluster-XXXXXX)
+pids=""   # every process started here
+reaped="" # those already waited for (their ids may be reused)
+
+# Whether process $1 (a child of ours) still runs: a zombie does not.
+running() {
+  [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]
+}
+
+# Waits for child $1 and records it; its exit status is returned.
+reap() {
+  wait "$1"
+  r=$?
+  reaped="$reaped $1"
+  return $r
+}
+
+# Ends every process started here (each is a process group of its own, and
+# anything left inside our namespaces is ours), then removes the namespaces.
+cleanup() {
+  for p in $pids; do
+    case " $reaped " in *" $p "*) continue ;; esac
+    kill -KILL -- "-$p" 2>/dev/null
+  done
+  for ns in $A $B; do
+    if ip netns list 2>/dev/null | grep -q "^$ns\b"; then
+      for p in $(ip netns pids "$ns" 2>/dev/null); do
+        kill -KILL "$p" 2>/dev/null
+      done
+    fi
+  done
+  for p in $pids; do
+    case " $reaped " in *" $p "*) continue ;; esac
+    wait "$p" 2>/dev/null
+  done
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo "cluster.sh: interrupted"; exit 1' INT TERM HUP
+
+ip netns add "$A" 2>"$work/err" ||
+  skip "ip netns add failed (no CAP_NET_ADMIN?): $(cat "$work/err")"
+ip netns add "$B" 2>"$work/err" ||
+  skip "ip netns add failed: $(cat "$work/err")"
+# Interface names are at most 15 characters.
+vA=nxa$$
+vB=nxb$$
+ip link add "$vA" type veth peer name "$vB" 2>"$work/err" ||
+  skip "cannot make a veth pair: $(cat "$work/err")"
+ip link set "$vA" netns "$A" &&
+  ip link set "$vB" netns "$B" &&
+  ip -n "$A" addr add $ipA/30 dev "$vA" &&
+  ip -n "$B" addr add $ipB/30 dev "$vB" &&
+  ip -n "$A" link set lo up && ip -n "$B" link set lo up &&
+  ip -n "$A" link set "$vA" up && ip -n "$B" link set "$vB" up || {
+  echo "cluster.sh: setting up the veth pair failed"
+  exit 1
+}
+echo "hosts: $A (hostA, $ipA on $vA) and $B (hostB, $ipB on $vB)"
+
+# What loads here. ucx, ofi or mpi missing only changes what is expected
+# (each process reports the modules it loaded); without tcp nothing reaches
+# the other host, nor the tcp-only process.
+ip netns exec "$A" env NX_HOST_ID=hostA "$nxinfo" >"$work/nxinfo" 2>&1
+cat "$work/nxinfo"
+status() {
+  awk -v m="$1" '$1 == m { print $2; exit }' "$work/nxinfo"
+}
+[ "$(status tcp)" = loaded ] || skip "the tcp module does not load here"
+for m in ucx ofi; do
+  [ "$(status "$m")" = loaded ] ||
+    echo "NOTE: module $m does not load here ($(status "$m")); its pairs are expected elsewhere"
+done
+mpirun=$(command -v mpirun 2>/dev/null || true)
+use_mpi=0
+if [ "$mode" = degraded ]; then
+  echo "NOTE: degraded run: the two ranks run as ordinary processes"
+  for m in ucx ofi; do
+    [ "$(status "$m")" = loaded ] && {
+      echo "cluster.sh: FAIL: $m loads although its backend was made unusable"
+      exit 1
+    }
+  done
+elif [ -z "$mpirun" ]; then
+  echo "NOTE: no mpirun: the two ranks run as ordinary processes"
+elif [ -z "$(status mpi)" ] || grep -q "^mpi .*no libnx_proto_mpi" "$work/nxinfo"; then
+  echo "NOTE: the mpi module is not built: the two ranks run as ordinary processes"
+else
+  use_mpi=1
+fi
+
+# Every process listens for tcp on loopback (same host) and its veth
+# address (the other host).
+start() { # start NS HOSTID LOG command...
+  ns=$1 host=$2 log=$3
+  shift 3
+  case $host in hostA) ip=$ipA ;; *) ip=$ipB ;; esac
+  setsid ip netns exec "$ns" env NX_HOST_ID="$host" \
+    NX_TCP_LISTEN="127.0.0.1,$ip" "$@" >"$work/$log" 2>&1 &
+  pids="$pids $!"
+  last=$!
+}
+
+# Host A: the hub (every module found, ordered by cost), listening on its
+# veth address.
+start "$A" hostA hub.log env NX_ATTACH_LISTEN=$ipA:0 \
+  "$peer" hub "$work/url" 6 A 1
+hub=$last
+i=0
+while [ ! -s "$work/url" ] && [ $i -lt 300 ]; do
+  running "$hub" || break
+  sleep 0.1
+  i=$((i + 1))
+done
+[ -s "$work/url" ] || {
+  echo "cluster.sh: the hub gave no URL"
+  cat "$work/hub.log"
+  exit 1
+}
+url=$(cat "$work/url")
+
+# Host A: two MPI ranks. mpi comes first in their NX_PROTOCOLS: by cost ucx
+# (10) and ofi (20) beat mpi (30), so without it the ranks would talk over
+# ucx; with it mpi carries rank to rank and, as it reaches nothing else,
+# the next module everything else. Rank 1 has no ucx or ofi at all: it
+# reaches every other process over tcp.
+protos0=mpi,ucx,ofi,tcp,local
+protos1=mpi,tcp,local
+if [ $use_mpi = 1 ]; then
+  start "$A" hostA ranks.log "$mpirun" --allow-run-as-root --oversubscribe \
+    -np 1 env NX_PROTOCOLS=$protos0 "$peer" member "$url" Ar 0 : \
+    -np 1 env NX_PROTOCOLS=$protos1 "$peer" member "$url" Ar 0
+else
+  start "$A" hostA ranks.log env NX_PROTOCOLS=$protos0 \
+    "$peer" member "$url" Ar0 0
+  start "$A" hostA ranks1.log env NX_PROTOCOLS=$protos1 \
+    "$peer" member "$url" Ar1 0
+fi
+# Host A: a process with tcp alone.
+start "$A" hostA tcponly.log env NX_PROTOCOLS=tcp "$peer" member "$url" At 0
+# Host B: two processes with two contexts each; B2 has no ucx, so B1 and B2
+# meet over ofi (shm).
+start "$B" hostB b1.log "$peer" member "$url" B1 1
+start "$B" hostB b2.log env NX_PROTOCOLS=ofi,tcp,local \
+  "$peer" member "$url" B2 1
+
+# Wait for the hub, then for the others (told to quit by the hub).
+i=0
+while running "$hub" && [ $i -lt $((deadline * 10)) ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+rc=0
+if running "$hub"; then
+  echo "cluster.sh: FAIL: the hub did not finish within $deadline s"
+  rc=1
+else
+  reap "$hub" || rc=1
+fi
+for p in $pids; do
+  [ "$p" = "$hub" ] && continue
+  i=0
+  while running "$p" && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  if running "$p"; then
+    echo "cluster.sh: FAIL: process $p did not end after the hub told it to"
+    rc=1
+  elif ! reap "$p"; then
+    echo "cluster.sh: FAIL: process $p exited with an error"
+    rc=1
+  fi
+done
+
+for log in hub ranks ranks1 tcponly b1 b2; do
+  [ -f "$work/$log.log" ] || continue
+  echo "---- $log.log"
+  cat "$work/$log.log"
+done
+
+# One computation mixes every protocol that can run here.
+want="local tcp"
+[ "$(status ucx)" = loaded ] && want="$want ucx"
+[ "$(status ofi)" = loaded ] && want="$want ofi"
+[ $use_mpi = 1 ] && want="$want mpi"
+used=$(sed -n 's/^protocols used://p' "$work/hub.log")
+for m in $want; do
+  case " $used " in
+  *" $m "*) ;;
+  *)
+    echo "cluster.sh: FAIL: no pair used $m"
+    rc=1
+    ;;
+  esac
+done
+[ $rc = 0 ] && echo "cluster.sh: passed (protocols used:$used)"
+exit $rc
