@@ -1,4 +1,4 @@
-/* The multi-process demo, run under nxrun: process contexts (two from nxrun, one created on a node), in-process contexts inside each, global pointers passed in buffers, RSRs both ways, and a table of the protocol each pair of contexts uses. */
+/* The multi-process demo, run under nxrun: process contexts (two from nxrun, one created on a node), in-process contexts inside each, global pointers passed in buffers, RSRs both ways, and a table of the protocol each pair of contexts uses. The created process loads only tcp (and local), so the table mixes the best shared module (ucx, ofi, ... when built) with tcp. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,7 +211,9 @@ static int coordinate(const char *self_exe, nx_gp_t *peers, int npeers) {
   /* A third process context, on a node acquired for it. */
   nx_node_t node;
   check("nx_nodes_acquire", nx_nodes_acquire("localhost", 1, &node));
-  char *const wargv[] = {(char *)self_exe, (char *)"worker", NULL};
+  /* It loads only tcp and local (see main): everyone must reach it by tcp. */
+  char *const wargv[] = {(char *)self_exe, (char *)"worker",
+                         (char *)"tcp,local", NULL};
   nx_gp_t worker;
   check("nx_context_create", nx_context_create(&node, self_exe, wargv, &worker));
 
@@ -261,6 +263,18 @@ static int coordinate(const char *self_exe, nx_gp_t *peers, int npeers) {
          "another protocol; %d RSRs in all.\n",
          local, remote, n * (n - 1) * 3 + 2 * (npeers + 1));
 
+  /* What carries the routes from here to each other process underneath. */
+  printf("\nfrom p0, underneath:\n");
+  for (int y = 0; y < n; y++) {
+    char info[256] = "";
+    if (y % (LOCALS + 1) != 0 || strncmp(st.name[y], "p0.", 3) == 0)
+      continue;
+    if (nx_gp_protocol_info(&st.ctx[y], info, sizeof(info)) < 0 &&
+        info[0] == '\0')
+      snprintf(info, sizeof(info), "?");
+    printf("  to %-9s %s\n", st.name[y], info);
+  }
+
   check("nx_context_destroy", nx_context_destroy(&worker));
   nx_gp_release(&worker);
   for (int p = 1; p < npeers; p++) {
@@ -274,6 +288,10 @@ static int coordinate(const char *self_exe, nx_gp_t *peers, int npeers) {
 }
 
 int main(int argc, char **argv) {
+  /* A worker may be told which modules to load; NX_PROTOCOLS is read by
+   * nx_init, before any thread exists. */
+  if (argc > 2 && strcmp(argv[1], "worker") == 0)
+    setenv("NX_PROTOCOLS", argv[2], 1);
   check("nx_init", nx_init(&argc, &argv));
   setup_process();
   if (argc > 1 && strcmp(argv[1], "worker") == 0) {
