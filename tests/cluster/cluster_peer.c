@@ -397,10 +397,11 @@ static const char *backend_of(const struct proc *p, const char *mod) {
   return "";
 }
 
-/* Whether both ofi modules opened a rail other than shm with the same
- * provider (the backend string lists the rails: "libfabric 1.17 tcp;ofi_rxm,
- * shm"). */
-static int ofi_net_rail(const struct proc *a, const struct proc *b) {
+/* Whether the ofi modules of a and b opened a rail they can share: shm
+ * only within one host, any other by provider name (the backend string
+ * lists the rails: "libfabric 1.17 tcp;ofi_rxm, shm"). */
+static int ofi_common_rail(const struct proc *a, const struct proc *b,
+                           int same_host) {
   char rails[128];
   snprintf(rails, sizeof(rails), "%s", backend_of(a, "ofi"));
   const char *theirs = backend_of(b, "ofi");
@@ -411,7 +412,7 @@ static int ofi_net_rail(const struct proc *a, const struct proc *b) {
   char *save = NULL;
   for (char *t = strtok_r(space + 1, ", ", &save); t != NULL;
        t = strtok_r(NULL, ", ", &save))
-    if (strcmp(t, "shm") != 0 && strstr(theirs, t) != NULL)
+    if ((same_host || strcmp(t, "shm") != 0) && strstr(theirs, t) != NULL)
       return 1;
   return 0;
 }
@@ -431,7 +432,7 @@ static const char *expected(int ai, int bi) {
         (strcmp(m, "mpi") == 0 && same_job && ai != bi) ||
         (strcmp(m, "ucx") == 0 && same_host && ai != bi) ||
         (strcmp(m, "ofi") == 0 && ai != bi &&
-         (same_host || ofi_net_rail(a, b))) ||
+         ofi_common_rail(a, b, same_host)) ||
         (strcmp(m, "tcp") == 0 && ai != bi))
       return m;
   }
