@@ -90,15 +90,15 @@ vA=nxa$$
 vB=nxb$$
 ip link add "$vA" type veth peer name "$vB" 2>"$work/err" ||
   skip "cannot make a veth pair: $(cat "$work/err")"
-ip link set "$vA" netns "$A" &&
+if ! { ip link set "$vA" netns "$A" &&
   ip link set "$vB" netns "$B" &&
   ip -n "$A" addr add $ipA/30 dev "$vA" &&
   ip -n "$B" addr add $ipB/30 dev "$vB" &&
   ip -n "$A" link set lo up && ip -n "$B" link set lo up &&
-  ip -n "$A" link set "$vA" up && ip -n "$B" link set "$vB" up || {
+  ip -n "$A" link set "$vA" up && ip -n "$B" link set "$vB" up; }; then
   echo "cluster.sh: setting up the veth pair failed"
   exit 1
-}
+fi
 echo "hosts: $A (hostA, $ipA on $vA) and $B (hostB, $ipB on $vB)"
 
 # What loads here. ucx, ofi or mpi missing only changes what is expected
@@ -126,8 +126,10 @@ if [ "$mode" = degraded ]; then
   done
 elif [ -z "$mpirun" ]; then
   echo "NOTE: no mpirun: the two ranks run as ordinary processes"
-elif [ -z "$(status mpi)" ] || grep -q "^mpi .*no libnx_proto_mpi" "$work/nxinfo"; then
-  echo "NOTE: the mpi module is not built: the two ranks run as ordinary processes"
+elif ! grep -q "^mpi .*not started by mpirun" "$work/nxinfo"; then
+  # Outside mpirun the module stands aside with that reason; any other
+  # (not built, libmpi missing) means it cannot run here.
+  echo "NOTE: the mpi module cannot run here ($(grep "^mpi " "$work/nxinfo" || echo "not built")): the two ranks run as ordinary processes"
 else
   use_mpi=1
 fi
