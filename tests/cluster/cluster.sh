@@ -126,9 +126,11 @@ if [ "$mode" = degraded ]; then
   done
 elif [ -z "$mpirun" ]; then
   echo "NOTE: no mpirun: the two ranks run as ordinary processes"
-elif ! grep -q "^mpi .*not started by mpirun" "$work/nxinfo"; then
-  # Outside mpirun the module stands aside with that reason; any other
-  # (not built, libmpi missing) means it cannot run here.
+elif [ "$(status mpi)" != loaded ] &&
+  ! grep -q "^mpi .*not started by mpirun" "$work/nxinfo"; then
+  # Outside mpirun the module loads (for spawning only) or stands aside
+  # with that reason; any other reason (not built, libmpi missing) means
+  # it cannot run here.
   echo "NOTE: the mpi module cannot run here ($(grep "^mpi " "$work/nxinfo" || echo "not built")): the two ranks run as ordinary processes"
 else
   use_mpi=1
