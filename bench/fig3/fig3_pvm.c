@@ -1,0 +1,170 @@
+/* The PVM side of the Nexus paper's Figure 3: an array of doubles circulated
+ * with pvm_send and pvm_recv between a master and the task it spawns, through
+ * pvmd or routed directly, XDR-encoded or raw. */
+#include <limits.h>
+#include <pvm3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fig3.h"
+
+/* Usage: fig3_pvm --route pvmd|direct --encoding xdr|raw [--size N]
+ *                 [--iters N] [--warm N] [--reps N]
+ * Needs a running pvmd (bench/run starts a private one; PVM_TMP and
+ * PVM_ROOT name it). The master spawns this program again as the echo task
+ * ("--task ROUTE ENCODING"); every message is the count as one int and
+ * then the doubles, packed with pvm_pkdouble after pvm_initsend(ENCODING),
+ * as the paper's PVM program did. With "direct" both sides set
+ * PvmRoute to PvmRouteDirect (a task-to-task TCP connection); with "pvmd"
+ * they keep PVM's default, which sends every message through the pvmds. */
+
+#define MAX_DOUBLES (FIG3_MAX_BYTES / sizeof(double))
+#define TAG_PING 1
+#define TAG_PONG 2
+#define TAG_QUIT 3
+
+static double out_buf[MAX_DOUBLES];
+static double in_buf[MAX_DOUBLES];
+
+static void check(int rc, const char *what) {
+  if (rc < 0) {
+    /* pvm_perror prints PVM's own words for the code. */
+    pvm_perror((char *)what);
+    pvm_exit();
+    fig3_die("%s failed (%d)", what, rc);
+  }
+}
+
+/* Packs and sends `count` doubles of `src` with tag `tag`. */
+static void send_array(int tid, int tag, int encoding, const double *src,
+                       int count) {
+  check(pvm_initsend(encoding), "pvm_initsend");
+  check(pvm_pkint(&count, 1, 1), "pvm_pkint");
+  if (count > 0)
+    check(pvm_pkdouble((double *)src, count, 1), "pvm_pkdouble");
+  check(pvm_send(tid, tag), "pvm_send");
+}
+
+/* Receives a message with tag `tag` from `tid` and unpacks its doubles
+ * into `dst`; returns the count. */
+static int recv_array(int tid, int tag, double *dst) {
+  check(pvm_recv(tid, tag), "pvm_recv");
+  int count;
+  check(pvm_upkint(&count, 1, 1), "pvm_upkint");
+  if (count < 0 || (size_t)count > MAX_DOUBLES)
+    fig3_die("a message with %d doubles", count);
+  if (count > 0)
+    check(pvm_upkdouble(dst, count, 1), "pvm_upkdouble");
+  return count;
+}
+
+/* The echo task: answers every ping with the same array until QUIT. */
+static int task_main(int direct, int encoding) {
+  if (pvm_mytid() < 0)
+    return 1;
+  int parent = pvm_parent();
+  if (parent < 0) {
+    pvm_exit();
+    return 1;
+  }
+  if (direct)
+    pvm_setopt(PvmRoute, PvmRouteDirect);
+  for (;;) {
+    int bufid = pvm_recv(parent, -1);
+    int bytes, tag, src;
+    check(bufid, "pvm_recv");
+    check(pvm_bufinfo(bufid, &bytes, &tag, &src), "pvm_bufinfo");
+    if (tag != TAG_PING)
+      break;
+    int count;
+    check(pvm_upkint(&count, 1, 1), "pvm_upkint");
+    if (count < 0 || (size_t)count > MAX_DOUBLES)
+      break;
+    if (count > 0)
+      check(pvm_upkdouble(in_buf, count, 1), "pvm_upkdouble");
+    send_array(parent, TAG_PONG, encoding, in_buf, count);
+  }
+  pvm_exit();
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: fig3_pvm --route pvmd|direct --encoding xdr|raw "
+                  "[--size BYTES] [--iters N] [--warm N] [--reps N]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  fig3_prog = "fig3_pvm";
+  /* PVM's own messages would otherwise go to stdout, which bench/run
+   * reads. */
+  pvm_setopt(PvmAutoErr, 0);
+  if (argc == 4 && strcmp(argv[1], "--task") == 0)
+    return task_main(strcmp(argv[2], "direct") == 0,
+                     strcmp(argv[3], "raw") == 0 ? PvmDataRaw : PvmDataDefault);
+  struct fig3_opts o = {.size = 8, .iters = 1000, .warm = 100, .reps = 1};
+  const char *route = NULL, *encoding = NULL;
+  for (int i = 1; i < argc; i++) {
+    int r = fig3_common_option(argc, argv, &i, &o);
+    if (r < 0)
+      return usage();
+    if (r > 0)
+      continue;
+    if (strcmp(argv[i], "--route") == 0 && i + 1 < argc)
+      route = argv[++i];
+    else if (strcmp(argv[i], "--encoding") == 0 && i + 1 < argc)
+      encoding = argv[++i];
+    else
+      return usage();
+  }
+  if (route == NULL || encoding == NULL ||
+      (strcmp(route, "pvmd") != 0 && strcmp(route, "direct") != 0) ||
+      (strcmp(encoding, "xdr") != 0 && strcmp(encoding, "raw") != 0))
+    return usage();
+  int direct = strcmp(route, "direct") == 0;
+  int enc = strcmp(encoding, "raw") == 0 ? PvmDataRaw : PvmDataDefault;
+
+  if (pvm_mytid() < 0)
+    fig3_skip("no pvmd to connect to (PVM_TMP=%s)",
+              getenv("PVM_TMP") != NULL ? getenv("PVM_TMP") : "unset");
+  if (direct)
+    pvm_setopt(PvmRoute, PvmRouteDirect);
+  char self_path[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+  if (len <= 0)
+    fig3_die("readlink /proc/self/exe failed");
+  self_path[len] = '\0';
+  char *task_argv[] = {"--task", (char *)route, (char *)encoding, NULL};
+  int tid;
+  int n = pvm_spawn(self_path, task_argv, PvmTaskDefault, "", 1, &tid);
+  if (n != 1) {
+    pvm_exit();
+    fig3_die("pvm_spawn %s: %d (tid %d)", self_path, n, tid);
+  }
+
+  for (size_t i = 0; i < MAX_DOUBLES; i++)
+    out_buf[i] = (double)i * 0.5;
+  int count = (int)(o.size / sizeof(double));
+  for (int i = 0; i < o.warm; i++) {
+    send_array(tid, TAG_PING, enc, out_buf, count);
+    recv_array(tid, TAG_PONG, in_buf);
+  }
+  for (int r = 0; r < o.reps; r++) {
+    double t0 = fig3_now_us();
+    for (int i = 0; i < o.iters; i++) {
+      send_array(tid, TAG_PING, enc, out_buf, count);
+      recv_array(tid, TAG_PONG, in_buf);
+    }
+    fig3_report(&o, fig3_now_us() - t0);
+  }
+  int same = count == 0 ||
+             memcmp(in_buf, out_buf, (size_t)count * sizeof(double)) == 0;
+  check(pvm_initsend(PvmDataDefault), "pvm_initsend");
+  check(pvm_send(tid, TAG_QUIT), "pvm_send");
+  pvm_exit();
+  if (!same)
+    fig3_die("the array came back changed");
+  return 0;
+}

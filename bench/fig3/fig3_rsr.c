@@ -1,0 +1,341 @@
+/* The Nexus paper's Figure 3 program on nexus: an array of doubles circulated
+ * between two contexts by RSRs, with the handlers non-threaded, on a pooled
+ * thread or on a new thread, over one chosen protocol module. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fig3.h"
+#include "nexus.h"
+
+/* Usage: fig3_rsr --module M --kind K [--size N] [--iters N] [--warm N]
+ *                 [--reps N]
+ *   M: local (two in-process contexts); tcp, ucx or ofi (two processes:
+ *      the peer is this program again, started with nx_context_create);
+ *      mpi (the two ranks of `mpirun -np 2 fig3_rsr ...`).
+ *   K: nonthreaded, threaded (a pooled thread) or new-thread.
+ * The initiator sends "ping" with the array to the peer context, whose
+ * handler unpacks it and sends it back in "pong"; pong unpacks it and
+ * signals the initiator's main thread, which waits in nx_cond_wait (and so
+ * drives progress itself). Both handlers are of kind K, as both halves of
+ * a CC++ remote call returning the array would be. Both processes use
+ * NX_PROTOCOLS=M,local, and the run is skipped (see fig3.h) when M did not
+ * load or another protocol was chosen. */
+
+#define MAX_DOUBLES (FIG3_MAX_BYTES / sizeof(double))
+
+enum { M_LOCAL, M_TCP, M_UCX, M_OFI, M_MPI, NMODULES };
+static const char *const module_names[NMODULES] = {"local", "tcp", "ucx", "ofi",
+                                                   "mpi"};
+static const char *const kind_names[] = {"nonthreaded", "threaded",
+                                         "new-thread"};
+static const int kinds[] = {NX_HANDLER_NONTHREADED, NX_HANDLER_THREADED,
+                            NX_HANDLER_NEW_THREAD};
+
+static int module = -1;
+static int kind_index = -1;
+
+/* The initiator's array, the peer's copy and the copy that came back; one
+ * ping is in flight at a time, so each has one writer at a time. */
+static double out_buf[MAX_DOUBLES];
+static double peer_buf[MAX_DOUBLES];
+static double back_buf[MAX_DOUBLES];
+
+static nx_mutex_t m;
+static nx_cond_t c;
+static long done; /* pongs received */
+static int quit;
+static long bad;                         /* malformed pings or pongs */
+static nx_gp_t reply_gp = NX_GP_NULL;    /* the peer answers here */
+static nx_handler_id_t ping_id, pong_id; /* ids of "ping", "pong" */
+
+static void die_nx(const char *what, int rc) {
+  fig3_die("%s: %s", what, nx_strerror(rc));
+}
+
+/* Takes the count and the doubles out of `buf` into `dst`; returns the
+ * count, or -1 for a malformed buffer. */
+static long unpack_array(nx_buffer_t *buf, double *dst) {
+  int64_t count;
+  if (nx_get_int64(buf, &count) != 0 || count < 0 ||
+      (uint64_t)count > MAX_DOUBLES ||
+      nx_get_double_array(buf, dst, (size_t)count) != 0)
+    return -1;
+  return (long)count;
+}
+
+/* Sends "count" doubles of `src` to `handler` at `gp`. */
+static int send_array(const nx_gp_t *gp, nx_handler_id_t handler,
+                      const double *src, size_t count) {
+  nx_buffer_t *b;
+  int rc = nx_rsr_init(&b, gp, handler,
+                       nx_sizeof_int64(1) + nx_sizeof_double(count));
+  if (rc != 0)
+    return rc;
+  if ((rc = nx_put_int64(b, (int64_t)count)) != 0 ||
+      (rc = nx_put_double_array(b, src, count)) != 0) {
+    nx_buffer_release(b);
+    return rc;
+  }
+  return nx_rsr_send(b);
+}
+
+static void count_bad(void) {
+  nx_mutex_lock(&m);
+  bad++;
+  done++; /* never leave the initiator waiting */
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+/* The peer: "hello" brings the gp to answer to (and is answered with an
+ * empty pong, so the initiator knows the peer is set up); "ping" brings
+ * the array back. */
+static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  nx_gp_release(&reply_gp);
+  if (nx_get_gp(buf, &reply_gp) != 0 ||
+      send_array(&reply_gp, pong_id, peer_buf, 0) != 0)
+    fprintf(stderr, "%s: the peer could not answer hello\n", fig3_prog);
+}
+
+static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  long n = unpack_array(buf, peer_buf);
+  if (n < 0 || send_array(&reply_gp, pong_id, peer_buf, (size_t)n) != 0)
+    fprintf(stderr, "%s: the peer could not answer a ping\n", fig3_prog);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr, (void)buf;
+  nx_mutex_lock(&m);
+  quit = 1;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+/* The initiator: "pong" brings the array back. */
+static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (unpack_array(buf, back_buf) < 0) {
+    count_bad();
+    return;
+  }
+  nx_mutex_lock(&m);
+  done++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static int register_peer(nx_context_t *ctx) {
+  int rc;
+  if ((rc = nx_handler_register(ctx, "hello", on_hello, NX_HANDLER_NONTHREADED,
+                                NULL)) != 0 ||
+      (rc = nx_handler_register(ctx, "ping", on_ping, kinds[kind_index],
+                                NULL)) != 0 ||
+      (rc = nx_handler_register(ctx, "quit", on_quit, NX_HANDLER_NONTHREADED,
+                                NULL)) != 0)
+    return rc;
+  return 0;
+}
+
+static int local_peer_init(nx_context_t *ctx, void *arg) {
+  (void)arg;
+  return register_peer(ctx);
+}
+
+/* Sends one ping (a hello when `me` is given) and waits for its pong. */
+static void round_trip(const nx_gp_t *peer, size_t count, const nx_gp_t *me) {
+  nx_mutex_lock(&m);
+  long want = done + 1;
+  nx_mutex_unlock(&m);
+  int rc;
+  if (me != NULL) {
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init_name(&b, peer, "hello", nx_sizeof_gp(me))) != 0 ||
+        (rc = nx_put_gp(b, me)) != 0 || (rc = nx_rsr_send(b)) != 0)
+      die_nx("hello", rc);
+  } else if ((rc = send_array(peer, ping_id, out_buf, count)) != 0) {
+    die_nx("ping", rc);
+  }
+  nx_mutex_lock(&m);
+  while (done < want)
+    nx_cond_wait(&c, &m);
+  nx_mutex_unlock(&m);
+}
+
+/* Skips the run unless the module loaded. */
+static void require_module(void) {
+  for (int i = 0; i < nx_module_count(); i++) {
+    nx_module_info_t info;
+    if (nx_module_info(i, &info) == 0 &&
+        strcmp(info.name, module_names[module]) == 0) {
+      if (info.loaded)
+        return;
+      fig3_skip("module %s did not load: %s", info.name, info.reason);
+    }
+  }
+  fig3_skip("module %s was not found", module_names[module]);
+}
+
+/* The peer of a process run: serves until the initiator destroys it. */
+static int peer_main(void) {
+  int rc = nx_init(NULL, NULL);
+  if (rc != 0)
+    die_nx("nx_init (peer)", rc);
+  if ((rc = register_peer(nx_context_self())) != 0)
+    die_nx("registering the peer's handlers", rc);
+  rc = nx_context_serve();
+  nx_gp_release(&reply_gp);
+  nx_finalize();
+  return rc == 0 ? 0 : 1;
+}
+
+/* Rank 1 of an mpi run: serves until rank 0 sends "quit". */
+static void mpi_peer_wait(void) {
+  nx_mutex_lock(&m);
+  while (!quit)
+    nx_cond_wait(&c, &m);
+  nx_mutex_unlock(&m);
+}
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: fig3_rsr --module local|tcp|ucx|ofi|mpi "
+          "--kind nonthreaded|threaded|new-thread\n"
+          "                [--size BYTES] [--iters N] [--warm N] [--reps N]\n");
+  return 2;
+}
+
+static int lookup(const char *s, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(s, names[i]) == 0)
+      return i;
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  fig3_prog = "fig3_rsr";
+  struct fig3_opts o = {.size = 8, .iters = 1000, .warm = 100, .reps = 1};
+  int peer = 0;
+  for (int i = 1; i < argc; i++) {
+    int r = fig3_common_option(argc, argv, &i, &o);
+    if (r < 0)
+      return usage();
+    if (r > 0)
+      continue;
+    if (strcmp(argv[i], "--peer") == 0)
+      peer = 1;
+    else if (strcmp(argv[i], "--module") == 0 && i + 1 < argc)
+      module = lookup(argv[++i], module_names, NMODULES);
+    else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc)
+      kind_index = lookup(argv[++i], kind_names, 3);
+    else
+      return usage();
+  }
+  if (module < 0 || kind_index < 0)
+    return usage();
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  ping_id = nx_handler_id("ping");
+  pong_id = nx_handler_id("pong");
+  if (peer)
+    return peer_main();
+
+  char protocols[32];
+  snprintf(protocols, sizeof(protocols), "%s%s", module_names[module],
+           module == M_LOCAL ? "" : ",local");
+  setenv("NX_PROTOCOLS", protocols, 1);
+  int rc = nx_init(NULL, NULL);
+  if (rc != 0)
+    die_nx("nx_init", rc);
+  require_module();
+  nx_context_t *self = nx_context_self();
+  if ((rc = nx_handler_register(self, "pong", on_pong, kinds[kind_index],
+                                NULL)) != 0)
+    die_nx("registering pong", rc);
+
+  nx_gp_t peer_gp = NX_GP_NULL, *mpi_gps = NULL;
+  int mpi_count = 0;
+  if (module == M_LOCAL) {
+    if ((rc = nx_context_create_local(local_peer_init, NULL, &peer_gp)) != 0)
+      die_nx("nx_context_create_local", rc);
+  } else if (module == M_MPI) {
+    int rank = -1;
+    if ((rc = register_peer(self)) != 0)
+      die_nx("registering the peer's handlers", rc);
+    if ((rc = nx_context_peers(&mpi_gps, &mpi_count, &rank)) != 0)
+      die_nx("nx_context_peers", rc);
+    if (mpi_count != 2)
+      fig3_die("run under mpirun -np 2 (%d ranks)", mpi_count);
+    if (rank == 1) {
+      mpi_peer_wait();
+      for (int i = 0; i < mpi_count; i++)
+        nx_gp_release(&mpi_gps[i]);
+      free(mpi_gps);
+      nx_gp_release(&reply_gp);
+      nx_finalize();
+      return 0;
+    }
+    peer_gp = mpi_gps[1];
+  } else {
+    char self_path[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+    if (len <= 0)
+      fig3_die("readlink /proc/self/exe failed");
+    self_path[len] = '\0';
+    char *peer_argv[] = {"fig3_rsr", "--peer",
+                         "--module", (char *)module_names[module],
+                         "--kind",   (char *)kind_names[kind_index],
+                         NULL};
+    nx_node_t node;
+    if ((rc = nx_node_self(&node)) != 0 ||
+        (rc = nx_context_create(&node, self_path, peer_argv, &peer_gp)) != 0)
+      die_nx("nx_context_create", rc);
+  }
+  const char *proto = nx_gp_protocol(&peer_gp);
+  if (proto == NULL || strcmp(proto, module_names[module]) != 0)
+    fig3_skip("the peer is reached over %s, not %s",
+              proto != NULL ? proto : "nothing", module_names[module]);
+
+  for (size_t i = 0; i < MAX_DOUBLES; i++)
+    out_buf[i] = (double)i * 0.5;
+  size_t count = o.size / sizeof(double);
+  nx_gp_t me;
+  if ((rc = nx_gp_make(NULL, &me)) != 0)
+    die_nx("nx_gp_make", rc);
+  round_trip(&peer_gp, 0, &me);
+  for (int i = 0; i < o.warm; i++)
+    round_trip(&peer_gp, count, NULL);
+  for (int r = 0; r < o.reps; r++) {
+    double t0 = fig3_now_us();
+    for (int i = 0; i < o.iters; i++)
+      round_trip(&peer_gp, count, NULL);
+    fig3_report(&o, fig3_now_us() - t0);
+  }
+  if (bad > 0)
+    fig3_die("%ld malformed pongs", bad);
+  if (count > 0 && memcmp(back_buf, out_buf, count * sizeof(double)) != 0)
+    fig3_die("the array came back changed");
+
+  if (module == M_MPI) {
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init_name(&b, &peer_gp, "quit", 0)) != 0 ||
+        (rc = nx_rsr_send(b)) != 0)
+      die_nx("quit", rc);
+    for (int i = 0; i < mpi_count; i++)
+      nx_gp_release(&mpi_gps[i]);
+    free(mpi_gps);
+  } else {
+    if ((rc = nx_context_destroy(&peer_gp)) != 0)
+      die_nx("nx_context_destroy", rc);
+    nx_gp_release(&peer_gp);
+  }
+  nx_gp_release(&me);
+  nx_gp_release(&reply_gp);
+  return nx_finalize() == 0 ? 0 : 1;
+}
