@@ -112,7 +112,7 @@ status() {
 [ "$(status tcp)" = loaded ] || skip "the tcp module does not load here"
 for m in ucx ofi; do
   [ "$(status "$m")" = loaded ] ||
-    echo "NOTE: module $m does not load here ($(status "$m")); its pairs are expected elsewhere"
+    echo "NOTE: module $m does not load here ($(status "$m")); what it would carry is expected over the other modules"
 done
 mpirun=$(command -v mpirun 2>/dev/null || true)
 use_mpi=0
