@@ -5,12 +5,12 @@
 
 #include <stddef.h>
 
-/* Every program prints, on stdout, one line "usec <T>" per repetition (T:
- * the mean round trip of that repetition in microseconds), and nothing
- * else there. A program that cannot measure its system here (a module that
- * did not load, no pvmd) prints "skip: <reason>" on stdout and exits with
- * FIG3_EXIT_SKIP; bench/run then records the row as skipped with the
- * reason. Diagnostics go to stderr. */
+/* Every program prints, on stdout, one line "usec <T> iters <N>" per
+ * repetition (T: the mean of that repetition's N round trips in
+ * microseconds), and nothing else there. A program that cannot measure its
+ * system here (a module that did not load, no pvmd) prints "skip: <reason>" on
+ * stdout and exits with FIG3_EXIT_SKIP; bench/run then records the row as
+ * skipped with the reason. Diagnostics go to stderr. */
 #define FIG3_EXIT_SKIP 77
 
 /* The largest payload: 4 MiB, the largest size of the paper's range. */
@@ -21,19 +21,24 @@ struct fig3_opts {
   int iters;   /* timed round trips per repetition */
   int warm;    /* untimed round trips before the first repetition */
   int reps;    /* repetitions */
+  int max_ms;  /* a repetition (and the warm-up) ends after this long */
 };
 
-/* Parses "--size N", "--iters N", "--warm N" and "--reps N" at argv[*i]
+/* Runs the warm-up and then o->reps repetitions of round_trip(arg),
+ * printing one "usec" line per repetition. A repetition makes o->iters
+ * round trips or as many as fit in o->max_ms, whichever is fewer, so that
+ * a slow system (or a loaded machine) does not stretch the whole run. */
+void fig3_measure(const struct fig3_opts *o, void (*round_trip)(void *),
+                  void *arg);
+
+/* Parses "--size N", "--iters N", "--warm N", "--reps N" and
+ * "--max-ms N" at argv[*i]
  * (advancing *i past the value). Returns 1 if it took the option, 0 if the
  * option is not one of these, -1 (with a message) for a bad value. */
 int fig3_common_option(int argc, char **argv, int *i, struct fig3_opts *o);
 
 /* Monotonic time in microseconds. */
 double fig3_now_us(void);
-
-/* Prints the "usec" line of one repetition of o->iters round trips that
- * took `elapsed_us`, and flushes it. */
-void fig3_report(const struct fig3_opts *o, double elapsed_us);
 
 /* Prints "skip: <reason>" and exits with FIG3_EXIT_SKIP. */
 void fig3_skip(const char *fmt, ...)

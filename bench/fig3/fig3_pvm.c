@@ -60,6 +60,16 @@ static int recv_array(int tid, int tag, double *dst) {
   return count;
 }
 
+struct ping {
+  int tid, encoding, count;
+};
+
+static void ping_once(void *arg) {
+  const struct ping *p = arg;
+  send_array(p->tid, TAG_PING, p->encoding, out_buf, p->count);
+  recv_array(p->tid, TAG_PONG, in_buf);
+}
+
 /* The echo task: answers every ping with the same array until QUIT. */
 static int task_main(int direct, int encoding) {
   if (pvm_mytid() < 0)
@@ -104,7 +114,8 @@ int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--task") == 0)
     return task_main(strcmp(argv[2], "direct") == 0,
                      strcmp(argv[3], "raw") == 0 ? PvmDataRaw : PvmDataDefault);
-  struct fig3_opts o = {.size = 8, .iters = 1000, .warm = 100, .reps = 1};
+  struct fig3_opts o = {
+      .size = 8, .iters = 1000, .warm = 100, .reps = 1, .max_ms = 1000};
   const char *route = NULL, *encoding = NULL;
   for (int i = 1; i < argc; i++) {
     int r = fig3_common_option(argc, argv, &i, &o);
@@ -147,18 +158,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < MAX_DOUBLES; i++)
     out_buf[i] = (double)i * 0.5;
   int count = (int)(o.size / sizeof(double));
-  for (int i = 0; i < o.warm; i++) {
-    send_array(tid, TAG_PING, enc, out_buf, count);
-    recv_array(tid, TAG_PONG, in_buf);
-  }
-  for (int r = 0; r < o.reps; r++) {
-    double t0 = fig3_now_us();
-    for (int i = 0; i < o.iters; i++) {
-      send_array(tid, TAG_PING, enc, out_buf, count);
-      recv_array(tid, TAG_PONG, in_buf);
-    }
-    fig3_report(&o, fig3_now_us() - t0);
-  }
+  struct ping ping = {tid, enc, count};
+  fig3_measure(&o, ping_once, &ping);
   int same = count == 0 ||
              memcmp(in_buf, out_buf, (size_t)count * sizeof(double)) == 0;
   check(pvm_initsend(PvmDataDefault), "pvm_initsend");

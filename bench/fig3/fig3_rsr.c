@@ -168,6 +168,16 @@ static void round_trip(const nx_gp_t *peer, size_t count, const nx_gp_t *me) {
   nx_mutex_unlock(&m);
 }
 
+struct ping {
+  const nx_gp_t *peer;
+  size_t count;
+};
+
+static void ping_once(void *arg) {
+  const struct ping *p = arg;
+  round_trip(p->peer, p->count, NULL);
+}
+
 /* Skips the run unless the module loaded. */
 static void require_module(void) {
   for (int i = 0; i < nx_module_count(); i++) {
@@ -220,7 +230,8 @@ static int lookup(const char *s, const char *const *names, int n) {
 
 int main(int argc, char **argv) {
   fig3_prog = "fig3_rsr";
-  struct fig3_opts o = {.size = 8, .iters = 1000, .warm = 100, .reps = 1};
+  struct fig3_opts o = {
+      .size = 8, .iters = 1000, .warm = 100, .reps = 1, .max_ms = 1000};
   int peer = 0;
   for (int i = 1; i < argc; i++) {
     int r = fig3_common_option(argc, argv, &i, &o);
@@ -309,14 +320,8 @@ int main(int argc, char **argv) {
   if ((rc = nx_gp_make(NULL, &me)) != 0)
     die_nx("nx_gp_make", rc);
   round_trip(&peer_gp, 0, &me);
-  for (int i = 0; i < o.warm; i++)
-    round_trip(&peer_gp, count, NULL);
-  for (int r = 0; r < o.reps; r++) {
-    double t0 = fig3_now_us();
-    for (int i = 0; i < o.iters; i++)
-      round_trip(&peer_gp, count, NULL);
-    fig3_report(&o, fig3_now_us() - t0);
-  }
+  struct ping ping = {&peer_gp, count};
+  fig3_measure(&o, ping_once, &ping);
   if (bad > 0)
     fig3_die("%ld malformed pongs", bad);
   if (count > 0 && memcmp(back_buf, out_buf, count * sizeof(double)) != 0)

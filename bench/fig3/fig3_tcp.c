@@ -73,6 +73,18 @@ static size_t recv_msg(int fd, char *buf) {
   return (size_t)len;
 }
 
+struct ping {
+  int fd;
+  size_t size;
+};
+
+static void ping_once(void *arg) {
+  const struct ping *p = arg;
+  send_msg(p->fd, out_buf, p->size);
+  if (recv_msg(p->fd, in_buf) != p->size)
+    fig3_die("a reply of the wrong size");
+}
+
 static void tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -80,7 +92,8 @@ static void tune(int fd) {
 
 int main(int argc, char **argv) {
   fig3_prog = "fig3_tcp";
-  struct fig3_opts o = {.size = 8, .iters = 1000, .warm = 100, .reps = 1};
+  struct fig3_opts o = {
+      .size = 8, .iters = 1000, .warm = 100, .reps = 1, .max_ms = 1000};
   for (int i = 1; i < argc; i++) {
     if (fig3_common_option(argc, argv, &i, &o) <= 0) {
       fprintf(stderr, "usage: fig3_tcp [--size BYTES] [--iters N] "
@@ -123,19 +136,8 @@ int main(int argc, char **argv) {
   close(lfd);
   tune(fd);
   memset(out_buf, 0x5a, o.size);
-  for (int i = 0; i < o.warm; i++) {
-    send_msg(fd, out_buf, o.size);
-    recv_msg(fd, in_buf);
-  }
-  for (int r = 0; r < o.reps; r++) {
-    double t0 = fig3_now_us();
-    for (int i = 0; i < o.iters; i++) {
-      send_msg(fd, out_buf, o.size);
-      if (recv_msg(fd, in_buf) != o.size)
-        fig3_die("a reply of the wrong size");
-    }
-    fig3_report(&o, fig3_now_us() - t0);
-  }
+  struct ping ping = {fd, o.size};
+  fig3_measure(&o, ping_once, &ping);
   close(fd);
   int status;
   waitpid(pid, &status, 0);
