@@ -1,21 +1,23 @@
 /* What the ofi tests and their peer program (ofi_peer.c) agree on: the
- * handlers the peer serves, their buffer layouts and the payload pattern.
- * C and C++. */
+ * handlers the peer serves and their buffer layouts ("echo" is
+ * tests/common/peer_handlers.h's, the payload pattern pattern.h's). C and
+ * C++. */
 #ifndef NX_TESTS_OFI_COMMON_H
 #define NX_TESTS_OFI_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pattern.h"
+
 /* Handlers of the peer, in its initial context:
  *   "echo"    gp reply, u64 tag, u64 n, bytes[n]  -> "echoed" at reply:
- *             u64 tag, u32 ok (the bytes were the pattern of tag), u64 n,
- *             bytes[n] (the same bytes)
+ *             u64 tag, u64 n, bytes[n] (the same bytes)
  *   "hello"   gp reply -> "hello" at reply: u32 pid, char[16] the protocol
  *             the peer uses to reach reply, char[128] what carries it
  *   "count"   u32 thread, u32 index, u64 n, bytes[n]: counted, order per
  *             thread checked, contents checked
- *   "report"  gp reply -> "report" at reply: u64[REPORT_COUNT]
+ *   "stats"   gp reply -> "stats" at reply: u64[REPORT_COUNT]
  *   "blast"   gp target, u32 count: the peer sends `count` "seq" RSRs to
  *             target from a threaded handler: u64 index, u64 n,
  *             bytes[n] (pattern of index), n from seq_size(index) */
@@ -31,27 +33,6 @@ enum report_field {
 
 #define COUNT_THREADS_MAX 16
 #define COUNT_INDEX_MAX 65536
-
-/* Payload bytes: a function of a seed and the position, so both sides can
- * check contents without a copy. */
-static inline uint8_t ofi_pattern(uint64_t seed, size_t i) {
-  uint64_t x =
-      (uint64_t)i * 0x9e3779b97f4a7c15ull + seed * 0xbf58476d1ce4e5b9ull;
-  return (uint8_t)(x >> 56 ^ (uint64_t)i);
-}
-
-static inline void ofi_pattern_fill(uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    p[i] = ofi_pattern(seed, i);
-}
-
-/* 1 when p[0..n) is the pattern of `seed`. */
-static inline int ofi_pattern_ok(const uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] != ofi_pattern(seed, i))
-      return 0;
-  return 1;
-}
 
 /* Sizes of the blast's "seq" RSRs: mostly small, now and then one just
  * above the module's default eager limit (8 KiB) and one that goes as a

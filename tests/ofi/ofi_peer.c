@@ -1,4 +1,6 @@
-/* A program the ofi tests start as a process context (nx_context_create); it serves the handlers of ofi_common.h until its creator destroys it. */
+/* A program the ofi tests start as a process context (nx_context_create); it
+ * serves the handlers of ofi_common.h ("echo" and "stall" from
+ * tests/common/peer_handlers.h) until its creator destroys it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +8,7 @@
 
 #include "nexus.h"
 #include "ofi_common.h"
+#include "peer_handlers.h"
 
 /* Non-threaded handlers run one at a time, on the driver: the counters
  * need no lock. The blast runs on a threaded handler and only bumps
@@ -14,44 +17,6 @@ static uint64_t report[REPORT_COUNT];
 static int64_t last_index[COUNT_THREADS_MAX];
 static uint8_t *seen; /* COUNT_THREADS_MAX * COUNT_INDEX_MAX flags */
 static uint64_t blast_fails;
-
-static void reply_to(nx_gp_t *reply, const char *handler, size_t hint,
-                     nx_buffer_t **out) {
-  *out = NULL;
-  if (nx_rsr_init_name(out, reply, handler, hint) != 0)
-    *out = NULL;
-}
-
-static void on_echo(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx;
-  (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  uint64_t tag = 0, n = 0;
-  if (nx_get_gp(buf, &reply) != 0 || nx_get_uint64(buf, &tag) != 0 ||
-      nx_get_uint64(buf, &n) != 0 || n > ((uint64_t)1 << 30)) {
-    report[REPORT_BAD_BYTES]++;
-    nx_gp_release(&reply);
-    return;
-  }
-  uint8_t *data = malloc(n > 0 ? n : 1);
-  uint32_t ok = data != NULL && (n == 0 || nx_get_bytes(buf, data, n) == 0) &&
-                ofi_pattern_ok(data, n, tag);
-  nx_buffer_t *out;
-  reply_to(&reply, "echoed",
-           2 * nx_sizeof_int64(1) + nx_sizeof_int32(1) + nx_sizeof_bytes(n),
-           &out);
-  if (out != NULL && data != NULL) {
-    nx_put_uint64(out, tag);
-    nx_put_uint32(out, ok);
-    nx_put_uint64(out, n);
-    nx_put_bytes(out, data, n);
-    nx_rsr_send(out);
-  } else if (out != NULL) {
-    nx_buffer_release(out);
-  }
-  free(data);
-  nx_gp_release(&reply);
-}
 
 static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
@@ -65,8 +30,7 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   if (nx_gp_protocol_info(&reply, info, sizeof(info)) != 0)
     snprintf(info, sizeof(info), "?");
   nx_buffer_t *out;
-  reply_to(&reply, "hello", 256, &out);
-  if (out != NULL) {
+  if (nx_rsr_init_name(&out, &reply, "hello", 256) == 0) {
     nx_put_uint32(out, (uint32_t)getpid());
     nx_put_char_array(out, proto, sizeof(proto));
     nx_put_char_array(out, info, sizeof(info));
@@ -85,7 +49,7 @@ static void on_count(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
       nx_get_uint64(buf, &n) != 0 || t >= COUNT_THREADS_MAX ||
       i >= COUNT_INDEX_MAX || n > sizeof(data) ||
       (n > 0 && nx_get_bytes(buf, data, n) != 0) ||
-      !ofi_pattern_ok(data, n, (uint64_t)t << 32 | i)) {
+      pattern_check(data, n, (uint64_t)t << 32 | i) != n) {
     report[REPORT_BAD_BYTES]++;
     return;
   }
@@ -99,23 +63,14 @@ static void on_count(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   last_index[t] = i;
 }
 
-static void on_report(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+static void on_stats(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  if (nx_get_gp(buf, &reply) != 0)
-    return;
   nx_stats_t st;
   if (nx_stats_get(&st) == 0)
     report[REPORT_DROP_BAD_FRAME] = st.drop_bad_frame;
   report[REPORT_BLAST_FAILS] = __atomic_load_n(&blast_fails, __ATOMIC_RELAXED);
-  nx_buffer_t *out;
-  reply_to(&reply, "report", nx_sizeof_int64(REPORT_COUNT), &out);
-  if (out != NULL) {
-    nx_put_uint64_array(out, report, REPORT_COUNT);
-    nx_rsr_send(out);
-  }
-  nx_gp_release(&reply);
+  peer_reply_counters(buf, "stats", report, REPORT_COUNT);
 }
 
 static void on_blast(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -128,7 +83,7 @@ static void on_blast(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   uint8_t *data = malloc(seq_size(0));
   for (uint32_t i = 0; i < count && data != NULL; i++) {
     size_t n = seq_size(i);
-    ofi_pattern_fill(data, n, i);
+    pattern_fill(data, n, i);
     nx_buffer_t *out;
     if (nx_rsr_init_name(&out, &target, "seq",
                          2 * nx_sizeof_int64(1) + nx_sizeof_bytes(n)) != 0) {
@@ -152,13 +107,15 @@ int main(int argc, char **argv) {
   if (seen == NULL || nx_init(&argc, &argv) != 0)
     return 2;
   nx_context_t *self = nx_context_self();
-  nx_handler_register(self, "echo", on_echo, NX_HANDLER_NONTHREADED, NULL);
+  if (peer_register_common(self) != 0)
+    return 3;
   nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "count", on_count, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "report", on_report, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "stats", on_stats, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "blast", on_blast, NX_HANDLER_THREADED, NULL);
   int r = nx_context_serve();
   nx_finalize();
   free(seen);
+  peer_handlers_done();
   return r == 0 ? 0 : 1;
 }

@@ -238,7 +238,7 @@ struct tx_frame {
 
 std::vector<uint8_t> pattern(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
-  ofi_pattern_fill(v.data(), n, seed);
+  pattern_fill(v.data(), n, seed);
   return v;
 }
 

@@ -26,7 +26,7 @@ TEST_CASE("a process context is reached over ofi, both ways", "[ofi]") {
   REQUIRE(cs.ok());
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     const char *proto = nx_gp_protocol(&peer.gp);
     REQUIRE(proto != nullptr);
     CHECK(std::string(proto) == "ofi");
@@ -52,7 +52,7 @@ TEST_CASE("RSR ping-pong over ofi, 0 B to 64 MiB, contents checked", "[ofi]") {
   REQUIRE(cs.ok());
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     REQUIRE(std::string(nx_gp_protocol(&peer.gp)) == "ofi");
     const size_t sizes[] = {0,        8,       1024,     8192,    8193,
                             64 << 10, 1 << 20, 16 << 20, 64 << 20};
@@ -65,7 +65,7 @@ TEST_CASE("RSR ping-pong over ofi, 0 B to 64 MiB, contents checked", "[ofi]") {
     }
     CHECK(the_client.echo_bad == 0);
     uint64_t rep[REPORT_COUNT];
-    REQUIRE(peer_report(peer.gp, cs.me, rep));
+    REQUIRE(peer_stats(peer.gp, cs.me, rep));
     CHECK(rep[REPORT_BAD_BYTES] == 0);
     CHECK(rep[REPORT_DROP_BAD_FRAME] == 0);
     nx_stats_t mine;
@@ -144,7 +144,7 @@ TEST_CASE("a peer killed with SIGKILL: nothing hangs, later sends fail",
   pid_t pid = 0;
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     REQUIRE(peer_hello(peer.gp, cs.me));
     {
       std::lock_guard<std::mutex> g(the_client.m);
@@ -194,7 +194,7 @@ TEST_CASE("idle processes are woken by an RSR at once, not by a timer",
   REQUIRE(cs.ok());
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 8));
     // Both sides idle long enough for their progress engines to sleep in
     // epoll (after 1 ms); each round trip then needs two wake-ups. The

@@ -19,7 +19,7 @@ namespace {
 int send_count(const nx_gp_t &peer, uint32_t t, uint32_t i) {
   size_t n = i % 5 == 0 ? 0 : (size_t)(i % 13) * 9;
   uint8_t data[128];
-  ofi_pattern_fill(data, n, (uint64_t)t << 32 | i);
+  pattern_fill(data, n, (uint64_t)t << 32 | i);
   nx_buffer_t *b;
   int r = nx_rsr_init_name(&b, &peer, "count",
                            2 * nx_sizeof_int32(1) + nx_sizeof_int64(1) +
@@ -47,7 +47,7 @@ TEST_CASE("4 threads x 2,000 RSRs to one receiver: each exactly once, each "
   REQUIRE(cs.ok());
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     REQUIRE(std::string(nx_gp_protocol(&peer.gp)) == "ofi");
     const int threads = 4;
     const uint32_t per_thread = 2000;
@@ -65,7 +65,7 @@ TEST_CASE("4 threads x 2,000 RSRs to one receiver: each exactly once, each "
     // The report is sent after the joins, so after every count: frames
     // from one process are delivered in the order they were sent.
     uint64_t rep[REPORT_COUNT];
-    REQUIRE(peer_report(peer.gp, cs.me, rep, 30));
+    REQUIRE(peer_stats(peer.gp, cs.me, rep, 30));
     CHECK(rep[REPORT_COUNTED] == (uint64_t)threads * per_thread);
     CHECK(rep[REPORT_DUPLICATES] == 0);
     CHECK(rep[REPORT_OUT_OF_ORDER] == 0);
@@ -85,7 +85,7 @@ TEST_CASE("one sender's RSRs arrive in order, small and large mixed",
   REQUIRE(cs.ok());
   {
     peer_context peer;
-    REQUIRE(peer.create() == 0);
+    REQUIRE(peer.start() == 0);
     const uint32_t count = 2000;
     long before = the_client.seq.get();
     nx_buffer_t *b;
@@ -109,7 +109,7 @@ TEST_CASE("one sender's RSRs arrive in order, small and large mixed",
         out_of_order++;
     CHECK(out_of_order == 0);
     uint64_t rep[REPORT_COUNT];
-    REQUIRE(peer_report(peer.gp, cs.me, rep));
+    REQUIRE(peer_stats(peer.gp, cs.me, rep));
     CHECK(rep[REPORT_BLAST_FAILS] == 0);
   }
   CHECK(no_children());

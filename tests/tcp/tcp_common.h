@@ -1,11 +1,14 @@
 // What the tcp tests and their peer program (tcp_peer.cpp) agree on: the
-// handlers the peer serves, the layout of their buffers, the payload
-// pattern, and how the peer hands its gp to the test through a pipe.
+// handlers the peer serves, the layout of their buffers, and how the peer
+// hands its gp to the test through a pipe. The payload pattern is
+// tests/common/pattern.h's.
 #ifndef NX_TESTS_TCP_COMMON_H
 #define NX_TESTS_TCP_COMMON_H
 
 #include <cstddef>
 #include <cstdint>
+
+#include "pattern.h"
 
 // Handlers of the peer (in its initial context):
 //   "echo"      gp reply, u64 tag, u64 n, bytes[n]  -> "echoed" at reply:
@@ -46,27 +49,6 @@ struct peer_hello {
   uint64_t len;
 };
 #define PEER_HELLO_MAGIC 0x5054584eu
-
-// Payload bytes: a function of a seed and the position, so both sides can
-// check contents without keeping a copy.
-inline uint8_t pattern_byte(uint64_t seed, size_t i) {
-  uint64_t x =
-      (uint64_t)i * 0x9e3779b97f4a7c15ull + seed * 0xbf58476d1ce4e5b9ull;
-  return (uint8_t)(x >> 56 ^ (uint64_t)i);
-}
-
-inline void pattern_fill(uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    p[i] = pattern_byte(seed, i);
-}
-
-// Returns the first wrong position, or n when all are right.
-inline size_t pattern_check(const uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] != pattern_byte(seed, i))
-      return i;
-  return n;
-}
 
 // The "sink" payload of RSR `index` is seeded by this (so a sender can
 // prepare a few payloads and reuse them).

@@ -1,6 +1,6 @@
 // Helpers of the tcp tests: the environment every process of a test
-// shares, peer processes (started with posix_spawn, always killed and
-// reaped), and this process's side of the peer's handlers.
+// shares and peer processes (started with posix_spawn, always killed and
+// reaped); the client side of the peer's handlers is peer_harness.h's.
 #ifndef NX_TESTS_TCP_HARNESS_H
 #define NX_TESTS_TCP_HARNESS_H
 
@@ -11,36 +11,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "latch.h"
 #include "nexus.h"
+#include "peer_harness.h"
 #include "tcp_common.h"
 
 extern char **environ;
 
 namespace tcp_test {
 
-inline uint64_t now_ms() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-inline void sleep_ms(unsigned ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
-}
+using namespace nx_test;
 
 // The key of this test's computation (random per test process), as hex.
 inline const std::string &key_hex() {
@@ -70,134 +58,8 @@ inline void setup_env() {
   unsetenv("NX_TCP_HANDSHAKE_MS");
 }
 
-// --- this process's handlers ------------------------------------------------
-
-// Replies from peers. Handlers run on whichever thread drives progress,
-// where Catch2 may not assert: they record, the test checks.
-struct client_state {
-  latch echoed;
-  latch stats_n;
-  latch stalled;
-  std::mutex m;
-  std::vector<uint64_t> tags; // echoed tags in arrival order
-  std::atomic<long> echo_bad{0};
-  uint64_t stats[STAT_COUNT] = {};
-};
-
-inline client_state the_client;
-
-inline void on_echoed(nx_context_t *, void *, nx_buffer_t *buf) {
-  uint64_t tag = 0, n = 0;
-  if (nx_get_uint64(buf, &tag) != 0 || nx_get_uint64(buf, &n) != 0 ||
-      n > ((uint64_t)1 << 32)) {
-    the_client.echo_bad++;
-    the_client.echoed.add();
-    return;
-  }
-  std::vector<uint8_t> data(n);
-  if ((n > 0 && nx_get_bytes(buf, data.data(), n) != 0) ||
-      pattern_check(data.data(), n, tag) != n)
-    the_client.echo_bad++;
-  {
-    std::lock_guard<std::mutex> g(the_client.m);
-    the_client.tags.push_back(tag);
-  }
-  the_client.echoed.add();
-}
-
-inline void on_stats(nx_context_t *, void *, nx_buffer_t *buf) {
-  uint64_t s[STAT_COUNT] = {};
-  nx_get_uint64_array(buf, s, STAT_COUNT);
-  {
-    std::lock_guard<std::mutex> g(the_client.m);
-    std::memcpy(the_client.stats, s, sizeof(s));
-  }
-  the_client.stats_n.add();
-}
-
-inline void on_stalled(nx_context_t *, void *, nx_buffer_t *) {
-  the_client.stalled.add();
-}
-
-// Registers the reply handlers in this process's initial context and makes
-// the gp replies go to. nx_init first.
-class client_scope {
-public:
-  client_scope() {
-    nx_context_t *self = nx_context_self();
-    ok_ = self != nullptr &&
-          nx_handler_register(self, "echoed", on_echoed, NX_HANDLER_NONTHREADED,
-                              nullptr) == 0 &&
-          nx_handler_register(self, "stats", on_stats, NX_HANDLER_NONTHREADED,
-                              nullptr) == 0 &&
-          nx_handler_register(self, "stalled", on_stalled,
-                              NX_HANDLER_NONTHREADED, nullptr) == 0 &&
-          nx_gp_make(&the_client, &me) == 0;
-    std::lock_guard<std::mutex> g(the_client.m);
-    the_client.tags.clear();
-    the_client.echo_bad = 0;
-  }
-  ~client_scope() { nx_gp_release(&me); }
-  client_scope(const client_scope &) = delete;
-  client_scope &operator=(const client_scope &) = delete;
-  bool ok() const { return ok_; }
-  nx_gp_t me = NX_GP_NULL;
-
-private:
-  bool ok_ = false;
-};
-
-// Sends "echo" with `n` pattern bytes seeded by `tag`. Returns
-// nx_rsr_send's result (or the first failing call's).
-inline int send_echo(const nx_gp_t &peer, const nx_gp_t &me, uint64_t tag,
-                     size_t n, unsigned flags = 0) {
-  std::vector<uint8_t> data(n);
-  pattern_fill(data.data(), n, tag);
-  nx_buffer_t *b;
-  int r = nx_rsr_init_name(&b, &peer, "echo",
-                           nx_sizeof_gp(&me) + 2 * nx_sizeof_int64(1) +
-                               nx_sizeof_bytes(n));
-  if (r != 0)
-    return r;
-  if ((r = nx_put_gp(b, &me)) != 0 || (r = nx_put_uint64(b, tag)) != 0 ||
-      (r = nx_put_uint64(b, n)) != 0 ||
-      (r = nx_put_bytes(b, data.data(), n)) != 0) {
-    nx_buffer_release(b);
-    return r;
-  }
-  return nx_rsr_send_flags(b, flags);
-}
-
-// One round trip: returns true when the echo of `tag` came back intact
-// within `seconds`.
-inline bool echo_round_trip(const nx_gp_t &peer, const nx_gp_t &me,
-                            uint64_t tag, size_t n, int seconds = 30) {
-  long before = the_client.echoed.get();
-  long bad = the_client.echo_bad;
-  if (send_echo(peer, me, tag, n) != 0)
-    return false;
-  if (the_client.echoed.wait_for(before + 1, seconds) < before + 1)
-    return false;
-  std::lock_guard<std::mutex> g(the_client.m);
-  return the_client.echo_bad == bad && !the_client.tags.empty() &&
-         the_client.tags.back() == tag;
-}
-
-// Asks the peer for its counters; false if no answer within `seconds`.
-inline bool peer_stats(const nx_gp_t &peer, const nx_gp_t &me,
-                       uint64_t (&out)[STAT_COUNT], int seconds = 20) {
-  long before = the_client.stats_n.get();
-  nx_buffer_t *b;
-  if (nx_rsr_init_name(&b, &peer, "stats", nx_sizeof_gp(&me)) != 0)
-    return false;
-  if (nx_put_gp(b, &me) != 0 || nx_rsr_send(b) != 0)
-    return false;
-  if (the_client.stats_n.wait_for(before + 1, seconds) < before + 1)
-    return false;
-  std::lock_guard<std::mutex> g(the_client.m);
-  std::memcpy(out, the_client.stats, sizeof(out));
-  return true;
-}
+// The common reply handlers ("echoed", "stats", "stalled").
+using client_scope = reply_scope;
 
 // Sends a handler with no arguments.
 inline int send_plain(const nx_gp_t &peer, const char *handler) {

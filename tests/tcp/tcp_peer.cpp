@@ -1,6 +1,7 @@
 // The peer process of the tcp tests: a nexus program that serves the
-// handlers listed in tcp_common.h over the tcp module and hands its gp to
-// the test through a pipe. Started by the tests (posix_spawn); exits when
+// handlers listed in tcp_common.h ("echo" and "stall" from
+// tests/common/peer_handlers.h) over the tcp module and hands its gp to the
+// test through a pipe. Started by the tests (posix_spawn); exits when
 // told to ("quit"), when its parent goes, or after PEER_LIFETIME_S.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "nexus.h"
+#include "peer_handlers.h"
 #include "tcp_common.h"
 
 namespace {
@@ -40,10 +42,6 @@ struct peer_state {
 };
 
 peer_state st;
-
-void fail(const char *what) {
-  std::fprintf(stderr, "tcp_peer[%d]: %s\n", (int)getpid(), what);
-}
 
 uint64_t realtime_ns() {
   struct timespec ts;
@@ -82,43 +80,7 @@ uint32_t listening_port() {
   return 0;
 }
 
-void on_echo(nx_context_t *, void *, nx_buffer_t *buf) {
-  nx_gp_t reply = NX_GP_NULL;
-  uint64_t tag = 0, n = 0;
-  if (nx_get_gp(buf, &reply) != 0 || nx_get_uint64(buf, &tag) != 0 ||
-      nx_get_uint64(buf, &n) != 0 || n > ((uint64_t)1 << 32)) {
-    fail("echo: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
-  st.scratch.resize(n);
-  nx_buffer_t *out;
-  if ((n > 0 && nx_get_bytes(buf, st.scratch.data(), n) != 0) ||
-      nx_rsr_init_name(&out, &reply, "echoed",
-                       2 * nx_sizeof_int64(1) + nx_sizeof_bytes(n)) != 0) {
-    fail("echo: cannot read or reply");
-    nx_gp_release(&reply);
-    return;
-  }
-  nx_put_uint64(out, tag);
-  nx_put_uint64(out, n);
-  nx_put_bytes(out, st.scratch.data(), n);
-  int r = nx_rsr_send(out);
-  if (r != 0 && r != NX_EPEERDEAD)
-    fail("echo: send failed");
-  nx_gp_release(&reply);
-}
-
 void on_stats(nx_context_t *, void *, nx_buffer_t *buf) {
-  nx_gp_t reply = NX_GP_NULL;
-  nx_buffer_t *out;
-  if (nx_get_gp(buf, &reply) != 0 ||
-      nx_rsr_init_name(&out, &reply, "stats", nx_sizeof_int64(STAT_COUNT)) !=
-          0) {
-    fail("stats: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
   nx_stats_t s;
   nx_stats_get(&s);
   uint64_t sockets = count_sockets();
@@ -132,27 +94,7 @@ void on_stats(nx_context_t *, void *, nx_buffer_t *buf) {
   uint64_t stat[STAT_COUNT];
   std::memcpy(stat, st.stat, sizeof(stat));
   nx_mutex_unlock(&st.m);
-  nx_put_uint64_array(out, stat, STAT_COUNT);
-  nx_rsr_send(out);
-  nx_gp_release(&reply);
-}
-
-void on_stall(nx_context_t *, void *, nx_buffer_t *buf) {
-  nx_gp_t reply = NX_GP_NULL;
-  uint32_t ms = 0;
-  nx_buffer_t *out;
-  if (nx_get_gp(buf, &reply) != 0 || nx_get_uint32(buf, &ms) != 0 ||
-      nx_rsr_init_name(&out, &reply, "stalled", 0) != 0) {
-    fail("stall: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
-  nx_rsr_send(out);
-  nx_gp_release(&reply);
-  // A plain sleep, invisible to the runtime: this process's driver stops.
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
+  peer_reply_counters(buf, "stats", stat, STAT_COUNT);
 }
 
 void on_sink(nx_context_t *, void *, nx_buffer_t *buf) {
@@ -187,7 +129,7 @@ void on_seq(nx_context_t *, void *, nx_buffer_t *buf) {
 void on_introduce(nx_context_t *, void *, nx_buffer_t *buf) {
   nx_gp_t gp = NX_GP_NULL;
   if (nx_get_gp(buf, &gp) != 0) {
-    fail("introduce: bad request");
+    peer_fail("introduce: bad request");
     return;
   }
   nx_mutex_lock(&st.m);
@@ -200,7 +142,7 @@ void on_blast(nx_context_t *, void *, nx_buffer_t *buf) {
   uint32_t count = 0;
   uint64_t start = 0;
   if (nx_get_uint32(buf, &count) != 0 || nx_get_uint64(buf, &start) != 0) {
-    fail("blast: bad request");
+    peer_fail("blast: bad request");
     return;
   }
   nx_mutex_lock(&st.m);
@@ -289,10 +231,11 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     nx_handler_fn fn;
-  } handlers[] = {{"echo", on_echo},   {"stats", on_stats},
-                  {"stall", on_stall}, {"sink", on_sink},
+  } handlers[] = {{"stats", on_stats}, {"sink", on_sink},
                   {"seq", on_seq},     {"introduce", on_introduce},
                   {"blast", on_blast}, {"quit", on_quit}};
+  if (peer_register_common(self) != 0)
+    return 1;
   for (auto &h : handlers)
     if (nx_handler_register(self, h.name, h.fn, NX_HANDLER_NONTHREADED,
                             nullptr) != 0)
@@ -321,7 +264,7 @@ int main(int argc, char **argv) {
     nx_cond_timedwait(&st.c, &st.m, &deadline);
     if (getppid() != parent) {
       nx_mutex_unlock(&st.m);
-      fail("the test went away");
+      peer_fail("the test went away");
       _exit(3);
     }
   }
@@ -330,5 +273,6 @@ int main(int argc, char **argv) {
   r = nx_finalize();
   nx_cond_destroy(&st.c);
   nx_mutex_destroy(&st.m);
+  peer_handlers_done();
   return r == 0 ? 0 : 1;
 }

@@ -88,12 +88,7 @@ TEST_CASE("a slow receiver flooded with 1 GiB: the sender's memory stays "
 
   // The peer's driver sleeps in a handler: nobody reads on its side.
   const unsigned stall_ms = 2000;
-  nx_buffer_t *b;
-  REQUIRE(nx_rsr_init_name(&b, &peer.gp, "stall",
-                           nx_sizeof_gp(&cs.me) + nx_sizeof_int32(1)) == 0);
-  REQUIRE(nx_put_gp(b, &cs.me) == 0);
-  REQUIRE(nx_put_uint32(b, stall_ms) == 0);
-  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(send_stall(peer.gp, cs.me, stall_ms) == 0);
   REQUIRE(the_client.stalled.wait_for(1, 10) == 1);
   uint64_t t0 = now_ms();
 

@@ -116,12 +116,7 @@ TEST_CASE("a thread waiting for a reply from a peer that dies wakes through "
   REQUIRE(peer.start() == "");
   REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 10));
   // The peer sleeps in a handler, so the echo below is never answered.
-  nx_buffer_t *b;
-  REQUIRE(nx_rsr_init_name(&b, &peer.gp, "stall",
-                           nx_sizeof_gp(&cs.me) + nx_sizeof_int32(1)) == 0);
-  REQUIRE(nx_put_gp(b, &cs.me) == 0);
-  REQUIRE(nx_put_uint32(b, 60000) == 0);
-  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(send_stall(peer.gp, cs.me, 60000) == 0);
   REQUIRE(the_client.stalled.wait_for(1, 10) == 1);
   REQUIRE(send_echo(peer.gp, cs.me, 2, 10) == 0);
   pid_t pid = peer.pid;

@@ -24,13 +24,8 @@ TEST_CASE("a stalled receiver: sends past NX_UCX_QUEUE_MAX say NX_EAGAIN or "
 
   const unsigned stall_ms = 1500;
   long stalled = the_client.stalled.get();
-  nx_buffer_t *b;
-  REQUIRE(nx_rsr_init_name(&b, &peer.gp, "stall",
-                           nx_sizeof_gp(&cs.me) + nx_sizeof_int32(1)) == 0);
-  REQUIRE(nx_put_gp(b, &cs.me) == 0);
-  REQUIRE(nx_put_uint32(b, stall_ms) == 0);
   uint64_t t0 = now_ms();
-  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(send_stall(peer.gp, cs.me, stall_ms) == 0);
   REQUIRE(the_client.stalled.wait_for(stalled + 1, 10) == stalled + 1);
 
   // 256 KiB each: rendezvous, so each stays in flight until the peer

@@ -1,10 +1,13 @@
 /* What the ucx tests and their peer program (ucx_peer.c) agree on: the handlers
- * the peer serves, the layout of their buffers, and the payload pattern. */
+ * the peer serves and the layout of their buffers ("echo" and "stall" are
+ * tests/common/peer_handlers.h's, the payload pattern pattern.h's). */
 #ifndef NX_TESTS_UCX_COMMON_H
 #define NX_TESTS_UCX_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "pattern.h"
 
 /* The peer runs as a process context (nx_context_create), with
  * argv[1] = "serve" or "parent" (which first creates a second peer, its
@@ -31,27 +34,6 @@ enum peer_stat {
   STAT_PEERS_FAILED,
   STAT_COUNT
 };
-
-/* Payload bytes: a function of a seed and the position, so both sides can
- * check contents without keeping a copy. */
-static inline uint8_t pattern_byte(uint64_t seed, size_t i) {
-  uint64_t x =
-      (uint64_t)i * 0x9e3779b97f4a7c15ull + seed * 0xbf58476d1ce4e5b9ull;
-  return (uint8_t)((x >> 56) ^ (uint64_t)i);
-}
-
-static inline void pattern_fill(uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    p[i] = pattern_byte(seed, i);
-}
-
-/* Returns the first wrong position, or n when all are right. */
-static inline size_t pattern_check(const uint8_t *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] != pattern_byte(seed, i))
-      return i;
-  return n;
-}
 
 static inline uint64_t seq_seed(uint32_t stream, uint64_t index) {
   return ((uint64_t)stream << 40) ^ index;

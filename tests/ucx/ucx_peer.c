@@ -1,62 +1,21 @@
 /* The peer of the ucx tests: a process context (started by nx_context_create)
- * serving the handlers of ucx_common.h; in "parent" mode it first starts a
- * second peer of its own. */
-#include <errno.h>
+ * serving the handlers of ucx_common.h ("echo" and "stall" from
+ * tests/common/peer_handlers.h); in "parent" mode it first starts a second
+ * peer of its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "nexus.h"
+#include "peer_handlers.h"
 #include "ucx_common.h"
 
 /* Handlers are non-threaded: they run on the driver, one at a time, so the
  * counters below need no lock, except the stats read by "stats" itself. */
 static uint64_t stat[STAT_COUNT];
 static uint64_t next_index[SEQ_STREAMS];
-static uint8_t *scratch;
-static size_t scratch_len;
 static nx_gp_t child = NX_GP_NULL; /* "parent" mode: the second peer */
-
-static void fail(const char *what) {
-  fprintf(stderr, "ucx_peer[%d]: %s\n", (int)getpid(), what);
-}
-
-static uint8_t *room(uint64_t n) {
-  if (n > scratch_len) {
-    uint8_t *p = realloc(scratch, n);
-    if (p == NULL)
-      return NULL;
-    scratch = p;
-    scratch_len = n;
-  }
-  return scratch != NULL ? scratch : (uint8_t *)&scratch_len; /* n == 0 */
-}
-
-static void on_echo(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  uint64_t tag = 0, n = 0;
-  uint8_t *p;
-  nx_buffer_t *out;
-  if (nx_get_gp(buf, &reply) != 0 || nx_get_uint64(buf, &tag) != 0 ||
-      nx_get_uint64(buf, &n) != 0 || n > ((uint64_t)1 << 30) ||
-      (p = room(n)) == NULL || (n > 0 && nx_get_bytes(buf, p, n) != 0) ||
-      nx_rsr_init_name(&out, &reply, "echoed",
-                       2 * nx_sizeof_int64(1) + nx_sizeof_bytes(n)) != 0) {
-    fail("echo: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
-  nx_put_uint64(out, tag);
-  nx_put_uint64(out, n);
-  nx_put_bytes(out, p, n);
-  int r = nx_rsr_send(out);
-  if (r != 0 && r != NX_EPEERDEAD)
-    fail("echo: send failed");
-  nx_gp_release(&reply);
-}
 
 static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
@@ -66,7 +25,8 @@ static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   int ok = nx_get_uint32(buf, &stream) == 0 &&
            nx_get_uint64(buf, &index) == 0 && nx_get_uint64(buf, &n) == 0 &&
            stream < SEQ_STREAMS && n <= ((uint64_t)1 << 30) &&
-           (p = room(n)) != NULL && (n == 0 || nx_get_bytes(buf, p, n) == 0);
+           (p = peer_room(n)) != NULL &&
+           (n == 0 || nx_get_bytes(buf, p, n) == 0);
   ok = ok && index == next_index[stream] &&
        pattern_check(p, n, seq_seed(stream, index)) == n;
   if (stream < SEQ_STREAMS)
@@ -78,15 +38,6 @@ static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 
 static void on_stats(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  nx_buffer_t *out;
-  if (nx_get_gp(buf, &reply) != 0 ||
-      nx_rsr_init_name(&out, &reply, "stats", nx_sizeof_int64(STAT_COUNT)) !=
-          0) {
-    fail("stats: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
   nx_stats_t s;
   nx_stats_get(&s);
   uint64_t v[STAT_COUNT];
@@ -95,9 +46,7 @@ static void on_stats(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   v[STAT_RSR_HANDLED] = s.rsr_handled;
   v[STAT_DROP_BAD_FRAME] = s.drop_bad_frame;
   v[STAT_PEERS_FAILED] = s.peers_failed;
-  nx_put_uint64_array(out, v, STAT_COUNT);
-  nx_rsr_send(out);
-  nx_gp_release(&reply);
+  peer_reply_counters(buf, "stats", v, STAT_COUNT);
 }
 
 static void on_pid(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -120,26 +69,6 @@ static void on_pid(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_release(&reply);
 }
 
-static void on_stall(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  uint32_t ms = 0;
-  nx_buffer_t *out;
-  if (nx_get_gp(buf, &reply) != 0 || nx_get_uint32(buf, &ms) != 0 ||
-      ms > 60000 || nx_rsr_init_name(&out, &reply, "stalled", 0) != 0) {
-    fail("stall: bad request");
-    nx_gp_release(&reply);
-    return;
-  }
-  nx_rsr_send(out);
-  nx_gp_release(&reply);
-  /* A plain sleep, invisible to the runtime: this process's driver (which
-   * runs this handler) stops polling the module. */
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
-}
-
 int main(int argc, char **argv) {
   alarm(120); /* never outlive a stuck test */
   const char *mode = argc > 1 ? argv[1] : "serve";
@@ -149,11 +78,9 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     nx_handler_fn fn;
-  } handlers[] = {{"echo", on_echo},
-                  {"seq", on_seq},
-                  {"stats", on_stats},
-                  {"pid", on_pid},
-                  {"stall", on_stall}};
+  } handlers[] = {{"seq", on_seq}, {"stats", on_stats}, {"pid", on_pid}};
+  if (peer_register_common(self) != 0)
+    return 3;
   for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
     if (nx_handler_register(self, handlers[i].name, handlers[i].fn,
                             NX_HANDLER_NONTHREADED, NULL) != 0)
@@ -163,7 +90,7 @@ int main(int argc, char **argv) {
     char *const child_argv[] = {argv[0], (char *)"serve", NULL};
     if (nx_nodes_acquire("localhost", 1, &node) != 0 ||
         nx_context_create(&node, argv[0], child_argv, &child) != 0) {
-      fail("cannot start the second peer");
+      peer_fail("cannot start the second peer");
       return 4;
     }
   }
@@ -175,6 +102,6 @@ int main(int argc, char **argv) {
     nx_gp_release(&child);
   }
   nx_finalize();
-  free(scratch);
+  peer_handlers_done();
   return r == 0 || r == NX_EPEERDEAD ? 0 : 1;
 }
