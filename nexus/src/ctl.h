@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One AF_UNIX SOCK_SEQPACKET socket pair per child; the child finds its end
- * in NX_CTL_FD. Messages (integers little-endian):
+/* For a child started with fork/exec: one AF_UNIX SOCK_SEQPACKET socket
+ * pair, the child finding its end in NX_CTL_FD. For a child a module
+ * started (the mpi module's MPI_Comm_spawn): the module's channel, the
+ * intercommunicator. struct nxi_chan hides which. Messages (integers
+ * little-endian):
  *   READY     1, u64 context, u64 address, u32 len, descriptor list
  *   PEERS     2, u32 rank (UINT32_MAX: not among them), u32 count,
  *             count x (u64 context, u64 address, u32 len, descriptor list)
@@ -30,6 +33,25 @@ struct nxi_ctl_peer {
   uint32_t len;
   const uint8_t *blob;
 };
+
+struct nxi_module;
+
+/* A control channel: a socket (fd >= 0) or a module's channel (mod, ctl). */
+struct nxi_chan {
+  int fd;
+  struct nxi_module *mod;
+  void *ctl;
+};
+
+/* The same four operations on either kind. recv returns a message's
+ * length, 0 when the peer is gone (or the channel was shut down), or a
+ * negative code (NX_ETIMEDOUT after timeout_ms, -1: forever). shutdown
+ * makes a recv waiting on another thread return; close ends the channel
+ * (NX_CTL_ABANDON: the peer failed, do not wait for it). */
+int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len);
+long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms);
+void nxi_chan_shutdown(struct nxi_chan *ch);
+void nxi_chan_close(struct nxi_chan *ch, unsigned flags);
 
 /* Sends one message; returns 0 or a negative code. */
 int nxi_ctl_send(int fd, const void *msg, size_t len);

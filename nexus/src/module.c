@@ -1,5 +1,6 @@
 /* The protocol module loader: finds libnx_proto_<name>.so files, checks their ABI and slots once, initialises them, and orders them. */
 #include <dirent.h>
+#include <stddef.h>
 #include <dlfcn.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -13,6 +14,9 @@
 #define SUFFIX ".so"
 
 static struct nxi_module mods[MAX_MODULES];
+/* Each module's table as this core's version: an older module's is shorter,
+ * so it is copied up to its end and the later slots stay NULL. */
+static struct nx_protocol_ops tables[MAX_MODULES];
 static int nmods;
 static struct nxi_module *loaded[MAX_MODULES];
 static int nloaded;
@@ -142,12 +146,20 @@ static int load(struct nxi_module *m) {
   const struct nx_protocol_ops *ops = dlsym(m->dl_handle, sym);
   if (ops == NULL)
     return fail(m, NX_EMODULE, "no symbol %s", sym);
-  if (ops->abi_version != NX_PROTOCOL_ABI_VERSION) {
+  if (ops->abi_version < NX_PROTOCOL_ABI_MIN ||
+      ops->abi_version > NX_PROTOCOL_ABI_VERSION) {
     char v[64];
-    snprintf(v, sizeof(v), "%u, this core speaks %u", ops->abi_version,
-             NX_PROTOCOL_ABI_VERSION);
+    snprintf(v, sizeof(v), "%u, this core speaks %u to %u", ops->abi_version,
+             NX_PROTOCOL_ABI_MIN, NX_PROTOCOL_ABI_VERSION);
     return fail(m, NX_EABI, "wrong ABI version %s", v);
   }
+  /* ABI 4 ends with job_peers; ABI 5 added the launching slots. */
+  struct nx_protocol_ops *table = &tables[m - mods];
+  memset(table, 0, sizeof(*table));
+  memcpy(table, ops,
+         ops->abi_version == 4 ? offsetof(struct nx_protocol_ops, node_spec)
+                               : sizeof(*table));
+  ops = table;
   if (ops->name == NULL || strcmp(ops->name, m->name) != 0)
     return fail(m, NX_EMODULE, "table names another module (%s)",
                 ops->name ? ops->name : "NULL");
@@ -162,6 +174,19 @@ static int load(struct nxi_module *m) {
                                            : NULL;
   if (missing != NULL)
     return fail(m, NX_EMODULE, "mandatory slot %s is NULL", missing);
+  /* The launching slots (ABI 5) come together or not at all. */
+  int launch = (ops->node_spec != NULL) + (ops->spawn != NULL) +
+               (ops->ctl_send != NULL) + (ops->ctl_recv != NULL) +
+               (ops->ctl_close != NULL);
+  if (launch != 0 && launch != 5)
+    return fail(m, NX_EMODULE, "%s",
+                "slots node_spec, spawn, ctl_send, ctl_recv and ctl_close "
+                "must all be set or all be NULL");
+  if (ops->ctl_parent != NULL &&
+      (ops->ctl_send == NULL || ops->ctl_recv == NULL ||
+       ops->ctl_close == NULL))
+    return fail(m, NX_EMODULE, "%s",
+                "slot ctl_parent needs ctl_send, ctl_recv and ctl_close");
   char why[256] = "init failed";
   int r = ops->init(&nxi_core_api, &m->state, why, sizeof(why));
   if (r < 0)

@@ -1,4 +1,6 @@
-/* Process contexts: nodes on this host, starting programs as contexts with fork/exec, the control channel to their launcher, and their ends. */
+/* Process contexts: nodes on this host or a module's launcher, starting
+ * programs as contexts (fork/exec, or the module's spawn), the control channel
+ * to their creator, and their ends. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,6 +21,9 @@ extern char **environ;
 
 #define DESTROY_GRACE_MS 5000
 #define KILL_GRACE_MS 2000
+/* How long a watcher waits on a module's channel before it looks whether
+ * it should stop (a socket's wait is ended by shutdown at once). */
+#define WATCH_SLICE_MS 100
 
 /* The control channel. */
 
@@ -49,6 +54,36 @@ long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms) {
   if (n < 0)
     return errno == ECONNRESET ? 0 : -errno;
   return n;
+}
+
+int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len) {
+  if (ch->fd >= 0)
+    return nxi_ctl_send(ch->fd, msg, len);
+  return ch->mod->ops->ctl_send(ch->mod->state, ch->ctl, msg, len);
+}
+
+long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms) {
+  if (ch->fd >= 0)
+    return nxi_ctl_recv(ch->fd, buf, timeout_ms);
+  return ch->mod->ops->ctl_recv(ch->mod->state, ch->ctl, buf, NXI_CTL_MAX,
+                                timeout_ms);
+}
+
+/* A module's channel has nothing to shut down: its waits are sliced
+ * (WATCH_SLICE_MS) and the waiter checks its own stop flag. */
+void nxi_chan_shutdown(struct nxi_chan *ch) {
+  if (ch->fd >= 0)
+    shutdown(ch->fd, SHUT_RDWR);
+}
+
+void nxi_chan_close(struct nxi_chan *ch, unsigned flags) {
+  if (ch->fd >= 0)
+    close(ch->fd);
+  else if (ch->mod != NULL)
+    ch->mod->ops->ctl_close(ch->mod->state, ch->ctl, flags);
+  ch->fd = -1;
+  ch->mod = NULL;
+  ch->ctl = NULL;
 }
 
 static size_t put_peer(uint8_t *p, uint64_t ctx, uint64_t addr,
@@ -116,15 +151,58 @@ static int peer_gp(const struct nxi_ctl_peer *p, nx_gp_t *gp) {
 
 /* Nodes. */
 
+static int spec_is_local(const char *spec) {
+  return strcmp(spec, "localhost") == 0 || strcmp(spec, "local") == 0;
+}
+
+/* The loaded module a spec such as "mpi:host=a,b" names, if it starts
+ * processes (the loader checked that its launching slots come together). */
+static struct nxi_module *spec_module(const char *spec) {
+  size_t len = strcspn(spec, ":");
+  int n = nxi_module_count_loaded();
+  for (int i = 0; i < n; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    if (strlen(m->name) == len && strncmp(m->name, spec, len) == 0)
+      return m->ops->spawn != NULL ? m : NULL;
+  }
+  return NULL;
+}
+
 int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
   if (spec == NULL || count < 0 || (count > 0 && nodes == NULL))
     return NX_EINVAL;
-  if (strcmp(spec, "localhost") != 0 && strcmp(spec, "local") != 0)
-    return NX_ENOTSUP;
+  if (!spec_is_local(spec)) {
+    /* Nodes a module's launcher places processes on: the node keeps the
+     * spec, which nx_context_create hands to the module. */
+    if (spec[0] == '\0' || spec[0] == ':')
+      return NX_EINVAL;
+    if (!nxi_ready())
+      return NX_ENOTINIT;
+    struct nxi_module *m = spec_module(spec);
+    if (m == NULL) {
+      nxi_log(0, NULL,
+              "nodes \"%s\": no loaded protocol module named \"%.*s\" starts "
+              "processes (nxinfo tells which loaded and why not)",
+              spec, (int)strcspn(spec, ":"), spec);
+      return NX_ENOTSUP;
+    }
+    char why[256] = "not accepted by the module";
+    int r = strlen(spec) < sizeof(nodes[0].host)
+                ? m->ops->node_spec(m->state, spec, why, sizeof(why))
+                : NX_EINVAL;
+    if (strlen(spec) >= sizeof(nodes[0].host))
+      snprintf(why, sizeof(why), "longer than %zu characters",
+               sizeof(nodes[0].host) - 1);
+    if (r < 0) {
+      nxi_log(0, NULL, "nodes \"%s\": %s", spec, why);
+      return r;
+    }
+  }
   for (int i = 0; i < count; i++) {
     memset(&nodes[i], 0, sizeof(nodes[i]));
     nodes[i].id = (uint32_t)i;
-    snprintf(nodes[i].host, sizeof(nodes[i].host), "localhost");
+    snprintf(nodes[i].host, sizeof(nodes[i].host), "%s",
+             spec_is_local(spec) ? "localhost" : spec);
   }
   return 0;
 }
@@ -141,7 +219,9 @@ static int node_is_local(const nx_node_t *node) {
 /* The child side: this process was started as a process context. */
 
 static struct {
-  int fd; /* -1 when not started as a process context */
+  struct nxi_chan chan; /* to the creator */
+  int have;             /* started as a process context: chan is open */
+  int stopping;         /* child_finalize: the watcher ends */
   pthread_t watcher;
   int watching;
   nx_mutex_t m;
@@ -151,13 +231,21 @@ static struct {
   int eof;
   uint8_t *peers; /* the PEERS message, once it came */
   size_t peers_len;
-} me = {.fd = -1};
+} me = {.chan = {.fd = -1}};
 
 static void *watch(void *arg) {
   (void)arg;
   uint8_t *buf = malloc(NXI_CTL_MAX);
   for (;;) {
-    long n = buf != NULL ? nxi_ctl_recv(me.fd, buf, -1) : 0;
+    long n = buf != NULL ? nxi_chan_recv(&me.chan, buf, WATCH_SLICE_MS) : 0;
+    if (n == NX_ETIMEDOUT) {
+      nx_mutex_lock(&me.m);
+      int stop = me.stopping;
+      nx_mutex_unlock(&me.m);
+      if (!stop)
+        continue;
+      n = 0;
+    }
     if (n <= 0) {
       nx_mutex_lock(&me.m);
       me.eof = 1;
@@ -197,27 +285,49 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-static int child_init(void) {
+/* The channel a launcher gave this process: a socket in NX_CTL_FD, or
+ * a module's channel (a process the mpi module's spawn started). */
+static struct nxi_chan creator_chan(void) {
+  struct nxi_chan ch = {.fd = -1};
   const char *s = getenv("NX_CTL_FD");
-  if (s == NULL || s[0] == '\0')
-    return 0;
-  char *end;
-  long fd = strtol(s, &end, 10);
-  /* Children this process starts get a channel of their own. */
-  unsetenv("NX_CTL_FD");
-  if (*end != '\0' || fd < 0 || fcntl((int)fd, F_GETFD) < 0) {
-    nxi_log(0, NULL, "NX_CTL_FD=%s is not an open descriptor; ignored", s);
-    return 0;
+  if (s != NULL && s[0] != '\0') {
+    char *end;
+    long fd = strtol(s, &end, 10);
+    /* Children this process starts get a channel of their own. */
+    unsetenv("NX_CTL_FD");
+    if (*end != '\0' || fd < 0 || fcntl((int)fd, F_GETFD) < 0) {
+      nxi_log(0, NULL, "NX_CTL_FD=%s is not an open descriptor; ignored", s);
+      return ch;
+    }
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    ch.fd = (int)fd;
+    return ch;
   }
-  fcntl((int)fd, F_SETFD, FD_CLOEXEC);
-  me.fd = (int)fd;
-  me.ready = me.destroyed = me.eof = 0;
+  int n = nxi_module_count_loaded();
+  for (int i = 0; i < n; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    if (m->ops->ctl_parent != NULL &&
+        m->ops->ctl_parent(m->state, &ch.ctl) == 0) {
+      ch.mod = m;
+      break;
+    }
+  }
+  return ch;
+}
+
+static int child_init(void) {
+  struct nxi_chan ch = creator_chan();
+  if (ch.fd < 0 && ch.mod == NULL)
+    return 0;
+  me.chan = ch;
+  me.have = 1;
+  me.ready = me.destroyed = me.eof = me.stopping = 0;
   me.peers = NULL;
   nx_mutex_init(&me.m);
   nx_cond_init(&me.c);
   if (pthread_create(&me.watcher, NULL, watch, NULL) != 0) {
-    close(me.fd);
-    me.fd = -1;
+    nxi_chan_close(&me.chan, NX_CTL_ABANDON);
+    me.have = 0;
     return NX_EAGAIN;
   }
   me.watching = 1;
@@ -225,14 +335,20 @@ static int child_init(void) {
 }
 
 static void child_finalize(void) {
-  if (me.fd < 0)
+  if (!me.have)
     return;
-  shutdown(me.fd, SHUT_RDWR); /* ends the watcher's recv */
+  nx_mutex_lock(&me.m);
+  me.stopping = 1;
+  int gone = me.eof && !me.destroyed;
+  nx_mutex_unlock(&me.m);
+  nxi_chan_shutdown(&me.chan); /* ends the watcher's recv */
   if (me.watching)
     pthread_join(me.watcher, NULL);
   me.watching = 0;
-  close(me.fd);
-  me.fd = -1;
+  /* A module's close may wait for the creator's (MPI's disconnect): not
+   * when the creator is known to be gone. */
+  nxi_chan_close(&me.chan, gone ? NX_CTL_ABANDON : 0);
+  me.have = 0;
   free(me.peers);
   me.peers = NULL;
   nx_cond_destroy(&me.c);
@@ -242,14 +358,14 @@ static void child_finalize(void) {
 int nx_context_ready(void) {
   if (!nxi_ready())
     return NX_ENOTINIT;
-  if (me.fd < 0)
+  if (!me.have)
     return NX_ENOENT;
   nx_mutex_lock(&me.m);
   int r = 0;
   if (!me.ready) {
     uint8_t *buf = malloc(NXI_CTL_MAX);
     size_t len = buf != NULL ? nxi_ctl_ready_msg(buf, NXI_CTL_MAX) : 0;
-    r = len == 0 ? NX_ENOMEM : nxi_ctl_send(me.fd, buf, len);
+    r = len == 0 ? NX_ENOMEM : nxi_chan_send(&me.chan, buf, len);
     free(buf);
     if (r == 0)
       me.ready = 1;
@@ -324,7 +440,7 @@ int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
-  if (me.fd < 0)
+  if (!me.have)
     return job_peers(gps, count, rank);
   int r = nx_context_ready();
   if (r < 0)
@@ -364,13 +480,15 @@ int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {
 }
 
 /* The creator side: children started with nx_context_create. A monitor
- * thread watches their control channels, so a child that dies is noticed
- * (and its routes failed) even when no RSR goes to it. */
+ * thread watches the sockets of those it forked, so a child that dies is
+ * noticed (and its routes failed) even when no RSR goes to it. A child a
+ * module spawned is not watched (no backend tells of its end: see
+ * docs/mpi.md) and not reaped here (its launcher does that). */
 
 struct child {
   struct child *next;
-  pid_t pid;
-  int fd;
+  pid_t pid; /* 0: a module spawned it */
+  struct nxi_chan chan;
   uint32_t proc;
   int dead;   /* its channel closed */
   int reaped; /* waitpid returned it */
@@ -441,7 +559,9 @@ static void *monitor_main(void *arg) {
         try_reap(c, WNOHANG);
         continue;
       }
-      fds[n].fd = c->fd;
+      if (c->chan.fd < 0)
+        continue;
+      fds[n].fd = c->chan.fd;
       fds[n].events = POLLIN;
       who[n++] = c;
     }
@@ -498,6 +618,13 @@ static void poke_monitor(char c) {
   }
 }
 
+/* "NX_KEY=<32 hex digits>": the computation's key, for a child. */
+static void key_var(char *buf, size_t cap) {
+  int off = snprintf(buf, cap, "NX_KEY=");
+  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
+    off += snprintf(buf + off, cap - (size_t)off, "%02x", nxi_rt.key[i]);
+}
+
 /* The child's environment: ours, without launcher variables, plus its
  * channel and the computation's key. Built before fork: the child may only
  * call async-signal-safe functions. */
@@ -516,14 +643,11 @@ static char **child_env(int fd) {
         strncmp(environ[i], "NX_SIZE=", 8) != 0)
       env[k++] = environ[i];
   static char fd_var[32];
-  static char key_var[8 + 2 * NX_KEY_SIZE];
+  static char key[8 + 2 * NX_KEY_SIZE];
   snprintf(fd_var, sizeof(fd_var), "NX_CTL_FD=%d", fd);
-  int off = snprintf(key_var, sizeof(key_var), "NX_KEY=");
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
-    off += snprintf(key_var + off, sizeof(key_var) - (size_t)off, "%02x",
-                    nxi_rt.key[i]);
+  key_var(key, sizeof(key));
   env[k++] = fd_var;
-  env[k++] = key_var;
+  env[k++] = key;
   return env;
 }
 
@@ -533,16 +657,14 @@ static int create_timeout_ms(void) {
   return v > 0 && v < 86400 ? (int)v * 1000 : 30000;
 }
 
-static void kill_and_reap(struct child *c, int grace_ms);
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
-int nx_context_create(const nx_node_t *node, const char *exe,
-                      char *const argv[], nx_gp_t *gp) {
-  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL)
-    return NX_EINVAL;
-  if (!nxi_ready())
-    return NX_ENOTINIT;
-  if (!node_is_local(node))
-    return NX_ENOTSUP;
+/* Starts a child with fork/exec and a socket pair as its channel. */
+static int fork_child(const char *exe, char *const argv[], struct child *c) {
   static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&create_lock); /* child_env's static strings */
   int sv[2];
@@ -551,11 +673,7 @@ int nx_context_create(const nx_node_t *node, const char *exe,
     return NX_EAGAIN;
   }
   char **env = child_env(sv[1]);
-  char *const default_argv[] = {(char *)exe, NULL};
-  if (argv == NULL || argv[0] == NULL)
-    argv = default_argv;
-  struct child *c = calloc(1, sizeof(*c));
-  int r = env != NULL && c != NULL ? ensure_monitor() : NX_ENOMEM;
+  int r = env != NULL ? ensure_monitor() : NX_ENOMEM;
   if (r < 0)
     goto err_free;
   pid_t pid = fork();
@@ -575,14 +693,46 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   }
   close(sv[1]);
   free(env);
-  env = NULL;
   pthread_mutex_unlock(&create_lock);
   c->pid = pid;
-  c->fd = sv[0];
+  c->chan.fd = sv[0];
+  return 0;
 
+err_free:
+  pthread_mutex_unlock(&create_lock);
+  free(env);
+  close(sv[0]);
+  close(sv[1]);
+  return r;
+}
+
+/* Starts a child through module m's launcher; its channel is the
+ * module's. Besides what the launcher gives it, it gets the key. */
+static int spawn_child(struct nxi_module *m, const nx_node_t *node,
+                       const char *exe, char *const argv[], int timeout_ms,
+                       struct child *c) {
+  char key[8 + 2 * NX_KEY_SIZE];
+  key_var(key, sizeof(key));
+  const char *const env[] = {key, NULL};
+  void *ctl = NULL;
+  int r = m->ops->spawn(m->state, node->host, node->id, exe, argv, env,
+                        timeout_ms, &ctl);
+  if (r < 0)
+    return r;
+  c->pid = 0;
+  c->reaped = 1; /* nothing for us to reap */
+  c->chan.mod = m;
+  c->chan.ctl = ctl;
+  return 0;
+}
+
+/* Waits for the child's READY, makes its gp, and tells the child who its
+ * creator is (its one peer). The same for every kind of channel. */
+static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
   uint8_t *buf = malloc(NXI_CTL_MAX);
-  long n = buf != NULL ? nxi_ctl_recv(c->fd, buf, create_timeout_ms()) : NX_ENOMEM;
+  long n = buf != NULL ? nxi_chan_recv(&c->chan, buf, timeout_ms) : NX_ENOMEM;
   struct nxi_ctl_peer ready;
+  int r;
   if (n > 0 && buf[0] == NXI_CTL_EXECFAIL)
     r = NX_ENOENT;
   else if (n == 0)
@@ -595,21 +745,55 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   if (r == 0)
     r = peer_gp(&ready, &child_gp);
   if (r == 0) {
-    /* Tell the child who its creator is: its one peer. */
     buf[0] = NXI_CTL_PEERS;
     nxi_le32(buf + 1, UINT32_MAX);
     nxi_le32(buf + 5, 1);
     size_t len = put_self(buf + 9, NXI_CTL_MAX - 9);
-    r = len > 0 ? nxi_ctl_send(c->fd, buf, 9 + len) : NX_ENOMEM;
+    r = len > 0 ? nxi_chan_send(&c->chan, buf, 9 + len) : NX_ENOMEM;
     if (r < 0)
       nx_gp_release(&child_gp);
   }
   free(buf);
+  if (r == 0)
+    *gp = child_gp;
+  return r == NX_EPROTO ? NX_EPEERDEAD : r;
+}
+
+static void kill_and_reap(struct child *c, int grace_ms);
+
+int nx_context_create(const nx_node_t *node, const char *exe,
+                      char *const argv[], nx_gp_t *gp) {
+  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  struct nxi_module *m = NULL;
+  if (!node_is_local(node) && (m = spec_module(node->host)) == NULL)
+    return NX_ENOTSUP;
+  char *const default_argv[] = {(char *)exe, NULL};
+  if (argv == NULL || argv[0] == NULL)
+    argv = default_argv;
+  struct child *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NX_ENOMEM;
+  c->chan.fd = -1;
+  int timeout_ms = create_timeout_ms();
+  uint64_t start = now_ms();
+  int r = m != NULL ? spawn_child(m, node, exe, argv, timeout_ms, c)
+                    : fork_child(exe, argv, c);
+  if (r < 0) {
+    free(c);
+    return r;
+  }
+  uint64_t spent = now_ms() - start;
+  nx_gp_t child_gp = NX_GP_NULL;
+  r = handshake(c, spent < (uint64_t)timeout_ms ? timeout_ms - (int)spent : 1,
+                &child_gp);
   if (r < 0) {
     kill_and_reap(c, 0); /* it failed us already: no grace */
-    close(c->fd);
+    nxi_chan_close(&c->chan, NX_CTL_ABANDON);
     free(c);
-    return r == NX_EPROTO ? NX_EPEERDEAD : r;
+    return r;
   }
   c->proc = (uint32_t)(child_gp.context >> 32);
   pthread_mutex_lock(&kids_lock);
@@ -619,14 +803,6 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   poke_monitor('w');
   *gp = child_gp;
   return 0;
-
-err_free:
-  pthread_mutex_unlock(&create_lock);
-  free(env);
-  free(c);
-  close(sv[0]);
-  close(sv[1]);
-  return r;
 }
 
 static int reap_within(struct child *c, int ms) {
@@ -642,11 +818,13 @@ static int reap_within(struct child *c, int ms) {
   }
 }
 
-/* Asks the child to end, gives it `grace_ms`, then insists. */
+/* Asks the child to end, gives it `grace_ms`, then insists. A child a
+ * module spawned is only asked: its launcher reaps it, and closing its
+ * channel (MPI's disconnect) waits until it has let go. */
 static void kill_and_reap(struct child *c, int grace_ms) {
   uint8_t msg = NXI_CTL_DESTROY;
-  nxi_ctl_send(c->fd, &msg, 1);
-  if (reap_within(c, grace_ms))
+  nxi_chan_send(&c->chan, &msg, 1);
+  if (c->pid == 0 || reap_within(c, grace_ms))
     return;
   kill(c->pid, SIGTERM);
   if (reap_within(c, KILL_GRACE_MS))
@@ -669,7 +847,7 @@ int nxi_process_destroy(uint64_t context) {
     return NX_ENOCONTEXT;
   poke_monitor('w');
   kill_and_reap(c, DESTROY_GRACE_MS);
-  close(c->fd);
+  nxi_chan_close(&c->chan, 0);
   free(c);
   nxi_gp_proc_failed(proc, NX_ENOCONTEXT);
   return 0;
@@ -694,7 +872,7 @@ void nxi_process_finalize(void) {
     struct child *c = list;
     list = c->next;
     kill_and_reap(c, DESTROY_GRACE_MS);
-    close(c->fd);
+    nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
     free(c);
   }
 }

@@ -1,6 +1,7 @@
 /* The mpi protocol module: RSR frames between ranks of one MPI job, over a
- * private duplicate of MPI_COMM_WORLD; this file holds the ops table, init and
- * finalize, descriptors, endpoints, job_peers and the watcher thread. */
+ * private duplicate of MPI_COMM_WORLD, and process contexts started with
+ * MPI_Comm_spawn; this file holds the ops table, init and finalize,
+ * descriptors, endpoints, job_peers and the watcher thread. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -74,6 +75,15 @@ void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p,
 }
 
 /* Settings. */
+
+/* Whether no MPI launcher's variables are here at all: a process started by
+ * hand, where the module loads spawn-only. */
+static int no_launcher(void) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  return !inited && getenv("OMPI_COMM_WORLD_SIZE") == NULL &&
+         getenv("PMIX_RANK") == NULL && getenv("PMI_SIZE") == NULL;
+}
 
 /* Whether this process is a rank an MPI launcher started. Only then does
  * the module initialize MPI: a singleton MPI_Init in a program started by
@@ -267,6 +277,7 @@ static int start_mpi(struct mpimod *m, int want_serialized, char *why,
     return NX_ENOTSUP;
   }
   m->serialized = want_serialized || provided < MPI_THREAD_MULTIPLE;
+  m->mpi_up = 1;
   return 0;
 }
 
@@ -285,7 +296,9 @@ static void describe(struct mpimod *m) {
     snprintf(lib, sizeof(lib), "MPI");
   lib[strcspn(lib, "\n")] = '\0';
   snprintf(m->version, sizeof(m->version), "%.150s; %s", lib,
-           m->serialized ? "MPI_THREAD_SERIALIZED" : "MPI_THREAD_MULTIPLE");
+           m->spawn_only   ? "not started by mpirun: spawning only"
+           : m->serialized ? "MPI_THREAD_SERIALIZED"
+                           : "MPI_THREAD_MULTIPLE");
 }
 
 static void mpimod_finalize(void *state);
@@ -304,12 +317,33 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
   pthread_mutex_init(&m->peers_lock, NULL);
   pthread_mutex_init(&m->tx_lock, NULL);
   pthread_mutex_init(&m->ring_lock, NULL);
+  pthread_mutex_init(&m->spawn_lock, NULL);
+  m->parent = MPI_COMM_NULL;
+  atomic_init(&m->stuck, 0);
   int want_serialized = 0;
   int r = settings(m, &want_serialized, why, why_len);
+  if (r == 0 && no_launcher()) {
+    /* Spawn-only: a job of one that nobody reaches (the job id is this
+     * process's uuid, and reachable refuses this process); MPI starts
+     * only if the program acquires "mpi" nodes. */
+    m->spawn_only = 1;
+    m->serialized = want_serialized;
+    m->size = 1;
+    memcpy(m->job, core->process_uuid, MPIMOD_JOB_SIZE);
+    describe(m);
+    m->peers = calloc(1, sizeof(*m->peers));
+    if (m->peers == NULL) {
+      r = NX_ENOMEM;
+      goto err;
+    }
+    *state = m;
+    return 0;
+  }
   if (r == 0)
     r = start_mpi(m, want_serialized, why, why_len);
   if (r < 0)
     goto err_mpi;
+  mpimod_spawn_attach(m);
 
   /* A communicator of our own: the program's messages on MPI_COMM_WORLD,
    * whatever their tags, never match our probes, and errors on it come
@@ -359,6 +393,7 @@ err:
 err_mpi:
   if (m->own_mpi)
     MPI_Finalize();
+  pthread_mutex_destroy(&m->spawn_lock);
   pthread_mutex_destroy(&m->ring_lock);
   pthread_mutex_destroy(&m->tx_lock);
   pthread_mutex_destroy(&m->peers_lock);
@@ -404,9 +439,15 @@ static void mpimod_finalize(void *state) {
   }
   free(m->peers);
   /* MPI_Finalize waits for every rank to call it (Open MPI fences): when
-   * nexus started MPI, nx_finalize is collective. */
-  if (m->own_mpi)
+   * nexus started MPI, nx_finalize is collective. Not with a thread still
+   * inside MPI_Comm_spawn. */
+  if (m->own_mpi && atomic_load(&m->stuck) > 0)
+    MPIMOD_LOG(m, 0,
+               "MPI not finalized: %d MPI_Comm_spawn calls never returned",
+               atomic_load(&m->stuck));
+  else if (m->own_mpi)
     MPI_Finalize();
+  pthread_mutex_destroy(&m->spawn_lock);
   pthread_mutex_destroy(&m->ring_lock);
   pthread_mutex_destroy(&m->tx_lock);
   pthread_mutex_destroy(&m->peers_lock);
@@ -512,6 +553,8 @@ static int mpimod_progress(void *state) {
       &m->progress_calls,
       atomic_load_explicit(&m->progress_calls, memory_order_relaxed) + 1,
       memory_order_relaxed);
+  if (m->comm == MPI_COMM_NULL)
+    return 0; /* spawn-only */
   return mpimod_tx_progress(m) + mpimod_rx_progress(m);
 }
 
@@ -563,6 +606,8 @@ static int wait_collective(struct mpimod *m, MPI_Request *req) {
 static int mpimod_job_peers(void *state, const void *mine, size_t len,
                             void **all, size_t **lens, int *count, int *rank) {
   struct mpimod *m = state;
+  if (m->comm == MPI_COMM_NULL)
+    return NX_ENOENT; /* spawn-only: no job */
   if (len > INT_MAX || (len > 0 && mine == NULL))
     return NX_EINVAL;
   size_t n = (size_t)m->size;
@@ -632,4 +677,10 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_mpi = {
     .backend_version = mpimod_backend_version,
     .endpoint_info = mpimod_endpoint_info,
     .job_peers = mpimod_job_peers,
+    .node_spec = mpimod_node_spec,
+    .spawn = mpimod_spawn,
+    .ctl_send = mpimod_ctl_send,
+    .ctl_recv = mpimod_ctl_recv,
+    .ctl_close = mpimod_ctl_close,
+    .ctl_parent = mpimod_ctl_parent,
 };

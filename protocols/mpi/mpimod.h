@@ -23,7 +23,9 @@
  *             job_peers, the watcher thread;
  *   mpi_tx.c  the send path (any thread) and send completion (driver);
  *   mpi_rx.c  receiving: matching arrivals, payloads, in-order delivery
- *             (driver only).
+ *             (driver only);
+ *   mpi_spawn.c  process contexts started with MPI_Comm_spawn and the
+ *             control channel to them (program threads).
  * "Driver only" means: called from progress() (or init/finalize), which the
  * core runs on one thread at a time. */
 
@@ -178,6 +180,16 @@ struct mpimod {
   pthread_mutex_t watch_lock;
   pthread_cond_t watch_cond;
   int watch_stop;
+
+  /* Launching (mpi_spawn.c). A process no launcher started loads the
+   * module spawn-only: no job, a descriptor nobody reaches, and MPI
+   * started by the first spawn. */
+  int spawn_only;
+  int mpi_up;                 /* MPI is initialized and usable */
+  pthread_mutex_t spawn_lock; /* starting MPI for a spawn */
+  MPI_Comm parent;  /* started by MPI_Comm_spawn: to the creator, until
+                       ctl_parent hands it to the core */
+  atomic_int stuck; /* spawns given up on while inside MPI_Comm_spawn */
 };
 
 /* mpi.c */
@@ -196,6 +208,19 @@ static inline void mpimod_unlock(struct mpimod *m) {
   if (m->serialized)
     pthread_mutex_unlock(&m->big);
 }
+
+/* mpi_spawn.c: the ABI 5 launching slots (docs/mpi.md, "Spawning"). */
+int mpimod_node_spec(void *state, const char *spec, char *why, size_t why_len);
+int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
+                 char *const argv[], const char *const env[], int timeout_ms,
+                 void **ctl);
+int mpimod_ctl_send(void *state, void *ctl, const void *msg, size_t len);
+long mpimod_ctl_recv(void *state, void *ctl, void *buf, size_t cap,
+                     int timeout_ms);
+void mpimod_ctl_close(void *state, void *ctl, unsigned flags);
+int mpimod_ctl_parent(void *state, void **ctl);
+/* Init, once MPI is up: keeps the intercommunicator to a spawning parent. */
+void mpimod_spawn_attach(struct mpimod *m);
 
 /* mpi_tx.c */
 int mpimod_tx_init(struct mpimod *m);

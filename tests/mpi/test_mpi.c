@@ -1,7 +1,7 @@
 /* Tests of the mpi protocol module, run as the ranks of one job under mpirun:
  * every rank checks the same things against the next rank at once; with
- * --no-mpirun, that the module stands aside in a process no launcher started.
- */
+ * --no-mpirun, that the module loads spawn-only in a process no launcher
+ * started and stands aside in one that inherited a rank's environment. */
 #include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -28,8 +28,10 @@
  *                       (MPI_THREAD_MULTIPLE) before nx_init; then a second
  *                       nx_init in the same process;
  * and without mpirun:
- *   test_mpi --no-mpirun  the module is skipped, with its reason, and
- *                         nx_init works without it.
+ *   test_mpi --no-mpirun  the module loads spawn-only (no job, MPI not
+ *                         started); where a rank's environment was
+ *                         inherited or a setting is bad it is skipped,
+ *                         with its reason, and nx_init works without it.
  * Each rank prints "rank R: N passed, M failed" and exits non-zero on a
  * failure; a watchdog ends a rank that hangs. */
 
@@ -901,13 +903,31 @@ static void expect_skipped(const char *want) {
   CHECK(nx_finalize() == 0);
 }
 
+/* No launcher at all: the module loads for spawning only (test_spawn.c),
+ * knows no job and leaves MPI alone. */
+static void expect_spawn_only(void) {
+  int r = nx_init(NULL, NULL);
+  if (!CHECK(r == 0)) {
+    note("nx_init: %s", nx_strerror(r));
+    return;
+  }
+  const nx_module_info_t *mi = module("mpi");
+  CHECK(mi != NULL && mi->loaded);
+  if (mi != NULL && !CHECK(strstr(mi->backend, "spawning only") != NULL))
+    note("mpi backend: \"%s\"", mi->backend);
+  nx_gp_t *all = NULL;
+  int n = 0;
+  CHECK(nx_context_peers(&all, &n, NULL) == NX_ENOENT);
+  CHECK(nx_finalize() == 0);
+}
+
 static int run_alone(void) {
   my_rank = 0;
   unsetenv("OMPI_COMM_WORLD_SIZE");
   unsetenv("PMIX_RANK");
   unsetenv("PMI_SIZE");
   unsetenv("NX_MPI_PID");
-  expect_skipped("not started by mpirun");
+  expect_spawn_only();
   /* A process that inherited a rank's environment (a child the rank
    * started) is no rank either. */
   setenv("OMPI_COMM_WORLD_SIZE", "2", 1);

@@ -11,9 +11,14 @@ extern "C" {
 
 /* Acquires `count` nodes described by `spec` into nodes[0..count-1].
  * "localhost" (or "local") gives nodes on this host, where process
- * contexts are started with fork/exec. Other specs (nodes on other hosts,
- * through Open MPI's MPI_Comm_spawn) return NX_ENOTSUP until the MPI
- * module exists; see docs/design.md. Returns 0, NX_EINVAL or NX_ENOTSUP. */
+ * contexts are started with fork/exec. "mpi", "mpi:host=a,b",
+ * "mpi:hostfile=PATH" or "mpi:add-hostfile=PATH" (at most 63 characters)
+ * give nodes whose process contexts the mpi module starts with Open MPI's
+ * MPI_Comm_spawn, placed by Open MPI's launchers (with host=, node i gets
+ * host i modulo their number); such a node's `host` is the spec. Returns
+ * 0; NX_EINVAL (a malformed spec); NX_ENOTSUP (no loaded module starts
+ * processes for that spec, e.g. the mpi module left out by NX_PROTOCOLS:
+ * the reason is logged); NX_ENOTINIT (a module spec before nx_init). */
 int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes);
 
 /* Gives a node back. Returns 0 or NX_EINVAL. */
@@ -24,16 +29,21 @@ int nx_node_release(nx_node_t *node);
  * context on `node`. The program calls nx_init, registers its handlers and
  * calls nx_context_ready (or nx_context_serve); only then is `*gp` written,
  * naming the new process's initial context. Waits at most NX_CREATE_TIMEOUT
- * seconds (default 30). Returns 0; NX_EINVAL; NX_ENOTSUP (a node that is not
- * local); NX_ENOENT (the program could not be started); NX_EPEERDEAD (it
- * ended before it was ready, or said something malformed); NX_ETIMEDOUT;
+ * seconds (default 30). On an "mpi" node the mpi module spawns the
+ * program (docs/mpi.md: its environment is what Open MPI gives it plus
+ * NX_KEY; a missing program is found only without host/hostfile, a child
+ * that dies early is reported only by NX_ETIMEDOUT). Returns 0; NX_EINVAL;
+ * NX_ENOTSUP (a node that is neither local nor a loaded module's);
+ * NX_ENOENT (the program could not be started); NX_EPEERDEAD (it ended
+ * before it was ready, or said something malformed); NX_ETIMEDOUT;
  * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
  * NX_ENOTINIT. */
 int nx_context_create(const nx_node_t *node, const char *exe,
                       char *const argv[], nx_gp_t *gp);
 
-/* In a program started as a process context (by nx_context_create or
- * nxrun): its initial context is initialised; the creator gets its gp now.
+/* In a program started as a process context (by nx_context_create, on
+ * any kind of node, or nxrun): its initial context is initialised; the
+ * creator gets its gp now.
  * Idempotent. Returns 0, NX_ENOENT (this process was not started that way),
  * NX_EPEERDEAD (the creator is gone) or NX_ENOTINIT. */
 int nx_context_ready(void);
