@@ -318,6 +318,7 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
   pthread_mutex_init(&m->tx_lock, NULL);
   pthread_mutex_init(&m->ring_lock, NULL);
   pthread_mutex_init(&m->spawn_lock, NULL);
+  pthread_cond_init(&m->spawn_cond, NULL);
   m->parent = MPI_COMM_NULL;
   atomic_init(&m->stuck, 0);
   int want_serialized = 0;
@@ -393,6 +394,7 @@ err:
 err_mpi:
   if (m->own_mpi)
     MPI_Finalize();
+  pthread_cond_destroy(&m->spawn_cond);
   pthread_mutex_destroy(&m->spawn_lock);
   pthread_mutex_destroy(&m->ring_lock);
   pthread_mutex_destroy(&m->tx_lock);
@@ -441,12 +443,17 @@ static void mpimod_finalize(void *state) {
   /* MPI_Finalize waits for every rank to call it (Open MPI fences): when
    * nexus started MPI, nx_finalize is collective. Not with a thread still
    * inside MPI_Comm_spawn. */
-  if (m->own_mpi && atomic_load(&m->stuck) > 0)
+  if (atomic_load(&m->stuck) > 0) {
+    /* The thread inside MPI_Comm_spawn would use the state if it ever
+     * returned: both are left alone. */
     MPIMOD_LOG(m, 0,
                "MPI not finalized: %d MPI_Comm_spawn calls never returned",
                atomic_load(&m->stuck));
-  else if (m->own_mpi)
+    return;
+  }
+  if (m->own_mpi)
     MPI_Finalize();
+  pthread_cond_destroy(&m->spawn_cond);
   pthread_mutex_destroy(&m->spawn_lock);
   pthread_mutex_destroy(&m->ring_lock);
   pthread_mutex_destroy(&m->tx_lock);

@@ -201,6 +201,11 @@ static void *spawn_main(void *arg) {
                          &errcode);
   if (e == MPI_SUCCESS && errcode != MPI_SUCCESS)
     e = errcode;
+  struct mpimod *m = j->m;
+  pthread_mutex_lock(&m->spawn_lock);
+  m->spawning = 0;
+  pthread_cond_broadcast(&m->spawn_cond);
+  pthread_mutex_unlock(&m->spawn_lock);
   pthread_mutex_lock(&j->lock);
   j->done = 1;
   j->error = e;
@@ -281,13 +286,6 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
     free(c);
     return NX_ENOMEM;
   }
-  pthread_t t;
-  if (pthread_create(&t, NULL, spawn_main, j) != 0) {
-    job_free(j);
-    free(c);
-    return NX_EAGAIN;
-  }
-  pthread_detach(t);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -296,6 +294,34 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
   }
+  /* One MPI_Comm_spawn at a time: it is collective over MPI_COMM_SELF,
+   * and collectives on one communicator must not run concurrently. A
+   * spawn stuck in MPI keeps the later ones waiting until their time is
+   * up. */
+  pthread_mutex_lock(&m->spawn_lock);
+  int busy = 0;
+  while (m->spawning && !busy)
+    busy = pthread_cond_timedwait(&m->spawn_cond, &m->spawn_lock, &until) ==
+           ETIMEDOUT;
+  if (!busy)
+    m->spawning = 1;
+  pthread_mutex_unlock(&m->spawn_lock);
+  pthread_t t;
+  r = busy                                           ? NX_ETIMEDOUT
+      : pthread_create(&t, NULL, spawn_main, j) != 0 ? NX_EAGAIN
+                                                     : 0;
+  if (r < 0) {
+    if (!busy) {
+      pthread_mutex_lock(&m->spawn_lock);
+      m->spawning = 0;
+      pthread_cond_broadcast(&m->spawn_cond);
+      pthread_mutex_unlock(&m->spawn_lock);
+    }
+    job_free(j);
+    free(c);
+    return r;
+  }
+  pthread_detach(t);
   pthread_mutex_lock(&j->lock);
   while (!j->done && timeout_ms >= 0 &&
          pthread_cond_timedwait(&j->cond, &j->lock, &until) != ETIMEDOUT)

@@ -2,6 +2,7 @@
  * mpi module's MPI_Comm_spawn, by a parent started with mpirun -np 1 or as
  * an MPI singleton (without mpirun). */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,6 +23,9 @@
  *                            and under mpirun -np 1;
  *   test_spawn --notloaded   with the mpi module left out by NX_PROTOCOLS,
  *                            "mpi" nodes are NX_ENOTSUP;
+ *   test_spawn --early       (singleton only) a child that ends before
+ *                            MPI_Init: NX_ETIMEDOUT after NX_CREATE_TIMEOUT,
+ *                            not a hang, and nx_finalize still returns;
  *   test_spawn --child       what the parent starts: serves "ping" until
  *                            destroyed.
  * Prints "N passed, M failed" and exits non-zero on a failure; a watchdog
@@ -202,6 +206,21 @@ static void bad_specs(void) {
   CHECK(nx_nodes_acquire("mpi:hostfile=/tmp/h", 1, nodes) == 0);
 }
 
+/* One nx_context_create on a thread of its own. */
+struct creation {
+  const nx_node_t *node;
+  const char *exe;
+  char *const *argv;
+  nx_gp_t gp;
+  int rc;
+};
+
+static void *create_main(void *arg) {
+  struct creation *c = arg;
+  c->rc = nx_context_create(c->node, c->exe, c->argv, &c->gp);
+  return NULL;
+}
+
 static int run_parent(const char *self) {
   if (!CHECK(nx_init(NULL, NULL) == 0))
     return 1;
@@ -227,12 +246,24 @@ static int run_parent(const char *self) {
   nx_gp_t kids[CHILDREN];
   uint64_t pids[CHILDREN] = {0};
   int made = 0;
+  /* All at once, each from a thread of its own (the module spawns one at
+   * a time). */
+  struct creation cr[CHILDREN];
+  pthread_t t[CHILDREN];
   for (int i = 0; i < CHILDREN; i++) {
-    kids[i] = (nx_gp_t)NX_GP_NULL;
-    int r = nx_context_create(&nodes[i], self, argv, &kids[i]);
-    if (!CHECK(r == 0)) {
+    cr[i] = (struct creation){&nodes[i], self, argv, NX_GP_NULL, NX_EINVAL};
+    if (pthread_create(&t[i], NULL, create_main, &cr[i]) != 0) {
+      create_main(&cr[i]); /* no thread to be had: here, then */
+      t[i] = pthread_self();
+    }
+  }
+  for (int i = 0; i < CHILDREN; i++) {
+    if (!pthread_equal(t[i], pthread_self()))
+      pthread_join(t[i], NULL);
+    kids[i] = cr[i].gp;
+    if (!CHECK(cr[i].rc == 0)) {
       fprintf(stderr, "parent: nx_context_create on %s: %s\n", nodes[i].host,
-              nx_strerror(r));
+              nx_strerror(cr[i].rc));
       continue;
     }
     made++;
@@ -283,6 +314,22 @@ static int run_notloaded(void) {
   return 0;
 }
 
+/* Open MPI 4.1 never returns from MPI_Comm_spawn when the child ends
+ * before MPI_Init (/bin/false does): the module gives up after
+ * NX_CREATE_TIMEOUT. Under mpirun the job would be aborted instead. */
+static int run_early(void) {
+  setenv("NX_CREATE_TIMEOUT", "3", 1);
+  if (!CHECK(nx_init(NULL, NULL) == 0))
+    return 1;
+  nx_node_t node;
+  nx_gp_t gp = NX_GP_NULL;
+  CHECK(nx_nodes_acquire("mpi", 1, &node) == 0);
+  CHECK(nx_context_create(&node, "/bin/false", NULL, &gp) == NX_ETIMEDOUT);
+  CHECK(nx_gp_is_null(&gp));
+  CHECK(nx_finalize() == 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   signal(SIGALRM, on_alarm);
@@ -294,10 +341,12 @@ int main(int argc, char **argv) {
   int r;
   if (strcmp(mode, "--notloaded") == 0) {
     r = run_notloaded();
+  } else if (strcmp(mode, "--early") == 0) {
+    r = run_early();
   } else if (mode[0] == '\0') {
     r = run_parent(argv[0]);
   } else {
-    fprintf(stderr, "usage: test_spawn [--notloaded | --child]\n");
+    fprintf(stderr, "usage: test_spawn [--notloaded | --early | --child]\n");
     return 2;
   }
   printf("%s: %d passed, %d failed\n", who, passed, failed);
