@@ -18,9 +18,12 @@
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "latch.h"
 #include "nexus.h"
 #include "pattern.h"
+#include "runtime_guard.h"
 
 namespace nx_test {
 
@@ -157,6 +160,24 @@ public:
 private:
   nx_error_cb error_cb_;
   bool ok_ = false;
+};
+
+// What most cases start with, as a Catch2 fixture (TEST_CASE_METHOD): the
+// module's environment (Setup, before nx_init), the runtime and the reply
+// handlers (Scope, the module's client_scope). Each module's harness names
+// its own as session.
+template <void (*Setup)(), class Scope> class test_session {
+  struct env {
+    env() { Setup(); }
+  } env_;
+
+protected:
+  test_session() {
+    REQUIRE(rt.init_rc() == 0);
+    REQUIRE(cs.ok());
+  }
+  runtime_guard rt;
+  Scope cs;
 };
 
 // --- requests every peer serves ---------------------------------------------

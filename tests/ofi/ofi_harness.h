@@ -95,6 +95,10 @@ public:
   client_scope() : reply_scope({{"hello", on_hello}, {"seq", on_seq}}) {}
 };
 
+// A case's start: setup_env, the runtime, client_scope (then
+// OFI_SKIP_UNLESS_LOADED).
+using session = test_session<setup_env, client_scope>;
+
 // Asks the peer who it is; false if no answer within `seconds`.
 inline bool peer_hello(const nx_gp_t &peer, const nx_gp_t &me,
                        int seconds = 20) {

@@ -17,13 +17,9 @@
 
 using namespace ofi_test;
 
-TEST_CASE("a process context is reached over ofi, both ways", "[ofi]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(session, "a process context is reached over ofi, both ways",
+                 "[ofi]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   {
     peer_context peer;
     REQUIRE(peer.start() == 0);
@@ -43,13 +39,10 @@ TEST_CASE("a process context is reached over ofi, both ways", "[ofi]") {
   CHECK(no_children());
 }
 
-TEST_CASE("RSR ping-pong over ofi, 0 B to 64 MiB, contents checked", "[ofi]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(session,
+                 "RSR ping-pong over ofi, 0 B to 64 MiB, contents checked",
+                 "[ofi]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   {
     peer_context peer;
     REQUIRE(peer.start() == 0);
@@ -131,14 +124,10 @@ void on_death(int err, uint64_t ctx, uint32_t handler, void *arg) {
 }
 } // namespace
 
-TEST_CASE("a peer killed with SIGKILL: nothing hangs, later sends fail",
-          "[ofi]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(session,
+                 "a peer killed with SIGKILL: nothing hangs, later sends fail",
+                 "[ofi]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   deaths d;
   REQUIRE(nx_error_cb_set(on_death, &d) == 0);
   pid_t pid = 0;
@@ -184,14 +173,10 @@ TEST_CASE("a peer killed with SIGKILL: nothing hangs, later sends fail",
   remove_shm_regions(pid);
 }
 
-TEST_CASE("idle processes are woken by an RSR at once, not by a timer",
-          "[ofi]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(session,
+                 "idle processes are woken by an RSR at once, not by a timer",
+                 "[ofi]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   {
     peer_context peer;
     REQUIRE(peer.start() == 0);

@@ -36,15 +36,12 @@ int send_count(const nx_gp_t &peer, uint32_t t, uint32_t i) {
 
 } // namespace
 
-TEST_CASE("4 threads x 2,000 RSRs to one receiver: each exactly once, each "
-          "thread's in order",
-          "[ofi][threading]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(
+    session,
+    "4 threads x 2,000 RSRs to one receiver: each exactly once, each "
+    "thread's in order",
+    "[ofi][threading]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   {
     peer_context peer;
     REQUIRE(peer.start() == 0);
@@ -75,14 +72,10 @@ TEST_CASE("4 threads x 2,000 RSRs to one receiver: each exactly once, each "
   CHECK(no_children());
 }
 
-TEST_CASE("one sender's RSRs arrive in order, small and large mixed",
-          "[ofi][threading]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+TEST_CASE_METHOD(session,
+                 "one sender's RSRs arrive in order, small and large mixed",
+                 "[ofi][threading]") {
   OFI_SKIP_UNLESS_LOADED();
-  client_scope cs;
-  REQUIRE(cs.ok());
   {
     peer_context peer;
     REQUIRE(peer.start() == 0);

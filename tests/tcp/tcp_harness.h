@@ -61,6 +61,9 @@ inline void setup_env() {
 // The common reply handlers ("echoed", "stats", "stalled").
 using client_scope = reply_scope;
 
+// A case's start: setup_env, the runtime, client_scope.
+using session = test_session<setup_env, client_scope>;
+
 // Sends a handler with no arguments.
 inline int send_plain(const nx_gp_t &peer, const char *handler) {
   nx_buffer_t *b;

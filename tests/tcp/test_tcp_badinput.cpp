@@ -149,14 +149,10 @@ std::vector<uint8_t> frame_header(uint32_t handler, uint64_t context,
 
 } // namespace
 
-TEST_CASE("bad input on the tcp socket is dropped and counted; the peer "
-          "keeps serving",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "bad input on the tcp socket is dropped and counted; the peer "
+                 "keeps serving",
+                 "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start({"NX_TCP_HANDSHAKE_MS=300"}) == "");
   REQUIRE(peer.port != 0);

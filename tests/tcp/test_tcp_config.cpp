@@ -192,14 +192,10 @@ TEST_CASE("bad NX_TCP_* values: the module is skipped with a clear reason",
   CHECK(tcp_verdict("NX_TCP_HANDSHAKE_MS", "250") == "");
 }
 
-TEST_CASE("peers listening on IPv6 only, on an interface, on a wildcard "
-          "address",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "peers listening on IPv6 only, on an interface, on a wildcard "
+                 "address",
+                 "[tcp]") {
   std::vector<std::string> listens = {"lo", "0.0.0.0"};
   if (ipv6_loopback())
     listens.push_back("[::1]:0");

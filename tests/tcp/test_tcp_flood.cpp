@@ -65,14 +65,11 @@ int send_sink(const nx_gp_t &peer, uint64_t index,
 
 } // namespace
 
-TEST_CASE("a slow receiver flooded with 1 GiB: the sender's memory stays "
-          "bounded, NX_EAGAIN without blocking, everything arrives",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "a slow receiver flooded with 1 GiB: the sender's memory stays "
+    "bounded, NX_EAGAIN without blocking, everything arrives",
+    "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start() == "");
   REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 10)); // connected

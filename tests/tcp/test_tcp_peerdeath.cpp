@@ -69,14 +69,10 @@ int pingpong_until_death(peer_process &peer, const nx_gp_t &me, size_t size,
 
 } // namespace
 
-TEST_CASE("kill -9 of the peer in the middle of a ping-pong: sends fail "
-          "with NX_EPEERDEAD, the error callback hears of it",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "kill -9 of the peer in the middle of a ping-pong: sends fail "
+                 "with NX_EPEERDEAD, the error callback hears of it",
+                 "[tcp]") {
   deaths d;
   REQUIRE(nx_error_cb_set(on_error, &d) == 0);
   size_t size = GENERATE(as<size_t>{}, 64, 4u << 20);
@@ -102,14 +98,11 @@ TEST_CASE("kill -9 of the peer in the middle of a ping-pong: sends fail "
   nx_error_cb_set(nullptr, nullptr);
 }
 
-TEST_CASE("a thread waiting for a reply from a peer that dies wakes through "
-          "the error callback",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "a thread waiting for a reply from a peer that dies wakes through "
+    "the error callback",
+    "[tcp]") {
   deaths d;
   REQUIRE(nx_error_cb_set(on_error, &d) == 0);
   peer_process peer;
@@ -134,14 +127,10 @@ TEST_CASE("a thread waiting for a reply from a peer that dies wakes through "
   nx_error_cb_set(nullptr, nullptr);
 }
 
-TEST_CASE("a peer gone before the first connection: the RSR is reported "
-          "lost, later sends fail",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "a peer gone before the first connection: the RSR is reported "
+                 "lost, later sends fail",
+                 "[tcp]") {
   deaths d;
   REQUIRE(nx_error_cb_set(on_error, &d) == 0);
   peer_process peer;

@@ -13,13 +13,9 @@
 
 using namespace tcp_test;
 
-TEST_CASE("RSR ping-pong with another process over tcp, 0 B to 64 MiB",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "RSR ping-pong with another process over tcp, 0 B to 64 MiB",
+                 "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start() == "");
   const char *proto = nx_gp_protocol(&peer.gp);
@@ -49,12 +45,8 @@ TEST_CASE("RSR ping-pong with another process over tcp, 0 B to 64 MiB",
   CHECK(peer.quit() == 0);
 }
 
-TEST_CASE("many RSRs in a row from one sender arrive in order", "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session, "many RSRs in a row from one sender arrive in order",
+                 "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start() == "");
   const uint64_t count = 5000;
@@ -82,14 +74,11 @@ TEST_CASE("many RSRs in a row from one sender arrive in order", "[tcp]") {
   CHECK(peer.quit() == 0);
 }
 
-TEST_CASE("several threads sending at once: every RSR arrives exactly once, "
-          "each thread's in order",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "several threads sending at once: every RSR arrives exactly once, "
+    "each thread's in order",
+    "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start() == "");
   const int threads = 4;

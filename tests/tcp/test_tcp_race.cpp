@@ -44,14 +44,10 @@ int blast(const nx_gp_t &to, uint32_t count, uint64_t start) {
 
 } // namespace
 
-TEST_CASE("two processes connecting to each other at once keep one "
-          "connection and lose nothing",
-          "[tcp]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "two processes connecting to each other at once keep one "
+                 "connection and lose nothing",
+                 "[tcp]") {
   const uint32_t count = 3000;
   for (int round = 0; round < 6; round++) {
     INFO("round " << round);

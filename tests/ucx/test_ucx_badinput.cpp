@@ -241,14 +241,10 @@ std::vector<uint8_t> frame_header(uint32_t magic, uint32_t handler,
 
 } // namespace
 
-TEST_CASE("malformed active messages to a peer's worker are refused and "
-          "counted",
-          "[ucx][badinput]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "malformed active messages to a peer's worker are refused and "
+                 "counted",
+                 "[ucx][badinput]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 8));

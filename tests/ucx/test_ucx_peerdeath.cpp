@@ -11,14 +11,10 @@
 
 using namespace ucx_test;
 
-TEST_CASE("a peer killed with SIGKILL: reported once, later sends fail, "
-          "others unaffected",
-          "[ucx]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "a peer killed with SIGKILL: reported once, later sends fail, "
+                 "others unaffected",
+                 "[ucx]") {
   peer_process parent;
   REQUIRE(parent.start("parent") == 0);
   uint64_t parent_pid = 0, victim_pid = 0;

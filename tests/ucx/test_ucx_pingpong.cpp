@@ -59,12 +59,8 @@ TEST_CASE("RSRs to another process go over ucx, which says what carries them",
   CHECK(no_children());
 }
 
-TEST_CASE("ping-pong from 0 B to 64 MiB, contents checked", "[ucx]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session, "ping-pong from 0 B to 64 MiB, contents checked",
+                 "[ucx]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   const size_t sizes[] = {0, 8, 1024, 65536, 1u << 20, 16u << 20, 64u << 20};
@@ -83,14 +79,11 @@ TEST_CASE("ping-pong from 0 B to 64 MiB, contents checked", "[ucx]") {
   CHECK(s.rsr_failed == 0);
 }
 
-TEST_CASE("after idling, both progress engines sleep and the UCX event fd "
-          "wakes them",
-          "[ucx]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "after idling, both progress engines sleep and the UCX event fd "
+    "wakes them",
+    "[ucx]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 8));
@@ -124,13 +117,10 @@ TEST_CASE("after idling, both progress engines sleep and the UCX event fd "
   CHECK(cpu_ms * 4 < wall_ms);
 }
 
-TEST_CASE("one sender's RSRs arrive in order across eager and rendezvous sizes",
-          "[ucx]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "one sender's RSRs arrive in order across eager and rendezvous sizes",
+    "[ucx]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   // Small frames go eager and complete at once; large ones (rendezvous)

@@ -13,14 +13,11 @@
 
 using namespace ucx_test;
 
-TEST_CASE("4 threads x 2,000 RSRs to one receiver: each delivered once, in "
-          "each thread's order",
-          "[ucx][threading]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(
+    session,
+    "4 threads x 2,000 RSRs to one receiver: each delivered once, in "
+    "each thread's order",
+    "[ucx][threading]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   const int threads = 4, per_thread = 2000;
@@ -43,13 +40,9 @@ TEST_CASE("4 threads x 2,000 RSRs to one receiver: each delivered once, in "
   CHECK(st[STAT_SEQ_BAD] == 0);
 }
 
-TEST_CASE("4 threads exchange small and rendezvous-sized RSRs at once",
-          "[ucx][threading]") {
-  setup_env();
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  client_scope cs;
-  REQUIRE(cs.ok());
+TEST_CASE_METHOD(session,
+                 "4 threads exchange small and rendezvous-sized RSRs at once",
+                 "[ucx][threading]") {
   peer_process peer;
   REQUIRE(peer.start() == 0);
   const int threads = 4, per_thread = 60;

@@ -54,6 +54,9 @@ public:
   client_scope() : reply_scope({{"pid", on_pid}}, on_error) {}
 };
 
+// A case's start: setup_env, the runtime, client_scope.
+using session = test_session<setup_env, client_scope>;
+
 // Sends "seq" number `index` of `stream` with `n` pattern bytes.
 inline int send_seq(const nx_gp_t &peer, uint32_t stream, uint64_t index,
                     size_t n, unsigned flags = 0) {
