@@ -262,18 +262,61 @@ static void run(struct nx_buffer *b) {
 
 static void *thread_main(void *arg);
 
+/* Runtime threads are joinable. One that ends puts its record on `ended`
+ * as its last act, and the next spawn or nxi_progress_finalize joins it:
+ * no runtime thread outlives nx_finalize half torn down (LeakSanitizer's
+ * scan at exit crashes on a detached thread that is still exiting), and
+ * no thread's resources wait for a join that never comes. Kept apart from
+ * `eng`, which nxi_progress_init clears. */
+struct rt_thread {
+  pthread_t tid;
+  void *arg;
+  struct rt_thread *next;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  struct rt_thread *ended;
+} reaper = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Joins the runtime threads that have ended. */
+static void reap(void) {
+  pthread_mutex_lock(&reaper.lock);
+  struct rt_thread *t = reaper.ended;
+  reaper.ended = NULL;
+  pthread_mutex_unlock(&reaper.lock);
+  while (t != NULL) {
+    struct rt_thread *next = t->next;
+    pthread_join(t->tid, NULL);
+    free(t);
+    t = next;
+  }
+}
+
+/* The last act of a runtime thread: from here on it touches nothing. */
+static void *thread_end(struct rt_thread *self) {
+  pthread_mutex_lock(&reaper.lock);
+  self->next = reaper.ended;
+  reaper.ended = self;
+  pthread_mutex_unlock(&reaper.lock);
+  atomic_fetch_sub(&eng.live, 1);
+  return NULL;
+}
+
 /* Starts a runtime thread; `primary` makes it the progress thread. */
 static int spawn(int primary, struct nx_buffer *job) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  reap();
+  struct rt_thread *t = malloc(sizeof(*t));
+  if (t == NULL) {
+    nxi_log(0, NULL, "cannot start a runtime thread: out of memory");
+    return NX_ENOMEM;
+  }
+  t->arg = job != NULL ? (void *)job : primary ? (void *)&eng : NULL;
   atomic_fetch_add(&eng.live, 1);
-  pthread_t tid;
-  void *arg = job != NULL ? (void *)job : primary ? (void *)&eng : NULL;
-  int r = pthread_create(&tid, &attr, thread_main, arg);
-  pthread_attr_destroy(&attr);
+  int r = pthread_create(&t->tid, NULL, thread_main, t);
   if (r != 0) {
     atomic_fetch_sub(&eng.live, 1);
+    free(t);
     nxi_log(0, NULL, "cannot start a runtime thread: %s", strerror(r));
     return NX_EAGAIN;
   }
@@ -498,14 +541,14 @@ static void primary_loop(void) {
   }
 }
 
-static void *thread_main(void *arg) {
+static void *thread_main(void *self) {
+  void *arg = ((struct rt_thread *)self)->arg;
   me.runtime = 1;
   if (arg == &eng) {
     me.primary = 1;
   } else if (arg != NULL) {
     run(arg); /* a NX_HANDLER_NEW_THREAD handler */
-    atomic_fetch_sub(&eng.live, 1);
-    return NULL;
+    return thread_end(self);
   }
   while (!atomic_load(&eng.stopping)) {
     if (me.primary) {
@@ -555,8 +598,7 @@ static void *thread_main(void *arg) {
     eng.idle--;
     pthread_mutex_unlock(&eng.pool_lock);
   }
-  atomic_fetch_sub(&eng.live, 1);
-  return NULL;
+  return thread_end(self);
 }
 
 /* Hooks called by the thread module (threads/nxi_thread.h). */
@@ -705,6 +747,7 @@ static int stop_threads(void) {
 
 int nxi_progress_finalize(void) {
   int left = stop_threads();
+  reap(); /* those that ended; any left run program code */
   nxi_thread_hooks_set(NULL);
   if (left > 0) {
     /* They run program code and may touch their contexts and buffers at
