@@ -1,8 +1,10 @@
 /* Message buffers: typed put/get with per-value type tags, byte-order conversion on get, and ownership. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffer_cache.h"
 #include "internal.h"
 
 /* Each value starts with a one-byte tag; arrays set NXI_TAG_ARRAY and are
@@ -80,6 +82,183 @@ static struct nx_buffer *raw_alloc(size_t cap) {
   return malloc(sizeof(struct nx_buffer) + cap);
 }
 
+/* A cache of large payload blocks. A payload above INLINE_MAX is a block of
+ * its own, and glibc serves blocks that large with mmap and munmap: every
+ * large RSR then costs a page fault per 4 KiB touched (about 120 per 1 MiB
+ * round trip, both processes together). So freed blocks wait here for the
+ * next payload of their size class instead. Classes: four per doubling
+ * from INLINE_MAX up to BLOCK_MAX (a block is rounded up by at most a
+ * quarter), plus BLOCK_SLACK bytes each; at most BLOCK_PER_CLASS blocks a
+ * class and at most `cap` bytes in all (NX_BUFFER_CACHE; 0 turns the cache
+ * off). One lock for all threads: large payloads are often allocated on
+ * one thread (the sender, the driver that reads a frame) and freed on
+ * another, and the lock costs nothing beside a copy of 64 KiB. The cache
+ * is open from nx_init to nx_finalize, which frees it; blocks freed
+ * outside that time go back to malloc. Under AddressSanitizer a cached
+ * block is poisoned, so a use after free still reports until the block is
+ * reused. */
+#define BLOCK_MIN ((size_t)INLINE_MAX)
+#define BLOCK_MAX ((size_t)16 << 20)
+#define BLOCK_STEPS 4 /* classes per doubling */
+#define BLOCK_SLACK ((size_t)4096)
+#define BLOCK_CLASSES (8 * BLOCK_STEPS) /* 64 KiB << 8 = 16 MiB */
+#define BLOCK_PER_CLASS 4
+#define BLOCK_CACHE_DEFAULT ((size_t)64 << 20)
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define BLOCK_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define BLOCK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define BLOCK_POISON(p, n) ((void)(p), (void)(n))
+#define BLOCK_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static struct {
+  pthread_mutex_t lock;
+  int open;
+  size_t cap;   /* bytes the cache may hold */
+  size_t bytes; /* bytes it holds */
+  int count[BLOCK_CLASSES];
+  void *slot[BLOCK_CLASSES][BLOCK_PER_CLASS];
+  uint64_t hits, misses;
+} blocks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The class of a block of `n` bytes (INLINE_MAX < n) and its size; -1 for
+ * blocks too large to cache. Each class has BLOCK_SLACK bytes beyond its
+ * step, so that a round size plus the tags and arguments put beside it
+ * (1 MiB of bytes is 1 MiB + 5) stays in the round size's class. */
+static int block_class(size_t n, size_t *size) {
+  n = n > BLOCK_SLACK ? n - BLOCK_SLACK : 0;
+  if (n > BLOCK_MAX)
+    return -1;
+  size_t base = BLOCK_MIN;
+  int k = 0;
+  for (; base * 2 < n; base *= 2)
+    k++;
+  size_t step = base / BLOCK_STEPS;
+  size_t i = n <= base ? 1 : (n - base + step - 1) / step;
+  *size = base + i * step + BLOCK_SLACK;
+  return k * BLOCK_STEPS + (int)i - 1;
+}
+
+static size_t class_size(int c) {
+  size_t base = BLOCK_MIN << (c / BLOCK_STEPS);
+  return base + (size_t)(c % BLOCK_STEPS + 1) * (base / BLOCK_STEPS) +
+         BLOCK_SLACK;
+}
+
+/* The size to allocate for a payload of `n` bytes: its class's, so the
+ * block can be cached when it is freed. */
+static size_t block_size(size_t n) {
+  size_t size;
+  if (__atomic_load_n(&blocks.cap, __ATOMIC_RELAXED) == 0 ||
+      block_class(n, &size) < 0)
+    return n;
+  return size;
+}
+
+/* A block of exactly `size` bytes: from the cache when one is there. */
+static void *block_get(size_t size) {
+  size_t csize;
+  int c = block_class(size, &csize);
+  if (c >= 0 && csize == size) {
+    void *p = NULL;
+    pthread_mutex_lock(&blocks.lock);
+    if (blocks.count[c] > 0) {
+      p = blocks.slot[c][--blocks.count[c]];
+      blocks.bytes -= size;
+      blocks.hits++;
+    } else {
+      blocks.misses++;
+    }
+    pthread_mutex_unlock(&blocks.lock);
+    if (p != NULL) {
+      BLOCK_UNPOISON(p, size);
+      return p;
+    }
+  }
+  return malloc(size);
+}
+
+static void block_put(void *p, size_t size) {
+  size_t csize;
+  int c = block_class(size, &csize);
+  if (c >= 0 && csize == size) {
+    pthread_mutex_lock(&blocks.lock);
+    int keep = blocks.open && blocks.count[c] < BLOCK_PER_CLASS &&
+               blocks.cap - blocks.bytes >= size;
+    if (keep) {
+      BLOCK_POISON(p, size);
+      blocks.slot[c][blocks.count[c]++] = p;
+      blocks.bytes += size;
+    }
+    pthread_mutex_unlock(&blocks.lock);
+    if (keep)
+      return;
+  }
+  free(p);
+}
+
+/* Reads a byte count with an optional k, m or g suffix. */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  unsigned shift = *end == 'k' || *end == 'K'   ? 10
+                   : *end == 'm' || *end == 'M' ? 20
+                   : *end == 'g' || *end == 'G' ? 30
+                                                : 0;
+  if (shift != 0)
+    end++;
+  if (s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' ||
+      v > (SIZE_MAX >> shift))
+    return NX_EINVAL;
+  *out = (size_t)(v << shift);
+  return 0;
+}
+
+int nxi_buffer_cache_init(void) {
+  const char *s = getenv("NX_BUFFER_CACHE");
+  size_t cap = BLOCK_CACHE_DEFAULT;
+  if (s != NULL && s[0] != '\0' && parse_bytes(s, &cap) < 0) {
+    nxi_log(0, NULL, "NX_BUFFER_CACHE=%s: expected bytes (suffix k, m, g)",
+            s);
+    return NX_EINVAL;
+  }
+  pthread_mutex_lock(&blocks.lock);
+  __atomic_store_n(&blocks.cap, cap, __ATOMIC_RELAXED);
+  blocks.open = 1;
+  blocks.hits = blocks.misses = 0;
+  pthread_mutex_unlock(&blocks.lock);
+  return 0;
+}
+
+void nxi_buffer_cache_finalize(void) {
+  pthread_mutex_lock(&blocks.lock);
+  blocks.open = 0;
+  for (int c = 0; c < BLOCK_CLASSES; c++)
+    while (blocks.count[c] > 0) {
+      void *p = blocks.slot[c][--blocks.count[c]];
+      BLOCK_UNPOISON(p, class_size(c));
+      free(p);
+    }
+  blocks.bytes = 0;
+  pthread_mutex_unlock(&blocks.lock);
+}
+
+void nxi_buffer_cache_stats_get(struct nxi_buffer_cache_stats *st) {
+  pthread_mutex_lock(&blocks.lock);
+  st->cap = blocks.cap;
+  st->bytes = blocks.bytes;
+  st->blocks = 0;
+  for (int c = 0; c < BLOCK_CLASSES; c++)
+    st->blocks += (size_t)blocks.count[c];
+  st->hits = blocks.hits;
+  st->misses = blocks.misses;
+  pthread_mutex_unlock(&blocks.lock);
+}
+
 struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   if (cap < INLINE_MIN)
     cap = INLINE_MIN;
@@ -99,14 +278,15 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   b->data = b->inline_data;
   b->cap = apart ? INLINE_MIN : cap;
   if (apart) {
-    uint8_t *d = malloc(cap);
+    size_t size = block_size(cap);
+    uint8_t *d = block_get(size);
     if (d == NULL) {
       free(b);
       return NULL;
     }
     b->data = d;
     b->data_heap = 1;
-    b->cap = cap;
+    b->cap = size;
   }
   b->fmt = (uint8_t)nx_format_native();
   return b;
@@ -114,7 +294,7 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
 
 void nxi_buffer_free(struct nx_buffer *b) {
   if (b->data_heap) {
-    free(b->data);
+    block_put(b->data, b->cap);
   } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {
     if (!cache.registered) {
       pthread_once(&cache_once, cache_key_create);
@@ -278,11 +458,12 @@ static int reserve(struct nx_buffer *b, size_t extra) {
   size_t cap = b->cap * 2;
   if (cap < b->len + extra)
     cap = b->len + extra;
+  cap = block_size(cap);
   uint8_t *d;
   if (b->data_heap) {
     d = realloc(b->data, cap);
   } else {
-    d = malloc(cap);
+    d = block_get(cap);
     if (d != NULL)
       memcpy(d, b->data, b->len);
   }

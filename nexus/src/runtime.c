@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "buffer_cache.h"
 #include "internal.h"
 
 struct nxi_runtime nxi_rt;
@@ -279,6 +280,9 @@ int nx_init(int *argc, char ***argv) {
   r = read_env();
   if (r < 0)
     goto err_unlock;
+  r = nxi_buffer_cache_init();
+  if (r < 0)
+    goto err_unlock;
   nxi_rt.explicit_order = getenv("NX_PROTOCOLS") != NULL;
   if (getrandom(nxi_rt.process_uuid, 16, 0) != 16) {
     r = NX_EIO;
@@ -302,7 +306,7 @@ int nx_init(int *argc, char ***argv) {
 
   r = nxi_progress_init();
   if (r < 0)
-    goto err_unlock;
+    goto err_cache;
   r = nxi_contexts_init();
   if (r < 0)
     goto err_progress;
@@ -337,6 +341,8 @@ err_contexts:
   nxi_contexts_finalize();
 err_progress:
   nxi_progress_finalize();
+err_cache:
+  nxi_buffer_cache_finalize();
 err_unlock:
   pthread_mutex_unlock(&init_lock);
   return r;
@@ -365,6 +371,7 @@ int nx_finalize(void) {
   nxi_gp_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
   nxi_modules_unload();
+  nxi_buffer_cache_finalize(); /* the modules freed their frames */
   pthread_mutex_unlock(&init_lock);
   return 0;
 }
