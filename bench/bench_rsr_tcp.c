@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -20,10 +21,10 @@
 
 #include "nexus.h"
 
-/* Usage: bench_rsr_tcp [--quick] [--only SYSTEM] [--size BYTES].
- * The RSR peer is this program again ("--child <fd> <parent pid>"), the raw
- * peer a fork of it; Open MPI runs under mpirun with mpi_pingpong, which is
- * built next to this program. --only and --size narrow a run for
+/* Usage: bench_rsr_tcp [--quick] [--only SYSTEM] [--size BYTES] [--no-pin].
+ * The RSR peer is this program again ("--child <fd> <parent pid> <cpu>"),
+ * the raw peer a fork of it; Open MPI runs under mpirun with mpi_pingpong,
+ * which is built next to this program. --only and --size narrow a run for
  * profiling. */
 
 extern char **environ;
@@ -48,6 +49,13 @@ static int runs = 5;
  * program rather than the tool. */
 static char self_path[PATH_MAX];
 static char send_buf[MAX_PAYLOAD];
+/* mpirun binds its two ranks to two cores; the raw and RSR runs put their
+ * two processes on the same two cores, this one on pin_cpu[0] and the
+ * peer on pin_cpu[1] (-1: not pinned). Unpinned, the scheduler of a busy
+ * machine often stacks both busy-polling processes on one core, and every
+ * round trip then waits for a time slice. */
+static int pin_cpu[2] = {-1, -1};
+static cpu_set_t all_cpus;
 static char recv_buf[MAX_PAYLOAD];
 
 /* Round trips per run, fewer for larger payloads: a 1 MiB round trip costs
@@ -62,6 +70,17 @@ static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Pins the calling thread (and the threads it starts later) to `cpu`, or
+ * back to every CPU for -1. */
+static void pin_to(int cpu) {
+  cpu_set_t set = all_cpus;
+  if (cpu >= 0) {
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+  }
+  sched_setaffinity(0, sizeof(set), &set);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -150,6 +169,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
     die("fork");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    pin_to(pin_cpu[1]);
     close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&in, sizeof(in)) < 0)
@@ -161,6 +181,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
     }
     _exit(0);
   }
+  pin_to(pin_cpu[0]);
   int fd = accept(lfd, NULL, NULL);
   if (fd < 0)
     die("raw accept");
@@ -176,6 +197,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
   double t = (now_us() - t0) / n;
   close(fd);
   waitpid(pid, NULL, 0);
+  pin_to(-1); /* mpirun, started from here, binds its ranks itself */
   return t;
 }
 
@@ -234,8 +256,9 @@ static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&m);
 }
 
-static int child_main(int fd, pid_t parent) {
+static int child_main(int fd, pid_t parent, int cpu) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  pin_to(cpu);
   if (getppid() != parent || nx_init(NULL, NULL) != 0)
     return 1;
   nx_mutex_init(&m);
@@ -302,14 +325,16 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   int fds[2];
   if (pipe(fds) < 0)
     die("pipe");
-  char fd_arg[16], parent_arg[16];
+  char fd_arg[16], parent_arg[16], cpu_arg[16];
   snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
   snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {self_path, "--child", fd_arg, parent_arg, NULL};
+  snprintf(cpu_arg, sizeof(cpu_arg), "%d", pin_cpu[1]);
+  char *argv[] = {self_path, "--child", fd_arg, parent_arg, cpu_arg, NULL};
   pid_t pid;
   if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
     die("posix_spawn");
   close(fds[1]);
+  pin_to(pin_cpu[0]); /* before nx_init: its threads stay on this core */
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die_nx("nx_init", rc);
@@ -370,6 +395,7 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   nx_gp_release(&child);
   nx_gp_release(&me);
   nx_finalize();
+  pin_to(-1);
   return t;
 }
 
@@ -548,14 +574,16 @@ static void print_goal(const char *goal, const struct result *res,
 
 static int usage(void) {
   fprintf(stderr, "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
-                  "[--size BYTES]\n  SYSTEM: raw-blocking, raw-busy, "
+                  "[--size BYTES] [--no-pin]\n  SYSTEM: raw-blocking, raw-busy, "
                   "rsr-thread, rsr-poll or mpi\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--child") == 0)
-    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]));
+  sched_getaffinity(0, sizeof(all_cpus), &all_cpus);
+  if (argc == 5 && strcmp(argv[1], "--child") == 0)
+    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), atoi(argv[4]));
+  int pin = 1;
   size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
   int nsizes = MAX_SIZES;
   int only = -1;
@@ -570,6 +598,8 @@ int main(int argc, char **argv) {
           only = s;
       if (only < 0)
         return usage();
+    } else if (strcmp(argv[i], "--no-pin") == 0) {
+      pin = 0;
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       char *end;
       unsigned long long v = strtoull(argv[++i], &end, 10);
@@ -607,9 +637,20 @@ int main(int argc, char **argv) {
       load = NAN;
     fclose(f);
   }
+  for (int cpu = 0, k = 0; pin && cpu < CPU_SETSIZE && k < 2; cpu++)
+    if (CPU_ISSET(cpu, &all_cpus))
+      pin_cpu[k++] = cpu;
+  if (pin_cpu[1] < 0)
+    pin_cpu[0] = -1; /* one CPU: nothing to spread over */
   printf("round trips between two processes over loopback TCP; the systems "
          "take turns within each size; load average %.2f\n",
          load);
+  if (pin_cpu[1] >= 0)
+    printf("raw and RSR processes pinned to CPUs %d and %d, as mpirun binds "
+           "its two ranks (--no-pin: unpinned)\n",
+           pin_cpu[0], pin_cpu[1]);
+  else
+    printf("processes not pinned (mpirun binds its ranks all the same)\n");
   struct result results[MAX_SIZES];
   for (int z = 0; z < nsizes; z++) {
     struct result *res = &results[z];

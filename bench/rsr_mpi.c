@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 /* Usage: mpirun -np 2 bench_rsr_mpi [--quick] [--size BYTES]
@@ -36,17 +36,6 @@ static int iters_for(size_t size) {
   return quick ? n / 10 : n;
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void die(const char *what, int rc) {
   fprintf(stderr, "bench_rsr_mpi (rank %d): %s: %s\n", rank, what,
           rc != 0 ? nx_strerror(rc) : "failed");
@@ -60,7 +49,7 @@ static double raw_run(size_t size, int warm, int n) {
   for (int i = -warm; i < n; i++) {
     if (i == 0) {
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = now_us();
+      t0 = bench_now_us();
     }
     if (rank == 0) {
       MPI_Send(send_buf, (int)size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
@@ -72,7 +61,7 @@ static double raw_run(size_t size, int warm, int n) {
       MPI_Send(recv_buf, (int)size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
     }
   }
-  return (now_us() - t0) / n;
+  return (bench_now_us() - t0) / n;
 }
 
 /* 2. RSRs: "ping" carries the payload to rank 1's initial context, whose
@@ -80,10 +69,6 @@ static double raw_run(size_t size, int warm, int n) {
  * payload out, as a receiver would, and signals rank 0's main thread,
  * which waits in nx_cond_wait (and so drives progress itself). */
 
-static nx_mutex_t m;
-static nx_cond_t c;
-static long done;
-static int quit;
 static size_t reply_size;
 static nx_gp_t *peers;
 static nx_handler_id_t ping_id, pong_id;
@@ -91,32 +76,12 @@ static nx_handler_id_t ping_id, pong_id;
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   nx_get_bytes(buf, recv_buf, reply_size);
-  nx_mutex_lock(&m);
-  done++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+  bench_reply_arrived();
 }
 
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
-  if (remaining < head || remaining - head > sizeof(recv_buf))
-    return;
-  size_t n = remaining - head;
-  nx_buffer_t *out;
-  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
-      nx_rsr_init(&out, &peers[0], pong_id, nx_sizeof_bytes(n)) != 0)
-    return;
-  nx_put_bytes(out, recv_buf, n);
-  nx_rsr_send(out);
-}
-
-static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
-  nx_mutex_lock(&m);
-  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+  bench_echo(buf, &peers[0], pong_id, recv_buf, sizeof(recv_buf));
 }
 
 static double rsr_run(const char *mode, size_t size, int warm, int n) {
@@ -124,15 +89,15 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die("nx_init", rc);
-  done = 0;
-  quit = 0;
+  bench_sync_init();
   reply_size = size;
   ping_id = nx_handler_id("ping");
   pong_id = nx_handler_id("pong");
   nx_context_t *self = nx_context_self();
   nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "pong", on_pong, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "quit", bench_on_quit, NX_HANDLER_NONTHREADED,
+                      NULL);
   int count = 0, me = -1;
   if ((rc = nx_context_peers(&peers, &count, &me)) != 0)
     die("nx_context_peers", rc);
@@ -152,36 +117,23 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   double t = 0;
   if (rank == 1) {
     /* Serve until rank 0 says quit. */
-    if (strcmp(mode, "poll") == 0) {
-      while (!__atomic_load_n(&quit, __ATOMIC_ACQUIRE))
-        nx_poll();
-    } else {
-      nx_mutex_lock(&m);
-      while (!quit)
-        nx_cond_wait(&c, &m);
-      nx_mutex_unlock(&m);
-    }
+    bench_serve_until_quit(0);
   } else {
     double t0 = 0;
     for (int i = -warm; i < n; i++) {
       if (i == 0)
-        t0 = now_us();
+        t0 = bench_now_us();
       nx_buffer_t *b;
       if ((rc = nx_rsr_init(&b, &peers[1], ping_id, nx_sizeof_bytes(size))) !=
               0 ||
           (rc = nx_put_bytes(b, send_buf, size)) != 0)
         die("ping", rc);
-      nx_mutex_lock(&m);
-      long want = done + 1;
-      nx_mutex_unlock(&m);
+      long want = bench_next_reply();
       if ((rc = nx_rsr_send(b)) != 0)
         die("nx_rsr_send", rc);
-      nx_mutex_lock(&m);
-      while (done < want)
-        nx_cond_wait(&c, &m);
-      nx_mutex_unlock(&m);
+      bench_wait_replies(want, 0);
     }
-    t = (now_us() - t0) / n;
+    t = (bench_now_us() - t0) / n;
     nx_buffer_t *b;
     if ((rc = nx_rsr_init_name(&b, &peers[1], "quit", 8)) != 0 ||
         (rc = nx_rsr_send(b)) != 0)
@@ -197,15 +149,6 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   if ((rc = nx_finalize()) != 0)
     die("nx_finalize", rc);
   return t;
-}
-
-static void size_label(size_t size, char *out, size_t len) {
-  if (size >= (1 << 20) && size % (1 << 20) == 0)
-    snprintf(out, len, "%zu MiB", size >> 20);
-  else if (size >= 1024 && size % 1024 == 0)
-    snprintf(out, len, "%zu KiB", size >> 10);
-  else
-    snprintf(out, len, "%zu B", size);
 }
 
 static void goal(const char *what, double rsr, double raw, double limit) {
@@ -272,13 +215,10 @@ int main(int argc, char **argv) {
     if (rank != 0)
       continue;
     double med[NSYSTEMS], best[NSYSTEMS];
-    for (int s = 0; s < NSYSTEMS; s++) {
-      qsort(v[s], (size_t)runs, sizeof(double), cmp_double);
-      med[s] = v[s][runs / 2];
-      best[s] = v[s][0];
-    }
+    for (int s = 0; s < NSYSTEMS; s++)
+      med[s] = bench_median(v[s], runs, &best[s]);
     char lab[32];
-    size_label(sz, lab, sizeof(lab));
+    bench_size_label(sz, lab, sizeof(lab));
     printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", lab,
            n, runs);
     for (int s = 0; s < NSYSTEMS; s++) {

@@ -1,4 +1,6 @@
-/* Round trips between two processes at 8 B to 1 MiB over libfabric: RSRs over the ofi module beside a raw fi_send/fi_recv ping-pong on the same provider, measured in the same run, for shm and tcp;ofi_rxm. */
+/* Round trips between two processes at 8 B to 1 MiB over libfabric: RSRs over
+ * the ofi module beside a raw fi_send/fi_recv ping-pong on the same provider,
+ * measured in the same run, for shm and tcp;ofi_rxm. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -9,7 +11,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -19,6 +20,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 /* Usage: bench_rsr_ofi [--quick] [--provider NAME] [--size BYTES].
@@ -50,47 +52,8 @@ static int iters_for(size_t size) {
   return quick ? n / 10 : n;
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static void die(const char *what, const char *why) {
-  fprintf(stderr, "bench_rsr_ofi[%d]: %s: %s\n", (int)getpid(), what, why);
-  exit(1);
-}
-
 static void die_fi(const char *what, ssize_t rc) {
-  die(what, fi_strerror((int)(rc < 0 ? -rc : rc)));
-}
-
-static void size_label(size_t size, char *out, size_t len) {
-  if (size >= (1 << 20) && size % (1 << 20) == 0)
-    snprintf(out, len, "%zu MiB", size >> 20);
-  else if (size >= 1024 && size % 1024 == 0)
-    snprintf(out, len, "%zu KiB", size >> 10);
-  else
-    snprintf(out, len, "%zu B", size);
-}
-
-static int read_all(int fd, void *p, size_t n) {
-  char *c = p;
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    c += r;
-    n -= (size_t)r;
-  }
-  return 0;
+  bench_die(what, fi_strerror((int)(rc < 0 ? -rc : rc)));
 }
 
 /* 1. The anchor: fi_send and fi_recv on one endpoint per process, the
@@ -169,13 +132,13 @@ static void raw_exchange(struct raw *r, int out, int in) {
   uint32_t l = (uint32_t)len;
   if (write(out, &l, sizeof(l)) != sizeof(l) ||
       write(out, name, len) != (ssize_t)len)
-    die("writing the endpoint name", strerror(errno));
+    bench_die("writing the endpoint name", strerror(errno));
   char peer[512];
-  if (read_all(in, &l, sizeof(l)) < 0 || l > sizeof(peer) ||
-      read_all(in, peer, l) < 0)
-    die("reading the peer's endpoint name", "short read");
+  if (bench_read_all(in, &l, sizeof(l)) < 0 || l > sizeof(peer) ||
+      bench_read_all(in, peer, l) < 0)
+    bench_die("reading the peer's endpoint name", "short read");
   if (fi_av_insert(r->av, peer, 1, &r->peer, 0, NULL) != 1)
-    die("fi_av_insert", "refused");
+    bench_die("fi_av_insert", "refused");
 }
 
 static void raw_post_recv(struct raw *r, size_t size) {
@@ -207,10 +170,10 @@ static void raw_wait_recv(struct raw *r) {
 static double raw_measure(size_t size, int warm, int n) {
   int p2c[2], c2p[2];
   if (pipe(p2c) < 0 || pipe(c2p) < 0)
-    die("pipe", strerror(errno));
+    bench_die("pipe", strerror(errno));
   pid_t pid = fork();
   if (pid < 0)
-    die("fork", strerror(errno));
+    bench_die("fork", strerror(errno));
   struct raw r = {0};
   raw_open(&r);
   if (pid == 0) {
@@ -237,15 +200,15 @@ static double raw_measure(size_t size, int warm, int n) {
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
-      t0 = now_us();
+      t0 = bench_now_us();
     raw_post_recv(&r, size);
     raw_send(&r, size);
     raw_wait_recv(&r);
   }
-  double t = (now_us() - t0) / n;
+  double t = (bench_now_us() - t0) / n;
   char c = 0;
   if (write(p2c[1], &c, 1) < 0)
-    die("write", strerror(errno));
+    bench_die("write", strerror(errno));
   waitpid(pid, NULL, 0);
   raw_close(&r);
   return t;
@@ -256,170 +219,57 @@ static double raw_measure(size_t size, int warm, int n) {
  * once ("hello"); pong copies the payload out, as a receiver would, and
  * signals the main thread, which waits in nx_cond_wait. */
 
-static nx_mutex_t m;
-static nx_cond_t c;
-static long done;
-static long bad_replies;
 static size_t reply_size;
-static int quit;
-static nx_gp_t reply_gp = NX_GP_NULL;
+static long bad_replies;
 static nx_handler_id_t pong_id;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  int rc = nx_get_bytes(buf, recv_buf, reply_size);
-  nx_mutex_lock(&m);
-  if (rc != 0)
-    bad_replies++;
-  done++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
-}
-
-static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr;
-  nx_gp_release(&reply_gp);
-  nx_get_gp(buf, &reply_gp);
+  if (nx_get_bytes(buf, recv_buf, reply_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  bench_reply_arrived();
 }
 
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
-  if (remaining < head || remaining - head > sizeof(recv_buf))
-    return;
-  size_t n = remaining - head;
-  nx_buffer_t *out;
-  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
-      nx_rsr_init(&out, &reply_gp, pong_id, nx_sizeof_bytes(n)) != 0)
-    return;
-  nx_put_bytes(out, recv_buf, n);
-  nx_rsr_send(out);
+  bench_echo(buf, &bench_reply_gp, pong_id, recv_buf, sizeof(recv_buf));
 }
 
-static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
-  nx_mutex_lock(&m);
-  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+static void die_nx(const char *what, int rc) {
+  bench_die(what, nx_strerror(rc));
 }
-
-static int child_main(int fd, pid_t parent) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent || nx_init(NULL, NULL) != 0)
-    return 1;
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
-  pong_id = nx_handler_id("pong");
-  nx_context_t *self = nx_context_self();
-  nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
-  nx_gp_t me;
-  nx_buffer_t *b;
-  const void *bytes;
-  size_t len;
-  if (nx_gp_make(NULL, &me) != 0 || nx_buffer_create(64, &b) != 0 ||
-      nx_put_gp(b, &me) != 0 || nx_buffer_bytes(b, &bytes, &len) != 0)
-    return 1;
-  uint32_t head[2] = {(uint32_t)nx_buffer_format(b), (uint32_t)len};
-  if (write(fd, head, sizeof(head)) != sizeof(head) ||
-      write(fd, bytes, len) != (ssize_t)len)
-    return 1;
-  close(fd);
-  nx_buffer_release(b);
-  nx_gp_release(&me);
-  const char *mode = getenv("NX_PROGRESS");
-  if (mode != NULL && strcmp(mode, "poll") == 0) {
-    for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
-      if (nx_poll() == 0 && (i & 0xfffff) == 0 && getppid() != parent)
-        return 1;
-  } else {
-    nx_mutex_lock(&m);
-    while (!quit) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 1;
-      nx_cond_timedwait(&c, &m, &deadline);
-    }
-    nx_mutex_unlock(&m);
-  }
-  nx_gp_release(&reply_gp);
-  return nx_finalize() == 0 ? 0 : 1;
-}
-
-static void die_nx(const char *what, int rc) { die(what, nx_strerror(rc)); }
 
 static double rsr_measure(const char *mode, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   setenv("NX_PROTOCOLS", "ofi,local", 1);
-  int fds[2];
-  if (pipe(fds) < 0)
-    die("pipe", strerror(errno));
-  char fd_arg[16], parent_arg[16];
-  snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
-  snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg, NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
-    die("posix_spawn", strerror(errno));
-  close(fds[1]);
+  struct bench_child child;
+  bench_child_spawn(&child);
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die_nx("nx_init", rc);
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
+  bench_sync_init();
   reply_size = size;
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
-  uint32_t head[2];
-  char bytes[8192];
-  if (read_all(fds[0], head, sizeof(head)) < 0 || head[1] > sizeof(bytes) ||
-      read_all(fds[0], bytes, head[1]) < 0)
-    die("reading the child's gp", "short read");
-  close(fds[0]);
-  nx_buffer_t *b;
-  nx_gp_t child, me;
-  if ((rc = nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b)) != 0 ||
-      (rc = nx_get_gp(b, &child)) != 0 || (rc = nx_gp_make(NULL, &me)) != 0)
-    die_nx("gp", rc);
-  nx_buffer_release(b);
-  const char *proto = nx_gp_protocol(&child);
-  if (proto == NULL || strcmp(proto, "ofi") != 0)
-    die("the child is not reached over ofi", proto ? proto : "unreachable");
-  if ((rc = nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me))) != 0 ||
-      (rc = nx_put_gp(b, &me)) != 0 || (rc = nx_rsr_send(b)) != 0)
-    die_nx("hello", rc);
+  bench_child_connect(&child, "ofi");
   nx_handler_id_t ping = nx_handler_id("ping");
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
-      t0 = now_us();
-    if ((rc = nx_rsr_init(&b, &child, ping, nx_sizeof_bytes(size))) != 0 ||
+      t0 = bench_now_us();
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init(&b, &child.gp, ping, nx_sizeof_bytes(size))) != 0 ||
         (rc = nx_put_bytes(b, send_buf, size)) != 0)
       die_nx("ping", rc);
-    nx_mutex_lock(&m);
-    long want = done + 1;
-    nx_mutex_unlock(&m);
+    long want = bench_next_reply();
     if ((rc = nx_rsr_send(b)) != 0)
       die_nx("nx_rsr_send", rc);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
-    nx_mutex_lock(&m);
-    while (done < want)
-      if (nx_cond_timedwait(&c, &m, &deadline) == NX_ETIMEDOUT)
-        die("a round trip", "no reply within 10 s");
-    nx_mutex_unlock(&m);
+    bench_wait_replies(want, 10);
   }
-  double t = (now_us() - t0) / n;
+  double t = (bench_now_us() - t0) / n;
   if (bad_replies > 0)
-    die("replies", "of the wrong size");
-  if (nx_rsr_init_name(&b, &child, "quit", 0) == 0)
-    nx_rsr_send(b);
-  waitpid(pid, NULL, 0);
-  nx_gp_release(&child);
-  nx_gp_release(&me);
+    bench_die("replies", "of the wrong size");
+  bench_child_stop(&child);
   nx_finalize();
   return t;
 }
@@ -432,7 +282,7 @@ static double measure(const char *prov, int sys, size_t size, char *why,
                       size_t why_len) {
   int fds[2];
   if (pipe(fds) < 0)
-    die("pipe", strerror(errno));
+    bench_die("pipe", strerror(errno));
   char size_arg[32], n_arg[32];
   snprintf(size_arg, sizeof(size_arg), "%zu", size);
   snprintf(n_arg, sizeof(n_arg), "%d", iters_for(size));
@@ -448,7 +298,7 @@ static double measure(const char *prov, int sys, size_t size, char *why,
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   if (rc != 0)
-    die("posix_spawn", strerror(rc));
+    bench_die("posix_spawn", strerror(rc));
   char out[128] = "";
   size_t len = 0;
   ssize_t r;
@@ -480,8 +330,11 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--child") == 0)
-    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]));
+  bench_name = "bench_rsr_ofi";
+  if (argc == 4 && strcmp(argv[1], "--child") == 0) {
+    pong_id = nx_handler_id("pong");
+    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
+  }
   if (argc == 5 && strcmp(argv[1], "--measure") == 0) {
     size_t size = strtoul(argv[3], NULL, 10);
     int n = atoi(argv[4]);
@@ -523,11 +376,7 @@ int main(int argc, char **argv) {
     }
   }
   /* Both RSR processes of a measurement: one computation, one key. */
-  char key[33];
-  srand((unsigned)time(NULL) ^ (unsigned)getpid());
-  for (int i = 0; i < 16; i++)
-    snprintf(key + 2 * i, 3, "%02x", rand() & 0xff);
-  setenv("NX_KEY", key, 1);
+  bench_set_key();
   printf("RSR round trips over the ofi module vs raw libfabric ping-pong "
          "(%s)\n",
          quick ? "quick" : "full");
@@ -556,17 +405,16 @@ int main(int argc, char **argv) {
       if (!available)
         break;
       char label[32];
-      size_label(size, label, sizeof(label));
+      bench_size_label(size, label, sizeof(label));
       printf("\n%s: %d round trips per run, median of %d runs (fastest)\n",
              label, iters_for(size), runs);
-      double med[NSYSTEMS];
+      double med[NSYSTEMS], best[NSYSTEMS];
       for (int s = 0; s < NSYSTEMS; s++) {
-        qsort(v[s], (size_t)runs, sizeof(double), cmp_double);
-        med[s] = v[s][runs / 2];
-        printf("  %-34s %9.2f us (%9.2f)", system_label[s], med[s], v[s][0]);
+        med[s] = bench_median(v[s], runs, &best[s]);
+        printf("  %-34s %9.2f us (%9.2f)", system_label[s], med[s], best[s]);
         if (s != RAW)
           printf("  %6.2fx raw (fastest %.2fx)", med[s] / med[RAW],
-                 v[s][0] / v[RAW][0]);
+                 best[s] / best[RAW]);
         printf("\n");
         if (size == 8)
           ratio8[s] = med[s] / med[RAW];

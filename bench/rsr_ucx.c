@@ -1,19 +1,17 @@
 /* Round trips between two processes at 8 B to 1 MiB over UCX: RSRs over the ucx
  * module beside a raw UCP active-message ping-pong, measured in the same run.
  */
-#include <errno.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 /* Usage: bench_rsr_ucx [scale [runs]]. `scale` multiplies the round trips
@@ -32,8 +30,6 @@
  * waiting in nx_cond_wait; with NX_PROGRESS=poll and with the progress
  * thread. */
 
-extern char **environ;
-
 #define NSIZES 4
 static const size_t sizes[NSIZES] = {8, 1024, 65536, 1u << 20};
 static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000};
@@ -42,31 +38,6 @@ static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000};
 
 static int scale = 1;
 static int runs = 5;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of v[0..n-1]; *best gets the smallest. */
-static double median(const double *v, int n, double *best) {
-  double s[MAX_RUNS];
-  memcpy(s, v, sizeof(double) * (size_t)n);
-  qsort(s, (size_t)n, sizeof(double), cmp_double);
-  *best = s[0];
-  return s[n / 2];
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "bench_rsr_ucx[%d]: %s\n", (int)getpid(), what);
-  exit(1);
-}
 
 /* BENCH_SIZE=<index into sizes>, for profiling one of them. */
 static int size_wanted(int i) {
@@ -93,7 +64,7 @@ static struct raw raw;
 static void raw_fetched(void *req, ucs_status_t st, size_t len, void *ud) {
   (void)len, (void)ud;
   if (st != UCS_OK)
-    die("raw: rendezvous fetch failed");
+    bench_die("raw: rendezvous fetch failed", NULL);
   raw.arrived = 1;
   ucp_request_free(req);
 }
@@ -112,7 +83,7 @@ static ucs_status_t raw_am(void *arg, const void *hdr, size_t hdr_len,
     ucs_status_ptr_t r =
         ucp_am_recv_data_nbx(raw.worker, data, raw.buf, len, &p);
     if (UCS_PTR_IS_ERR(r))
-      die("raw: ucp_am_recv_data_nbx");
+      bench_die("raw: ucp_am_recv_data_nbx", NULL);
     if (r == NULL)
       raw.arrived = 1;
     return UCS_OK;
@@ -125,7 +96,7 @@ static ucs_status_t raw_am(void *arg, const void *hdr, size_t hdr_len,
 static void raw_sent(void *req, ucs_status_t st, void *ud) {
   (void)ud;
   if (st != UCS_OK)
-    die("raw: send failed");
+    bench_die("raw: send failed", NULL);
   ucp_request_free(req);
 }
 
@@ -138,7 +109,7 @@ static void raw_send(size_t len) {
   };
   ucs_status_ptr_t r = ucp_am_send_nbx(raw.ep, 0, hdr, HDR, raw.buf, len, &p);
   if (UCS_PTR_IS_ERR(r))
-    die("raw: ucp_am_send_nbx");
+    bench_die("raw: ucp_am_send_nbx", NULL);
 }
 
 static void raw_wait(void) {
@@ -147,51 +118,23 @@ static void raw_wait(void) {
   raw.arrived = 0;
 }
 
-static int read_all(int fd, void *p, size_t n) {
-  char *c = p;
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return -1;
-    c += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-static int write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return -1;
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Sets up UCP and an endpoint to the other process, swapping worker
  * addresses through the pipes. */
 static void raw_setup(int rfd, int wfd) {
   ucp_config_t *cfg;
   if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
-    die("raw: ucp_config_read");
+    bench_die("raw: ucp_config_read", NULL);
   if (raw.peer_mode)
     ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                      .features = UCP_FEATURE_AM};
   if (ucp_init(&pp, cfg, &raw.ctx) != UCS_OK)
-    die("raw: ucp_init");
+    bench_die("raw: ucp_init", NULL);
   ucp_config_release(cfg);
   ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                             .thread_mode = UCS_THREAD_MODE_SINGLE};
   if (ucp_worker_create(raw.ctx, &wp, &raw.worker) != UCS_OK)
-    die("raw: ucp_worker_create");
+    bench_die("raw: ucp_worker_create", NULL);
   ucp_am_handler_param_t hp = {
       .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                     UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -201,18 +144,19 @@ static void raw_setup(int rfd, int wfd) {
       .flags = UCP_AM_FLAG_WHOLE_MSG,
   };
   if (ucp_worker_set_am_recv_handler(raw.worker, &hp) != UCS_OK)
-    die("raw: ucp_worker_set_am_recv_handler");
+    bench_die("raw: ucp_worker_set_am_recv_handler", NULL);
   ucp_address_t *addr;
   size_t len;
   if (ucp_worker_get_address(raw.worker, &addr, &len) != UCS_OK)
-    die("raw: ucp_worker_get_address");
+    bench_die("raw: ucp_worker_get_address", NULL);
   uint64_t l = len, ol;
-  if (write_all(wfd, &l, sizeof(l)) < 0 || write_all(wfd, addr, len) < 0 ||
-      read_all(rfd, &ol, sizeof(ol)) < 0 || ol > 65536)
-    die("raw: address exchange");
+  if (bench_write_all(wfd, &l, sizeof(l)) < 0 ||
+      bench_write_all(wfd, addr, len) < 0 ||
+      bench_read_all(rfd, &ol, sizeof(ol)) < 0 || ol > 65536)
+    bench_die("raw: address exchange", NULL);
   char *other = malloc(ol);
-  if (other == NULL || read_all(rfd, other, ol) < 0)
-    die("raw: address exchange");
+  if (other == NULL || bench_read_all(rfd, other, ol) < 0)
+    bench_die("raw: address exchange", NULL);
   ucp_worker_release_address(raw.worker, addr);
   ucp_ep_params_t ep = {
       .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -222,7 +166,7 @@ static void raw_setup(int rfd, int wfd) {
                                 : UCP_ERR_HANDLING_MODE_NONE,
   };
   if (ucp_ep_create(raw.worker, &ep, &raw.ep) != UCS_OK)
-    die("raw: ucp_ep_create");
+    bench_die("raw: ucp_ep_create", NULL);
   free(other);
 }
 
@@ -243,17 +187,17 @@ static void raw_teardown(void) {
 static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
   int p2c[2], c2p[2];
   if (pipe(p2c) < 0 || pipe(c2p) < 0)
-    die("pipe");
+    bench_die("pipe", NULL);
   raw.peer_mode = peer_mode;
   raw.arrived = 0;
   raw.buf = malloc(sizes[NSIZES - 1]);
   if (raw.buf == NULL)
-    die("malloc");
+    bench_die("malloc", NULL);
   memset(raw.buf, 1, sizes[NSIZES - 1]);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0)
-    die("fork");
+    bench_die("fork", NULL);
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
@@ -269,13 +213,13 @@ static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
   for (int s = 0; s < NSIZES; s++) {
     for (int r = -1; r < runs && size_wanted(s); r++) {
       int n = r < 0 ? iters(s) / 10 + 1 : iters(s); /* the first run warms up */
-      double t0 = now_us();
+      double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
         raw_send(sizes[s]);
         raw_wait();
       }
       if (r >= 0)
-        t[s][r] = (now_us() - t0) / n;
+        t[s][r] = (bench_now_us() - t0) / n;
     }
   }
   kill(pid, SIGKILL);
@@ -292,13 +236,13 @@ static double bench_memcpy(size_t n) {
   int reps = (int)(((size_t)64 << 20) / (n + 64)) + 1;
   double best = 1e30;
   for (int r = 0; r < 5; r++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     for (int i = 0; i < reps; i++) {
       memcpy(b, a, n);
       __asm__ volatile("" ::: "memory");
       a[i % n]++;
     }
-    double t = (now_us() - t0) / reps;
+    double t = (bench_now_us() - t0) / reps;
     if (t < best)
       best = t;
   }
@@ -307,25 +251,11 @@ static double bench_memcpy(size_t n) {
 
 /* 2. RSRs. */
 
-static nx_mutex_t m;
-static nx_cond_t c;
-static long done;
-static int quit;
-static nx_gp_t reply_gp = NX_GP_NULL;
 static char payload[(1 << 20) + 64];
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr, (void)buf;
-  nx_mutex_lock(&m);
-  done++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
-}
-
-static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr;
-  nx_gp_release(&reply_gp);
-  nx_get_gp(buf, &reply_gp);
+  bench_reply_arrived();
 }
 
 /* Answers with as many bytes, from its own buffer: the one copy a reply
@@ -335,140 +265,51 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   uint64_t n = 0;
   nx_buffer_t *out;
   if (nx_get_uint64(buf, &n) != 0 || n > (1u << 20))
-    die("a bad ping");
-  if (nx_rsr_init_name(&out, &reply_gp, "pong", n + 16) != 0 ||
+    bench_die("a bad ping", NULL);
+  if (nx_rsr_init_name(&out, &bench_reply_gp, "pong", n + 16) != 0 ||
       nx_put_uint64(out, n) != 0 || (n > 0 && nx_put_bytes(out, payload, n)) ||
       nx_rsr_send(out) != 0)
-    die("cannot answer a ping");
+    bench_die("cannot answer a ping", NULL);
 }
 
-static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
-  nx_mutex_lock(&m);
-  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
-}
-
-static int child_main(int fd, pid_t parent) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent || nx_init(NULL, NULL) != 0)
-    return 1;
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
-  nx_context_t *self = nx_context_self();
-  nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
-  nx_gp_t me;
-  nx_buffer_t *b;
-  const void *bytes;
-  size_t len;
-  if (nx_gp_make(NULL, &me) != 0 || nx_buffer_create(64, &b) != 0 ||
-      nx_put_gp(b, &me) != 0 || nx_buffer_bytes(b, &bytes, &len) != 0)
-    return 1;
-  uint32_t head[2] = {(uint32_t)nx_buffer_format(b), (uint32_t)len};
-  if (write_all(fd, head, sizeof(head)) < 0 || write_all(fd, bytes, len) < 0)
-    return 1;
-  close(fd);
-  nx_buffer_release(b);
-  nx_gp_release(&me);
-  const char *mode = getenv("NX_PROGRESS");
-  if (mode != NULL && strcmp(mode, "poll") == 0) {
-    /* Busy-polling, as the raw side does. */
-    for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
-      if (nx_poll() == 0 && (i & 0xfffff) == 0 && getppid() != parent)
-        return 1;
-  } else {
-    nx_mutex_lock(&m);
-    while (!quit) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 1;
-      nx_cond_timedwait(&c, &m, &deadline);
-      if (getppid() != parent)
-        break;
-    }
-    nx_mutex_unlock(&m);
-  }
-  nx_gp_release(&reply_gp);
-  return nx_finalize() == 0 ? 0 : 1;
-}
-
-static void bench_rsr(const char *self_path, const char *mode,
-                      double t[NSIZES][MAX_RUNS]) {
+static void bench_rsr(const char *mode, double t[NSIZES][MAX_RUNS]) {
   setenv("NX_PROGRESS", mode, 1);
-  int fds[2];
-  if (pipe(fds) < 0)
-    die("pipe");
-  char fd_arg[16], parent_arg[16];
-  snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
-  snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {(char *)self_path, "--child", fd_arg, parent_arg, NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, self_path, NULL, NULL, argv, environ) != 0)
-    die("posix_spawn");
-  close(fds[1]);
+  struct bench_child child;
+  bench_child_spawn(&child);
   if (nx_init(NULL, NULL) != 0)
-    die("nx_init (is the ucx module built?)");
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
-  done = 0;
+    bench_die("nx_init (is the ucx module built?)", NULL);
+  bench_sync_init();
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
-  uint32_t head[2];
-  char bytes[8192];
-  if (read_all(fds[0], head, sizeof(head)) < 0 || head[1] > sizeof(bytes) ||
-      read_all(fds[0], bytes, head[1]) < 0)
-    die("reading the child's gp");
-  close(fds[0]);
-  nx_buffer_t *b;
-  nx_gp_t child, me;
-  if (nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b) != 0 ||
-      nx_get_gp(b, &child) != 0 || nx_gp_make(NULL, &me) != 0)
-    die("gp");
-  nx_buffer_release(b);
-  const char *proto = nx_gp_protocol(&child);
-  if (proto == NULL || strcmp(proto, "ucx") != 0)
-    die("the child is not reached over ucx");
-  if (nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me)) != 0 ||
-      nx_put_gp(b, &me) != 0 || nx_rsr_send(b) != 0)
-    die("hello");
+  bench_child_connect(&child, "ucx");
   nx_handler_id_t ping = nx_handler_id("ping");
   for (int s = 0; s < NSIZES; s++) {
     for (int r = -1; r < runs && size_wanted(s); r++) {
       int n = r < 0 ? iters(s) / 10 + 1 : iters(s);
-      double t0 = now_us();
+      double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
-        if (nx_rsr_init(&b, &child, ping, sizes[s] + 16) != 0 ||
+        nx_buffer_t *b;
+        if (nx_rsr_init(&b, &child.gp, ping, sizes[s] + 16) != 0 ||
             nx_put_uint64(b, sizes[s]) != 0 ||
             nx_put_bytes(b, payload, sizes[s]) != 0)
-          die("nx_rsr_init");
-        nx_mutex_lock(&m);
-        long want = done + 1;
-        nx_mutex_unlock(&m);
+          bench_die("nx_rsr_init", NULL);
+        long want = bench_next_reply();
         if (nx_rsr_send(b) != 0)
-          die("nx_rsr_send");
-        nx_mutex_lock(&m);
-        while (done < want)
-          nx_cond_wait(&c, &m);
-        nx_mutex_unlock(&m);
+          bench_die("nx_rsr_send", NULL);
+        bench_wait_replies(want, 0);
       }
       if (r >= 0)
-        t[s][r] = (now_us() - t0) / n;
+        t[s][r] = (bench_now_us() - t0) / n;
     }
   }
-  if (nx_rsr_init_name(&b, &child, "quit", 0) == 0)
-    nx_rsr_send(b);
-  waitpid(pid, NULL, 0);
-  nx_gp_release(&child);
-  nx_gp_release(&me);
+  bench_child_stop(&child);
   nx_finalize();
 }
 
 int main(int argc, char **argv) {
+  bench_name = "bench_rsr_ucx";
   if (argc == 4 && strcmp(argv[1], "--child") == 0)
-    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]));
+    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
   if (argc > 1)
     scale = atoi(argv[1]);
   if (argc > 2)
@@ -492,9 +333,9 @@ int main(int argc, char **argv) {
   if (one < 0 || one == RAW_MODULE)
     bench_raw(1, t[RAW_MODULE]);
   if (one < 0 || one == RSR_POLL)
-    bench_rsr("/proc/self/exe", "poll", t[RSR_POLL]);
+    bench_rsr("poll", t[RSR_POLL]);
   if (one < 0 || one == RSR_THREAD)
-    bench_rsr("/proc/self/exe", "thread", t[RSR_THREAD]);
+    bench_rsr("thread", t[RSR_THREAD]);
 
   printf("round trip between two processes over UCX %s (40-byte header + "
          "payload), median of %d runs (fastest); ratios of medians\n",
@@ -503,16 +344,11 @@ int main(int argc, char **argv) {
     if (!size_wanted(s))
       continue;
     char size[32];
-    if (sizes[s] >= (1u << 20))
-      snprintf(size, sizeof(size), "%zu MiB", sizes[s] >> 20);
-    else if (sizes[s] >= 1024)
-      snprintf(size, sizeof(size), "%zu KiB", sizes[s] >> 10);
-    else
-      snprintf(size, sizeof(size), "%zu B", sizes[s]);
+    bench_size_label(sizes[s], size, sizeof(size));
     printf("\n%s, %d round trips per run\n", size, iters(s));
     double med[NSYS], best;
     for (int k = 0; k < NSYS; k++) {
-      med[k] = median(t[k][s], runs, &best);
+      med[k] = bench_median(t[k][s], runs, &best);
       if (one >= 0 && one != k)
         continue;
       printf("  %-28s %9.3f us (%9.3f)", label[k], med[k], best);

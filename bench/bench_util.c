@@ -1,0 +1,278 @@
+/* The parts the round-trip benchmarks share: clock, statistics, labels,
+ * pipe I/O and the RSR echo child (see bench_util.h). */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+const char *bench_name = "bench";
+
+void bench_die(const char *what, const char *why) {
+  if (why != NULL)
+    fprintf(stderr, "%s[%d]: %s: %s\n", bench_name, (int)getpid(), what, why);
+  else
+    fprintf(stderr, "%s[%d]: %s\n", bench_name, (int)getpid(), what);
+  exit(1);
+}
+
+double bench_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n, double *best) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  *best = v[0];
+  return v[n / 2];
+}
+
+void bench_size_label(size_t size, char *out, size_t len) {
+  if (size >= (1 << 20) && size % (1 << 20) == 0)
+    snprintf(out, len, "%zu MiB", size >> 20);
+  else if (size >= 1024 && size % 1024 == 0)
+    snprintf(out, len, "%zu KiB", size >> 10);
+  else
+    snprintf(out, len, "%zu B", size);
+}
+
+int bench_read_all(int fd, void *p, size_t n) {
+  char *c = p;
+  while (n > 0) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+int bench_write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+void bench_set_key(void) {
+  char key[33];
+  srand((unsigned)time(NULL) ^ (unsigned)getpid());
+  for (int i = 0; i < 16; i++)
+    snprintf(key + 2 * i, 3, "%02x", rand() & 0xff);
+  setenv("NX_KEY", key, 1);
+}
+
+/* --- round trips between handlers and the main thread --------------------- */
+
+static nx_mutex_t m;
+static nx_cond_t c;
+static long replies;
+static int quit;
+
+void bench_sync_init(void) {
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  replies = 0;
+  quit = 0;
+}
+
+long bench_next_reply(void) {
+  nx_mutex_lock(&m);
+  long want = replies + 1;
+  nx_mutex_unlock(&m);
+  return want;
+}
+
+void bench_reply_arrived(void) {
+  nx_mutex_lock(&m);
+  replies++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+void bench_wait_replies(long want, int timeout_s) {
+  if (timeout_s == 0) {
+    nx_mutex_lock(&m);
+    while (replies < want)
+      nx_cond_wait(&c, &m);
+    nx_mutex_unlock(&m);
+    return;
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_s;
+  nx_mutex_lock(&m);
+  while (replies < want)
+    if (nx_cond_timedwait(&c, &m, &deadline) == NX_ETIMEDOUT)
+      bench_die("a round trip", "no reply in time");
+  nx_mutex_unlock(&m);
+}
+
+void bench_echo(nx_buffer_t *ping, const nx_gp_t *reply, nx_handler_id_t pong,
+                void *scratch, size_t scratch_len) {
+  size_t remaining = nx_buffer_remaining(ping), head = nx_sizeof_bytes(0);
+  if (remaining < head || remaining - head > scratch_len)
+    return;
+  size_t n = remaining - head;
+  nx_buffer_t *out;
+  if (nx_get_bytes(ping, scratch, n) != 0 ||
+      nx_rsr_init(&out, reply, pong, nx_sizeof_bytes(n)) != 0)
+    return;
+  nx_put_bytes(out, scratch, n);
+  nx_rsr_send(out);
+}
+
+void bench_on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr, (void)buf;
+  nx_mutex_lock(&m);
+  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+int bench_serve_until_quit(pid_t parent) {
+  const char *mode = getenv("NX_PROGRESS");
+  if (mode != NULL && strcmp(mode, "poll") == 0) {
+    /* Busy-polling, as the raw anchors do. */
+    for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
+      if (nx_poll() == 0 && parent != 0 && (i & 0xfffff) == 0 &&
+          getppid() != parent)
+        return -1;
+    return 0;
+  }
+  int r = 0;
+  nx_mutex_lock(&m);
+  while (!quit && r == 0) {
+    if (parent == 0) {
+      nx_cond_wait(&c, &m);
+      continue;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    nx_cond_timedwait(&c, &m, &deadline);
+    if (getppid() != parent)
+      r = -1;
+  }
+  nx_mutex_unlock(&m);
+  return r;
+}
+
+/* --- the echo child ------------------------------------------------------ */
+
+nx_gp_t bench_reply_gp = NX_GP_NULL;
+
+static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  nx_gp_release(&bench_reply_gp);
+  nx_get_gp(buf, &bench_reply_gp);
+}
+
+int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent || nx_init(NULL, NULL) != 0)
+    return 1;
+  bench_sync_init();
+  nx_context_t *self = nx_context_self();
+  nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "quit", bench_on_quit, NX_HANDLER_NONTHREADED,
+                      NULL);
+  nx_gp_t me;
+  nx_buffer_t *b;
+  const void *bytes;
+  size_t len;
+  if (nx_gp_make(NULL, &me) != 0 || nx_buffer_create(64, &b) != 0 ||
+      nx_put_gp(b, &me) != 0 || nx_buffer_bytes(b, &bytes, &len) != 0)
+    return 1;
+  uint32_t head[2] = {(uint32_t)nx_buffer_format(b), (uint32_t)len};
+  if (bench_write_all(fd, head, sizeof(head)) < 0 ||
+      bench_write_all(fd, bytes, len) < 0)
+    return 1;
+  close(fd);
+  nx_buffer_release(b);
+  nx_gp_release(&me);
+  if (bench_serve_until_quit(parent) != 0)
+    return 1;
+  nx_gp_release(&bench_reply_gp);
+  return nx_finalize() == 0 ? 0 : 1;
+}
+
+void bench_child_spawn(struct bench_child *ch) {
+  int fds[2];
+  if (pipe(fds) < 0)
+    bench_die("pipe", strerror(errno));
+  char fd_arg[16], parent_arg[16];
+  snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
+  snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
+  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg, NULL};
+  int rc = posix_spawn(&ch->pid, argv[0], NULL, NULL, argv, environ);
+  if (rc != 0)
+    bench_die("posix_spawn", strerror(rc));
+  close(fds[1]);
+  ch->fd = fds[0];
+  nx_gp_t null = NX_GP_NULL;
+  ch->gp = ch->me = null;
+}
+
+void bench_child_connect(struct bench_child *ch, const char *proto) {
+  uint32_t head[2];
+  char bytes[8192];
+  if (bench_read_all(ch->fd, head, sizeof(head)) < 0 ||
+      head[1] > sizeof(bytes) || bench_read_all(ch->fd, bytes, head[1]) < 0)
+    bench_die("reading the child's gp", "short read");
+  close(ch->fd);
+  ch->fd = -1;
+  nx_buffer_t *b;
+  int rc;
+  if ((rc = nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b)) != 0 ||
+      (rc = nx_get_gp(b, &ch->gp)) != 0 ||
+      (rc = nx_gp_make(NULL, &ch->me)) != 0)
+    bench_die("gp", nx_strerror(rc));
+  nx_buffer_release(b);
+  const char *p = nx_gp_protocol(&ch->gp);
+  if (p == NULL || strcmp(p, proto) != 0) {
+    char what[64];
+    snprintf(what, sizeof(what), "the child is not reached over %s", proto);
+    bench_die(what, p != NULL ? p : "unreachable");
+  }
+  if ((rc = nx_rsr_init_name(&b, &ch->gp, "hello", nx_sizeof_gp(&ch->me))) !=
+          0 ||
+      (rc = nx_put_gp(b, &ch->me)) != 0 || (rc = nx_rsr_send(b)) != 0)
+    bench_die("hello", nx_strerror(rc));
+}
+
+void bench_child_stop(struct bench_child *ch) {
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, &ch->gp, "quit", 0) == 0)
+    nx_rsr_send(b);
+  waitpid(ch->pid, NULL, 0);
+  nx_gp_release(&ch->gp);
+  nx_gp_release(&ch->me);
+}

@@ -1,0 +1,96 @@
+/* What the round-trip benchmarks (rsr_ucx.c, rsr_ofi.c, rsr_mpi.c) share:
+ * the clock, the statistics and size labels they print, pipe I/O, and the
+ * RSR echo peer: a child process (this program again, "--child FD PARENT")
+ * that hands its gp to the parent through a pipe, learns where to reply
+ * ("hello") and answers "ping" until told to "quit". */
+#ifndef NX_BENCH_UTIL_H
+#define NX_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "nexus.h"
+
+/* The program's name, for error messages ("bench_rsr_ucx"). */
+extern const char *bench_name;
+
+/* Says what failed (and why, when `why` is not NULL) on stderr, with the
+ * program's name and pid, and exits 1. */
+void bench_die(const char *what, const char *why);
+
+/* A monotonic clock, in microseconds. */
+double bench_now_us(void);
+
+/* Sorts v[0..n-1]; returns the median, *best the smallest. */
+double bench_median(double *v, int n, double *best);
+
+/* "8 B", "64 KiB", "1 MiB". */
+void bench_size_label(size_t size, char *out, size_t len);
+
+/* Read or write exactly n bytes; 0 or -1. */
+int bench_read_all(int fd, void *p, size_t n);
+int bench_write_all(int fd, const void *p, size_t n);
+
+/* Sets NX_KEY to a fresh random key, so that the processes this program
+ * starts form one computation of their own. */
+void bench_set_key(void);
+
+/* --- round trips between handlers and the main thread --------------------- */
+
+/* Resets the count of replies and the quit flag; after nx_init. */
+void bench_sync_init(void);
+
+/* The count of replies to wait for after sending one more request. */
+long bench_next_reply(void);
+
+/* A handler counts a reply and wakes the waiting thread. */
+void bench_reply_arrived(void);
+
+/* Waits (driving progress) until `want` replies came: without a limit when
+ * timeout_s is 0, else dying after timeout_s seconds. */
+void bench_wait_replies(long want, int timeout_s);
+
+/* What a "ping" handler does with a payload of bytes: copies it out into
+ * `scratch` (as a receiver would) and answers with the same bytes in
+ * handler `pong` at `reply`. A payload larger than scratch_len is
+ * dropped. */
+void bench_echo(nx_buffer_t *ping, const nx_gp_t *reply, nx_handler_id_t pong,
+                void *scratch, size_t scratch_len);
+
+/* The "quit" handler: serve_until_quit returns. */
+void bench_on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+
+/* Runs until "quit" came: busy-polling when NX_PROGRESS is "poll", else
+ * asleep while the progress thread works. When `parent` is not 0, also
+ * gives up (returning -1) once the process `parent` is gone. */
+int bench_serve_until_quit(pid_t parent);
+
+/* --- the echo child ------------------------------------------------------ */
+
+/* Where the child's replies go: the gp "hello" brought. */
+extern nx_gp_t bench_reply_gp;
+
+/* The child's main: nx_init, registers "hello", "quit" and `on_ping`
+ * (non-threaded) in its initial context, writes its gp to `fd`, serves
+ * until "quit" (or its parent is gone) and finalizes. Returns the exit
+ * status. */
+int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping);
+
+struct bench_child {
+  pid_t pid;
+  int fd;     /* the pipe the gp comes through */
+  nx_gp_t gp; /* the child's initial context */
+  nx_gp_t me; /* where its replies go */
+};
+
+/* Starts this program as "--child FD PARENT" (environment inherited). */
+void bench_child_spawn(struct bench_child *ch);
+
+/* After nx_init: reads the child's gp, checks that `proto` reaches it, and
+ * tells it where to reply ("hello"). */
+void bench_child_connect(struct bench_child *ch, const char *proto);
+
+/* Sends "quit", reaps the child and releases the gps. */
+void bench_child_stop(struct bench_child *ch);
+
+#endif /* NX_BENCH_UTIL_H */
