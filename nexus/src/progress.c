@@ -623,8 +623,9 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       break;
     }
     int ps = atomic_load_explicit(&eng.primary_state, memory_order_relaxed);
-    if (me.driving > 0 || nxi_rt.poll_mode ||
-        (ps != PRIMARY_SPIN && (ps != PRIMARY_RUNNING || spun_out))) {
+    int drives = me.driving > 0 || nxi_rt.poll_mode ||
+                 (ps != PRIMARY_SPIN && (ps != PRIMARY_RUNNING || spun_out));
+    if (drives) {
       unsigned gen;
       if (drive_begin(&gen)) {
         int n = poll_once(gen);
@@ -633,11 +634,21 @@ static int hook_wait(const uint32_t *word, uint32_t old,
           /* Work came: the wait is busy, not idle; spin on. */
           start = now_ns();
           spun_out = 0;
+          if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0)
+            sched_yield(); /* see below */
           continue;
         }
       }
     }
-    if ((i & 63) != 0) {
+    /* A threaded handler waits for a runtime thread: what this thread
+     * waits for is most likely what that handler does, so give the CPU to
+     * the runtime thread rather than spin beside it. On two cores shared by
+     * two processes, each with a waiter and a primary, a spinning waiter
+     * kept the runtime thread off the CPU for most of a round trip (8 B
+     * threaded RSR over mpi: 117 -> 63 us; docs/performance.md). */
+    if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0) {
+      sched_yield();
+    } else if ((i & 63) != 0) {
       nxi_cpu_relax();
       continue;
     }
