@@ -50,6 +50,13 @@ enum {
  * in slices of DEFER_SLEEP_MS: the waiter drives, and on a machine with
  * few cores a spinning primary would take a core its peers need. */
 #define DEFER_SPIN_NS 5000
+/* The primary's spin phase busy-polls this long after work, then yields
+ * between polls for the rest of NX_SPIN_US; a waiter that does not drive
+ * spins this long before it yields. A yield with no other thread to run
+ * returns at once; with one (the peer process on the same core, or this
+ * process's other busy thread under mpirun's binding) it lets that thread
+ * run instead of holding the core for the whole spin phase. */
+#define SPIN_PURE_NS 2000
 #define DEFER_SLEEP_MS 1
 
 /* Fields written by one side and read by the other sit on lines of their
@@ -530,7 +537,10 @@ static void primary_loop(void) {
     uint64_t idle = t - last_work;
     if (idle < eng.spin_ns) {
       set_state(PRIMARY_SPIN);
-      nxi_cpu_relax();
+      if (idle < SPIN_PURE_NS)
+        nxi_cpu_relax();
+      else
+        sched_yield();
     } else if (idle < eng.spin_ns + YIELD_US * 1000ull) {
       set_state(PRIMARY_YIELD);
       sched_yield();
@@ -640,13 +650,16 @@ static int hook_wait(const uint32_t *word, uint32_t old,
         }
       }
     }
-    /* A threaded handler waits for a runtime thread: what this thread
-     * waits for is most likely what that handler does, so give the CPU to
-     * the runtime thread rather than spin beside it. On two cores shared by
-     * two processes, each with a waiter and a primary, a spinning waiter
-     * kept the runtime thread off the CPU for most of a round trip (8 B
-     * threaded RSR over mpi: 117 -> 63 us; docs/performance.md). */
-    if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0) {
+    /* Yield rather than spin when what this thread waits for comes from
+     * a runtime thread: a threaded handler is queued for one, or the
+     * primary drives (after SPIN_PURE_NS of spinning). That thread may
+     * need this CPU: mpirun binds each rank, waiter and primary alike, to
+     * one core, and two unbound processes with two busy threads each
+     * share two cores here. Spinning beside it, the waiter kept it off the
+     * CPU until the spin phase ended (8 B threaded RSR over mpi: 117 us;
+     * with the yields: 10 us; docs/performance.md). */
+    if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0 ||
+        (!drives && now_ns() - start >= SPIN_PURE_NS)) {
       sched_yield();
     } else if ((i & 63) != 0) {
       nxi_cpu_relax();
