@@ -1,11 +1,11 @@
 /* Message buffers: typed put/get with per-value type tags, byte-order conversion on get, and ownership. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buffer_cache.h"
 #include "internal.h"
+#include "nxmod_env.h"
 
 /* Each value starts with a one-byte tag; arrays set NXI_TAG_ARRAY and are
  * followed by a 32-bit count in the buffer's byte order. */
@@ -149,16 +149,6 @@ static size_t class_size(int c) {
          BLOCK_SLACK;
 }
 
-/* The size to allocate for a payload of `n` bytes: its class's, so the
- * block can be cached when it is freed. */
-static size_t block_size(size_t n) {
-  size_t size;
-  if (__atomic_load_n(&blocks.cap, __ATOMIC_RELAXED) == 0 ||
-      block_class(n, &size) < 0)
-    return n;
-  return size;
-}
-
 /* A new block, page-aligned. glibc serves blocks this large with mmap,
  * and its pointer then sits 16 bytes into a page; on the EPYC machines we
  * measure on, the kernel's copy of a payload that starts 16 or 64 bytes
@@ -171,27 +161,31 @@ static void *block_new(size_t size) {
   return posix_memalign(&p, BLOCK_ALIGN, size) == 0 ? p : NULL;
 }
 
-/* A block of exactly `size` bytes: from the cache when one is there. */
-static void *block_get(size_t size) {
-  size_t csize;
-  int c = block_class(size, &csize);
-  if (c >= 0 && csize == size) {
-    void *p = NULL;
-    pthread_mutex_lock(&blocks.lock);
-    if (blocks.count[c] > 0) {
-      p = blocks.slot[c][--blocks.count[c]];
-      blocks.bytes -= size;
-      blocks.hits++;
-    } else {
-      blocks.misses++;
-    }
-    pthread_mutex_unlock(&blocks.lock);
-    if (p != NULL) {
-      BLOCK_UNPOISON(p, size);
-      return p;
-    }
+/* A block for a payload of `n` bytes (n > INLINE_MAX), and in *size its
+ * size: rounded up to its class and taken from the cache when one is
+ * there, so that it can go back to the cache when it is freed. */
+static void *block_get(size_t n, size_t *size) {
+  int c = -1;
+  if (__atomic_load_n(&blocks.cap, __ATOMIC_RELAXED) != 0)
+    c = block_class(n, size);
+  if (c < 0) {
+    *size = n;
+    return block_new(n);
   }
-  return block_new(size);
+  void *p = NULL;
+  pthread_mutex_lock(&blocks.lock);
+  if (blocks.count[c] > 0) {
+    p = blocks.slot[c][--blocks.count[c]];
+    blocks.bytes -= *size;
+    blocks.hits++;
+  } else {
+    blocks.misses++;
+  }
+  pthread_mutex_unlock(&blocks.lock);
+  if (p == NULL)
+    return block_new(*size);
+  BLOCK_UNPOISON(p, *size);
+  return p;
 }
 
 static void block_put(void *p, size_t size) {
@@ -213,30 +207,12 @@ static void block_put(void *p, size_t size) {
   free(p);
 }
 
-/* Reads a byte count with an optional k, m or g suffix. */
-static int parse_bytes(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  unsigned shift = *end == 'k' || *end == 'K'   ? 10
-                   : *end == 'm' || *end == 'M' ? 20
-                   : *end == 'g' || *end == 'G' ? 30
-                                                : 0;
-  if (shift != 0)
-    end++;
-  if (s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' ||
-      v > (SIZE_MAX >> shift))
-    return NX_EINVAL;
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 int nxi_buffer_cache_init(void) {
-  const char *s = getenv("NX_BUFFER_CACHE");
-  size_t cap = BLOCK_CACHE_DEFAULT;
-  if (s != NULL && s[0] != '\0' && parse_bytes(s, &cap) < 0) {
-    nxi_log(0, NULL, "NX_BUFFER_CACHE=%s: expected bytes (suffix k, m, g)",
-            s);
+  size_t cap;
+  char why[128];
+  if (nxmod_env_size("NX_BUFFER_CACHE", BLOCK_CACHE_DEFAULT, 0, SIZE_MAX,
+                     &cap, why, sizeof(why)) < 0) {
+    nxi_log(0, NULL, "%s", why);
     return NX_EINVAL;
   }
   pthread_mutex_lock(&blocks.lock);
@@ -277,8 +253,8 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
     cap = INLINE_MIN;
   if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
     return NULL; /* a hint no memory can hold */
-  /* Large payloads live apart from the struct, so growing one is a
-   * realloc, not a second copy beside the first. */
+  /* Large payloads live apart from the struct, in blocks of their own
+   * (block_get), so growing one moves the payload, not the struct. */
   int apart = cap > INLINE_MAX;
   struct nx_buffer *b = raw_alloc(apart ? INLINE_MIN : cap);
   if (b == NULL)
@@ -291,8 +267,8 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   b->data = b->inline_data;
   b->cap = apart ? INLINE_MIN : cap;
   if (apart) {
-    size_t size = block_size(cap);
-    uint8_t *d = block_get(size);
+    size_t size;
+    uint8_t *d = block_get(cap, &size);
     if (d == NULL) {
       free(b);
       return NULL;
@@ -471,9 +447,8 @@ static int reserve(struct nx_buffer *b, size_t extra) {
   size_t cap = b->cap * 2;
   if (cap < b->len + extra)
     cap = b->len + extra;
-  cap = block_size(cap);
-  /* Not realloc: the new block must be page-aligned too (block_new). */
-  uint8_t *d = block_get(cap);
+  /* Not realloc: a large block must stay page-aligned (block_new). */
+  uint8_t *d = cap > INLINE_MAX ? block_get(cap, &cap) : malloc(cap);
   if (d == NULL)
     return NX_ENOMEM;
   memcpy(d, b->data, b->len);

@@ -1,5 +1,5 @@
-/* Settings from the environment, shared by the protocol modules (each
- * module is its own shared object, so this is header-only). */
+/* Settings from the environment, shared by the protocol modules and the
+ * core (each module is its own shared object, so this is header-only). */
 #ifndef NXMOD_ENV_H
 #define NXMOD_ENV_H
 
