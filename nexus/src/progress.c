@@ -622,6 +622,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   uint64_t budget = eng.spin_ns + YIELD_US * 1000ull;
   int r = NX_EAGAIN;
   int spun_out = 0; /* past the spin phase: drive even beside a handler */
+  int past_pure = 0; /* spun SPIN_PURE_NS since the last work */
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
       r = 0;
@@ -635,21 +636,22 @@ static int hook_wait(const uint32_t *word, uint32_t old,
     int ps = atomic_load_explicit(&eng.primary_state, memory_order_relaxed);
     int drives = me.driving > 0 || nxi_rt.poll_mode ||
                  (ps != PRIMARY_SPIN && (ps != PRIMARY_RUNNING || spun_out));
+    int n = 0;
     if (drives) {
       unsigned gen;
       if (drive_begin(&gen)) {
-        int n = poll_once(gen);
+        n = poll_once(gen);
         drive_end(gen);
         if (n > 0) {
-          /* Work came: the wait is busy, not idle; spin on. */
+          /* Work came: the wait is busy, not idle. */
           start = now_ns();
-          spun_out = 0;
-          if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0)
-            sched_yield(); /* see below */
-          continue;
+          spun_out = past_pure = 0;
         }
       }
     }
+    int queued = atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0;
+    if (n > 0 && !queued)
+      continue; /* poll again at once */
     /* Yield rather than spin when what this thread waits for comes from
      * a runtime thread: a threaded handler is queued for one, or the
      * primary drives (after SPIN_PURE_NS of spinning). That thread may
@@ -658,10 +660,8 @@ static int hook_wait(const uint32_t *word, uint32_t old,
      * share two cores here. Spinning beside it, the waiter kept it off the
      * CPU until the spin phase ended (8 B threaded RSR over mpi: 117 us;
      * with the yields: 10 us; docs/performance.md). */
-    if (atomic_load_explicit(&eng.tq_len, memory_order_relaxed) > 0 ||
-        (!drives && now_ns() - start >= SPIN_PURE_NS)) {
-      sched_yield();
-    } else if ((i & 63) != 0) {
+    int yield = queued || (!drives && past_pure);
+    if (!yield && (i & 63) != 0) {
       nxi_cpu_relax();
       continue;
     }
@@ -670,8 +670,12 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       break;
     }
     uint64_t waited = now_ns() - start;
-    if (waited < eng.spin_ns)
+    past_pure = waited >= SPIN_PURE_NS;
+    if (waited < eng.spin_ns) {
+      if (yield)
+        sched_yield();
       continue;
+    }
     spun_out = 1;
     if (waited < budget) {
       sched_yield();
