@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 /* Usage: bench_rsr_tcp [--quick] [--only SYSTEM] [--size BYTES] [--no-pin].
@@ -66,12 +67,6 @@ static int iters_for(size_t size) {
   return quick ? n / 10 : n;
 }
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
 /* Pins the calling thread (and the threads it starts later) to `cpu`, or
  * back to every CPU for -1. */
 static void pin_to(int cpu) {
@@ -83,34 +78,10 @@ static void pin_to(int cpu) {
   sched_setaffinity(0, sizeof(set), &set);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Sorts v: v[0] is then the fastest run. */
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return v[n / 2];
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "bench_rsr_tcp: %s: %s\n", what, strerror(errno));
-  exit(1);
-}
+static void die(const char *what) { bench_die(what, strerror(errno)); }
 
 static void die_nx(const char *what, int rc) {
-  fprintf(stderr, "bench_rsr_tcp: %s: %s\n", what, nx_strerror(rc));
-  exit(1);
-}
-
-static void size_label(size_t size, char *out, size_t len) {
-  if (size >= (1 << 20) && size % (1 << 20) == 0)
-    snprintf(out, len, "%zu MiB", size >> 20);
-  else if (size >= 1024 && size % 1024 == 0)
-    snprintf(out, len, "%zu KiB", size >> 10);
-  else
-    snprintf(out, len, "%zu B", size);
+  bench_die(what, nx_strerror(rc));
 }
 
 /* 1. The anchors: `size` bytes back and forth over a loopback TCP
@@ -190,11 +161,11 @@ static double raw_run(int busy, size_t size, int warm, int n) {
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
-      t0 = now_us();
+      t0 = bench_now_us();
     raw_send(fd, send_buf, size);
     raw_recv(fd, recv_buf, size, flags);
   }
-  double t = (now_us() - t0) / n;
+  double t = (bench_now_us() - t0) / n;
   close(fd);
   waitpid(pid, NULL, 0);
   pin_to(-1); /* mpirun, started from here, binds its ranks itself */
@@ -206,114 +177,21 @@ static double raw_run(int busy, size_t size, int warm, int n) {
  * once ("hello"); pong copies the payload out, as a receiver would, and
  * signals the main thread, which waits in nx_cond_wait. */
 
-static nx_mutex_t m;
-static nx_cond_t c;
-static long done;
 static long bad_replies;
 static size_t reply_size;
-static int quit;
-static nx_gp_t reply_gp = NX_GP_NULL;
-static nx_handler_id_t pong_id;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  int rc = nx_get_bytes(buf, recv_buf, reply_size);
-  nx_mutex_lock(&m);
-  if (rc != 0)
-    bad_replies++;
-  done++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+  if (nx_get_bytes(buf, recv_buf, reply_size) != 0)
+    bad_replies++; /* read by the main thread after bench_wait_replies */
+  bench_reply_arrived();
 }
 
-static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr;
-  nx_gp_release(&reply_gp);
-  nx_get_gp(buf, &reply_gp);
-}
-
+/* The child's "ping": echoes the payload in "pong" (bench_echo). */
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  /* The payload is one nx_put_bytes: its length is what remains less the
-   * tag and count in front of it. */
-  size_t remaining = nx_buffer_remaining(buf), head = nx_sizeof_bytes(0);
-  if (remaining < head || remaining - head > sizeof(recv_buf))
-    return;
-  size_t n = remaining - head;
-  nx_buffer_t *out;
-  if (nx_get_bytes(buf, recv_buf, n) != 0 ||
-      nx_rsr_init(&out, &reply_gp, pong_id, nx_sizeof_bytes(n)) != 0)
-    return;
-  nx_put_bytes(out, recv_buf, n);
-  nx_rsr_send(out);
-}
-
-static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
-  nx_mutex_lock(&m);
-  __atomic_store_n(&quit, 1, __ATOMIC_RELEASE);
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
-}
-
-static int child_main(int fd, pid_t parent, int cpu) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  pin_to(cpu);
-  if (getppid() != parent || nx_init(NULL, NULL) != 0)
-    return 1;
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
-  pong_id = nx_handler_id("pong");
-  nx_context_t *self = nx_context_self();
-  nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
-  nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED, NULL);
-  nx_gp_t me;
-  nx_buffer_t *b;
-  const void *bytes;
-  size_t len;
-  if (nx_gp_make(NULL, &me) != 0 || nx_buffer_create(64, &b) != 0 ||
-      nx_put_gp(b, &me) != 0 || nx_buffer_bytes(b, &bytes, &len) != 0)
-    return 1;
-  uint32_t head[2] = {(uint32_t)nx_buffer_format(b), (uint32_t)len};
-  if (write(fd, head, sizeof(head)) != sizeof(head) ||
-      write(fd, bytes, len) != (ssize_t)len)
-    return 1;
-  close(fd);
-  nx_buffer_release(b);
-  nx_gp_release(&me);
-  const char *mode = getenv("NX_PROGRESS");
-  if (mode != NULL && strcmp(mode, "poll") == 0) {
-    /* Busy-polling, as the busy-polled raw peer does (and as
-     * compiler-generated code that calls nx_poll itself would). */
-    for (unsigned long i = 1; !__atomic_load_n(&quit, __ATOMIC_ACQUIRE); i++)
-      if (nx_poll() == 0 && (i & 0xfffff) == 0 && getppid() != parent)
-        return 1;
-  } else {
-    /* The progress thread serves; the main thread waits. */
-    nx_mutex_lock(&m);
-    while (!quit) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 1;
-      nx_cond_timedwait(&c, &m, &deadline);
-    }
-    nx_mutex_unlock(&m);
-  }
-  nx_gp_release(&reply_gp);
-  return nx_finalize() == 0 ? 0 : 1;
-}
-
-static int read_all(int fd, void *p, size_t n) {
-  char *c = p;
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r <= 0)
-      return -1;
-    c += r;
-    n -= (size_t)r;
-  }
-  return 0;
+  bench_echo(buf, &bench_reply_gp, nx_handler_id("pong"), recv_buf,
+             sizeof(recv_buf));
 }
 
 /* One run: starts the child, both sides in NX_PROGRESS=`mode`, makes
@@ -322,78 +200,41 @@ static int read_all(int fd, void *p, size_t n) {
  * runs, so that no idle peer spins while another system is measured. */
 static double rsr_run(const char *mode, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
-  int fds[2];
-  if (pipe(fds) < 0)
-    die("pipe");
-  char fd_arg[16], parent_arg[16], cpu_arg[16];
-  snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
-  snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
+  char cpu_arg[16];
   snprintf(cpu_arg, sizeof(cpu_arg), "%d", pin_cpu[1]);
-  char *argv[] = {self_path, "--child", fd_arg, parent_arg, cpu_arg, NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
-    die("posix_spawn");
-  close(fds[1]);
+  struct bench_child child;
+  bench_child_spawn(&child, cpu_arg);
   pin_to(pin_cpu[0]); /* before nx_init: its threads stay on this core */
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die_nx("nx_init", rc);
-  nx_mutex_init(&m);
-  nx_cond_init(&c);
-  done = 0;
+  bench_sync_init();
   bad_replies = 0;
   reply_size = size;
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
-  uint32_t head[2];
-  char bytes[4096];
-  if (read_all(fds[0], head, sizeof(head)) < 0 || head[1] > sizeof(bytes) ||
-      read_all(fds[0], bytes, head[1]) < 0)
-    die("reading the child's gp");
-  close(fds[0]);
-  nx_buffer_t *b;
-  nx_gp_t child, me;
-  if ((rc = nx_buffer_from_bytes(bytes, head[1], (int)head[0], &b)) != 0 ||
-      (rc = nx_get_gp(b, &child)) != 0 || (rc = nx_gp_make(NULL, &me)) != 0)
-    die_nx("gp", rc);
-  nx_buffer_release(b);
-  if (strcmp(nx_gp_protocol(&child), "tcp") != 0) {
-    fprintf(stderr, "bench_rsr_tcp: the child is reached over %s, not tcp\n",
-            nx_gp_protocol(&child));
-    exit(1);
-  }
-  if ((rc = nx_rsr_init_name(&b, &child, "hello", nx_sizeof_gp(&me))) != 0 ||
-      (rc = nx_put_gp(b, &me)) != 0 || (rc = nx_rsr_send(b)) != 0)
-    die_nx("hello", rc);
+  bench_child_connect(&child, "tcp");
   nx_handler_id_t ping = nx_handler_id("ping");
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
-      t0 = now_us();
-    if ((rc = nx_rsr_init(&b, &child, ping, nx_sizeof_bytes(size))) != 0 ||
+      t0 = bench_now_us();
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init(&b, &child.gp, ping, nx_sizeof_bytes(size))) != 0 ||
         (rc = nx_put_bytes(b, send_buf, size)) != 0)
       die_nx("ping", rc);
-    nx_mutex_lock(&m);
-    long want = done + 1;
-    nx_mutex_unlock(&m);
+    long want = bench_next_reply();
     if ((rc = nx_rsr_send(b)) != 0)
       die_nx("nx_rsr_send", rc);
-    nx_mutex_lock(&m);
-    while (done < want)
-      nx_cond_wait(&c, &m);
-    nx_mutex_unlock(&m);
+    bench_wait_replies(want, 0);
   }
-  double t = (now_us() - t0) / n;
+  double t = (bench_now_us() - t0) / n;
   if (bad_replies > 0) {
     fprintf(stderr, "bench_rsr_tcp: %ld replies of the wrong size\n",
             bad_replies);
     exit(1);
   }
-  if (nx_rsr_init_name(&b, &child, "quit", 0) == 0)
-    nx_rsr_send(b);
-  waitpid(pid, NULL, 0);
-  nx_gp_release(&child);
-  nx_gp_release(&me);
+  bench_child_stop(&child);
   nx_finalize();
   pin_to(-1);
   return t;
@@ -447,10 +288,10 @@ static int mpi_exec(struct mpi *mpi, char **argv, int limit_s, char *out,
     return -1;
   }
   size_t len = 0;
-  double deadline = now_us() + limit_s * 1e6;
+  double deadline = bench_now_us() + limit_s * 1e6;
   for (;;) {
     struct pollfd p = {.fd = fds[0], .events = POLLIN};
-    int left_ms = (int)((deadline - now_us()) / 1000);
+    int left_ms = (int)((deadline - bench_now_us()) / 1000);
     if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
       kill(pid, SIGTERM);
       waitpid(pid, NULL, 0);
@@ -536,7 +377,7 @@ static void print_ratio(double rsr, double anchor) {
 
 static void print_size(const struct result *res, int n) {
   char label[32];
-  size_label(res->size, label, sizeof(label));
+  bench_size_label(res->size, label, sizeof(label));
   printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", label,
          n, runs);
   printf("%-54s%10s%10s%10s\n", "", "RSR/busy", "RSR/block", "RSR/MPI");
@@ -581,8 +422,11 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   sched_getaffinity(0, sizeof(all_cpus), &all_cpus);
-  if (argc == 5 && strcmp(argv[1], "--child") == 0)
-    return child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), atoi(argv[4]));
+  bench_name = "bench_rsr_tcp";
+  if (argc == 5 && strcmp(argv[1], "--child") == 0) {
+    pin_to(atoi(argv[4]));
+    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
+  }
   int pin = 1;
   size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
   int nsizes = MAX_SIZES;
@@ -686,8 +530,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < MPI; s++) {
       if (only >= 0 && only != s)
         continue;
-      res->med[s] = median(v[s], runs);
-      res->best[s] = v[s][0];
+      res->med[s] = bench_median(v[s], runs, &res->best[s]);
     }
     print_size(res, n);
     if ((only < 0 || only == MPI) && isnan(res->med[MPI]))

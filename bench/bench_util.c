@@ -224,14 +224,15 @@ int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping) {
   return nx_finalize() == 0 ? 0 : 1;
 }
 
-void bench_child_spawn(struct bench_child *ch) {
+void bench_child_spawn(struct bench_child *ch, const char *extra) {
   int fds[2];
   if (pipe(fds) < 0)
     bench_die("pipe", strerror(errno));
   char fd_arg[16], parent_arg[16];
   snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
   snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg, NULL};
+  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg,
+                  (char *)extra, NULL};
   int rc = posix_spawn(&ch->pid, argv[0], NULL, NULL, argv, environ);
   if (rc != 0)
     bench_die("posix_spawn", strerror(rc));

@@ -83,8 +83,9 @@ struct bench_child {
   nx_gp_t me; /* where its replies go */
 };
 
-/* Starts this program as "--child FD PARENT" (environment inherited). */
-void bench_child_spawn(struct bench_child *ch);
+/* Starts this program as "--child FD PARENT" and `extra` when it is not
+ * NULL (environment inherited). */
+void bench_child_spawn(struct bench_child *ch, const char *extra);
 
 /* After nx_init: reads the child's gp, checks that `proto` reaches it, and
  * tells it where to reply ("hello"). */

@@ -243,7 +243,7 @@ static double rsr_measure(const char *mode, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   setenv("NX_PROTOCOLS", "ofi,local", 1);
   struct bench_child child;
-  bench_child_spawn(&child);
+  bench_child_spawn(&child, NULL);
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die_nx("nx_init", rc);

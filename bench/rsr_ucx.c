@@ -275,7 +275,7 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 static void bench_rsr(const char *mode, double t[NSIZES][MAX_RUNS]) {
   setenv("NX_PROGRESS", mode, 1);
   struct bench_child child;
-  bench_child_spawn(&child);
+  bench_child_spawn(&child, NULL);
   if (nx_init(NULL, NULL) != 0)
     bench_die("nx_init (is the ucx module built?)", NULL);
   bench_sync_init();
