@@ -10,8 +10,6 @@
 #include "nexus/rsr.h"
 #include "nexus/runtime.h"
 #include "nexus/process.h"
-
-#define NX_VERSION_MAJOR 0
-#define NX_VERSION_MINOR 1
+#include "nexus/version.h"
 
 #endif /* NEXUS_H */

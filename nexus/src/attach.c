@@ -12,8 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "internal.h"
+#include "attach.h"
+#include "chan.h"
+#include "dlist.h"
+#include "nxu_key.h"
 
 /* The exchange, on a TCP connection to the listener:
  *   attacher -> listener: "NXA1", the key (NX_KEY_SIZE bytes)
@@ -57,28 +59,21 @@ static int io_all(int fd, void *buf, size_t len, int writing) {
   return 0;
 }
 
-static int same_key(const uint8_t *a, const uint8_t *b) {
-  uint8_t diff = 0; /* constant time */
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
-    diff |= a[i] ^ b[i];
-  return diff == 0;
-}
-
 static void serve_one(int fd) {
   uint8_t hello[HELLO_LEN];
   if (io_all(fd, hello, sizeof(hello), 0) < 0 ||
-      memcmp(hello, MAGIC, 4) != 0 || !same_key(hello + 4, nxi_rt.key)) {
+      memcmp(hello, MAGIC, 4) != 0 || !nxu_key_equal(hello + 4, nxi_rt.key, NX_KEY_SIZE)) {
     atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
     nxi_log(0, "attach", "refused a connection: wrong magic or key");
     return;
   }
-  size_t cap = 8 + 20 + nxi_rt.self_dl->len;
+  size_t cap = 8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len;
   uint8_t *msg = malloc(cap);
   if (msg == NULL)
     return;
   memcpy(msg, MAGIC, 4);
-  size_t len = nxi_ctl_self_entry(msg + 8, cap - 8);
-  nxi_le32(msg + 4, (uint32_t)len);
+  size_t len = nxi_chan_self_entry(msg + 8, cap - 8);
+  nxu_le32(msg + 4, (uint32_t)len);
   io_all(fd, msg, 8 + len, 1);
   free(msg);
 }
@@ -173,9 +168,8 @@ int nx_attach_listen(const char **url) {
                      ss.ss_family == AF_INET6 ? "nexus://[%s]:%u/"
                                               : "nexus://%s:%u/",
                      host, port);
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
-    off += snprintf(url_text + off, sizeof(url_text) - (size_t)off, "%02x",
-                    nxi_rt.key[i]);
+  if ((size_t)off + 2 * NX_KEY_SIZE < sizeof(url_text))
+    nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, url_text + off);
   listen_fd = fd;
   if (pthread_create(&acceptor, NULL, accept_main, NULL) != 0) {
     close(fd);
@@ -227,22 +221,7 @@ static int parse_url(const char *url, char *host, size_t hl, char *port,
     return NX_EINVAL;
   snprintf(port, pl, "%.*s", (int)(slash - p), p);
   p = slash + 1;
-  if (strlen(p) != 2 * NX_KEY_SIZE)
-    return NX_EINVAL;
-  for (unsigned i = 0; i < 2 * NX_KEY_SIZE; i++) {
-    char c = p[i];
-    int v = c >= '0' && c <= '9'   ? c - '0'
-            : c >= 'a' && c <= 'f' ? c - 'a' + 10
-            : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                   : -1;
-    if (v < 0)
-      return NX_EINVAL;
-    if (i % 2 == 0)
-      key[i / 2] = (uint8_t)(v << 4);
-    else
-      key[i / 2] |= (uint8_t)v;
-  }
-  return 0;
+  return nxu_hex_decode(p, key, NX_KEY_SIZE);
 }
 
 int nx_attach(const char *url, nx_gp_t *gp) {
@@ -280,8 +259,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
     r = io_all(fd, head, sizeof(head), 0);
   if (r == NX_ECONNRESET)
     r = NX_EACCES; /* the listener closes on a wrong key */
-  uint32_t len = r == 0 ? nxi_rd32(head + 4) : 0;
-  if (r == 0 && (memcmp(head, MAGIC, 4) != 0 || len < 20 || len > NXI_CTL_MAX))
+  uint32_t len = r == 0 ? nxu_rd32(head + 4) : 0;
+  if (r == 0 && (memcmp(head, MAGIC, 4) != 0 || len < NXI_CTL_ENTRY_HEAD || len > NXI_CTL_MAX))
     r = NX_EPROTO;
   uint8_t *entry = r == 0 ? malloc(len) : NULL;
   if (r == 0 && entry == NULL)
@@ -295,9 +274,9 @@ int nx_attach(const char *url, nx_gp_t *gp) {
     r = nxi_ctl_parse_peer(entry, len, &off, &peer);
   if (r == 0) {
     struct nxi_dlist *dl;
-    r = nxi_dlist_intern(peer.blob, peer.len, &dl);
+    r = nxi_dlist_intern_proc(peer.blob, peer.len,
+                              nxi_ctxid_proc(peer.context), &dl);
     if (r == 0) {
-      atomic_store(&dl->proc, (uint32_t)(peer.context >> 32));
       /* Joining the computation: present its key from now on. */
       memcpy(nxi_rt.key, key, NX_KEY_SIZE);
       gp->context = peer.context;

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "context.h"
+#include "dlist.h"
+#include "driver.h"
 
 /* The registry maps a context's index (the low 32 bits of its id) to the
  * context. Lookups run on the dispatch path without a lock: the slot array
@@ -54,9 +56,9 @@ void nxi_context_put(struct nx_context *ctx) {
 }
 
 struct nx_context *nxi_context_get(uint64_t id) {
-  if ((uint32_t)(id >> 32) != nxi_rt.proc_id)
+  if (nxi_ctxid_proc(id) != nxi_rt.proc_id)
     return NULL;
-  uint32_t idx = (uint32_t)id;
+  uint32_t idx = nxi_ctxid_index(id);
   struct nx_context *_Atomic *slots =
       atomic_load_explicit(&reg_slots, memory_order_acquire);
   if (slots == NULL ||
@@ -99,7 +101,7 @@ static int publish(struct nx_context *ctx) {
   }
   reg_next++;
   ctx->index = idx;
-  ctx->id = ((uint64_t)nxi_rt.proc_id << 32) | idx;
+  ctx->id = nxi_ctxid(nxi_rt.proc_id, idx);
   atomic_store_explicit(&reg_slots[idx], ctx, memory_order_release);
   pthread_mutex_unlock(&reg_lock);
   return 0;
@@ -229,17 +231,9 @@ int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp) {
   return 0;
 }
 
-int nx_context_destroy(const nx_gp_t *gp) {
-  if (gp == NULL)
-    return NX_EINVAL;
-  if (!nxi_ready())
-    return NX_ENOTINIT;
-  if (gp->context == nxi_rt.initial->id)
-    return NX_EBUSY;
-  if ((uint32_t)(gp->context >> 32) != nxi_rt.proc_id)
-    return nxi_process_destroy(gp->context);
+int nxi_context_destroy_local(uint64_t id) {
   unsigned tok = nxi_driver_lock();
-  struct nx_context *ctx = nxi_context_get(gp->context);
+  struct nx_context *ctx = nxi_context_get(id);
   int r = ctx != NULL ? unpublish_locked(ctx) : NX_ENOCONTEXT;
   nxi_driver_unlock(tok);
   if (ctx == NULL)

@@ -1,4 +1,4 @@
-/* The control channel between a launcher (nxrun, or a process calling nx_context_create) and a process context it started. */
+/* The control channel between a launcher (nxrun, or a process calling nx_context_create) and a process context it started: its messages and their encoding, shared by the core and nxrun. */
 #ifndef NXI_CTL_H
 #define NXI_CTL_H
 
@@ -7,15 +7,15 @@
 
 /* For a child started with fork/exec: one AF_UNIX SOCK_SEQPACKET socket
  * pair, the child finding its end in NX_CTL_FD. For a child a module
- * started (the mpi module's MPI_Comm_spawn): the module's channel, the
- * intercommunicator. struct nxi_chan hides which. Messages (integers
- * little-endian):
- *   READY     1, u64 context, u64 address, u32 len, descriptor list
+ * started (the mpi module's MPI_Comm_spawn): the module's channel
+ * (chan.h hides which). Messages (integers little-endian):
+ *   READY     1, one peer entry (this process's initial context)
  *   PEERS     2, u32 rank (UINT32_MAX: not among them), u32 count,
- *             count x (u64 context, u64 address, u32 len, descriptor list)
+ *             count peer entries
  *   DESTROY   3
  *   EXECFAIL  4, i32 errno          (child, when exec failed)
- *   PEER_DEAD 5, u64 context        (a peer process ended) */
+ *   PEER_DEAD 5, u64 context        (a peer process ended)
+ * A peer entry: u64 context, u64 address, u32 len, descriptor list. */
 enum {
   NXI_CTL_READY = 1,
   NXI_CTL_PEERS = 2,
@@ -25,8 +25,11 @@ enum {
 };
 
 #define NXI_CTL_MAX (256 * 1024)
+#define NXI_CTL_ENTRY_HEAD 20 /* a peer entry's bytes before its list */
+#define NXI_CTL_PEERS_HEAD 9  /* a PEERS message's bytes before its entries */
+#define NXI_CTL_PEER_DEAD_LEN 9
 
-/* One peer in a PEERS message, pointing into the message. */
+/* One peer entry, pointing into the message. */
 struct nxi_ctl_peer {
   uint64_t context;
   uint64_t address;
@@ -34,41 +37,31 @@ struct nxi_ctl_peer {
   const uint8_t *blob;
 };
 
-struct nxi_module;
-
-/* A control channel: a socket (fd >= 0) or a module's channel (mod, ctl). */
-struct nxi_chan {
-  int fd;
-  struct nxi_module *mod;
-  void *ctl;
-};
-
-/* The same four operations on either kind. recv returns a message's
- * length, 0 when the peer is gone (or the channel was shut down), or a
- * negative code (NX_ETIMEDOUT after timeout_ms, -1: forever). shutdown
- * makes a recv waiting on another thread return; close ends the channel
- * (NX_CTL_ABANDON: the peer failed, do not wait for it). */
-int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len);
-long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms);
-void nxi_chan_shutdown(struct nxi_chan *ch);
-void nxi_chan_close(struct nxi_chan *ch, unsigned flags);
-
-/* Sends one message; returns 0 or a negative code. */
+/* Sends one message on a socket; returns 0 or a negative code. */
 int nxi_ctl_send(int fd, const void *msg, size_t len);
 /* Receives one message into buf (NXI_CTL_MAX bytes); returns its length,
  * 0 at end of file, or a negative code. Waits at most timeout_ms (-1:
  * forever). */
 long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms);
-/* Writes this process's initial context as one peer entry; returns its
- * length, 0 if it does not fit in cap. */
-size_t nxi_ctl_self_entry(uint8_t *p, size_t cap);
-/* Builds a READY message for this process into buf; returns its length. */
-size_t nxi_ctl_ready_msg(uint8_t *buf, size_t cap);
+
+/* Writes a peer entry at `p`; returns its length, 0 if it does not fit in
+ * `cap`. */
+size_t nxi_ctl_put_peer(uint8_t *p, size_t cap, uint64_t context,
+                        uint64_t address, const uint8_t *blob, size_t len);
+/* Parses the peer entry at *off and advances *off (NX_EPROTO). */
+int nxi_ctl_parse_peer(const uint8_t *msg, size_t len, size_t *off,
+                       struct nxi_ctl_peer *out);
 /* Parses a READY message. */
 int nxi_ctl_parse_ready(const uint8_t *msg, size_t len,
                         struct nxi_ctl_peer *out);
-/* Parses the peer at *off of a PEERS message and advances *off. */
-int nxi_ctl_parse_peer(const uint8_t *msg, size_t len, size_t *off,
-                       struct nxi_ctl_peer *out);
+/* Writes a PEERS message's head; its entries follow at
+ * NXI_CTL_PEERS_HEAD. */
+void nxi_ctl_put_peers_head(uint8_t *buf, uint32_t rank, uint32_t count);
+/* Parses a PEERS message's head; entries start at NXI_CTL_PEERS_HEAD. */
+int nxi_ctl_parse_peers_head(const uint8_t *msg, size_t len, uint32_t *rank,
+                             uint32_t *count);
+/* Writes a PEER_DEAD message (NXI_CTL_PEER_DEAD_LEN bytes). */
+void nxi_ctl_put_peer_dead(uint8_t *buf, uint64_t context);
+int nxi_ctl_parse_peer_dead(const uint8_t *msg, size_t len, uint64_t *context);
 
 #endif /* NXI_CTL_H */

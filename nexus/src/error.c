@@ -1,5 +1,5 @@
-/* nx_strerror and nx_err_name, generated from the NX_ERRNO_MAP list. */
-#include "nexus/errors.h"
+/* nx_strerror and nx_err_name, generated from the NX_ERRNO_MAP list, and nx_version. */
+#include "nexus.h"
 
 const char *nx_strerror(int err) {
   switch (err) {
@@ -22,3 +22,5 @@ const char *nx_err_name(int err) {
   default: return "UNKNOWN";
   }
 }
+
+const char *nx_version(void) { return NX_VERSION_STRING; }

@@ -7,16 +7,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "module.h"
 
-#define MAX_MODULES 16
+#define MAX_MODULES NXI_MAX_MODULES
 #define PREFIX "libnx_proto_"
 #define SUFFIX ".so"
 
+/* The ops table of ABI 4 and 5 modules: the launcher's slots sat at the
+ * end of it (job_peers since ABI 4, the rest since ABI 5) where ABI 6 has
+ * the `launch` pointer. Kept here only to load such modules. */
+struct ops_v5 {
+  uint32_t abi_version;
+  const char *name;
+  uint16_t wire_version;
+  uint16_t cost;
+  int (*init)(const struct nx_core_api *, void **, char *, size_t);
+  void (*finalize)(void *);
+  int (*descriptor)(void *, struct nx_desc_buf *);
+  int (*reachable)(void *, const struct nx_desc *);
+  int (*connect)(void *, const struct nx_desc *, void **);
+  void (*disconnect)(void *, void *);
+  int (*send)(void *, void *, nx_frame_t *, unsigned);
+  int (*progress)(void *);
+  int (*wait_fd)(void *);
+  const char *(*backend_version)(void *);
+  int (*endpoint_info)(void *, void *, char *, size_t);
+  int (*job_peers)(void *, const void *, size_t, void **, size_t **, int *,
+                   int *);
+  int (*node_spec)(void *, const char *, char *, size_t);
+  int (*spawn)(void *, const char *, uint32_t, const char *, char *const[],
+               const char *const[], int, void **);
+  int (*ctl_send)(void *, void *, const void *, size_t);
+  long (*ctl_recv)(void *, void *, void *, size_t, int);
+  void (*ctl_close)(void *, void *, unsigned);
+  int (*ctl_parent)(void *, void **);
+};
+
 static struct nxi_module mods[MAX_MODULES];
-/* Each module's table as this core's version: an older module's is shorter,
- * so it is copied up to its end and the later slots stay NULL. */
+/* Each module's tables as this core's version: an older module's are
+ * translated from its layout (ops_v5), the slots it lacks left NULL. */
 static struct nx_protocol_ops tables[MAX_MODULES];
+static struct nx_launch_ops launch_tables[MAX_MODULES];
 static int nmods;
 static struct nxi_module *loaded[MAX_MODULES];
 static int nloaded;
@@ -126,14 +157,61 @@ static int fail(struct nxi_module *m, int err, const char *fmt, const char *arg)
     dlclose(m->dl_handle);
   m->dl_handle = NULL;
   m->ops = NULL;
-  nxi_log(1, m->name, "skipped: %s", m->reason);
+  /* A malformed setting is the user's to fix: say so even without
+   * NX_DEBUG. */
+  nxi_log(err == NX_EINVAL ? 0 : 1, m->name, "skipped: %s", m->reason);
   return err;
 }
 
 /* Loads and validates one module: ABI version, name and every mandatory
  * slot are checked here, once, so the rest of the core can call slots
  * without checking. */
-static int load(struct nxi_module *m) {
+/* Copies a module's tables into this core's layout; returns 1 if it has
+ * a launcher table. */
+static int translate(const struct nx_protocol_ops *ops,
+                     struct nx_protocol_ops *table,
+                     struct nx_launch_ops *launch) {
+  memset(table, 0, sizeof(*table));
+  memset(launch, 0, sizeof(*launch));
+  if (ops->abi_version >= 6) {
+    *table = *ops;
+    table->launch = NULL;
+    if (ops->launch == NULL)
+      return 0;
+    *launch = *ops->launch;
+    return 1;
+  }
+  /* The prefix up to endpoint_info is the same in every version. */
+  memcpy(table, ops, offsetof(struct nx_protocol_ops, launch));
+  const struct ops_v5 *old = (const struct ops_v5 *)(const void *)ops;
+  launch->job_peers = old->job_peers;
+  if (ops->abi_version >= 5) {
+    launch->node_spec = old->node_spec;
+    launch->spawn = old->spawn;
+    launch->ctl_send = old->ctl_send;
+    launch->ctl_recv = old->ctl_recv;
+    launch->ctl_close = old->ctl_close;
+    launch->ctl_parent = old->ctl_parent;
+  }
+  static const struct nx_launch_ops none;
+  return memcmp(launch, &none, sizeof(none)) != 0;
+}
+
+/* The launcher table's rules; NULL when they hold, else the reason. */
+static const char *check_launch(const struct nx_launch_ops *l) {
+  int spawning = (l->node_spec != NULL) + (l->spawn != NULL) +
+                 (l->ctl_send != NULL) + (l->ctl_recv != NULL) +
+                 (l->ctl_close != NULL);
+  if (spawning != 0 && spawning != 5)
+    return "launcher slots node_spec, spawn, ctl_send, ctl_recv and "
+           "ctl_close must all be set or all be NULL";
+  if (l->ctl_parent != NULL &&
+      (l->ctl_send == NULL || l->ctl_recv == NULL || l->ctl_close == NULL))
+    return "launcher slot ctl_parent needs ctl_send, ctl_recv and ctl_close";
+  return NULL;
+}
+
+static int load(struct nxi_module *m, const struct nx_core_api *api) {
   if (m->path[0] == '\0') {
     nxi_log(1, m->name, "skipped: %s", m->reason);
     return m->error;
@@ -153,12 +231,9 @@ static int load(struct nxi_module *m) {
              NX_PROTOCOL_ABI_MIN, NX_PROTOCOL_ABI_VERSION);
     return fail(m, NX_EABI, "wrong ABI version %s", v);
   }
-  /* ABI 4 ends with job_peers; ABI 5 added the launching slots. */
   struct nx_protocol_ops *table = &tables[m - mods];
-  memset(table, 0, sizeof(*table));
-  memcpy(table, ops,
-         ops->abi_version == 4 ? offsetof(struct nx_protocol_ops, node_spec)
-                               : sizeof(*table));
+  struct nx_launch_ops *launch = &launch_tables[m - mods];
+  int has_launch = translate(ops, table, launch);
   ops = table;
   if (ops->name == NULL || strcmp(ops->name, m->name) != 0)
     return fail(m, NX_EMODULE, "table names another module (%s)",
@@ -174,21 +249,11 @@ static int load(struct nxi_module *m) {
                                            : NULL;
   if (missing != NULL)
     return fail(m, NX_EMODULE, "mandatory slot %s is NULL", missing);
-  /* The launching slots (ABI 5) come together or not at all. */
-  int launch = (ops->node_spec != NULL) + (ops->spawn != NULL) +
-               (ops->ctl_send != NULL) + (ops->ctl_recv != NULL) +
-               (ops->ctl_close != NULL);
-  if (launch != 0 && launch != 5)
-    return fail(m, NX_EMODULE, "%s",
-                "slots node_spec, spawn, ctl_send, ctl_recv and ctl_close "
-                "must all be set or all be NULL");
-  if (ops->ctl_parent != NULL &&
-      (ops->ctl_send == NULL || ops->ctl_recv == NULL ||
-       ops->ctl_close == NULL))
-    return fail(m, NX_EMODULE, "%s",
-                "slot ctl_parent needs ctl_send, ctl_recv and ctl_close");
+  const char *bad = has_launch ? check_launch(launch) : NULL;
+  if (bad != NULL)
+    return fail(m, NX_EMODULE, "%s", bad);
   char why[256] = "init failed";
-  int r = ops->init(&nxi_core_api, &m->state, why, sizeof(why));
+  int r = ops->init(api, &m->state, why, sizeof(why));
   if (r < 0)
     return fail(m, r, "%s", why);
   memset(&m->desc, 0, sizeof(m->desc));
@@ -199,18 +264,15 @@ static int load(struct nxi_module *m) {
     return fail(m, r < 0 ? r : NX_EPROTO, "%s", "bad descriptor");
   }
   m->wait_fd = ops->wait_fd != NULL ? ops->wait_fd(m->state) : -1;
-  if (m->wait_fd >= 0 && nxi_progress_add_fd(m->wait_fd) < 0) {
-    ops->finalize(m->state);
-    return fail(m, NX_EIO, "%s", "cannot watch its wait fd");
-  }
   m->ops = ops;
+  m->launch = has_launch ? launch : NULL;
   m->loaded = 1;
   m->error = 0;
   m->reason[0] = '\0';
   return 0;
 }
 
-int nxi_modules_load(void) {
+int nxi_modules_load(const struct nx_core_api *api) {
   nmods = 0;
   nloaded = 0;
   const char *list = getenv("NX_PROTOCOLS");
@@ -224,7 +286,7 @@ int nxi_modules_load(void) {
   }
   discover(list != NULL);
   for (int i = 0; i < nmods; i++)
-    if (load(&mods[i]) == 0)
+    if (load(&mods[i], api) == 0)
       loaded[nloaded++] = &mods[i];
   /* Preference: NX_PROTOCOLS order when given, else by cost. */
   if (list == NULL)
@@ -287,4 +349,14 @@ int nx_module_info(int index, nx_module_info_t *info) {
              " bytes=%u", (unsigned)m->desc.data_len);
   }
   return 0;
+}
+
+struct nxi_module *nxi_module_launcher(const char *spec) {
+  size_t len = strcspn(spec, ":");
+  for (int i = 0; i < nloaded; i++) {
+    struct nxi_module *m = loaded[i];
+    if (strlen(m->name) == len && strncmp(m->name, spec, len) == 0)
+      return m->launch != NULL && m->launch->spawn != NULL ? m : NULL;
+  }
+  return NULL;
 }

@@ -1,5 +1,7 @@
 /* Remote service requests: start a buffer for a handler at a gp, then hand the sealed frame to the chosen protocol. */
-#include "internal.h"
+#include "buf.h"
+#include "dlist.h"
+#include "engine.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint) {
@@ -20,7 +22,6 @@ int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
   *buf = b;
   return 0;
 }
-
 int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
                      size_t size_hint) {
   if (handler == NULL || handler[0] == '\0')

@@ -14,9 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/ctl.h"
+#include "ctl.h"
 #include "nexus.h"
 #include "nexus/protocol.h"
+#include "nxu_key.h"
 
 struct proc {
   pid_t pid;
@@ -78,9 +79,8 @@ static int reap(int *failed) {
         *failed = 1;
         describe(p, i);
         if (p->context != 0) {
-          uint8_t msg[9] = {NXI_CTL_PEER_DEAD};
-          for (int b = 0; b < 8; b++)
-            msg[1 + b] = (uint8_t)(p->context >> (8 * b));
+          uint8_t msg[NXI_CTL_PEER_DEAD_LEN];
+          nxi_ctl_put_peer_dead(msg, p->context);
           for (int j = 0; j < nprocs; j++)
             if (!procs[j].done)
               nxi_ctl_send(procs[j].fd, msg, sizeof(msg));
@@ -123,8 +123,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   char keyhex[2 * NX_KEY_SIZE + 1];
-  for (unsigned k = 0; k < NX_KEY_SIZE; k++)
-    snprintf(keyhex + 2 * k, 3, "%02x", key[k]);
+  nxu_hex_encode(key, NX_KEY_SIZE, keyhex);
 
   /* Signals arrive through a signalfd, so nothing runs in a handler. */
   sigset_t mask;
@@ -236,7 +235,7 @@ int main(int argc, char **argv) {
       break;
   }
   if (!failed && ready == n) {
-    size_t len = 9;
+    size_t len = NXI_CTL_PEERS_HEAD;
     for (int r = 0; r < n; r++)
       len += procs[r].entry_len;
     if (len > NXI_CTL_MAX) {
@@ -244,12 +243,8 @@ int main(int argc, char **argv) {
       failed = 1;
     }
     for (int r = 0; r < n && !failed; r++) {
-      size_t off = 9;
-      buf[0] = NXI_CTL_PEERS;
-      for (int b = 0; b < 4; b++) {
-        buf[1 + b] = (uint8_t)((uint32_t)r >> (8 * b));
-        buf[5 + b] = (uint8_t)((uint32_t)n >> (8 * b));
-      }
+      size_t off = NXI_CTL_PEERS_HEAD;
+      nxi_ctl_put_peers_head(buf, (uint32_t)r, (uint32_t)n);
       for (int q = 0; q < n; q++) {
         memcpy(buf + off, procs[q].entry, procs[q].entry_len);
         off += procs[q].entry_len;

@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include "mpimod.h"
-#include "nxmod_env.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
 
 /* Threads. send() runs on any program thread, progress() on the driver,
  * job_peers() on a program thread, the watcher on its own. With
@@ -213,26 +214,18 @@ static void watch_stop(struct mpimod *m) {
 static int settings(struct mpimod *m, int *want_serialized, char *why,
                     size_t why_len) {
   size_t watch = 0;
-  int r = nxmod_env_size("NX_MPI_QUEUE_MAX", MPIMOD_QUEUE_MAX_DEFAULT, 1,
-                         SIZE_MAX, &m->queue_max, why, why_len);
+  int thread = 0;
+  int r = nxu_opt_size("NX_MPI_QUEUE_MAX", &m->queue_max, why, why_len);
   if (r == 0)
-    r = nxmod_env_size("NX_MPI_INLINE", MPIMOD_INLINE_DEFAULT, 0,
-                       MPIMOD_INLINE_LIMIT, &m->inline_max, why, why_len);
+    r = nxu_opt_size("NX_MPI_INLINE", &m->inline_max, why, why_len);
   if (r == 0)
-    r = nxmod_env_size("NX_MPI_WATCH_US", MPIMOD_WATCH_US_DEFAULT, 0, 1000000,
-                       &watch, why, why_len);
+    r = nxu_opt_size("NX_MPI_WATCH_US", &watch, why, why_len);
+  if (r == 0)
+    r = nxu_opt_choice("NX_MPI_THREAD", &thread, why, why_len);
   if (r < 0)
     return r;
   m->watch_us = (unsigned)watch;
-  const char *t = getenv("NX_MPI_THREAD");
-  *want_serialized = 0;
-  if (t != NULL && strcmp(t, "serialized") == 0) {
-    *want_serialized = 1;
-  } else if (t != NULL && t[0] != '\0' && strcmp(t, "multiple") != 0) {
-    snprintf(why, why_len, "NX_MPI_THREAD=%s: expected multiple or serialized",
-             t);
-    return NX_EINVAL;
-  }
+  *want_serialized = thread == 1; /* "multiple|serialized" */
   return 0;
 }
 
@@ -404,12 +397,6 @@ err_mpi:
   return r;
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Runs after the core stopped its progress engine and disconnected every
  * endpoint. Requests still in flight get MPIMOD_LINGER_MS to complete (a
  * last reply is often sent just before nx_finalize); frames that complete
@@ -420,9 +407,9 @@ static void mpimod_finalize(void *state) {
   watch_stop(m);
   m->finalizing = 1;
   if (m->comm != MPI_COMM_NULL) {
-    uint64_t deadline = now_ms() + MPIMOD_LINGER_MS;
+    uint64_t deadline = nxu_now_ms() + MPIMOD_LINGER_MS;
     while ((atomic_load(&m->tx_count) > 0 || m->rx_n > 0) &&
-           now_ms() < deadline) {
+           nxu_now_ms() < deadline) {
       if (mpimod_tx_progress(m) + mpimod_rx_progress(m) == 0)
         sched_yield();
     }
@@ -667,6 +654,18 @@ out:
   return r;
 }
 
+/* Launching: mpirun's ranks are a job (job_peers), and MPI_Comm_spawn
+ * starts process contexts on "mpi" nodes. */
+static const struct nx_launch_ops mpimod_launch = {
+    .job_peers = mpimod_job_peers,
+    .node_spec = mpimod_node_spec,
+    .spawn = mpimod_spawn,
+    .ctl_send = mpimod_ctl_send,
+    .ctl_recv = mpimod_ctl_recv,
+    .ctl_close = mpimod_ctl_close,
+    .ctl_parent = mpimod_ctl_parent,
+};
+
 NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_mpi = {
     .abi_version = NX_PROTOCOL_ABI_VERSION,
     .name = MPIMOD_NAME,
@@ -683,11 +682,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_mpi = {
     .wait_fd = mpimod_wait_fd,
     .backend_version = mpimod_backend_version,
     .endpoint_info = mpimod_endpoint_info,
-    .job_peers = mpimod_job_peers,
-    .node_spec = mpimod_node_spec,
-    .spawn = mpimod_spawn,
-    .ctl_send = mpimod_ctl_send,
-    .ctl_recv = mpimod_ctl_recv,
-    .ctl_close = mpimod_ctl_close,
-    .ctl_parent = mpimod_ctl_parent,
+    .launch = &mpimod_launch,
 };

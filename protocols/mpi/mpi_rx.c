@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "mpimod.h"
+#include "nxu_time.h"
 
 /* MPIMOD_SLOTS receives for FRAME messages from any rank stay posted, and
  * are taken strictly in the order they were posted, which is the order
@@ -510,12 +511,6 @@ int mpimod_rx_ready(struct mpimod *m) {
   return flag;
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Finalize: the slots' receives are cancelled; one that matched a message
  * meanwhile gets a moment to complete. Payload receives still in flight
  * after the linger leave their memory to MPI (leaked) and their requests
@@ -530,13 +525,13 @@ void mpimod_rx_abandon(struct mpimod *m) {
       MPI_Cancel(&m->slots[i].req);
       mpimod_unlock(m);
     }
-    uint64_t deadline = now_ms() + 200;
+    uint64_t deadline = nxu_now_ms() + 200;
     for (int i = 0; i < MPIMOD_SLOTS; i++) {
       int done = 0;
       while (!done) {
         mpimod_lock(m);
         int e = MPI_Test(&m->slots[i].req, &done, MPI_STATUS_IGNORE);
-        if (!done && now_ms() > deadline) {
+        if (!done && nxu_now_ms() > deadline) {
           MPI_Request_free(&m->slots[i].req);
           m->slots[i].buf = NULL; /* MPI may still write it: leaked */
           done = 1;

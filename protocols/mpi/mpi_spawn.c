@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mpimod.h"
+#include "nxu_time.h"
 
 /* Threads. Every slot here runs on a program thread (nx_nodes_acquire,
  * nx_context_create, nx_context_destroy, the core's control-channel
@@ -28,12 +29,6 @@ struct mpimod_ctl {
  * from CTL_POLL_MIN_US doubling up to CTL_POLL_MAX_US. */
 #define CTL_POLL_MIN_US 20
 #define CTL_POLL_MAX_US 2000
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Specs. */
 
@@ -374,7 +369,7 @@ long mpimod_ctl_recv(void *state, void *ctl, void *buf, size_t cap,
                      int timeout_ms) {
   struct mpimod *m = state;
   struct mpimod_ctl *c = ctl;
-  uint64_t deadline = timeout_ms >= 0 ? now_ms() + (uint64_t)timeout_ms : 0;
+  uint64_t deadline = timeout_ms >= 0 ? nxu_now_ms() + (uint64_t)timeout_ms : 0;
   long sleep_us = CTL_POLL_MIN_US;
   for (;;) {
     int flag = 0;
@@ -402,7 +397,7 @@ long mpimod_ctl_recv(void *state, void *ctl, void *buf, size_t cap,
       }
       return e == MPI_SUCCESS ? count : 0;
     }
-    if (timeout_ms >= 0 && now_ms() >= deadline)
+    if (timeout_ms >= 0 && nxu_now_ms() >= deadline)
       return NX_ETIMEDOUT;
     struct timespec ts = {0, sleep_us * 1000};
     nanosleep(&ts, NULL);

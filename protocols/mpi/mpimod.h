@@ -60,9 +60,8 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
 /* Receives kept posted for FRAME messages. */
 #define MPIMOD_SLOTS 8
 
-#define MPIMOD_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
+/* NX_MPI_INLINE's default (nexus/util/nxu_opt.c), for sizing buffers. */
 #define MPIMOD_INLINE_DEFAULT ((size_t)8192)
-#define MPIMOD_WATCH_US_DEFAULT 1000u
 /* FRAME messages one progress call takes at most: about what the core
  * dispatches per round. */
 #define MPIMOD_MATCH_MAX 64

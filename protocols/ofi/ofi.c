@@ -9,7 +9,8 @@
 #include <netinet/in.h>
 
 #include "ofi.h"
-#include "nxmod_env.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
 
 /* How the pieces fit (docs/ofi.md has the whole story):
  *  - init opens up to two rails, one per provider: shm, for peers on this
@@ -62,12 +63,6 @@ int ofi_status_to_nx(int status) {
   case -FI_ECANCELED: return NX_EFINALIZED;
   default: return NX_EIO;
   }
-}
-
-uint64_t ofi_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* splitmix64's finaliser over the sender id and the frame's (sequence,
@@ -319,21 +314,15 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
   ofi_self_identity(&o->pid, &o->start_time, &o->pidns);
   pthread_mutex_init(&o->peers_lock, NULL);
   pthread_mutex_init(&o->attn_lock, NULL);
-  int r = nxmod_env_size("NX_OFI_QUEUE_MAX", OFI_QUEUE_MAX_DEFAULT, 1, SIZE_MAX,
-                         &o->queue_max, why, why_len);
+  int threading = 0;
+  int r = nxu_opt_size("NX_OFI_QUEUE_MAX", &o->queue_max, why, why_len);
   if (r == 0)
-    r = nxmod_env_size("NX_OFI_EAGER_MAX", OFI_EAGER_MAX_DEFAULT, 0,
-                       (size_t)1 << 20, &o->eager_max, why, why_len);
+    r = nxu_opt_size("NX_OFI_EAGER_MAX", &o->eager_max, why, why_len);
   if (r == 0)
-    r = nxmod_env_size("NX_OFI_FRAG_MAX", OFI_FRAG_CAP, 4096, OFI_FRAG_CAP,
-                       &o->frag_max, why, why_len);
-  const char *th = getenv("NX_OFI_THREADING");
-  if (r == 0 && th != NULL && th[0] != '\0' && strcmp(th, "safe") != 0 &&
-      strcmp(th, "domain") != 0) {
-    snprintf(why, why_len, "NX_OFI_THREADING=%s: expected safe or domain", th);
-    r = NX_EINVAL;
-  }
-  o->force_domain = th != NULL && strcmp(th, "domain") == 0;
+    r = nxu_opt_size("NX_OFI_FRAG_MAX", &o->frag_max, why, why_len);
+  if (r == 0)
+    r = nxu_opt_choice("NX_OFI_THREADING", &threading, why, why_len);
+  o->force_domain = threading == 1; /* "safe|domain" */
   if (r == 0)
     r = ofi_rails_open(o, why, why_len);
   if (r == 0)
@@ -361,8 +350,8 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
 static void ofi_finalize(void *state) {
   struct ofi *o = state;
   o->closing = 1;
-  uint64_t deadline = ofi_now_ns() + (uint64_t)OFI_LINGER_MS * 1000000u;
-  while (o->nrails > 0 && ofi_sends_pending(o) && ofi_now_ns() < deadline) {
+  uint64_t deadline = nxu_now_ns() + (uint64_t)OFI_LINGER_MS * 1000000u;
+  while (o->nrails > 0 && ofi_sends_pending(o) && nxu_now_ns() < deadline) {
     if (ofi_progress(o) == 0) {
       struct pollfd pfd = {.fd = o->epfd, .events = POLLIN};
       poll(&pfd, o->epfd >= 0 ? 1 : 0, 1);

@@ -78,8 +78,6 @@ enum ofi_kind { OFI_EAGER = 1, OFI_RTS = 2, OFI_HELLO = 3 };
 #define OFI_FRAGS_MAX (1u << 16)
 #define OFI_FRAG_CAP ((size_t)4 << 20)
 
-#define OFI_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
-#define OFI_EAGER_MAX_DEFAULT ((size_t)8192)
 #define OFI_RX_BUFS 64
 /* Fragment receives a rail keeps posted at most. */
 #define OFI_FRAG_RECVS_MAX 256
@@ -343,7 +341,6 @@ static inline uint64_t ofi_get64(const uint8_t *p) {
 
 /* ofi.c */
 int ofi_status_to_nx(int status);
-uint64_t ofi_now_ns(void);
 /* The tag of fragment `frag` of frame `seq` from sender `id`. */
 uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag);
 /* Every libfabric call on a rail's domain is bracketed by these: they take

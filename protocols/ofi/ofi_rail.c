@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ofi.h"
+#include "nxu_key.h"
 
 /* Receiving. Every rail keeps OFI_RX_BUFS eager buffers posted with
  * fi_recvmsg, each large enough for the module header, the frame header
@@ -475,13 +476,6 @@ static void frag_done(struct ofi *o, struct ofi_rx *rx, int err) {
   rx_settle(o, rx);
 }
 
-static int key_equal(const uint8_t *a, const uint8_t *b) {
-  volatile uint8_t diff = 0; /* constant time: no early exit */
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
-    diff |= a[i] ^ b[i];
-  return diff == 0;
-}
-
 /* An eager buffer completed: one message from some sender. */
 static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   struct ofi *o = r->o;
@@ -504,7 +498,7 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   if (m[2] == OFI_HELLO || !s->authed) {
     /* Only the HELLO with our key, first, opens the door. */
     int ok = m[2] == OFI_HELLO && !s->authed && !s->banned && seq == 0 &&
-             len == OFI_HELLO_SIZE && key_equal(m + OFI_HDR_SIZE, o->core->key);
+             len == OFI_HELLO_SIZE && nxu_key_equal(m + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
     post_rxbuf(r, b);
     if (ok) {
       s->authed = 1;

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "ofi.h"
+#include "nxu_time.h"
+#include "nxu_key.h"
 
 /* The wait fd is an epoll set of our own. The core sleeps in epoll_wait
  * on it (nested in its own set) only after a progress round of its found
@@ -79,11 +81,6 @@ static _Thread_local struct {
   unsigned calls;
 } tl;
 
-static void uuid_hex(const uint8_t *uuid, char *out) {
-  for (int i = 0; i < OFI_UUID_SIZE; i++)
-    snprintf(out + 2 * i, 3, "%02x", uuid[i]);
-}
-
 /* "/nx-ofi-<pid ns>-<pid>-<uuid>" for shm_open; the socket's abstract
  * name is the same without the slash. The pid lets a later process remove
  * the page of one that was killed (wake_sweep). */
@@ -92,7 +89,7 @@ static void uuid_hex(const uint8_t *uuid, char *out) {
 static void wake_name(uint64_t pidns, uint32_t pid, const uint8_t *uuid,
                       char *out, size_t len) {
   char hex[2 * OFI_UUID_SIZE + 1];
-  uuid_hex(uuid, hex);
+  nxu_hex_encode(uuid, OFI_UUID_SIZE, hex);
   snprintf(out, len, "/" WAKE_PREFIX "%llx-%u-%s", (unsigned long long)pidns,
            pid, hex);
 }
@@ -387,7 +384,7 @@ int ofi_wake_progress(struct ofi *o, int events) {
   if (++tl.calls < OFI_CLOCK_EVERY)
     return events;
   tl.calls = 0;
-  uint64_t now = ofi_now_ns();
+  uint64_t now = nxu_now_ns();
   if (events > 0 || tl.last_work == 0) {
     if (tl.last_work == 0)
       tl.last_work = now;

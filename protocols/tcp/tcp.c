@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 #include "tcp.h"
-#include "nxmod_env.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
 
 /* Threads. send() runs on any thread, concurrently; everything that calls
  * libuv runs on the driver (progress, init, finalize). A peer's `lock`
@@ -329,11 +330,9 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
     return NX_ENOMEM;
   t->core = core;
   size_t ms;
-  int r = nxmod_env_size("NX_TCP_QUEUE_MAX", TCP_QUEUE_MAX_DEFAULT, 1,
-                         SIZE_MAX, &t->queue_max, why, why_len);
+  int r = nxu_opt_size("NX_TCP_QUEUE_MAX", &t->queue_max, why, why_len);
   if (r == 0)
-    r = nxmod_env_size("NX_TCP_HANDSHAKE_MS", TCP_HANDSHAKE_MS_DEFAULT, 1,
-                       3600000, &ms, why, why_len);
+    r = nxu_opt_size("NX_TCP_HANDSHAKE_MS", &ms, why, why_len);
   if (r < 0) {
     free(t);
     return r;
@@ -382,12 +381,6 @@ static int queues_empty(struct tcp *t) {
   return empty;
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static int tcp_progress(void *state);
 
 /* Runs after the core stopped its progress engine and disconnected every
@@ -397,8 +390,8 @@ static int tcp_progress(void *state);
 static void tcp_finalize(void *state) {
   struct tcp *t = state;
   t->finalizing = 1;
-  uint64_t deadline = now_ms() + TCP_LINGER_MS;
-  while (t->nlisten > 0 && !queues_empty(t) && now_ms() < deadline) {
+  uint64_t deadline = nxu_now_ms() + TCP_LINGER_MS;
+  while (t->nlisten > 0 && !queues_empty(t) && nxu_now_ms() < deadline) {
     tcp_progress(t);
     struct pollfd pfd = {.fd = uv_backend_fd(&t->loop), .events = POLLIN};
     poll(&pfd, 1, 10);

@@ -47,8 +47,6 @@ enum tcp_answer {
                             already connected */
 };
 
-#define TCP_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
-#define TCP_HANDSHAKE_MS_DEFAULT 5000u
 /* Accepted connections still in their handshake; more are closed at once. */
 #define TCP_MAX_HANDSHAKING 128
 /* Bytes read ahead of the current header or payload in one readv. */

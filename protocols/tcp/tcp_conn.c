@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tcp.h"
+#include "nxu_key.h"
 
 /* Who keeps which connection. Each pair of processes uses one connection,
  * opened when the first frame is to be sent. A client sends its hello and
@@ -139,13 +140,6 @@ static void drop_bad(struct tcp_conn *c, const char *why) {
 static void set_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-static int key_equal(const uint8_t *a, const uint8_t *b) {
-  volatile uint8_t diff = 0; /* constant time: no early exit */
-  for (unsigned i = 0; i < NX_KEY_SIZE; i++)
-    diff |= a[i] ^ b[i];
-  return diff == 0;
 }
 
 static void put_le16(uint8_t *p, unsigned v) {
@@ -330,7 +324,7 @@ static void hello_received(struct tcp_conn *c) {
     drop_bad(c, line);
     return;
   }
-  if (!key_equal(h + 6, t->core->key)) {
+  if (!nxu_key_equal(h + 6, t->core->key, NX_KEY_SIZE)) {
     drop_bad(c, "handshake: wrong key");
     return;
   }

@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "ucx.h"
-#include "nxmod_env.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
 
 int ucx_status_to_nx(ucs_status_t status) {
   if (status >= UCS_ERR_LAST_ENDPOINT_FAILURE &&
@@ -35,12 +36,6 @@ int ucx_status_to_nx(ucs_status_t status) {
   case UCS_ERR_MESSAGE_TRUNCATED: return NX_EMSGSIZE;
   default: return NX_EIO;
   }
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The lock and the hand-over to the core. */
@@ -119,8 +114,7 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
   u->core = core;
   u->efd = -1;
   atomic_init(&u->failed, NULL);
-  int r = nxmod_env_size("NX_UCX_QUEUE_MAX", UCX_QUEUE_MAX_DEFAULT, 1, SIZE_MAX,
-                         &u->queue_max, why, why_len);
+  int r = nxu_opt_size("NX_UCX_QUEUE_MAX", &u->queue_max, why, why_len);
   if (r < 0)
     goto err_free;
   pthread_mutexattr_t attr;
@@ -248,14 +242,14 @@ static void pause_briefly(void) {
  * destroyed; whatever UCX still held is failed with NX_EFINALIZED. */
 static void ucx_finalize(void *state) {
   struct ucx *u = state;
-  uint64_t deadline = now_ns() + (uint64_t)UCX_LINGER_MS * 1000000u;
+  uint64_t deadline = nxu_now_ns() + (uint64_t)UCX_LINGER_MS * 1000000u;
   ucx_lock(u);
   u->finalizing = 1;
   for (int phase = 0; phase < 2; phase++) {
     if (phase == 1)
       ucx_peers_close_all(u);
     while ((phase == 0 ? ucx_peers_pending(u) : u->closing) > 0 &&
-           now_ns() < deadline) {
+           nxu_now_ns() < deadline) {
       unsigned n = ucp_worker_progress(u->worker);
       ucx_peers_service(u);
       ucx_unlock(u, 1);
@@ -337,7 +331,7 @@ static int ucx_reachable(void *state, const struct nx_desc *peer) {
  * drains it if it became readable without any work for us. During a busy
  * exchange we never arm, so senders never pay for signalling us. */
 static int arm(struct ucx *u) {
-  uint64_t now = now_ns();
+  uint64_t now = nxu_now_ns();
   if (u->idle_since == 0) {
     u->idle_since = now;
     return 0;
@@ -412,5 +406,4 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ucx = {
     .wait_fd = ucx_wait_fd,
     .backend_version = ucx_backend_version,
     .endpoint_info = ucx_endpoint_info,
-    .job_peers = NULL,
 };

@@ -43,7 +43,6 @@
 #define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8)
 #define UCX_ADDR_MAX (NX_DESC_DATA_MAX - UCX_DESC_HEAD)
 
-#define UCX_QUEUE_MAX_DEFAULT ((size_t)64 << 20)
 /* ucp_worker_progress calls per progress() at most. */
 #define UCX_PROGRESS_ROUNDS 16
 /* Frames one progress() call delivers at most (about what the core

@@ -185,6 +185,25 @@ TEST_CASE("misuse of the API returns error codes", "[badinput]") {
     unsetenv("NX_PROGRESS");
     CHECK(nx_finalize() == NX_ENOTINIT);
   }
+  SECTION("a malformed core setting fails nx_init, never reads as 0") {
+    struct {
+      const char *name, *value;
+    } bad[] = {{"NX_SPIN_US", "abc"},       {"NX_SPIN_US", "-1"},
+               {"NX_SPIN_US", "2000000"},   {"NX_DEBUG", "yes"},
+               {"NX_BUFFER_CACHE", "12q"},  {"NX_CREATE_TIMEOUT", "0"},
+               {"NX_CREATE_TIMEOUT", "1m"}, {"NX_CTL_FD", "stdin"}};
+    for (const auto &b : bad) {
+      INFO(b.name << "=" << b.value);
+      setenv(b.name, b.value, 1);
+      CHECK(nx_init(nullptr, nullptr) == NX_EINVAL);
+      unsetenv(b.name);
+    }
+    CHECK(nx_finalize() == NX_ENOTINIT);
+    setenv("NX_SPIN_US", "0", 1);
+    CHECK(nx_init(nullptr, nullptr) == 0);
+    CHECK(nx_finalize() == 0);
+    unsetenv("NX_SPIN_US");
+  }
   SECTION("after nx_init") {
     runtime_guard rt;
     REQUIRE(rt.init_rc() == 0);

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../nexus/src/buffer_cache.h"
+#include "buffer_cache.h"
 #include "nexus.h"
 #include "runtime_guard.h"
 

@@ -1,6 +1,7 @@
 // Tests of nexus/src/module.c with fixture modules: a good module, one of
 // the wrong ABI version, one missing a mandatory slot, one whose init fails,
-// one that does not exist; NX_PROTOCOLS order; and malformed frame headers
+// one that does not exist, modules of ABI 4 and 5 and one with a bad
+// launcher table; NX_PROTOCOLS order; and malformed frame headers
 // handed to the core through the fixture's receive path.
 #include <catch2/catch.hpp>
 
@@ -84,6 +85,46 @@ TEST_CASE("the loader loads good modules and says why it skips the others",
   CHECK(m["nosuchmodule"].loaded == 0);
   CHECK(m["nosuchmodule"].error == NX_ENOENT);
   CHECK(std::string(m["fixture"].path).find(FIXTURE_DIR) == 0);
+}
+
+TEST_CASE("modules built for ABI 4 and 5 still load, with their launcher "
+          "slots",
+          "[loader]") {
+  env_guard env("abi4,abi5,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  auto m = modules();
+  REQUIRE(m.count("abi4") == 1);
+  REQUIRE(m.count("abi5") == 1);
+  CHECK(m["abi4"].loaded == 1);
+  CHECK(m["abi4"].error == 0);
+  CHECK(m["abi5"].loaded == 1);
+  CHECK(m["abi5"].error == 0);
+  nx_node_t node;
+  // ABI 5's node_spec and spawn reached the launcher table: the fixture's
+  // node_spec wants a colon, and its spawn starts nothing.
+  CHECK(nx_nodes_acquire("abi5:x", 1, &node) == 0);
+  CHECK(nx_nodes_acquire("abi5", 1, &node) == NX_EINVAL);
+  CHECK(nx_context_create(&node, "/bin/true", nullptr, nullptr) ==
+        NX_EINVAL); // no gp to write
+  nx_gp_t gp;
+  REQUIRE(nx_nodes_acquire("abi5:x", 1, &node) == 0);
+  CHECK(nx_context_create(&node, "/bin/true", nullptr, &gp) == NX_ENOTSUP);
+  // ABI 4 had job_peers only: its nodes start nothing.
+  CHECK(nx_nodes_acquire("abi4:x", 1, &node) == NX_ENOTSUP);
+}
+
+TEST_CASE("a launcher table that breaks its rules is refused, with why",
+          "[loader]") {
+  env_guard env("badlaunch,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  auto m = modules();
+  REQUIRE(m.count("badlaunch") == 1);
+  CHECK(m["badlaunch"].loaded == 0);
+  CHECK(m["badlaunch"].error == NX_EMODULE);
+  CHECK(std::string(m["badlaunch"].reason).find("ctl_close") !=
+        std::string::npos);
 }
 
 TEST_CASE("NX_PROTOCOLS order picks the protocol; without it, cost does",

@@ -2,6 +2,8 @@
 #ifndef NEXUS_BUFFER_H
 #define NEXUS_BUFFER_H
 
+#include "export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,96 +22,96 @@ enum nx_format {
 };
 
 /* The format of this machine. */
-int nx_format_native(void);
+NX_EXTERN int nx_format_native(void);
 
 /* Bytes that an array of `count` values of a type takes in a buffer,
  * including the type tag and count (a buffer checks types on get); a single
  * value put with nx_put_<type> takes 4 bytes less. Use these for size
  * hints; a size hint is only a hint, buffers grow as needed. */
-size_t nx_sizeof_int8(size_t count);
-size_t nx_sizeof_int16(size_t count);
-size_t nx_sizeof_int32(size_t count);
-size_t nx_sizeof_int64(size_t count);
-size_t nx_sizeof_float(size_t count);
-size_t nx_sizeof_double(size_t count);
-size_t nx_sizeof_char(size_t count);
-size_t nx_sizeof_bytes(size_t count);
+NX_EXTERN size_t nx_sizeof_int8(size_t count);
+NX_EXTERN size_t nx_sizeof_int16(size_t count);
+NX_EXTERN size_t nx_sizeof_int32(size_t count);
+NX_EXTERN size_t nx_sizeof_int64(size_t count);
+NX_EXTERN size_t nx_sizeof_float(size_t count);
+NX_EXTERN size_t nx_sizeof_double(size_t count);
+NX_EXTERN size_t nx_sizeof_char(size_t count);
+NX_EXTERN size_t nx_sizeof_bytes(size_t count);
 /* Bytes a global pointer takes (it carries its protocol descriptors). */
-size_t nx_sizeof_gp(const struct nx_gp *gp);
+NX_EXTERN size_t nx_sizeof_gp(const struct nx_gp *gp);
 
 /* Creates a stand-alone buffer (not bound to an RSR) for packing and
  * unpacking, in this machine's format. Returns 0, NX_EINVAL, NX_ENOMEM or
  * NX_ENOTINIT. */
-int nx_buffer_create(size_t size_hint, nx_buffer_t **buf);
+NX_EXTERN int nx_buffer_create(size_t size_hint, nx_buffer_t **buf);
 
 /* Makes the buffer write in `format` (NX_FORMAT_*). Only allowed while the
  * buffer is empty: returns NX_EBUSY otherwise, NX_EINVAL for a bad format.
  * Used to exercise receiver-makes-right on a machine of one format. */
-int nx_buffer_set_format(nx_buffer_t *buf, int format);
+NX_EXTERN int nx_buffer_set_format(nx_buffer_t *buf, int format);
 
 /* The format tag the buffer's contents are in. */
-int nx_buffer_format(const nx_buffer_t *buf);
+NX_EXTERN int nx_buffer_format(const nx_buffer_t *buf);
 
 /* Moves the read position back to the first value. */
-int nx_buffer_rewind(nx_buffer_t *buf);
+NX_EXTERN int nx_buffer_rewind(nx_buffer_t *buf);
 
 /* Bytes packed into the buffer, and bytes not yet read. */
-size_t nx_buffer_length(const nx_buffer_t *buf);
-size_t nx_buffer_remaining(const nx_buffer_t *buf);
+NX_EXTERN size_t nx_buffer_length(const nx_buffer_t *buf);
+NX_EXTERN size_t nx_buffer_remaining(const nx_buffer_t *buf);
 
 /* The packed contents of a buffer, in its format (nx_buffer_format), for a
  * program that moves them by other means (a file, a pipe, a launcher).
  * `*data` stays valid until the buffer changes or is released. Returns 0 or
  * NX_EINVAL. */
-int nx_buffer_bytes(const nx_buffer_t *buf, const void **data, size_t *len);
+NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data, size_t *len);
 
 /* Makes a stand-alone buffer holding a copy of `len` bytes that another
  * buffer's nx_buffer_bytes gave, in `format`, ready to read from the start.
  * Malformed contents are found by the gets, as for any received buffer.
  * Returns 0, NX_EINVAL, NX_ENOMEM or NX_ENOTINIT. */
-int nx_buffer_from_bytes(const void *data, size_t len, int format,
+NX_EXTERN int nx_buffer_from_bytes(const void *data, size_t len, int format,
                          nx_buffer_t **buf);
 
 /* Keeps a buffer alive past the handler's return (no copy). Each retain
  * needs one release. A handler's buffer is released by the runtime when the
  * handler returns, so a handler releases only what it retained. Returns 0 or
  * NX_EINVAL (NULL, or an RSR buffer not yet sent: nx_rsr_send takes it). */
-int nx_buffer_retain(nx_buffer_t *buf);
+NX_EXTERN int nx_buffer_retain(nx_buffer_t *buf);
 
 /* Drops one reference; the last one frees the buffer. Releasing a handler's
  * buffer that the handler did not retain returns NX_EINVAL and changes
  * nothing. An RSR buffer that will not be sent is released with this too. */
-int nx_buffer_release(nx_buffer_t *buf);
+NX_EXTERN int nx_buffer_release(nx_buffer_t *buf);
 
 /* Put: append one value, or `count` values. Return 0, NX_EINVAL (NULL, or a
  * received buffer, which is read-only) or NX_ENOMEM. */
-int nx_put_int8(nx_buffer_t *buf, int8_t v);
-int nx_put_uint8(nx_buffer_t *buf, uint8_t v);
-int nx_put_int16(nx_buffer_t *buf, int16_t v);
-int nx_put_uint16(nx_buffer_t *buf, uint16_t v);
-int nx_put_int32(nx_buffer_t *buf, int32_t v);
-int nx_put_uint32(nx_buffer_t *buf, uint32_t v);
-int nx_put_int64(nx_buffer_t *buf, int64_t v);
-int nx_put_uint64(nx_buffer_t *buf, uint64_t v);
-int nx_put_float(nx_buffer_t *buf, float v);
-int nx_put_double(nx_buffer_t *buf, double v);
-int nx_put_char(nx_buffer_t *buf, char v);
+NX_EXTERN int nx_put_int8(nx_buffer_t *buf, int8_t v);
+NX_EXTERN int nx_put_uint8(nx_buffer_t *buf, uint8_t v);
+NX_EXTERN int nx_put_int16(nx_buffer_t *buf, int16_t v);
+NX_EXTERN int nx_put_uint16(nx_buffer_t *buf, uint16_t v);
+NX_EXTERN int nx_put_int32(nx_buffer_t *buf, int32_t v);
+NX_EXTERN int nx_put_uint32(nx_buffer_t *buf, uint32_t v);
+NX_EXTERN int nx_put_int64(nx_buffer_t *buf, int64_t v);
+NX_EXTERN int nx_put_uint64(nx_buffer_t *buf, uint64_t v);
+NX_EXTERN int nx_put_float(nx_buffer_t *buf, float v);
+NX_EXTERN int nx_put_double(nx_buffer_t *buf, double v);
+NX_EXTERN int nx_put_char(nx_buffer_t *buf, char v);
 
-int nx_put_int8_array(nx_buffer_t *buf, const int8_t *v, size_t count);
-int nx_put_uint8_array(nx_buffer_t *buf, const uint8_t *v, size_t count);
-int nx_put_int16_array(nx_buffer_t *buf, const int16_t *v, size_t count);
-int nx_put_uint16_array(nx_buffer_t *buf, const uint16_t *v, size_t count);
-int nx_put_int32_array(nx_buffer_t *buf, const int32_t *v, size_t count);
-int nx_put_uint32_array(nx_buffer_t *buf, const uint32_t *v, size_t count);
-int nx_put_int64_array(nx_buffer_t *buf, const int64_t *v, size_t count);
-int nx_put_uint64_array(nx_buffer_t *buf, const uint64_t *v, size_t count);
-int nx_put_float_array(nx_buffer_t *buf, const float *v, size_t count);
-int nx_put_double_array(nx_buffer_t *buf, const double *v, size_t count);
-int nx_put_char_array(nx_buffer_t *buf, const char *v, size_t count);
+NX_EXTERN int nx_put_int8_array(nx_buffer_t *buf, const int8_t *v, size_t count);
+NX_EXTERN int nx_put_uint8_array(nx_buffer_t *buf, const uint8_t *v, size_t count);
+NX_EXTERN int nx_put_int16_array(nx_buffer_t *buf, const int16_t *v, size_t count);
+NX_EXTERN int nx_put_uint16_array(nx_buffer_t *buf, const uint16_t *v, size_t count);
+NX_EXTERN int nx_put_int32_array(nx_buffer_t *buf, const int32_t *v, size_t count);
+NX_EXTERN int nx_put_uint32_array(nx_buffer_t *buf, const uint32_t *v, size_t count);
+NX_EXTERN int nx_put_int64_array(nx_buffer_t *buf, const int64_t *v, size_t count);
+NX_EXTERN int nx_put_uint64_array(nx_buffer_t *buf, const uint64_t *v, size_t count);
+NX_EXTERN int nx_put_float_array(nx_buffer_t *buf, const float *v, size_t count);
+NX_EXTERN int nx_put_double_array(nx_buffer_t *buf, const double *v, size_t count);
+NX_EXTERN int nx_put_char_array(nx_buffer_t *buf, const char *v, size_t count);
 /* Opaque bytes: never converted. */
-int nx_put_bytes(nx_buffer_t *buf, const void *v, size_t count);
+NX_EXTERN int nx_put_bytes(nx_buffer_t *buf, const void *v, size_t count);
 /* A global pointer, with its protocol descriptors. */
-int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
+NX_EXTERN int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
 
 /* Get: read the next value into `*v`, or `count` values into `v[]`,
  * converting from the buffer's format. Return 0; NX_EINVAL for a NULL
@@ -118,33 +120,33 @@ int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
  * type, or an array of another length; NX_EPROTO when the data is
  * malformed. On error nothing is read: the buffer stays usable at the same
  * position. */
-int nx_get_int8(nx_buffer_t *buf, int8_t *v);
-int nx_get_uint8(nx_buffer_t *buf, uint8_t *v);
-int nx_get_int16(nx_buffer_t *buf, int16_t *v);
-int nx_get_uint16(nx_buffer_t *buf, uint16_t *v);
-int nx_get_int32(nx_buffer_t *buf, int32_t *v);
-int nx_get_uint32(nx_buffer_t *buf, uint32_t *v);
-int nx_get_int64(nx_buffer_t *buf, int64_t *v);
-int nx_get_uint64(nx_buffer_t *buf, uint64_t *v);
-int nx_get_float(nx_buffer_t *buf, float *v);
-int nx_get_double(nx_buffer_t *buf, double *v);
-int nx_get_char(nx_buffer_t *buf, char *v);
+NX_EXTERN int nx_get_int8(nx_buffer_t *buf, int8_t *v);
+NX_EXTERN int nx_get_uint8(nx_buffer_t *buf, uint8_t *v);
+NX_EXTERN int nx_get_int16(nx_buffer_t *buf, int16_t *v);
+NX_EXTERN int nx_get_uint16(nx_buffer_t *buf, uint16_t *v);
+NX_EXTERN int nx_get_int32(nx_buffer_t *buf, int32_t *v);
+NX_EXTERN int nx_get_uint32(nx_buffer_t *buf, uint32_t *v);
+NX_EXTERN int nx_get_int64(nx_buffer_t *buf, int64_t *v);
+NX_EXTERN int nx_get_uint64(nx_buffer_t *buf, uint64_t *v);
+NX_EXTERN int nx_get_float(nx_buffer_t *buf, float *v);
+NX_EXTERN int nx_get_double(nx_buffer_t *buf, double *v);
+NX_EXTERN int nx_get_char(nx_buffer_t *buf, char *v);
 
-int nx_get_int8_array(nx_buffer_t *buf, int8_t *v, size_t count);
-int nx_get_uint8_array(nx_buffer_t *buf, uint8_t *v, size_t count);
-int nx_get_int16_array(nx_buffer_t *buf, int16_t *v, size_t count);
-int nx_get_uint16_array(nx_buffer_t *buf, uint16_t *v, size_t count);
-int nx_get_int32_array(nx_buffer_t *buf, int32_t *v, size_t count);
-int nx_get_uint32_array(nx_buffer_t *buf, uint32_t *v, size_t count);
-int nx_get_int64_array(nx_buffer_t *buf, int64_t *v, size_t count);
-int nx_get_uint64_array(nx_buffer_t *buf, uint64_t *v, size_t count);
-int nx_get_float_array(nx_buffer_t *buf, float *v, size_t count);
-int nx_get_double_array(nx_buffer_t *buf, double *v, size_t count);
-int nx_get_char_array(nx_buffer_t *buf, char *v, size_t count);
-int nx_get_bytes(nx_buffer_t *buf, void *v, size_t count);
+NX_EXTERN int nx_get_int8_array(nx_buffer_t *buf, int8_t *v, size_t count);
+NX_EXTERN int nx_get_uint8_array(nx_buffer_t *buf, uint8_t *v, size_t count);
+NX_EXTERN int nx_get_int16_array(nx_buffer_t *buf, int16_t *v, size_t count);
+NX_EXTERN int nx_get_uint16_array(nx_buffer_t *buf, uint16_t *v, size_t count);
+NX_EXTERN int nx_get_int32_array(nx_buffer_t *buf, int32_t *v, size_t count);
+NX_EXTERN int nx_get_uint32_array(nx_buffer_t *buf, uint32_t *v, size_t count);
+NX_EXTERN int nx_get_int64_array(nx_buffer_t *buf, int64_t *v, size_t count);
+NX_EXTERN int nx_get_uint64_array(nx_buffer_t *buf, uint64_t *v, size_t count);
+NX_EXTERN int nx_get_float_array(nx_buffer_t *buf, float *v, size_t count);
+NX_EXTERN int nx_get_double_array(nx_buffer_t *buf, double *v, size_t count);
+NX_EXTERN int nx_get_char_array(nx_buffer_t *buf, char *v, size_t count);
+NX_EXTERN int nx_get_bytes(nx_buffer_t *buf, void *v, size_t count);
 /* The gp is written only on success and must be released with
  * nx_gp_release. */
-int nx_get_gp(nx_buffer_t *buf, struct nx_gp *gp);
+NX_EXTERN int nx_get_gp(nx_buffer_t *buf, struct nx_gp *gp);
 
 #ifdef __cplusplus
 }

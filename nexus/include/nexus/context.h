@@ -2,6 +2,8 @@
 #ifndef NEXUS_CONTEXT_H
 #define NEXUS_CONTEXT_H
 
+#include "export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,14 +46,14 @@ enum nx_handler_kind {
 
 /* The wire id of a handler name: a 32-bit FNV-1a hash, never 0. Pure; a
  * compiler may compute it ahead of time. */
-nx_handler_id_t nx_handler_id(const char *name);
+NX_EXTERN nx_handler_id_t nx_handler_id(const char *name);
 
 /* Creates an in-process context: it shares this process's memory but has
  * its own handler table and data. `init(ctx, arg)` runs in the calling
  * thread with the new context current; `*gp` is written only after init
  * returned (>= 0), and names the context's data pointer (nx_context_set_data).
  * Returns 0, NX_EINVAL, NX_ENOMEM, NX_ENOTINIT, or init's negative result. */
-int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
+NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
 
 /* Destroys the context `gp` names. An in-process context: RSRs that arrive
  * for it later are dropped and counted (NX_ENOCONTEXT); handlers running in
@@ -61,25 +63,25 @@ int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
  * it then fail with NX_ENOCONTEXT. Returns 0, NX_EINVAL, NX_ENOCONTEXT
  * (unknown, already destroyed, or another process's context that this
  * process did not create) or NX_EBUSY (the process's initial context). */
-int nx_context_destroy(const nx_gp_t *gp);
+NX_EXTERN int nx_context_destroy(const nx_gp_t *gp);
 
 /* The current context of the calling thread: inside a handler or init the
  * context it runs in, otherwise the process's initial context. NULL before
  * nx_init. */
-nx_context_t *nx_context_self(void);
+NX_EXTERN nx_context_t *nx_context_self(void);
 
 /* The context's id (unique in the computation). */
-uint64_t nx_context_id(const nx_context_t *ctx);
+NX_EXTERN uint64_t nx_context_id(const nx_context_t *ctx);
 
 /* The context's compiler-defined data pointer. */
-void *nx_context_data(const nx_context_t *ctx);
-int nx_context_set_data(nx_context_t *ctx, void *data);
+NX_EXTERN void *nx_context_data(const nx_context_t *ctx);
+NX_EXTERN int nx_context_set_data(nx_context_t *ctx, void *data);
 
 /* Registers `fn` under `name` in `ctx`. Registering the same name again
  * replaces the function and kind. Returns 0; NX_EINVAL (NULL, empty name,
  * bad kind); NX_ECOLLISION when another name in this context hashes to the
  * same id; NX_ENOMEM. `*id` (may be NULL) receives the handler's id. */
-int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
+NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
                         int kind, nx_handler_id_t *id);
 
 #ifdef __cplusplus

@@ -2,6 +2,8 @@
 #ifndef NEXUS_ERRORS_H
 #define NEXUS_ERRORS_H
 
+#include "export.h"
+
 #include <errno.h>
 
 #ifdef __cplusplus
@@ -44,10 +46,10 @@ typedef enum nx_errno {
 } nx_errno_t;
 
 /* Returns a short English description of `err` ("unknown error" if unknown). */
-const char *nx_strerror(int err);
+NX_EXTERN const char *nx_strerror(int err);
 
 /* Returns the symbolic name of `err` without the prefix, e.g. "EINVAL". */
-const char *nx_err_name(int err);
+NX_EXTERN const char *nx_err_name(int err);
 
 #ifdef __cplusplus
 }

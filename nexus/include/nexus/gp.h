@@ -2,6 +2,8 @@
 #ifndef NEXUS_GP_H
 #define NEXUS_GP_H
 
+#include "export.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,36 +26,36 @@ typedef struct nx_gp {
 
 /* Makes a gp to `address` in the calling thread's current context.
  * Returns 0, NX_EINVAL or NX_ENOTINIT. */
-int nx_gp_make(void *address, nx_gp_t *gp);
+NX_EXTERN int nx_gp_make(void *address, nx_gp_t *gp);
 
 /* Copies `src` into `dst` (dst gets its own reference). Returns 0 or NX_EINVAL. */
-int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst);
+NX_EXTERN int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst);
 
 /* Drops the gp's reference and sets it to NX_GP_NULL. Releasing a null gp
  * is allowed and does nothing. Returns 0 or NX_EINVAL (NULL argument). */
-int nx_gp_release(nx_gp_t *gp);
+NX_EXTERN int nx_gp_release(nx_gp_t *gp);
 
 /* Returns 1 if both name the same address in the same context, else 0. */
-int nx_gp_equal(const nx_gp_t *a, const nx_gp_t *b);
+NX_EXTERN int nx_gp_equal(const nx_gp_t *a, const nx_gp_t *b);
 
 /* Returns 1 for a null gp (names nothing). */
-int nx_gp_is_null(const nx_gp_t *gp);
+NX_EXTERN int nx_gp_is_null(const nx_gp_t *gp);
 
 /* The id of the context the gp names (0 for a null gp). */
-uint64_t nx_gp_context(const nx_gp_t *gp);
+NX_EXTERN uint64_t nx_gp_context(const nx_gp_t *gp);
 
 /* The address the gp names. Meaningful only inside its own context. */
-void *nx_gp_address(const nx_gp_t *gp);
+NX_EXTERN void *nx_gp_address(const nx_gp_t *gp);
 
 /* The name of the protocol module that would carry an RSR to this gp
  * ("local", "tcp", ...), or NULL if none reaches it. */
-const char *nx_gp_protocol(const nx_gp_t *gp);
+NX_EXTERN const char *nx_gp_protocol(const nx_gp_t *gp);
 
 /* What the chosen protocol module says carries RSRs to this gp underneath
  * (for example "ucx: sysv/memory, posix/memory"), as one line in `buf`.
  * Returns 0; NX_EUNREACH (no protocol reaches it); NX_ENOTSUP (the module
  * does not say: `buf` then holds just the module name); NX_EINVAL. */
-int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
+NX_EXTERN int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,8 @@
 #ifndef NEXUS_PROCESS_H
 #define NEXUS_PROCESS_H
 
+#include "export.h"
+
 #include "gp.h"
 #include "runtime.h"
 
@@ -19,10 +21,10 @@ extern "C" {
  * 0; NX_EINVAL (a malformed spec); NX_ENOTSUP (no loaded module starts
  * processes for that spec, e.g. the mpi module left out by NX_PROTOCOLS:
  * the reason is logged); NX_ENOTINIT (a module spec before nx_init). */
-int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes);
+NX_EXTERN int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes);
 
 /* Gives a node back. Returns 0 or NX_EINVAL. */
-int nx_node_release(nx_node_t *node);
+NX_EXTERN int nx_node_release(nx_node_t *node);
 
 /* Starts `exe` (searched in PATH if it has no '/') with `argv` (NULL-ended;
  * argv[0] is the program name, may be NULL for just `exe`) as a new process
@@ -38,7 +40,7 @@ int nx_node_release(nx_node_t *node);
  * before it was ready, or said something malformed); NX_ETIMEDOUT;
  * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
  * NX_ENOTINIT. */
-int nx_context_create(const nx_node_t *node, const char *exe,
+NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
                       char *const argv[], nx_gp_t *gp);
 
 /* In a program started as a process context (by nx_context_create, on
@@ -46,13 +48,13 @@ int nx_context_create(const nx_node_t *node, const char *exe,
  * creator gets its gp now.
  * Idempotent. Returns 0, NX_ENOENT (this process was not started that way),
  * NX_EPEERDEAD (the creator is gone) or NX_ENOTINIT. */
-int nx_context_ready(void);
+NX_EXTERN int nx_context_ready(void);
 
 /* nx_context_ready, then serves RSRs until the creator destroys this
  * context (returns 0) or goes away (returns NX_EPEERDEAD). The program then
  * calls nx_finalize and exits. Returns NX_ENOENT when this process was not
  * started as a process context. */
-int nx_context_serve(void);
+NX_EXTERN int nx_context_serve(void);
 
 /* The computation's initial contexts, for a program started by nxrun:
  * `*gps` gets a malloc'ed array of `*count` gps, one per process in rank
@@ -65,7 +67,7 @@ int nx_context_serve(void);
  * nx_context_create. Returns 0, NX_EINVAL, NX_ENOENT, NX_EPEERDEAD (the
  * launcher is gone), NX_EPROTO (a malformed peer list), NX_ENOMEM,
  * NX_ENOTINIT. */
-int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
+NX_EXTERN int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
 
 /* Makes this computation accept attachments: programs started separately,
  * here or on another host, join it with nx_attach. `*url` gets
@@ -75,7 +77,7 @@ int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
  * present the key is refused and counted (drop_bad_frame). Calling it again
  * returns the same URL. Returns 0, NX_EINVAL, NX_EBUSY (address in use),
  * NX_EIO, NX_EAGAIN or NX_ENOTINIT. */
-int nx_attach_listen(const char **url);
+NX_EXTERN int nx_attach_listen(const char **url);
 
 /* Joins the computation listening at `url` and writes a gp to its
  * listening context into `*gp`. This process adopts that computation's key
@@ -83,7 +85,7 @@ int nx_attach_listen(const char **url);
  * Returns 0; NX_EINVAL (malformed URL); NX_EUNREACH (nothing listens
  * there); NX_EACCES (the key was refused); NX_EPROTO; NX_ETIMEDOUT;
  * NX_ENOMEM; NX_ENOTINIT. */
-int nx_attach(const char *url, nx_gp_t *gp);
+NX_EXTERN int nx_attach(const char *url, nx_gp_t *gp);
 
 #ifdef __cplusplus
 }

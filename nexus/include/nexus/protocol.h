@@ -22,7 +22,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 5u
+#define NX_PROTOCOL_ABI_VERSION 6u
 /* The oldest version the core still loads: a table of an older version is
  * shorter, and the core treats the slots it lacks as NULL. */
 #define NX_PROTOCOL_ABI_MIN 4u
@@ -121,6 +121,59 @@ struct nx_core_api {
 
 #define NX_KEY_SIZE 16u
 
+/* The launcher table (ABI 6): what a module that also starts processes or
+ * knows a job of processes offers (the mpi module: mpirun's ranks, and
+ * MPI_Comm_spawn). Hung off the ops table's `launch` slot. node_spec,
+ * spawn, ctl_send, ctl_recv and ctl_close come together or not at all;
+ * ctl_parent needs the three ctl_ slots. */
+struct nx_launch_ops {
+  /* job_peers (optional): the module knows a job this process belongs to (the
+   * ranks an MPI launcher started) and can exchange the initial contexts
+   * with the other members. `mine` is this process's entry (opaque bytes);
+   * on success `*all` gets a malloc'ed concatenation of every member's
+   * entry in rank order, `*lens` a malloc'ed array of their lengths,
+   * `*count` the job size and `*rank` ours. Returns 0, NX_ENOENT (no job),
+   * or another negative code. Called at most once, from nx_context_peers,
+   * on a program thread. */
+  int (*job_peers)(void *state, const void *mine, size_t len, void **all,
+                   size_t **lens, int *count, int *rank);
+
+  /* Process contexts started through the backend's own launcher (Open MPI's MPI_Comm_spawn), for nodes acquired with a spec
+   * that names this module ("mpi", "mpi:host=a,b"). Without them such
+   * specs are NX_ENOTSUP. All run on program threads.
+   *
+   * node_spec checks a spec (the whole string, the module's name
+   * included) for nx_nodes_acquire: 0, NX_EINVAL, or NX_ENOTSUP (the
+   * module cannot start processes here, with a one-line reason in `why`).
+   *
+   * spawn starts one process running `exe` with `argv` (NULL-ended,
+   * argv[0] the program name) and, on top of what the launcher gives it,
+   * the variables `env` ("NAME=value", NULL-ended) on node number `node` of
+   * `spec`, waiting at most timeout_ms. On success `*ctl` is the control
+   * channel to it. Returns 0, NX_EINVAL, NX_ENOENT (no such program),
+   * NX_ETIMEDOUT, NX_ENOTSUP, or another negative code.
+   *
+   * The control channel carries the core's messages (nexus/src/ctl.h)
+   * both ways, whole and in order: ctl_send sends one (blocking until the
+   * backend took it); ctl_recv receives one into buf (cap bytes), waiting
+   * at most timeout_ms (-1: forever), and returns its length, 0 when the
+   * channel is closed, NX_ETIMEDOUT, NX_EMSGSIZE or another negative code.
+   * ctl_close ends a channel; with NX_CTL_ABANDON the peer is gone or
+   * broken and the module must not wait for it, otherwise it may (MPI's
+   * disconnect waits for the peer's). ctl_parent, in a process started by
+   * spawn, gives the channel to its creator (NX_ENOENT when there is
+   * none); the core calls it once, after init. */
+  int (*node_spec)(void *state, const char *spec, char *why, size_t why_len);
+  int (*spawn)(void *state, const char *spec, uint32_t node, const char *exe,
+               char *const argv[], const char *const env[], int timeout_ms,
+               void **ctl);
+  int (*ctl_send)(void *state, void *ctl, const void *msg, size_t len);
+  long (*ctl_recv)(void *state, void *ctl, void *buf, size_t cap,
+                   int timeout_ms);
+  void (*ctl_close)(void *state, void *ctl, unsigned flags);
+  int (*ctl_parent)(void *state, void **ctl);
+};
+
 struct nx_protocol_ops {
   uint32_t abi_version; /* NX_PROTOCOL_ABI_VERSION */
   const char *name;     /* "local", "tcp", ...: at most NX_PROTO_NAME_MAX */
@@ -164,52 +217,10 @@ struct nx_protocol_ops {
    * or a negative code. */
   int (*endpoint_info)(void *state, void *ep, char *buf, size_t len);
 
-  /* ABI 4, optional: the module knows a job this process belongs to (the
-   * ranks an MPI launcher started) and can exchange the initial contexts
-   * with the other members. `mine` is this process's entry (opaque bytes);
-   * on success `*all` gets a malloc'ed concatenation of every member's
-   * entry in rank order, `*lens` a malloc'ed array of their lengths,
-   * `*count` the job size and `*rank` ours. Returns 0, NX_ENOENT (no job),
-   * or another negative code. Called at most once, from nx_context_peers,
-   * on a program thread. */
-  int (*job_peers)(void *state, const void *mine, size_t len, void **all,
-                   size_t **lens, int *count, int *rank);
-
-  /* ABI 5, optional: process contexts started through the backend's own
-   * launcher (Open MPI's MPI_Comm_spawn), for nodes acquired with a spec
-   * that names this module ("mpi", "mpi:host=a,b"). Without them such
-   * specs are NX_ENOTSUP. All run on program threads.
-   *
-   * node_spec checks a spec (the whole string, the module's name
-   * included) for nx_nodes_acquire: 0, NX_EINVAL, or NX_ENOTSUP (the
-   * module cannot start processes here, with a one-line reason in `why`).
-   *
-   * spawn starts one process running `exe` with `argv` (NULL-ended,
-   * argv[0] the program name) and, on top of what the launcher gives it,
-   * the variables `env` ("NAME=value", NULL-ended) on node number `node` of
-   * `spec`, waiting at most timeout_ms. On success `*ctl` is the control
-   * channel to it. Returns 0, NX_EINVAL, NX_ENOENT (no such program),
-   * NX_ETIMEDOUT, NX_ENOTSUP, or another negative code.
-   *
-   * The control channel carries the core's messages (nexus/src/ctl.h)
-   * both ways, whole and in order: ctl_send sends one (blocking until the
-   * backend took it); ctl_recv receives one into buf (cap bytes), waiting
-   * at most timeout_ms (-1: forever), and returns its length, 0 when the
-   * channel is closed, NX_ETIMEDOUT, NX_EMSGSIZE or another negative code.
-   * ctl_close ends a channel; with NX_CTL_ABANDON the peer is gone or
-   * broken and the module must not wait for it, otherwise it may (MPI's
-   * disconnect waits for the peer's). ctl_parent, in a process started by
-   * spawn, gives the channel to its creator (NX_ENOENT when there is
-   * none); the core calls it once, after init. */
-  int (*node_spec)(void *state, const char *spec, char *why, size_t why_len);
-  int (*spawn)(void *state, const char *spec, uint32_t node, const char *exe,
-               char *const argv[], const char *const env[], int timeout_ms,
-               void **ctl);
-  int (*ctl_send)(void *state, void *ctl, const void *msg, size_t len);
-  long (*ctl_recv)(void *state, void *ctl, void *buf, size_t cap,
-                   int timeout_ms);
-  void (*ctl_close)(void *state, void *ctl, unsigned flags);
-  int (*ctl_parent)(void *state, void **ctl);
+  /* ABI 6, optional: the launcher table (NULL for a module that only
+   * moves frames). Modules built for ABI 4 and 5 carried these slots in
+   * this table itself; the core still loads them. */
+  const struct nx_launch_ops *launch;
 };
 
 /* ctl_close flags. */

@@ -2,6 +2,8 @@
 #ifndef NEXUS_RSR_H
 #define NEXUS_RSR_H
 
+#include "export.h"
+
 #include <stddef.h>
 
 #include "buffer.h"
@@ -23,11 +25,11 @@ enum nx_rsr_flags {
  * `size_hint` is the payload size expected (buffers grow as needed).
  * `*buf` is written only on success. Returns 0, NX_EINVAL (NULL, a null gp,
  * or handler id 0), NX_ENOMEM or NX_ENOTINIT. */
-int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
+NX_EXTERN int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint);
 
 /* The same, naming the handler (its id is nx_handler_id(name)). */
-int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
+NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
                      size_t size_hint);
 
 /* Step 3: sends the RSR. Never waits for the handler; the buffer belongs to
@@ -39,8 +41,8 @@ int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
  * or handler that turns out not to exist is reported at the destination
  * (dropped, counted, error callback), not here. The gp given to nx_rsr_init
  * must stay valid until this call. */
-int nx_rsr_send(nx_buffer_t *buf);
-int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
+NX_EXTERN int nx_rsr_send(nx_buffer_t *buf);
+NX_EXTERN int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,8 @@
 #ifndef NEXUS_RUNTIME_H
 #define NEXUS_RUNTIME_H
 
+#include "export.h"
+
 #include <stdint.h>
 
 #include "context.h"
@@ -18,14 +20,19 @@ extern "C" {
  * are printed), NX_EINVAL (bad environment setting), NX_EIO (no random
  * bytes for the process identity) or NX_EBUSY (an earlier nx_finalize had
  * to leave blocked handler threads running). */
-int nx_init(int *argc, char ***argv);
+NX_EXTERN int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime: ends the process contexts it created, stops its
  * threads, destroys the contexts, finalizes the modules. RSRs not yet delivered are dropped. If handler threads are still
  * blocked in program code after a two-second grace period, they are left
  * running, nothing they might use is freed, and NX_EBUSY is returned (the
  * runtime is stopped all the same). Returns 0, NX_EBUSY or NX_ENOTINIT. */
-int nx_finalize(void);
+NX_EXTERN int nx_finalize(void);
+
+/* The version of the library the program runs with ("0.1.0"), which may
+ * differ from NX_VERSION_STRING, the headers' it was compiled with. Needs
+ * no nx_init. */
+NX_EXTERN const char *nx_version(void);
 
 /* A node: a processing resource (here, a host). */
 typedef struct nx_node {
@@ -34,14 +41,14 @@ typedef struct nx_node {
 } nx_node_t;
 
 /* Writes the node this process runs on. Returns 0, NX_EINVAL or NX_ENOTINIT. */
-int nx_node_self(nx_node_t *node);
+NX_EXTERN int nx_node_self(nx_node_t *node);
 
 /* Drives progress once without blocking: polls every module and runs the
  * handlers that are due (threaded ones are handed to runtime threads).
  * Needed only with NX_PROGRESS=poll. Returns how much was done (module
  * events plus RSRs dispatched, dropped ones included; 0 when nothing was
  * due or another thread is driving), or NX_ENOTINIT. */
-int nx_poll(void);
+NX_EXTERN int nx_poll(void);
 
 /* Counters of this process, for tools and tests. */
 typedef struct nx_stats {
@@ -57,7 +64,7 @@ typedef struct nx_stats {
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */
-int nx_stats_get(nx_stats_t *stats);
+NX_EXTERN int nx_stats_get(nx_stats_t *stats);
 
 /* Called for every RSR the runtime drops, with the reason, the destination
  * context id and the handler id, on the thread that drives progress at the
@@ -73,7 +80,7 @@ typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
 
 /* Installs `cb` (NULL restores the default: one line on stderr for each of
  * the first few drops). Returns 0 or NX_ENOTINIT. */
-int nx_error_cb_set(nx_error_cb cb, void *arg);
+NX_EXTERN int nx_error_cb_set(nx_error_cb cb, void *arg);
 
 /* What the loader did with one protocol module (for nxinfo and tests). */
 typedef struct nx_module_info {
@@ -90,11 +97,11 @@ typedef struct nx_module_info {
 } nx_module_info_t;
 
 /* Number of modules the loader considered (found or asked for). */
-int nx_module_count(void);
+NX_EXTERN int nx_module_count(void);
 
 /* Writes what happened to module `index` (0 <= index < nx_module_count()).
  * Returns 0, NX_EINVAL or NX_ENOTINIT. */
-int nx_module_info(int index, nx_module_info_t *info);
+NX_EXTERN int nx_module_info(int index, nx_module_info_t *info);
 
 #ifdef __cplusplus
 }

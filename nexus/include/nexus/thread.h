@@ -2,6 +2,8 @@
 #ifndef NEXUS_THREAD_H
 #define NEXUS_THREAD_H
 
+#include "export.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -36,51 +38,51 @@ typedef struct nx_key {
 typedef void *(*nx_thread_fn)(void *arg);
 
 /* Starts `fn(arg)` in a new thread. Returns 0, NX_EAGAIN or NX_EINVAL. */
-int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg);
+NX_EXTERN int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg);
 
 /* Ends the calling thread with `result`; does not return. */
-void nx_thread_exit(void *result);
+NX_EXTERN void nx_thread_exit(void *result);
 
 /* Waits for `thread` to end and stores its result in `*result` (may be NULL).
  * Returns 0, NX_EINVAL (not joinable, or joining oneself). */
-int nx_thread_join(nx_thread_t thread, void **result);
+NX_EXTERN int nx_thread_join(nx_thread_t thread, void **result);
 
 /* Gives up the processor to another runnable thread. */
-void nx_thread_yield(void);
+NX_EXTERN void nx_thread_yield(void);
 
 /* Returns the calling thread. */
-nx_thread_t nx_thread_self(void);
+NX_EXTERN nx_thread_t nx_thread_self(void);
 
 /* Returns 1 if `a` and `b` name the same thread, else 0. */
-int nx_thread_equal(nx_thread_t a, nx_thread_t b);
+NX_EXTERN int nx_thread_equal(nx_thread_t a, nx_thread_t b);
 
 /* Mutexes. Returns 0 or NX_EINVAL; nx_mutex_trylock returns NX_EBUSY when
  * the mutex is held; locking a mutex the caller already holds, and
  * unlocking one it does not hold, return NX_EINVAL and change nothing. */
-int nx_mutex_init(nx_mutex_t *mutex);
-int nx_mutex_destroy(nx_mutex_t *mutex);
-int nx_mutex_lock(nx_mutex_t *mutex);
-int nx_mutex_trylock(nx_mutex_t *mutex);
-int nx_mutex_unlock(nx_mutex_t *mutex);
+NX_EXTERN int nx_mutex_init(nx_mutex_t *mutex);
+NX_EXTERN int nx_mutex_destroy(nx_mutex_t *mutex);
+NX_EXTERN int nx_mutex_lock(nx_mutex_t *mutex);
+NX_EXTERN int nx_mutex_trylock(nx_mutex_t *mutex);
+NX_EXTERN int nx_mutex_unlock(nx_mutex_t *mutex);
 
 /* Condition variables. Waiters must hold `mutex` and re-check their
  * predicate after waking: like POSIX, a wait may return spuriously.
  * nx_cond_timedwait takes an absolute CLOCK_REALTIME deadline and returns
  * NX_ETIMEDOUT when it passes. */
-int nx_cond_init(nx_cond_t *cond);
-int nx_cond_destroy(nx_cond_t *cond);
-int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
-int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
+NX_EXTERN int nx_cond_init(nx_cond_t *cond);
+NX_EXTERN int nx_cond_destroy(nx_cond_t *cond);
+NX_EXTERN int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
+NX_EXTERN int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
                       const struct timespec *abstime);
-int nx_cond_signal(nx_cond_t *cond);
-int nx_cond_broadcast(nx_cond_t *cond);
+NX_EXTERN int nx_cond_signal(nx_cond_t *cond);
+NX_EXTERN int nx_cond_broadcast(nx_cond_t *cond);
 
 /* Thread-specific data. `destructor` (may be NULL) runs at thread exit for
  * a non-NULL value. Return 0, NX_EAGAIN or NX_EINVAL. */
-int nx_key_create(nx_key_t *key, void (*destructor)(void *));
-int nx_key_delete(nx_key_t key);
-int nx_key_set(nx_key_t key, const void *value);
-void *nx_key_get(nx_key_t key);
+NX_EXTERN int nx_key_create(nx_key_t *key, void (*destructor)(void *));
+NX_EXTERN int nx_key_delete(nx_key_t key);
+NX_EXTERN int nx_key_set(nx_key_t key, const void *value);
+NX_EXTERN void *nx_key_get(nx_key_t key);
 
 #ifdef __cplusplus
 }

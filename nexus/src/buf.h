@@ -1,0 +1,104 @@
+/* Message buffers inside the core: the struct behind nx_buffer_t, its memory (bufmem.c) and the helpers the gp encoding shares (buffer.c). */
+#ifndef NXI_BUF_H
+#define NXI_BUF_H
+
+#include "mpscq.h"
+#include "rt.h"
+
+/* Buffers. One allocation holds the struct, the frame header and, up to the
+ * capacity asked for at creation, the payload. */
+enum nxi_buf_kind {
+  NXI_BUF_STANDALONE = 0, /* nx_buffer_create: put and get */
+  NXI_BUF_SEND = 1,       /* nx_rsr_init: put only, consumed by send */
+  NXI_BUF_RECV = 2        /* delivered to a handler: get only */
+};
+
+/* Each value starts with a one-byte tag; arrays set NXI_TAG_ARRAY and are
+ * followed by a 32-bit count in the buffer's byte order. */
+enum {
+  NXI_TAG_INT8 = 1,
+  NXI_TAG_UINT8,
+  NXI_TAG_INT16,
+  NXI_TAG_UINT16,
+  NXI_TAG_INT32,
+  NXI_TAG_UINT32,
+  NXI_TAG_INT64,
+  NXI_TAG_UINT64,
+  NXI_TAG_FLOAT,
+  NXI_TAG_DOUBLE,
+  NXI_TAG_CHAR,
+  NXI_TAG_BYTES,
+  NXI_TAG_GP,
+  NXI_TAG_ARRAY = 0x80
+};
+
+struct nx_context;
+
+struct nx_buffer {
+  nx_frame_t frame; /* what modules see; iov[0] = hdr, iov[1] = payload */
+  struct nxi_qnode qnode;
+  uint8_t *data;
+  size_t cap;
+  size_t len;
+  size_t pos;
+  atomic_uint refs;  /* all references; the last one frees */
+  atomic_uint urefs; /* the program's share of refs (checks releases) */
+  uint8_t kind;
+  uint8_t fmt;
+  uint8_t data_heap; /* data was reallocated outside the block */
+  uint32_t handler;
+  uint64_t context;
+  uint64_t address;
+  struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
+  union {
+    struct nx_context *ctx;     /* RECV, queued for a thread: target (ref) */
+    struct nx_buffer *ctx_next; /* in a thread's cache of free buffers */
+  };
+  nx_handler_fn fn;
+  uint8_t hdr[NX_FRAME_HDR_SIZE];
+  _Alignas(16) uint8_t inline_data[];
+};
+
+/* Payloads above this get a block of their own (bufmem.c). */
+#define NXI_INLINE_MAX (64 * 1024)
+
+/* Memory (bufmem.c): a buffer with room for `cap` payload bytes, and its
+ * end; large payload blocks for a buffer that grows. */
+struct nx_buffer *nxi_buffer_alloc(size_t cap);
+void nxi_buffer_free(struct nx_buffer *b);
+void *nxi_block_get(size_t n, size_t *size);
+void nxi_block_put(void *p, size_t size);
+
+/* Releases the runtime's hold on a handler's buffer. */
+void nxi_buffer_handler_done(struct nx_buffer *b);
+/* Encodes the frame header from the buffer's fields and sets up the iovs. */
+void nxi_buffer_seal(struct nx_buffer *b);
+/* Makes room for `extra` more payload bytes; 0 or NX_ENOMEM. */
+int nxi_buffer_reserve(struct nx_buffer *b, size_t extra);
+
+static inline int nxi_buffer_writable(const struct nx_buffer *b) {
+  return b != NULL && b->kind != NXI_BUF_RECV;
+}
+
+static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return b->fmt != NX_FORMAT_LITTLE;
+#else
+  return b->fmt != NX_FORMAT_BIG;
+#endif
+}
+
+/* Copies `count` elements of `size` bytes, reversing each one's bytes when
+ * `swap` is set. */
+static inline void nxi_copy_elems(uint8_t *dst, const uint8_t *src,
+                                  size_t size, size_t count, int swap) {
+  if (!swap || size == 1) {
+    memcpy(dst, src, size * count);
+    return;
+  }
+  for (size_t i = 0; i < count; i++, dst += size, src += size)
+    for (size_t j = 0; j < size; j++)
+      dst[j] = src[size - 1 - j];
+}
+
+#endif /* NXI_BUF_H */

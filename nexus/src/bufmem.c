@@ -1,0 +1,271 @@
+/* Memory behind message buffers: a per-thread cache of small buffers and a shared cache of large payload blocks. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "buffer_cache.h"
+#include "nxu_opt.h"
+
+/* The smallest payload room; RSRs that fit share the per-thread cache. */
+#define INLINE_MIN 192
+#define INLINE_MAX NXI_INLINE_MAX
+
+/* A per-thread cache of buffers of the standard capacity, so the common
+ * small RSR costs no malloc/free. A thread's cache is freed when the thread
+ * ends. AddressSanitizer builds skip it, to keep use-after-free checks. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CACHE_MAX 0
+#else
+#define CACHE_MAX 64
+#endif
+
+struct buffer_cache {
+  struct nx_buffer *head;
+  int count;
+  int registered;
+};
+
+static NXI_TLS struct buffer_cache cache;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void cache_drain(void *arg) {
+  struct buffer_cache *c = arg;
+  while (c->head != NULL) {
+    struct nx_buffer *b = c->head;
+    c->head = b->ctx_next;
+    free(b);
+  }
+  c->count = 0;
+}
+
+static void cache_key_create(void) {
+  pthread_key_create(&cache_key, cache_drain);
+}
+
+static struct nx_buffer *raw_alloc(size_t cap) {
+  if (cap == INLINE_MIN && cache.head != NULL) {
+    struct nx_buffer *b = cache.head;
+    cache.head = b->ctx_next;
+    cache.count--;
+    return b;
+  }
+  return malloc(sizeof(struct nx_buffer) + cap);
+}
+
+/* A cache of large payload blocks. A payload above INLINE_MAX is a block of
+ * its own, and glibc serves blocks that large with mmap and munmap: every
+ * large RSR then costs a page fault per 4 KiB touched (about 120 per 1 MiB
+ * round trip, both processes together). So freed blocks wait here for the
+ * next payload of their size class instead. Classes: four per doubling
+ * from INLINE_MAX up to BLOCK_MAX (a block is rounded up by at most a
+ * quarter), plus BLOCK_SLACK bytes each; at most BLOCK_PER_CLASS blocks a
+ * class and at most `cap` bytes in all (NX_BUFFER_CACHE; 0 turns the cache
+ * off). One lock for all threads: large payloads are often allocated on
+ * one thread (the sender, the driver that reads a frame) and freed on
+ * another, and the lock costs nothing beside a copy of 64 KiB. The cache
+ * is open from nx_init to nx_finalize, which frees it; blocks freed
+ * outside that time go back to malloc. Under AddressSanitizer a cached
+ * block is poisoned, so a use after free still reports until the block is
+ * reused. */
+#define BLOCK_MIN ((size_t)INLINE_MAX)
+#define BLOCK_MAX ((size_t)16 << 20)
+#define BLOCK_STEPS 4 /* classes per doubling */
+#define BLOCK_SLACK ((size_t)4096)
+#define BLOCK_CLASSES (8 * BLOCK_STEPS) /* 64 KiB << 8 = 16 MiB */
+#define BLOCK_PER_CLASS 4
+#define BLOCK_ALIGN ((size_t)4096) /* where a block starts: see block_new */
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define BLOCK_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define BLOCK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define BLOCK_POISON(p, n) ((void)(p), (void)(n))
+#define BLOCK_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static struct {
+  pthread_mutex_t lock;
+  int open;
+  size_t cap;   /* bytes the cache may hold */
+  size_t bytes; /* bytes it holds */
+  int count[BLOCK_CLASSES];
+  void *slot[BLOCK_CLASSES][BLOCK_PER_CLASS];
+  uint64_t hits, misses;
+} blocks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The class of a block of `n` bytes (INLINE_MAX < n) and its size; -1 for
+ * blocks too large to cache. Each class has BLOCK_SLACK bytes beyond its
+ * step, so that a round size plus the tags and arguments put beside it
+ * (1 MiB of bytes is 1 MiB + 5) stays in the round size's class. */
+static int block_class(size_t n, size_t *size) {
+  n = n > BLOCK_SLACK ? n - BLOCK_SLACK : 0;
+  if (n > BLOCK_MAX)
+    return -1;
+  size_t base = BLOCK_MIN;
+  int k = 0;
+  for (; base * 2 < n; base *= 2)
+    k++;
+  size_t step = base / BLOCK_STEPS;
+  size_t i = n <= base ? 1 : (n - base + step - 1) / step;
+  *size = base + i * step + BLOCK_SLACK;
+  return k * BLOCK_STEPS + (int)i - 1;
+}
+
+static size_t class_size(int c) {
+  size_t base = BLOCK_MIN << (c / BLOCK_STEPS);
+  return base + (size_t)(c % BLOCK_STEPS + 1) * (base / BLOCK_STEPS) +
+         BLOCK_SLACK;
+}
+
+/* A new block, page-aligned. glibc serves blocks this large with mmap,
+ * and its pointer then sits 16 bytes into a page; on the EPYC machines we
+ * measure on, the kernel's copy of a payload that starts 16 or 64 bytes
+ * into a page (sendmsg copying it out, readv copying into it) runs at a
+ * third of the speed of one that starts at the page: a 1 MiB RSR round
+ * trip over tcp took 1.2-1.7 ms instead of 0.6-0.8 ms
+ * (docs/performance.md). */
+static void *block_new(size_t size) {
+  void *p;
+  return posix_memalign(&p, BLOCK_ALIGN, size) == 0 ? p : NULL;
+}
+
+/* A block for a payload of `n` bytes (n > INLINE_MAX), and in *size its
+ * size: rounded up to its class and taken from the cache when one is
+ * there, so that it can go back to the cache when it is freed. */
+void *nxi_block_get(size_t n, size_t *size) {
+  int c = -1;
+  if (__atomic_load_n(&blocks.cap, __ATOMIC_RELAXED) != 0)
+    c = block_class(n, size);
+  if (c < 0) {
+    *size = n;
+    return block_new(n);
+  }
+  void *p = NULL;
+  pthread_mutex_lock(&blocks.lock);
+  if (blocks.count[c] > 0) {
+    p = blocks.slot[c][--blocks.count[c]];
+    blocks.bytes -= *size;
+    blocks.hits++;
+  } else {
+    blocks.misses++;
+  }
+  pthread_mutex_unlock(&blocks.lock);
+  if (p == NULL)
+    return block_new(*size);
+  BLOCK_UNPOISON(p, *size);
+  return p;
+}
+
+void nxi_block_put(void *p, size_t size) {
+  size_t csize;
+  int c = block_class(size, &csize);
+  if (c >= 0 && csize == size) {
+    pthread_mutex_lock(&blocks.lock);
+    int keep = blocks.open && blocks.count[c] < BLOCK_PER_CLASS &&
+               blocks.cap - blocks.bytes >= size;
+    if (keep) {
+      BLOCK_POISON(p, size);
+      blocks.slot[c][blocks.count[c]++] = p;
+      blocks.bytes += size;
+    }
+    pthread_mutex_unlock(&blocks.lock);
+    if (keep)
+      return;
+  }
+  free(p);
+}
+
+int nxi_buffer_cache_init(void) {
+  uint64_t v;
+  char why[128];
+  if (nxu_opt_number("NX_BUFFER_CACHE", &v, why, sizeof(why)) < 0) {
+    nxi_log(0, NULL, "%s", why);
+    return NX_EINVAL;
+  }
+  size_t cap = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
+  pthread_mutex_lock(&blocks.lock);
+  __atomic_store_n(&blocks.cap, cap, __ATOMIC_RELAXED);
+  blocks.open = 1;
+  blocks.hits = blocks.misses = 0;
+  pthread_mutex_unlock(&blocks.lock);
+  return 0;
+}
+
+void nxi_buffer_cache_finalize(void) {
+  pthread_mutex_lock(&blocks.lock);
+  blocks.open = 0;
+  for (int c = 0; c < BLOCK_CLASSES; c++)
+    while (blocks.count[c] > 0) {
+      void *p = blocks.slot[c][--blocks.count[c]];
+      BLOCK_UNPOISON(p, class_size(c));
+      free(p);
+    }
+  blocks.bytes = 0;
+  pthread_mutex_unlock(&blocks.lock);
+}
+
+void nxi_buffer_cache_stats_get(struct nxi_buffer_cache_stats *st) {
+  pthread_mutex_lock(&blocks.lock);
+  st->cap = blocks.cap;
+  st->bytes = blocks.bytes;
+  st->blocks = 0;
+  for (int c = 0; c < BLOCK_CLASSES; c++)
+    st->blocks += (size_t)blocks.count[c];
+  st->hits = blocks.hits;
+  st->misses = blocks.misses;
+  pthread_mutex_unlock(&blocks.lock);
+}
+
+struct nx_buffer *nxi_buffer_alloc(size_t cap) {
+  if (cap < INLINE_MIN)
+    cap = INLINE_MIN;
+  if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
+    return NULL; /* a hint no memory can hold */
+  /* Large payloads live apart from the struct, in blocks of their own
+   * (block_get), so growing one moves the payload, not the struct. */
+  int apart = cap > INLINE_MAX;
+  struct nx_buffer *b = raw_alloc(apart ? INLINE_MIN : cap);
+  if (b == NULL)
+    return NULL;
+  /* Every field but the header bytes and the frame (written when sealed or
+   * received) starts at zero. */
+  memset(b, 0, offsetof(struct nx_buffer, hdr));
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->urefs, 0);
+  b->data = b->inline_data;
+  b->cap = apart ? INLINE_MIN : cap;
+  if (apart) {
+    size_t size;
+    uint8_t *d = nxi_block_get(cap, &size);
+    if (d == NULL) {
+      free(b);
+      return NULL;
+    }
+    b->data = d;
+    b->data_heap = 1;
+    b->cap = size;
+  }
+  b->fmt = (uint8_t)nx_format_native();
+  return b;
+}
+
+void nxi_buffer_free(struct nx_buffer *b) {
+  if (b->data_heap) {
+    nxi_block_put(b->data, b->cap);
+  } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {
+    if (!cache.registered) {
+      pthread_once(&cache_once, cache_key_create);
+      pthread_setspecific(cache_key, &cache);
+      cache.registered = 1;
+    }
+    b->ctx_next = cache.head;
+    cache.head = b;
+    cache.count++;
+    return;
+  }
+  free(b);
+}
+

@@ -1,0 +1,45 @@
+/* Contexts inside the core: the struct behind nx_context_t, the registry that maps ids to contexts, and handler lookup. */
+#ifndef NXI_CONTEXT_H
+#define NXI_CONTEXT_H
+
+#include <pthread.h>
+
+#include "rt.h"
+
+struct nxi_handler {
+  uint32_t id;
+  uint8_t kind;
+  nx_handler_fn fn;
+  char *name;
+};
+
+struct nxi_htable {
+  uint32_t mask; /* capacity - 1, capacity a power of two */
+  uint32_t count;
+  struct nxi_htable *retired; /* older tables, freed with the context */
+  struct nxi_handler slot[];
+};
+
+struct nx_context {
+  uint64_t id;
+  uint32_t index;
+  atomic_uint refs;
+  atomic_int dead;
+  void *data;
+  struct nxi_htable *_Atomic handlers;
+  pthread_mutex_t lock; /* serialises registrations */
+};
+
+/* Creates the initial context (nxi_rt.initial); and frees them all. */
+int nxi_contexts_init(void);
+void nxi_contexts_finalize(void);
+/* Looks up a live context and takes a reference; driver lock held. */
+struct nx_context *nxi_context_get(uint64_t id);
+void nxi_context_put(struct nx_context *ctx);
+const struct nxi_handler *nxi_handler_find(struct nx_context *ctx, uint32_t id);
+/* Makes `ctx` the calling thread's current context; returns the previous. */
+nx_context_t *nxi_context_swap(nx_context_t *ctx);
+/* Destroys an in-process context of this process (nx_context_destroy). */
+int nxi_context_destroy_local(uint64_t id);
+
+#endif /* NXI_CONTEXT_H */

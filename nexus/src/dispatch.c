@@ -1,0 +1,160 @@
+/* Running what arrived: polling the modules, looking up each RSR's context and handler, and running it here or queueing it for a runtime thread. */
+#include <sched.h>
+
+#include "context.h"
+#include "driver.h"
+#include "engine.h"
+#include "module.h"
+
+#define BATCH 64
+
+void nxi_run(struct nx_buffer *b) {
+  struct nx_context *ctx = b->ctx;
+  nx_context_t *old = nxi_context_swap(ctx);
+  nxi_eng_me.handlers++;
+  b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  nxi_eng_me.handlers--;
+  nxi_context_swap(old);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+}
+
+void nxi_tq_push(struct nx_buffer *b) {
+  pthread_mutex_lock(&nxi_eng.tq_lock);
+  atomic_store_explicit(&b->qnode.next, NULL, memory_order_relaxed);
+  if (nxi_eng.tq_tail != NULL)
+    atomic_store_explicit(&nxi_eng.tq_tail->next, &b->qnode,
+                          memory_order_relaxed);
+  else
+    nxi_eng.tq_head = &b->qnode;
+  nxi_eng.tq_tail = &b->qnode;
+  atomic_fetch_add(&nxi_eng.tq_len, 1);
+  pthread_mutex_unlock(&nxi_eng.tq_lock);
+  if (nxi_rt.poll_mode) {
+    /* A spinning pooled thread will see tq_len; it checks tq_len again
+     * after it stops spinning, so one of us always sees the other. */
+    if (atomic_load(&nxi_eng.spinners) > 0)
+      return;
+    pthread_mutex_lock(&nxi_eng.pool_lock);
+    nxi_pool_kick_locked();
+    pthread_mutex_unlock(&nxi_eng.pool_lock);
+  } else {
+    nxi_progress_wake(); /* the primary runs it */
+  }
+}
+
+struct nx_buffer *nxi_tq_pop(void) {
+  if (atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) == 0)
+    return NULL;
+  pthread_mutex_lock(&nxi_eng.tq_lock);
+  struct nxi_qnode *n = nxi_eng.tq_head;
+  if (n != NULL) {
+    nxi_eng.tq_head = atomic_load_explicit(&n->next, memory_order_relaxed);
+    if (nxi_eng.tq_head == NULL)
+      nxi_eng.tq_tail = NULL;
+    atomic_fetch_sub(&nxi_eng.tq_len, 1);
+  }
+  pthread_mutex_unlock(&nxi_eng.tq_lock);
+  return n != NULL ? NXI_CONTAINER_OF(n, struct nx_buffer, qnode) : NULL;
+}
+
+/* A thread of its own for one NX_HANDLER_NEW_THREAD handler. */
+static void *new_thread_main(void *self) {
+  nxi_run(nxi_rthread_arg(self));
+  return nxi_rthread_end(self);
+}
+
+static void dispatch(struct nx_buffer *b) {
+  struct nx_context *ctx = nxi_context_get(b->context);
+  if (ctx == NULL) {
+    nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
+    nxi_buffer_handler_done(b);
+    return;
+  }
+  const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
+  if (h == NULL) {
+    nxi_drop(NX_ENOHANDLER, b->context, b->handler);
+    nxi_buffer_handler_done(b);
+    nxi_context_put(ctx);
+    return;
+  }
+  b->ctx = ctx;
+  b->fn = h->fn;
+  /* Under the driver lock: a plain store is enough. */
+  atomic_store_explicit(
+      &nxi_rt.rsr_handled,
+      atomic_load_explicit(&nxi_rt.rsr_handled, memory_order_relaxed) + 1,
+      memory_order_relaxed);
+  switch (h->kind) {
+  case NX_HANDLER_THREADED:
+    /* Inline only on a runtime thread that runs no other handler: a
+     * threaded handler that blocks must never sit on top of code (a waiting
+     * application thread, or another handler) that might be what wakes it. */
+    if (!nxi_eng_me.runtime || nxi_eng_me.handlers > 0) {
+      nxi_tq_push(b);
+      return;
+    }
+    break;
+  case NX_HANDLER_NEW_THREAD:
+    if (nxi_rthread_spawn(new_thread_main, b) != 0)
+      nxi_tq_push(b); /* no new thread to be had: a pooled one runs it */
+    return;
+  default:
+    break;
+  }
+  if (nxi_eng_me.primary)
+    nxi_engine_set_state(NXI_PRIMARY_RUNNING);
+  nxi_run(b);
+}
+
+int nxi_poll_once(unsigned gen) {
+  int n = 0;
+  int nmods = nxi_module_count_loaded();
+  for (int i = 0; i < nmods; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    int r = m->ops->progress(m->state);
+    if (r > 0)
+      n += r;
+  }
+  for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
+    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
+    if (q == NULL)
+      break;
+    /* Only the driver writes `popped`: a plain store, no locked op. */
+    atomic_store_explicit(
+        &nxi_eng.popped,
+        atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed) + 1,
+        memory_order_release);
+    dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
+    n++;
+  }
+  return n;
+}
+
+void nxi_deliver(struct nx_buffer *b) {
+  nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
+  atomic_fetch_add(&nxi_eng.pushed, 1);
+  nxi_progress_wake();
+}
+
+void nxi_progress_help(void) {
+  unsigned gen;
+  if (nxi_drive_begin(&gen)) {
+    int n = nxi_poll_once(gen);
+    nxi_drive_end(gen);
+    if (n > 0)
+      return;
+  }
+  sched_yield();
+}
+
+int nx_poll(void) {
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  unsigned gen;
+  if (!nxi_drive_begin(&gen))
+    return 0;
+  int n = nxi_poll_once(gen);
+  nxi_drive_end(gen);
+  return n;
+}

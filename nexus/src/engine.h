@@ -1,0 +1,125 @@
+/* The progress engine's shared state, between its files: engine.c (waking and sleeping), rthread.c (runtime threads), dispatch.c (running what arrived), primary.c (the progress thread and the pool), waiter.c (threads waiting in nexus) and progress.c (start and stop). */
+#ifndef NXI_ENGINE_H
+#define NXI_ENGINE_H
+
+#include <pthread.h>
+
+#include "buf.h"
+#include "mpscq.h"
+#include "rt.h"
+
+/* Driving progress means polling every module and running the handlers of
+ * the frames that arrived; one thread at a time does it, the holder of the
+ * driver lock (driver.h). Drivers are:
+ *  - the progress thread ("primary", unless NX_PROGRESS=poll), which spins,
+ *    then yields, then sleeps in epoll on the modules' wait fds;
+ *  - a thread waiting in nx_cond_wait while the primary is not spinning
+ *    (so a waiting thread delivers its own reply, with no thread hand-off);
+ *  - a caller of nx_poll;
+ *  - a sender whose module queue is full (nx_rsr_send helps it drain).
+ * Non-threaded handlers run on the driver. Threaded handlers run on runtime
+ * threads only, and only at the bottom of their stack: on the primary
+ * itself, which hands the primary role to a pooled thread if the handler
+ * blocks (the handler then keeps the thread). Neither an application thread
+ * nor a thread already inside a handler runs one, so a handler that blocks
+ * never holds up code that might be what wakes it. */
+
+/* What the primary is doing; waiting threads drive unless it is SPIN. */
+enum {
+  NXI_PRIMARY_SPIN,   /* driving, busy-polling */
+  NXI_PRIMARY_DEFER,  /* leaving progress to a waiting application thread */
+  NXI_PRIMARY_YIELD,  /* driving, yielding the CPU between polls */
+  NXI_PRIMARY_SLEEP,  /* asleep in epoll */
+  NXI_PRIMARY_RUNNING /* running a handler */
+};
+
+/* The primary's spin phase busy-polls this long after work, then yields
+ * between polls for the rest of NX_SPIN_US; a waiter that does not drive
+ * spins this long before it yields. A yield with no other thread to run
+ * returns at once; with one (the peer process on the same core, or this
+ * process's other busy thread under mpirun's binding) it lets that thread
+ * run instead of holding the core for the whole spin phase. */
+#define NXI_SPIN_PURE_NS 2000
+/* After the spin phase, threads yield this long before they sleep. */
+#define NXI_YIELD_US 1000
+
+/* Fields written by one side and read by the other sit on lines of their
+ * own, so that a spinning reader does not slow the writer down. */
+struct nxi_engine {
+  _Alignas(NXI_CACHELINE) atomic_uint pushed; /* RSRs queued (producers) */
+  _Alignas(NXI_CACHELINE) atomic_uint popped; /* RSRs taken (the driver) */
+  _Alignas(NXI_CACHELINE) atomic_int sleepers;
+  atomic_int word_sleepers; /* poll-mode waiters asleep in epoll */
+  atomic_int wake_pending;
+  _Alignas(NXI_CACHELINE) atomic_int primary_state;
+  _Alignas(NXI_CACHELINE) atomic_int waiters;
+  _Alignas(NXI_CACHELINE) atomic_int stopping;
+  struct nxi_mpscq recvq;
+  int epfd;
+  int evfd;
+  uint64_t spin_ns;
+  /* Threaded handlers waiting for a runtime thread. */
+  pthread_mutex_t tq_lock;
+  struct nxi_qnode *tq_head, *tq_tail;
+  atomic_int tq_len;
+  /* The pool of runtime threads; pool_main is what a new one runs. */
+  pthread_mutex_t pool_lock;
+  uint32_t pool_word; /* futex idle threads sleep on */
+  int idle;
+  atomic_int spinners; /* pooled threads spinning for work before sleeping */
+  atomic_int live;
+  atomic_int want_primary;
+  void *(*pool_main)(void *self);
+};
+
+extern struct nxi_engine nxi_eng;
+
+/* Per-thread engine state. */
+struct nxi_engine_tls {
+  int runtime;  /* a runtime thread (progress or pool) */
+  int primary;  /* the progress thread */
+  int handlers; /* handlers running on this thread (nesting depth) */
+};
+
+extern NXI_TLS struct nxi_engine_tls nxi_eng_me;
+
+/* engine.c: sleeping in epoll and waking sleepers. */
+void nxi_progress_wake(void);
+/* Sleeps in epoll until a module fd, the eventfd, or the timeout. A
+ * waiter passes the word it waits on (NULL otherwise). */
+void nxi_engine_sleep(int timeout_ms, const uint32_t *word, uint32_t old);
+int nxi_engine_watch(int fd);
+void nxi_engine_set_state(int state);
+
+/* rthread.c: runtime threads. A thread runs fn(self), whose argument
+ * nxi_rthread_arg(self) gives, and ends with return nxi_rthread_end(self). */
+int nxi_rthread_spawn(void *(*fn)(void *self), void *arg);
+void *nxi_rthread_arg(void *self);
+void *nxi_rthread_end(void *self);
+/* Joins the runtime threads that have ended. */
+void nxi_rthread_reap(void);
+/* Wakes an idle pooled thread, or starts one. Pool lock held. */
+void nxi_pool_kick_locked(void);
+
+/* dispatch.c: running what arrived. */
+void nxi_tq_push(struct nx_buffer *b);
+struct nx_buffer *nxi_tq_pop(void);
+void nxi_run(struct nx_buffer *b);
+/* One round: poll every module, then run up to a batch of arrived RSRs.
+ * Stops early if a handler blocked and gave the driver lock away. */
+int nxi_poll_once(unsigned gen);
+/* Hands a complete received buffer to the dispatcher (any thread). */
+void nxi_deliver(struct nx_buffer *b);
+/* Drives progress once if no other thread does, else yields the CPU. */
+void nxi_progress_help(void);
+
+/* primary.c: the progress thread and the pool's threads. */
+void *nxi_pool_main(void *self);
+/* Makes another runtime thread primary (this one blocks in a handler). */
+void nxi_promote(void);
+
+/* waiter.c: the hooks the thread module calls (threads/nxi_thread.h). */
+void nxi_waiter_hooks_install(void);
+void nxi_waiter_hooks_remove(void);
+
+#endif /* NXI_ENGINE_H */

@@ -1,0 +1,56 @@
+/* The frame header's encoding and checks (frame.h). */
+#include "frame.h"
+
+#include <unistd.h>
+
+/* Offsets of the header's fields (nexus/protocol.h). */
+enum {
+  OFF_MAGIC = 0,
+  OFF_VERSION = 4,
+  OFF_FORMAT = 5,
+  OFF_FLAGS = 6,
+  OFF_HANDLER = 8,
+  OFF_RESERVED = 12,
+  OFF_CONTEXT = 16,
+  OFF_ADDRESS = 24,
+  OFF_LENGTH = 32
+};
+
+/* The largest frame a peer may announce. Computed once: sysconf
+ * (_SC_PHYS_PAGES) is a system call. */
+static size_t max_frame_bytes;
+
+void nxi_frame_init(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  max_frame_bytes = pages <= 0 || size <= 0 ? (size_t)1 << 40
+                                            : (size_t)pages * (size_t)size;
+}
+
+void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f) {
+  nxu_le32(h + OFF_MAGIC, NX_FRAME_MAGIC);
+  h[OFF_VERSION] = NX_FRAME_VERSION;
+  h[OFF_FORMAT] = f->fmt;
+  nxu_le16(h + OFF_FLAGS, 0);
+  nxu_le32(h + OFF_HANDLER, f->handler);
+  nxu_le32(h + OFF_RESERVED, 0);
+  nxu_le64(h + OFF_CONTEXT, f->context);
+  nxu_le64(h + OFF_ADDRESS, f->address);
+  nxu_le64(h + OFF_LENGTH, f->len);
+}
+
+int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
+  uint8_t fmt = h[OFF_FORMAT];
+  uint64_t len = nxu_rd64(h + OFF_LENGTH);
+  if (nxu_rd32(h + OFF_MAGIC) != NX_FRAME_MAGIC ||
+      h[OFF_VERSION] != NX_FRAME_VERSION ||
+      (fmt != NX_FORMAT_LITTLE && fmt != NX_FORMAT_BIG) ||
+      nxu_rd32(h + OFF_HANDLER) == 0 || nxu_rd64(h + OFF_CONTEXT) == 0 ||
+      len > max_frame_bytes)
+    return NX_EPROTO;
+  out->fmt = fmt;
+  out->handler = nxu_rd32(h + OFF_HANDLER);
+  out->context = nxu_rd64(h + OFF_CONTEXT);
+  out->address = nxu_rd64(h + OFF_ADDRESS);
+  out->len = len;
+  return 0;
+}

@@ -1,0 +1,28 @@
+/* The frame header (nexus/protocol.h documents its layout): the one place it is written and read. */
+#ifndef NXI_FRAME_H
+#define NXI_FRAME_H
+
+#include "rt.h"
+
+/* The header's fields; magic, version, flags and reserved are implied. */
+struct nxi_frame_hdr {
+  uint8_t fmt;
+  uint32_t handler;
+  uint64_t context;
+  uint64_t address;
+  uint64_t len;
+};
+
+/* Computes the largest payload a peer may announce (this machine's
+ * memory); once, at nx_init. */
+void nxi_frame_init(void);
+
+/* Writes the NX_FRAME_HDR_SIZE header bytes for `f` into `h`. */
+void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f);
+
+/* Reads and checks the header at `h`: magic, version, a known format, a
+ * non-zero handler and context, a length this machine can hold. Returns 0
+ * or NX_EPROTO. */
+int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
+
+#endif /* NXI_FRAME_H */

@@ -1,0 +1,36 @@
+/* The protocol module loader's view of the loaded modules: what the descriptor lists, the engine, the launcher and nxinfo ask of it. */
+#ifndef NXI_MODULE_H
+#define NXI_MODULE_H
+
+#include "rt.h"
+
+struct nxi_module {
+  char name[NX_PROTO_NAME_MAX + 1];
+  char path[512];
+  int loaded;
+  int error;
+  char reason[256];
+  int order; /* position in NX_PROTOCOLS, or by cost */
+  void *dl_handle;
+  const struct nx_protocol_ops *ops;
+  const struct nx_launch_ops *launch; /* NULL: it starts no processes */
+  void *state;
+  struct nx_desc_buf desc;
+  int wait_fd; /* -1: none; the engine watches the others */
+};
+
+/* Finds, validates and initialises the modules (NX_PROTOCOLS, or every
+ * one found), handing each `api`. Returns 0; a module that fails is kept
+ * with its reason (nxi_module_explain). */
+int nxi_modules_load(const struct nx_core_api *api);
+void nxi_modules_unload(void);
+int nxi_module_count_loaded(void);
+/* The i-th loaded module, in order of preference. */
+struct nxi_module *nxi_module_loaded(int i);
+int nxi_module_count_all(void);
+void nxi_module_explain(int i); /* logs why module i was skipped */
+/* The loaded module whose name begins `spec` ("mpi:host=a" -> mpi), if it
+ * starts processes; NULL otherwise. */
+struct nxi_module *nxi_module_launcher(const char *spec);
+
+#endif /* NXI_MODULE_H */

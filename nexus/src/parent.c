@@ -1,0 +1,432 @@
+/* The creator side of process contexts: starting a program as a context (fork/exec here, or a launcher module's spawn), the handshake that makes its gp, watching it, and ending it. */
+#include "parent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chan.h"
+#include "context.h"
+#include "dlist.h"
+#include "node.h"
+#include "nxu_key.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
+
+extern char **environ;
+
+#define DESTROY_GRACE_MS 5000
+#define KILL_GRACE_MS 2000
+
+/* The creator side: children started with nx_context_create. A monitor
+ * thread watches the sockets of those it forked, so a child that dies is
+ * noticed (and its routes failed) even when no RSR goes to it. A child a
+ * module spawned is not watched (no backend tells of its end: see
+ * docs/mpi.md) and not reaped here (its launcher does that). */
+
+struct child {
+  struct child *next;
+  pid_t pid; /* 0: a module spawned it */
+  struct nxi_chan chan;
+  uint32_t proc;
+  int dead;   /* its channel closed */
+  int reaped; /* waitpid returned it */
+  int status;
+};
+
+static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct child *kids;
+static pthread_t monitor;
+static int monitoring;
+static int wake_pipe[2] = {-1, -1};
+
+static void report_exit(const struct child *c) {
+  char who[64];
+  if (c->proc != 0)
+    snprintf(who, sizeof(who), "process context %#x (pid %d)", c->proc,
+             (int)c->pid);
+  else
+    snprintf(who, sizeof(who), "process context being created (pid %d)",
+             (int)c->pid);
+  if (WIFSIGNALED(c->status))
+    nxi_log(0, NULL, "%s was killed by signal %d", who, WTERMSIG(c->status));
+  else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) != 0)
+    nxi_log(0, NULL, "%s exited with status %d", who, WEXITSTATUS(c->status));
+}
+
+/* Kids lock held. */
+static void try_reap(struct child *c, int options) {
+  if (c->reaped)
+    return;
+  pid_t r = waitpid(c->pid, &c->status, options);
+  if (r == c->pid) {
+    c->reaped = 1;
+    report_exit(c);
+  }
+}
+
+static void *monitor_main(void *arg) {
+  (void)arg;
+  struct pollfd *fds = NULL;
+  struct child **who = NULL;
+  size_t cap = 0;
+  for (;;) {
+    size_t n = 0;
+    pthread_mutex_lock(&kids_lock);
+    size_t want = 1;
+    for (struct child *c = kids; c != NULL; c = c->next)
+      want++;
+    if (want > cap) {
+      struct pollfd *f = realloc(fds, want * sizeof(*fds));
+      struct child **w = f != NULL ? realloc(who, want * sizeof(*who)) : NULL;
+      if (f != NULL)
+        fds = f;
+      if (w != NULL) {
+        who = w;
+        cap = want;
+      }
+    }
+    if (cap == 0) {
+      pthread_mutex_unlock(&kids_lock);
+      break;
+    }
+    fds[n].fd = wake_pipe[0];
+    fds[n].events = POLLIN;
+    who[n++] = NULL;
+    for (struct child *c = kids; c != NULL && n < cap; c = c->next) {
+      if (c->dead) {
+        try_reap(c, WNOHANG);
+        continue;
+      }
+      if (c->chan.fd < 0)
+        continue;
+      fds[n].fd = c->chan.fd;
+      fds[n].events = POLLIN;
+      who[n++] = c;
+    }
+    pthread_mutex_unlock(&kids_lock);
+    int r = poll(fds, (nfds_t)n, 100);
+    if (r < 0 && errno != EINTR)
+      break;
+    if (fds[0].revents & POLLIN) {
+      char c;
+      if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
+        break;
+    }
+    for (size_t i = 1; i < n; i++) {
+      if (fds[i].revents == 0)
+        continue;
+      uint8_t buf[64];
+      ssize_t got = recv(fds[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (got > 0 || (got < 0 && errno == EAGAIN))
+        continue; /* nothing the creator needs after READY */
+      pthread_mutex_lock(&kids_lock);
+      struct child *c = who[i];
+      uint32_t proc = c->proc;
+      int was_dead = c->dead;
+      c->dead = 1;
+      try_reap(c, WNOHANG);
+      pthread_mutex_unlock(&kids_lock);
+      if (!was_dead)
+        nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
+    }
+  }
+  free(fds);
+  free(who);
+  return NULL;
+}
+
+static int ensure_monitor(void) {
+  if (monitoring)
+    return 0;
+  if (pipe2(wake_pipe, O_CLOEXEC) < 0)
+    return NX_EAGAIN;
+  if (pthread_create(&monitor, NULL, monitor_main, NULL) != 0) {
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+    return NX_EAGAIN;
+  }
+  monitoring = 1;
+  return 0;
+}
+
+static void poke_monitor(char c) {
+  if (monitoring) {
+    ssize_t w = write(wake_pipe[1], &c, 1);
+    (void)w;
+  }
+}
+
+/* "NX_KEY=<32 hex digits>": the computation's key, for a child. */
+static void key_var(char *buf, size_t cap) {
+  if (cap < 8 + 2 * NX_KEY_SIZE)
+    return;
+  memcpy(buf, "NX_KEY=", 7);
+  nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, buf + 7);
+}
+
+/* The child's environment: ours, without launcher variables, plus its
+ * channel and the computation's key. Built before fork: the child may only
+ * call async-signal-safe functions. */
+static char **child_env(int fd) {
+  size_t n = 0;
+  while (environ[n] != NULL)
+    n++;
+  char **env = calloc(n + 3, sizeof(char *));
+  if (env == NULL)
+    return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
+        strncmp(environ[i], "NX_KEY=", 7) != 0 &&
+        strncmp(environ[i], "NX_RANK=", 8) != 0 &&
+        strncmp(environ[i], "NX_SIZE=", 8) != 0)
+      env[k++] = environ[i];
+  static char fd_var[32];
+  static char key[8 + 2 * NX_KEY_SIZE];
+  snprintf(fd_var, sizeof(fd_var), "NX_CTL_FD=%d", fd);
+  key_var(key, sizeof(key));
+  env[k++] = fd_var;
+  env[k++] = key;
+  return env;
+}
+
+/* NX_CREATE_TIMEOUT, checked at nx_init (nxu_opt_check_all). */
+static int create_timeout_ms(void) {
+  uint64_t s = 30;
+  char why[128];
+  nxu_opt_number("NX_CREATE_TIMEOUT", &s, why, sizeof(why));
+  return (int)s * 1000;
+}
+
+/* Starts a child with fork/exec and a socket pair as its channel. */
+static int fork_child(const char *exe, char *const argv[], struct child *c) {
+  static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&create_lock); /* child_env's static strings */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    pthread_mutex_unlock(&create_lock);
+    return NX_EAGAIN;
+  }
+  char **env = child_env(sv[1]);
+  int r = env != NULL ? ensure_monitor() : NX_ENOMEM;
+  if (r < 0)
+    goto err_free;
+  pid_t pid = fork();
+  if (pid < 0) {
+    r = NX_EAGAIN;
+    goto err_free;
+  }
+  if (pid == 0) {
+    /* The child: only async-signal-safe calls until exec. */
+    fcntl(sv[1], F_SETFD, 0);
+    execvpe(exe, argv, env);
+    uint8_t msg[5] = {NXI_CTL_EXECFAIL};
+    int e = errno;
+    memcpy(msg + 1, &e, 4);
+    send(sv[1], msg, sizeof(msg), MSG_NOSIGNAL);
+    _exit(127);
+  }
+  close(sv[1]);
+  free(env);
+  pthread_mutex_unlock(&create_lock);
+  c->pid = pid;
+  c->chan.fd = sv[0];
+  return 0;
+
+err_free:
+  pthread_mutex_unlock(&create_lock);
+  free(env);
+  close(sv[0]);
+  close(sv[1]);
+  return r;
+}
+
+/* Starts a child through module m's launcher; its channel is the
+ * module's. Besides what the launcher gives it, it gets the key. */
+static int spawn_child(struct nxi_module *m, const nx_node_t *node,
+                       const char *exe, char *const argv[], int timeout_ms,
+                       struct child *c) {
+  char key[8 + 2 * NX_KEY_SIZE];
+  key_var(key, sizeof(key));
+  const char *const env[] = {key, NULL};
+  void *ctl = NULL;
+  int r = m->launch->spawn(m->state, node->host, node->id, exe, argv, env,
+                        timeout_ms, &ctl);
+  if (r < 0)
+    return r;
+  c->pid = 0;
+  c->reaped = 1; /* nothing for us to reap */
+  c->chan.mod = m;
+  c->chan.ctl = ctl;
+  return 0;
+}
+
+/* Waits for the child's READY, makes its gp, and tells the child who its
+ * creator is (its one peer). The same for every kind of channel. */
+static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
+  uint8_t *buf = malloc(NXI_CTL_MAX);
+  long n = buf != NULL ? nxi_chan_recv(&c->chan, buf, timeout_ms) : NX_ENOMEM;
+  struct nxi_ctl_peer ready;
+  int r;
+  if (n > 0 && buf[0] == NXI_CTL_EXECFAIL)
+    r = NX_ENOENT;
+  else if (n == 0)
+    r = NX_EPEERDEAD;
+  else if (n < 0)
+    r = (int)n;
+  else
+    r = nxi_ctl_parse_ready(buf, (size_t)n, &ready);
+  nx_gp_t child_gp = NX_GP_NULL;
+  if (r == 0)
+    r = nxi_chan_peer_gp(&ready, &child_gp);
+  if (r == 0) {
+    nxi_ctl_put_peers_head(buf, UINT32_MAX, 1);
+    size_t len = nxi_chan_self_entry(buf + NXI_CTL_PEERS_HEAD,
+                                     NXI_CTL_MAX - NXI_CTL_PEERS_HEAD);
+    r = len > 0 ? nxi_chan_send(&c->chan, buf, NXI_CTL_PEERS_HEAD + len)
+                : NX_ENOMEM;
+    if (r < 0)
+      nx_gp_release(&child_gp);
+  }
+  free(buf);
+  if (r == 0)
+    *gp = child_gp;
+  return r == NX_EPROTO ? NX_EPEERDEAD : r;
+}
+
+static void kill_and_reap(struct child *c, int grace_ms);
+
+int nx_context_create(const nx_node_t *node, const char *exe,
+                      char *const argv[], nx_gp_t *gp) {
+  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  struct nxi_module *m = NULL;
+  if (!nxi_node_is_local(node) &&
+      (m = nxi_module_launcher(node->host)) == NULL)
+    return NX_ENOTSUP;
+  char *const default_argv[] = {(char *)exe, NULL};
+  if (argv == NULL || argv[0] == NULL)
+    argv = default_argv;
+  struct child *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NX_ENOMEM;
+  c->chan.fd = -1;
+  int timeout_ms = create_timeout_ms();
+  uint64_t start = nxu_now_ms();
+  int r = m != NULL ? spawn_child(m, node, exe, argv, timeout_ms, c)
+                    : fork_child(exe, argv, c);
+  if (r < 0) {
+    free(c);
+    return r;
+  }
+  uint64_t spent = nxu_now_ms() - start;
+  nx_gp_t child_gp = NX_GP_NULL;
+  r = handshake(c, spent < (uint64_t)timeout_ms ? timeout_ms - (int)spent : 1,
+                &child_gp);
+  if (r < 0) {
+    kill_and_reap(c, 0); /* it failed us already: no grace */
+    nxi_chan_close(&c->chan, NX_CTL_ABANDON);
+    free(c);
+    return r;
+  }
+  c->proc = nxi_ctxid_proc(child_gp.context);
+  pthread_mutex_lock(&kids_lock);
+  c->next = kids;
+  kids = c;
+  pthread_mutex_unlock(&kids_lock);
+  poke_monitor('w');
+  *gp = child_gp;
+  return 0;
+}
+
+static int reap_within(struct child *c, int ms) {
+  for (int waited = 0;; waited += 10) {
+    pthread_mutex_lock(&kids_lock);
+    try_reap(c, WNOHANG);
+    int done = c->reaped;
+    pthread_mutex_unlock(&kids_lock);
+    if (done || waited >= ms)
+      return done;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Asks the child to end, gives it `grace_ms`, then insists. A child a
+ * module spawned is only asked: its launcher reaps it, and closing its
+ * channel (MPI's disconnect) waits until it has let go. */
+static void kill_and_reap(struct child *c, int grace_ms) {
+  uint8_t msg = NXI_CTL_DESTROY;
+  nxi_chan_send(&c->chan, &msg, 1);
+  if (c->pid == 0 || reap_within(c, grace_ms))
+    return;
+  kill(c->pid, SIGTERM);
+  if (reap_within(c, KILL_GRACE_MS))
+    return;
+  kill(c->pid, SIGKILL);
+  reap_within(c, 60000);
+}
+
+static int process_destroy(uint64_t context) {
+  uint32_t proc = nxi_ctxid_proc(context);
+  pthread_mutex_lock(&kids_lock);
+  struct child **pp = &kids;
+  while (*pp != NULL && (*pp)->proc != proc)
+    pp = &(*pp)->next;
+  struct child *c = *pp;
+  if (c != NULL)
+    *pp = c->next; /* the monitor no longer watches it */
+  pthread_mutex_unlock(&kids_lock);
+  if (c == NULL)
+    return NX_ENOCONTEXT;
+  poke_monitor('w');
+  kill_and_reap(c, DESTROY_GRACE_MS);
+  nxi_chan_close(&c->chan, 0);
+  free(c);
+  nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
+  return 0;
+}
+
+int nx_context_destroy(const nx_gp_t *gp) {
+  if (gp == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (gp->context == nxi_rt.initial->id)
+    return NX_EBUSY;
+  if (nxi_ctxid_proc(gp->context) != nxi_rt.proc_id)
+    return process_destroy(gp->context);
+  return nxi_context_destroy_local(gp->context);
+}
+
+void nxi_parent_finalize(void) {
+  pthread_mutex_lock(&kids_lock);
+  struct child *list = kids;
+  kids = NULL;
+  pthread_mutex_unlock(&kids_lock);
+  if (monitoring) {
+    poke_monitor('q');
+    pthread_join(monitor, NULL);
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+    monitoring = 0;
+  }
+  while (list != NULL) {
+    struct child *c = list;
+    list = c->next;
+    kill_and_reap(c, DESTROY_GRACE_MS);
+    nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+    free(c);
+  }
+}
+

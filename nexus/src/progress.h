@@ -1,0 +1,15 @@
+/* Starting and stopping the progress engine (progress.c): what nx_init and nx_finalize call. */
+#ifndef NXI_PROGRESS_H
+#define NXI_PROGRESS_H
+
+/* Sets up the engine (epoll, eventfd, hooks); no thread yet. */
+int nxi_progress_init(void);
+/* Watches the loaded modules' wait fds in the engine's epoll. */
+int nxi_progress_watch_modules(void);
+/* Starts the progress thread (unless NX_PROGRESS=poll). */
+void nxi_progress_start(void);
+/* Stops the runtime threads and drops undelivered RSRs. Returns the number
+ * of handler threads still blocked in program code (nothing is freed then). */
+int nxi_progress_finalize(void);
+
+#endif /* NXI_PROGRESS_H */

@@ -1,0 +1,76 @@
+/* The bottom of the core: runtime-wide state and counters, logging, drop reporting and context ids, used by every other file of nexus/src. */
+#ifndef NXI_RT_H
+#define NXI_RT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "nexus.h"
+#include "nexus/protocol.h"
+#include "nxu_wire.h"
+
+#define NXI_CONTAINER_OF(ptr, type, member)                                    \
+  ((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define NXI_CACHELINE 64
+
+/* Thread-locals of libnexus use the initial-exec model: a plain
+ * fs-relative access instead of a __tls_get_addr call on every RSR. */
+#define NXI_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
+/* The most modules one process loads, and so the most descriptors a list
+ * carries (one per module). */
+#define NXI_MAX_MODULES 16
+
+struct nxi_dlist;
+
+/* Runtime-wide state. */
+struct nxi_runtime {
+  atomic_int refs;
+  int poll_mode;
+  int explicit_order; /* NX_PROTOCOLS set: its order beats module cost */
+  unsigned spin_us;
+  unsigned debug;
+  uint32_t proc_id;
+  uint8_t process_uuid[16];
+  uint8_t host_uuid[16];
+  uint8_t key[NX_KEY_SIZE]; /* the computation's key (NX_KEY, or random) */
+  nx_context_t *initial;
+  struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
+  atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler,
+      drop_no_context, drop_bad_frame, threads_created, rsr_failed,
+      peers_failed;
+  nx_error_cb error_cb;
+  void *error_arg;
+  atomic_int drops_logged;
+};
+
+extern struct nxi_runtime nxi_rt;
+
+static inline int nxi_ready(void) {
+  return atomic_load_explicit(&nxi_rt.refs, memory_order_acquire) > 0;
+}
+
+/* Zeroes the counters and the error callback (nx_init). */
+void nxi_rt_reset(void);
+
+/* Counts a dropped RSR and reports it. */
+void nxi_drop(int err, uint64_t context, uint32_t handler);
+/* Reports to the error callback that process `proc` is gone. */
+void nxi_report_proc(int status, uint32_t proc);
+void nxi_log(int level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Context ids: the id of the process (random, non-zero) in the high 32
+ * bits, the context's index within that process in the low 32. */
+static inline uint64_t nxi_ctxid(uint32_t proc, uint32_t index) {
+  return (uint64_t)proc << 32 | index;
+}
+static inline uint32_t nxi_ctxid_proc(uint64_t id) {
+  return (uint32_t)(id >> 32);
+}
+static inline uint32_t nxi_ctxid_index(uint64_t id) { return (uint32_t)id; }
+
+#endif /* NXI_RT_H */

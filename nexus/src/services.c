@@ -1,0 +1,99 @@
+/* The core services for modules (nexus/protocol.h, struct nx_core_api): receiving and sending frames, and a module's reports of failed or misbehaving peers. */
+#include "services.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "dlist.h"
+#include "engine.h"
+#include "frame.h"
+
+static void core_log(int level, const char *module, const char *fmt, ...) {
+  if (level > 0 && nxi_rt.debug < (unsigned)level)
+    return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  nxi_log(level, module, "%s", line);
+}
+
+static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
+  struct nxi_frame_hdr f;
+  if (nxi_frame_hdr_decode(hdr, &f) < 0) {
+    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+    return NX_EPROTO;
+  }
+  struct nx_buffer *b = nxi_buffer_alloc((size_t)f.len);
+  if (b == NULL)
+    return NX_ENOMEM;
+  b->kind = NXI_BUF_RECV;
+  b->fmt = f.fmt;
+  b->handler = f.handler;
+  b->context = f.context;
+  b->address = f.address;
+  b->len = (size_t)f.len;
+  memcpy(b->hdr, hdr, NX_FRAME_HDR_SIZE);
+  b->frame.iov[0].iov_base = b->hdr;
+  b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
+  b->frame.iov[1].iov_base = b->data;
+  b->frame.iov[1].iov_len = (size_t)f.len;
+  b->frame.iovcnt = 2;
+  b->frame.len = NX_FRAME_HDR_SIZE + (size_t)f.len;
+  *frame = &b->frame;
+  return 0;
+}
+
+static void core_frame_deliver(nx_frame_t *frame) {
+  nxi_deliver(NXI_CONTAINER_OF(frame, struct nx_buffer, frame));
+}
+
+static void core_frame_free(nx_frame_t *frame) {
+  nxi_buffer_free(NXI_CONTAINER_OF(frame, struct nx_buffer, frame));
+}
+
+/* A frame the module could not deliver (its peer died with it queued) is
+ * an RSR that failed after nx_rsr_send returned: report it. */
+static void core_send_done(nx_frame_t *frame, int status) {
+  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  if (status < 0)
+    nxi_drop(status, b->context, b->handler);
+  nxi_buffer_free(b);
+}
+
+/* The sent buffer becomes the received one: same bytes, same format tag,
+ * now read-only and held by the runtime for its handler. */
+static void core_handover(nx_frame_t *frame) {
+  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  b->kind = NXI_BUF_RECV;
+  b->pos = 0;
+  nxi_deliver(b);
+}
+
+static void core_peer_failed(void *state, void *ep, int status) {
+  nxi_dlist_peer_failed(state, ep, status < 0 ? status : NX_EPEERDEAD);
+}
+
+static void core_bad_peer(const char *module, const char *why) {
+  atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+  nxi_log(0, module, "dropped a peer: %s", why);
+}
+
+static void core_wake(void) { nxi_progress_wake(); }
+
+const struct nx_core_api nxi_core_api = {
+    .abi_version = NX_PROTOCOL_ABI_VERSION,
+    .process_uuid = nxi_rt.process_uuid,
+    .host_uuid = nxi_rt.host_uuid,
+    .frame_alloc = core_frame_alloc,
+    .frame_deliver = core_frame_deliver,
+    .frame_free = core_frame_free,
+    .send_done = core_send_done,
+    .handover = core_handover,
+    .peer_failed = core_peer_failed,
+    .bad_peer = core_bad_peer,
+    .wake = core_wake,
+    .log = core_log,
+    .key = nxi_rt.key,
+};

@@ -1,0 +1,127 @@
+/* Threads that wait in nexus calls (condition variables, contended mutexes, joins): the hooks the thread module calls, which let a waiting thread drive progress itself or hand it over before it sleeps. */
+#include <sched.h>
+#include <unistd.h>
+
+#include "driver.h"
+#include "engine.h"
+#include "nxi_thread.h"
+#include "nxu_time.h"
+
+/* A poll-mode waiter sleeps in slices this long: one eventfd write wakes
+ * only one of several threads asleep in epoll. */
+#define WAITER_SLEEP_MS 2
+
+static int hook_wait(const uint32_t *word, uint32_t old,
+                     const struct timespec *abstime) {
+  if (!nxi_ready() || atomic_load(&nxi_eng.stopping))
+    return NX_EAGAIN;
+  atomic_fetch_add(&nxi_eng.waiters, 1);
+  uint64_t start = nxu_now_ns();
+  uint64_t budget = nxi_eng.spin_ns + NXI_YIELD_US * 1000ull;
+  int r = NX_EAGAIN;
+  int spun_out = 0;  /* past the spin phase: drive even beside a handler */
+  int past_pure = 0; /* spun NXI_SPIN_PURE_NS since the last work */
+  for (unsigned i = 1;; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
+      r = 0;
+      break;
+    }
+    if (!nxi_ready() ||
+        atomic_load_explicit(&nxi_eng.stopping, memory_order_relaxed)) {
+      r = NX_EAGAIN; /* starting or stopping: just sleep */
+      break;
+    }
+    int ps = atomic_load_explicit(&nxi_eng.primary_state, memory_order_relaxed);
+    int drives =
+        nxi_driving() || nxi_rt.poll_mode ||
+        (ps != NXI_PRIMARY_SPIN && (ps != NXI_PRIMARY_RUNNING || spun_out));
+    int n = 0;
+    if (drives) {
+      unsigned gen;
+      if (nxi_drive_begin(&gen)) {
+        n = nxi_poll_once(gen);
+        nxi_drive_end(gen);
+        if (n > 0) {
+          /* Work came: the wait is busy, not idle. */
+          start = nxu_now_ns();
+          spun_out = past_pure = 0;
+        }
+      }
+    }
+    int queued =
+        atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) > 0;
+    if (n > 0 && !queued)
+      continue; /* poll again at once */
+    /* Yield rather than spin when what this thread waits for comes from
+     * a runtime thread: a threaded handler is queued for one, or the
+     * primary drives (after NXI_SPIN_PURE_NS of spinning). That thread may
+     * need this CPU: mpirun binds each rank, waiter and primary alike, to
+     * one core, and two unbound processes with two busy threads each
+     * share two cores here. Spinning beside it, the waiter kept it off the
+     * CPU until the spin phase ended (8 B threaded RSR over mpi: 117 us;
+     * with the yields: 10 us; docs/performance.md). */
+    int yield = queued || (!drives && past_pure);
+    if (!yield && (i & 63) != 0) {
+      nxi_cpu_relax();
+      continue;
+    }
+    if (abstime != NULL && nxu_realtime_past(abstime)) {
+      r = NX_ETIMEDOUT;
+      break;
+    }
+    uint64_t waited = nxu_now_ns() - start;
+    past_pure = waited >= NXI_SPIN_PURE_NS;
+    if (waited < nxi_eng.spin_ns) {
+      if (yield)
+        sched_yield();
+      continue;
+    }
+    spun_out = 1;
+    if (waited < budget) {
+      sched_yield();
+      continue;
+    }
+    if (!nxi_rt.poll_mode || nxi_driving())
+      break; /* sleep in the kernel; the primary (or a new one) drives */
+    /* Poll mode: nobody else drives, so sleep in epoll and come back;
+     * nx_cond_signal wakes us through the eventfd. */
+    nxi_engine_sleep(WAITER_SLEEP_MS, word, old);
+  }
+  atomic_fetch_sub(&nxi_eng.waiters, 1);
+  return r;
+}
+
+/* A thread is about to sleep in the kernel: if it drives progress, it lets
+ * go; if it is the primary (a threaded handler blocking), another thread
+ * becomes primary and this one keeps running the handler. */
+static void hook_block(void) {
+  nxi_drive_lose();
+  if (nxi_eng_me.primary) {
+    nxi_eng_me.primary = 0;
+    nxi_promote();
+  }
+}
+
+static void hook_unblock(void) {}
+
+static void hook_signal(const uint32_t *word) {
+  (void)word;
+  /* Only poll-mode waiters sleep in epoll for a condition variable; the
+   * primary's sleep does not care about the program's own signals. */
+  if (atomic_load(&nxi_eng.word_sleepers) > 0) {
+    uint64_t one = 1;
+    ssize_t w = write(nxi_eng.evfd, &one, sizeof(one));
+    (void)w;
+  }
+}
+
+static const struct nxi_thread_hooks hooks = {
+    .wait = hook_wait,
+    .block = hook_block,
+    .unblock = hook_unblock,
+    .signal = hook_signal,
+};
+
+void nxi_waiter_hooks_install(void) { nxi_thread_hooks_set(&hooks); }
+
+void nxi_waiter_hooks_remove(void) { nxi_thread_hooks_set(NULL); }
