@@ -80,12 +80,17 @@ static inline int nxi_buffer_writable(const struct nx_buffer *b) {
   return b != NULL && b->kind != NXI_BUF_RECV;
 }
 
-static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
+/* This machine's data format (nx_format_native). */
+static inline int nxi_format_native(void) {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  return b->fmt != NX_FORMAT_LITTLE;
+  return NX_FORMAT_LITTLE;
 #else
-  return b->fmt != NX_FORMAT_BIG;
+  return NX_FORMAT_BIG;
 #endif
+}
+
+static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
+  return b->fmt != nxi_format_native();
 }
 
 /* Copies `count` elements of `size` bytes, reversing each one's bytes when

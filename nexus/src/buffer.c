@@ -5,13 +5,7 @@
 #include "buf.h"
 #include "frame.h"
 
-int nx_format_native(void) {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  return NX_FORMAT_LITTLE;
-#else
-  return NX_FORMAT_BIG;
-#endif
-}
+int nx_format_native(void) { return nxi_format_native(); }
 
 void nxi_buffer_seal(struct nx_buffer *b) {
   struct nxi_frame_hdr f = {.fmt = b->fmt,

@@ -248,7 +248,7 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
     b->data_heap = 1;
     b->cap = size;
   }
-  b->fmt = (uint8_t)nx_format_native();
+  b->fmt = (uint8_t)nxi_format_native();
   return b;
 }
 
