@@ -1,4 +1,6 @@
-/* Round trips between two processes over loopback at 8 B to 1 MiB: RSRs over the tcp module, printed beside raw TCP ping-pongs (blocking and busy-polled) and Open MPI's tcp BTL measured in the same run. */
+/* Round trips between two processes over loopback at 8 B to 1 MiB: RSRs over
+ * the tcp module, printed beside raw TCP ping-pongs (blocking and busy-polled)
+ * and Open MPI's tcp BTL measured in the same run. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -283,8 +285,7 @@ static int mpi_exec(struct mpi *mpi, char **argv, int limit_s, char *out,
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    snprintf(mpi->why, sizeof(mpi->why), "cannot run mpirun: %s",
-             strerror(rc));
+    snprintf(mpi->why, sizeof(mpi->why), "cannot run mpirun: %s", strerror(rc));
     return -1;
   }
   size_t len = 0;
@@ -334,13 +335,20 @@ static double mpi_run(struct mpi *mpi, size_t size) {
     return NAN;
   char size_arg[32];
   snprintf(size_arg, sizeof(size_arg), "%zu", size);
-  char *argv[] = {"mpirun",          "--allow-run-as-root",
-                  "--oversubscribe", "-np",
-                  "2",               "--mca",
-                  "btl",             "self,tcp",
-                  "--mca",           "btl_tcp_if_include",
-                  "lo",              mpi->pingpong,
-                  size_arg,          quick ? "--quick" : NULL,
+  char *argv[] = {"mpirun",
+                  "--allow-run-as-root",
+                  "--oversubscribe",
+                  "-np",
+                  "2",
+                  "--mca",
+                  "btl",
+                  "self,tcp",
+                  "--mca",
+                  "btl_tcp_if_include",
+                  "lo",
+                  mpi->pingpong,
+                  size_arg,
+                  quick ? "--quick" : NULL,
                   NULL};
   static char out[1 << 16];
   if (mpi_exec(mpi, argv, 120, out, sizeof(out)) < 0)
@@ -351,8 +359,7 @@ static double mpi_run(struct mpi *mpi, size_t size) {
     double usec;
     char extra;
     if (line[0] != '#' &&
-        sscanf(line, "%zu %lf %c", &bytes, &usec, &extra) == 2 &&
-        bytes == size)
+        sscanf(line, "%zu %lf %c", &bytes, &usec, &extra) == 2 && bytes == size)
       return usec;
   }
   snprintf(mpi->why, sizeof(mpi->why),
@@ -394,8 +401,8 @@ static void print_size(const struct result *res, int n) {
     printf("\n");
   }
   if (!isnan(res->med[MPI]))
-    printf("  %-28s %9.2f us  (its own median of %d runs)\n",
-           system_label[MPI], res->med[MPI], quick ? 3 : 5);
+    printf("  %-28s %9.2f us  (its own median of %d runs)\n", system_label[MPI],
+           res->med[MPI], quick ? 3 : 5);
 }
 
 /* Prints one goal for both RSR modes: met when rsr <= limit * anchor. */
@@ -414,9 +421,10 @@ static void print_goal(const char *goal, const struct result *res,
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
-                  "[--size BYTES] [--no-pin]\n  SYSTEM: raw-blocking, raw-busy, "
-                  "rsr-thread, rsr-poll or mpi\n");
+  fprintf(stderr,
+          "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
+          "[--size BYTES] [--no-pin]\n  SYSTEM: raw-blocking, raw-busy, "
+          "rsr-thread, rsr-poll or mpi\n");
   return 2;
 }
 
@@ -513,9 +521,7 @@ int main(int argc, char **argv) {
           continue;
         switch (s) {
         case RAW_BLOCKING:
-        case RAW_BUSY:
-          v[s][r] = raw_run(s == RAW_BUSY, size, warm, n);
-          break;
+        case RAW_BUSY: v[s][r] = raw_run(s == RAW_BUSY, size, warm, n); break;
         case RSR_THREAD:
         case RSR_POLL:
           v[s][r] = rsr_run(s == RSR_POLL ? "poll" : "thread", size, warm, n);

@@ -231,8 +231,8 @@ void bench_child_spawn(struct bench_child *ch, const char *extra) {
   char fd_arg[16], parent_arg[16];
   snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
   snprintf(parent_arg, sizeof(parent_arg), "%d", (int)getpid());
-  char *argv[] = {"/proc/self/exe", "--child", fd_arg, parent_arg,
-                  (char *)extra, NULL};
+  char *argv[] = {"/proc/self/exe", "--child",     fd_arg,
+                  parent_arg,       (char *)extra, NULL};
   int rc = posix_spawn(&ch->pid, argv[0], NULL, NULL, argv, environ);
   if (rc != 0)
     bench_die("posix_spawn", strerror(rc));

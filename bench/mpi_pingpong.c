@@ -1,4 +1,5 @@
-/* MPI_Send/MPI_Recv ping-pong between ranks 0 and 1, the anchor that RSR round trips are compared with (run it under mpirun with the BTL to measure). */
+/* MPI_Send/MPI_Recv ping-pong between ranks 0 and 1, the anchor that RSR round
+ * trips are compared with (run it under mpirun with the BTL to measure). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,8 @@ int main(int argc, char **argv) {
   const int reps = quick ? 3 : 5;
   if (rank == 0)
     printf("# MPI_Send/MPI_Recv round trip, median of %d runs\n"
-           "# bytes  usec\n", reps);
+           "# bytes  usec\n",
+           reps);
   for (int s = 0; s < nsizes; s++) {
     size_t n = sizes[s];
     int iters = n <= 4096 ? 20000 : n <= 65536 ? 2000 : 200;

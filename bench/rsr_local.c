@@ -1,4 +1,5 @@
-/* In-process RSR round-trip benchmark, printed beside a shared-memory flag ping-pong and a mutex+condvar hand-off measured in the same run. */
+/* In-process RSR round-trip benchmark, printed beside a shared-memory flag
+ * ping-pong and a mutex+condvar hand-off measured in the same run. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -116,8 +117,8 @@ struct waiter {
   _Atomic long done_atomic; /* the same, for the spinning variant */
 };
 static struct waiter w;
-static nx_gp_t main_gp;     /* gp to the main context's waiter */
-static nx_gp_t peer_gp[2];  /* [0] non-threaded peer, [1] threaded peer */
+static nx_gp_t main_gp;    /* gp to the main context's waiter */
+static nx_gp_t peer_gp[2]; /* [0] non-threaded peer, [1] threaded peer */
 static size_t payload;
 static char *payload_buf;
 
@@ -138,7 +139,8 @@ static void ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   if (payload > 0)
     nx_get_bytes(buf, payload_buf, payload);
   nx_buffer_t *out;
-  if (nx_rsr_init_name(&out, &main_gp, nx_buffer_length(buf) ? "pong" : "pong", 0) == 0)
+  if (nx_rsr_init_name(&out, &main_gp, nx_buffer_length(buf) ? "pong" : "pong",
+                       0) == 0)
     nx_rsr_send(out);
 }
 
@@ -239,23 +241,25 @@ int main(int argc, char **argv) {
   nx_cond_init(&w.c);
   w.done = 0;
   atomic_init(&w.done_atomic, 0);
-  nx_handler_register(nx_context_self(), "pong", pong, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong", pong, NX_HANDLER_NONTHREADED,
+                      NULL);
   nx_handler_register(nx_context_self(), "pong_threaded", pong,
                       NX_HANDLER_THREADED, NULL);
   nx_gp_make(&w, &main_gp);
   nx_context_create_local(peer_init, NULL, &peer_gp[0]);
   nx_gp_copy(&peer_gp[0], &peer_gp[1]);
 
-  printf("in-process RSR round trip (%d iterations, median of %d runs; progress %s)\n",
+  printf("in-process RSR round trip (%d iterations, median of %d runs; "
+         "progress %s)\n",
          iters, reps, getenv("NX_PROGRESS") ? getenv("NX_PROGRESS") : "thread");
   printf("  %-40s %9.3f us\n", "shared-memory flag ping-pong (floor, min)",
          floor);
   printf("  %-40s %9.3f us\n", "mutex+condvar hand-off (reference)", cond);
   printf("  waiting in nx_cond_wait (the waiting thread drives progress):\n");
-  struct rsr_case cases[] = {{0, 0, 0}, {0, 1024, 0}, {1, 0, 0}, {1, 1024, 0},
-                             {0, 0, 1}, {1, 0, 1}};
+  struct rsr_case cases[] = {{0, 0, 0},    {0, 1024, 0}, {1, 0, 0},
+                             {1, 1024, 0}, {0, 0, 1},    {1, 0, 1}};
   const char *names[] = {"RSR null, non-threaded", "RSR 1 KiB, non-threaded",
-                         "RSR null, threaded", "RSR 1 KiB, threaded",
+                         "RSR null, threaded",     "RSR 1 KiB, threaded",
                          "RSR null, non-threaded", "RSR null, threaded"};
   double t[6];
   for (int i = 0; i < 6; i++) {
@@ -271,8 +275,8 @@ int main(int argc, char **argv) {
   double create = median_of(bench_create, NULL);
   printf("  %-40s %9.3f us\n", "in-process context creation", create);
   printf("goals:\n");
-  printf("  non-threaded null RSR <= 2x floor:        %.2fx  %s\n", t[0] / floor,
-         t[0] <= 2 * floor ? "met" : "NOT met");
+  printf("  non-threaded null RSR <= 2x floor:        %.2fx  %s\n",
+         t[0] / floor, t[0] <= 2 * floor ? "met" : "NOT met");
   printf("  non-threaded null RSR < condvar hand-off: %.3fx  %s\n", t[0] / cond,
          t[0] < cond ? "met" : "NOT met");
   printf("  threaded <= 1.25x non-threaded (null):    %.2fx  %s\n", t[2] / t[0],

@@ -1,4 +1,8 @@
-/* The multi-process demo, run under nxrun: process contexts (two from nxrun, one created on a node), in-process contexts inside each, global pointers passed in buffers, RSRs both ways, and a table of the protocol each pair of contexts uses. The created process loads only tcp (and local), so the table mixes the best shared module (ucx, ofi, ... when built) with tcp. */
+/* The multi-process demo, run under nxrun: process contexts (two from nxrun,
+ * one created on a node), in-process contexts inside each, global pointers
+ * passed in buffers, RSRs both ways, and a table of the protocol each pair of
+ * contexts uses. The created process loads only tcp (and local), so the table
+ * mixes the best shared module (ucx, ofi, ... when built) with tcp. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +10,7 @@
 
 #include "nexus.h"
 
-#define LOCALS 2           /* in-process contexts besides the initial one */
+#define LOCALS 2 /* in-process contexts besides the initial one */
 #define MAX_CTX 16
 
 /* What the initial context of the coordinating process (rank 0) collects. */
@@ -97,9 +101,8 @@ static void on_result(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)addr;
   int32_t from, to;
   char proto[NAME];
-  if (nx_get_int32(buf, &from) < 0 || nx_get_int32(buf, &to) < 0 ||
-      from < 0 || to < 0 || from >= MAX_CTX || to >= MAX_CTX ||
-      get_name(buf, proto) < 0)
+  if (nx_get_int32(buf, &from) < 0 || nx_get_int32(buf, &to) < 0 || from < 0 ||
+      to < 0 || from >= MAX_CTX || to >= MAX_CTX || get_name(buf, proto) < 0)
     return;
   nx_mutex_lock(&st.m);
   snprintf(st.proto[from][to], sizeof(st.proto[0][0]), "%s", proto);
@@ -158,8 +161,8 @@ static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 
 static int register_common(nx_context_t *ctx, void *arg) {
   (void)arg;
-  int r = nx_handler_register(ctx, "probe", on_probe, NX_HANDLER_NONTHREADED,
-                              NULL);
+  int r =
+      nx_handler_register(ctx, "probe", on_probe, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "hello", on_hello, NX_HANDLER_THREADED, NULL);
   return r;
@@ -215,7 +218,8 @@ static int coordinate(const char *self_exe, nx_gp_t *peers, int npeers) {
   char *const wargv[] = {(char *)self_exe, (char *)"worker",
                          (char *)"tcp,local", NULL};
   nx_gp_t worker;
-  check("nx_context_create", nx_context_create(&node, self_exe, wargv, &worker));
+  check("nx_context_create",
+        nx_context_create(&node, self_exe, wargv, &worker));
 
   /* Gather every context's gp, in buffers sent by their processes. */
   int expect = (npeers + 1) * (LOCALS + 1);
@@ -244,7 +248,8 @@ static int coordinate(const char *self_exe, nx_gp_t *peers, int npeers) {
   wait_until(&st.results, n * (n - 1));
 
   printf("\nthe protocol an RSR from each context (row) to each other "
-         "(column) took:\n%-10s", "");
+         "(column) took:\n%-10s",
+         "");
   for (int y = 0; y < n; y++)
     printf(" %-9s", st.name[y]);
   printf("\n");
@@ -302,14 +307,17 @@ int main(int argc, char **argv) {
     int n, rank;
     int r = nx_context_peers(&peers, &n, &rank);
     if (r == NX_ENOENT) {
-      fprintf(stderr, "cluster: run me under nxrun, e.g. "
-                      "build/nexus/tools/nxrun -n 2 %s\n", argv[0]);
+      fprintf(stderr,
+              "cluster: run me under nxrun, e.g. "
+              "build/nexus/tools/nxrun -n 2 %s\n",
+              argv[0]);
       return 2;
     }
     check("nx_context_peers", r);
     if (rank == 0) {
       printf("cluster demo: %d processes from nxrun, 1 created on a node, "
-             "%d in-process contexts in each\n", n, LOCALS);
+             "%d in-process contexts in each\n",
+             n, LOCALS);
       coordinate(argv[0], peers, n);
     } else {
       wait_until(&st.quit, 1);

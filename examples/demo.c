@@ -1,4 +1,6 @@
-/* The main demo: a ring of in-process contexts that learn their neighbours from global pointers sent in buffers, pass a token around with RSRs, and a threaded handler that blocks until a later RSR wakes it. */
+/* The main demo: a ring of in-process contexts that learn their neighbours from
+ * global pointers sent in buffers, pass a token around with RSRs, and a
+ * threaded handler that blocks until a later RSR wakes it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -98,8 +100,8 @@ static void done(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 static int member_init(nx_context_t *ctx, void *arg) {
   struct member *me = arg;
   nx_context_set_data(ctx, me);
-  int r = nx_handler_register(ctx, "set_next", set_next,
-                              NX_HANDLER_NONTHREADED, NULL);
+  int r = nx_handler_register(ctx, "set_next", set_next, NX_HANDLER_NONTHREADED,
+                              NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "token", token, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
@@ -172,8 +174,7 @@ int main(int argc, char **argv) {
   printf("\ncontexts and the protocol an RSR to each takes:\n");
   printf("  %-20s %-18s %s\n", "context", "id", "protocol");
   printf("  %-20s %#-18llx %s\n", "main",
-         (unsigned long long)nx_gp_context(&main_gp),
-         nx_gp_protocol(&main_gp));
+         (unsigned long long)nx_gp_context(&main_gp), nx_gp_protocol(&main_gp));
   for (int i = 0; i < RING; i++) {
     char name[32];
     snprintf(name, sizeof(name), "ring member %d", i);

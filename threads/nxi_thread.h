@@ -1,4 +1,5 @@
-/* Internal interface between the thread module and the core's progress engine. */
+/* Internal interface between the thread module and the core's progress engine.
+ */
 #ifndef NXI_THREAD_H
 #define NXI_THREAD_H
 

@@ -1,4 +1,5 @@
-/* The nexus API: nodes, contexts, threads, global pointers and remote service requests. */
+/* The nexus API: nodes, contexts, threads, global pointers and remote service
+ * requests. */
 #ifndef NEXUS_H
 #define NEXUS_H
 

@@ -1,4 +1,5 @@
-/* Attach: a running computation accepts programs started separately (on this host or another); they join it through a URL carrying its address and key. */
+/* Attach: a running computation accepts programs started separately (on this
+ * host or another); they join it through a URL carrying its address and key. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -61,8 +62,8 @@ static int io_all(int fd, void *buf, size_t len, int writing) {
 
 static void serve_one(int fd) {
   uint8_t hello[HELLO_LEN];
-  if (io_all(fd, hello, sizeof(hello), 0) < 0 ||
-      memcmp(hello, MAGIC, 4) != 0 || !nxu_key_equal(hello + 4, nxi_rt.key, NX_KEY_SIZE)) {
+  if (io_all(fd, hello, sizeof(hello), 0) < 0 || memcmp(hello, MAGIC, 4) != 0 ||
+      !nxu_key_equal(hello + 4, nxi_rt.key, NX_KEY_SIZE)) {
     atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
     nxi_log(0, "attach", "refused a connection: wrong magic or key");
     return;
@@ -114,7 +115,8 @@ static int listen_addr(struct sockaddr_storage *ss, socklen_t *len) {
       snprintf(host, sizeof(host), "%s", spec);
     }
   }
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *res;
   if (getaddrinfo(host, port, &hints, &res) != 0)
@@ -143,9 +145,9 @@ int nx_attach_listen(const char **url) {
   int one = 1;
   if (fd >= 0)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (r == 0 && (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) < 0 ||
-                 listen(fd, 64) < 0 ||
-                 getsockname(fd, (struct sockaddr *)&ss, &sl) < 0))
+  if (r == 0 &&
+      (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) < 0 ||
+       listen(fd, 64) < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0))
     r = errno == EADDRINUSE ? NX_EBUSY : NX_EIO;
   if (r < 0) {
     if (fd >= 0)
@@ -164,10 +166,10 @@ int nx_attach_listen(const char **url) {
     inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
     port = ntohs(a->sin_port);
   }
-  int off = snprintf(url_text, sizeof(url_text),
-                     ss.ss_family == AF_INET6 ? "nexus://[%s]:%u/"
-                                              : "nexus://%s:%u/",
-                     host, port);
+  int off =
+      snprintf(url_text, sizeof(url_text),
+               ss.ss_family == AF_INET6 ? "nexus://[%s]:%u/" : "nexus://%s:%u/",
+               host, port);
   if ((size_t)off + 2 * NX_KEY_SIZE < sizeof(url_text))
     nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, url_text + off);
   listen_fd = fd;
@@ -234,7 +236,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
   int r = parse_url(url, host, sizeof(host), port, sizeof(port), key);
   if (r < 0)
     return r;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV};
   struct addrinfo *res;
   if (getaddrinfo(host, port, &hints, &res) != 0)
@@ -260,7 +263,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
   if (r == NX_ECONNRESET)
     r = NX_EACCES; /* the listener closes on a wrong key */
   uint32_t len = r == 0 ? nxu_rd32(head + 4) : 0;
-  if (r == 0 && (memcmp(head, MAGIC, 4) != 0 || len < NXI_CTL_ENTRY_HEAD || len > NXI_CTL_MAX))
+  if (r == 0 && (memcmp(head, MAGIC, 4) != 0 || len < NXI_CTL_ENTRY_HEAD ||
+                 len > NXI_CTL_MAX))
     r = NX_EPROTO;
   uint8_t *entry = r == 0 ? malloc(len) : NULL;
   if (r == 0 && entry == NULL)
@@ -274,8 +278,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
     r = nxi_ctl_parse_peer(entry, len, &off, &peer);
   if (r == 0) {
     struct nxi_dlist *dl;
-    r = nxi_dlist_intern_proc(peer.blob, peer.len,
-                              nxi_ctxid_proc(peer.context), &dl);
+    r = nxi_dlist_intern_proc(peer.blob, peer.len, nxi_ctxid_proc(peer.context),
+                              &dl);
     if (r == 0) {
       /* Joining the computation: present its key from now on. */
       memcpy(nxi_rt.key, key, NX_KEY_SIZE);

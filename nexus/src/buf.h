@@ -1,4 +1,5 @@
-/* Message buffers inside the core: the struct behind nx_buffer_t, its memory (bufmem.c) and the helpers the gp encoding shares (buffer.c). */
+/* Message buffers inside the core: the struct behind nx_buffer_t, its memory
+ * (bufmem.c) and the helpers the gp encoding shares (buffer.c). */
 #ifndef NXI_BUF_H
 #define NXI_BUF_H
 
@@ -95,8 +96,8 @@ static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
 
 /* Copies `count` elements of `size` bytes, reversing each one's bytes when
  * `swap` is set. */
-static inline void nxi_copy_elems(uint8_t *dst, const uint8_t *src,
-                                  size_t size, size_t count, int swap) {
+static inline void nxi_copy_elems(uint8_t *dst, const uint8_t *src, size_t size,
+                                  size_t count, int swap) {
   if (!swap || size == 1) {
     memcpy(dst, src, size * count);
     return;

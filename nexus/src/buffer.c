@@ -1,4 +1,5 @@
-/* Message buffers: typed put/get with per-value type tags, byte-order conversion on get, and ownership. */
+/* Message buffers: typed put/get with per-value type tags, byte-order
+ * conversion on get, and ownership. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,7 +182,8 @@ static int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
 
 static int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
                      size_t size, size_t count) {
-  if (!nxi_buffer_writable(b) || (v == NULL && count != 0) || count > UINT32_MAX)
+  if (!nxi_buffer_writable(b) || (v == NULL && count != 0) ||
+      count > UINT32_MAX)
     return NX_EINVAL;
   if (count > (SIZE_MAX - 5) / size)
     return NX_ENOMEM;
@@ -224,7 +226,7 @@ static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
   if (left < 5)
     return left == 0 ? NX_ERANGE
                      : (b->data[b->pos] != (tag | NXI_TAG_ARRAY) ? NX_ETYPE
-                                                             : NX_ERANGE);
+                                                                 : NX_ERANGE);
   const uint8_t *p = b->data + b->pos;
   if (p[0] != (tag | NXI_TAG_ARRAY))
     return NX_ETYPE;
@@ -241,16 +243,16 @@ static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
 }
 
 #define NX_BUFFER_TYPES(XX)                                                    \
-  XX(int8, int8_t, NXI_TAG_INT8)                                                   \
-  XX(uint8, uint8_t, NXI_TAG_UINT8)                                                \
-  XX(int16, int16_t, NXI_TAG_INT16)                                                \
-  XX(uint16, uint16_t, NXI_TAG_UINT16)                                             \
-  XX(int32, int32_t, NXI_TAG_INT32)                                                \
-  XX(uint32, uint32_t, NXI_TAG_UINT32)                                             \
-  XX(int64, int64_t, NXI_TAG_INT64)                                                \
-  XX(uint64, uint64_t, NXI_TAG_UINT64)                                             \
-  XX(float, float, NXI_TAG_FLOAT)                                                  \
-  XX(double, double, NXI_TAG_DOUBLE)                                               \
+  XX(int8, int8_t, NXI_TAG_INT8)                                               \
+  XX(uint8, uint8_t, NXI_TAG_UINT8)                                            \
+  XX(int16, int16_t, NXI_TAG_INT16)                                            \
+  XX(uint16, uint16_t, NXI_TAG_UINT16)                                         \
+  XX(int32, int32_t, NXI_TAG_INT32)                                            \
+  XX(uint32, uint32_t, NXI_TAG_UINT32)                                         \
+  XX(int64, int64_t, NXI_TAG_INT64)                                            \
+  XX(uint64, uint64_t, NXI_TAG_UINT64)                                         \
+  XX(float, float, NXI_TAG_FLOAT)                                              \
+  XX(double, double, NXI_TAG_DOUBLE)                                           \
   XX(char, char, NXI_TAG_CHAR)
 
 #define NX_BUFFER_FUNCS(name, type, tag)                                       \
@@ -277,4 +279,3 @@ int nx_put_bytes(nx_buffer_t *b, const void *v, size_t n) {
 int nx_get_bytes(nx_buffer_t *b, void *v, size_t n) {
   return get_array(b, NXI_TAG_BYTES, v, 1, n);
 }
-

@@ -1,4 +1,5 @@
-/* The cache of large payload blocks behind message buffers (bufmem.c): what nx_init and nx_finalize call, and counters for tests. */
+/* The cache of large payload blocks behind message buffers (bufmem.c): what
+ * nx_init and nx_finalize call, and counters for tests. */
 #ifndef NXI_BUFFER_CACHE_H
 #define NXI_BUFFER_CACHE_H
 

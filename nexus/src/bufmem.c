@@ -1,4 +1,5 @@
-/* Memory behind message buffers: a per-thread cache of small buffers and a shared cache of large payload blocks. */
+/* Memory behind message buffers: a per-thread cache of small buffers and a
+ * shared cache of large payload blocks. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,4 +269,3 @@ void nxi_buffer_free(struct nx_buffer *b) {
   }
   free(b);
 }
-

@@ -1,4 +1,5 @@
-/* Control channels of either kind (chan.h), and this process's own entry in their messages. */
+/* Control channels of either kind (chan.h), and this process's own entry in
+ * their messages. */
 #include "chan.h"
 
 #include <sys/socket.h>
@@ -45,8 +46,8 @@ size_t nxi_chan_self_entry(uint8_t *p, size_t cap) {
 
 int nxi_chan_peer_gp(const struct nxi_ctl_peer *p, nx_gp_t *gp) {
   struct nxi_dlist *dl;
-  int r = nxi_dlist_intern_proc(p->blob, p->len, nxi_ctxid_proc(p->context),
-                                &dl);
+  int r =
+      nxi_dlist_intern_proc(p->blob, p->len, nxi_ctxid_proc(p->context), &dl);
   if (r < 0)
     return r;
   gp->context = p->context;

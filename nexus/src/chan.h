@@ -1,4 +1,5 @@
-/* A control channel of either kind: a socket (fork/exec children, nxrun) or a module's launcher channel (MPI_Comm_spawn children). */
+/* A control channel of either kind: a socket (fork/exec children, nxrun) or a
+ * module's launcher channel (MPI_Comm_spawn children). */
 #ifndef NXI_CHAN_H
 #define NXI_CHAN_H
 

@@ -1,4 +1,6 @@
-/* The child side of process contexts: a process started by a launcher (nx_context_create, nxrun, or a module's spawn) tells it that it is ready, learns its peers, and ends when told to. */
+/* The child side of process contexts: a process started by a launcher
+ * (nx_context_create, nxrun, or a module's spawn) tells it that it is ready,
+ * learns its peers, and ends when told to. */
 #include "child.h"
 
 #include <fcntl.h>
@@ -76,8 +78,7 @@ static void *watch(void *arg) {
         nxi_dlist_proc_failed(nxi_ctxid_proc(context), NX_EPEERDEAD);
       break;
     }
-    default:
-      nxi_log(1, NULL, "control channel: unknown message %u", buf[0]);
+    default: nxi_log(1, NULL, "control channel: unknown message %u", buf[0]);
     }
   }
   free(buf);
@@ -205,8 +206,8 @@ static int job_peers(nx_gp_t **gps, int *count, int *rank) {
     void *all = NULL;
     size_t *lens = NULL;
     int n = 0, me_rank = -1;
-    int r = m->launch->job_peers(m->state, mine, len, &all, &lens, &n,
-                                 &me_rank);
+    int r =
+        m->launch->job_peers(m->state, mine, len, &all, &lens, &n, &me_rank);
     free(mine);
     if (r == NX_ENOENT)
       continue;
@@ -283,4 +284,3 @@ int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {
     *rank = my_rank == UINT32_MAX ? -1 : (int)my_rank;
   return 0;
 }
-

@@ -1,4 +1,5 @@
-/* The child side of process contexts (child.c): what nx_init and nx_finalize call. */
+/* The child side of process contexts (child.c): what nx_init and nx_finalize
+ * call. */
 #ifndef NXI_CHILD_H
 #define NXI_CHILD_H
 

@@ -1,4 +1,5 @@
-/* Contexts: the process-wide registry, in-process context creation and destruction, and per-context handler tables. */
+/* Contexts: the process-wide registry, in-process context creation and
+ * destruction, and per-context handler tables. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* Contexts inside the core: the struct behind nx_context_t, the registry that maps ids to contexts, and handler lookup. */
+/* Contexts inside the core: the struct behind nx_context_t, the registry that
+ * maps ids to contexts, and handler lookup. */
 #ifndef NXI_CONTEXT_H
 #define NXI_CONTEXT_H
 

@@ -1,4 +1,5 @@
-/* The control channel's messages on a socket, and their encoding (ctl.h); pure, so that nxrun links it too. */
+/* The control channel's messages on a socket, and their encoding (ctl.h); pure,
+ * so that nxrun links it too. */
 #include "ctl.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
-/* The control channel between a launcher (nxrun, or a process calling nx_context_create) and a process context it started: its messages and their encoding, shared by the core and nxrun. */
+/* The control channel between a launcher (nxrun, or a process calling
+ * nx_context_create) and a process context it started: its messages and their
+ * encoding, shared by the core and nxrun. */
 #ifndef NXI_CTL_H
 #define NXI_CTL_H
 

@@ -1,4 +1,5 @@
-/* Running what arrived: polling the modules, looking up each RSR's context and handler, and running it here or queueing it for a runtime thread. */
+/* Running what arrived: polling the modules, looking up each RSR's context and
+ * handler, and running it here or queueing it for a runtime thread. */
 #include <sched.h>
 
 #include "context.h"
@@ -99,8 +100,7 @@ static void dispatch(struct nx_buffer *b) {
     if (nxi_rthread_spawn(new_thread_main, b) != 0)
       nxi_tq_push(b); /* no new thread to be had: a pooled one runs it */
     return;
-  default:
-    break;
+  default: break;
   }
   if (nxi_eng_me.primary)
     nxi_engine_set_state(NXI_PRIMARY_RUNNING);

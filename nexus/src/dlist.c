@@ -1,4 +1,5 @@
-/* Descriptor lists (dlist.h): their wire encoding, interning, the per-destination protocol choice, and failed processes. */
+/* Descriptor lists (dlist.h): their wire encoding, interning, the
+ * per-destination protocol choice, and failed processes. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,9 +100,9 @@ int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out) {
     /* Take a reference only while the list is alive: one whose count
      * reached zero belongs to the releasing thread, which frees it. */
     unsigned r = atomic_load_explicit(&d->refs, memory_order_relaxed);
-    while (r != 0 && !atomic_compare_exchange_weak_explicit(
-                         &d->refs, &r, r + 1, memory_order_relaxed,
-                         memory_order_relaxed))
+    while (r != 0 &&
+           !atomic_compare_exchange_weak_explicit(
+               &d->refs, &r, r + 1, memory_order_relaxed, memory_order_relaxed))
       ;
     if (r != 0) {
       pthread_mutex_unlock(&intern_lock);
@@ -330,8 +331,8 @@ int nxi_dlist_self(uint32_t proc, struct nxi_dlist **out) {
   size_t cap = 1;
   for (int i = 0; i < n; i++) {
     struct nxi_module *m = nxi_module_loaded(i);
-    cap += 1 + strlen(m->name) + 2 + 1 + m->desc.scope_len + 2 +
-           m->desc.data_len;
+    cap +=
+        1 + strlen(m->name) + 2 + 1 + m->desc.scope_len + 2 + m->desc.data_len;
   }
   uint8_t *blob = malloc(cap);
   if (blob == NULL)

@@ -1,4 +1,5 @@
-/* Descriptor lists: the interned, reference-counted protocol descriptors a gp carries, and the route each one resolves to. */
+/* Descriptor lists: the interned, reference-counted protocol descriptors a gp
+ * carries, and the route each one resolves to. */
 #ifndef NXI_DLIST_H
 #define NXI_DLIST_H
 
@@ -20,8 +21,8 @@ struct nxi_dlist {
   struct nx_desc desc[NXI_MAX_MODULES];
   char names[NXI_MAX_MODULES][NX_PROTO_NAME_MAX + 1];
   struct nxi_route *_Atomic route; /* cached protocol choice */
-  _Atomic uint32_t proc;            /* process id part of its context ids */
-  atomic_int failed;                /* its process is gone: the NX_E* why */
+  _Atomic uint32_t proc;           /* process id part of its context ids */
+  atomic_int failed;               /* its process is gone: the NX_E* why */
 };
 
 /* Interns the encoding `blob` (checked first: NX_EPROTO, NX_ERANGE) and

@@ -17,9 +17,8 @@ int nxi_drive_begin(unsigned *gen) {
   }
   int expected = 0;
   if (atomic_load_explicit(&driver, memory_order_relaxed) != 0 ||
-      !atomic_compare_exchange_strong_explicit(&driver, &expected, 1,
-                                               memory_order_acquire,
-                                               memory_order_relaxed))
+      !atomic_compare_exchange_strong_explicit(
+          &driver, &expected, 1, memory_order_acquire, memory_order_relaxed))
     return 0;
   nxi_drive_me.driving = 1;
   *gen = nxi_drive_me.gen;

@@ -1,4 +1,6 @@
-/* The driver lock: one thread at a time polls the modules and dispatches what arrived; reentrant for its holder, and given away by a handler that blocks. */
+/* The driver lock: one thread at a time polls the modules and dispatches what
+ * arrived; reentrant for its holder, and given away by a handler that blocks.
+ */
 #ifndef NXI_DRIVER_H
 #define NXI_DRIVER_H
 

@@ -1,4 +1,5 @@
-/* The engine's shared state, and how threads sleep in its epoll and are woken (engine.h). */
+/* The engine's shared state, and how threads sleep in its epoll and are woken
+ * (engine.h). */
 #include "engine.h"
 
 #include <errno.h>
@@ -53,6 +54,5 @@ int nxi_engine_watch(int fd) {
 void nxi_engine_set_state(int state) {
   if (atomic_load_explicit(&nxi_eng.primary_state, memory_order_relaxed) !=
       state)
-    atomic_store_explicit(&nxi_eng.primary_state, state,
-                          memory_order_relaxed);
+    atomic_store_explicit(&nxi_eng.primary_state, state, memory_order_relaxed);
 }

@@ -1,4 +1,7 @@
-/* The progress engine's shared state, between its files: engine.c (waking and sleeping), rthread.c (runtime threads), dispatch.c (running what arrived), primary.c (the progress thread and the pool), waiter.c (threads waiting in nexus) and progress.c (start and stop). */
+/* The progress engine's shared state, between its files: engine.c (waking and
+ * sleeping), rthread.c (runtime threads), dispatch.c (running what arrived),
+ * primary.c (the progress thread and the pool), waiter.c (threads waiting in
+ * nexus) and progress.c (start and stop). */
 #ifndef NXI_ENGINE_H
 #define NXI_ENGINE_H
 

@@ -1,4 +1,5 @@
-/* nx_strerror and nx_err_name, generated from the NX_ERRNO_MAP list, and nx_version. */
+/* nx_strerror and nx_err_name, generated from the NX_ERRNO_MAP list, and
+ * nx_version. */
 #include "nexus.h"
 
 const char *nx_strerror(int err) {

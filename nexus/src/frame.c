@@ -22,8 +22,8 @@ static size_t max_frame_bytes;
 
 void nxi_frame_init(void) {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  max_frame_bytes = pages <= 0 || size <= 0 ? (size_t)1 << 40
-                                            : (size_t)pages * (size_t)size;
+  max_frame_bytes =
+      pages <= 0 || size <= 0 ? (size_t)1 << 40 : (size_t)pages * (size_t)size;
 }
 
 void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f) {

@@ -1,4 +1,5 @@
-/* The frame header (nexus/protocol.h documents its layout): the one place it is written and read. */
+/* The frame header (nexus/protocol.h documents its layout): the one place it is
+ * written and read. */
 #ifndef NXI_FRAME_H
 #define NXI_FRAME_H
 

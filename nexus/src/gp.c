@@ -1,4 +1,5 @@
-/* Global pointers: the public gp calls, their place in message buffers, and which protocol one uses. */
+/* Global pointers: the public gp calls, their place in message buffers, and
+ * which protocol one uses. */
 #include <stdio.h>
 
 #include "buf.h"
@@ -46,7 +47,9 @@ int nx_gp_equal(const nx_gp_t *a, const nx_gp_t *b) {
 
 int nx_gp_is_null(const nx_gp_t *gp) { return gp == NULL || gp->context == 0; }
 
-uint64_t nx_gp_context(const nx_gp_t *gp) { return gp != NULL ? gp->context : 0; }
+uint64_t nx_gp_context(const nx_gp_t *gp) {
+  return gp != NULL ? gp->context : 0;
+}
 
 void *nx_gp_address(const nx_gp_t *gp) {
   return gp != NULL ? (void *)(uintptr_t)gp->address : NULL;
@@ -93,8 +96,10 @@ int nx_put_gp(nx_buffer_t *b, const struct nx_gp *gp) {
     return r;
   uint8_t *p = b->data + b->len;
   p[0] = NXI_TAG_GP;
-  nxi_copy_elems(p + 1, (const uint8_t *)&gp->context, 8, 1, nxi_buffer_swapped(b));
-  nxi_copy_elems(p + 9, (const uint8_t *)&gp->address, 8, 1, nxi_buffer_swapped(b));
+  nxi_copy_elems(p + 1, (const uint8_t *)&gp->context, 8, 1,
+                 nxi_buffer_swapped(b));
+  nxi_copy_elems(p + 9, (const uint8_t *)&gp->address, 8, 1,
+                 nxi_buffer_swapped(b));
   if (gp->protos != NULL)
     memcpy(p + 17, gp->protos->blob, dlen);
   else
@@ -123,7 +128,8 @@ int nx_get_gp(nx_buffer_t *b, struct nx_gp *gp) {
   nxi_copy_elems((uint8_t *)&g.address, p + 9, 8, 1, nxi_buffer_swapped(b));
   g.protos = NULL;
   if (p[17] != 0) {
-    r = nxi_dlist_intern_proc(p + 17, dlen, nxi_ctxid_proc(g.context), &g.protos);
+    r = nxi_dlist_intern_proc(p + 17, dlen, nxi_ctxid_proc(g.context),
+                              &g.protos);
     if (r < 0)
       return r;
   } else if (g.context != 0) {

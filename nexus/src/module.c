@@ -1,4 +1,5 @@
-/* The protocol module loader: finds libnx_proto_<name>.so files, checks their ABI and slots once, initialises them, and orders them. */
+/* The protocol module loader: finds libnx_proto_<name>.so files, checks their
+ * ABI and slots once, initialises them, and orders them. */
 #include <dirent.h>
 #include <stddef.h>
 #include <dlfcn.h>
@@ -53,7 +54,9 @@ static struct nxi_module *loaded[MAX_MODULES];
 static int nloaded;
 
 int nxi_module_count_loaded(void) { return nloaded; }
-struct nxi_module *nxi_module_loaded(int i) { return loaded[i]; }
+struct nxi_module *nxi_module_loaded(int i) {
+  return loaded[i];
+}
 
 static struct nxi_module *find(const char *name) {
   for (int i = 0; i < nmods; i++)
@@ -64,8 +67,8 @@ static struct nxi_module *find(const char *name) {
 
 static struct nxi_module *add(const char *name) {
   struct nxi_module *m = find(name);
-  if (m != NULL || nmods == MAX_MODULES ||
-      strlen(name) > NX_PROTO_NAME_MAX || name[0] == '\0')
+  if (m != NULL || nmods == MAX_MODULES || strlen(name) > NX_PROTO_NAME_MAX ||
+      name[0] == '\0')
     return m;
   m = &mods[nmods++];
   memset(m, 0, sizeof(*m));
@@ -150,7 +153,8 @@ static void discover(int only_listed) {
   scan_dir(NX_MODULE_DIR, only_listed);
 }
 
-static int fail(struct nxi_module *m, int err, const char *fmt, const char *arg) {
+static int fail(struct nxi_module *m, int err, const char *fmt,
+                const char *arg) {
   m->error = err;
   snprintf(m->reason, sizeof(m->reason), fmt, arg);
   if (m->dl_handle != NULL)
@@ -338,8 +342,8 @@ int nx_module_info(int index, nx_module_info_t *info) {
     if (m->ops->backend_version != NULL)
       snprintf(info->backend, sizeof(info->backend), "%s",
                m->ops->backend_version(m->state));
-    size_t off = (size_t)snprintf(info->descriptor, sizeof(info->descriptor),
-                                  "scope=");
+    size_t off =
+        (size_t)snprintf(info->descriptor, sizeof(info->descriptor), "scope=");
     for (int i = 0; i < m->desc.scope_len && off + 3 < sizeof(info->descriptor);
          i++)
       off += (size_t)snprintf(info->descriptor + off,

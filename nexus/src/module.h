@@ -1,4 +1,5 @@
-/* The protocol module loader's view of the loaded modules: what the descriptor lists, the engine, the launcher and nxinfo ask of it. */
+/* The protocol module loader's view of the loaded modules: what the descriptor
+ * lists, the engine, the launcher and nxinfo ask of it. */
 #ifndef NXI_MODULE_H
 #define NXI_MODULE_H
 

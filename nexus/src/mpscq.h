@@ -1,4 +1,5 @@
-/* An intrusive multi-producer single-consumer queue (Vyukov): any thread pushes, only the driver pops. */
+/* An intrusive multi-producer single-consumer queue (Vyukov): any thread
+ * pushes, only the driver pops. */
 #ifndef NXI_MPSCQ_H
 #define NXI_MPSCQ_H
 

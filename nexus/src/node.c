@@ -1,4 +1,5 @@
-/* Nodes (node.h): acquiring them from a spec ("localhost", or a launcher module's "mpi:host=a,b") and what they name. */
+/* Nodes (node.h): acquiring them from a spec ("localhost", or a launcher
+ * module's "mpi:host=a,b") and what they name. */
 #include "node.h"
 
 #include <stdio.h>

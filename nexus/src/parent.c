@@ -1,4 +1,6 @@
-/* The creator side of process contexts: starting a program as a context (fork/exec here, or a launcher module's spawn), the handshake that makes its gp, watching it, and ending it. */
+/* The creator side of process contexts: starting a program as a context
+ * (fork/exec here, or a launcher module's spawn), the handshake that makes its
+ * gp, watching it, and ending it. */
 #include "parent.h"
 
 #include <errno.h>
@@ -259,7 +261,7 @@ static int spawn_child(struct nxi_module *m, const nx_node_t *node,
   const char *const env[] = {key, NULL};
   void *ctl = NULL;
   int r = m->launch->spawn(m->state, node->host, node->id, exe, argv, env,
-                        timeout_ms, &ctl);
+                           timeout_ms, &ctl);
   if (r < 0)
     return r;
   c->pid = 0;
@@ -311,8 +313,7 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   if (!nxi_ready())
     return NX_ENOTINIT;
   struct nxi_module *m = NULL;
-  if (!nxi_node_is_local(node) &&
-      (m = nxi_module_launcher(node->host)) == NULL)
+  if (!nxi_node_is_local(node) && (m = nxi_module_launcher(node->host)) == NULL)
     return NX_ENOTSUP;
   char *const default_argv[] = {(char *)exe, NULL};
   if (argv == NULL || argv[0] == NULL)
@@ -429,4 +430,3 @@ void nxi_parent_finalize(void) {
     free(c);
   }
 }
-

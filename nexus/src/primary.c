@@ -1,4 +1,5 @@
-/* The progress thread (the primary) and the pool of runtime threads that take its role over, or run queued threaded handlers. */
+/* The progress thread (the primary) and the pool of runtime threads that take
+ * its role over, or run queued threaded handlers. */
 #include <sched.h>
 #include <time.h>
 
@@ -101,8 +102,7 @@ static int pool_wait(void) {
   int found = 0;
   for (unsigned i = 1; !found; i++) {
     found = atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) > 0 ||
-            atomic_load_explicit(&nxi_eng.want_primary,
-                                 memory_order_relaxed) ||
+            atomic_load_explicit(&nxi_eng.want_primary, memory_order_relaxed) ||
             atomic_load_explicit(&nxi_eng.stopping, memory_order_relaxed);
     if ((i & 63) == 0 && nxu_now_ns() >= until)
       break;

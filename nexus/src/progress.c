@@ -1,4 +1,5 @@
-/* The progress engine's lifecycle: setting it up at nx_init, starting the progress thread, and stopping every runtime thread at nx_finalize. */
+/* The progress engine's lifecycle: setting it up at nx_init, starting the
+ * progress thread, and stopping every runtime thread at nx_finalize. */
 #include "progress.h"
 
 #include <sys/epoll.h>

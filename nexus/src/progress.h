@@ -1,4 +1,5 @@
-/* Starting and stopping the progress engine (progress.c): what nx_init and nx_finalize call. */
+/* Starting and stopping the progress engine (progress.c): what nx_init and
+ * nx_finalize call. */
 #ifndef NXI_PROGRESS_H
 #define NXI_PROGRESS_H
 

@@ -1,4 +1,5 @@
-/* Remote service requests: start a buffer for a handler at a gp, then hand the sealed frame to the chosen protocol. */
+/* Remote service requests: start a buffer for a handler at a gp, then hand the
+ * sealed frame to the chosen protocol. */
 #include "buf.h"
 #include "dlist.h"
 #include "engine.h"

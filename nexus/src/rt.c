@@ -1,4 +1,5 @@
-/* Runtime-wide state: counters, the error callback, logging and drop reports (rt.h). */
+/* Runtime-wide state: counters, the error callback, logging and drop reports
+ * (rt.h). */
 #include "rt.h"
 
 #include <stdarg.h>
@@ -37,10 +38,10 @@ void nxi_rt_reset(void) {
 }
 
 void nxi_drop(int err, uint64_t context, uint32_t handler) {
-  atomic_uint_fast64_t *counter =
-      err == NX_ENOHANDLER   ? &nxi_rt.drop_no_handler
-      : err == NX_ENOCONTEXT ? &nxi_rt.drop_no_context
-                             : &nxi_rt.rsr_failed;
+  atomic_uint_fast64_t *counter = err == NX_ENOHANDLER ? &nxi_rt.drop_no_handler
+                                  : err == NX_ENOCONTEXT
+                                      ? &nxi_rt.drop_no_context
+                                      : &nxi_rt.rsr_failed;
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
   nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
   if (cb != NULL) {

@@ -1,4 +1,5 @@
-/* The bottom of the core: runtime-wide state and counters, logging, drop reporting and context ids, used by every other file of nexus/src. */
+/* The bottom of the core: runtime-wide state and counters, logging, drop
+ * reporting and context ids, used by every other file of nexus/src. */
 #ifndef NXI_RT_H
 #define NXI_RT_H
 
@@ -12,7 +13,7 @@
 #include "nxu_wire.h"
 
 #define NXI_CONTAINER_OF(ptr, type, member)                                    \
-  ((type *)((char *)(ptr) - offsetof(type, member)))
+  ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define NXI_CACHELINE 64
 
@@ -39,9 +40,8 @@ struct nxi_runtime {
   uint8_t key[NX_KEY_SIZE]; /* the computation's key (NX_KEY, or random) */
   nx_context_t *initial;
   struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
-  atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler,
-      drop_no_context, drop_bad_frame, threads_created, rsr_failed,
-      peers_failed;
+  atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler, drop_no_context,
+      drop_bad_frame, threads_created, rsr_failed, peers_failed;
   nx_error_cb error_cb;
   void *error_arg;
   atomic_int drops_logged;

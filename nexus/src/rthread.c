@@ -1,4 +1,5 @@
-/* Runtime threads: starting them, joining those that ended, and waking the pool (engine.h). */
+/* Runtime threads: starting them, joining those that ended, and waking the pool
+ * (engine.h). */
 #include <stdlib.h>
 #include <string.h>
 

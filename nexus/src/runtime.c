@@ -1,4 +1,7 @@
-/* The runtime's lifecycle: nx_init brings the layers up from the bottom (settings, identity, buffers, engine, contexts, modules, this process's descriptors, its launcher's channel) and nx_finalize takes them down in reverse. */
+/* The runtime's lifecycle: nx_init brings the layers up from the bottom
+ * (settings, identity, buffers, engine, contexts, modules, this process's
+ * descriptors, its launcher's channel) and nx_finalize takes them down in
+ * reverse. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>

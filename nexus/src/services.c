@@ -1,4 +1,6 @@
-/* The core services for modules (nexus/protocol.h, struct nx_core_api): receiving and sending frames, and a module's reports of failed or misbehaving peers. */
+/* The core services for modules (nexus/protocol.h, struct nx_core_api):
+ * receiving and sending frames, and a module's reports of failed or misbehaving
+ * peers. */
 #include "services.h"
 
 #include <stdarg.h>

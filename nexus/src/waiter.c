@@ -1,4 +1,6 @@
-/* Threads that wait in nexus calls (condition variables, contended mutexes, joins): the hooks the thread module calls, which let a waiting thread drive progress itself or hand it over before it sleeps. */
+/* Threads that wait in nexus calls (condition variables, contended mutexes,
+ * joins): the hooks the thread module calls, which let a waiting thread drive
+ * progress itself or hand it over before it sleeps. */
 #include <sched.h>
 #include <unistd.h>
 

@@ -1,4 +1,6 @@
-/* nxinfo: lists the protocol modules this process finds (loaded ones in order of preference, then those skipped and why), or with --config every NX_* setting. */
+/* nxinfo: lists the protocol modules this process finds (loaded ones in order
+ * of preference, then those skipped and why), or with --config every NX_*
+ * setting. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +47,8 @@ static int print_config(void) {
 
 static void print_module(const nx_module_info_t *m) {
   if (m->loaded) {
-    printf("%-8s %-8s %-5d %-4d %-6u %s\n", m->name, "loaded", m->rank,
-           m->cost, m->wire_version, m->path);
+    printf("%-8s %-8s %-5d %-4d %-6u %s\n", m->name, "loaded", m->rank, m->cost,
+           m->wire_version, m->path);
     printf("%-8s %-8s backend: %s; descriptor: %s\n", "", "",
            m->backend[0] ? m->backend : "-", m->descriptor);
   } else {
@@ -56,7 +58,8 @@ static void print_module(const nx_module_info_t *m) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+  if (argc > 1 &&
+      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(stdout);
     return 0;
   }

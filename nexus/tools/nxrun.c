@@ -1,4 +1,5 @@
-/* nxrun: starts N process contexts of one program on this host, gives each the gps of all, forwards signals, and reports any that dies. */
+/* nxrun: starts N process contexts of one program on this host, gives each the
+ * gps of all, forwards signals, and reports any that dies. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -190,8 +191,8 @@ int main(int argc, char **argv) {
     }
     int left = (int)(deadline - time(NULL));
     if (left <= 0 || poll(fds, (nfds_t)n + 1, left * 1000) == 0) {
-      fprintf(stderr, "%s: %d of %d contexts not ready after %d s\n",
-              prog_name, n - ready, n, timeout);
+      fprintf(stderr, "%s: %d of %d contexts not ready after %d s\n", prog_name,
+              n - ready, n, timeout);
       failed = 1;
       break;
     }
@@ -215,8 +216,8 @@ int main(int argc, char **argv) {
         fds[r + 1].fd = -1;
         if (len <= 0)
           continue; /* it is ending: SIGCHLD tells the rest */
-        fprintf(stderr, "%s: context %d sent a bad READY message\n",
-                prog_name, r);
+        fprintf(stderr, "%s: context %d sent a bad READY message\n", prog_name,
+                r);
         failed = 1;
         break;
       }

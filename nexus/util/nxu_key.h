@@ -1,4 +1,5 @@
-/* The computation's key and other short secrets: constant-time comparison and hexadecimal text. */
+/* The computation's key and other short secrets: constant-time comparison and
+ * hexadecimal text. */
 #ifndef NXU_KEY_H
 #define NXU_KEY_H
 

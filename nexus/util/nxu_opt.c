@@ -1,4 +1,5 @@
-/* The NX_* variables (nxu_opt.h): one table, read by the core at nx_init, by the modules at their init and printed by nxinfo --config. */
+/* The NX_* variables (nxu_opt.h): one table, read by the core at nx_init, by
+ * the modules at their init and printed by nxinfo --config. */
 #include "nxu_opt.h"
 
 #include <errno.h>
@@ -50,8 +51,8 @@ const struct nxu_opt nxu_opts[] = {
      "addresses or interfaces the tcp module listens on (docs/tcp.md)"},
     {"NX_TCP_QUEUE_MAX", NXU_OPT_SIZE, "64m", 64 * MIB, 1, NO_MAX, NULL, "tcp",
      "bytes queued to one peer before sends wait"},
-    {"NX_TCP_HANDSHAKE_MS", NXU_OPT_UINT, "5000", 5000, 1, 3600000, NULL,
-     "tcp", "milliseconds a connection may take to present its key"},
+    {"NX_TCP_HANDSHAKE_MS", NXU_OPT_UINT, "5000", 5000, 1, 3600000, NULL, "tcp",
+     "milliseconds a connection may take to present its key"},
     {"NX_UCX_QUEUE_MAX", NXU_OPT_SIZE, "64m", 64 * MIB, 1, NO_MAX, NULL, "ucx",
      "bytes queued to one peer before sends wait"},
     {"NX_UCX_REMOTE", NXU_OPT_CHOICE, "0", 0, 0, 0, "0|1", "ucx",
@@ -142,8 +143,7 @@ static int check_value(const struct nxu_opt *o, const char *v, uint64_t *num,
     *choice = choice_index(o->choices, v);
     if (*choice >= 0)
       return 0;
-    snprintf(why, why_len, "%s=%s: expected one of %s", o->name, v,
-             o->choices);
+    snprintf(why, why_len, "%s=%s: expected one of %s", o->name, v, o->choices);
     return NX_EINVAL;
   case NXU_OPT_HEX: {
     size_t n = strlen(v);
@@ -157,8 +157,7 @@ static int check_value(const struct nxu_opt *o, const char *v, uint64_t *num,
              (unsigned long long)(2 * o->max));
     return NX_EINVAL;
   }
-  case NXU_OPT_TEXT:
-    return 0;
+  case NXU_OPT_TEXT: return 0;
   }
   return NX_EINVAL;
 }
@@ -187,9 +186,8 @@ int nxu_opt_check_all(const char *who, char *why, size_t why_len) {
 static const struct nxu_opt *lookup(const char *name, enum nxu_opt_kind kind,
                                     char *why, size_t why_len) {
   const struct nxu_opt *o = nxu_opt_find(name);
-  int ok = o != NULL &&
-           (o->kind == kind ||
-            (kind == NXU_OPT_UINT && o->kind == NXU_OPT_SIZE));
+  int ok = o != NULL && (o->kind == kind ||
+                         (kind == NXU_OPT_UINT && o->kind == NXU_OPT_SIZE));
   if (!ok)
     snprintf(why, why_len, "%s: not a setting of this kind in nexus's table",
              name);

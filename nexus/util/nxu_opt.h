@@ -1,4 +1,5 @@
-/* One table of every NX_* environment variable: its kind, default, bounds and meaning, and the parsers that read them. */
+/* One table of every NX_* environment variable: its kind, default, bounds and
+ * meaning, and the parsers that read them. */
 #ifndef NXU_OPT_H
 #define NXU_OPT_H
 
@@ -16,9 +17,9 @@ enum nxu_opt_kind {
 struct nxu_opt {
   const char *name;
   enum nxu_opt_kind kind;
-  const char *def; /* the default, as nxinfo --config shows it */
-  uint64_t def_value; /* SIZE and UINT: the default as a number */
-  uint64_t min, max;  /* SIZE and UINT: bounds; HEX: max is the bytes */
+  const char *def;     /* the default, as nxinfo --config shows it */
+  uint64_t def_value;  /* SIZE and UINT: the default as a number */
+  uint64_t min, max;   /* SIZE and UINT: bounds; HEX: max is the bytes */
   const char *choices; /* CHOICE: the words, the first is the default */
   const char *who;     /* "core", "nxrun" or a module's name */
   const char *meaning;

@@ -1,4 +1,5 @@
-/* Monotonic time for deadlines and spin budgets, shared by the core and the modules. */
+/* Monotonic time for deadlines and spin budgets, shared by the core and the
+ * modules. */
 #ifndef NXU_TIME_H
 #define NXU_TIME_H
 

@@ -1,4 +1,5 @@
-/* Fixed little-endian wire fields: plain stores and loads on a little-endian host, byte swaps elsewhere. */
+/* Fixed little-endian wire fields: plain stores and loads on a little-endian
+ * host, byte swaps elsewhere. */
 #ifndef NXU_WIRE_H
 #define NXU_WIRE_H
 

@@ -1,4 +1,5 @@
-/* The local protocol module: RSRs between contexts of the same process, handed over without copying. */
+/* The local protocol module: RSRs between contexts of the same process, handed
+ * over without copying. */
 #include <string.h>
 
 #include "nexus/protocol.h"

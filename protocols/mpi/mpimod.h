@@ -187,7 +187,7 @@ struct mpimod {
   int mpi_up;                 /* MPI is initialized and usable */
   pthread_mutex_t spawn_lock; /* starting MPI; `spawning` */
   pthread_cond_t spawn_cond;  /* `spawning` went to 0 */
-  int spawning; /* an MPI_Comm_spawn is under way (one at a time) */
+  int spawning;     /* an MPI_Comm_spawn is under way (one at a time) */
   MPI_Comm parent;  /* started by MPI_Comm_spawn: to the creator, until
                        ctl_parent hands it to the core */
   atomic_int stuck; /* spawns given up on while inside MPI_Comm_spawn */

@@ -1,4 +1,7 @@
-/* The ofi protocol module: RSR frames between processes over libfabric reliable datagram endpoints (shm on this host, tcp;ofi_rxm or another provider elsewhere); this file holds the ops table, settings, descriptors, connect and progress. */
+/* The ofi protocol module: RSR frames between processes over libfabric reliable
+ * datagram endpoints (shm on this host, tcp;ofi_rxm or another provider
+ * elsewhere); this file holds the ops table, settings, descriptors, connect and
+ * progress. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>

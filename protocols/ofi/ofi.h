@@ -1,4 +1,5 @@
-/* Private declarations of the ofi protocol module, shared by its source files. */
+/* Private declarations of the ofi protocol module, shared by its source files.
+ */
 #ifndef NX_PROTO_OFI_H
 #define NX_PROTO_OFI_H
 

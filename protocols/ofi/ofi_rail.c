@@ -1,4 +1,6 @@
-/* Rails of the ofi module: opening providers, the posted receive buffers, reading completion queues, and the receive path that reorders each sender's frames; driver only. */
+/* Rails of the ofi module: opening providers, the posted receive buffers,
+ * reading completion queues, and the receive path that reorders each sender's
+ * frames; driver only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,7 +500,8 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   if (m[2] == OFI_HELLO || !s->authed) {
     /* Only the HELLO with our key, first, opens the door. */
     int ok = m[2] == OFI_HELLO && !s->authed && !s->banned && seq == 0 &&
-             len == OFI_HELLO_SIZE && nxu_key_equal(m + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
+             len == OFI_HELLO_SIZE &&
+             nxu_key_equal(m + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
     post_rxbuf(r, b);
     if (ok) {
       s->authed = 1;

@@ -1,4 +1,5 @@
-/* Peers of the ofi module and the send path: any thread sends, the driver completes sends and reports peers that die, once. */
+/* Peers of the ofi module and the send path: any thread sends, the driver
+ * completes sends and reports peers that die, once. */
 #include <stdlib.h>
 #include <string.h>
 

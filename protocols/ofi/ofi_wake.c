@@ -1,4 +1,6 @@
-/* The wait fd of the ofi module: the providers' completion fds, a wake-up channel for shm (which has none), and the liveness of peers on this host through pidfds. */
+/* The wait fd of the ofi module: the providers' completion fds, a wake-up
+ * channel for shm (which has none), and the liveness of peers on this host
+ * through pidfds. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>

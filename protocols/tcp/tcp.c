@@ -1,4 +1,6 @@
-/* The tcp protocol module: RSR frames between processes over TCP (libuv), one connection per pair of processes; this file holds the ops table, the peers and the send path. */
+/* The tcp protocol module: RSR frames between processes over TCP (libuv), one
+ * connection per pair of processes; this file holds the ops table, the peers
+ * and the send path. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>

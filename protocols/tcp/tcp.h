@@ -1,4 +1,5 @@
-/* Private declarations of the tcp protocol module, shared by its three source files. */
+/* Private declarations of the tcp protocol module, shared by its three source
+ * files. */
 #ifndef NX_PROTO_TCP_H
 #define NX_PROTO_TCP_H
 

@@ -1,4 +1,5 @@
-/* Addresses of the tcp module: the NX_TCP_LISTEN setting, the listening sockets, and the descriptor that tells peers where they are. */
+/* Addresses of the tcp module: the NX_TCP_LISTEN setting, the listening
+ * sockets, and the descriptor that tells peers where they are. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>

@@ -1,4 +1,5 @@
-/* Connections of the tcp module: connecting and accepting, the handshake, reading frames, timeouts and closing; all on the driver. */
+/* Connections of the tcp module: connecting and accepting, the handshake,
+ * reading frames, timeouts and closing; all on the driver. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

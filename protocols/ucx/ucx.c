@@ -137,9 +137,8 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
    * machine) share, and without devices named by the user it would pick
    * whatever interface it finds. */
   const char *remote = getenv("NX_UCX_REMOTE");
-  u->remote = remote != NULL && remote[0] != '\0'
-                  ? strcmp(remote, "0") != 0
-                  : env_set("UCX_NET_DEVICES");
+  u->remote = remote != NULL && remote[0] != '\0' ? strcmp(remote, "0") != 0
+                                                  : env_set("UCX_NET_DEVICES");
   ucp_params_t params = {
       .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                     UCP_PARAM_FIELD_REQUEST_SIZE,

@@ -131,8 +131,8 @@ TEST_CASE("blocks go back to the cache from another thread and from RSRs",
   static char payload[300 * 1024];
   for (int i = 0; i < 3; i++) {
     nx_buffer_t *b;
-    REQUIRE(nx_rsr_init_name(&b, &gp, "large", nx_sizeof_bytes(sizeof(payload))) ==
-            0);
+    REQUIRE(nx_rsr_init_name(&b, &gp, "large",
+                             nx_sizeof_bytes(sizeof(payload))) == 0);
     REQUIRE(nx_put_bytes(b, payload, sizeof(payload)) == 0);
     REQUIRE(nx_rsr_send(b) == 0);
     while (handled.load() < i + 1)

@@ -27,8 +27,7 @@ int probe_init(nx_context_t *ctx, void *arg) {
 }
 } // namespace
 
-TEST_CASE("context creation runs init in the new context first",
-          "[context]") {
+TEST_CASE("context creation runs init in the new context first", "[context]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   nx_context_t *initial = nx_context_self();

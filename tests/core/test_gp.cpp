@@ -491,8 +491,7 @@ TEST_CASE("a gp may be released after nx_finalize, and outlive a restart",
   unsetenv("NX_PROTOCOLS");
 }
 
-TEST_CASE("nx_gp_protocol_info names the module when it says no more",
-          "[gp]") {
+TEST_CASE("nx_gp_protocol_info names the module when it says no more", "[gp]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   nx_gp_t gp;

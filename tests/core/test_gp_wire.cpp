@@ -30,11 +30,11 @@ std::vector<uint8_t> foreign_gp_payload(uint64_t ctx, uint8_t salt) {
   };
   p.push_back(13); // gp tag
   le(ctx, 8);
-  le(0x1000, 8); // address
+  le(0x1000, 8);  // address
   p.push_back(1); // one descriptor
   p.push_back(3);
   p.insert(p.end(), {'t', 'c', 'p'});
-  le(1, 2);       // wire version
+  le(1, 2);        // wire version
   p.push_back(16); // scope
   for (int i = 0; i < 16; i++)
     p.push_back((uint8_t)(salt + i));
@@ -68,7 +68,8 @@ TEST_CASE("gps naming a module this process lacks", "[gp][wire]") {
   unsetenv("NX_PROTO_PATH");
   unsetenv("NX_PROTOCOLS");
   REQUIRE(rt.init_rc() == 0);
-  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(h != nullptr);
   auto inject = reinterpret_cast<inject_fn>(dlsym(h, "nx_fixture_inject"));
   REQUIRE(inject != nullptr);

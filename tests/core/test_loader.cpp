@@ -129,7 +129,8 @@ TEST_CASE("a launcher table that breaks its rules is refused, with why",
 
 TEST_CASE("NX_PROTOCOLS order picks the protocol; without it, cost does",
           "[loader]") {
-  for (const char *order : {"fixture,local", "local,fixture", (const char *)nullptr}) {
+  for (const char *order :
+       {"fixture,local", "local,fixture", (const char *)nullptr}) {
     env_guard env(order);
     runtime_guard rt;
     REQUIRE(rt.init_rc() == 0);
@@ -162,11 +163,13 @@ TEST_CASE("a module list that loads nothing fails nx_init", "[loader]") {
   CHECK(nx_finalize() == NX_ENOTINIT);
 }
 
-TEST_CASE("malformed frame headers are refused and counted", "[loader][badinput]") {
+TEST_CASE("malformed frame headers are refused and counted",
+          "[loader][badinput]") {
   env_guard env("fixture,local");
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(h != nullptr);
   using inject_fn = int (*)(const void *, const void *, size_t);
   auto inject = reinterpret_cast<inject_fn>(dlsym(h, "nx_fixture_inject"));
@@ -231,9 +234,11 @@ TEST_CASE("a full send queue makes nx_rsr_send wait, or fail with "
   env_guard env("fixture,local");
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(h != nullptr);
-  auto set_full = reinterpret_cast<void (*)(int)>(dlsym(h, "nx_fixture_set_full"));
+  auto set_full =
+      reinterpret_cast<void (*)(int)>(dlsym(h, "nx_fixture_set_full"));
   REQUIRE(set_full != nullptr);
   hits hh;
   nx_gp_t gp;
@@ -275,13 +280,16 @@ void on_failure(int err, uint64_t ctx, uint32_t handler, void *arg) {
 }
 } // namespace
 
-TEST_CASE("a dead peer fails later RSRs and is reported once", "[loader][badinput]") {
+TEST_CASE("a dead peer fails later RSRs and is reported once",
+          "[loader][badinput]") {
   env_guard env("fixture,local");
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  void *h = dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(h != nullptr);
-  auto fail_peer = reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
+  auto fail_peer =
+      reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
   REQUIRE(fail_peer != nullptr);
   failures f;
   REQUIRE(nx_error_cb_set(on_failure, &f) == 0);

@@ -69,8 +69,8 @@ void ping_pong(int ping_kind, int pong_kind) {
   const int rounds = 2000;
   for (int i = 0; i < rounds; i++) {
     nx_buffer_t *b;
-    REQUIRE(nx_rsr_init_name(&b, &peer, "ping", nx_sizeof_int32(1) +
-                                                    nx_sizeof_gp(&me)) == 0);
+    REQUIRE(nx_rsr_init_name(&b, &peer, "ping",
+                             nx_sizeof_int32(1) + nx_sizeof_gp(&me)) == 0);
     REQUIRE(nx_put_int32(b, i) == 0);
     REQUIRE(nx_put_gp(b, &me) == 0);
     REQUIRE(nx_rsr_send(b) == 0);
@@ -173,13 +173,13 @@ void on_typed(nx_context_t *, void *addr, nx_buffer_t *b) {
 #define GET_ONE(fn, T, want)                                                   \
   do {                                                                         \
     T v{};                                                                     \
-    if (fn(b, &v) != 0 || std::memcmp(&v, &want, sizeof(T)) != 0)             \
+    if (fn(b, &v) != 0 || std::memcmp(&v, &want, sizeof(T)) != 0)              \
       bad++;                                                                   \
   } while (0)
 #define GET_ARR(fn, T, want)                                                   \
   do {                                                                         \
     T v[3]{};                                                                  \
-    if (fn(b, v, 3) != 0 || std::memcmp(v, want, sizeof(v)) != 0)             \
+    if (fn(b, v, 3) != 0 || std::memcmp(v, want, sizeof(v)) != 0)              \
       bad++;                                                                   \
   } while (0)
   GET_ONE(nx_get_int8, int8_t, i8);

@@ -21,8 +21,9 @@ constexpr int kContexts = 4;
 
 struct sink {
   // seen[t * kPerThread + i] counts deliveries of RSR i of thread t.
-  std::unique_ptr<std::atomic<uint8_t>[]> seen{
-      new std::atomic<uint8_t>[kThreads * kPerThread]()};
+  std::unique_ptr<std::atomic<uint8_t>[]> seen {
+    new std::atomic<uint8_t>[ kThreads * kPerThread ]()
+  };
   std::atomic<int> bad{0};
   latch total;
 };

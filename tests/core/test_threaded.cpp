@@ -48,8 +48,8 @@ void on_open(nx_context_t *ctx, void *, nx_buffer_t *) {
 
 int gate_init(nx_context_t *ctx, void *arg) {
   nx_context_set_data(ctx, arg);
-  int r = nx_handler_register(ctx, "block", on_block, NX_HANDLER_THREADED,
-                              nullptr);
+  int r =
+      nx_handler_register(ctx, "block", on_block, NX_HANDLER_THREADED, nullptr);
   if (r == 0)
     r = nx_handler_register(ctx, "open", on_open, NX_HANDLER_NONTHREADED,
                             nullptr);
@@ -206,8 +206,8 @@ TEST_CASE("a waiting threaded handler never runs another threaded handler "
                 int r = nx_handler_register(ctx, "h1", on_h1,
                                             NX_HANDLER_THREADED, nullptr);
                 if (r == 0)
-                  r = nx_handler_register(ctx, "h2", on_h2,
-                                          NX_HANDLER_THREADED, nullptr);
+                  r = nx_handler_register(ctx, "h2", on_h2, NX_HANDLER_THREADED,
+                                          nullptr);
                 if (r == 0)
                   r = nx_handler_register(ctx, "a", on_a,
                                           NX_HANDLER_NONTHREADED, nullptr);

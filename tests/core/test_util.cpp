@@ -13,8 +13,7 @@ extern "C" {
 #include "nxu_opt.h"
 }
 
-TEST_CASE("every NX_* setting is in the table once, with a meaning",
-          "[util]") {
+TEST_CASE("every NX_* setting is in the table once, with a meaning", "[util]") {
   std::set<std::string> names;
   for (size_t i = 0; i < nxu_opt_count; i++) {
     const nxu_opt &o = nxu_opts[i];
@@ -27,8 +26,7 @@ TEST_CASE("every NX_* setting is in the table once, with a meaning",
   CHECK(nxu_opt_find("NX_NO_SUCH") == nullptr);
 }
 
-TEST_CASE("numbers: defaults, suffixes, bounds, and clear refusals",
-          "[util]") {
+TEST_CASE("numbers: defaults, suffixes, bounds, and clear refusals", "[util]") {
   char why[256];
   uint64_t v = 0;
   unsetenv("NX_SPIN_US");
@@ -70,8 +68,7 @@ TEST_CASE("choices and check_all", "[util]") {
   CHECK(c == 1);
   setenv("NX_PROGRESS", "pol", 1);
   CHECK(nxu_opt_choice("NX_PROGRESS", &c, why, sizeof(why)) == NX_EINVAL);
-  CHECK(std::string(why) ==
-        "NX_PROGRESS=pol: expected one of thread|poll");
+  CHECK(std::string(why) == "NX_PROGRESS=pol: expected one of thread|poll");
   CHECK(nxu_opt_check_all("core", why, sizeof(why)) == NX_EINVAL);
   CHECK(nxu_opt_check_all("tcp", why, sizeof(why)) == 0);
   unsetenv("NX_PROGRESS");

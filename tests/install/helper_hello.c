@@ -1,4 +1,5 @@
-/* A program built outside the tree against the installed libnexus: one RSR to itself, and it reports which module file carried it. */
+/* A program built outside the tree against the installed libnexus: one RSR to
+ * itself, and it reports which module file carried it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,7 +25,8 @@ int main(void) {
     return 2;
   nx_mutex_init(&m);
   nx_cond_init(&c);
-  nx_handler_register(nx_context_self(), "hello", hello, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "hello", hello, NX_HANDLER_NONTHREADED,
+                      NULL);
   nx_gp_t me;
   nx_gp_make(NULL, &me);
   nx_buffer_t *b;

@@ -1,4 +1,5 @@
-/* A program run as a process context by the process tests; argv[1] picks its behaviour. */
+/* A program run as a process context by the process tests; argv[1] picks its
+ * behaviour. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -155,8 +155,8 @@ TEST_CASE("malformed URLs and nobody listening", "[attach][badinput]") {
   REQUIRE(bind(fd, (sockaddr *)&a, sizeof(a)) == 0);
   socklen_t len = sizeof(a);
   REQUIRE(getsockname(fd, (sockaddr *)&a, &len) == 0);
-  std::string url = "nexus://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
-                    "/" + key;
+  std::string url =
+      "nexus://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/" + key;
   CHECK(nx_attach(url.c_str(), &gp) == NX_EUNREACH);
   close(fd);
   CHECK(nx_gp_is_null(&gp));

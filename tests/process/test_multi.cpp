@@ -76,8 +76,8 @@ TEST_CASE("A hands B a gp to C; B's RSR reaches C directly", "[multi]") {
     REQUIRE(nx_rsr_send(buf) == 0);
   }
   REQUIRE(rep.n.wait_for(n, 30) == n);
-  CHECK(rep.last == n);       // C's own counter: every forward reached C
-  CHECK(rep.proto == "tcp");  // B reached C over tcp, on its own connection
+  CHECK(rep.last == n);      // C's own counter: every forward reached C
+  CHECK(rep.proto == "tcp"); // B reached C over tcp, on its own connection
   nx_stats_t after;
   REQUIRE(nx_stats_get(&after) == 0);
   // A handled only the n reports: nothing went through A on its way to C.

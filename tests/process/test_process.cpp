@@ -44,7 +44,8 @@ nx_node_t local_node() {
 
 } // namespace
 
-TEST_CASE("nodes on this host; other specs are not supported yet", "[process]") {
+TEST_CASE("nodes on this host; other specs are not supported yet",
+          "[process]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   nx_node_t nodes[3];

@@ -1,4 +1,5 @@
-/* POSIX thread module: pthreads for threads, mutexes and keys; Linux futexes for condition variables. */
+/* POSIX thread module: pthreads for threads, mutexes and keys; Linux futexes
+ * for condition variables. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <limits.h>

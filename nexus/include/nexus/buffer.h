@@ -1,4 +1,5 @@
-/* Typed, packed message buffers: sizing, put/get of every basic type, retain/release. */
+/* Typed, packed message buffers: sizing, put/get of every basic type,
+ * retain/release. */
 #ifndef NEXUS_BUFFER_H
 #define NEXUS_BUFFER_H
 
@@ -63,14 +64,15 @@ NX_EXTERN size_t nx_buffer_remaining(const nx_buffer_t *buf);
  * program that moves them by other means (a file, a pipe, a launcher).
  * `*data` stays valid until the buffer changes or is released. Returns 0 or
  * NX_EINVAL. */
-NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data, size_t *len);
+NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data,
+                              size_t *len);
 
 /* Makes a stand-alone buffer holding a copy of `len` bytes that another
  * buffer's nx_buffer_bytes gave, in `format`, ready to read from the start.
  * Malformed contents are found by the gets, as for any received buffer.
  * Returns 0, NX_EINVAL, NX_ENOMEM or NX_ENOTINIT. */
 NX_EXTERN int nx_buffer_from_bytes(const void *data, size_t len, int format,
-                         nx_buffer_t **buf);
+                                   nx_buffer_t **buf);
 
 /* Keeps a buffer alive past the handler's return (no copy). Each retain
  * needs one release. A handler's buffer is released by the runtime when the
@@ -97,16 +99,26 @@ NX_EXTERN int nx_put_float(nx_buffer_t *buf, float v);
 NX_EXTERN int nx_put_double(nx_buffer_t *buf, double v);
 NX_EXTERN int nx_put_char(nx_buffer_t *buf, char v);
 
-NX_EXTERN int nx_put_int8_array(nx_buffer_t *buf, const int8_t *v, size_t count);
-NX_EXTERN int nx_put_uint8_array(nx_buffer_t *buf, const uint8_t *v, size_t count);
-NX_EXTERN int nx_put_int16_array(nx_buffer_t *buf, const int16_t *v, size_t count);
-NX_EXTERN int nx_put_uint16_array(nx_buffer_t *buf, const uint16_t *v, size_t count);
-NX_EXTERN int nx_put_int32_array(nx_buffer_t *buf, const int32_t *v, size_t count);
-NX_EXTERN int nx_put_uint32_array(nx_buffer_t *buf, const uint32_t *v, size_t count);
-NX_EXTERN int nx_put_int64_array(nx_buffer_t *buf, const int64_t *v, size_t count);
-NX_EXTERN int nx_put_uint64_array(nx_buffer_t *buf, const uint64_t *v, size_t count);
-NX_EXTERN int nx_put_float_array(nx_buffer_t *buf, const float *v, size_t count);
-NX_EXTERN int nx_put_double_array(nx_buffer_t *buf, const double *v, size_t count);
+NX_EXTERN int nx_put_int8_array(nx_buffer_t *buf, const int8_t *v,
+                                size_t count);
+NX_EXTERN int nx_put_uint8_array(nx_buffer_t *buf, const uint8_t *v,
+                                 size_t count);
+NX_EXTERN int nx_put_int16_array(nx_buffer_t *buf, const int16_t *v,
+                                 size_t count);
+NX_EXTERN int nx_put_uint16_array(nx_buffer_t *buf, const uint16_t *v,
+                                  size_t count);
+NX_EXTERN int nx_put_int32_array(nx_buffer_t *buf, const int32_t *v,
+                                 size_t count);
+NX_EXTERN int nx_put_uint32_array(nx_buffer_t *buf, const uint32_t *v,
+                                  size_t count);
+NX_EXTERN int nx_put_int64_array(nx_buffer_t *buf, const int64_t *v,
+                                 size_t count);
+NX_EXTERN int nx_put_uint64_array(nx_buffer_t *buf, const uint64_t *v,
+                                  size_t count);
+NX_EXTERN int nx_put_float_array(nx_buffer_t *buf, const float *v,
+                                 size_t count);
+NX_EXTERN int nx_put_double_array(nx_buffer_t *buf, const double *v,
+                                  size_t count);
 NX_EXTERN int nx_put_char_array(nx_buffer_t *buf, const char *v, size_t count);
 /* Opaque bytes: never converted. */
 NX_EXTERN int nx_put_bytes(nx_buffer_t *buf, const void *v, size_t count);

@@ -1,4 +1,5 @@
-/* Contexts (address spaces with their own handler table and data) and handler registration. */
+/* Contexts (address spaces with their own handler table and data) and handler
+ * registration. */
 #ifndef NEXUS_CONTEXT_H
 #define NEXUS_CONTEXT_H
 
@@ -53,7 +54,8 @@ NX_EXTERN nx_handler_id_t nx_handler_id(const char *name);
  * thread with the new context current; `*gp` is written only after init
  * returned (>= 0), and names the context's data pointer (nx_context_set_data).
  * Returns 0, NX_EINVAL, NX_ENOMEM, NX_ENOTINIT, or init's negative result. */
-NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp);
+NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg,
+                                      nx_gp_t *gp);
 
 /* Destroys the context `gp` names. An in-process context: RSRs that arrive
  * for it later are dropped and counted (NX_ENOCONTEXT); handlers running in
@@ -81,8 +83,9 @@ NX_EXTERN int nx_context_set_data(nx_context_t *ctx, void *data);
  * replaces the function and kind. Returns 0; NX_EINVAL (NULL, empty name,
  * bad kind); NX_ECOLLISION when another name in this context hashes to the
  * same id; NX_ENOMEM. `*id` (may be NULL) receives the handler's id. */
-NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
-                        int kind, nx_handler_id_t *id);
+NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name,
+                                  nx_handler_fn fn, int kind,
+                                  nx_handler_id_t *id);
 
 #ifdef __cplusplus
 }

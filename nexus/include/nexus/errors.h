@@ -1,4 +1,5 @@
-/* Error codes of the nexus API: one X-macro list generates the enum, nx_strerror and nx_err_name. */
+/* Error codes of the nexus API: one X-macro list generates the enum,
+ * nx_strerror and nx_err_name. */
 #ifndef NEXUS_ERRORS_H
 #define NEXUS_ERRORS_H
 
@@ -12,7 +13,7 @@ extern "C" {
 
 /* Every fallible call returns 0 on success or one of these negative codes.
  * Codes with a POSIX equivalent use -errno so they read naturally in logs. */
-#define NX_ERRNO_MAP(XX)                                                        \
+#define NX_ERRNO_MAP(XX)                                                       \
   XX(EINVAL, -EINVAL, "invalid argument")                                      \
   XX(ENOMEM, -ENOMEM, "out of memory")                                         \
   XX(EAGAIN, -EAGAIN, "resource temporarily unavailable")                      \
@@ -42,7 +43,7 @@ typedef enum nx_errno {
 #define NX_ERR_ENUM(name, value, msg) NX_##name = (value),
   NX_ERRNO_MAP(NX_ERR_ENUM)
 #undef NX_ERR_ENUM
-  NX_OK = 0
+      NX_OK = 0
 } nx_errno_t;
 
 /* Returns a short English description of `err` ("unknown error" if unknown). */

@@ -1,4 +1,5 @@
-/* NX_EXTERN: marks the functions libnexus exports; everything else in the library is hidden. */
+/* NX_EXTERN: marks the functions libnexus exports; everything else in the
+ * library is hidden. */
 #ifndef NEXUS_EXPORT_H
 #define NEXUS_EXPORT_H
 

@@ -1,4 +1,5 @@
-/* Global pointers: movable references to an address in a context, with that context's protocol descriptors. */
+/* Global pointers: movable references to an address in a context, with that
+ * context's protocol descriptors. */
 #ifndef NEXUS_GP_H
 #define NEXUS_GP_H
 
@@ -22,13 +23,15 @@ typedef struct nx_gp {
   struct nxi_dlist *protos;
 } nx_gp_t;
 
-#define NX_GP_NULL {0, 0, 0}
+#define NX_GP_NULL                                                             \
+  { 0, 0, 0 }
 
 /* Makes a gp to `address` in the calling thread's current context.
  * Returns 0, NX_EINVAL or NX_ENOTINIT. */
 NX_EXTERN int nx_gp_make(void *address, nx_gp_t *gp);
 
-/* Copies `src` into `dst` (dst gets its own reference). Returns 0 or NX_EINVAL. */
+/* Copies `src` into `dst` (dst gets its own reference). Returns 0 or NX_EINVAL.
+ */
 NX_EXTERN int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst);
 
 /* Drops the gp's reference and sets it to NX_GP_NULL. Releasing a null gp

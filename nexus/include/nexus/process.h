@@ -1,4 +1,5 @@
-/* Nodes and process contexts: OS processes started on nodes, the launcher's bootstrap, and their lifecycle. */
+/* Nodes and process contexts: OS processes started on nodes, the launcher's
+ * bootstrap, and their lifecycle. */
 #ifndef NEXUS_PROCESS_H
 #define NEXUS_PROCESS_H
 
@@ -41,7 +42,7 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
  * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
  * NX_ENOTINIT. */
 NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
-                      char *const argv[], nx_gp_t *gp);
+                                char *const argv[], nx_gp_t *gp);
 
 /* In a program started as a process context (by nx_context_create, on
  * any kind of node, or nxrun): its initial context is initialised; the

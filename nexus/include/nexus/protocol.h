@@ -1,4 +1,5 @@
-/* The protocol module ABI: one versioned ops table per module, and the core services a module may call. */
+/* The protocol module ABI: one versioned ops table per module, and the core
+ * services a module may call. */
 #ifndef NEXUS_PROTOCOL_H
 #define NEXUS_PROTOCOL_H
 
@@ -138,9 +139,10 @@ struct nx_launch_ops {
   int (*job_peers)(void *state, const void *mine, size_t len, void **all,
                    size_t **lens, int *count, int *rank);
 
-  /* Process contexts started through the backend's own launcher (Open MPI's MPI_Comm_spawn), for nodes acquired with a spec
-   * that names this module ("mpi", "mpi:host=a,b"). Without them such
-   * specs are NX_ENOTSUP. All run on program threads.
+  /* Process contexts started through the backend's own launcher (Open MPI's
+   * MPI_Comm_spawn), for nodes acquired with a spec that names this module
+   * ("mpi", "mpi:host=a,b"). Without them such specs are NX_ENOTSUP. All run on
+   * program threads.
    *
    * node_spec checks a spec (the whole string, the module's name
    * included) for nx_nodes_acquire: 0, NX_EINVAL, or NX_ENOTSUP (the

@@ -1,4 +1,5 @@
-/* Remote service requests: one-way, asynchronous invocation of a handler in the context a gp names. */
+/* Remote service requests: one-way, asynchronous invocation of a handler in the
+ * context a gp names. */
 #ifndef NEXUS_RSR_H
 #define NEXUS_RSR_H
 
@@ -25,12 +26,12 @@ enum nx_rsr_flags {
  * `size_hint` is the payload size expected (buffers grow as needed).
  * `*buf` is written only on success. Returns 0, NX_EINVAL (NULL, a null gp,
  * or handler id 0), NX_ENOMEM or NX_ENOTINIT. */
-NX_EXTERN int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
-                size_t size_hint);
+NX_EXTERN int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp,
+                          nx_handler_id_t handler, size_t size_hint);
 
 /* The same, naming the handler (its id is nx_handler_id(name)). */
-NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
-                     size_t size_hint);
+NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp,
+                               const char *handler, size_t size_hint);
 
 /* Step 3: sends the RSR. Never waits for the handler; the buffer belongs to
  * the runtime afterwards, whatever the result (except for NX_EINVAL: a

@@ -23,10 +23,11 @@ extern "C" {
 NX_EXTERN int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime: ends the process contexts it created, stops its
- * threads, destroys the contexts, finalizes the modules. RSRs not yet delivered are dropped. If handler threads are still
- * blocked in program code after a two-second grace period, they are left
- * running, nothing they might use is freed, and NX_EBUSY is returned (the
- * runtime is stopped all the same). Returns 0, NX_EBUSY or NX_ENOTINIT. */
+ * threads, destroys the contexts, finalizes the modules. RSRs not yet delivered
+ * are dropped. If handler threads are still blocked in program code after a
+ * two-second grace period, they are left running, nothing they might use is
+ * freed, and NX_EBUSY is returned (the runtime is stopped all the same).
+ * Returns 0, NX_EBUSY or NX_ENOTINIT. */
 NX_EXTERN int nx_finalize(void);
 
 /* The version of the library the program runs with ("0.1.0"), which may
@@ -52,15 +53,15 @@ NX_EXTERN int nx_poll(void);
 
 /* Counters of this process, for tools and tests. */
 typedef struct nx_stats {
-  uint64_t rsr_sent;           /* RSRs accepted by nx_rsr_send */
-  uint64_t rsr_handled;        /* RSRs dispatched to their handler */
-  uint64_t drop_no_handler;    /* RSRs for a handler the context lacks */
-  uint64_t drop_no_context;    /* RSRs for an unknown or destroyed context */
-  uint64_t drop_bad_frame;     /* malformed frames from a peer */
-  uint64_t threads_created;    /* runtime threads started: the progress
-                                  thread, pool growth, new-thread handlers */
-  uint64_t rsr_failed;         /* accepted RSRs lost with their peer */
-  uint64_t peers_failed;       /* peer processes found dead */
+  uint64_t rsr_sent;        /* RSRs accepted by nx_rsr_send */
+  uint64_t rsr_handled;     /* RSRs dispatched to their handler */
+  uint64_t drop_no_handler; /* RSRs for a handler the context lacks */
+  uint64_t drop_no_context; /* RSRs for an unknown or destroyed context */
+  uint64_t drop_bad_frame;  /* malformed frames from a peer */
+  uint64_t threads_created; /* runtime threads started: the progress
+                               thread, pool growth, new-thread handlers */
+  uint64_t rsr_failed;      /* accepted RSRs lost with their peer */
+  uint64_t peers_failed;    /* peer processes found dead */
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */

@@ -1,4 +1,5 @@
-/* Threads, mutexes, condition variables and thread-specific keys (POSIX-style). */
+/* Threads, mutexes, condition variables and thread-specific keys (POSIX-style).
+ */
 #ifndef NEXUS_THREAD_H
 #define NEXUS_THREAD_H
 
@@ -73,7 +74,7 @@ NX_EXTERN int nx_cond_init(nx_cond_t *cond);
 NX_EXTERN int nx_cond_destroy(nx_cond_t *cond);
 NX_EXTERN int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
 NX_EXTERN int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
-                      const struct timespec *abstime);
+                                const struct timespec *abstime);
 NX_EXTERN int nx_cond_signal(nx_cond_t *cond);
 NX_EXTERN int nx_cond_broadcast(nx_cond_t *cond);
 
