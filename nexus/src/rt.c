@@ -10,18 +10,22 @@ struct nxi_runtime nxi_rt;
 
 #define DROPS_LOGGED_MAX 10
 
-void nxi_log(int level, const char *module, const char *fmt, ...) {
+void nxi_vlog(int level, const char *module, const char *fmt, va_list ap) {
   if (level > 0 && nxi_rt.debug < (unsigned)level)
     return;
   char line[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(line, sizeof(line), fmt, ap);
-  va_end(ap);
   if (module != NULL)
     fprintf(stderr, "nexus[%d] %s: %s\n", (int)getpid(), module, line);
   else
     fprintf(stderr, "nexus[%d]: %s\n", (int)getpid(), line);
+}
+
+void nxi_log(int level, const char *module, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  nxi_vlog(level, module, fmt, ap);
+  va_end(ap);
 }
 
 void nxi_rt_reset(void) {

@@ -3,6 +3,7 @@
 #ifndef NXI_RT_H
 #define NXI_RT_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +61,7 @@ void nxi_rt_reset(void);
 void nxi_drop(int err, uint64_t context, uint32_t handler);
 /* Reports to the error callback that process `proc` is gone. */
 void nxi_report_proc(int status, uint32_t proc);
+void nxi_vlog(int level, const char *module, const char *fmt, va_list ap);
 void nxi_log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -3,22 +3,15 @@
  * peers. */
 #include "services.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "dlist.h"
 #include "engine.h"
 #include "frame.h"
 
 static void core_log(int level, const char *module, const char *fmt, ...) {
-  if (level > 0 && nxi_rt.debug < (unsigned)level)
-    return;
-  char line[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof(line), fmt, ap);
+  nxi_vlog(level, module, fmt, ap);
   va_end(ap);
-  nxi_log(level, module, "%s", line);
 }
 
 static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {

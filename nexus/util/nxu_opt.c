@@ -194,21 +194,29 @@ static const struct nxu_opt *lookup(const char *name, enum nxu_opt_kind kind,
   return ok ? o : NULL;
 }
 
-int nxu_opt_number(const char *name, uint64_t *out, char *why, size_t why_len) {
-  const struct nxu_opt *o = lookup(name, NXU_OPT_UINT, why, why_len);
-  if (o == NULL)
+/* Reads variable `name` of `kind`: 1 and *v when it is set and well
+ * formed, 0 when unset or empty, NX_EINVAL otherwise. */
+static int read_opt(const char *name, enum nxu_opt_kind kind,
+                    const struct nxu_opt **o, uint64_t *num, int *choice,
+                    char *why, size_t why_len) {
+  *o = lookup(name, kind, why, why_len);
+  if (*o == NULL)
     return NX_EINVAL;
   const char *v = getenv(name);
-  if (v == NULL || v[0] == '\0') {
-    *out = o->def_value;
+  if (v == NULL || v[0] == '\0')
     return 0;
-  }
+  int r = check_value(*o, v, num, choice, why, why_len);
+  return r < 0 ? r : 1;
+}
+
+int nxu_opt_number(const char *name, uint64_t *out, char *why, size_t why_len) {
+  const struct nxu_opt *o;
   uint64_t num;
   int choice;
-  int r = check_value(o, v, &num, &choice, why, why_len);
-  if (r == 0)
-    *out = num;
-  return r;
+  int r = read_opt(name, NXU_OPT_UINT, &o, &num, &choice, why, why_len);
+  if (r >= 0)
+    *out = r == 1 ? num : o->def_value;
+  return r < 0 ? r : 0;
 }
 
 int nxu_opt_size(const char *name, size_t *out, char *why, size_t why_len) {
@@ -220,18 +228,11 @@ int nxu_opt_size(const char *name, size_t *out, char *why, size_t why_len) {
 }
 
 int nxu_opt_choice(const char *name, int *out, char *why, size_t why_len) {
-  const struct nxu_opt *o = lookup(name, NXU_OPT_CHOICE, why, why_len);
-  if (o == NULL)
-    return NX_EINVAL;
-  const char *v = getenv(name);
-  if (v == NULL || v[0] == '\0') {
-    *out = 0;
-    return 0;
-  }
+  const struct nxu_opt *o;
   uint64_t num;
   int choice;
-  int r = check_value(o, v, &num, &choice, why, why_len);
-  if (r == 0)
-    *out = choice;
-  return r;
+  int r = read_opt(name, NXU_OPT_CHOICE, &o, &num, &choice, why, why_len);
+  if (r >= 0)
+    *out = r == 1 ? choice : 0;
+  return r < 0 ? r : 0;
 }
