@@ -19,6 +19,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "nexus/protocol.h"
+#include "nxu_uuid.h"
 
 /* The files:
  *   ofi.c       the ops table, settings, init/finalize, descriptors,
@@ -90,7 +91,6 @@ enum ofi_kind { OFI_EAGER = 1, OFI_RTS = 2, OFI_HELLO = 3 };
 /* How often a busy module still looks at its peers' liveness. */
 #define OFI_CHECK_NS 10000000ull
 #define OFI_LINGER_MS 2000u
-#define OFI_PEER_BUCKETS 64
 #define OFI_SRC_BUCKETS 64
 
 struct ofi;
@@ -175,12 +175,11 @@ struct ofi_rail {
 /* Another process: the endpoint connect() returns, one per process uuid,
  * kept until finalize (so its sequence numbers never restart). */
 struct ofi_peer {
+  struct nxu_uuid_link link; /* its uuid, under ofi.peers_lock */
   pthread_mutex_t lock;
-  uint8_t uuid[OFI_UUID_SIZE];
   struct ofi_rail *rail;
   fi_addr_t addr;
   size_t eager_max;          /* the smaller of ours and its receive buffers' */
-  struct ofi_peer *next;     /* hash chain, under ofi.peers_lock */
   struct ofi_peer *all_next; /* ofi.all, under ofi.peers_lock */
 
   /* Under `lock`: the send side. */
@@ -281,7 +280,7 @@ struct ofi {
   char version[128];
 
   pthread_mutex_t peers_lock;
-  struct ofi_peer *peers[OFI_PEER_BUCKETS];
+  struct nxu_uuid_table peers;
   struct ofi_peer *all;
 
   /* Peers that need the driver: ops to post, a death to report. */

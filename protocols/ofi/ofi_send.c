@@ -32,19 +32,14 @@ static void live_add(struct ofi_peer *p, struct ofi_op *op);
 static void enqueue_locked(struct ofi_peer *p, struct ofi_op *op);
 static void attend(struct ofi *o, struct ofi_peer *p, int wake);
 
-static unsigned peer_bucket(const uint8_t *uuid) {
-  return (unsigned)(uuid[0] ^ uuid[5] ^ uuid[11]) % OFI_PEER_BUCKETS;
-}
-
 struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
                               int *err) {
   pthread_mutex_lock(&o->peers_lock);
-  struct ofi_peer **head = &o->peers[peer_bucket(t->uuid)];
-  for (struct ofi_peer *p = *head; p != NULL; p = p->next)
-    if (memcmp(p->uuid, t->uuid, OFI_UUID_SIZE) == 0) {
-      pthread_mutex_unlock(&o->peers_lock);
-      return p;
-    }
+  struct nxu_uuid_link *found = nxu_uuid_find(&o->peers, t->uuid, NULL);
+  if (found != NULL) {
+    pthread_mutex_unlock(&o->peers_lock);
+    return (struct ofi_peer *)(void *)found; /* the link is the first member */
+  }
   struct ofi_peer *p = calloc(1, sizeof(*p));
   if (p == NULL) {
     pthread_mutex_unlock(&o->peers_lock);
@@ -52,7 +47,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
-  memcpy(p->uuid, t->uuid, OFI_UUID_SIZE);
+  memcpy(p->link.uuid, t->uuid, OFI_UUID_SIZE);
   p->rail = t->rail;
   p->eager_max = t->eager_max;
   p->same_host = t->same_host;
@@ -75,8 +70,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     return NULL;
   }
   ofi_wake_peer(o, p);
-  p->next = *head;
-  *head = p;
+  nxu_uuid_insert(&o->peers, &p->link);
   p->all_next = o->all;
   o->all = p;
   /* The HELLO goes first: frames queue behind it until the driver posts
@@ -136,8 +130,8 @@ void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why) {
 static void report(struct ofi *o, struct ofi_peer *p) {
   if (atomic_exchange(&p->reported, 1))
     return;
-  OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
-          p->uuid[3], p->why != NULL ? p->why : "failed");
+  OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
+          p->link.uuid[2], p->link.uuid[3], p->why != NULL ? p->why : "failed");
   o->core->peer_failed(o, p, NX_EPEERDEAD);
 }
 
@@ -547,6 +541,6 @@ void ofi_peers_free(struct ofi *o) {
   if (lost > 0)
     OFI_LOG(o, 1, "finalize: %d frame(s) could not be sent", lost);
   o->all = NULL;
-  memset(o->peers, 0, sizeof(o->peers));
+  memset(&o->peers, 0, sizeof(o->peers));
   o->attn_head = NULL;
 }

@@ -166,23 +166,23 @@ static nx_frame_t *mark_dead_locked(struct tcp_peer *p) {
 static void report(struct tcp *t, struct tcp_peer *p, const char *why) {
   if (atomic_exchange(&p->reported, 1) || t->finalizing)
     return;
-  TCP_LOG(t, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
-          p->uuid[3], why);
+  TCP_LOG(t, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
+          p->link.uuid[2], p->link.uuid[3], why);
   t->core->peer_failed(t, p, NX_EPEERDEAD);
 }
 
 /* Peers. */
 
-static unsigned bucket(const uint8_t *uuid) {
-  return (unsigned)(uuid[0] ^ uuid[5] ^ uuid[11]) % TCP_PEER_BUCKETS;
+/* The link is a peer's first member. */
+static struct tcp_peer *peer_of(struct nxu_uuid_link *l) {
+  return (struct tcp_peer *)(void *)l;
 }
 
 struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
   pthread_mutex_lock(&t->peers_lock);
-  struct tcp_peer **head = &t->peers[bucket(uuid)];
-  for (struct tcp_peer *p = *head; p != NULL; p = p->next) {
-    if (memcmp(p->uuid, uuid, TCP_UUID_SIZE) != 0)
-      continue;
+  for (struct nxu_uuid_link *l = nxu_uuid_find(&t->peers, uuid, NULL);
+       l != NULL; l = nxu_uuid_find(&t->peers, uuid, l)) {
+    struct tcp_peer *p = peer_of(l);
     /* One whose count reached zero belongs to the thread freeing it. */
     unsigned r = atomic_load(&p->refs);
     while (r != 0 && !atomic_compare_exchange_weak(&p->refs, &r, r + 1))
@@ -198,11 +198,10 @@ struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
-  memcpy(p->uuid, uuid, TCP_UUID_SIZE);
+  memcpy(p->link.uuid, uuid, TCP_UUID_SIZE);
   atomic_init(&p->refs, 1);
   p->fd = -1;
-  p->next = *head;
-  *head = p;
+  nxu_uuid_insert(&t->peers, &p->link);
   pthread_mutex_unlock(&t->peers_lock);
   return p;
 }
@@ -213,11 +212,7 @@ void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
   if (atomic_fetch_sub(&p->refs, 1) != 1)
     return;
   pthread_mutex_lock(&t->peers_lock);
-  struct tcp_peer **pp = &t->peers[bucket(p->uuid)];
-  while (*pp != NULL && *pp != p)
-    pp = &(*pp)->next;
-  if (*pp == p)
-    *pp = p->next;
+  nxu_uuid_remove(&t->peers, &p->link);
   pthread_mutex_unlock(&t->peers_lock);
   complete(t, p->qhead, NX_EPEERDEAD);
   pthread_mutex_destroy(&p->lock);
@@ -373,12 +368,13 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
 static int queues_empty(struct tcp *t) {
   int empty = 1;
   pthread_mutex_lock(&t->peers_lock);
-  for (int i = 0; i < TCP_PEER_BUCKETS && empty; i++)
-    for (struct tcp_peer *p = t->peers[i]; p != NULL && empty; p = p->next) {
-      pthread_mutex_lock(&p->lock);
-      empty = p->qhead == NULL || p->dead;
-      pthread_mutex_unlock(&p->lock);
-    }
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&t->peers); l != NULL && empty;
+       l = nxu_uuid_next(&t->peers, l)) {
+    struct tcp_peer *p = peer_of(l);
+    pthread_mutex_lock(&p->lock);
+    empty = p->qhead == NULL || p->dead;
+    pthread_mutex_unlock(&p->lock);
+  }
   pthread_mutex_unlock(&t->peers_lock);
   return empty;
 }
@@ -400,15 +396,16 @@ static void tcp_finalize(void *state) {
   }
   tcp_listeners_close(t);
   pthread_mutex_lock(&t->peers_lock);
-  for (int i = 0; i < TCP_PEER_BUCKETS; i++)
-    for (struct tcp_peer *p = t->peers[i]; p != NULL; p = p->next) {
-      pthread_mutex_lock(&p->lock);
-      nx_frame_t *q = mark_dead_locked(p);
-      pthread_mutex_unlock(&p->lock);
-      if (q != NULL)
-        TCP_LOG(t, 1, "finalize: dropping frames that could not be sent");
-      complete(t, q, NX_EFINALIZED);
-    }
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&t->peers); l != NULL;
+       l = nxu_uuid_next(&t->peers, l)) {
+    struct tcp_peer *p = peer_of(l);
+    pthread_mutex_lock(&p->lock);
+    nx_frame_t *q = mark_dead_locked(p);
+    pthread_mutex_unlock(&p->lock);
+    if (q != NULL)
+      TCP_LOG(t, 1, "finalize: dropping frames that could not be sent");
+    complete(t, q, NX_EFINALIZED);
+  }
   pthread_mutex_unlock(&t->peers_lock);
   service_all(t); /* drops the references the stack holds */
   /* Closing frees nothing yet (libuv calls back later), so the list stays
@@ -418,13 +415,13 @@ static void tcp_finalize(void *state) {
   uv_run(&t->loop, UV_RUN_DEFAULT); /* until every handle is closed */
   if (uv_loop_close(&t->loop) != 0)
     TCP_LOG(t, 0, "finalize: libuv handles still open");
-  for (int i = 0; i < TCP_PEER_BUCKETS; i++)
-    while (t->peers[i] != NULL) { /* only if the core kept an endpoint */
-      struct tcp_peer *p = t->peers[i];
-      t->peers[i] = p->next;
-      pthread_mutex_destroy(&p->lock);
-      free(p);
-    }
+  struct nxu_uuid_link *l; /* only if the core kept an endpoint */
+  while ((l = nxu_uuid_first(&t->peers)) != NULL) {
+    struct tcp_peer *p = peer_of(l);
+    nxu_uuid_remove(&t->peers, l);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+  }
   pthread_mutex_destroy(&t->peers_lock);
   free(t->stage);
   free(t);

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "nexus/protocol.h"
+#include "nxu_uuid.h"
 
 /* The files:
  *   tcp.c       the ops table, peers (one per remote process) and the send
@@ -64,7 +65,6 @@ enum tcp_answer {
 #define TCP_HOT_IDLE 64
 /* How long finalize keeps flushing queued frames. */
 #define TCP_LINGER_MS 2000u
-#define TCP_PEER_BUCKETS 64
 
 /* One address: family AF_INET or AF_INET6, port in host order, the address
  * bytes in network order (4 or 16 used). */
@@ -97,10 +97,9 @@ struct tcp_listener {
  * Reference counted: one per connect(), per connection that points at it,
  * and while it waits for the driver's attention. */
 struct tcp_peer {
+  struct nxu_uuid_link link; /* first: its uuid, under tcp.peers_lock */
   pthread_mutex_t lock;
-  uint8_t uuid[TCP_UUID_SIZE];
   atomic_uint refs;
-  struct tcp_peer *next; /* hash chain, under tcp.peers_lock */
 
   /* Under `lock`: the send side. `fd` is the open connection's socket, or
    * -1; senders write to it directly when nothing is queued. */
@@ -175,7 +174,7 @@ struct tcp {
   struct tcp_addr advert[TCP_MAX_ADDRS];
 
   pthread_mutex_t peers_lock;
-  struct tcp_peer *peers[TCP_PEER_BUCKETS];
+  struct nxu_uuid_table peers;
   /* Peers that need the driver (a stack; each entry holds a reference). */
   struct tcp_peer *_Atomic attn_head;
 

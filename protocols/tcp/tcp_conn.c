@@ -390,14 +390,14 @@ static void answer_received(struct tcp_conn *c) {
     tcp_peer_fail(t, p, "malformed handshake answer");
     return;
   }
-  if (memcmp(a + 8, p->uuid, TCP_UUID_SIZE) != 0) {
+  if (memcmp(a + 8, p->link.uuid, TCP_UUID_SIZE) != 0) {
     tcp_peer_fail(t, p, "another process answers at its address");
     return;
   }
   switch (get_le16(a + 6)) {
   case TCP_ANSWER_ACCEPT:
-    TCP_LOG(t, 2, "connected to peer %02x%02x%02x%02x", p->uuid[0], p->uuid[1],
-            p->uuid[2], p->uuid[3]);
+    TCP_LOG(t, 2, "connected to peer %02x%02x%02x%02x", p->link.uuid[0],
+            p->link.uuid[1], p->link.uuid[2], p->link.uuid[3]);
     p->out = NULL;
     if (p->conn != NULL) {
       tcp_conn_close(c); /* cannot happen with a peer that follows the rules */

@@ -11,6 +11,7 @@
 #include <ucp/api/ucp.h>
 
 #include "nexus/protocol.h"
+#include "nxu_uuid.h"
 
 /* The files:
  *   ucx.c     the ops table, init and finalize, the descriptor, progress
@@ -58,7 +59,6 @@
 /* Keepalive interval set when UCX_KEEPALIVE_INTERVAL is not: UCX's default
  * (20 s) would leave a killed peer on shared memory unnoticed that long. */
 #define UCX_KEEPALIVE_DEFAULT "1s"
-#define UCX_PEER_BUCKETS 64
 
 struct ucx;
 struct ucx_peer;
@@ -77,15 +77,14 @@ struct ucx_req {
  * destination in that process. Everything but `failing`, `fail_next` and
  * `error` is under ucx.lock. */
 struct ucx_peer {
+  struct nxu_uuid_link link; /* first: its uuid, in ucx.peers */
   struct ucx *u;
-  uint8_t uuid[UCX_UUID_SIZE];
-  ucp_ep_h ep;           /* NULL once closed */
-  unsigned refs;         /* connect() calls not yet disconnected */
-  size_t inflight;       /* bytes of send requests UCX has not completed */
-  unsigned nreq;         /* those requests */
-  struct ucx_req *reqs;  /* ... on a list */
-  int dead;              /* failed (or finalizing): sends return NX_EPEERDEAD */
-  struct ucx_peer *next; /* hash chain */
+  ucp_ep_h ep;          /* NULL once closed */
+  unsigned refs;        /* connect() calls not yet disconnected */
+  size_t inflight;      /* bytes of send requests UCX has not completed */
+  unsigned nreq;        /* those requests */
+  struct ucx_req *reqs; /* ... on a list */
+  int dead;             /* failed (or finalizing): sends return NX_EPEERDEAD */
   struct ucx_peer *report_next; /* ucx.reports */
 
   /* Set by the error handler, from any thread. `failing` stays set: a
@@ -131,7 +130,7 @@ struct ucx {
   char version[64];
 
   pthread_mutex_t lock; /* every UCP call, and all below */
-  struct ucx_peer *peers[UCX_PEER_BUCKETS];
+  struct nxu_uuid_table peers;
   int events;   /* callbacks run during the current UCP call(s) */
   int received; /* frames the AM handler took during this progress() */
   /* Records of the callbacks, for the core (after unlocking). A frame's

@@ -45,15 +45,14 @@ int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
   return 0;
 }
 
-static unsigned bucket(const uint8_t *uuid) {
-  return (unsigned)(uuid[0] ^ uuid[7] ^ uuid[13]) % UCX_PEER_BUCKETS;
+/* The link is a peer's first member. */
+static struct ucx_peer *peer_of(struct nxu_uuid_link *l) {
+  return (struct ucx_peer *)(void *)l;
 }
 
 static struct ucx_peer *find_locked(struct ucx *u, const uint8_t *uuid) {
-  for (struct ucx_peer *p = u->peers[bucket(uuid)]; p != NULL; p = p->next)
-    if (memcmp(p->uuid, uuid, UCX_UUID_SIZE) == 0)
-      return p;
-  return NULL;
+  struct nxu_uuid_link *l = nxu_uuid_find(&u->peers, uuid, NULL);
+  return l != NULL ? peer_of(l) : NULL;
 }
 
 /* Failure. */
@@ -142,17 +141,19 @@ static void detach_locked(struct ucx *u, struct ucx_peer *p, int status) {
 }
 
 void ucx_peers_detach_all(struct ucx *u, int status) {
-  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
-    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next)
-      detach_locked(u, p, status);
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+       l = nxu_uuid_next(&u->peers, l)) {
+    struct ucx_peer *p = peer_of(l);
+    detach_locked(u, p, status);
+  }
 }
 
 static void fail_locked(struct ucx *u, struct ucx_peer *p, ucs_status_t why) {
   if (p->dead)
     return;
   p->dead = 1;
-  UCX_LOG(u, 1, "peer %02x%02x%02x%02x: %s", p->uuid[0], p->uuid[1], p->uuid[2],
-          p->uuid[3], ucs_status_string(why));
+  UCX_LOG(u, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
+          p->link.uuid[2], p->link.uuid[3], ucs_status_string(why));
   close_locked(u, p, 1);
   detach_locked(u, p, u->finalizing ? NX_EFINALIZED : NX_EPEERDEAD);
   if (!u->finalizing) {
@@ -179,28 +180,30 @@ void ucx_peers_report(struct ucx *u, struct ucx_peer *list) {
 }
 
 void ucx_peers_close_all(struct ucx *u) {
-  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
-    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next) {
-      close_locked(u, p, p->dead);
-      p->dead = 1;
-    }
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+       l = nxu_uuid_next(&u->peers, l)) {
+    struct ucx_peer *p = peer_of(l);
+    close_locked(u, p, p->dead);
+    p->dead = 1;
+  }
 }
 
 unsigned ucx_peers_pending(struct ucx *u) {
   unsigned n = 0;
-  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
-    for (struct ucx_peer *p = u->peers[i]; p != NULL; p = p->next)
-      n += p->dead ? 0 : p->nreq;
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+       l = nxu_uuid_next(&u->peers, l)) {
+    struct ucx_peer *p = peer_of(l);
+    n += p->dead ? 0 : p->nreq;
+  }
   return n;
 }
 
 void ucx_peers_free_all(struct ucx *u) {
-  for (int i = 0; i < UCX_PEER_BUCKETS; i++)
-    while (u->peers[i] != NULL) {
-      struct ucx_peer *p = u->peers[i];
-      u->peers[i] = p->next;
-      free(p);
-    }
+  struct nxu_uuid_link *l;
+  while ((l = nxu_uuid_first(&u->peers)) != NULL) {
+    nxu_uuid_remove(&u->peers, l);
+    free(peer_of(l));
+  }
 }
 
 /* Connections. */
@@ -234,7 +237,7 @@ int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
   }
   memcpy(copy, addr, addr_len);
   p->u = u;
-  memcpy(p->uuid, uuid, UCX_UUID_SIZE);
+  memcpy(p->link.uuid, uuid, UCX_UUID_SIZE);
   atomic_init(&p->failing, 0);
   atomic_init(&p->error, UCS_OK);
   /* Created now, so that an address no transport of ours reaches fails
@@ -258,9 +261,7 @@ int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
     return r == NX_EINVAL ? NX_EUNREACH : r;
   }
   p->refs = 1;
-  unsigned b = bucket(uuid);
-  p->next = u->peers[b];
-  u->peers[b] = p;
+  nxu_uuid_insert(&u->peers, &p->link);
   ucx_unlock(u, 0);
   *ep = p;
   return 0;

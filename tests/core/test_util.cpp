@@ -1,16 +1,19 @@
 // Tests of the utility layer (nexus/util): the table of NX_* settings and
-// its parsers, and the key helpers. Linked statically (nexus_util_dep).
+// its parsers, the key helpers and the uuid-keyed peer table. Linked statically
+// (nexus_util_dep).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
 extern "C" {
 #include "nexus/errors.h"
 #include "nxu_key.h"
 #include "nxu_opt.h"
+#include "nxu_uuid.h"
 }
 
 TEST_CASE("every NX_* setting is in the table once, with a meaning", "[util]") {
@@ -94,4 +97,44 @@ TEST_CASE("keys: constant-time equality and hex both ways", "[util]") {
   }
   CHECK(keep[0] == 9); // untouched on error
   CHECK(nxu_hex_decode(nullptr, keep, 4) == NX_EINVAL);
+}
+
+TEST_CASE("the uuid table finds, keeps duplicates, walks and removes",
+          "[util]") {
+  nxu_uuid_table t{};
+  const int n = 200;
+  std::vector<nxu_uuid_link> links(n + 1);
+  for (int i = 0; i < n; i++) {
+    std::memset(links[i].uuid, 0, NXU_UUID_SIZE);
+    std::memcpy(links[i].uuid, &i, sizeof(i));
+    links[i].uuid[11] = (uint8_t)(i * 7);
+    nxu_uuid_insert(&t, &links[i]);
+  }
+  // A second entry with the uuid of entry 5 (a peer and its successor).
+  std::memcpy(links[n].uuid, links[5].uuid, NXU_UUID_SIZE);
+  nxu_uuid_insert(&t, &links[n]);
+  for (int i = 0; i < n; i++) {
+    INFO(i);
+    nxu_uuid_link *l = nxu_uuid_find(&t, links[i].uuid, nullptr);
+    REQUIRE(l != nullptr);
+    CHECK(std::memcmp(l->uuid, links[i].uuid, NXU_UUID_SIZE) == 0);
+  }
+  nxu_uuid_link *first = nxu_uuid_find(&t, links[5].uuid, nullptr);
+  CHECK(first == &links[n]); // the newest first
+  CHECK(nxu_uuid_find(&t, links[5].uuid, first) == &links[5]);
+  CHECK(nxu_uuid_find(&t, links[5].uuid, &links[5]) == nullptr);
+  uint8_t absent[NXU_UUID_SIZE] = {0xff, 0xff};
+  CHECK(nxu_uuid_find(&t, absent, nullptr) == nullptr);
+  int seen = 0;
+  for (nxu_uuid_link *l = nxu_uuid_first(&t); l != nullptr;
+       l = nxu_uuid_next(&t, l))
+    seen++;
+  CHECK(seen == n + 1);
+  // Remove every entry while walking, as a module's finalize does.
+  nxu_uuid_link *l;
+  while ((l = nxu_uuid_first(&t)) != nullptr)
+    nxu_uuid_remove(&t, l);
+  CHECK(nxu_uuid_find(&t, links[7].uuid, nullptr) == nullptr);
+  nxu_uuid_remove(&t, &links[3]); // not in the table: nothing happens
+  CHECK(nxu_uuid_first(&t) == nullptr);
 }
