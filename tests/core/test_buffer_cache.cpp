@@ -1,4 +1,4 @@
-// Tests of the cache of large payload blocks in nexus/src/buffer.c: a freed
+// Tests of the cache of large payload blocks in nexus/src/bufmem.c: a freed
 // block serves the next payload of its size class, on any thread; the
 // per-class and byte caps hold; NX_BUFFER_CACHE sets the cap or turns the
 // cache off; nx_finalize frees what the cache holds; under AddressSanitizer

@@ -1,6 +1,7 @@
-// Tests of threaded handlers (nexus/src/progress.c): a handler that blocks
-// until a later RSR wakes it does not deadlock, the pool grows when every
-// pooled thread is blocked, and new-thread handlers get their own thread.
+// Tests of threaded handlers (the engine: nexus/src/dispatch.c, primary.c,
+// waiter.c): a handler that blocks until a later RSR wakes it does not
+// deadlock, the pool grows when every pooled thread is blocked, and new-thread
+// handlers get their own thread.
 #include <catch2/catch.hpp>
 
 #include <atomic>

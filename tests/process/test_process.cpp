@@ -1,4 +1,4 @@
-// Tests of nexus/src/process.c: process contexts started with
+// Tests of nexus/src/parent.c and child.c: process contexts started with
 // nx_context_create on this host, their bootstrap and their ends; no process
 // or file descriptor is left behind.
 #include <catch2/catch.hpp>
