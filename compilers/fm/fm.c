@@ -84,9 +84,14 @@ void fm_on_peer_dead(uint32_t proc) {
     proc_add(&fm_g.deadl, &fm_g.ndead, &fm_g.capdead, proc);
     atomic_fetch_add(&fm_g.dead, 1);
   }
-  /* Wake every receiver: an empty queue now reports the death. */
-  for (struct fm_queue *q = fm_g.queues; q != NULL && !ended; q = q->all_next)
+  /* Wake every receiver: an empty queue now reports the death. Under the
+   * queue's mutex, so a receiver between its check and its wait cannot
+   * miss the wake-up. */
+  for (struct fm_queue *q = fm_g.queues; q != NULL && !ended; q = q->all_next) {
+    nx_mutex_lock(&q->m);
     nx_cond_broadcast(&q->c);
+    nx_mutex_unlock(&q->m);
+  }
   nx_mutex_unlock(&fm_g.m);
   if (!ended)
     fm_blocks_peer_dead(proc);
