@@ -146,10 +146,11 @@ program fm_bench_pingpong
     'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '//trim(dir)// &
     '/fm_mpi_pingpong '//trim(arg_or(nsmall))//' > fm_mpi_pingpong.out 2>&1', &
     exitstat=st)
-  if (st == 0) then
-    open (newunit=u, file='fm_mpi_pingpong.out', status='old', iostat=st)
+  open (newunit=u, file='fm_mpi_pingpong.out', status='old', iostat=k)
+  if (k == 0) then
     if (st == 0) read (u, *, iostat=st) mpi_small, mpi_big
-    if (st == 0) close (u, status='delete')
+    if (st /= 0) mpi_big = -1
+    close (u, status='delete')
   end if
 
   write (*, '(a,a)') 'fm channel ping-pong (Fortran) vs raw RSR over ', &
