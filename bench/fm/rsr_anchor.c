@@ -64,9 +64,9 @@ double fm_bench_rsr(const char *echo_exe, int n, int iters, char *proto,
     goto out_node;
   const char *p = nx_gp_protocol(&peer);
   snprintf(proto, (size_t)len, "%s", p ? p : "none");
+  nx_buffer_t *b;
   for (int i = -iters / 10 - 1; i < iters; i++) {
     double t0 = now_us();
-    nx_buffer_t *b;
     size_t hint = n > 0 ? nx_sizeof_double((size_t)n) + 64 : 64;
     if (nx_rsr_init_name(&b, &peer, "ping", hint) != 0)
       goto out_ctx;
@@ -99,6 +99,8 @@ double fm_bench_rsr(const char *echo_exe, int n, int iters, char *proto,
     }
   result = t[iters / 2];
 out_ctx:
+  if (nx_rsr_init_name(&b, &peer, "quit", 8) == 0)
+    nx_rsr_send(b);
   nx_context_destroy(&peer);
   nx_gp_release(&peer);
   nx_gp_release(&self);

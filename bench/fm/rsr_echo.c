@@ -1,23 +1,52 @@
-/* The raw RSR anchor's peer: a process context that answers every "ping" (one
- * int32, or an array of doubles) with the same values in "pong". */
+/* The raw RSR anchor's peer: a process context whose main thread answers every
+ * "ping" (one int32, or an array of doubles) with the same values in "pong",
+ * until "quit". */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nexus.h"
 
-static double *scratch;
-static size_t scratch_n;
+/* The handler hands each ping to the main thread, which answers it: the
+ * same structure as an fm process receiving on a channel, without fm. */
+static nx_mutex_t m;
+static nx_cond_t c;
+static nx_buffer_t *pending;
+static int quit;
 
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
+  if (nx_buffer_retain(buf) != 0)
+    return;
+  nx_mutex_lock(&m);
+  if (pending != NULL) /* one at a time: a ping-pong */
+    nx_buffer_release(pending);
+  pending = buf;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  (void)buf;
+  nx_mutex_lock(&m);
+  quit = 1;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+/* Reads the values out, as a receiver would, and sends them back. */
+static void answer(nx_buffer_t *buf, double *scratch, size_t scratch_n) {
   nx_gp_t reply = NX_GP_NULL;
   int32_t kind, v = 0;
   uint64_t n = 0;
   nx_buffer_t *out;
   if (nx_get_gp(buf, &reply) != 0 || nx_get_int32(buf, &kind) != 0)
     return;
-  /* Read the values out, as a receiver would, and send them back. */
   if (kind == 0 && nx_get_int32(buf, &v) == 0 &&
       nx_rsr_init_name(&out, &reply, "pong", 16) == 0) {
     nx_put_int32(out, v);
@@ -33,15 +62,42 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 }
 
 int main(int argc, char **argv) {
-  scratch_n = (size_t)1 << 17;
-  scratch = malloc(scratch_n * sizeof(double));
+  size_t scratch_n = (size_t)1 << 17;
+  double *scratch = malloc(scratch_n * sizeof(double));
+  pid_t parent = getppid();
   if (scratch == NULL || nx_init(&argc, &argv) != 0)
     return 1;
-  if (nx_handler_register(nx_context_self(), "ping", on_ping,
-                          NX_HANDLER_NONTHREADED, NULL) != 0)
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  nx_context_t *self = nx_context_self();
+  if (nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED,
+                          NULL) != 0 ||
+      nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED,
+                          NULL) != 0 ||
+      nx_context_ready() != 0)
     return 1;
-  int r = nx_context_serve();
+  nx_mutex_lock(&m);
+  while (!quit) {
+    if (pending == NULL) {
+      struct timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += 1;
+      nx_cond_timedwait(&c, &m, &deadline);
+      if (getppid() != parent) /* the creator is gone */
+        break;
+      continue;
+    }
+    nx_buffer_t *buf = pending;
+    pending = NULL;
+    nx_mutex_unlock(&m);
+    answer(buf, scratch, scratch_n);
+    nx_buffer_release(buf);
+    nx_mutex_lock(&m);
+  }
+  if (pending != NULL)
+    nx_buffer_release(pending);
+  nx_mutex_unlock(&m);
   nx_finalize();
   free(scratch);
-  return r == 0 ? 0 : 1;
+  return 0;
 }
