@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "nexus.h"
 
@@ -29,14 +27,26 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&m);
 }
 
-static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx;
-  (void)addr;
-  (void)buf;
+static void end(void) {
   nx_mutex_lock(&m);
   quit = 1;
   nx_cond_signal(&c);
   nx_mutex_unlock(&m);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  (void)buf;
+  end();
+}
+
+/* The creator died: stop waiting for it. */
+static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  (void)context;
+  (void)arg;
+  if (err == NX_EPEERDEAD && handler == 0)
+    end();
 }
 
 /* Reads the values out, as a receiver would, and sends them back. */
@@ -64,7 +74,6 @@ static void answer(nx_buffer_t *buf, double *scratch, size_t scratch_n) {
 int main(int argc, char **argv) {
   size_t scratch_n = (size_t)1 << 17;
   double *scratch = malloc(scratch_n * sizeof(double));
-  pid_t parent = getppid();
   if (scratch == NULL || nx_init(&argc, &argv) != 0)
     return 1;
   nx_mutex_init(&m);
@@ -74,17 +83,12 @@ int main(int argc, char **argv) {
                           NULL) != 0 ||
       nx_handler_register(self, "quit", on_quit, NX_HANDLER_NONTHREADED,
                           NULL) != 0 ||
-      nx_context_ready() != 0)
+      nx_error_cb_set(on_error, NULL) != 0 || nx_context_ready() != 0)
     return 1;
   nx_mutex_lock(&m);
   while (!quit) {
     if (pending == NULL) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 1;
-      nx_cond_timedwait(&c, &m, &deadline);
-      if (getppid() != parent) /* the creator is gone */
-        break;
+      nx_cond_wait(&c, &m); /* as fm_receive waits */
       continue;
     }
     nx_buffer_t *buf = pending;
