@@ -1,0 +1,1004 @@
+/* libfm channels: queues at the inport, outports as global pointers, send as an
+ * RSR to an enqueue handler, receive on a condition variable, and ports that
+ * move inside messages. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fm_internal.h"
+
+struct fm_global fm_g;
+
+/* Message kinds, the first value of every channel message. */
+enum { MSG_DATA = 0, MSG_END = 1 };
+
+/* Port tags in a message. */
+enum { TAG_INPORT = 1, TAG_OUTPORT = 2 };
+
+static struct fm_port_impl *impl(fm_port_t *p) {
+  return (struct fm_port_impl *)(void *)p;
+}
+static const struct fm_port_impl *cimpl(const fm_port_t *p) {
+  return (const struct fm_port_impl *)(const void *)p;
+}
+
+const char *fm_strerror(int err) {
+  switch (err) {
+  case 0: return "success";
+  case FM_END: return "end of channel";
+  case FM_EINVAL: return "invalid argument";
+  case FM_EUNDEFINED: return "the port is undefined (moved or never set)";
+  case FM_EWRONGPORT: return "wrong kind of port for this operation";
+  case FM_EMOVED: return "the inport moved away while waiting on it";
+  case FM_EPEERDEAD: return "a process of the computation died";
+  case FM_ENOPROCESS: return "no process registered under that name";
+  case FM_ENDED: return "send after endchannel";
+  case FM_ENOTINIT: return "fm_init was not called";
+  case FM_ETYPE: return "argument of another type or size";
+  case FM_ENOMEM: return "out of memory";
+  default: return nx_strerror(err);
+  }
+}
+
+int fm_port_kind(const fm_port_t *port) {
+  if (port == NULL || cimpl(port)->magic != FM_PORT_MAGIC)
+    return FM_UNDEFINED;
+  return cimpl(port)->kind;
+}
+
+/* ---- process deaths ---------------------------------------------------- */
+
+static int proc_in(const uint32_t *l, size_t n, uint32_t proc) {
+  for (size_t i = 0; i < n; i++)
+    if (l[i] == proc)
+      return 1;
+  return 0;
+}
+
+/* Adds to a list of processes; under fm_g.m. */
+static void proc_add(uint32_t **l, size_t *n, size_t *cap, uint32_t proc) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 8;
+    uint32_t *nl = realloc(*l, c * sizeof(*nl));
+    if (nl == NULL)
+      return;
+    *l = nl;
+    *cap = c;
+  }
+  (*l)[(*n)++] = proc;
+}
+
+/* Called by fm_processes_end before it ends a process context: its going
+ * away is not a death. */
+void fm_mark_ended(uint32_t proc) {
+  nx_mutex_lock(&fm_g.m);
+  proc_add(&fm_g.ended, &fm_g.nended, &fm_g.capended, proc);
+  nx_mutex_unlock(&fm_g.m);
+}
+
+void fm_on_peer_dead(uint32_t proc) {
+  nx_mutex_lock(&fm_g.m);
+  int ended = proc_in(fm_g.ended, fm_g.nended, proc);
+  if (!ended) {
+    proc_add(&fm_g.deadl, &fm_g.ndead, &fm_g.capdead, proc);
+    atomic_fetch_add(&fm_g.dead, 1);
+  }
+  /* Wake every receiver: an empty queue now reports the death. Under the
+   * queue's mutex, so a receiver between its check and its wait cannot
+   * miss the wake-up. */
+  for (struct fm_queue *q = fm_g.queues; q != NULL && !ended; q = q->all_next) {
+    nx_mutex_lock(&q->m);
+    nx_cond_broadcast(&q->c);
+    nx_mutex_unlock(&q->m);
+  }
+  nx_mutex_unlock(&fm_g.m);
+  if (!ended)
+    fm_blocks_peer_dead(proc);
+}
+
+static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  (void)arg;
+  if (err == NX_EPEERDEAD && handler == 0)
+    fm_on_peer_dead((uint32_t)(context >> 32));
+}
+
+/* ---- outport destinations ---------------------------------------------- */
+
+/* Interns a gp (taking its reference): ports carry only the index, so they
+ * are plain values that need no release. */
+static int gp_intern(nx_gp_t *gp, uint64_t *index) {
+  nx_mutex_lock(&fm_g.m);
+  for (size_t i = 0; i < fm_g.ngps; i++)
+    if (nx_gp_equal(fm_g.gps[i], gp)) {
+      nx_mutex_unlock(&fm_g.m);
+      nx_gp_release(gp);
+      *index = i;
+      return 0;
+    }
+  if (fm_g.ngps == fm_g.capgps) {
+    size_t cap = fm_g.capgps ? fm_g.capgps * 2 : 16;
+    nx_gp_t **n = realloc(fm_g.gps, cap * sizeof(*n));
+    if (n == NULL)
+      goto nomem;
+    fm_g.gps = n;
+    fm_g.capgps = cap;
+  }
+  nx_gp_t *g = malloc(sizeof(*g));
+  if (g == NULL)
+    goto nomem;
+  *g = *gp; /* takes the reference */
+  fm_g.gps[fm_g.ngps] = g;
+  *index = fm_g.ngps++;
+  nx_mutex_unlock(&fm_g.m);
+  return 0;
+nomem:
+  nx_mutex_unlock(&fm_g.m);
+  nx_gp_release(gp);
+  return FM_ENOMEM;
+}
+
+static const nx_gp_t *gp_at(uint64_t index) {
+  nx_mutex_lock(&fm_g.m);
+  const nx_gp_t *g = index < fm_g.ngps ? fm_g.gps[index] : NULL;
+  nx_mutex_unlock(&fm_g.m);
+  return g;
+}
+
+/* ---- queues ------------------------------------------------------------ */
+
+static struct fm_queue *queue_new(void) {
+  struct fm_queue *q = calloc(1, sizeof(*q));
+  if (q == NULL)
+    return NULL;
+  q->magic = FM_QUEUE_MAGIC;
+  nx_mutex_init(&q->m);
+  nx_cond_init(&q->c);
+  if (nx_gp_make(q, &q->self) != 0) {
+    free(q);
+    return NULL;
+  }
+  nx_mutex_lock(&fm_g.m);
+  q->all_next = fm_g.queues;
+  fm_g.queues = q;
+  nx_mutex_unlock(&fm_g.m);
+  return q;
+}
+
+static void msgs_free(struct fm_msg *m) {
+  while (m != NULL) {
+    struct fm_msg *n = m->next;
+    nx_buffer_release(m->buf);
+    free(m);
+    m = n;
+  }
+}
+
+/* Releases what a queue holds; the memory stays (late handlers see DEAD). */
+static void queue_clear_locked(struct fm_queue *q) {
+  msgs_free(q->head);
+  msgs_free(q->held);
+  q->head = q->tail = q->held = q->held_tail = NULL;
+  while (q->senders != NULL) {
+    struct fm_sender *s = q->senders;
+    q->senders = s->next;
+    msgs_free(s->pending);
+    free(s);
+  }
+}
+
+static struct fm_sender *sender_find(struct fm_queue *q, uint64_t a, uint64_t b,
+                                     int create) {
+  for (struct fm_sender *s = q->senders; s != NULL; s = s->next)
+    if (s->a == a && s->b == b)
+      return s;
+  if (!create)
+    return NULL;
+  struct fm_sender *s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return NULL;
+  s->a = a;
+  s->b = b;
+  s->next = q->senders;
+  q->senders = s;
+  return s;
+}
+
+static void ready_append(struct fm_queue *q, struct fm_msg *m) {
+  m->next = NULL;
+  if (q->tail != NULL)
+    q->tail->next = m;
+  else
+    q->head = m;
+  q->tail = m;
+}
+
+/* Reads a channel message's header. */
+static int header_get(nx_buffer_t *buf, int8_t *kind, uint64_t *a, uint64_t *b,
+                      uint64_t *seq) {
+  int r = nx_get_int8(buf, kind);
+  if (r == 0)
+    r = nx_get_uint64(buf, a);
+  if (r == 0)
+    r = nx_get_uint64(buf, b);
+  if (r == 0)
+    r = nx_get_uint64(buf, seq);
+  return r;
+}
+
+/* Sends a whole message (header included) on to where the inport went. */
+static void forward(const nx_gp_t *to, nx_buffer_t *buf) {
+  const void *data;
+  size_t len;
+  nx_buffer_t *out;
+  if (nx_buffer_bytes(buf, &data, &len) != 0 ||
+      nx_rsr_init(&out, to, fm_g.h_fwd, len + 32) != 0)
+    return;
+  if (nx_put_int32(out, nx_buffer_format(buf)) != 0 ||
+      nx_put_uint64(out, len) != 0 || nx_put_bytes(out, data, len) != 0) {
+    nx_buffer_release(out);
+    return;
+  }
+  nx_rsr_send(out);
+}
+
+/* Puts a message in its place (takes `buf`, positioned after the header):
+ * in order per outport, held while the inport moves, forwarded after. */
+static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
+                         uint64_t a, uint64_t b, uint64_t seq) {
+  nx_mutex_lock(&q->m);
+  if (q->magic != FM_QUEUE_MAGIC) {
+    nx_mutex_unlock(&q->m);
+    nx_buffer_release(buf);
+    return;
+  }
+  if (q->state == FM_Q_FORWARD) {
+    nx_gp_t to;
+    int r = nx_gp_copy(&q->fwd, &to);
+    nx_mutex_unlock(&q->m);
+    if (r == 0) {
+      forward(&to, buf);
+      nx_gp_release(&to);
+    }
+    nx_buffer_release(buf);
+    return;
+  }
+  struct fm_msg *m = calloc(1, sizeof(*m));
+  if (m == NULL) {
+    nx_mutex_unlock(&q->m);
+    nx_buffer_release(buf);
+    return;
+  }
+  m->buf = buf;
+  m->seq = seq;
+  m->end = kind == MSG_END;
+  if (q->state == FM_Q_MOVING) {
+    /* Kept whole (header included is not needed: we re-read from start). */
+    if (q->held_tail != NULL)
+      q->held_tail->next = m;
+    else
+      q->held = m;
+    q->held_tail = m;
+    nx_mutex_unlock(&q->m);
+    return;
+  }
+  struct fm_sender *s = sender_find(q, a, b, 1);
+  if (s == NULL || seq < s->next_seq) { /* out of memory, or a duplicate */
+    nx_mutex_unlock(&q->m);
+    nx_buffer_release(buf);
+    free(m);
+    return;
+  }
+  if (seq == s->next_seq) {
+    ready_append(q, m);
+    s->next_seq++;
+    while (s->pending != NULL && s->pending->seq == s->next_seq) {
+      struct fm_msg *p = s->pending;
+      s->pending = p->next;
+      ready_append(q, p);
+      s->next_seq++;
+    }
+  } else { /* overtook an earlier message of its outport: wait for it */
+    struct fm_msg **pp = &s->pending;
+    while (*pp != NULL && (*pp)->seq < seq)
+      pp = &(*pp)->next;
+    m->next = *pp;
+    *pp = m;
+  }
+  nx_cond_broadcast(&q->c);
+  nx_mutex_unlock(&q->m);
+}
+
+/* "fm.enq": a message sent on an outport. */
+static void h_enq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  struct fm_queue *q = addr;
+  int8_t kind;
+  uint64_t a, b, seq;
+  if (q == NULL || header_get(buf, &kind, &a, &b, &seq) != 0 ||
+      nx_buffer_retain(buf) != 0)
+    return;
+  queue_accept(q, buf, kind, a, b, seq);
+}
+
+/* Rebuilds a whole message that was packed as bytes (forwarded, or carried
+ * along with a moving inport) and reads its header. */
+static nx_buffer_t *blob_get(nx_buffer_t *buf, int8_t *kind, uint64_t *a,
+                             uint64_t *b, uint64_t *seq) {
+  int32_t fmt;
+  uint64_t len;
+  if (nx_get_int32(buf, &fmt) != 0 || nx_get_uint64(buf, &len) != 0 ||
+      len > nx_buffer_remaining(buf))
+    return NULL;
+  void *data = malloc(len ? len : 1);
+  nx_buffer_t *nb = NULL;
+  if (data == NULL)
+    return NULL;
+  if (nx_get_bytes(buf, data, len) != 0 ||
+      nx_buffer_from_bytes(data, len, fmt, &nb) != 0) {
+    free(data);
+    return NULL;
+  }
+  free(data);
+  if (header_get(nb, kind, a, b, seq) != 0) {
+    nx_buffer_release(nb);
+    return NULL;
+  }
+  return nb;
+}
+
+static int blob_put(nx_buffer_t *out, nx_buffer_t *msg) {
+  const void *data;
+  size_t len;
+  int r = nx_buffer_bytes(msg, &data, &len);
+  if (r == 0)
+    r = nx_put_int32(out, nx_buffer_format(msg));
+  if (r == 0)
+    r = nx_put_uint64(out, len);
+  if (r == 0)
+    r = nx_put_bytes(out, data, len);
+  return r;
+}
+
+/* "fm.fwd": a message forwarded from the inport's old place. */
+static void h_fwd(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  int8_t kind;
+  uint64_t a, b, seq;
+  nx_buffer_t *nb = blob_get(buf, &kind, &a, &b, &seq);
+  if (addr != NULL && nb != NULL)
+    queue_accept(addr, nb, kind, a, b, seq);
+  else if (nb != NULL)
+    nx_buffer_release(nb);
+}
+
+/* "fm.moved": the inport arrived at its new place; forward what was held
+ * and everything that comes later. */
+static void h_moved(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  struct fm_queue *q = addr;
+  nx_gp_t to = NX_GP_NULL;
+  if (q == NULL || nx_get_gp(buf, &to) != 0)
+    return;
+  nx_mutex_lock(&q->m);
+  if (q->magic != FM_QUEUE_MAGIC || q->state != FM_Q_MOVING) {
+    nx_mutex_unlock(&q->m);
+    nx_gp_release(&to);
+    return;
+  }
+  q->state = FM_Q_FORWARD;
+  nx_gp_copy(&to, &q->fwd);
+  struct fm_msg *held = q->held;
+  q->held = q->held_tail = NULL;
+  nx_mutex_unlock(&q->m);
+  for (struct fm_msg *m = held; m != NULL; m = m->next)
+    forward(&to, m->buf);
+  msgs_free(held);
+  nx_gp_release(&to);
+}
+
+int fm_register_handlers(nx_context_t *ctx) {
+  int r =
+      nx_handler_register(ctx, "fm.enq", h_enq, NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "fm.fwd", h_fwd, NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "fm.moved", h_moved, NX_HANDLER_NONTHREADED,
+                            NULL);
+  /* A process may run for the whole program: its own thread. */
+  if (r == 0)
+    r = nx_handler_register(ctx, "fm.run", fm_h_run, NX_HANDLER_NEW_THREAD,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "fm.done", fm_h_done, NX_HANDLER_NONTHREADED,
+                            NULL);
+  return r;
+}
+
+/* ---- channels ---------------------------------------------------------- */
+
+static int need_init(void) { return fm_g.init > 0 ? 0 : FM_ENOTINIT; }
+
+static void outport_make(fm_port_t *out, uint64_t gpi) {
+  struct fm_port_impl *p = impl(out);
+  memset(out, 0, sizeof(*out));
+  p->magic = FM_PORT_MAGIC;
+  p->kind = FM_OUTPORT;
+  p->ref = gpi;
+  p->sid_a = nx_context_id(nx_context_self());
+  nx_mutex_lock(&fm_g.m);
+  p->sid_b = ++fm_g.serial;
+  nx_mutex_unlock(&fm_g.m);
+}
+
+int fm_merger(fm_port_t *in, fm_port_t *outs, int n) {
+  int r = need_init();
+  if (r != 0)
+    return r;
+  if (in == NULL || outs == NULL || n < 1)
+    return FM_EINVAL;
+  struct fm_queue *q = queue_new();
+  if (q == NULL)
+    return FM_ENOMEM;
+  q->nout = n;
+  nx_gp_t g;
+  uint64_t gpi;
+  if ((r = nx_gp_copy(&q->self, &g)) != 0 || (r = gp_intern(&g, &gpi)) != 0)
+    return r;
+  for (int i = 0; i < n; i++)
+    outport_make(&outs[i], gpi);
+  memset(in, 0, sizeof(*in));
+  impl(in)->magic = FM_PORT_MAGIC;
+  impl(in)->kind = FM_INPORT;
+  impl(in)->ref = (uint64_t)(uintptr_t)q;
+  return 0;
+}
+
+int fm_channel(fm_port_t *in, fm_port_t *out) { return fm_merger(in, out, 1); }
+
+int fm_moveport(fm_port_t *from, fm_port_t *to) {
+  if (from == NULL || to == NULL)
+    return FM_EINVAL;
+  if (fm_port_kind(from) == FM_UNDEFINED)
+    return FM_EUNDEFINED;
+  if (from != to) {
+    *to = *from;
+    memset(from, 0, sizeof(*from));
+  }
+  return 0;
+}
+
+static int outport_check(fm_port_t *out) {
+  int k = fm_port_kind(out);
+  if (k == FM_UNDEFINED)
+    return out == NULL ? FM_EINVAL : FM_EUNDEFINED;
+  if (k != FM_OUTPORT)
+    return FM_EWRONGPORT;
+  if (impl(out)->ended)
+    return FM_ENDED;
+  return 0;
+}
+
+static int start(fm_port_t *out, int8_t kind, size_t hint, nx_buffer_t **msg) {
+  int r = need_init();
+  if (r == 0)
+    r = outport_check(out);
+  if (r != 0)
+    return r;
+  struct fm_port_impl *p = impl(out);
+  const nx_gp_t *to = gp_at(p->ref);
+  if (to == NULL)
+    return FM_EUNDEFINED;
+  uint32_t proc = (uint32_t)(nx_gp_context(to) >> 32);
+  if (atomic_load(&fm_g.dead) > 0) {
+    nx_mutex_lock(&fm_g.m);
+    int dead = proc_in(fm_g.deadl, fm_g.ndead, proc);
+    nx_mutex_unlock(&fm_g.m);
+    if (dead)
+      return FM_EPEERDEAD; /* its process is gone */
+  }
+  nx_buffer_t *b;
+  if ((r = nx_rsr_init(&b, to, fm_g.h_enq, hint + 32)) != 0)
+    return r;
+  if ((r = nx_put_int8(b, kind)) != 0 || (r = nx_put_uint64(b, p->sid_a)) ||
+      (r = nx_put_uint64(b, p->sid_b)) || (r = nx_put_uint64(b, p->seq))) {
+    nx_buffer_release(b);
+    return r;
+  }
+  p->seq++;
+  *msg = b;
+  return 0;
+}
+
+int fm_send_begin(fm_port_t *out, size_t size_hint, nx_buffer_t **msg) {
+  if (msg == NULL)
+    return FM_EINVAL;
+  return start(out, MSG_DATA, size_hint, msg);
+}
+
+int fm_send_end(nx_buffer_t *msg) {
+  if (msg == NULL)
+    return FM_EINVAL;
+  return nx_rsr_send(msg);
+}
+
+int fm_send_abort(fm_port_t *out, nx_buffer_t *msg) {
+  if (msg == NULL || fm_port_kind(out) != FM_OUTPORT || impl(out)->seq == 0)
+    return FM_EINVAL;
+  impl(out)->seq--; /* the receiver must not wait for it */
+  return nx_buffer_release(msg);
+}
+
+int fm_endchannel(fm_port_t *out) {
+  nx_buffer_t *b;
+  int r = start(out, MSG_END, 0, &b);
+  if (r != 0)
+    return r;
+  impl(out)->ended = 1;
+  return nx_rsr_send(b);
+}
+
+static int inport_queue(fm_port_t *in, struct fm_queue **q) {
+  int r = need_init();
+  if (r != 0)
+    return r;
+  int k = fm_port_kind(in);
+  if (k == FM_UNDEFINED)
+    return in == NULL ? FM_EINVAL : FM_EUNDEFINED;
+  if (k != FM_INPORT)
+    return FM_EWRONGPORT;
+  *q = (struct fm_queue *)(uintptr_t)impl(in)->ref;
+  return 0;
+}
+
+/* try_take's answer when the caller must wait (not an error code). */
+#define TAKE_WAIT 0x7fff
+
+/* Takes the next message or end; TAKE_WAIT when the caller must wait.
+ * Under q->m. */
+static int try_take(struct fm_queue *q, nx_buffer_t **msg) {
+  while (q->head != NULL) {
+    struct fm_msg *m = q->head;
+    q->head = m->next;
+    if (q->head == NULL)
+      q->tail = NULL;
+    if (!m->end) {
+      *msg = m->buf;
+      free(m);
+      return 0;
+    }
+    nx_buffer_release(m->buf);
+    free(m);
+    q->nended++;
+  }
+  if (q->state != FM_Q_LIVE || q->magic != FM_QUEUE_MAGIC)
+    return FM_EMOVED;
+  if (q->nended >= q->nout)
+    return FM_END;
+  if (atomic_load(&fm_g.dead) > 0)
+    return FM_EPEERDEAD;
+  return TAKE_WAIT;
+}
+
+int fm_receive(fm_port_t *in, nx_buffer_t **msg) {
+  struct fm_queue *q;
+  int r = inport_queue(in, &q);
+  if (r != 0)
+    return r;
+  if (msg == NULL)
+    return FM_EINVAL;
+  nx_mutex_lock(&q->m);
+  while ((r = try_take(q, msg)) == TAKE_WAIT)
+    nx_cond_wait(&q->c, &q->m);
+  nx_mutex_unlock(&q->m);
+  return r;
+}
+
+int fm_msg_free(nx_buffer_t *msg) {
+  return msg == NULL ? FM_EINVAL : nx_buffer_release(msg);
+}
+
+int fm_probe(fm_port_t *in) {
+  struct fm_queue *q;
+  int r = inport_queue(in, &q);
+  if (r != 0)
+    return r;
+  nx_mutex_lock(&q->m);
+  /* Skip ends of merger outports that are not the last: they are not
+   * something a receive would return. */
+  int ready = 0;
+  int32_t ended = q->nended;
+  for (struct fm_msg *m = q->head; m != NULL && !ready; m = m->next)
+    if (!m->end || ++ended >= q->nout)
+      ready = 1;
+  if (!ready)
+    ready = q->state != FM_Q_LIVE || ended >= q->nout ||
+            atomic_load(&fm_g.dead) > 0;
+  nx_mutex_unlock(&q->m);
+  return ready;
+}
+
+/* ---- ports in messages ------------------------------------------------- */
+
+static int msgs_count(const struct fm_msg *m) {
+  int n = 0;
+  for (; m != NULL; m = m->next)
+    n++;
+  return n;
+}
+
+/* Packs a queue for its move: the old place (for "fm.moved"), the merger's
+ * counts, every outport's next sequence number with the messages that
+ * overtook, and the ready messages in order. */
+static int queue_pack(nx_buffer_t *out, struct fm_queue *q) {
+  nx_mutex_lock(&q->m);
+  if (q->state != FM_Q_LIVE) {
+    nx_mutex_unlock(&q->m);
+    return FM_EUNDEFINED;
+  }
+  int r = nx_put_gp(out, &q->self);
+  if (r == 0)
+    r = nx_put_int32(out, q->nout);
+  if (r == 0)
+    r = nx_put_int32(out, q->nended);
+  int ns = 0;
+  for (struct fm_sender *s = q->senders; s != NULL; s = s->next)
+    ns++;
+  if (r == 0)
+    r = nx_put_int32(out, ns);
+  for (struct fm_sender *s = q->senders; s != NULL && r == 0; s = s->next) {
+    r = nx_put_uint64(out, s->a);
+    if (r == 0)
+      r = nx_put_uint64(out, s->b);
+    if (r == 0)
+      r = nx_put_uint64(out, s->next_seq);
+    if (r == 0)
+      r = nx_put_int32(out, msgs_count(s->pending));
+    for (struct fm_msg *m = s->pending; m != NULL && r == 0; m = m->next)
+      r = blob_put(out, m->buf);
+  }
+  if (r == 0)
+    r = nx_put_int32(out, msgs_count(q->head));
+  for (struct fm_msg *m = q->head; m != NULL && r == 0; m = m->next)
+    r = blob_put(out, m->buf);
+  if (r == 0) {
+    /* From now on arrivals are held until the new place is known. */
+    q->state = FM_Q_MOVING;
+    struct fm_sender *s = q->senders;
+    q->senders = NULL;
+    struct fm_msg *head = q->head;
+    q->head = q->tail = NULL;
+    while (s != NULL) {
+      struct fm_sender *n = s->next;
+      msgs_free(s->pending);
+      free(s);
+      s = n;
+    }
+    msgs_free(head);
+    nx_cond_broadcast(&q->c); /* a (misused) waiter gets FM_EMOVED */
+  }
+  nx_mutex_unlock(&q->m);
+  return r;
+}
+
+int fm_put_port(nx_buffer_t *msg, fm_port_t *port) {
+  int r = need_init();
+  if (r != 0)
+    return r;
+  if (msg == NULL || port == NULL)
+    return FM_EINVAL;
+  int k = fm_port_kind(port);
+  if (k == FM_UNDEFINED)
+    return FM_EUNDEFINED;
+  struct fm_port_impl *p = impl(port);
+  if (k == FM_OUTPORT) {
+    const nx_gp_t *to = gp_at(p->ref);
+    if (to == NULL)
+      return FM_EUNDEFINED;
+    r = nx_put_int8(msg, TAG_OUTPORT);
+    if (r == 0)
+      r = nx_put_gp(msg, to);
+    if (r == 0)
+      r = nx_put_uint64(msg, p->sid_a);
+    if (r == 0)
+      r = nx_put_uint64(msg, p->sid_b);
+    if (r == 0)
+      r = nx_put_uint64(msg, p->seq);
+    if (r == 0)
+      r = nx_put_int32(msg, (int32_t)p->ended);
+  } else {
+    r = nx_put_int8(msg, TAG_INPORT);
+    if (r == 0)
+      r = queue_pack(msg, (struct fm_queue *)(uintptr_t)p->ref);
+  }
+  if (r == 0)
+    memset(port, 0, sizeof(*port)); /* moved: the sender's copy is undefined */
+  return r;
+}
+
+/* Unpacks a moved queue into a new one here, then tells the old place. */
+static int queue_unpack(nx_buffer_t *msg, fm_port_t *port) {
+  nx_gp_t old = NX_GP_NULL;
+  int32_t nout, nended, ns, nm;
+  int r = nx_get_gp(msg, &old);
+  if (r != 0)
+    return r;
+  if ((r = nx_get_int32(msg, &nout)) != 0 ||
+      (r = nx_get_int32(msg, &nended)) != 0 ||
+      (r = nx_get_int32(msg, &ns)) != 0) {
+    nx_gp_release(&old);
+    return r;
+  }
+  struct fm_queue *q = queue_new();
+  if (q == NULL) {
+    nx_gp_release(&old);
+    return FM_ENOMEM;
+  }
+  q->nout = nout;
+  q->nended = nended;
+  for (int32_t i = 0; i < ns && r == 0; i++) {
+    uint64_t a, b, next, sq;
+    int32_t np;
+    int8_t kind;
+    if ((r = nx_get_uint64(msg, &a)) || (r = nx_get_uint64(msg, &b)) ||
+        (r = nx_get_uint64(msg, &next)) || (r = nx_get_int32(msg, &np)))
+      break;
+    struct fm_sender *s = sender_find(q, a, b, 1);
+    if (s == NULL) {
+      r = FM_ENOMEM;
+      break;
+    }
+    s->next_seq = next;
+    for (int32_t j = 0; j < np && r == 0; j++) {
+      nx_buffer_t *nb = blob_get(msg, &kind, &a, &b, &sq);
+      if (nb == NULL)
+        r = NX_EPROTO;
+      else
+        queue_accept(q, nb, kind, a, b, sq);
+    }
+  }
+  if (r == 0)
+    r = nx_get_int32(msg, &nm);
+  for (int32_t j = 0; r == 0 && j < nm; j++) {
+    uint64_t a, b, sq;
+    int8_t kind;
+    nx_buffer_t *nb = blob_get(msg, &kind, &a, &b, &sq);
+    struct fm_msg *m = nb ? calloc(1, sizeof(*m)) : NULL;
+    if (m == NULL) {
+      if (nb != NULL)
+        nx_buffer_release(nb);
+      r = nb ? FM_ENOMEM : NX_EPROTO;
+      break;
+    }
+    m->buf = nb;
+    m->seq = sq;
+    m->end = kind == MSG_END;
+    ready_append(q, m); /* already in order: no sequence check */
+  }
+  if (r == 0) {
+    nx_buffer_t *b;
+    r = nx_rsr_init(&b, &old, fm_g.h_moved, 64);
+    if (r == 0 && (r = nx_put_gp(b, &q->self)) != 0)
+      nx_buffer_release(b);
+    else if (r == 0)
+      r = nx_rsr_send(b);
+  }
+  nx_gp_release(&old);
+  if (r != 0) {
+    nx_mutex_lock(&q->m);
+    queue_clear_locked(q);
+    nx_mutex_unlock(&q->m);
+    return r;
+  }
+  memset(port, 0, sizeof(*port));
+  impl(port)->magic = FM_PORT_MAGIC;
+  impl(port)->kind = FM_INPORT;
+  impl(port)->ref = (uint64_t)(uintptr_t)q;
+  return 0;
+}
+
+int fm_get_port(nx_buffer_t *msg, fm_port_t *port) {
+  int r = need_init();
+  if (r != 0)
+    return r;
+  if (msg == NULL || port == NULL)
+    return FM_EINVAL;
+  int8_t tag;
+  if ((r = nx_get_int8(msg, &tag)) != 0)
+    return r;
+  if (tag == TAG_INPORT)
+    return queue_unpack(msg, port);
+  if (tag != TAG_OUTPORT)
+    return FM_ETYPE;
+  nx_gp_t g = NX_GP_NULL;
+  uint64_t a, b, seq, gpi;
+  int32_t ended;
+  if ((r = nx_get_gp(msg, &g)) != 0)
+    return r;
+  if ((r = nx_get_uint64(msg, &a)) || (r = nx_get_uint64(msg, &b)) ||
+      (r = nx_get_uint64(msg, &seq)) || (r = nx_get_int32(msg, &ended))) {
+    nx_gp_release(&g);
+    return r;
+  }
+  if ((r = gp_intern(&g, &gpi)) != 0)
+    return r;
+  memset(port, 0, sizeof(*port));
+  struct fm_port_impl *p = impl(port);
+  p->magic = FM_PORT_MAGIC;
+  p->kind = FM_OUTPORT;
+  p->ref = gpi;
+  p->sid_a = a;
+  p->sid_b = b;
+  p->seq = seq;
+  p->ended = ended != 0;
+  return 0;
+}
+
+/* ---- one-value messages ------------------------------------------------ */
+
+int fm_send_int32(fm_port_t *out, int32_t v) {
+  nx_buffer_t *b;
+  int r = fm_send_begin(out, 8, &b);
+  if (r != 0)
+    return r;
+  if ((r = nx_put_int32(b, v)) != 0) {
+    fm_send_abort(out, b);
+    return r;
+  }
+  return fm_send_end(b);
+}
+
+#define ARRAY_SEND(name, type, put, sizeof_fn)                                 \
+  int name(fm_port_t *out, const type *v, size_t n) {                          \
+    nx_buffer_t *b;                                                            \
+    if (v == NULL && n > 0)                                                    \
+      return FM_EINVAL;                                                        \
+    int r = fm_send_begin(out, sizeof_fn(n), &b);                              \
+    if (r != 0)                                                                \
+      return r;                                                                \
+    if ((r = put(b, v, n)) != 0) {                                             \
+      fm_send_abort(out, b);                                                   \
+      return r;                                                                \
+    }                                                                          \
+    return fm_send_end(b);                                                     \
+  }
+ARRAY_SEND(fm_send_int32_array, int32_t, nx_put_int32_array, nx_sizeof_int32)
+ARRAY_SEND(fm_send_double_array, double, nx_put_double_array, nx_sizeof_double)
+
+int fm_receive_int32(fm_port_t *in, int32_t *v) {
+  nx_buffer_t *b;
+  if (v == NULL)
+    return FM_EINVAL;
+  int r = fm_receive(in, &b);
+  if (r != 0)
+    return r;
+  r = nx_get_int32(b, v);
+  fm_msg_free(b);
+  return r;
+}
+
+#define ARRAY_RECEIVE(name, type, get)                                         \
+  int name(fm_port_t *in, type *v, size_t n) {                                 \
+    nx_buffer_t *b;                                                            \
+    if (v == NULL && n > 0)                                                    \
+      return FM_EINVAL;                                                        \
+    int r = fm_receive(in, &b);                                                \
+    if (r != 0)                                                                \
+      return r;                                                                \
+    r = get(b, v, n);                                                          \
+    fm_msg_free(b);                                                            \
+    return r;                                                                  \
+  }
+ARRAY_RECEIVE(fm_receive_int32_array, int32_t, nx_get_int32_array)
+ARRAY_RECEIVE(fm_receive_double_array, double, nx_get_double_array)
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static int ctx_is_child(int *argc, char ***argv) {
+  if (argc != NULL && argv != NULL && *argv != NULL) {
+    for (int i = 1; i < *argc; i++)
+      if ((*argv)[i] != NULL && strcmp((*argv)[i], "--fm-child") == 0)
+        return 1;
+    return 0;
+  }
+  /* Fortran passes no argv: read our own command line. */
+  FILE *f = fopen("/proc/self/cmdline", "r");
+  if (f == NULL)
+    return 0;
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+    if (strcmp(buf + i, "--fm-child") == 0)
+      return 1;
+  return 0;
+}
+
+static void cleanup(void) {
+  nx_mutex_lock(&fm_g.m);
+  struct fm_queue *qs = fm_g.queues;
+  nx_mutex_unlock(&fm_g.m);
+  for (struct fm_queue *q = qs; q != NULL; q = q->all_next) {
+    nx_mutex_lock(&q->m);
+    queue_clear_locked(q);
+    q->magic = FM_QUEUE_DEAD;
+    nx_gp_release(&q->self);
+    nx_gp_release(&q->fwd);
+    nx_cond_broadcast(&q->c);
+    nx_mutex_unlock(&q->m);
+  }
+  for (size_t i = 0; i < fm_g.ngps; i++) {
+    nx_gp_release(fm_g.gps[i]);
+    free(fm_g.gps[i]);
+  }
+  free(fm_g.gps);
+  fm_g.gps = NULL;
+  fm_g.ngps = fm_g.capgps = 0;
+}
+
+static void free_queues(void) {
+  struct fm_queue *q = fm_g.queues;
+  fm_g.queues = NULL;
+  while (q != NULL) {
+    struct fm_queue *n = q->all_next;
+    nx_cond_destroy(&q->c);
+    nx_mutex_destroy(&q->m);
+    free(q);
+    q = n;
+  }
+  free(fm_g.ended);
+  fm_g.ended = NULL;
+  fm_g.nended = fm_g.capended = 0;
+  free(fm_g.deadl);
+  fm_g.deadl = NULL;
+  fm_g.ndead = fm_g.capdead = 0;
+}
+
+int fm_init(int *argc, char ***argv) {
+  if (fm_g.init > 0) {
+    fm_g.init++;
+    return nx_init(argc, argv) < 0 ? NX_EINVAL : 0;
+  }
+  int r = nx_init(argc, argv);
+  if (r != 0)
+    return r;
+  nx_mutex_init(&fm_g.m);
+  atomic_store(&fm_g.dead, 0);
+  fm_g.h_enq = nx_handler_id("fm.enq");
+  fm_g.h_fwd = nx_handler_id("fm.fwd");
+  fm_g.h_moved = nx_handler_id("fm.moved");
+  fm_g.h_run = nx_handler_id("fm.run");
+  fm_g.h_done = nx_handler_id("fm.done");
+  ssize_t n = readlink("/proc/self/exe", fm_g.exe, sizeof(fm_g.exe) - 1);
+  fm_g.exe[n > 0 ? n : 0] = '\0';
+  if ((r = fm_register_handlers(nx_context_self())) != 0) {
+    nx_finalize();
+    return r;
+  }
+  nx_error_cb_set(on_error, NULL);
+  fm_g.init = 1;
+  if (ctx_is_child(argc, argv)) {
+    /* A process context started by a process block: serve its process
+     * calls until the block's end destroys it, then leave. */
+    fm_g.child = 1;
+    r = nx_context_serve();
+    fm_finalize();
+    exit(r == 0 ? 0 : 1);
+  }
+  return 0;
+}
+
+int fm_finalize(void) {
+  if (fm_g.init <= 0)
+    return FM_ENOTINIT;
+  if (--fm_g.init > 0)
+    return nx_finalize();
+  nx_error_cb_set(NULL, NULL);
+  cleanup();
+  int r = nx_finalize();
+  free_queues();
+  fm_blocks_free();
+  nx_mutex_destroy(&fm_g.m);
+  return r;
+}

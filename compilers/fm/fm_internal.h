@@ -1,0 +1,98 @@
+/* What the parts of libfm share: the global state, queues, the port layout and
+ * the handler names. */
+#ifndef FM_INTERNAL_H
+#define FM_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "fm.h"
+
+#define FM_PORT_MAGIC 0x666d706fu  /* "fmpo" */
+#define FM_QUEUE_MAGIC 0x666d7175u /* "fmqu" */
+#define FM_QUEUE_DEAD 0x64656164u  /* freed by fm_finalize */
+#define FM_BLOCK_MAGIC 0x666d626cu /* "fmbl" */
+
+/* The private layout of fm_port_t. */
+struct fm_port_impl {
+  uint32_t magic;
+  int32_t kind;   /* enum fm_port_kind */
+  uint64_t ref;   /* inport: struct fm_queue *; outport: gp table index */
+  uint64_t sid_a; /* outport: its sender id (creating context, serial) */
+  uint64_t sid_b;
+  uint64_t seq; /* outport: sequence number of the next message */
+  uint32_t ended;
+  uint32_t pad;
+};
+_Static_assert(sizeof(struct fm_port_impl) <= sizeof(fm_port_t),
+               "fm_port_t too small");
+
+/* A message in a queue: a buffer positioned after its header. */
+struct fm_msg {
+  struct fm_msg *next;
+  nx_buffer_t *buf;
+  uint64_t seq;
+  int end;
+};
+
+/* What a queue knows of one outport: the next sequence number it expects
+ * and the messages that overtook a missing one. */
+struct fm_sender {
+  struct fm_sender *next;
+  uint64_t a, b;
+  uint64_t next_seq;
+  struct fm_msg *pending; /* sorted by seq */
+};
+
+enum fm_queue_state {
+  FM_Q_LIVE = 0,   /* messages are queued here */
+  FM_Q_MOVING = 1, /* the inport is in a message: arrivals are held */
+  FM_Q_FORWARD = 2 /* the inport lives at `fwd`: arrivals go there */
+};
+
+/* The queue of a channel or merger, in the context of the inport holder. */
+struct fm_queue {
+  uint32_t magic;
+  int state;
+  nx_mutex_t m;
+  nx_cond_t c;
+  nx_gp_t self;
+  nx_gp_t fwd;
+  struct fm_msg *head, *tail; /* ready, in order */
+  struct fm_msg *held, *held_tail;
+  struct fm_sender *senders;
+  int32_t nout, nended;
+  struct fm_queue *all_next; /* every queue of this process, for cleanup */
+};
+
+/* Process-wide state. */
+struct fm_global {
+  nx_mutex_t m;
+  int init;
+  int child;
+  nx_handler_id_t h_enq, h_fwd, h_moved, h_run, h_done;
+  struct fm_queue *queues;
+  nx_gp_t **gps; /* outport destinations: stable, freed by fm_finalize */
+  size_t ngps, capgps;
+  uint64_t serial;
+  atomic_int dead; /* processes of the computation found dead */
+  uint32_t *ended; /* processes we ended ourselves (not deaths) */
+  size_t nended, capended;
+  uint32_t *deadl; /* processes found dead */
+  size_t ndead, capdead;
+  struct fm_block *blocks; /* open blocks, to wake on a death */
+  char exe[4096];
+};
+
+extern struct fm_global fm_g;
+
+int fm_register_handlers(nx_context_t *ctx);
+void fm_on_peer_dead(uint32_t proc);
+void fm_mark_ended(uint32_t proc);
+
+/* fm_proc.c */
+void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void fm_h_done(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void fm_blocks_peer_dead(uint32_t proc);
+void fm_blocks_free(void); /* closed blocks, at fm_finalize */
+
+#endif /* FM_INTERNAL_H */

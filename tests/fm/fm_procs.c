@@ -1,0 +1,225 @@
+/* A test program for libfm between OS processes: argv[1] picks the check
+ * (migrate, dead, vc); it exits 0 on success, 1 on failure, 77 when the module
+ * asked for in FM_TEST_MODULE is not loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fm.h"
+
+#define TRAFFIC 2000
+
+static int failures;
+
+#define EXPECT(cond)                                                           \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "fm_procs: %s:%d: expected %s\n", __FILE__, __LINE__,    \
+              #cond);                                                          \
+      failures++;                                                              \
+    }                                                                          \
+  } while (0)
+
+static void *arg(fm_args_t *a, int i) { return fm_args_data(a, i, NULL, NULL); }
+
+/* Sends 0..TRAFFIC-1, then ends the channel. */
+static void sender(fm_args_t *args) {
+  fm_port_t *out = arg(args, 0);
+  for (int32_t i = 0; i < TRAFFIC; i++)
+    if (fm_send_int32(out, i) != 0)
+      return;
+  fm_endchannel(out);
+}
+
+/* Takes the data inport (from a carrier channel unless it is the first
+ * stage), receives its share, passes the inport on or, last, checks that
+ * the end follows. args: carrier-or-data inport, next outport or a
+ * placeholder, int32 spec[3] = {first, count, carried}, int32 res[3] out. */
+static void stage(fm_args_t *args) {
+  int ntype;
+  fm_port_t *in = arg(args, 0);
+  fm_port_t *next = fm_args_data(args, 1, &ntype, NULL);
+  int32_t *spec = arg(args, 2), *res = arg(args, 3);
+  fm_port_t data;
+  memset(&data, 0, sizeof(data));
+  if (spec[2]) {
+    nx_buffer_t *m;
+    if (fm_receive(in, &m) != 0)
+      return;
+    int r = fm_get_port(m, &data);
+    fm_msg_free(m);
+    if (r != 0)
+      return;
+  } else {
+    fm_moveport(in, &data);
+  }
+  int32_t expect = spec[0], ok = 0, last = -1, v;
+  for (int32_t i = 0; i < spec[1] && fm_receive_int32(&data, &v) == 0; i++) {
+    ok += v == expect;
+    expect = v + 1;
+    last = v;
+  }
+  if (ntype == FM_TYPE_PORT) {
+    nx_buffer_t *m;
+    if (fm_send_begin(next, 64, &m) == 0 && fm_put_port(m, &data) == 0)
+      fm_send_end(m);
+  } else {
+    res[2] = fm_receive_int32(&data, &v);
+  }
+  res[0] = ok;
+  res[1] = last;
+}
+
+/* Dies without a word, holding an outport its creator receives from. */
+static void die(fm_args_t *args) {
+  (void)args;
+  _exit(3);
+}
+
+/* Writes where it runs: the processors it was given and its pid. */
+static void where(fm_args_t *args) {
+  int32_t *res = arg(args, 0);
+  const fm_processors_t *vc = fm_processors_self();
+  res[0] = vc != NULL ? fm_processors_size(vc) : -1;
+  res[1] = (int32_t)getpid();
+}
+
+static int check_migrate(fm_place_t *place) {
+  fm_port_t in, out, c1in, c1out, c2in, c2out, none;
+  memset(&none, 0, sizeof(none));
+  EXPECT(fm_channel(&in, &out) == 0);
+  EXPECT(fm_channel(&c1in, &c1out) == 0);
+  EXPECT(fm_channel(&c2in, &c2out) == 0);
+  const int32_t k1 = 500, k2 = 700, k3 = TRAFFIC - k1 - k2;
+  int32_t spec[3][3] = {{0, k1, 0}, {k1, k2, 1}, {k1 + k2, k3, 1}};
+  int32_t res[3][3] = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
+  fm_block_t *b;
+  fm_args_t *a;
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out) == 0);
+  EXPECT(fm_processcall(b, "sender", place, a) == 0);
+  fm_port_t *ins[3] = {&in, &c1in, &c2in};
+  fm_port_t *nexts[3] = {&c1out, &c2out, &none};
+  for (int i = 0; i < 3; i++) {
+    EXPECT(fm_args_create(&a) == 0);
+    EXPECT(fm_args_add_port(a, ins[i]) == 0);
+    if (i < 2)
+      EXPECT(fm_args_add_port(a, nexts[i]) == 0);
+    else
+      EXPECT(fm_args_add(a, FM_TYPE_INT32, spec[i], 1, FM_IN) == 0);
+    EXPECT(fm_args_add(a, FM_TYPE_INT32, spec[i], 3, FM_IN) == 0);
+    EXPECT(fm_args_add(a, FM_TYPE_INT32, res[i], 3, FM_OUT) == 0);
+    EXPECT(fm_processcall(b, "stage", place, a) == 0);
+  }
+  int r = fm_processes_end(b);
+  if (r != 0)
+    fprintf(stderr, "fm_procs: processes_end: %s\n", fm_strerror(r));
+  EXPECT(r == 0);
+  EXPECT(res[0][0] == k1 && res[0][1] == k1 - 1);
+  EXPECT(res[1][0] == k2 && res[1][1] == k1 + k2 - 1);
+  EXPECT(res[2][0] == k3 && res[2][1] == TRAFFIC - 1);
+  EXPECT(res[2][2] == FM_END);
+  return failures;
+}
+
+static int check_dead(void) {
+  fm_port_t in, out;
+  EXPECT(fm_channel(&in, &out) == 0);
+  fm_block_t *b;
+  fm_args_t *a;
+  fm_place_t place = {FM_PLACE_PROCESS, NULL, 0, NULL};
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out) == 0);
+  EXPECT(fm_processcall(b, "die", &place, a) == 0);
+  int32_t v;
+  int r = fm_receive_int32(&in, &v); /* must wake, not hang */
+  EXPECT(r == FM_EPEERDEAD);
+  EXPECT(fm_processes_end(b) == FM_EPEERDEAD);
+  return failures;
+}
+
+static int check_vc(void) {
+  int dims[2] = {2, 2};
+  fm_processors_t *vc, *sub;
+  int r = fm_processors_create("localhost", 2, dims, &vc);
+  EXPECT(r == 0);
+  if (r != 0)
+    return failures;
+  int lo[2] = {0, 1}, hi[2] = {1, 1};
+  EXPECT(fm_submachine(vc, lo, hi, &sub) == 0);
+  int32_t res[5][2];
+  memset(res, 0, sizeof(res));
+  fm_block_t *b;
+  EXPECT(fm_processes_begin(&b) == 0);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      int c[2] = {i, j};
+      fm_place_t p;
+      fm_args_t *a;
+      EXPECT(fm_location(vc, c, &p) == 0);
+      EXPECT(fm_args_create(&a) == 0);
+      EXPECT(fm_args_add(a, FM_TYPE_INT32, res[i * 2 + j], 2, FM_OUT) == 0);
+      EXPECT(fm_processcall(b, "where", &p, a) == 0);
+    }
+  fm_place_t ps = {FM_PLACE_PROCESS, vc, 0, sub};
+  fm_args_t *a;
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add(a, FM_TYPE_INT32, res[4], 2, FM_OUT) == 0);
+  EXPECT(fm_processcall(b, "where", &ps, a) == 0);
+  EXPECT(fm_processes_end(b) == 0);
+  for (int k = 0; k < 4; k++) {
+    EXPECT(res[k][0] == 4);
+    EXPECT(res[k][1] != (int32_t)getpid() && res[k][1] > 0);
+    for (int l = 0; l < k; l++)
+      EXPECT(res[k][1] != res[l][1]); /* a process context each */
+  }
+  EXPECT(res[4][0] == 2);
+  fm_processors_free(sub);
+  fm_processors_free(vc);
+  return failures;
+}
+
+int main(int argc, char **argv) {
+  fm_register("sender", sender);
+  fm_register("stage", stage);
+  fm_register("die", die);
+  fm_register("where", where);
+  int r = fm_init(&argc, &argv);
+  if (r != 0) {
+    fprintf(stderr, "fm_procs: fm_init: %s\n", fm_strerror(r));
+    return 1;
+  }
+  const char *want = getenv("FM_TEST_MODULE");
+  if (want != NULL && *want != '\0') {
+    int found = 0;
+    for (int i = 0; i < nx_module_count(); i++) {
+      nx_module_info_t info;
+      if (nx_module_info(i, &info) == 0 && info.loaded &&
+          strcmp(info.name, want) == 0)
+        found = 1;
+    }
+    if (!found) {
+      fprintf(stderr, "fm_procs: module %s is not loaded: skipped\n", want);
+      fm_finalize();
+      return 77;
+    }
+  }
+  const char *what = argc > 1 ? argv[1] : "migrate";
+  fm_place_t place = {FM_PLACE_PROCESS, NULL, 0, NULL};
+  if (strcmp(what, "migrate") == 0)
+    check_migrate(&place);
+  else if (strcmp(what, "dead") == 0)
+    check_dead();
+  else if (strcmp(what, "vc") == 0)
+    check_vc();
+  else {
+    fprintf(stderr, "fm_procs: unknown check %s\n", what);
+    failures++;
+  }
+  fm_finalize();
+  printf("fm_procs %s: %s\n", what, failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
