@@ -10,6 +10,11 @@ static const size_t kind_size[K_MAX] = {
     [K_I8] = 1,  [K_I16] = 2, [K_I32] = 4, [K_I64] = 8,
     [K_F32] = 4, [K_F64] = 8, [K_STR] = 1};
 
+static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off);
+static struct seg *seg_add(struct pvmbuf *b);
+static void copy_strided(void *dst, size_t dstride, const void *src,
+                         size_t sstride, size_t n, size_t esize);
+
 struct pvmbuf *nxpvmi_buf_new(int encoding) {
   struct pvmbuf *b = calloc(1, sizeof(*b));
   if (b != NULL)
@@ -23,6 +28,31 @@ void nxpvmi_buf_free(struct pvmbuf *b) {
   free(b->data);
   free(b->segs);
   free(b);
+}
+
+/* A copy with every run in its own arena (in-place runs read now), for a
+ * message a task sends itself. */
+struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b) {
+  struct pvmbuf *c = nxpvmi_buf_new(b->encoding);
+  if (c == NULL)
+    return NULL;
+  for (int i = 0; i < b->nseg; i++) {
+    const struct seg *s = &b->segs[i];
+    size_t ks = kind_size[s->kind], off;
+    struct seg *t;
+    if (arena_grow(c, s->count * ks, &off) < 0 || (t = seg_add(c)) == NULL) {
+      nxpvmi_buf_free(c);
+      return NULL;
+    }
+    *t = (struct seg){s->kind, s->count, off, NULL, 1, ks};
+    if (s->ref == NULL)
+      memcpy(c->data + off, b->data + s->off, s->count * ks);
+    else
+      copy_strided(c->data + off, 1, s->ref, (size_t)s->stride,
+                   s->count * ks / s->isize, s->isize);
+  }
+  c->bytes = b->bytes;
+  return c;
 }
 
 /* Gives the buffer the lowest free id. */

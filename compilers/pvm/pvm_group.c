@@ -10,6 +10,8 @@
 
 /* ---- the root's side ---- */
 
+static void seq_push(struct seqitem *it);
+
 /* With nxpvm.m held. */
 static struct group *group_find(const char *name, int create) {
   for (struct group *g = nxpvm.groups; g != NULL; g = g->next)
@@ -145,52 +147,120 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&nxpvm.m);
   if (id != 0)
     nxpvmi_reply(from, id, result);
-  for (int i = 0; i < nrelease; i++)
-    nxpvmi_reply(release[i], release_rpc[i], PvmOk);
+  /* A barrier is released by the sequencer, after the broadcasts that
+   * reached the root before its last member did. */
+  for (int i = 0; i < nrelease; i++) {
+    struct seqitem *it = calloc(1, sizeof(*it));
+    if (it == NULL)
+      continue;
+    it->tid = release[i];
+    it->rpc = release_rpc[i];
+    seq_push(it);
+  }
   free(release);
   free(release_rpc);
 }
 
-/* "nxpvm.gbc": a broadcast to sequence. The root runs its non-threaded
- * handlers one at a time, and sends each broadcast to every member (but
- * the sender) before it handles the next: every member gets every
- * group's broadcasts in one order, the order they reached the root. */
+/* The sequencer: one thread at the root takes broadcasts (and barrier
+ * releases) in the order they reached the root and sends each to every
+ * member but its sender before it takes the next. One sending thread keeps
+ * the order on every pair, so every member delivers every group's
+ * broadcasts in one order. */
+static void *seq_main(void *arg) {
+  (void)arg;
+  nx_mutex_lock(&nxpvm.m);
+  for (;;) {
+    while (nxpvm.seq_head == NULL && !nxpvm.seq_stop)
+      nx_cond_wait(&nxpvm.seq_c, &nxpvm.m);
+    struct seqitem *it = nxpvm.seq_head;
+    if (it == NULL)
+      break;
+    nxpvm.seq_head = it->next;
+    if (nxpvm.seq_head == NULL)
+      nxpvm.seq_tail = NULL;
+    int *to = NULL, n = 0;
+    struct group *g = it->is_bcast ? group_find(it->group, 0) : NULL;
+    if (g != NULL && (to = malloc((size_t)g->n * sizeof(int) + 1)) != NULL)
+      for (int i = 0; i < g->n; i++)
+        if (g->m[i].tid != it->src)
+          to[n++] = g->m[i].tid;
+    nx_mutex_unlock(&nxpvm.m);
+    for (int i = 0; i < n; i++)
+      nxpvmi_send_as(it->src, to[i], it->tag, it->b);
+    if (!it->is_bcast)
+      nxpvmi_reply(it->tid, it->rpc, PvmOk);
+    free(to);
+    nxpvmi_buf_free(it->b);
+    free(it);
+    nx_mutex_lock(&nxpvm.m);
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  return NULL;
+}
+
+/* Queues work for the sequencer, starting it the first time. */
+static void seq_push(struct seqitem *it) {
+  nx_mutex_lock(&nxpvm.m);
+  if (!nxpvm.seq_running) {
+    nx_cond_init(&nxpvm.seq_c);
+    if (nx_thread_create(&nxpvm.seq_thread, seq_main, NULL) != 0) {
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_buf_free(it->b);
+      free(it);
+      return;
+    }
+    nxpvm.seq_running = 1;
+  }
+  it->next = NULL;
+  if (nxpvm.seq_tail != NULL)
+    nxpvm.seq_tail->next = it;
+  else
+    nxpvm.seq_head = it;
+  nxpvm.seq_tail = it;
+  nx_cond_signal(&nxpvm.seq_c);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+void nxpvmi_seq_stop(void) {
+  nx_mutex_lock(&nxpvm.m);
+  int running = nxpvm.seq_running;
+  nxpvm.seq_stop = 1;
+  if (running)
+    nx_cond_signal(&nxpvm.seq_c);
+  nx_mutex_unlock(&nxpvm.m);
+  if (running) {
+    nx_thread_join(nxpvm.seq_thread, NULL);
+    nx_cond_destroy(&nxpvm.seq_c);
+  }
+  while (nxpvm.seq_head != NULL) {
+    struct seqitem *it = nxpvm.seq_head;
+    nxpvm.seq_head = it->next;
+    nxpvmi_buf_free(it->b);
+    free(it);
+  }
+  nxpvm.seq_tail = NULL;
+  nxpvm.seq_running = 0;
+}
+
+/* "nxpvm.gbc": a broadcast for the sequencer. */
 void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
   int32_t tag;
-  char name[64];
-  struct pvmbuf *b;
-  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &tag) < 0 ||
-      nxpvmi_get_name(buf, name, sizeof(name)) < 0 ||
-      nxpvmi_decode(buf, &b) < 0)
+  struct seqitem *it = calloc(1, sizeof(*it));
+  if (it == NULL)
     return;
-  int *to = NULL, n = 0;
-  nx_mutex_lock(&nxpvm.m);
-  struct group *g = group_find(name, 0);
-  if (g != NULL && (to = malloc((size_t)g->n * sizeof(int) + 1)) != NULL)
-    for (int i = 0; i < g->n; i++)
-      if (g->m[i].tid != from)
-        to[n++] = g->m[i].tid;
-  nx_mutex_unlock(&nxpvm.m);
-  for (int i = 0; i < n; i++) {
-    nx_gp_t gp = NX_GP_NULL;
-    nx_buffer_t *o;
-    if (nxpvmi_resolve(to[i], &gp) < 0)
-      continue;
-    if (nxpvmi_rsr(to[i], &gp, H_MSG, b->bytes + 64, &o) == 0) {
-      nx_put_int32(o, from);
-      nx_put_int32(o, tag);
-      if (nxpvmi_encode(o, b) == 0)
-        nx_rsr_send(o);
-      else
-        nx_buffer_release(o);
-    }
-    nx_gp_release(&gp);
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &tag) < 0 ||
+      nxpvmi_get_name(buf, it->group, sizeof(it->group)) < 0 ||
+      nxpvmi_decode(buf, &it->b) < 0) {
+    free(it);
+    return;
   }
-  free(to);
-  nxpvmi_buf_free(b);
+  it->is_bcast = 1;
+  it->src = from;
+  it->tag = tag;
+  seq_push(it);
 }
 
 void nxpvmi_groups_free(void) {
@@ -324,6 +394,20 @@ int pvm_bcast(char *group, int msgtag) {
     rc = PvmNoBuf;
   if (rc < 0)
     return nxpvmi_err("pvm_bcast", rc);
+  if (nxpvm.is_root) {
+    /* The root hands its own broadcast to its sequencer directly. */
+    struct seqitem *it = calloc(1, sizeof(*it));
+    if (it == NULL || (it->b = nxpvmi_buf_clone(b)) == NULL) {
+      free(it);
+      return nxpvmi_err("pvm_bcast", PvmNoMem);
+    }
+    it->is_bcast = 1;
+    it->src = nxpvm.mytid;
+    it->tag = msgtag;
+    snprintf(it->group, sizeof(it->group), "%s", group);
+    seq_push(it);
+    return PvmOk;
+  }
   nx_gp_t root = NX_GP_NULL;
   rc = nxpvmi_resolve(nxpvm.roottid, &root);
   if (rc < 0)

@@ -45,8 +45,21 @@ struct pvmbuf {
   struct pvmbuf *next;
 };
 
+/* An RSR that arrived ahead of its turn, kept until the ones before it
+ * from the same task have been handled. */
+struct held {
+  uint32_t seq;
+  nx_handler_fn fn;
+  nx_context_t *ctx;
+  void *addr;
+  nx_buffer_t *buf;
+  struct held *next;
+};
+
 /* What this task knows of another: its gp once learnt, and whether it has
- * been told ours (the first RSR to a task carries our gp). */
+ * been told ours (the first RSR to a task carries our gp); and the
+ * numbering of the RSRs between the two, which keeps PVM's pairwise order
+ * whatever order they are handled in. */
 struct peer {
   int tid;
   nx_gp_t gp;
@@ -54,6 +67,9 @@ struct peer {
   int introduced;
   int dead;
   int ptid;
+  uint32_t out_seq, in_seq;
+  int busy; /* a thread is running this task's RSRs */
+  struct held *held;
 };
 
 /* A request waiting for its reply from the root task. */
@@ -87,6 +103,17 @@ struct group {
   struct group *next;
 };
 
+/* Work for the root's sequencer thread: a broadcast to fan out, or a
+ * barrier's release (a reply) to send after the broadcasts before it. */
+struct seqitem {
+  int is_bcast;
+  int src, tag;
+  char group[64];
+  struct pvmbuf *b;
+  int tid, rpc;
+  struct seqitem *next;
+};
+
 /* A group this task has joined. */
 struct mygroup {
   char name[64];
@@ -116,6 +143,10 @@ struct pvmstate {
   int nnotes, notecap;
   struct group *groups;
   struct mygroup *mygroups;
+  struct seqitem *seq_head, *seq_tail;
+  nx_cond_t seq_c;
+  nx_thread_t seq_thread;
+  int seq_running, seq_stop;
   int autoerr, route, fake_format;
   int last_err;
 };
@@ -157,6 +188,7 @@ void nxpvmi_deliver(struct pvmbuf *b);
 /* pvm_buf.c */
 struct pvmbuf *nxpvmi_buf_new(int encoding);
 void nxpvmi_buf_free(struct pvmbuf *b);
+struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b);
 int nxpvmi_buf_register(struct pvmbuf *b);
 struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
@@ -171,11 +203,13 @@ int nxpvmi_type_size(int datatype);
 /* pvm_msg.c */
 void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b);
+int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b);
 
 /* pvm_group.c */
 void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_groups_free(void);
+void nxpvmi_seq_stop(void);
 
 /* Sends the reply for request `id` of task `tid` (pvm_task.c). */
 void nxpvmi_reply(int tid, int id, int result);

@@ -41,8 +41,20 @@ void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
-/* Sends buffer `b` to `tid` as coming from `src`. */
-static int send_as(int src, int tid, int tag, const struct pvmbuf *b) {
+/* Sends buffer `b` to `tid` as coming from `src`. A message to this task
+ * itself is queued here at once (in order with every other delivery). */
+int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
+  if (tid == nxpvm.mytid) {
+    struct pvmbuf *c = nxpvmi_buf_clone(b);
+    if (c == NULL)
+      return PvmNoMem;
+    c->src = src;
+    c->tag = tag;
+    nx_mutex_lock(&nxpvm.m);
+    enqueue_locked(c);
+    nx_mutex_unlock(&nxpvm.m);
+    return PvmOk;
+  }
   nx_gp_t gp = NX_GP_NULL;
   int rc = nxpvmi_resolve(tid, &gp);
   if (rc < 0)
@@ -67,7 +79,7 @@ static int send_as(int src, int tid, int tag, const struct pvmbuf *b) {
 }
 
 int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b) {
-  return send_as(nxpvm.mytid, tid, tag, b);
+  return nxpvmi_send_as(nxpvm.mytid, tid, tag, b);
 }
 
 int pvm_send(int tid, int msgtag) {

@@ -180,29 +180,42 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
-/* Every RSR between tasks starts with the sender's tid and, the first
- * time it reaches a task, the sender's gp. */
+/* Every RSR between tasks starts with the sender's tid, its number in the
+ * sequence of RSRs from this task to that one and, the first time it
+ * reaches a task, the sender's gp. */
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf) {
   nx_buffer_t *b;
   int rc = nx_rsr_init_name(&b, gp, handler, hint + 64);
   if (rc < 0)
     return nxpvmi_nx_to_pvm(rc);
-  if (nxpvm.fake_format)
-    nx_buffer_set_format(b, nx_format_native() == NX_FORMAT_LITTLE
-                                ? NX_FORMAT_BIG
-                                : NX_FORMAT_LITTLE);
+  /* NXPVM_FOREIGN_FORMAT=1 (for tests) writes in the other byte order,
+   * so receivers convert as they would from another machine. */
+  if (nxpvm.fake_format &&
+      nx_buffer_set_format(b, nx_format_native() == NX_FORMAT_LITTLE
+                                  ? NX_FORMAT_BIG
+                                  : NX_FORMAT_LITTLE) < 0) {
+    nx_buffer_release(b);
+    return PvmSysErr;
+  }
   nx_mutex_lock(&nxpvm.m);
-  struct peer *p = nxpvmi_peer(tid, 0);
-  int intro = p == NULL || !p->introduced;
-  if (p != NULL)
-    p->introduced = 1;
-  nx_mutex_unlock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_buffer_release(b);
+    return PvmNoMem;
+  }
+  int intro = !p->introduced;
+  p->introduced = 1;
+  uint32_t seq = p->out_seq++;
   rc = nx_put_int32(b, nxpvm.mytid);
+  if (rc == 0)
+    rc = nx_put_uint32(b, seq);
   if (rc == 0)
     rc = nx_put_int32(b, intro);
   if (rc == 0 && intro)
     rc = nx_put_gp(b, &nxpvm.self_gp);
+  nx_mutex_unlock(&nxpvm.m);
   if (rc < 0) {
     nx_buffer_release(b);
     return nxpvmi_nx_to_pvm(rc);
@@ -211,20 +224,81 @@ int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
   return 0;
 }
 
+/* The sender of the RSR this thread is handling (set by dispatch). */
+static __thread int cur_from;
+
 int nxpvmi_origin(nx_buffer_t *buf, int *from) {
-  int32_t tid, intro;
-  if (nx_get_int32(buf, &tid) < 0 || nx_get_int32(buf, &intro) < 0)
-    return -1;
-  if (intro) {
-    nx_gp_t gp = NX_GP_NULL;
-    if (nx_get_gp(buf, &gp) < 0)
-      return -1;
-    nx_mutex_lock(&nxpvm.m);
-    learn(&gp);
-    nx_mutex_unlock(&nxpvm.m);
-  }
-  *from = tid;
+  (void)buf;
+  *from = cur_from;
   return 0;
+}
+
+/* Runs one RSR's handler with its sender known. */
+static void run(int from, nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                nx_buffer_t *buf) {
+  cur_from = from;
+  fn(ctx, addr, buf);
+}
+
+/* Every handler goes through here: it reads the header and runs the RSRs
+ * of each sender strictly in the order they were sent, one at a time,
+ * holding back (retained) those that arrive early or while another thread
+ * runs that sender's RSRs. */
+static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                     nx_buffer_t *buf) {
+  int32_t tid, intro;
+  uint32_t seq;
+  if (nx_get_int32(buf, &tid) < 0 || nx_get_uint32(buf, &seq) < 0 ||
+      nx_get_int32(buf, &intro) < 0 || tid <= 0)
+    return;
+  nx_gp_t gp = NX_GP_NULL;
+  if (intro && nx_get_gp(buf, &gp) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  if (intro)
+    learn(&gp);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  if (p->busy || seq != p->in_seq) {
+    struct held *h = malloc(sizeof(*h));
+    if (h != NULL && nx_buffer_retain(buf) == 0) {
+      *h = (struct held){seq, fn, ctx, addr, buf, p->held};
+      p->held = h;
+    } else {
+      free(h);
+    }
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  p->busy = 1;
+  p->in_seq++;
+  nx_mutex_unlock(&nxpvm.m);
+  run(tid, fn, ctx, addr, buf);
+  /* Then whatever of this sender's is due now. */
+  for (;;) {
+    nx_mutex_lock(&nxpvm.m);
+    p = nxpvmi_peer(tid, 0);
+    struct held *h = NULL;
+    for (struct held **hp = &p->held; *hp != NULL; hp = &(*hp)->next)
+      if ((*hp)->seq == p->in_seq) {
+        h = *hp;
+        *hp = h->next;
+        break;
+      }
+    if (h == NULL) {
+      p->busy = 0;
+      nx_mutex_unlock(&nxpvm.m);
+      return;
+    }
+    p->in_seq++;
+    nx_mutex_unlock(&nxpvm.m);
+    run(tid, h->fn, h->ctx, h->addr, h->buf);
+    nx_buffer_release(h->buf);
+    free(h);
+  }
 }
 
 int nxpvmi_put_name(nx_buffer_t *b, const char *s) {
@@ -486,14 +560,29 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   return rc;
 }
 
+#define TRAMPOLINE(fn)                                                         \
+  static void tr_##fn(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {       \
+    dispatch(fn, ctx, addr, buf);                                              \
+  }
+TRAMPOLINE(nxpvmi_on_msg)
+TRAMPOLINE(on_hello)
+TRAMPOLINE(on_kill)
+TRAMPOLINE(on_bye)
+TRAMPOLINE(on_who)
+TRAMPOLINE(on_reg)
+TRAMPOLINE(on_rep)
+TRAMPOLINE(nxpvmi_on_grp)
+TRAMPOLINE(nxpvmi_on_gbc)
+
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
     const char *name;
     nx_handler_fn fn;
-  } hs[] = {
-      {H_MSG, nxpvmi_on_msg}, {H_HELLO, on_hello},    {H_KILL, on_kill},
-      {H_BYE, on_bye},        {H_WHO, on_who},        {H_REG, on_reg},
-      {H_REP, on_rep},        {H_GRP, nxpvmi_on_grp}, {H_GBC, nxpvmi_on_gbc}};
+  } hs[] = {{H_MSG, tr_nxpvmi_on_msg}, {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},      {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},        {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},        {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -632,14 +721,23 @@ int pvm_exit(void) {
     }
   }
   nx_mutex_unlock(&nxpvm.m);
+  nxpvmi_seq_stop();
   for (int i = 0; i < k; i++)
     if (rs[i] != NULL)
       nxpvmi_rpc_free(rs[i]);
   free(rs);
   free(tids);
-  for (int i = 0; i < nxpvm.npeers; i++)
-    if (nxpvm.peers[i].has_gp)
-      nx_gp_release(&nxpvm.peers[i].gp);
+  for (int i = 0; i < nxpvm.npeers; i++) {
+    struct peer *p = &nxpvm.peers[i];
+    if (p->has_gp)
+      nx_gp_release(&p->gp);
+    while (p->held != NULL) {
+      struct held *h = p->held;
+      p->held = h->next;
+      nx_buffer_release(h->buf);
+      free(h);
+    }
+  }
   nx_gp_release(&nxpvm.self_gp);
   nx_finalize();
   nxpvmi_buf_drop_all();

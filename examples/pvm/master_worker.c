@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
   printf("parent of the master: %s\n",
          pvm_parent() == PvmNoParent ? "PvmNoParent" : "?");
   for (int w = 0; w < NWORK; w++) {
-    int range[2] = {w * 1000, (w + 1) * 1000};
+    int range[2] = {w * 100, (w + 1) * 100};
     pvm_initsend(PvmDataDefault);
     pvm_pkint(range, 2, 1);
     pvm_send(tids[w], TAG_WORK);
@@ -67,16 +67,16 @@ int main(int argc, char **argv) {
     int known = 0;
     for (int i = 0; i < NWORK; i++)
       known |= tids[i] == src;
-    if (!known || first % 1000 != 0 || first / 1000 >= NWORK) {
+    if (!known || first % 100 != 0 || first / 100 >= NWORK) {
       printf("a result from an unknown task\n");
       pvm_exit();
       return 1;
     }
-    sums[first / 1000] = sum;
+    sums[first / 100] = sum;
   }
   for (int w = 0; w < NWORK; w++) {
-    printf("worker %d: sum of squares in [%d, %d) = %ld\n", w, w * 1000,
-           (w + 1) * 1000, sums[w]);
+    printf("worker %d: sum of squares in [%d, %d) = %ld\n", w, w * 100,
+           (w + 1) * 100, sums[w]);
     total += sums[w];
   }
   printf("total %ld\n", total);
