@@ -263,6 +263,13 @@ void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   seq_push(it);
 }
 
+/* A task that ended leaves every group, as with PVM's group server. Called
+ * with nxpvm.m held. */
+void nxpvmi_groups_forget(int tid) {
+  for (struct group *g = nxpvm.groups; g != NULL; g = g->next)
+    do_leave(g, tid);
+}
+
 void nxpvmi_groups_free(void) {
   while (nxpvm.groups != NULL) {
     struct group *g = nxpvm.groups;

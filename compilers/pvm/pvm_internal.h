@@ -210,6 +210,7 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_groups_free(void);
 void nxpvmi_seq_stop(void);
+void nxpvmi_groups_forget(int tid);
 
 /* Sends the reply for request `id` of task `tid` (pvm_task.c). */
 void nxpvmi_reply(int tid, int id, int result);

@@ -166,6 +166,7 @@ static void mark_dead(int tid) {
     return;
   p->dead = 1;
   fire_notifies(tid);
+  nxpvmi_groups_forget(tid);
   nx_cond_broadcast(&nxpvm.c);
 }
 
@@ -317,15 +318,12 @@ int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len) {
   return 0;
 }
 
-/* Waits on the task's condition until woken or `deadline` (NULL: at most a
- * second, so callers re-check). Called with nxpvm.m held. */
+/* Waits on the task's condition until woken or `deadline` (NULL: until
+ * woken; every event that could end a wait broadcasts). Called with
+ * nxpvm.m held. */
 int nxpvmi_wait(const struct timespec *deadline) {
-  struct timespec d;
-  if (deadline == NULL) {
-    clock_gettime(CLOCK_REALTIME, &d);
-    d.tv_sec += 1;
-    deadline = &d;
-  }
+  if (deadline == NULL)
+    return nx_cond_wait(&nxpvm.c, &nxpvm.m);
   return nx_cond_timedwait(&nxpvm.c, &nxpvm.m, deadline);
 }
 

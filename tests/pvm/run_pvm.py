@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs one PVM program and checks what it prints against the expected
+"""Runs one PVM program (perhaps under nxrun or mpirun) and checks what it prints against the expected
 output: built against nexus-pvm (over the modules NX_PROTOCOLS names), or,
 with --real, built against Debian's PVM 3.4 under a private pvmd that this
 script starts and always halts by its pid. Exits 77 (a skip) with the
@@ -103,8 +103,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--expect", required=True)
     ap.add_argument("--real", action="store_true")
-    ap.add_argument("exe")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER,
+                    help="the program (and its launcher and arguments)")
     a = ap.parse_args()
+    if not a.cmd:
+        ap.error("no program to run")
+    a.exe = a.cmd[-1] if os.path.basename(a.cmd[0]) in (
+        "nxrun", "mpirun", "mpiexec") else a.cmd[0]
     with open(a.expect) as f:
         expect = f.read()
     signal.signal(signal.SIGTERM, on_signal)
@@ -117,7 +122,7 @@ def main():
             if why is not None:
                 skip("the real PVM half: " + why)
             env = pvmd.env
-        r = subprocess.run([a.exe], env=env, stdout=subprocess.PIPE,
+        r = subprocess.run(a.cmd, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=90)
     finally:
         if pvmd is not None:
