@@ -483,12 +483,15 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
-/* "nxpvm.kill": PVM ends a killed task with SIGTERM. */
+/* "nxpvm.kill": pvm_kill (SIGTERM, as PVM ends a killed task) and
+ * pvm_sendsig. */
 static void on_kill(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
-  (void)buf;
-  kill(getpid(), SIGTERM);
+  int32_t sig;
+  if (nx_get_int32(buf, &sig) < 0 || sig <= 0 || sig >= NSIG)
+    return;
+  kill(getpid(), sig);
 }
 
 /* "nxpvm.bye": a task called pvm_exit. The reply tells it that every
@@ -844,21 +847,61 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
   return started;
 }
 
-int pvm_kill(int tid) {
+static int signal_task(const char *fn, int tid, int sig) {
   if (!nxpvmi_started())
-    return nxpvmi_err("pvm_kill", PvmSysErr);
-  if (tid == nxpvm.mytid)
-    return nxpvmi_err("pvm_kill", PvmBadParam);
+    return nxpvmi_err(fn, PvmSysErr);
   nx_gp_t gp = NX_GP_NULL;
   int rc = nxpvmi_resolve(tid, &gp);
   if (rc < 0)
-    return nxpvmi_err("pvm_kill", rc);
+    return nxpvmi_err(fn, rc);
   nx_buffer_t *b;
-  rc = nxpvmi_rsr(tid, &gp, H_KILL, 0, &b);
-  if (rc == 0)
+  rc = nxpvmi_rsr(tid, &gp, H_KILL, 8, &b);
+  if (rc == 0 && nx_put_int32(b, sig) < 0) {
+    nx_buffer_release(b);
+    rc = PvmNoMem;
+  } else if (rc == 0) {
     rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+  }
   nx_gp_release(&gp);
-  return rc < 0 ? nxpvmi_err("pvm_kill", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
+}
+
+int pvm_kill(int tid) {
+  if (nxpvmi_started() && tid == nxpvm.mytid)
+    return nxpvmi_err("pvm_kill", PvmBadParam);
+  return signal_task("pvm_kill", tid, SIGTERM);
+}
+
+int pvm_sendsig(int tid, int signum) {
+  if (signum <= 0 || signum >= NSIG)
+    return nxpvmi_err("pvm_sendsig", PvmBadParam);
+  if (nxpvmi_started() && tid == nxpvm.mytid)
+    return raise(signum) == 0 ? PvmOk : nxpvmi_err("pvm_sendsig", PvmSysErr);
+  return signal_task("pvm_sendsig", tid, signum);
+}
+
+/* Spawned tasks inherit the spawner's stdout and stderr already. */
+int pvm_catchout(FILE *ff) {
+  (void)ff;
+  return PvmOk;
+}
+
+/* One host: this one. */
+int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp) {
+  static char name[256], arch[] = "NEXUS";
+  static struct pvmhostinfo host;
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_config", PvmSysErr);
+  if (name[0] == '\0')
+    gethostname(name, sizeof(name) - 1);
+  host = (struct pvmhostinfo){0, name, arch, 1000, 0};
+  if (nhost != NULL)
+    *nhost = 1;
+  if (narch != NULL)
+    *narch = 1;
+  if (hostp != NULL)
+    *hostp = &host;
+  return PvmOk;
 }
 
 int pvm_pstat(int tid) {

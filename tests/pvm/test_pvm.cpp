@@ -5,6 +5,7 @@
 #include <pvm3.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -354,6 +355,23 @@ TEST_CASE("pvm_kill ends a task; notify of an unknown task fires at once") {
   REQUIRE(pvm_notify(PvmTaskExit, 72, 1, &nobody) == PvmOk);
   CHECK(recv_int(-1, 72) == nobody);
   CHECK(pvm_notify(99, 1, 1, &nobody) == PvmBadParam);
+}
+
+TEST_CASE("pvm_sendsig signals a task; pvm_config is one host") {
+  me();
+  int child = spawn("wait");
+  REQUIRE(pvm_notify(PvmTaskExit, 73, 1, &child) == PvmOk);
+  CHECK(pvm_sendsig(child, 0) == PvmBadParam);
+  REQUIRE(pvm_sendsig(child, SIGINT) == PvmOk);
+  CHECK(recv_int(-1, 73) == child);
+  int nhost = 0, narch = 0;
+  struct pvmhostinfo *hosts = nullptr;
+  REQUIRE(pvm_config(&nhost, &narch, &hosts) == PvmOk);
+  CHECK(nhost == 1);
+  CHECK(narch == 1);
+  REQUIRE(hosts != nullptr);
+  CHECK(std::strlen(hosts[0].hi_name) > 0);
+  CHECK(pvm_catchout(stdout) == PvmOk);
 }
 
 TEST_CASE("spawn errors: a missing program, a bad count, an unknown host") {

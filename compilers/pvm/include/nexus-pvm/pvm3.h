@@ -3,6 +3,7 @@
 #ifndef NEXUS_PVM3_H
 #define NEXUS_PVM3_H
 
+#include <stdio.h>
 #include <sys/time.h>
 
 #ifdef __cplusplus
@@ -122,6 +123,15 @@ extern "C" {
 #define PVM_UINT 10
 #define PVM_ULONG 11
 
+/* What pvm_config gives per host. */
+struct pvmhostinfo {
+  int hi_tid;
+  char *hi_name;
+  char *hi_arch;
+  int hi_speed;
+  int hi_dsig;
+};
+
 /* What pvm_tasks gives per task. */
 struct pvmtaskinfo {
   int ti_tid;
@@ -139,6 +149,9 @@ int pvm_exit(void);
 int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
               int *tids);
 int pvm_kill(int tid);
+int pvm_sendsig(int tid, int signum);
+int pvm_catchout(FILE *ff);
+int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp);
 int pvm_pstat(int tid);
 int pvm_notify(int what, int msgtag, int cnt, int *tids);
 int pvm_siblings(int **tids);
