@@ -483,3 +483,60 @@ TEST_CASE("total order: 4 members bcast 1,000 messages each concurrently") {
     CHECK(std::find(kids, kids + 3, gone) != kids + 3);
   }
 }
+
+TEST_CASE("misuse gets an error code, never a crash") {
+  int tid = me();
+  pvm_setsbuf(0);
+  CHECK(pvm_pkint(nullptr, 1, 1) == PvmNoBuf); // no active send buffer
+  REQUIRE(pvm_initsend(PvmDataDefault) > 0);
+  CHECK(pvm_pkint(nullptr, 1, 1) == PvmBadParam);
+  CHECK(pvm_pkint(nullptr, 0, 1) == PvmOk);
+  CHECK(pvm_pkdouble(nullptr, -1, 1) == PvmBadParam);
+  CHECK(pvm_pkstr(nullptr) == PvmBadParam);
+  CHECK(pvm_mcast(nullptr, 2, 1) == PvmBadParam);
+  CHECK(pvm_mcast(&tid, 1, -3) == PvmBadParam);
+  CHECK(pvm_notify(PvmTaskExit, 1, 1, nullptr) == PvmBadParam);
+  CHECK(pvm_notify(PvmTaskExit, 1, -1, &tid) == PvmBadParam);
+  CHECK(pvm_notify(PvmHostDelete, 1, 0, nullptr) == PvmOk);
+  CHECK(pvm_joingroup(nullptr) == PvmNullGroup);
+  CHECK(pvm_barrier(nullptr, 2) == PvmNullGroup);
+  std::string longname(100, 'g');
+  CHECK(pvm_joingroup(const_cast<char *>(longname.c_str())) == PvmBadParam);
+  CHECK(pvm_bufinfo(0, nullptr, nullptr, nullptr) == PvmBadParam);
+  CHECK(pvm_bufinfo(pvm_getsbuf(), nullptr, nullptr, nullptr) == PvmOk);
+  CHECK(pvm_spawn(nullptr, nullptr, 0, nullptr, 1, nullptr) == PvmBadParam);
+  CHECK(pvm_psend(tid, 1, nullptr, 3, PVM_INT) == PvmBadParam);
+  CHECK(pvm_precv(tid, 1, nullptr, 3, PVM_INT, nullptr, nullptr, nullptr) ==
+        PvmBadParam);
+  CHECK(pvm_reduce(nullptr, &tid, 1, PVM_INT, 1, const_cast<char *>("g"), 0) ==
+        PvmBadParam);
+  CHECK(pvm_gettid(const_cast<char *>("never-made"), 0) == PvmNoGroup);
+  CHECK(pvm_sendsig(tid, 100000) == PvmBadParam);
+  // No active receive buffer.
+  pvm_setrbuf(0);
+  int x;
+  char s[4];
+  CHECK(pvm_upkint(&x, 1, 1) == PvmNoBuf);
+  CHECK(pvm_upkstr(s) == PvmNoBuf);
+  // A message from oneself received, then the wrong unpacks.
+  int v = 5;
+  REQUIRE(pvm_pkint(&v, 1, 1) == PvmOk);
+  REQUIRE(pvm_send(tid, 90) == PvmOk);
+  REQUIRE(pvm_recv(tid, 90) > 0);
+  CHECK(pvm_upkstr(nullptr) == PvmBadParam);
+  CHECK(pvm_upkstr(s) == PvmNoData);
+  CHECK(pvm_upkdouble(nullptr, 1, 1) == PvmBadParam);
+}
+
+// Last: leaving PVM and coming back gives a new task.
+TEST_CASE("pvm_exit, then a PVM call starts a new task") {
+  int old = me();
+  CHECK(pvm_exit() == PvmOk);
+  CHECK(pvm_exit() == PvmOk);
+  int tid = pvm_mytid();
+  REQUIRE(tid > 0);
+  CHECK(tid != old);
+  CHECK(pvm_parent() == PvmNoParent);
+  send_int(tid, 5, 55);
+  CHECK(recv_int(tid, 5) == 55);
+}
