@@ -149,23 +149,90 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     nxpvmi_reply(from, id, result);
   /* A barrier is released by the sequencer, after the broadcasts that
    * reached the root before its last member did. */
-  for (int i = 0; i < nrelease; i++) {
+  if (nrelease > 0) {
     struct seqitem *it = calloc(1, sizeof(*it));
-    if (it == NULL)
-      continue;
-    it->tid = release[i];
-    it->rpc = release_rpc[i];
-    seq_push(it);
+    if (it != NULL) {
+      it->kind = S_RELEASE;
+      it->n = nrelease;
+      it->tids = release;
+      it->rpcs = release_rpc;
+      seq_push(it);
+      return;
+    }
   }
   free(release);
   free(release_rpc);
 }
 
+static void item_free(struct seqitem *it) {
+  nxpvmi_buf_free(it->b);
+  free(it->tids);
+  free(it->rpcs);
+  free(it);
+}
+
+static void tree_forward(int kind, int src, int tag, const struct pvmbuf *b,
+                         const int *tids, const int *rpcs, int n);
+
+/* Sends the tree part tids[0..n-1] (tids[0] its head) of a broadcast or
+ * barrier release to its head. The head being this task, it is handled
+ * here and now, so its forwarding keeps its place in the order. */
+static void tree_send(int kind, int src, int tag, const struct pvmbuf *b,
+                      const int *tids, const int *rpcs, int n) {
+  if (tids[0] == nxpvm.mytid) {
+    if (kind == T_BCAST && src != nxpvm.mytid)
+      nxpvmi_send_as(src, nxpvm.mytid, tag, b);
+    if (kind == T_RELEASE)
+      nxpvmi_reply(nxpvm.mytid, rpcs[0], PvmOk);
+    tree_forward(kind, src, tag, b, tids, rpcs, n);
+    return;
+  }
+  nx_gp_t gp = NX_GP_NULL;
+  nx_buffer_t *o;
+  if (nxpvmi_resolve(tids[0], &gp) < 0)
+    return;
+  if (nxpvmi_rsr(tids[0], &gp, H_GTREE, 8 * (size_t)n + (b ? b->bytes : 0),
+                 &o) == 0) {
+    int r = nx_put_int32(o, kind);
+    if (r == 0)
+      r = nx_put_int32(o, src);
+    if (r == 0)
+      r = nx_put_int32(o, tag);
+    if (r == 0)
+      r = nx_put_uint32(o, (uint32_t)n);
+    if (r == 0)
+      r = nx_put_int32_array(o, tids, (size_t)n);
+    if (r == 0)
+      r = nx_put_int32_array(o, rpcs, (size_t)n);
+    if (r == 0 && kind == T_BCAST)
+      r = nxpvmi_encode(o, b);
+    if (r == 0)
+      nx_rsr_send(o);
+    else
+      nx_buffer_release(o);
+  }
+  nx_gp_release(&gp);
+}
+
+/* A binomial tree over tids[0..n-1] headed by tids[0]: the head sends to
+ * 1, 2, 4, ...; the part headed by 2^k is [2^k, 2^(k+1)). */
+static void tree_forward(int kind, int src, int tag, const struct pvmbuf *b,
+                         const int *tids, const int *rpcs, int n) {
+  for (int c = 1; c < n; c *= 2) {
+    int end = 2 * c < n ? 2 * c : n;
+    tree_send(kind, src, tag, b, tids + c, rpcs + c, end - c);
+  }
+}
+
 /* The sequencer: one thread at the root takes broadcasts (and barrier
  * releases) in the order they reached the root and sends each to every
- * member but its sender before it takes the next. One sending thread keeps
- * the order on every pair, so every member delivers every group's
- * broadcasts in one order. */
+ * member but its sender before it takes the next: directly for a small
+ * group, else along a binomial tree over all the members (the sender
+ * forwards but does not deliver), the sequencer at its head. One sending
+ * thread keeps the order on every pair, and while the membership stays the
+ * same every message takes the same path to a member: every member
+ * delivers every group's broadcasts in one order. Other tasks run the same
+ * thread to forward their parts of trees, in the order they arrive. */
 static void *seq_main(void *arg) {
   (void)arg;
   nx_mutex_lock(&nxpvm.m);
@@ -178,20 +245,41 @@ static void *seq_main(void *arg) {
     nxpvm.seq_head = it->next;
     if (nxpvm.seq_head == NULL)
       nxpvm.seq_tail = NULL;
-    int *to = NULL, n = 0;
-    struct group *g = it->is_bcast ? group_find(it->group, 0) : NULL;
-    if (g != NULL && (to = malloc((size_t)g->n * sizeof(int) + 1)) != NULL)
+    int *to = NULL, *zero = NULL, n = 0;
+    struct group *g = it->kind == S_BCAST ? group_find(it->group, 0) : NULL;
+    int tree = g != NULL && g->n > nxpvm.tree_min;
+    if (g != NULL && (to = malloc((size_t)g->n * sizeof(int) + 1)) != NULL &&
+        (zero = calloc((size_t)g->n + 1, sizeof(int))) != NULL)
       for (int i = 0; i < g->n; i++)
-        if (g->m[i].tid != it->src)
+        if (tree || g->m[i].tid != it->src)
           to[n++] = g->m[i].tid;
     nx_mutex_unlock(&nxpvm.m);
-    for (int i = 0; i < n; i++)
-      nxpvmi_send_as(it->src, to[i], it->tag, it->b);
-    if (!it->is_bcast)
-      nxpvmi_reply(it->tid, it->rpc, PvmOk);
+    if (it->kind == S_BCAST && tree) {
+      /* The sequencer is node 0 and member i node i + 1. */
+      for (int c = 1; c <= n; c *= 2) {
+        int end = 2 * c < n + 1 ? 2 * c : n + 1;
+        tree_send(T_BCAST, it->src, it->tag, it->b, to + c - 1, zero + c - 1,
+                  end - c);
+      }
+    } else if (it->kind == S_BCAST) {
+      for (int i = 0; i < n; i++)
+        nxpvmi_send_as(it->src, to[i], it->tag, it->b);
+    } else if (it->kind == S_RELEASE && it->n > nxpvm.tree_min) {
+      for (int c = 1; c <= it->n; c *= 2) {
+        int end = 2 * c < it->n + 1 ? 2 * c : it->n + 1;
+        tree_send(T_RELEASE, 0, 0, NULL, it->tids + c - 1, it->rpcs + c - 1,
+                  end - c);
+      }
+    } else if (it->kind == S_RELEASE) {
+      for (int i = 0; i < it->n; i++)
+        nxpvmi_reply(it->tids[i], it->rpcs[i], PvmOk);
+    } else if (it->kind == S_FORWARD) {
+      tree_forward(it->tree_kind, it->src, it->tag, it->b, it->tids, it->rpcs,
+                   it->n);
+    }
     free(to);
-    nxpvmi_buf_free(it->b);
-    free(it);
+    free(zero);
+    item_free(it);
     nx_mutex_lock(&nxpvm.m);
   }
   nx_mutex_unlock(&nxpvm.m);
@@ -205,8 +293,7 @@ static void seq_push(struct seqitem *it) {
     nx_cond_init(&nxpvm.seq_c);
     if (nx_thread_create(&nxpvm.seq_thread, seq_main, NULL) != 0) {
       nx_mutex_unlock(&nxpvm.m);
-      nxpvmi_buf_free(it->b);
-      free(it);
+      item_free(it);
       return;
     }
     nxpvm.seq_running = 1;
@@ -235,8 +322,7 @@ void nxpvmi_seq_stop(void) {
   while (nxpvm.seq_head != NULL) {
     struct seqitem *it = nxpvm.seq_head;
     nxpvm.seq_head = it->next;
-    nxpvmi_buf_free(it->b);
-    free(it);
+    item_free(it);
   }
   nxpvm.seq_tail = NULL;
   nxpvm.seq_running = 0;
@@ -257,9 +343,69 @@ void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     free(it);
     return;
   }
-  it->is_bcast = 1;
+  it->kind = S_BCAST;
   it->src = from;
   it->tag = tag;
+  seq_push(it);
+}
+
+/* "nxpvm.gtree": this task's part of a broadcast's or a barrier release's
+ * tree (kind, source, tag, the part's tids and barrier requests, the
+ * message): deliver here, and have the group thread forward the rest. */
+void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t kind, src, tag;
+  uint32_t n;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &kind) < 0 ||
+      nx_get_int32(buf, &src) < 0 || nx_get_int32(buf, &tag) < 0 ||
+      nx_get_uint32(buf, &n) < 0 || n == 0 ||
+      n > nx_buffer_remaining(buf) / 4 ||
+      (kind != T_BCAST && kind != T_RELEASE))
+    return;
+  struct seqitem *it = calloc(1, sizeof(*it));
+  if (it == NULL)
+    return;
+  it->tids = malloc(n * sizeof(int));
+  it->rpcs = malloc(n * sizeof(int));
+  if (it->tids == NULL || it->rpcs == NULL ||
+      nx_get_int32_array(buf, it->tids, n) < 0 ||
+      nx_get_int32_array(buf, it->rpcs, n) < 0 || it->tids[0] != nxpvm.mytid ||
+      (kind == T_BCAST && nxpvmi_decode(buf, &it->b) < 0)) {
+    item_free(it);
+    return;
+  }
+  if (kind == T_BCAST && src != nxpvm.mytid) {
+    struct pvmbuf *c = nxpvmi_buf_clone(it->b);
+    if (c != NULL) {
+      c->src = src;
+      c->tag = tag;
+      nx_mutex_lock(&nxpvm.m);
+      nxpvmi_deliver(c);
+      nx_mutex_unlock(&nxpvm.m);
+    }
+  }
+  if (kind == T_RELEASE) {
+    /* Our own barrier request is answered. */
+    nx_mutex_lock(&nxpvm.m);
+    for (struct rpc *r = nxpvm.rpcs; r != NULL; r = r->next)
+      if (r->id == it->rpcs[0] && !r->done) {
+        r->done = 1;
+        r->result = PvmOk;
+        nx_cond_broadcast(&nxpvm.c);
+      }
+    nx_mutex_unlock(&nxpvm.m);
+  }
+  if (n == 1) {
+    item_free(it);
+    return;
+  }
+  it->kind = S_FORWARD;
+  it->tree_kind = kind;
+  it->src = src;
+  it->tag = tag;
+  it->n = (int)n;
   seq_push(it);
 }
 
@@ -318,7 +464,8 @@ static int grp_call(int op, const char *group, int arg) {
   }
   /* A barrier waits as long as the slowest member takes. */
   if (rc == 0)
-    rc = nxpvmi_rpc_wait(r, op == G_BARRIER ? 24 * 3600 : 60);
+    rc = nxpvmi_rpc_wait(r, op == G_BARRIER ? 24 * 3600 : 60,
+                         op == G_BARRIER ? 2 : 0);
   nxpvmi_rpc_free(r);
   nx_gp_release(&root);
   return rc;
@@ -408,7 +555,7 @@ int pvm_bcast(char *group, int msgtag) {
       free(it);
       return nxpvmi_err("pvm_bcast", PvmNoMem);
     }
-    it->is_bcast = 1;
+    it->kind = S_BCAST;
     it->src = nxpvm.mytid;
     it->tag = msgtag;
     snprintf(it->group, sizeof(it->group), "%s", group);

@@ -103,16 +103,25 @@ struct group {
   struct group *next;
 };
 
-/* Work for the root's sequencer thread: a broadcast to fan out, or a
- * barrier's release (a reply) to send after the broadcasts before it. */
+/* Work for a task's group thread: at the root (the sequencer), a
+ * broadcast to fan out or a barrier's release; at any member, the part of
+ * a tree it forwards. */
+enum seq_kind { S_BCAST = 1, S_RELEASE, S_FORWARD };
+
 struct seqitem {
-  int is_bcast;
+  int kind;
+  int tree_kind; /* for S_FORWARD: T_BCAST or T_RELEASE */
   int src, tag;
   char group[64];
   struct pvmbuf *b;
-  int tid, rpc;
+  int n;     /* S_RELEASE, S_FORWARD: tasks (and their barrier requests) */
+  int *tids; /* tids[0] is this task for S_FORWARD */
+  int *rpcs;
   struct seqitem *next;
 };
+
+/* What a tree message carries. */
+enum tree_kind { T_BCAST = 0, T_RELEASE = 1 };
 
 /* A group this task has joined. */
 struct mygroup {
@@ -147,6 +156,7 @@ struct pvmstate {
   nx_cond_t seq_c;
   nx_thread_t seq_thread;
   int seq_running, seq_stop;
+  int tree_min; /* groups larger than this use the binomial tree */
   int autoerr, route, fake_format;
   int last_err;
 };
@@ -163,6 +173,7 @@ extern struct pvmstate nxpvm;
 #define H_REP "nxpvm.rep"
 #define H_GRP "nxpvm.grp"
 #define H_GBC "nxpvm.gbc"
+#define H_GTREE "nxpvm.gtree"
 
 /* Group requests to the root. */
 enum grp_op { G_JOIN = 1, G_LEAVE, G_SIZE, G_INST, G_TID, G_BARRIER };
@@ -177,7 +188,7 @@ int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
 struct rpc *nxpvmi_rpc_new(void);
-int nxpvmi_rpc_wait(struct rpc *r, int timeout_s);
+int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s);
 void nxpvmi_rpc_free(struct rpc *r);
 int nxpvmi_wait(const struct timespec *deadline);
 int nxpvmi_nx_to_pvm(int rc);
@@ -208,6 +219,7 @@ int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b);
 /* pvm_group.c */
 void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_groups_free(void);
 void nxpvmi_seq_stop(void);
 void nxpvmi_groups_forget(int tid);

@@ -340,17 +340,20 @@ struct rpc *nxpvmi_rpc_new(void) {
   return r;
 }
 
-int nxpvmi_rpc_wait(struct rpc *r, int timeout_s) {
+int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s) {
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += timeout_s;
-  int rc = 0;
+  int rc = 0, grace = 0;
   nx_mutex_lock(&nxpvm.m);
   while (!r->done) {
     struct peer *root = nxpvmi_peer(nxpvm.roottid, 0);
-    if (root != NULL && root->dead) {
-      rc = PvmSysErr;
-      break;
+    if (root != NULL && root->dead && !grace) {
+      /* A barrier's release may still be on its way along the tree from
+       * another member: give it `grace_s` more, not for ever. */
+      grace = 1;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += grace_s;
     }
     if (nxpvmi_wait(&deadline) == NX_ETIMEDOUT && !r->done) {
       rc = PvmSysErr;
@@ -543,7 +546,7 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
       rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
     }
     if (rc == 0)
-      rc = nxpvmi_rpc_wait(r, 30);
+      rc = nxpvmi_rpc_wait(r, 30, 0);
     if (rc == 0 && r->has_gp) {
       nx_mutex_lock(&nxpvm.m);
       nx_gp_t copy;
@@ -574,6 +577,7 @@ TRAMPOLINE(on_reg)
 TRAMPOLINE(on_rep)
 TRAMPOLINE(nxpvmi_on_grp)
 TRAMPOLINE(nxpvmi_on_gbc)
+TRAMPOLINE(nxpvmi_on_gtree)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
@@ -583,7 +587,7 @@ static int register_handlers(nx_context_t *ctx) {
             {H_KILL, tr_on_kill},      {H_BYE, tr_on_bye},
             {H_WHO, tr_on_who},        {H_REG, tr_on_reg},
             {H_REP, tr_on_rep},        {H_GRP, tr_nxpvmi_on_grp},
-            {H_GBC, tr_nxpvmi_on_gbc}};
+            {H_GBC, tr_nxpvmi_on_gbc}, {H_GTREE, tr_nxpvmi_on_gtree}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -600,6 +604,10 @@ static int register_handlers(nx_context_t *ctx) {
 static int start(void) {
   const char *ff = getenv("NXPVM_FOREIGN_FORMAT");
   nxpvm.fake_format = ff != NULL && strcmp(ff, "1") == 0;
+  /* Groups of more than NXPVM_TREE_MIN members (4 by default) broadcast
+   * and release barriers along a binomial tree. */
+  const char *tm = getenv("NXPVM_TREE_MIN");
+  nxpvm.tree_min = tm != NULL && atoi(tm) > 0 ? atoi(tm) : 4;
   int rc = nx_init(NULL, NULL);
   if (rc < 0)
     return PvmSysErr;
