@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The nexus-pvm benchmark: the Figure 3 PVM ping-pong source
+(bench/fig3/fig3_pvm.c, unchanged) built against nexus-pvm, over each
+module, beside the raw RSR ping-pong over the same module (fig3_rsr) and
+the real PVM 3.4 (fig3_pvm, routed directly, raw encoding, under a private
+pvmd started here and halted by its pid); and pvm_bcast / pvm_barrier
+among 8 tasks, ours against the real PVM's. Prints the medians, the ratios
+and the goals. Usage: run_pvm_bench.py [BUILD_DIR] [--iters N] [--reps N]"""
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "pvm"))
+from run_pvm import Pvmd  # noqa: E402  (the tests' private pvmd)
+
+MODULES = ["tcp", "ucx", "ofi"]
+
+
+def run(argv, env, timeout=120):
+    """The program's "usec" value, or None with the reason."""
+    try:
+        r = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timed out"
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if f and f[0] == "skip:":
+            return None, line
+        if len(f) >= 2 and f[0] == "usec":
+            return float(f[1]), None
+    return None, "exit %d: %s" % (r.returncode, r.stderr.strip()[-200:])
+
+
+def median(argv, env, reps):
+    vals, why = [], None
+    for _ in range(reps):
+        v, why = run(argv, env)
+        if v is not None:
+            vals.append(v)
+    return (statistics.median(vals), None) if vals else (None, why)
+
+
+def on_signal(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    b = os.path.abspath(a.build)
+    fig3 = os.path.join(b, "bench", "fig3")
+    mine = os.path.join(b, "bench", "pvm")
+    pp = ["--route", "direct", "--encoding", "raw", "--size", "8",
+          "--iters", str(a.iters), "--warm", str(a.iters // 10),
+          "--reps", "1"]
+    rows = {}
+    built = [m for m in MODULES if os.path.exists(
+        os.path.join(b, "protocols", m, "libnx_proto_%s.so" % m))]
+    for m in built:
+        env = dict(os.environ, NX_PROTOCOLS=m + ",local")
+        rows["nexus-pvm/" + m] = median(
+            [os.path.join(mine, "fig3_pvm_nexus")] + pp, env, a.reps)
+        rows["rsr/" + m] = median(
+            [os.path.join(fig3, "fig3_rsr"), "--module", m, "--kind",
+             "nonthreaded", "--size", "8", "--iters", str(a.iters),
+             "--warm", str(a.iters // 10), "--reps", "1"], env, a.reps)
+        coll_iters = ["--iters", str(max(10, a.iters // 4))]
+        for op in ["bcast", "barrier"]:
+            rows["nexus-pvm %s/%s" % (op, m)] = median(
+                [os.path.join(mine, "pvm_coll_nexus"), op] + coll_iters, env,
+                a.reps)
+    signal.signal(signal.SIGTERM, on_signal)
+    pvmd = Pvmd()
+    try:
+        why = pvmd.start()
+        real_fig3 = os.path.join(fig3, "fig3_pvm")
+        real_coll = os.path.join(mine, "pvm_coll_real")
+        if why is None:
+            rows["pvm/direct/raw"] = median([real_fig3] + pp, pvmd.env,
+                                            a.reps)
+            for op in ["bcast", "barrier"]:
+                rows["pvm %s" % op] = median(
+                    [real_coll, op, "--iters", str(max(10, a.iters // 10))],
+                    pvmd.env, a.reps)
+        else:
+            for k in ["pvm/direct/raw", "pvm bcast", "pvm barrier"]:
+                rows[k] = (None, why)
+    finally:
+        pvmd.stop()
+
+    print("%-28s %12s" % ("8-byte round trip / operation", "usec"))
+    for k, (v, why) in rows.items():
+        print("%-28s %12s" % (k, "%.2f" % v if v is not None else
+                              "skipped (%s)" % why))
+
+    def val(k):
+        return rows.get(k, (None, None))[0]
+
+    def goal(text, ratio, target, higher=True):
+        if ratio is None:
+            print("goal %-58s n/a" % text)
+            return
+        ok = ratio >= target if higher else ratio <= target
+        print("goal %-58s %8.2fx  %s" % (text, ratio,
+                                          "met" if ok else "NOT met"))
+
+    def r(x, y):
+        return x / y if x and y else None
+
+    print()
+    best = min((val("nexus-pvm/" + m), m) for m in built
+               if val("nexus-pvm/" + m)) if any(
+        val("nexus-pvm/" + m) for m in built) else (None, None)
+    pvm8 = val("pvm/direct/raw")
+    goal("8 B: real PVM direct/raw over nexus-pvm, best module %s (>=50x)"
+         % best[1], r(pvm8, best[0]), 50)
+    goal("8 B: real PVM direct/raw over nexus-pvm on tcp (>=5x)",
+         r(pvm8, val("nexus-pvm/tcp")), 5)
+    for m in built:
+        goal("8 B: nexus-pvm over raw RSR array ping-pong, %s (<=1.3x)" % m,
+             r(val("nexus-pvm/" + m), val("rsr/" + m)), 1.3, higher=False)
+    for op in ["bcast", "barrier"]:
+        mb = min((val("nexus-pvm %s/%s" % (op, m)) or float("inf"), m)
+                 for m in built)
+        goal("%s of 8: real PVM over nexus-pvm, %s (>=10x)" % (op, mb[1]),
+             r(val("pvm " + op), mb[0] if mb[0] != float("inf") else None),
+             10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,551 @@
+/* PVM message buffers: the buffer table, packing with counts and strides
+ * (copied, or left in place until the send), unpacking in pieces of any
+ * size, and the typed encoding that carries a buffer in an RSR. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pvm_internal.h"
+
+static const size_t kind_size[K_MAX] = {
+    [K_I8] = 1,  [K_I16] = 2, [K_I32] = 4, [K_I64] = 8,
+    [K_F32] = 4, [K_F64] = 8, [K_STR] = 1};
+
+static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off);
+static struct seg *seg_add(struct pvmbuf *b);
+static void copy_strided(void *dst, size_t dstride, const void *src,
+                         size_t sstride, size_t n, size_t esize);
+
+struct pvmbuf *nxpvmi_buf_new(int encoding) {
+  struct pvmbuf *b = calloc(1, sizeof(*b));
+  if (b != NULL)
+    b->encoding = encoding;
+  return b;
+}
+
+void nxpvmi_buf_free(struct pvmbuf *b) {
+  if (b == NULL)
+    return;
+  free(b->data);
+  free(b->segs);
+  free(b);
+}
+
+/* A copy with every run in its own arena (in-place runs read now), for a
+ * message a task sends itself. */
+struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b) {
+  struct pvmbuf *c = nxpvmi_buf_new(b->encoding);
+  if (c == NULL)
+    return NULL;
+  for (int i = 0; i < b->nseg; i++) {
+    const struct seg *s = &b->segs[i];
+    size_t ks = kind_size[s->kind], off;
+    struct seg *t;
+    if (arena_grow(c, s->count * ks, &off) < 0 || (t = seg_add(c)) == NULL) {
+      nxpvmi_buf_free(c);
+      return NULL;
+    }
+    *t = (struct seg){s->kind, s->count, off, NULL, 1, ks};
+    if (s->ref == NULL)
+      memcpy(c->data + off, b->data + s->off, s->count * ks);
+    else
+      copy_strided(c->data + off, 1, s->ref, (size_t)s->stride,
+                   s->count * ks / s->isize, s->isize);
+  }
+  c->bytes = b->bytes;
+  return c;
+}
+
+/* Gives the buffer the lowest free id. */
+int nxpvmi_buf_register(struct pvmbuf *b) {
+  for (int i = 0; i < nxpvm.nbufs; i++)
+    if (nxpvm.bufs[i] == NULL) {
+      nxpvm.bufs[i] = b;
+      return b->id = i + 1;
+    }
+  int n = nxpvm.nbufs ? 2 * nxpvm.nbufs : 16;
+  struct pvmbuf **t = realloc(nxpvm.bufs, (size_t)n * sizeof(*t));
+  if (t == NULL)
+    return PvmNoMem;
+  memset(t + nxpvm.nbufs, 0, (size_t)(n - nxpvm.nbufs) * sizeof(*t));
+  nxpvm.bufs = t;
+  int id = nxpvm.nbufs;
+  nxpvm.nbufs = n;
+  nxpvm.bufs[id] = b;
+  return b->id = id + 1;
+}
+
+struct pvmbuf *nxpvmi_buf_get(int id) {
+  if (id < 1 || id > nxpvm.nbufs)
+    return NULL;
+  return nxpvm.bufs[id - 1];
+}
+
+static void buf_unregister(struct pvmbuf *b) {
+  if (b->id > 0 && b->id <= nxpvm.nbufs)
+    nxpvm.bufs[b->id - 1] = NULL;
+  if (nxpvm.sbuf == b->id)
+    nxpvm.sbuf = 0;
+  if (nxpvm.rbuf == b->id)
+    nxpvm.rbuf = 0;
+}
+
+void nxpvmi_buf_drop_all(void) {
+  for (int i = 0; i < nxpvm.nbufs; i++)
+    if (nxpvm.bufs[i] != NULL && !nxpvm.bufs[i]->queued)
+      nxpvmi_buf_free(nxpvm.bufs[i]);
+  free(nxpvm.bufs);
+  nxpvm.bufs = NULL;
+  nxpvm.nbufs = 0;
+  while (nxpvm.qhead != NULL) {
+    struct pvmbuf *b = nxpvm.qhead;
+    nxpvm.qhead = b->next;
+    nxpvmi_buf_free(b);
+  }
+  nxpvm.qtail = NULL;
+}
+
+/* Room for `bytes` more in the arena, 8-aligned; returns the offset. */
+static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off) {
+  size_t start = (b->len + 7) & ~(size_t)7;
+  if (start + bytes > b->cap) {
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < start + bytes)
+      cap *= 2;
+    char *d = realloc(b->data, cap);
+    if (d == NULL)
+      return PvmNoMem;
+    b->data = d;
+    b->cap = cap;
+  }
+  b->len = start + bytes;
+  *off = start;
+  return 0;
+}
+
+static struct seg *seg_add(struct pvmbuf *b) {
+  if (b->nseg == b->segcap) {
+    int cap = b->segcap ? 2 * b->segcap : 4;
+    struct seg *s = realloc(b->segs, (size_t)cap * sizeof(*s));
+    if (s == NULL)
+      return NULL;
+    b->segs = s;
+    b->segcap = cap;
+  }
+  return &b->segs[b->nseg++];
+}
+
+static void copy_strided(void *dst, size_t dstride, const void *src,
+                         size_t sstride, size_t n, size_t esize) {
+  if (dstride == 1 && sstride == 1) {
+    memcpy(dst, src, n * esize);
+    return;
+  }
+  for (size_t i = 0; i < n; i++)
+    memcpy((char *)dst + i * dstride * esize,
+           (const char *)src + i * sstride * esize, esize);
+}
+
+/* Appends `n` elements of `kind` (each `esize` bytes; complex values are
+ * two) taken every `stride` elements from `p` to the active send buffer. */
+int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
+  if (b == NULL)
+    return PvmNoBuf;
+  if (n < 0 || stride < 1 || (p == NULL && n > 0))
+    return PvmBadParam;
+  if (n == 0)
+    return PvmOk;
+  size_t per = esize / kind_size[kind]; /* 2 for complex */
+  size_t count = (size_t)n * per;
+  if (b->encoding == PvmDataInPlace && kind != K_STR) {
+    struct seg *s = seg_add(b);
+    if (s == NULL)
+      return PvmNoMem;
+    *s = (struct seg){kind, count, 0, p, stride, esize};
+    b->bytes += count * kind_size[kind];
+    return PvmOk;
+  }
+  /* Extend the last segment when it is of the same kind and in the arena:
+   * fewer headers on the wire, and unpacking does not care. */
+  struct seg *last = b->nseg > 0 ? &b->segs[b->nseg - 1] : NULL;
+  size_t bytes = count * kind_size[kind];
+  size_t off;
+  if (last != NULL && kind != K_STR && last->kind == kind &&
+      last->ref == NULL &&
+      last->off + last->count * kind_size[kind] == b->len) {
+    if (b->len + bytes > b->cap) {
+      size_t cap = b->cap ? b->cap : 64;
+      while (cap < b->len + bytes)
+        cap *= 2;
+      char *d = realloc(b->data, cap);
+      if (d == NULL)
+        return PvmNoMem;
+      b->data = d;
+      b->cap = cap;
+    }
+    off = b->len;
+    b->len += bytes;
+    last->count += count;
+  } else {
+    if (arena_grow(b, bytes, &off) < 0)
+      return PvmNoMem;
+    struct seg *s = seg_add(b);
+    if (s == NULL)
+      return PvmNoMem;
+    *s = (struct seg){kind, count, off, NULL, 1, esize};
+  }
+  copy_strided(b->data + off, 1, p, (size_t)stride, (size_t)n, esize);
+  b->bytes += bytes;
+  return PvmOk;
+}
+
+/* Takes `n` elements of `kind` from the active receive buffer into `p`,
+ * every `stride` elements, crossing packed runs as needed. */
+int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize) {
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.rbuf);
+  if (b == NULL)
+    return PvmNoBuf;
+  if (n < 0 || stride < 1 || (p == NULL && n > 0))
+    return PvmBadParam;
+  size_t per = esize / kind_size[kind];
+  size_t want = (size_t)n; /* in program elements */
+  size_t done = 0;
+  while (done < want) {
+    if (b->rseg >= b->nseg)
+      return PvmNoData;
+    struct seg *s = &b->segs[b->rseg];
+    if (s->kind != kind)
+      return PvmNoData;
+    size_t avail = (s->count - b->relem) / per;
+    if (avail == 0)
+      return PvmNoData;
+    size_t take = want - done < avail ? want - done : avail;
+    const char *src =
+        s->ref != NULL ? s->ref : b->data + s->off + b->relem * kind_size[kind];
+    copy_strided((char *)p + done * (size_t)stride * esize, (size_t)stride, src,
+                 1, take, esize);
+    done += take;
+    b->relem += take * per;
+    if (b->relem == s->count) {
+      b->rseg++;
+      b->relem = 0;
+    }
+  }
+  return PvmOk;
+}
+
+static int put_run(nx_buffer_t *o, int kind, const void *v, size_t n) {
+  switch (kind) {
+  case K_I8: return nx_put_int8_array(o, v, n);
+  case K_I16: return nx_put_int16_array(o, v, n);
+  case K_I32: return nx_put_int32_array(o, v, n);
+  case K_I64: return nx_put_int64_array(o, v, n);
+  case K_F32: return nx_put_float_array(o, v, n);
+  case K_F64: return nx_put_double_array(o, v, n);
+  case K_STR: return nx_put_char_array(o, v, n);
+  default: return NX_EINVAL;
+  }
+}
+
+static int get_run(nx_buffer_t *in, int kind, void *v, size_t n) {
+  switch (kind) {
+  case K_I8: return nx_get_int8_array(in, v, n);
+  case K_I16: return nx_get_int16_array(in, v, n);
+  case K_I32: return nx_get_int32_array(in, v, n);
+  case K_I64: return nx_get_int64_array(in, v, n);
+  case K_F32: return nx_get_float_array(in, v, n);
+  case K_F64: return nx_get_double_array(in, v, n);
+  case K_STR: return nx_get_char_array(in, v, n);
+  default: return NX_EINVAL;
+  }
+}
+
+/* A buffer on the wire: the number of runs, then per run its kind and
+ * count in one u64 and the values as a typed nexus array, so the receiver
+ * converts from the sender's format. In-place runs are read from the
+ * program's memory now. */
+int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
+  int rc = nx_put_uint32(o, (uint32_t)b->nseg);
+  for (int i = 0; rc == 0 && i < b->nseg; i++) {
+    const struct seg *s = &b->segs[i];
+    rc = nx_put_uint64(o, ((uint64_t)s->count << 8) | (uint64_t)s->kind);
+    if (rc < 0)
+      break;
+    if (s->ref == NULL) {
+      rc = put_run(o, s->kind, b->data + s->off, s->count);
+    } else if (s->stride == 1) {
+      rc = put_run(o, s->kind, s->ref, s->count);
+    } else {
+      /* An in-place strided run: gather its items now. */
+      size_t is = s->isize;
+      size_t items = s->count * kind_size[s->kind] / is;
+      char *tmp = malloc(items * is);
+      if (tmp == NULL)
+        return NX_ENOMEM;
+      for (size_t k = 0; k < items; k++)
+        memcpy(tmp + k * is, (const char *)s->ref + k * (size_t)s->stride * is,
+               is);
+      rc = put_run(o, s->kind, tmp, s->count);
+      free(tmp);
+    }
+  }
+  return rc;
+}
+
+/* The inverse: a received RSR's runs, converted, into a new buffer. A
+ * malformed message is refused (NX_EPROTO), never trusted. */
+int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
+  uint32_t nseg;
+  int rc = nx_get_uint32(in, &nseg);
+  if (rc < 0)
+    return rc;
+  if ((size_t)nseg > nx_buffer_remaining(in))
+    return NX_EPROTO;
+  struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
+  if (b == NULL)
+    return NX_ENOMEM;
+  for (uint32_t i = 0; i < nseg; i++) {
+    uint64_t h;
+    rc = nx_get_uint64(in, &h);
+    if (rc < 0)
+      goto err;
+    int kind = (int)(h & 0xff);
+    size_t count = (size_t)(h >> 8);
+    if (kind < K_I8 || kind >= K_MAX || count == 0 ||
+        count > nx_buffer_remaining(in) / kind_size[kind]) {
+      rc = NX_EPROTO;
+      goto err;
+    }
+    size_t off;
+    struct seg *s;
+    if (arena_grow(b, count * kind_size[kind], &off) < 0 ||
+        (s = seg_add(b)) == NULL) {
+      rc = NX_ENOMEM;
+      goto err;
+    }
+    *s = (struct seg){kind, count, off, NULL, 1, kind_size[kind]};
+    rc = get_run(in, kind, b->data + off, count);
+    if (rc < 0)
+      goto err;
+    b->bytes += count * kind_size[kind];
+  }
+  *out = b;
+  return 0;
+err:
+  nxpvmi_buf_free(b);
+  return rc;
+}
+
+/* ---- the PVM calls ---- */
+
+int pvm_mkbuf(int encoding) {
+  if (encoding != PvmDataDefault && encoding != PvmDataRaw &&
+      encoding != PvmDataInPlace)
+    return nxpvmi_err("pvm_mkbuf", PvmBadParam);
+  struct pvmbuf *b = nxpvmi_buf_new(encoding);
+  if (b == NULL)
+    return nxpvmi_err("pvm_mkbuf", PvmNoMem);
+  int id = nxpvmi_buf_register(b);
+  if (id < 0) {
+    nxpvmi_buf_free(b);
+    return nxpvmi_err("pvm_mkbuf", id);
+  }
+  return id;
+}
+
+int pvm_freebuf(int bufid) {
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (bufid < 0)
+    return nxpvmi_err("pvm_freebuf", PvmBadParam);
+  if (b == NULL)
+    return nxpvmi_err("pvm_freebuf", PvmNoSuchBuf);
+  if (b->queued) {
+    /* A probed message that was never received: take it out of the queue. */
+    nx_mutex_lock(&nxpvm.m);
+    struct pvmbuf **pp = &nxpvm.qhead, *prev = NULL;
+    while (*pp != NULL && *pp != b)
+      prev = *pp, pp = &(*pp)->next;
+    if (*pp == b) {
+      *pp = b->next;
+      if (nxpvm.qtail == b)
+        nxpvm.qtail = prev;
+    }
+    nx_mutex_unlock(&nxpvm.m);
+  }
+  buf_unregister(b);
+  nxpvmi_buf_free(b);
+  return PvmOk;
+}
+
+int pvm_initsend(int encoding) {
+  if (encoding != PvmDataDefault && encoding != PvmDataRaw &&
+      encoding != PvmDataInPlace)
+    return nxpvmi_err("pvm_initsend", PvmBadParam);
+  if (nxpvm.sbuf > 0)
+    pvm_freebuf(nxpvm.sbuf);
+  int id = pvm_mkbuf(encoding);
+  if (id < 0)
+    return id;
+  nxpvm.sbuf = id;
+  return id;
+}
+
+int pvm_getsbuf(void) { return nxpvm.sbuf; }
+int pvm_getrbuf(void) { return nxpvm.rbuf; }
+
+int pvm_setsbuf(int bufid) {
+  if (bufid < 0 || (bufid > 0 && nxpvmi_buf_get(bufid) == NULL))
+    return nxpvmi_err("pvm_setsbuf", bufid < 0 ? PvmBadParam : PvmNoSuchBuf);
+  int old = nxpvm.sbuf;
+  nxpvm.sbuf = bufid;
+  return old;
+}
+
+int pvm_setrbuf(int bufid) {
+  if (bufid < 0 || (bufid > 0 && nxpvmi_buf_get(bufid) == NULL))
+    return nxpvmi_err("pvm_setrbuf", bufid < 0 ? PvmBadParam : PvmNoSuchBuf);
+  int old = nxpvm.rbuf;
+  nxpvm.rbuf = bufid;
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (b != NULL && b->queued) {
+    /* Made active: it leaves the receive queue. */
+    nx_mutex_lock(&nxpvm.m);
+    struct pvmbuf **pp = &nxpvm.qhead, *prev = NULL;
+    while (*pp != NULL && *pp != b)
+      prev = *pp, pp = &(*pp)->next;
+    if (*pp == b) {
+      *pp = b->next;
+      if (nxpvm.qtail == b)
+        nxpvm.qtail = prev;
+    }
+    b->queued = 0;
+    nx_mutex_unlock(&nxpvm.m);
+  }
+  return old;
+}
+
+int pvm_bufinfo(int bufid, int *bytes, int *msgtag, int *tid) {
+  if (bufid <= 0)
+    return nxpvmi_err("pvm_bufinfo", PvmBadParam);
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (b == NULL)
+    return nxpvmi_err("pvm_bufinfo", PvmNoSuchBuf);
+  if (bytes != NULL)
+    *bytes = (int)b->bytes;
+  if (msgtag != NULL)
+    *msgtag = b->tag;
+  if (tid != NULL)
+    *tid = b->src;
+  return PvmOk;
+}
+
+#define PK(name, ctype, kind)                                                  \
+  int pvm_pk##name(ctype *xp, int nitem, int stride) {                         \
+    int rc = nxpvmi_pack(kind, xp, nitem, stride, sizeof(ctype));              \
+    return rc < 0 ? nxpvmi_err("pvm_pk" #name, rc) : rc;                       \
+  }                                                                            \
+  int pvm_upk##name(ctype *xp, int nitem, int stride) {                        \
+    int rc = nxpvmi_unpack(kind, xp, nitem, stride, sizeof(ctype));            \
+    return rc < 0 ? nxpvmi_err("pvm_upk" #name, rc) : rc;                      \
+  }
+
+PK(byte, char, K_I8)
+PK(short, short, K_I16)
+PK(ushort, unsigned short, K_I16)
+PK(int, int, K_I32)
+PK(uint, unsigned int, K_I32)
+PK(long, long, K_I64)
+PK(ulong, unsigned long, K_I64)
+PK(float, float, K_F32)
+PK(double, double, K_F64)
+
+/* A complex is two floats (two doubles): one item of twice the size. */
+int pvm_pkcplx(float *xp, int nitem, int stride) {
+  int rc = nxpvmi_pack(K_F32, xp, nitem, stride, 2 * sizeof(float));
+  return rc < 0 ? nxpvmi_err("pvm_pkcplx", rc) : rc;
+}
+int pvm_upkcplx(float *xp, int nitem, int stride) {
+  int rc = nxpvmi_unpack(K_F32, xp, nitem, stride, 2 * sizeof(float));
+  return rc < 0 ? nxpvmi_err("pvm_upkcplx", rc) : rc;
+}
+int pvm_pkdcplx(double *xp, int nitem, int stride) {
+  int rc = nxpvmi_pack(K_F64, xp, nitem, stride, 2 * sizeof(double));
+  return rc < 0 ? nxpvmi_err("pvm_pkdcplx", rc) : rc;
+}
+int pvm_upkdcplx(double *xp, int nitem, int stride) {
+  int rc = nxpvmi_unpack(K_F64, xp, nitem, stride, 2 * sizeof(double));
+  return rc < 0 ? nxpvmi_err("pvm_upkdcplx", rc) : rc;
+}
+
+/* A string is one run of its characters and the NUL, so pvm_upkstr knows
+ * where it ends. */
+int pvm_pkstr(char *sp) {
+  if (sp == NULL)
+    return nxpvmi_err("pvm_pkstr", PvmBadParam);
+  int rc = nxpvmi_pack(K_STR, sp, (int)strlen(sp) + 1, 1, 1);
+  return rc < 0 ? nxpvmi_err("pvm_pkstr", rc) : rc;
+}
+
+int pvm_upkstr(char *sp) {
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.rbuf);
+  if (b == NULL)
+    return nxpvmi_err("pvm_upkstr", PvmNoBuf);
+  if (sp == NULL)
+    return nxpvmi_err("pvm_upkstr", PvmBadParam);
+  if (b->rseg >= b->nseg || b->segs[b->rseg].kind != K_STR || b->relem != 0)
+    return nxpvmi_err("pvm_upkstr", PvmNoData);
+  struct seg *s = &b->segs[b->rseg];
+  memcpy(sp, b->data + s->off, s->count);
+  sp[s->count - 1] = '\0';
+  b->rseg++;
+  return PvmOk;
+}
+
+/* Typed helpers for psend/precv and the collectives. */
+int nxpvmi_type_size(int t) {
+  switch (t) {
+  case PVM_BYTE: return 1;
+  case PVM_SHORT:
+  case PVM_USHORT: return (int)sizeof(short);
+  case PVM_INT:
+  case PVM_UINT: return (int)sizeof(int);
+  case PVM_FLOAT: return (int)sizeof(float);
+  case PVM_CPLX: return 2 * (int)sizeof(float);
+  case PVM_DOUBLE: return (int)sizeof(double);
+  case PVM_DCPLX: return 2 * (int)sizeof(double);
+  case PVM_LONG:
+  case PVM_ULONG: return (int)sizeof(long);
+  default: return 0;
+  }
+}
+
+static int type_kind(int t) {
+  switch (t) {
+  case PVM_BYTE: return K_I8;
+  case PVM_SHORT:
+  case PVM_USHORT: return K_I16;
+  case PVM_INT:
+  case PVM_UINT: return K_I32;
+  case PVM_FLOAT:
+  case PVM_CPLX: return K_F32;
+  case PVM_DOUBLE:
+  case PVM_DCPLX: return K_F64;
+  case PVM_LONG:
+  case PVM_ULONG: return K_I64;
+  default: return 0;
+  }
+}
+
+int nxpvmi_pack_type(int datatype, const void *p, int n) {
+  int k = type_kind(datatype);
+  if (k == 0)
+    return PvmBadParam;
+  return nxpvmi_pack(k, p, n, 1, (size_t)nxpvmi_type_size(datatype));
+}
+
+int nxpvmi_unpack_type(int datatype, void *p, int n) {
+  int k = type_kind(datatype);
+  if (k == 0)
+    return PvmBadParam;
+  return nxpvmi_unpack(k, p, n, 1, (size_t)nxpvmi_type_size(datatype));
+}

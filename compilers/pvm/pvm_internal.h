@@ -1,0 +1,230 @@
+/* libnxpvm's private declarations: the task state, buffers, the peer table
+ * and the RSR wire layout shared by pvm_task.c, pvm_buf.c, pvm_msg.c and
+ * pvm_group.c. */
+#ifndef NXPVM_INTERNAL_H
+#define NXPVM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nexus.h>
+
+#include "pvm3.h"
+
+/* Element kinds on the wire. A PVM type maps to the kind that moves it:
+ * signedness is the program's business, size and float-ness are the
+ * receiver's conversion. */
+enum kind { K_I8 = 1, K_I16, K_I32, K_I64, K_F32, K_F64, K_STR, K_MAX };
+
+/* One packed run of elements of one kind: in the buffer's arena (`ref`
+ * NULL) or, for PvmDataInPlace, still in the program's memory. */
+struct seg {
+  int kind;
+  size_t count;
+  size_t off;
+  const void *ref;
+  int stride;   /* in program items, for an in-place run */
+  size_t isize; /* bytes of a program item (a complex is two elements) */
+};
+
+/* A PVM message buffer: sent ones are packed into a native arena; received
+ * ones are decoded into one (the receiver converts while decoding), so a
+ * program may unpack in pieces of any size and forward a received buffer. */
+struct pvmbuf {
+  int id; /* 0 while it sits unprobed in the receive queue */
+  int encoding;
+  char *data;
+  size_t len, cap;
+  struct seg *segs;
+  int nseg, segcap;
+  int rseg;     /* unpack cursor: segment */
+  size_t relem; /* and element inside it */
+  int src, tag;
+  size_t bytes; /* payload bytes, for pvm_bufinfo */
+  int queued;   /* in the receive queue */
+  struct pvmbuf *next;
+};
+
+/* An RSR that arrived ahead of its turn, kept until the ones before it
+ * from the same task have been handled. */
+struct held {
+  uint32_t seq;
+  nx_handler_fn fn;
+  nx_context_t *ctx;
+  void *addr;
+  nx_buffer_t *buf;
+  struct held *next;
+};
+
+/* What this task knows of another: its gp once learnt, and whether it has
+ * been told ours (the first RSR to a task carries our gp); and the
+ * numbering of the RSRs between the two, which keeps PVM's pairwise order
+ * whatever order they are handled in. */
+struct peer {
+  int tid;
+  nx_gp_t gp;
+  int has_gp;
+  int introduced;
+  int dead;
+  int ptid;
+  uint32_t out_seq, in_seq;
+  int busy; /* a thread is running this task's RSRs */
+  struct held *held;
+};
+
+/* A request waiting for its reply from the root task. */
+struct rpc {
+  int id;
+  int done;
+  int result;
+  nx_gp_t gp;
+  int has_gp;
+  struct rpc *next;
+};
+
+struct notify {
+  int tid, tag, fired;
+};
+
+struct member {
+  int tid, inst;
+};
+
+/* A group, as the root task (its sequencer) holds it. */
+struct group {
+  char name[64];
+  struct member *m;
+  int n, cap;
+  int bar_count, bar_arrived;
+  struct {
+    int tid, rpc;
+  } * w;
+  int nw, wcap;
+  struct group *next;
+};
+
+/* Work for a task's group thread: at the root (the sequencer), a
+ * broadcast to fan out or a barrier's release; at any member, the part of
+ * a tree it forwards. */
+enum seq_kind { S_BCAST = 1, S_RELEASE, S_FORWARD };
+
+struct seqitem {
+  int kind;
+  int tree_kind; /* for S_FORWARD: T_BCAST or T_RELEASE */
+  int src, tag;
+  char group[64];
+  struct pvmbuf *b;
+  int n;     /* S_RELEASE, S_FORWARD: tasks (and their barrier requests) */
+  int *tids; /* tids[0] is this task for S_FORWARD */
+  int *rpcs;
+  struct seqitem *next;
+};
+
+/* What a tree message carries. */
+enum tree_kind { T_BCAST = 0, T_RELEASE = 1 };
+
+/* A group this task has joined. */
+struct mygroup {
+  char name[64];
+  int inst;
+  struct mygroup *next;
+};
+
+/* The task. One mutex guards it all; one condition variable wakes every
+ * waiter (a receive, an RPC) whenever anything arrives or a peer dies. */
+struct pvmstate {
+  int started;
+  nx_mutex_t m;
+  nx_cond_t c;
+  int mytid, ptid, roottid, is_root;
+  nx_gp_t self_gp;
+  struct peer *peers;
+  int npeers, peercap;
+  int *siblings;
+  int nsiblings;
+  struct pvmbuf **bufs;
+  int nbufs;
+  int sbuf, rbuf;
+  struct pvmbuf *qhead, *qtail;
+  struct rpc *rpcs;
+  int next_rpc;
+  struct notify *notes;
+  int nnotes, notecap;
+  struct group *groups;
+  struct mygroup *mygroups;
+  struct seqitem *seq_head, *seq_tail;
+  nx_cond_t seq_c;
+  nx_thread_t seq_thread;
+  int seq_running, seq_stop;
+  int tree_min; /* groups larger than this use the binomial tree */
+  int autoerr, route, fake_format;
+  int last_err;
+};
+
+extern struct pvmstate nxpvm;
+
+/* Handler names (their ids are hashes of these). */
+#define H_MSG "nxpvm.msg"
+#define H_HELLO "nxpvm.hello"
+#define H_KILL "nxpvm.kill"
+#define H_BYE "nxpvm.bye"
+#define H_WHO "nxpvm.who"
+#define H_REG "nxpvm.reg"
+#define H_REP "nxpvm.rep"
+#define H_GRP "nxpvm.grp"
+#define H_GBC "nxpvm.gbc"
+#define H_GTREE "nxpvm.gtree"
+
+/* Group requests to the root. */
+enum grp_op { G_JOIN = 1, G_LEAVE, G_SIZE, G_INST, G_TID, G_BARRIER };
+
+/* pvm_task.c */
+int nxpvmi_started(void);
+int nxpvmi_err(const char *fn, int code);
+struct peer *nxpvmi_peer(int tid, int create);
+int nxpvmi_tid_of_context(uint64_t ctx);
+int nxpvmi_resolve(int tid, nx_gp_t *gp);
+int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
+               nx_buffer_t **buf);
+int nxpvmi_origin(nx_buffer_t *buf, int *from);
+struct rpc *nxpvmi_rpc_new(void);
+int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s);
+void nxpvmi_rpc_free(struct rpc *r);
+int nxpvmi_wait(const struct timespec *deadline);
+int nxpvmi_nx_to_pvm(int rc);
+int nxpvmi_put_name(nx_buffer_t *b, const char *s);
+int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len);
+void nxpvmi_deliver(struct pvmbuf *b);
+
+/* pvm_buf.c */
+struct pvmbuf *nxpvmi_buf_new(int encoding);
+void nxpvmi_buf_free(struct pvmbuf *b);
+struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b);
+int nxpvmi_buf_register(struct pvmbuf *b);
+struct pvmbuf *nxpvmi_buf_get(int id);
+void nxpvmi_buf_drop_all(void);
+int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
+int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
+int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
+int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
+int nxpvmi_pack_type(int datatype, const void *p, int n);
+int nxpvmi_unpack_type(int datatype, void *p, int n);
+int nxpvmi_type_size(int datatype);
+
+/* pvm_msg.c */
+void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b);
+int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b);
+
+/* pvm_group.c */
+void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void nxpvmi_on_gbc(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void nxpvmi_groups_free(void);
+void nxpvmi_seq_stop(void);
+void nxpvmi_groups_forget(int tid);
+
+/* Sends the reply for request `id` of task `tid` (pvm_task.c). */
+void nxpvmi_reply(int tid, int id, int result);
+
+#endif /* NXPVM_INTERNAL_H */

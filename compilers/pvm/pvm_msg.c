@@ -1,0 +1,262 @@
+/* PVM messages as RSRs: each send is one RSR to the destination task's
+ * "nxpvm.msg" handler, which queues the decoded message; receives match
+ * the queue by sender and tag (-1: any) in arrival order, so the order
+ * between two tasks is the order of their RSRs. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pvm_internal.h"
+
+/* Queues a received message and wakes the receivers. Called with nxpvm.m
+ * held or not (it takes the mutex only when free): see the callers. */
+static void enqueue_locked(struct pvmbuf *b) {
+  b->queued = 1;
+  b->next = NULL;
+  if (nxpvm.qtail != NULL)
+    nxpvm.qtail->next = b;
+  else
+    nxpvm.qhead = b;
+  nxpvm.qtail = b;
+  nx_cond_broadcast(&nxpvm.c);
+}
+
+/* With nxpvm.m held. */
+void nxpvmi_deliver(struct pvmbuf *b) { enqueue_locked(b); }
+
+/* "nxpvm.msg": origin, source tid, tag, the packed runs. */
+void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t src, tag;
+  struct pvmbuf *b;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &src) < 0 ||
+      nx_get_int32(buf, &tag) < 0 || nxpvmi_decode(buf, &b) < 0)
+    return; /* malformed: dropped, as nexus drops a bad frame */
+  b->src = src;
+  b->tag = tag;
+  nx_mutex_lock(&nxpvm.m);
+  enqueue_locked(b);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* Sends buffer `b` to `tid` as coming from `src`. A message to this task
+ * itself is queued here at once (in order with every other delivery). */
+int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
+  if (tid == nxpvm.mytid) {
+    struct pvmbuf *c = nxpvmi_buf_clone(b);
+    if (c == NULL)
+      return PvmNoMem;
+    c->src = src;
+    c->tag = tag;
+    nx_mutex_lock(&nxpvm.m);
+    enqueue_locked(c);
+    nx_mutex_unlock(&nxpvm.m);
+    return PvmOk;
+  }
+  nx_gp_t gp = NX_GP_NULL;
+  int rc = nxpvmi_resolve(tid, &gp);
+  if (rc < 0)
+    return rc;
+  nx_buffer_t *o;
+  rc = nxpvmi_rsr(tid, &gp, H_MSG, b->bytes + 16 * (size_t)b->nseg + 16, &o);
+  if (rc == 0) {
+    int r = nx_put_int32(o, src);
+    if (r == 0)
+      r = nx_put_int32(o, tag);
+    if (r == 0)
+      r = nxpvmi_encode(o, b);
+    if (r < 0) {
+      nx_buffer_release(o);
+      rc = nxpvmi_nx_to_pvm(r);
+    } else {
+      rc = nxpvmi_nx_to_pvm(nx_rsr_send(o));
+    }
+  }
+  nx_gp_release(&gp);
+  return rc;
+}
+
+int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b) {
+  return nxpvmi_send_as(nxpvm.mytid, tid, tag, b);
+}
+
+int pvm_send(int tid, int msgtag) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_send", PvmSysErr);
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
+  if (b == NULL)
+    return nxpvmi_err("pvm_send", PvmNoBuf);
+  if (tid <= 0 || msgtag < 0)
+    return nxpvmi_err("pvm_send", PvmBadParam);
+  int rc = nxpvmi_send_buf(tid, msgtag, b);
+  return rc < 0 ? nxpvmi_err("pvm_send", rc) : PvmOk;
+}
+
+int pvm_mcast(int *tids, int ntask, int msgtag) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_mcast", PvmSysErr);
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
+  if (b == NULL)
+    return nxpvmi_err("pvm_mcast", PvmNoBuf);
+  if (ntask < 0 || msgtag < 0 || (ntask > 0 && tids == NULL))
+    return nxpvmi_err("pvm_mcast", PvmBadParam);
+  int rc = PvmOk;
+  for (int i = 0; i < ntask; i++) {
+    int r = nxpvmi_send_buf(tids[i], msgtag, b);
+    if (r < 0 && rc == PvmOk)
+      rc = r;
+  }
+  return rc < 0 ? nxpvmi_err("pvm_mcast", rc) : PvmOk;
+}
+
+static int matches(const struct pvmbuf *b, int tid, int tag) {
+  return (tid == -1 || b->src == tid) && (tag == -1 || b->tag == tag);
+}
+
+/* The receive every variant shares. `wait`: 0 returns at once, 1 waits
+ * until `deadline` (NULL: forever). `take`: 0 only probes. Returns the
+ * buffer id, 0 when nothing matched in time, or an error. */
+static int receive(const char *fn, int tid, int tag, int wait,
+                   const struct timespec *deadline, int take) {
+  if (!nxpvmi_started())
+    return nxpvmi_err(fn, PvmSysErr);
+  if (tid == 0 || tid < -1 || tag < -1)
+    return nxpvmi_err(fn, PvmBadParam);
+  struct pvmbuf *got = NULL;
+  int rc = 0;
+  nx_mutex_lock(&nxpvm.m);
+  for (;;) {
+    for (struct pvmbuf *b = nxpvm.qhead, *prev = NULL; b != NULL;
+         prev = b, b = b->next) {
+      if (!matches(b, tid, tag))
+        continue;
+      if (take) {
+        if (prev != NULL)
+          prev->next = b->next;
+        else
+          nxpvm.qhead = b->next;
+        if (nxpvm.qtail == b)
+          nxpvm.qtail = prev;
+        b->queued = 0;
+        b->next = NULL;
+      }
+      got = b;
+      break;
+    }
+    if (got != NULL || !wait)
+      break;
+    /* A receive from one task that has ended fails instead of waiting for
+     * ever (its earlier messages were matched above). */
+    if (tid != -1) {
+      struct peer *p = nxpvmi_peer(tid, 0);
+      if (p != NULL && p->dead) {
+        rc = PvmSysErr;
+        break;
+      }
+    }
+    if (nxpvmi_wait(deadline) == NX_ETIMEDOUT && deadline != NULL) {
+      /* One last look, then report the timeout as PVM does: 0. */
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      if (now.tv_sec > deadline->tv_sec ||
+          (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
+        wait = 0;
+    }
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  if (rc < 0)
+    return nxpvmi_err(fn, rc);
+  if (got == NULL)
+    return 0;
+  if (got->id == 0 && (rc = nxpvmi_buf_register(got)) < 0) {
+    nxpvmi_buf_free(got);
+    return nxpvmi_err(fn, rc);
+  }
+  if (!take)
+    return got->id;
+  /* The new message replaces (and frees) the active receive buffer. */
+  int old = nxpvm.rbuf;
+  nxpvm.rbuf = got->id;
+  if (old > 0 && old != got->id)
+    pvm_freebuf(old);
+  got->rseg = 0;
+  got->relem = 0;
+  return got->id;
+}
+
+int pvm_recv(int tid, int msgtag) {
+  return receive("pvm_recv", tid, msgtag, 1, NULL, 1);
+}
+
+int pvm_nrecv(int tid, int msgtag) {
+  return receive("pvm_nrecv", tid, msgtag, 0, NULL, 1);
+}
+
+int pvm_probe(int tid, int msgtag) {
+  return receive("pvm_probe", tid, msgtag, 0, NULL, 0);
+}
+
+int pvm_trecv(int tid, int msgtag, struct timeval *tmout) {
+  if (tmout == NULL)
+    return receive("pvm_trecv", tid, msgtag, 1, NULL, 1);
+  if (tmout->tv_sec < 0 || tmout->tv_usec < 0)
+    return nxpvmi_err("pvm_trecv", PvmBadParam);
+  struct timespec d;
+  clock_gettime(CLOCK_REALTIME, &d);
+  d.tv_sec += tmout->tv_sec + tmout->tv_usec / 1000000;
+  d.tv_nsec += (tmout->tv_usec % 1000000) * 1000;
+  if (d.tv_nsec >= 1000000000) {
+    d.tv_sec++;
+    d.tv_nsec -= 1000000000;
+  }
+  return receive("pvm_trecv", tid, msgtag, 1, &d, 1);
+}
+
+/* psend and precv use a buffer of their own and leave the active ones as
+ * they were. */
+int pvm_psend(int tid, int msgtag, void *buf, int len, int datatype) {
+  if (len < 0 || (buf == NULL && len > 0) || nxpvmi_type_size(datatype) == 0)
+    return nxpvmi_err("pvm_psend", PvmBadParam);
+  int id = pvm_mkbuf(PvmDataDefault);
+  if (id < 0)
+    return id;
+  int old = pvm_setsbuf(id);
+  int rc = nxpvmi_pack_type(datatype, buf, len);
+  if (rc == 0)
+    rc = pvm_send(tid, msgtag);
+  pvm_setsbuf(old);
+  pvm_freebuf(id);
+  return rc < 0 ? nxpvmi_err("pvm_psend", rc) : PvmOk;
+}
+
+int pvm_precv(int tid, int msgtag, void *buf, int len, int datatype, int *rtid,
+              int *rtag, int *rlen) {
+  int size = nxpvmi_type_size(datatype);
+  if (len < 0 || (buf == NULL && len > 0) || size == 0)
+    return nxpvmi_err("pvm_precv", PvmBadParam);
+  int old = nxpvm.rbuf;
+  nxpvm.rbuf = 0; /* keep the active buffer out of the receive's way */
+  int id = pvm_recv(tid, msgtag);
+  if (id <= 0) {
+    nxpvm.rbuf = old;
+    return id;
+  }
+  int bytes, tag, src;
+  pvm_bufinfo(id, &bytes, &tag, &src);
+  int items = bytes / size;
+  int n = items < len ? items : len;
+  int rc = nxpvmi_unpack_type(datatype, buf, n);
+  pvm_freebuf(id);
+  nxpvm.rbuf = old;
+  if (rc < 0)
+    return nxpvmi_err("pvm_precv", rc);
+  if (rtid != NULL)
+    *rtid = src;
+  if (rtag != NULL)
+    *rtag = tag;
+  if (rlen != NULL)
+    *rlen = items;
+  return PvmOk;
+}

@@ -1,0 +1,1077 @@
+/* PVM tasks on nexus process contexts: starting the runtime on the first
+ * call, tids, the peer table, spawn, kill, exit notification and the
+ * small request/reply protocol every task speaks with the root task. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pvm_internal.h"
+
+struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect};
+
+static const char *const errtext[] = {
+    [0] = "Ok",
+    [2] = "Bad parameter",
+    [3] = "Parameter mismatch",
+    [4] = "Value too large",
+    [5] = "End of buffer",
+    [6] = "No such host",
+    [7] = "No such file",
+    [8] = "Permission denied",
+    [10] = "Malloc failed",
+    [12] = "Can't decode message",
+    [14] = "Can't contact local daemon",
+    [15] = "No current buffer",
+    [16] = "No such buffer",
+    [17] = "Null group name",
+    [18] = "Already in group",
+    [19] = "No such group",
+    [20] = "Not in group",
+    [21] = "No such instance",
+    [22] = "Host failed",
+    [23] = "No parent task",
+    [24] = "Not implemented",
+    [25] = "Pvmd system error",
+    [26] = "Version mismatch",
+    [27] = "Out of resources",
+    [28] = "Duplicate host",
+    [29] = "Can't start pvmd",
+    [30] = "Already in progress",
+    [31] = "No such task",
+    [32] = "Not Found",
+    [33] = "Already exists",
+    [34] = "Hoster run on non-master host",
+    [35] = "Spawning parent set PvmNoSpawnParent",
+    [36] = "Master Host IP is Loopback",
+};
+
+static const char *pvm_errstr(int code) {
+  int i = -code;
+  if (i < 0 || i >= (int)(sizeof(errtext) / sizeof(errtext[0])) ||
+      errtext[i] == NULL)
+    return "Unknown error";
+  return errtext[i];
+}
+
+/* Records the code for pvm_perror and, with PvmAutoErr on (PVM's default),
+ * says it on stderr as libpvm does. */
+int nxpvmi_err(const char *fn, int code) {
+  if (code < 0) {
+    nxpvm.last_err = code;
+    if (nxpvm.autoerr)
+      fprintf(stderr, "libpvm [t%x]: %s(): %s\n", (unsigned)nxpvm.mytid, fn,
+              pvm_errstr(code));
+  }
+  return code;
+}
+
+int nxpvmi_nx_to_pvm(int rc) {
+  switch (rc) {
+  case 0: return PvmOk;
+  case NX_EINVAL: return PvmBadParam;
+  case NX_ENOMEM: return PvmNoMem;
+  case NX_ENOENT: return PvmNoFile;
+  case NX_EAGAIN: return PvmOutOfRes;
+  case NX_ENOCONTEXT:
+  case NX_EPEERDEAD: return PvmNoTask;
+  case NX_ERANGE: return PvmNoData;
+  case NX_ETYPE:
+  case NX_EPROTO: return PvmBadMsg;
+  default: return PvmSysErr;
+  }
+}
+
+/* A tid is the 30 low bits of the process part (the high 32 bits) of the
+ * task's context id: unique per process, computable by anyone holding a
+ * gp, and what nexus names a dead process by. */
+int nxpvmi_tid_of_context(uint64_t ctx) {
+  int tid = (int)((ctx >> 32) & 0x3fffffffu);
+  return tid == 0 ? 1 : tid;
+}
+
+int nxpvmi_started(void) { return nxpvm.started || pvm_mytid() > 0; }
+
+/* Called with nxpvm.m held. */
+struct peer *nxpvmi_peer(int tid, int create) {
+  for (int i = 0; i < nxpvm.npeers; i++)
+    if (nxpvm.peers[i].tid == tid)
+      return &nxpvm.peers[i];
+  if (!create)
+    return NULL;
+  if (nxpvm.npeers == nxpvm.peercap) {
+    int cap = nxpvm.peercap ? 2 * nxpvm.peercap : 16;
+    struct peer *p = realloc(nxpvm.peers, (size_t)cap * sizeof(*p));
+    if (p == NULL)
+      return NULL;
+    nxpvm.peers = p;
+    nxpvm.peercap = cap;
+  }
+  struct peer *p = &nxpvm.peers[nxpvm.npeers++];
+  memset(p, 0, sizeof(*p));
+  p->tid = tid;
+  p->ptid = PvmNoParent;
+  return p;
+}
+
+/* Learns (or refreshes) a task's gp. Called with nxpvm.m held; takes
+ * `gp`'s reference. */
+static struct peer *learn(const nx_gp_t *gp) {
+  int tid = nxpvmi_tid_of_context(nx_gp_context(gp));
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL || p->has_gp) {
+    nx_gp_t tmp = *gp;
+    nx_gp_release(&tmp);
+    return p;
+  }
+  p->gp = *gp;
+  p->has_gp = 1;
+  return p;
+}
+
+static void fire_notifies(int tid) {
+  for (int i = 0; i < nxpvm.nnotes; i++) {
+    struct notify *n = &nxpvm.notes[i];
+    if (n->tid != tid || n->fired)
+      continue;
+    n->fired = 1;
+    /* The PvmTaskExit message holds the tid of the task that ended. */
+    struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
+    if (b == NULL)
+      continue;
+    b->src = tid;
+    b->tag = n->tag;
+    b->data = malloc(sizeof(int));
+    if (b->data == NULL || (b->segs = malloc(sizeof(struct seg))) == NULL) {
+      nxpvmi_buf_free(b);
+      continue;
+    }
+    memcpy(b->data, &tid, sizeof(int));
+    b->len = b->cap = sizeof(int);
+    b->segs[0] = (struct seg){K_I32, 1, 0, NULL, 1, sizeof(int)};
+    b->nseg = b->segcap = 1;
+    b->bytes = sizeof(int);
+    nxpvmi_deliver(b);
+  }
+}
+
+/* Marks a task dead, wakes every waiter and sends the notifies asked for.
+ * Called with nxpvm.m held. */
+static void mark_dead(int tid) {
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL || p->dead)
+    return;
+  p->dead = 1;
+  fire_notifies(tid);
+  nxpvmi_groups_forget(tid);
+  nx_cond_broadcast(&nxpvm.c);
+}
+
+/* nexus reports a dead peer process with its process part and low 32 bits
+ * 0: that is the task's tid. */
+static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  (void)arg;
+  if (err != NX_EPEERDEAD || handler != 0 || (context & 0xffffffffu) != 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  mark_dead(nxpvmi_tid_of_context(context));
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* Every RSR between tasks starts with the sender's tid, its number in the
+ * sequence of RSRs from this task to that one and, the first time it
+ * reaches a task, the sender's gp. */
+int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
+               nx_buffer_t **buf) {
+  nx_buffer_t *b;
+  int rc = nx_rsr_init_name(&b, gp, handler, hint + 64);
+  if (rc < 0)
+    return nxpvmi_nx_to_pvm(rc);
+  /* NXPVM_FOREIGN_FORMAT=1 (for tests) writes in the other byte order,
+   * so receivers convert as they would from another machine. */
+  if (nxpvm.fake_format &&
+      nx_buffer_set_format(b, nx_format_native() == NX_FORMAT_LITTLE
+                                  ? NX_FORMAT_BIG
+                                  : NX_FORMAT_LITTLE) < 0) {
+    nx_buffer_release(b);
+    return PvmSysErr;
+  }
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_buffer_release(b);
+    return PvmNoMem;
+  }
+  int intro = !p->introduced;
+  p->introduced = 1;
+  uint32_t seq = p->out_seq++;
+  rc = nx_put_int32(b, nxpvm.mytid);
+  if (rc == 0)
+    rc = nx_put_uint32(b, seq);
+  if (rc == 0)
+    rc = nx_put_int32(b, intro);
+  if (rc == 0 && intro)
+    rc = nx_put_gp(b, &nxpvm.self_gp);
+  nx_mutex_unlock(&nxpvm.m);
+  if (rc < 0) {
+    nx_buffer_release(b);
+    return nxpvmi_nx_to_pvm(rc);
+  }
+  *buf = b;
+  return 0;
+}
+
+/* The sender of the RSR this thread is handling (set by dispatch). */
+static __thread int cur_from;
+
+int nxpvmi_origin(nx_buffer_t *buf, int *from) {
+  (void)buf;
+  *from = cur_from;
+  return 0;
+}
+
+/* Runs one RSR's handler with its sender known. */
+static void run(int from, nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                nx_buffer_t *buf) {
+  cur_from = from;
+  fn(ctx, addr, buf);
+}
+
+/* Every handler goes through here: it reads the header and runs the RSRs
+ * of each sender strictly in the order they were sent, one at a time,
+ * holding back (retained) those that arrive early or while another thread
+ * runs that sender's RSRs. */
+static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                     nx_buffer_t *buf) {
+  int32_t tid, intro;
+  uint32_t seq;
+  if (nx_get_int32(buf, &tid) < 0 || nx_get_uint32(buf, &seq) < 0 ||
+      nx_get_int32(buf, &intro) < 0 || tid <= 0)
+    return;
+  nx_gp_t gp = NX_GP_NULL;
+  if (intro && nx_get_gp(buf, &gp) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  if (intro)
+    learn(&gp);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  if (p->busy || seq != p->in_seq) {
+    struct held *h = malloc(sizeof(*h));
+    if (h != NULL && nx_buffer_retain(buf) == 0) {
+      *h = (struct held){seq, fn, ctx, addr, buf, p->held};
+      p->held = h;
+    } else {
+      free(h);
+    }
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  p->busy = 1;
+  p->in_seq++;
+  nx_mutex_unlock(&nxpvm.m);
+  run(tid, fn, ctx, addr, buf);
+  /* Then whatever of this sender's is due now. */
+  for (;;) {
+    nx_mutex_lock(&nxpvm.m);
+    p = nxpvmi_peer(tid, 0);
+    struct held *h = NULL;
+    for (struct held **hp = &p->held; *hp != NULL; hp = &(*hp)->next)
+      if ((*hp)->seq == p->in_seq) {
+        h = *hp;
+        *hp = h->next;
+        break;
+      }
+    if (h == NULL) {
+      p->busy = 0;
+      nx_mutex_unlock(&nxpvm.m);
+      return;
+    }
+    p->in_seq++;
+    nx_mutex_unlock(&nxpvm.m);
+    run(tid, h->fn, h->ctx, h->addr, h->buf);
+    nx_buffer_release(h->buf);
+    free(h);
+  }
+}
+
+int nxpvmi_put_name(nx_buffer_t *b, const char *s) {
+  size_t n = strlen(s);
+  int rc = nx_put_uint32(b, (uint32_t)n);
+  return rc == 0 && n > 0 ? nx_put_char_array(b, s, n) : rc;
+}
+
+int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len) {
+  uint32_t n;
+  if (nx_get_uint32(b, &n) < 0 || n >= len)
+    return -1;
+  if (n > 0 && nx_get_char_array(b, s, n) < 0)
+    return -1;
+  s[n] = '\0';
+  return 0;
+}
+
+/* Waits on the task's condition until woken or `deadline` (NULL: until
+ * woken; every event that could end a wait broadcasts). Called with
+ * nxpvm.m held. */
+int nxpvmi_wait(const struct timespec *deadline) {
+  if (deadline == NULL)
+    return nx_cond_wait(&nxpvm.c, &nxpvm.m);
+  return nx_cond_timedwait(&nxpvm.c, &nxpvm.m, deadline);
+}
+
+/* Request/reply with the root task. The reply handler fills the slot. */
+struct rpc *nxpvmi_rpc_new(void) {
+  struct rpc *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return NULL;
+  nx_mutex_lock(&nxpvm.m);
+  r->id = ++nxpvm.next_rpc;
+  r->next = nxpvm.rpcs;
+  nxpvm.rpcs = r;
+  nx_mutex_unlock(&nxpvm.m);
+  return r;
+}
+
+int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_s;
+  int rc = 0, grace = 0;
+  nx_mutex_lock(&nxpvm.m);
+  while (!r->done) {
+    struct peer *root = nxpvmi_peer(nxpvm.roottid, 0);
+    if (root != NULL && root->dead && !grace) {
+      /* A barrier's release may still be on its way along the tree from
+       * another member: give it `grace_s` more, not for ever. */
+      grace = 1;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += grace_s;
+    }
+    if (nxpvmi_wait(&deadline) == NX_ETIMEDOUT && !r->done) {
+      rc = PvmSysErr;
+      break;
+    }
+  }
+  if (r->done)
+    rc = r->result;
+  nx_mutex_unlock(&nxpvm.m);
+  return rc;
+}
+
+void nxpvmi_rpc_free(struct rpc *r) {
+  nx_mutex_lock(&nxpvm.m);
+  for (struct rpc **pp = &nxpvm.rpcs; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == r) {
+      *pp = r->next;
+      break;
+    }
+  nx_mutex_unlock(&nxpvm.m);
+  if (r->has_gp)
+    nx_gp_release(&r->gp);
+  free(r);
+}
+
+/* "nxpvm.rep": a reply from the root: rpc id, result, maybe a gp. */
+static void on_rep(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t id, result, has_gp;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0 ||
+      nx_get_int32(buf, &result) < 0 || nx_get_int32(buf, &has_gp) < 0)
+    return;
+  nx_gp_t gp = NX_GP_NULL;
+  if (has_gp && nx_get_gp(buf, &gp) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  struct rpc *r = nxpvm.rpcs;
+  while (r != NULL && r->id != id)
+    r = r->next;
+  if (r != NULL && !r->done) {
+    r->done = 1;
+    r->result = result;
+    if (has_gp) {
+      r->gp = gp;
+      r->has_gp = 1;
+      has_gp = 0;
+    }
+    nx_cond_broadcast(&nxpvm.c);
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  if (has_gp)
+    nx_gp_release(&gp);
+}
+
+/* Sends a reply to `tid` (whose gp this task knows: it asked). */
+static void reply(int tid, int id, int result, const nx_gp_t *gp) {
+  nx_gp_t to = NX_GP_NULL;
+  if (nxpvmi_resolve(tid, &to) < 0)
+    return;
+  nx_buffer_t *b;
+  if (nxpvmi_rsr(tid, &to, H_REP, 64, &b) == 0) {
+    nx_put_int32(b, id);
+    nx_put_int32(b, result);
+    nx_put_int32(b, gp != NULL);
+    if (gp != NULL)
+      nx_put_gp(b, gp);
+    nx_rsr_send(b);
+  }
+  nx_gp_release(&to);
+}
+
+/* Sends the reply for request `id` of `tid`; used by pvm_group.c too. */
+void nxpvmi_reply(int tid, int id, int result) { reply(tid, id, result, NULL); }
+
+/* "nxpvm.who" (root): which gp has this tid? */
+static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t id, tid;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0 ||
+      nx_get_int32(buf, &tid) < 0)
+    return;
+  nx_gp_t gp = NX_GP_NULL;
+  int found = 0;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 0);
+  if (p != NULL && p->has_gp && !p->dead)
+    found = nx_gp_copy(&p->gp, &gp) == 0;
+  nx_mutex_unlock(&nxpvm.m);
+  reply(from, id, found ? PvmOk : PvmNoTask, found ? &gp : NULL);
+  if (found)
+    nx_gp_release(&gp);
+}
+
+/* "nxpvm.reg" (root): a task spawned by another than the root. */
+static void on_reg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t ptid;
+  nx_gp_t gp = NX_GP_NULL;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &ptid) < 0 ||
+      nx_get_gp(buf, &gp) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = learn(&gp);
+  if (p != NULL)
+    p->ptid = ptid;
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* "nxpvm.hello" (a spawned task): who the root is. */
+static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t roottid;
+  nx_gp_t gp = NX_GP_NULL;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &roottid) < 0 ||
+      nx_get_gp(buf, &gp) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  learn(&gp);
+  nxpvm.roottid = roottid;
+  nxpvm.ptid = from;
+  nx_cond_broadcast(&nxpvm.c);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* "nxpvm.kill": pvm_kill (SIGTERM, as PVM ends a killed task) and
+ * pvm_sendsig. */
+static void on_kill(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int32_t sig;
+  if (nx_get_int32(buf, &sig) < 0 || sig <= 0 || sig >= NSIG)
+    return;
+  kill(getpid(), sig);
+}
+
+/* "nxpvm.bye": a task called pvm_exit. The reply tells it that every
+ * earlier RSR it sent here has arrived (they travel in order). */
+static void on_bye(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t id;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0)
+    return;
+  reply(from, id, PvmOk, NULL);
+  nx_mutex_lock(&nxpvm.m);
+  mark_dead(from);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* The gp of `tid`: from the peer table, else asked of the root. */
+int nxpvmi_resolve(int tid, nx_gp_t *gp) {
+  if (tid <= 0)
+    return PvmBadParam;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 0);
+  int rc = PvmNoTask;
+  if (p != NULL && p->dead)
+    rc = PvmNoTask;
+  else if (p != NULL && p->has_gp)
+    rc = nx_gp_copy(&p->gp, gp) == 0 ? PvmOk : PvmSysErr;
+  int ask = p == NULL || (!p->dead && !p->has_gp);
+  nx_mutex_unlock(&nxpvm.m);
+  if (!ask || nxpvm.is_root)
+    return rc;
+  nx_gp_t root = NX_GP_NULL;
+  if (nxpvmi_resolve(nxpvm.roottid, &root) < 0)
+    return PvmSysErr;
+  /* A tid may reach us (in a message) before its spawner has told the
+   * root about it: ask again for a while. */
+  for (int tries = 0; tries < 50; tries++) {
+    struct rpc *r = nxpvmi_rpc_new();
+    nx_buffer_t *b;
+    if (r == NULL) {
+      rc = PvmNoMem;
+      break;
+    }
+    rc = nxpvmi_rsr(nxpvm.roottid, &root, H_WHO, 16, &b);
+    if (rc == 0) {
+      nx_put_int32(b, r->id);
+      nx_put_int32(b, tid);
+      rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+    }
+    if (rc == 0)
+      rc = nxpvmi_rpc_wait(r, 30, 0);
+    if (rc == 0 && r->has_gp) {
+      nx_mutex_lock(&nxpvm.m);
+      nx_gp_t copy;
+      nx_gp_copy(&r->gp, &copy);
+      learn(&copy);
+      nx_mutex_unlock(&nxpvm.m);
+      rc = nx_gp_copy(&r->gp, gp) == 0 ? PvmOk : PvmSysErr;
+    }
+    nxpvmi_rpc_free(r);
+    if (rc != PvmNoTask)
+      break;
+    usleep(20000);
+  }
+  nx_gp_release(&root);
+  return rc;
+}
+
+#define TRAMPOLINE(fn)                                                         \
+  static void tr_##fn(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {       \
+    dispatch(fn, ctx, addr, buf);                                              \
+  }
+TRAMPOLINE(nxpvmi_on_msg)
+TRAMPOLINE(on_hello)
+TRAMPOLINE(on_kill)
+TRAMPOLINE(on_bye)
+TRAMPOLINE(on_who)
+TRAMPOLINE(on_reg)
+TRAMPOLINE(on_rep)
+TRAMPOLINE(nxpvmi_on_grp)
+TRAMPOLINE(nxpvmi_on_gbc)
+TRAMPOLINE(nxpvmi_on_gtree)
+
+static int register_handlers(nx_context_t *ctx) {
+  static const struct {
+    const char *name;
+    nx_handler_fn fn;
+  } hs[] = {{H_MSG, tr_nxpvmi_on_msg}, {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},      {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},        {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},        {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc}, {H_GTREE, tr_nxpvmi_on_gtree}};
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+    int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
+                                 NX_HANDLER_NONTHREADED, NULL);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Starts nexus and finds out what kind of task this is: started by hand
+ * (the root of its own computation), spawned by pvm_spawn (the creator is
+ * the parent and says who the root is), or one of an nxrun/mpirun job
+ * (rank 0 is the root, the others are siblings). */
+static int start(void) {
+  const char *ff = getenv("NXPVM_FOREIGN_FORMAT");
+  nxpvm.fake_format = ff != NULL && strcmp(ff, "1") == 0;
+  /* Groups of more than NXPVM_TREE_MIN members (4 by default) broadcast
+   * and release barriers along a binomial tree. */
+  const char *tm = getenv("NXPVM_TREE_MIN");
+  nxpvm.tree_min = tm != NULL && atoi(tm) > 0 ? atoi(tm) : 4;
+  int rc = nx_init(NULL, NULL);
+  if (rc < 0)
+    return PvmSysErr;
+  nx_mutex_init(&nxpvm.m);
+  nx_cond_init(&nxpvm.c);
+  nxpvm.ptid = PvmNoParent;
+  if (register_handlers(nx_context_self()) < 0 ||
+      nx_gp_make(NULL, &nxpvm.self_gp) < 0)
+    goto err_fini;
+  nx_error_cb_set(on_error, NULL);
+  nxpvm.mytid = nxpvmi_tid_of_context(nx_gp_context(&nxpvm.self_gp));
+  nx_gp_t selfcopy;
+  nx_gp_copy(&nxpvm.self_gp, &selfcopy);
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *me = learn(&selfcopy);
+  if (me != NULL)
+    me->introduced = 1;
+  nx_mutex_unlock(&nxpvm.m);
+
+  nx_gp_t *gps = NULL;
+  int n = 0, rank = -1;
+  rc = nx_context_peers(&gps, &n, &rank);
+  if (rc == NX_ENOENT) {
+    nxpvm.roottid = nxpvm.mytid;
+    nxpvm.is_root = 1;
+  } else if (rc < 0) {
+    goto err_fini;
+  } else if (rank < 0) {
+    nx_mutex_lock(&nxpvm.m);
+    for (int i = 0; i < n; i++)
+      learn(&gps[i]);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 30;
+    while (nxpvm.roottid == 0)
+      if (nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+        break;
+    int ok = nxpvm.roottid != 0;
+    nx_mutex_unlock(&nxpvm.m);
+    free(gps);
+    if (!ok)
+      goto err_fini;
+  } else {
+    nxpvm.siblings = malloc((size_t)n * sizeof(int));
+    if (nxpvm.siblings == NULL)
+      goto err_fini;
+    nx_mutex_lock(&nxpvm.m);
+    for (int i = 0; i < n; i++) {
+      nxpvm.siblings[i] = nxpvmi_tid_of_context(nx_gp_context(&gps[i]));
+      learn(&gps[i]);
+    }
+    nx_mutex_unlock(&nxpvm.m);
+    nxpvm.nsiblings = n;
+    nxpvm.roottid = nxpvm.siblings[0];
+    nxpvm.is_root = rank == 0;
+    free(gps);
+  }
+  nxpvm.started = 1;
+  return nxpvm.mytid;
+
+err_fini:
+  nx_finalize();
+  return PvmSysErr;
+}
+
+int pvm_mytid(void) {
+  if (nxpvm.started)
+    return nxpvm.mytid;
+  int rc = start();
+  return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
+}
+
+int pvm_parent(void) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_parent", PvmSysErr);
+  return nxpvm.ptid > 0 ? nxpvm.ptid : PvmNoParent;
+}
+
+/* Tells every live task this one knows that it is leaving, so their
+ * receives from it fail and their notifies fire, and waits (at most 5 s)
+ * for their answers: nx_finalize drops RSRs not yet delivered, and an
+ * answer means everything sent before it has arrived. Then stops nexus
+ * (which also ends the process contexts this task spawned that still run). */
+int pvm_exit(void) {
+  if (!nxpvm.started)
+    return PvmOk;
+  nx_mutex_lock(&nxpvm.m);
+  int n = nxpvm.npeers;
+  int *tids = malloc((size_t)n * sizeof(int) + 1);
+  struct rpc **rs = calloc((size_t)n + 1, sizeof(*rs));
+  int k = 0;
+  for (int i = 0; tids != NULL && rs != NULL && i < n; i++)
+    if (!nxpvm.peers[i].dead && nxpvm.peers[i].has_gp &&
+        nxpvm.peers[i].tid != nxpvm.mytid)
+      tids[k++] = nxpvm.peers[i].tid;
+  nx_mutex_unlock(&nxpvm.m);
+  for (int i = 0; i < k; i++) {
+    nx_gp_t gp = NX_GP_NULL;
+    nx_buffer_t *b;
+    if (nxpvmi_resolve(tids[i], &gp) < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
+      continue;
+    if (nxpvmi_rsr(tids[i], &gp, H_BYE, 8, &b) == 0) {
+      nx_put_int32(b, rs[i]->id);
+      if (nx_rsr_send(b) < 0)
+        rs[i]->done = 1;
+    } else {
+      rs[i]->done = 1;
+    }
+    nx_gp_release(&gp);
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 5;
+  nx_mutex_lock(&nxpvm.m);
+  for (int i = 0; i < k; i++) {
+    while (rs[i] != NULL && !rs[i]->done) {
+      struct peer *p = nxpvmi_peer(tids[i], 0);
+      if ((p != NULL && p->dead) || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+        break;
+    }
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  nxpvmi_seq_stop();
+  for (int i = 0; i < k; i++)
+    if (rs[i] != NULL)
+      nxpvmi_rpc_free(rs[i]);
+  free(rs);
+  free(tids);
+  for (int i = 0; i < nxpvm.npeers; i++) {
+    struct peer *p = &nxpvm.peers[i];
+    if (p->has_gp)
+      nx_gp_release(&p->gp);
+    while (p->held != NULL) {
+      struct held *h = p->held;
+      p->held = h->next;
+      nx_buffer_release(h->buf);
+      free(h);
+    }
+  }
+  nx_gp_release(&nxpvm.self_gp);
+  nx_finalize();
+  nxpvmi_buf_drop_all();
+  nxpvmi_groups_free();
+  nxpvm.started = 0;
+  free(nxpvm.peers);
+  free(nxpvm.siblings);
+  free(nxpvm.notes);
+  int autoerr = nxpvm.autoerr;
+  memset(&nxpvm, 0, sizeof(nxpvm));
+  nxpvm.autoerr = autoerr;
+  nxpvm.route = PvmAllowDirect;
+  return PvmOk;
+}
+
+/* `where` is a host name (this host: "", ".", "localhost" or its name) or
+ * any nexus node spec ("mpi", "mpi:host=a,b", ...). */
+static int node_for(int flag, const char *where, nx_node_t *node) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  const char *spec = "localhost";
+  if ((flag & PvmTaskHost) && where != NULL && where[0] != '\0' &&
+      strcmp(where, ".") != 0 && strcmp(where, "localhost") != 0 &&
+      strcmp(where, host) != 0)
+    spec = where;
+  int rc = nx_nodes_acquire(spec, 1, node);
+  if (rc == NX_EINVAL || rc == NX_ENOTSUP)
+    return PvmNoHost;
+  return rc < 0 ? PvmSysErr : 0;
+}
+
+static int spawn_one(char *task, char **argv, int flag, char *where) {
+  nx_node_t node;
+  int rc = node_for(flag, where, &node);
+  if (rc < 0)
+    return rc;
+  int argc = 0;
+  while (argv != NULL && argv[argc] != NULL)
+    argc++;
+  char **av = calloc((size_t)argc + 2, sizeof(char *));
+  if (av == NULL) {
+    nx_node_release(&node);
+    return PvmNoMem;
+  }
+  av[0] = task;
+  for (int i = 0; i < argc; i++)
+    av[i + 1] = argv[i];
+  nx_gp_t gp = NX_GP_NULL;
+  rc = nx_context_create(&node, task, av, &gp);
+  free(av);
+  nx_node_release(&node);
+  if (rc == NX_ENOENT)
+    return PvmNoFile;
+  if (rc < 0)
+    return rc == NX_EAGAIN ? PvmOutOfRes : PvmSysErr;
+  int tid = nxpvmi_tid_of_context(nx_gp_context(&gp));
+  nx_gp_t copy;
+  nx_gp_copy(&gp, &copy);
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = learn(&copy);
+  if (p != NULL)
+    p->ptid = nxpvm.mytid;
+  nx_mutex_unlock(&nxpvm.m);
+  /* The child waits in its pvm_mytid for the root's name. */
+  nx_gp_t root = NX_GP_NULL;
+  nx_buffer_t *b;
+  rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  if (rc == 0)
+    rc = nxpvmi_rsr(tid, &gp, H_HELLO, 64, &b);
+  if (rc == 0) {
+    nx_put_int32(b, nxpvm.roottid);
+    nx_put_gp(b, &root);
+    rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+  }
+  if (rc == 0 && !nxpvm.is_root &&
+      nxpvmi_rsr(nxpvm.roottid, &root, H_REG, 64, &b) == 0) {
+    nx_put_int32(b, nxpvm.mytid);
+    nx_put_gp(b, &gp);
+    nx_rsr_send(b);
+  }
+  nx_gp_release(&root);
+  nx_gp_release(&gp);
+  return rc < 0 ? rc : tid;
+}
+
+int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
+              int *tids) {
+  if (task == NULL || ntask < 1)
+    return nxpvmi_err("pvm_spawn", PvmBadParam);
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_spawn", PvmSysErr);
+  int started = 0;
+  for (int i = 0; i < ntask; i++) {
+    int tid = spawn_one(task, argv, flag, where);
+    if (tids != NULL)
+      tids[i] = tid;
+    if (tid > 0)
+      started++;
+    else if (tids != NULL)
+      /* PVM stops at the first failure and fills the rest with it. */
+      for (int j = i + 1; j < ntask; j++)
+        tids[j] = tid;
+    if (tid < 0)
+      break;
+  }
+  return started;
+}
+
+static int signal_task(const char *fn, int tid, int sig) {
+  if (!nxpvmi_started())
+    return nxpvmi_err(fn, PvmSysErr);
+  nx_gp_t gp = NX_GP_NULL;
+  int rc = nxpvmi_resolve(tid, &gp);
+  if (rc < 0)
+    return nxpvmi_err(fn, rc);
+  nx_buffer_t *b;
+  rc = nxpvmi_rsr(tid, &gp, H_KILL, 8, &b);
+  if (rc == 0 && nx_put_int32(b, sig) < 0) {
+    nx_buffer_release(b);
+    rc = PvmNoMem;
+  } else if (rc == 0) {
+    rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+  }
+  nx_gp_release(&gp);
+  return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
+}
+
+int pvm_kill(int tid) {
+  if (nxpvmi_started() && tid == nxpvm.mytid)
+    return nxpvmi_err("pvm_kill", PvmBadParam);
+  return signal_task("pvm_kill", tid, SIGTERM);
+}
+
+int pvm_sendsig(int tid, int signum) {
+  if (signum <= 0 || signum >= NSIG)
+    return nxpvmi_err("pvm_sendsig", PvmBadParam);
+  if (nxpvmi_started() && tid == nxpvm.mytid)
+    return raise(signum) == 0 ? PvmOk : nxpvmi_err("pvm_sendsig", PvmSysErr);
+  return signal_task("pvm_sendsig", tid, signum);
+}
+
+/* Spawned tasks inherit the spawner's stdout and stderr already. */
+int pvm_catchout(FILE *ff) {
+  (void)ff;
+  return PvmOk;
+}
+
+/* One host: this one. */
+int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp) {
+  static char name[256], arch[] = "NEXUS";
+  static struct pvmhostinfo host;
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_config", PvmSysErr);
+  if (name[0] == '\0')
+    gethostname(name, sizeof(name) - 1);
+  host = (struct pvmhostinfo){0, name, arch, 1000, 0};
+  if (nhost != NULL)
+    *nhost = 1;
+  if (narch != NULL)
+    *narch = 1;
+  if (hostp != NULL)
+    *hostp = &host;
+  return PvmOk;
+}
+
+int pvm_pstat(int tid) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_pstat", PvmSysErr);
+  if (tid == nxpvm.mytid)
+    return PvmOk;
+  nx_gp_t gp = NX_GP_NULL;
+  int rc = nxpvmi_resolve(tid, &gp);
+  if (rc < 0)
+    return rc == PvmNoTask ? PvmNoTask : nxpvmi_err("pvm_pstat", rc);
+  nx_gp_release(&gp);
+  return PvmOk;
+}
+
+int pvm_notify(int what, int msgtag, int cnt, int *tids) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_notify", PvmSysErr);
+  int kind = what & ~PvmNotifyCancel;
+  if (kind == PvmHostDelete || kind == PvmHostAdd || kind == PvmRouteAdd ||
+      kind == PvmRouteDelete)
+    return PvmOk; /* one host, no routes: nothing will ever happen */
+  if (kind != PvmTaskExit || cnt < 0 || (cnt > 0 && tids == NULL))
+    return nxpvmi_err("pvm_notify", PvmBadParam);
+  for (int i = 0; i < cnt; i++) {
+    if (what & PvmNotifyCancel) {
+      nx_mutex_lock(&nxpvm.m);
+      for (int j = 0; j < nxpvm.nnotes; j++)
+        if (nxpvm.notes[j].tid == tids[i] && nxpvm.notes[j].tag == msgtag)
+          nxpvm.notes[j].fired = 1;
+      nx_mutex_unlock(&nxpvm.m);
+      continue;
+    }
+    /* Make sure the task knows our gp, so its pvm_exit reaches us. */
+    nx_gp_t gp = NX_GP_NULL;
+    int known = nxpvmi_resolve(tids[i], &gp) == 0;
+    nx_mutex_lock(&nxpvm.m);
+    struct peer *p = nxpvmi_peer(tids[i], 1);
+    int intro = known && p != NULL && !p->introduced;
+    if (nxpvm.nnotes == nxpvm.notecap) {
+      int cap = nxpvm.notecap ? 2 * nxpvm.notecap : 8;
+      struct notify *nn = realloc(nxpvm.notes, (size_t)cap * sizeof(*nn));
+      if (nn == NULL) {
+        nx_mutex_unlock(&nxpvm.m);
+        if (known)
+          nx_gp_release(&gp);
+        return nxpvmi_err("pvm_notify", PvmNoMem);
+      }
+      nxpvm.notes = nn;
+      nxpvm.notecap = cap;
+    }
+    nxpvm.notes[nxpvm.nnotes++] = (struct notify){tids[i], msgtag, 0};
+    /* A task that is gone already (or never was) is reported at once. */
+    if (!known && p != NULL)
+      p->dead = 0, mark_dead(tids[i]);
+    else if (p != NULL && p->dead)
+      fire_notifies(tids[i]);
+    nx_mutex_unlock(&nxpvm.m);
+    if (intro) {
+      nx_buffer_t *b;
+      if (nxpvmi_rsr(tids[i], &gp, H_REG, 64, &b) == 0) {
+        /* Any handler would do; "reg" with our own gp is harmless. */
+        nx_put_int32(b, nxpvm.ptid);
+        nx_put_gp(b, &nxpvm.self_gp);
+        nx_rsr_send(b);
+      }
+    }
+    if (known)
+      nx_gp_release(&gp);
+  }
+  return PvmOk;
+}
+
+int pvm_siblings(int **tids) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_siblings", PvmSysErr);
+  static int self;
+  if (nxpvm.nsiblings > 0) {
+    if (tids != NULL)
+      *tids = nxpvm.siblings;
+    return nxpvm.nsiblings;
+  }
+  self = nxpvm.mytid;
+  if (tids != NULL)
+    *tids = &self;
+  return 1;
+}
+
+/* The tasks this one knows of (itself, its children, its job, and every
+ * task it has exchanged messages with), all on this host: no pvmd to ask. */
+int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
+  static struct pvmtaskinfo *info;
+  static char aout[] = "";
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_tasks", PvmSysErr);
+  if (ntask == NULL || taskp == NULL)
+    return nxpvmi_err("pvm_tasks", PvmBadParam);
+  nx_mutex_lock(&nxpvm.m);
+  free(info);
+  info = calloc((size_t)nxpvm.npeers + 1, sizeof(*info));
+  int k = 0;
+  for (int i = 0; info != NULL && i < nxpvm.npeers; i++) {
+    struct peer *p = &nxpvm.peers[i];
+    if (p->dead || (which != 0 && p->tid != which))
+      continue;
+    info[k].ti_tid = p->tid;
+    info[k].ti_ptid = p->tid == nxpvm.mytid ? pvm_parent() : p->ptid;
+    if (info[k].ti_ptid < 0)
+      info[k].ti_ptid = 0;
+    info[k].ti_a_out = aout;
+    info[k].ti_pid = p->tid == nxpvm.mytid ? (int)getpid() : 0;
+    k++;
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  if (info == NULL)
+    return nxpvmi_err("pvm_tasks", PvmNoMem);
+  if (which != 0 && k == 0)
+    return nxpvmi_err("pvm_tasks", PvmNoTask);
+  *ntask = k;
+  *taskp = info;
+  return PvmOk;
+}
+
+int pvm_perror(char *msg) {
+  fprintf(stderr, "libpvm [t%x]: %s: %s\n", (unsigned)nxpvm.mytid,
+          msg != NULL ? msg : "", pvm_errstr(nxpvm.last_err));
+  return PvmOk;
+}
+
+/* Options are per task and need no runtime. Routing is always direct:
+ * PvmRoute is kept and reported back, it changes nothing. */
+int pvm_setopt(int what, int val) {
+  int old;
+  switch (what) {
+  case PvmRoute:
+    if (val < PvmDontRoute || val > PvmRouteDirect)
+      return nxpvmi_err("pvm_setopt", PvmBadParam);
+    old = nxpvm.route;
+    nxpvm.route = val;
+    return old;
+  case PvmAutoErr:
+    old = nxpvm.autoerr;
+    nxpvm.autoerr = val;
+    return old;
+  case PvmDebugMask:
+  case PvmFragSize:
+  case PvmShowTids:
+  case PvmPollType:
+  case PvmPollTime:
+  case PvmNoReset: return 0;
+  default: return nxpvmi_err("pvm_setopt", PvmBadParam);
+  }
+}
+
+int pvm_getopt(int what) {
+  switch (what) {
+  case PvmRoute: return nxpvm.route;
+  case PvmAutoErr: return nxpvm.autoerr;
+  case PvmDebugMask:
+  case PvmShowTids:
+  case PvmNoReset: return 0;
+  case PvmFragSize: return 4096;
+  default: return nxpvmi_err("pvm_getopt", PvmBadParam);
+  }
+}

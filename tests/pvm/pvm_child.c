@@ -1,0 +1,110 @@
+/* The task tests/pvm/test_pvm.cpp spawns with pvm_spawn: argv[1] says what
+ * it does (echo, foreign, die, wait, order N). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <pvm3.h>
+
+/* Sends every message back to the parent (the received buffer itself, as
+ * a PVM program forwards one) until a message with tag 0. */
+static int echo(int parent) {
+  for (;;) {
+    int bufid = pvm_recv(parent, -1);
+    int bytes, tag, src;
+    if (bufid < 0 || pvm_bufinfo(bufid, &bytes, &tag, &src) < 0)
+      return 1;
+    if (tag == 0)
+      return 0;
+    pvm_setsbuf(bufid);
+    if (pvm_send(parent, tag) < 0)
+      return 1;
+  }
+}
+
+/* Packs one value of every type, in the other byte order. */
+static int foreign(int parent) {
+  char c = -5;
+  short s = -1234;
+  unsigned short us = 65000;
+  int i = -123456789;
+  unsigned int ui = 4000000000u;
+  long l = -1234567890123L;
+  unsigned long ul = 12345678901234UL;
+  float f = 3.25f;
+  double d = -2.0e300;
+  float cx[2] = {1.5f, -2.5f};
+  double dcx[2] = {-1.0e-300, 7.0};
+  pvm_initsend(PvmDataDefault);
+  pvm_pkbyte(&c, 1, 1);
+  pvm_pkshort(&s, 1, 1);
+  pvm_pkushort(&us, 1, 1);
+  pvm_pkint(&i, 1, 1);
+  pvm_pkuint(&ui, 1, 1);
+  pvm_pklong(&l, 1, 1);
+  pvm_pkulong(&ul, 1, 1);
+  pvm_pkfloat(&f, 1, 1);
+  pvm_pkdouble(&d, 1, 1);
+  pvm_pkcplx(cx, 1, 1);
+  pvm_pkdcplx(dcx, 1, 1);
+  pvm_pkstr("foreign");
+  return pvm_send(parent, 1) < 0;
+}
+
+/* One of the total-order test's members: n broadcasts of (instance, k),
+ * then the order it received the others' in, sent to the parent. */
+static int order(int parent, int n) {
+  char group[] = "order";
+  int inst = pvm_joingroup(group);
+  if (inst < 0 || pvm_barrier(group, 4) < 0)
+    return 1;
+  int *log = malloc(sizeof(int) * 3 * (size_t)n);
+  if (log == NULL)
+    return 1;
+  for (int k = 0; k < n; k++) {
+    int v[2] = {inst, k};
+    pvm_initsend(PvmDataDefault);
+    pvm_pkint(v, 2, 1);
+    if (pvm_bcast(group, 91) < 0)
+      return 1;
+  }
+  for (int k = 0; k < 3 * n; k++) {
+    int v[2];
+    if (pvm_recv(-1, 91) < 0 || pvm_upkint(v, 2, 1) < 0)
+      return 1;
+    log[k] = v[0] * 1000000 + v[1];
+  }
+  pvm_initsend(PvmDataDefault);
+  pvm_pkint(&inst, 1, 1);
+  pvm_pkint(log, 3 * n, 1);
+  pvm_send(parent, 92);
+  free(log);
+  pvm_barrier(group, 4);
+  pvm_lvgroup(group);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "foreign") == 0)
+    setenv("NXPVM_FOREIGN_FORMAT", "1", 1);
+  if (pvm_mytid() < 0)
+    return 2;
+  int parent = pvm_parent();
+  if (parent < 0 || argc < 2)
+    return 2;
+  int rc = 2;
+  if (strcmp(argv[1], "echo") == 0)
+    rc = echo(parent);
+  else if (strcmp(argv[1], "foreign") == 0)
+    rc = foreign(parent);
+  else if (strcmp(argv[1], "die") == 0) {
+    pvm_recv(parent, 1);
+    _exit(3); /* no pvm_exit: the parent learns from nexus */
+  } else if (strcmp(argv[1], "wait") == 0)
+    pvm_recv(parent, 12345);
+  else if (strcmp(argv[1], "order") == 0 && argc > 2)
+    rc = order(parent, atoi(argv[2]));
+  pvm_exit();
+  return rc;
+}

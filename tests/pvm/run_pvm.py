@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Runs one PVM program (perhaps under nxrun or mpirun) and checks what it prints against the expected
+output: built against nexus-pvm (over the modules NX_PROTOCOLS names), or,
+with --real, built against Debian's PVM 3.4 under a private pvmd that this
+script starts and always halts by its pid. Exits 77 (a skip) with the
+reason when the program cannot run here."""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def skip(why):
+    print("skip: " + why)
+    sys.exit(SKIP)
+
+
+class Pvmd:
+    """A pvmd of our own (its own PVM_TMP and HOME), as bench/run starts
+    one: never another user's, halted by pid also on failure."""
+
+    def __init__(self):
+        self.proc = None
+        self.tmp = tempfile.mkdtemp(prefix="nxpvm-test-")
+        self.env = None
+
+    def start(self):
+        pvmd = shutil.which("pvmd") or "/usr/lib/pvm3/lib/pvmd"
+        if not os.access(pvmd, os.X_OK):
+            return "PVM is not installed (Debian packages pvm, pvm-dev)"
+        env = dict(os.environ)
+        env["PVM_ROOT"] = env.get("PVM_ROOT", "/usr/lib/pvm3")
+        env["PVM_TMP"] = self.tmp
+        env["HOME"] = self.tmp
+        if os.getuid() == 0:
+            env["PVM_ALLOW_ROOT"] = "1"
+        # libgpvm3 spawns the group server "pvmgs" from
+        # $HOME/pvm3/bin/$PVM_ARCH; Debian installs it in /usr/bin.
+        arch = subprocess.run(["/usr/lib/pvm3/lib/pvmgetarch"],
+                              stdout=subprocess.PIPE, text=True).stdout.strip()
+        gs = shutil.which("pvmgs") or "/usr/lib/pvm3/lib/pvmgs"
+        bindir = os.path.join(self.tmp, "pvm3", "bin", arch or "LINUX64")
+        os.makedirs(bindir)
+        if os.access(gs, os.X_OK):
+            os.symlink(gs, os.path.join(bindir, "pvmgs"))
+        self.env = env
+        out = open(os.path.join(self.tmp, "pvmd.out"), "w")
+        self.proc = subprocess.Popen([pvmd], env=env, stdout=out,
+                                     stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        out.close()
+        addr = os.path.join(self.tmp, "pvmd.%d" % os.getuid())
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                return "pvmd exited at once (status %d): %s" % (
+                    self.proc.returncode, self.output())
+            if os.path.exists(addr):
+                return None
+            time.sleep(0.05)
+        return "pvmd did not come up in 15 s: %s" % self.output()
+
+    def output(self):
+        try:
+            with open(os.path.join(self.tmp, "pvmd.out")) as f:
+                return " ".join(f.read().split())[:300]
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                subprocess.run(["pvm"], input="halt\n", env=self.env,
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True,
+                               timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                pass
+            for sig in (None, signal.SIGTERM, signal.SIGKILL):
+                if sig is not None and self.proc.poll() is None:
+                    os.kill(self.proc.pid, sig)
+                try:
+                    self.proc.wait(timeout=5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def on_signal(signum, frame):
+    # meson's timeout: unwind through the finally clause, which halts pvmd.
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--expect", required=True)
+    ap.add_argument("--real", action="store_true")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER,
+                    help="the program (and its launcher and arguments)")
+    a = ap.parse_args()
+    if not a.cmd:
+        ap.error("no program to run")
+    a.exe = a.cmd[-1] if os.path.basename(a.cmd[0]) in (
+        "nxrun", "mpirun", "mpiexec") else a.cmd[0]
+    with open(a.expect) as f:
+        expect = f.read()
+    signal.signal(signal.SIGTERM, on_signal)
+    pvmd = None
+    env = dict(os.environ)
+    try:
+        if a.real:
+            pvmd = Pvmd()
+            why = pvmd.start()
+            if why is not None:
+                skip("the real PVM half: " + why)
+            env = pvmd.env
+        r = subprocess.run(a.cmd, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=90)
+    finally:
+        if pvmd is not None:
+            pvmd.stop()
+    sys.stderr.write(r.stderr)
+    if r.returncode == SKIP:
+        skip("%s could not start its PVM" % a.exe)
+    if r.returncode != 0:
+        print("%s exited with %d; it printed:\n%s" % (a.exe, r.returncode,
+                                                       r.stdout))
+        return 1
+    if r.stdout != expect:
+        print("%s printed:\n%s\nexpected (%s):\n%s" % (
+            a.exe, r.stdout, a.expect, expect))
+        return 1
+    print("%s printed the expected %d lines" % (
+        os.path.basename(a.exe), len(expect.splitlines())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
