@@ -93,6 +93,7 @@ try:
         names += ["pvm/%s/%s" % (r_, e) for r_ in ["pvmd", "direct"]
                   for e in ["xdr", "raw"]]
         names += ["mpi/sm/bytes", "mpi/tcp/bytes", "tcp/tcp/bytes"]
+        names += ["nexus-pvm/%s/raw" % m for m in ["tcp", "ucx", "ofi"]]
         check(len(rows) == 2 * len(names),
               "%d rows (got %d)" % (2 * len(names), len(rows)))
         # Modules that may be missing on a machine are skipped with a
@@ -100,6 +101,9 @@ try:
         # where it is installed, Open MPI where mpi_pingpong was built.
         must = [n for n in names if n.startswith(("rsr/local", "rsr/tcp",
                                                   "tcp/"))]
+        if os.path.exists(os.path.join(build, "bench", "pvm",
+                                       "fig3_pvm_nexus")):
+            must += ["nexus-pvm/tcp/raw"]
         if pvm_installed():
             must += [n for n in names if n.startswith("pvm/")]
         if os.path.exists(os.path.join(build, "bench", "mpi_pingpong")):
