@@ -125,12 +125,23 @@ static void *monitor_main(void *arg) {
     for (size_t i = 1; i < n; i++) {
       if (fds[i].revents == 0)
         continue;
+      /* The child may have been destroyed (and freed, its socket closed)
+       * while we polled: use it only if it is still on the list, with the
+       * socket we polled. */
+      pthread_mutex_lock(&kids_lock);
+      struct child *c = kids;
+      while (c != NULL && c != who[i])
+        c = c->next;
+      if (c == NULL || c->chan.fd != fds[i].fd) {
+        pthread_mutex_unlock(&kids_lock);
+        continue;
+      }
       uint8_t buf[64];
       ssize_t got = recv(fds[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
-      if (got > 0 || (got < 0 && errno == EAGAIN))
+      if (got > 0 || (got < 0 && errno == EAGAIN)) {
+        pthread_mutex_unlock(&kids_lock);
         continue; /* nothing the creator needs after READY */
-      pthread_mutex_lock(&kids_lock);
-      struct child *c = who[i];
+      }
       uint32_t proc = c->proc;
       int was_dead = c->dead;
       c->dead = 1;

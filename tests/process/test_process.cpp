@@ -36,6 +36,26 @@ bool no_children() {
   return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
 }
 
+// The pid of our running ctx_child, or -1.
+pid_t find_child() {
+  pid_t child = -1;
+  for (int tries = 0; tries < 100 && child < 0; tries++) {
+    DIR *dir = opendir("/proc");
+    struct dirent *e;
+    while (dir != nullptr && (e = readdir(dir)) != nullptr) {
+      std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
+      std::string pid, comm, state;
+      long ppid = 0;
+      if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
+          comm.find("ctx_child") != std::string::npos && state != "Z")
+        child = std::stoi(pid);
+    }
+    if (dir != nullptr)
+      closedir(dir);
+  }
+  return child;
+}
+
 nx_node_t local_node() {
   nx_node_t node;
   REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
@@ -157,21 +177,7 @@ TEST_CASE("a process context killed with SIGKILL is noticed", "[process]") {
   char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
   REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
   // Find the child by its parent: us.
-  pid_t child = -1;
-  for (int tries = 0; tries < 100 && child < 0; tries++) {
-    DIR *dir = opendir("/proc");
-    struct dirent *e;
-    while (dir != nullptr && (e = readdir(dir)) != nullptr) {
-      std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
-      std::string pid, comm, state;
-      long ppid = 0;
-      if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
-          comm.find("ctx_child") != std::string::npos)
-        child = std::stoi(pid);
-    }
-    if (dir != nullptr)
-      closedir(dir);
-  }
+  pid_t child = find_child();
   unlink(path);
   REQUIRE(child > 0);
   REQUIRE(kill(child, SIGKILL) == 0);
@@ -184,4 +190,32 @@ TEST_CASE("a process context killed with SIGKILL is noticed", "[process]") {
   CHECK(no_children());
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
+}
+
+// The creator's monitor thread polls the children's sockets; a child that
+// dies and is destroyed at once must not be touched by the monitor after
+// nx_context_destroy freed it (ASan caught a use after free here).
+TEST_CASE("a process context destroyed just as it dies", "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  for (int i = 0; i < 8; i++) {
+    INFO("round " << i);
+    nx_gp_t gp;
+    char path[] = "/tmp/nx_pid_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
+    REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
+    pid_t child = find_child();
+    unlink(path);
+    REQUIRE(child > 0);
+    REQUIRE(kill(child, SIGKILL) == 0);
+    if (i % 2 == 1)
+      usleep(1000); // sometimes after its hang-up reached the monitor
+    CHECK(nx_context_destroy(&gp) == 0);
+    nx_gp_release(&gp);
+  }
+  CHECK(no_children());
 }
