@@ -142,6 +142,10 @@ static void fail_calls(uint64_t context, bool whole_process, int err) {
 
 // The runtime drops an RSR or finds a peer dead: wake whoever waits for it.
 static void on_error(int err, uint64_t context, uint32_t handler, void *) {
+  if (getenv("CCXX_DEBUG") != nullptr)
+    fprintf(stderr, "ccxx[%d]: dropped RSR: %s, context 0x%llx handler %u\n",
+            (int)getpid(), nx_strerror(err), (unsigned long long)context,
+            handler);
   if (err == NX_EPEERDEAD)
     fail_calls(context, true, err);
   else if (err == NX_ENOCONTEXT && handler == op_handler_id)
@@ -406,14 +410,40 @@ int destroy_context(nx_gp_t *gp, uint32_t del, const char *what) {
 // ---------------------------------------------------------------- atomic
 
 static std::mutex atomic_mu;
-static std::unordered_map<const void *, std::unique_ptr<std::recursive_mutex>>
-    atomic_locks;
+static std::unordered_map<const void *, std::unique_ptr<monitor>> atomic_locks;
 
-std::recursive_mutex &atomic_lock(const void *object) {
+monitor::monitor() {
+  nx_mutex_init(&m_);
+  nx_cond_init(&c_);
+}
+
+monitor::~monitor() {
+  nx_cond_destroy(&c_);
+  nx_mutex_destroy(&m_);
+}
+
+void monitor::lock() {
+  pthread_t me = pthread_self();
+  nx_mutex_lock(&m_);
+  while (depth_ > 0 && !pthread_equal(owner_, me))
+    nx_cond_wait(&c_, &m_);
+  owner_ = me;
+  depth_++;
+  nx_mutex_unlock(&m_);
+}
+
+void monitor::unlock() {
+  nx_mutex_lock(&m_);
+  if (--depth_ == 0)
+    nx_cond_signal(&c_);
+  nx_mutex_unlock(&m_);
+}
+
+monitor &atomic_lock(const void *object) {
   std::lock_guard<std::mutex> g(atomic_mu);
   auto &m = atomic_locks[object];
   if (!m)
-    m.reset(new std::recursive_mutex);
+    m.reset(new monitor);
   return *m;
 }
 
@@ -497,19 +527,53 @@ int start(int argc, char **argv, int (*main_fn)()) {
 
 // ---------------------------------------------------------------- threads
 
+// Counts running threads; the waiter sleeps on a nexus condition variable,
+// so a handler waiting here on the progress thread hands progress on
+// (std::thread::join would stall every reply the threads wait for).
+class latch {
+public:
+  explicit latch(long n) : n_(n) {
+    nx_mutex_init(&m_);
+    nx_cond_init(&c_);
+  }
+  ~latch() {
+    nx_cond_destroy(&c_);
+    nx_mutex_destroy(&m_);
+  }
+  void count_down() {
+    nx_mutex_lock(&m_);
+    if (--n_ == 0)
+      nx_cond_broadcast(&c_);
+    nx_mutex_unlock(&m_);
+  }
+  void wait() {
+    nx_mutex_lock(&m_);
+    while (n_ > 0)
+      nx_cond_wait(&c_, &m_);
+    nx_mutex_unlock(&m_);
+  }
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  long n_;
+};
+
 void par_run(std::vector<std::function<void()>> &tasks) {
   if (tasks.empty())
     return;
   std::vector<std::exception_ptr> errors(tasks.size());
   std::vector<std::thread> threads;
   threads.reserve(tasks.size() - 1);
+  latch done(static_cast<long>(tasks.size()) - 1);
   for (size_t i = 1; i < tasks.size(); i++)
-    threads.emplace_back([&tasks, &errors, i] {
+    threads.emplace_back([&tasks, &errors, &done, i] {
       try {
         tasks[i]();
       } catch (...) {
         errors[i] = std::current_exception();
       }
+      done.count_down();
     });
   // The caller runs the first statement itself: one thread fewer.
   try {
@@ -517,6 +581,7 @@ void par_run(std::vector<std::function<void()>> &tasks) {
   } catch (...) {
     errors[0] = std::current_exception();
   }
+  done.wait();
   for (auto &t : threads)
     t.join();
   for (auto &e : errors)
@@ -555,9 +620,14 @@ void parfor_run(long begin, long end, const std::function<void(long)> &body) {
     }
   };
   std::vector<std::thread> threads;
+  latch done(workers - 1);
   for (long w = 1; w < workers; w++)
-    threads.emplace_back(work);
+    threads.emplace_back([&work, &done] {
+      work();
+      done.count_down();
+    });
   work();
+  done.wait();
   for (auto &t : threads)
     t.join();
   if (error)

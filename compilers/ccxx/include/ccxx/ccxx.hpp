@@ -209,8 +209,23 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
 // The readable name of a type (demangled).
 std::string type_name(const std::type_info &t);
 
-// Per-object recursive lock behind `atomic` methods.
-std::recursive_mutex &atomic_lock(const void *object);
+// The recursive lock behind an object's `atomic` methods. It waits on a
+// nexus condition variable, so a handler that waits for it on the progress
+// thread hands progress on (a std::mutex would stall every reply).
+class monitor {
+public:
+  monitor();
+  ~monitor();
+  void lock();
+  void unlock();
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  pthread_t owner_{};
+  int depth_ = 0;
+};
+monitor &atomic_lock(const void *object);
 void atomic_forget(const void *object);
 
 template <class T> struct is_global_ptr : std::false_type {};
@@ -299,7 +314,8 @@ template <class C, class... Args> struct ctor_op {
 template <class C> struct delete_op {
   static void run(void *address, stream &, stream *out) {
     // Waits for running atomic methods, so their lock outlives them.
-    { std::lock_guard<std::recursive_mutex> g(atomic_lock(address)); }
+    atomic_lock(address).lock();
+    atomic_lock(address).unlock();
     delete static_cast<C *>(address);
     atomic_forget(address);
     *out << true;
@@ -656,7 +672,7 @@ public:
   atomic_guard &operator=(const atomic_guard &) = delete;
 
 private:
-  std::recursive_mutex &m_;
+  detail::monitor &m_;
 };
 
 } // namespace ccxx
