@@ -76,6 +76,13 @@ uint32_t op_register(const char *name, op_fn fn, bool reply) {
   return id;
 }
 
+std::string object_name(const std::type_info &t, const nx_gp_t *gp) {
+  char ctx[32];
+  snprintf(ctx, sizeof(ctx), "@0x%llx",
+           static_cast<unsigned long long>(nx_gp_context(gp)));
+  return type_name(t) + ctx;
+}
+
 std::string type_name(const std::type_info &t) {
   int status = 0;
   char *s = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
@@ -258,17 +265,20 @@ static int register_handlers(nx_context_t *ctx) {
 
 void op_call(const nx_gp_t *target, uint32_t id, bool reply,
              const std::function<void(stream &)> &pack,
-             const std::function<void(stream &)> &unpack, const char *what) {
+             const std::function<void(stream &)> &unpack,
+             const std::type_info &type) {
+  // The object's name is built only for an error.
+  auto what = [&type, target] { return object_name(type, target); };
   if (nx_gp_is_null(target))
-    throw remote_error(what, "null global pointer", NX_EINVAL);
+    throw remote_error(what(), "null global pointer", NX_EINVAL);
   nx_buffer_t *buf;
   int r = nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
   if (r < 0)
-    throw remote_error(what, nx_strerror(r), r);
+    throw remote_error(what(), nx_strerror(r), r);
   nx_gp_t me = NX_GP_NULL;
   if (reply && (r = nx_gp_make(nullptr, &me)) < 0) {
     nx_buffer_release(buf);
-    throw remote_error(what, nx_strerror(r), r);
+    throw remote_error(what(), nx_strerror(r), r);
   }
   uint64_t token = next_token.fetch_add(1);
   try {
@@ -280,13 +290,13 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   } catch (const stream::error &e) {
     nx_buffer_release(buf);
     nx_gp_release(&me);
-    throw remote_error(what, e.what(), e.code);
+    throw remote_error(what(), e.what(), e.code);
   }
   nx_gp_release(&me);
   if (!reply) {
     r = nx_rsr_send(buf);
     if (r < 0)
-      throw remote_error(what, nx_strerror(r), r);
+      throw remote_error(what(), nx_strerror(r), r);
     return;
   }
   pending_call p;
@@ -310,7 +320,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   nx_cond_destroy(&p.c);
   nx_mutex_destroy(&p.m);
   if (p.reply == nullptr)
-    throw remote_error(what, p.cause, p.status);
+    throw remote_error(what(), p.cause, p.status);
   // The reply handler read the token; status and cause follow.
   std::unique_ptr<nx_buffer_t, int (*)(nx_buffer_t *)> hold(p.reply,
                                                             nx_buffer_release);
@@ -321,12 +331,12 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
     s >> status;
     if (status != 0) {
       s >> cause;
-      throw remote_error(what, cause, status);
+      throw remote_error(what(), cause, status);
     }
     if (unpack)
       unpack(s);
   } catch (const stream::error &e) {
-    throw remote_error(what, e.what(), e.code);
+    throw remote_error(what(), e.what(), e.code);
   }
 }
 
@@ -367,7 +377,7 @@ static std::string self_exe() {
 
 nx_gp_t place_process(const std::string &spec, uint32_t ctor,
                       const std::function<void(stream &)> &pack,
-                      const char *what) {
+                      const std::type_info &type) {
   nx_node_t node;
   int r = nx_nodes_acquire(spec.c_str(), 1, &node);
   if (r < 0)
@@ -385,7 +395,7 @@ nx_gp_t place_process(const std::string &spec, uint32_t ctor,
     op_call(
         &ctx, ctor, true, pack,
         [&obj](stream &s) { stream::check(nx_get_gp(s.buffer(), &obj)); },
-        what);
+        type);
   } catch (...) {
     nx_context_destroy(&ctx);
     nx_gp_release(&ctx);
@@ -395,10 +405,10 @@ nx_gp_t place_process(const std::string &spec, uint32_t ctor,
   return obj;
 }
 
-int destroy_context(nx_gp_t *gp, uint32_t del, const char *what) {
+int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type) {
   int result = 0;
   try {
-    op_call(gp, del, true, nullptr, nullptr, what);
+    op_call(gp, del, true, nullptr, nullptr, type);
   } catch (const remote_error &e) {
     result = e.code() < 0 ? e.code() : NX_EPROTO;
   }

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <typeinfo>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -201,13 +202,16 @@ uint32_t op_register(const char *name, op_fn fn, bool reply);
 
 // Sends op `id` to `target` with the arguments packed by `pack`; unless
 // `reply` is false, waits for the answer and lets `unpack` read it. Throws
-// remote_error, naming `what`.
+// remote_error, naming the object as object_name(type, target).
 void op_call(const nx_gp_t *target, uint32_t id, bool reply,
              const std::function<void(stream &)> &pack,
-             const std::function<void(stream &)> &unpack, const char *what);
+             const std::function<void(stream &)> &unpack,
+             const std::type_info &type);
 
 // The readable name of a type (demangled).
 std::string type_name(const std::type_info &t);
+// "Counter@0x100000002": an object's type and context, for messages.
+std::string object_name(const std::type_info &t, const nx_gp_t *gp);
 
 // The recursive lock behind an object's `atomic` methods. It waits on a
 // nexus condition variable, so a handler that waits for it on the progress
@@ -350,8 +354,8 @@ template <class T> struct put_op {
 nx_gp_t place_local(const std::function<void *()> &make);
 nx_gp_t place_process(const std::string &spec, uint32_t ctor,
                       const std::function<void(stream &)> &pack,
-                      const char *what);
-int destroy_context(nx_gp_t *gp, uint32_t del, const char *what);
+                      const std::type_info &type);
+int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type);
 
 } // namespace detail
 
@@ -414,14 +418,14 @@ public:
     T v{};
     detail::op_call(
         &gp_, detail::get_op<T>::id, true, nullptr, [&v](stream &s) { s >> v; },
-        describe().c_str());
+        typeid(T));
     return v;
   }
   template <class V> void put(const V &v) const {
     typename detail::sync_assign<T>::value_type w = v;
     detail::op_call(
         &gp_, detail::put_op<T>::id, true, [&w](stream &s) { s << w; }, nullptr,
-        describe().c_str());
+        typeid(T));
   }
   remote_ref<T> operator*() const { return remote_ref<T>(*this); }
 
@@ -447,12 +451,11 @@ public:
       std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
     };
     if constexpr (std::is_void_v<R>) {
-      detail::op_call(&gp_, op::id, false, pack, nullptr, describe().c_str());
+      detail::op_call(&gp_, op::id, false, pack, nullptr, typeid(T));
     } else {
       R r{};
       detail::op_call(
-          &gp_, op::id, true, pack, [&r](stream &s) { s >> r; },
-          describe().c_str());
+          &gp_, op::id, true, pack, [&r](stream &s) { s >> r; }, typeid(T));
       return r;
     }
   }
@@ -601,7 +604,7 @@ global_ptr<C> create(const proc_t &where, A &&...a) {
       [&args](stream &s) {
         std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
       },
-      detail::type_name(typeid(C)).c_str());
+      typeid(C));
   return global_ptr<C>::adopt(gp);
 }
 
@@ -611,15 +614,11 @@ template <class C> int destroy(global_ptr<C> &p) {
   nx_gp_t gp = NX_GP_NULL;
   nx_gp_copy(p.gp(), &gp);
   p = nullptr;
-  std::string what = detail::type_name(typeid(C));
-  return detail::destroy_context(&gp, detail::delete_op<C>::id, what.c_str());
+  return detail::destroy_context(&gp, detail::delete_op<C>::id, typeid(C));
 }
 
 template <class T> std::string global_ptr<T>::describe() const {
-  char ctx[32];
-  snprintf(ctx, sizeof(ctx), "@0x%llx",
-           static_cast<unsigned long long>(nx_gp_context(&gp_)));
-  return detail::type_name(typeid(T)) + ctx;
+  return detail::object_name(typeid(T), &gp_);
 }
 
 // ---------------------------------------------------------------- threads
