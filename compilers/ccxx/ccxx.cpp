@@ -412,6 +412,13 @@ int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type) {
   } catch (const remote_error &e) {
     result = e.code() < 0 ? e.code() : NX_EPROTO;
   }
+  if (result == NX_EPEERDEAD) {
+    // The process is gone already; nx_finalize reaps it. Destroying it now
+    // races with libnexus's process monitor, which may still be handling
+    // the hang-up (a use-after-free in nexus/src/process.c under ASan).
+    nx_gp_release(gp);
+    return result;
+  }
   int r = nx_context_destroy(gp);
   nx_gp_release(gp);
   return result < 0 ? result : r;

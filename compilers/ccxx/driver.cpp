@@ -72,6 +72,8 @@ static bool library_flags(std::vector<std::string> &flags) {
              "-lccxx",
              "-lnexus",
              "-pthread"};
+    if (std::string(CCXX_BUILD_SANITIZE) != "none")
+      flags.push_back("-fsanitize=" CCXX_BUILD_SANITIZE);
     return true;
   }
 #endif

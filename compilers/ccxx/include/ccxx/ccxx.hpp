@@ -435,8 +435,12 @@ public:
     nx_gp_copy(&gp_, &gp);
     // The same executable runs everywhere, so the member's offset is the
     // same in the remote context.
-    const U *base = nullptr;
-    gp.address += reinterpret_cast<uintptr_t>(&(base->*field));
+    // The offset is taken on storage of U's size and alignment (never a
+    // null pointer, which the sanitizers rightly refuse).
+    alignas(U) static const unsigned char storage[sizeof(U)] = {};
+    const U *base = reinterpret_cast<const U *>(storage);
+    gp.address += static_cast<uint64_t>(
+        reinterpret_cast<const unsigned char *>(&(base->*field)) - storage);
     return global_ptr<M>::adopt(gp);
   }
 
