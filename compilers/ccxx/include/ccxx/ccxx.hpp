@@ -637,7 +637,8 @@ template <class... F> void par(F &&...f) {
 
 // Runs body(i) for i in [begin, end) in parallel (on at most
 // CCXX_PARFOR_THREADS threads, default the number of processors, each
-// taking iterations in turn) and waits for all.
+// taking the next run of consecutive iterations, a sixteenth of its share)
+// and waits for all; the first exception thrown is rethrown.
 void parfor_run(long begin, long end, const std::function<void(long)> &body);
 template <class F> void parfor(long begin, long end, F &&body) {
   parfor_run(begin, end, std::function<void(long)>(std::forward<F>(body)));
