@@ -168,6 +168,8 @@ private:
   std::string emitted(size_t from, size_t to) const;
 
   void pass_classes();
+  void check_remote_params(const std::string &cls, size_t lb, size_t rb,
+                           bool is_struct);
   void pass_sync();
   void pass_global_ptrs();
   void pass_objects();
@@ -252,6 +254,9 @@ void translator::pass_classes() {
         continue;
       }
       classes_.insert(name);
+      size_t rb = match(j);
+      if (rb != npos)
+        check_remote_params(name, j, rb, is(i + 1, "struct"));
     } else if (t_[i].orig == "atomic" && i > 0 && !is(i - 1, "::") &&
                !is(i - 1, ".") && !is(i - 1, "->")) {
       t_[i].text = "";
@@ -277,6 +282,91 @@ void translator::pass_classes() {
         t_[j].after += " ccxx::atomic_guard ccxx_atomic_(this);";
       }
     }
+  }
+}
+
+// The public member functions of a global class can be called remotely:
+// their parameters may not be local pointers or references (they mean
+// nothing in another address space). Named here, where the parameter's name
+// is known; libccxx's static_assert catches the rest.
+void translator::check_remote_params(const std::string &cls, size_t lb,
+                                     size_t rb, bool is_struct) {
+  bool open = is_struct;
+  for (size_t i = lb + 1; i < rb; i++) {
+    if (is(i, "{")) { // a nested body: not a member declaration
+      size_t m = match(i);
+      if (m == npos)
+        return;
+      i = m;
+      continue;
+    }
+    if (t_[i].kind == IDENT && is(i + 1, ":") &&
+        (t_[i].orig == "public" || t_[i].orig == "private" ||
+         t_[i].orig == "protected")) {
+      open = t_[i].orig == "public";
+      continue;
+    }
+    if (!open || t_[i].kind != IDENT || !is(i + 1, "(") ||
+        t_[i].orig == "operator" || (i > 0 && is(i - 1, "operator")))
+      continue;
+    // A declaration starts after ';', '}', '{' or an access label.
+    size_t k = i;
+    bool is_friend = false;
+    while (k > lb + 1 && !is(k - 1, ";") && !is(k - 1, "}") &&
+           !is(k - 1, "{") && !is(k - 1, ":")) {
+      k--;
+      if (t_[k].orig == "friend" || t_[k].orig == "static")
+        is_friend = true;
+      if (is(k, "=") || is(k, "("))
+        break; // an initialiser or a call, not a member function
+    }
+    if (is_friend || is(k, "=") || is(k, "("))
+      continue;
+    size_t rp = match(i + 1);
+    if (rp == npos)
+      return;
+    const std::string fn =
+        t_[i].orig == cls ? cls + "::" + cls : cls + "::" + t_[i].orig;
+    size_t start = i + 2;
+    for (size_t j = start; j <= rp; j++) {
+      if (is(j, "(") || is(j, "[") || is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos || m > rp)
+          break;
+        j = m;
+        continue;
+      }
+      if (is(j, "<")) { // skip template arguments
+        int depth = 0;
+        for (; j < rp; j++) {
+          depth += is(j, "<") - is(j, ">");
+          if (depth == 0)
+            break;
+        }
+        continue;
+      }
+      if (!is(j, ",") && j != rp)
+        continue;
+      // One parameter: [start, j).
+      bool local = false, ref = false;
+      std::string pname;
+      for (size_t q = start; q < j; q++) {
+        if (is(q, "*") && !is(q + 1, "global"))
+          local = true;
+        if (is(q, "&") || is(q, "&&"))
+          ref = true;
+        if (is(q, "="))
+          break;
+        if (t_[q].kind == IDENT && t_[q].orig != "global")
+          pname = t_[q].orig;
+      }
+      if (local || ref)
+        error(start, "remote method '" + fn + "': parameter '" + pname +
+                         "' is a local " + (local ? "pointer" : "reference") +
+                         " (pass it by value, or as T *global)");
+      start = j + 1;
+    }
+    i = rp;
   }
 }
 

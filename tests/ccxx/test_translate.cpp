@@ -191,6 +191,24 @@ TEST_CASE("malformed constructs: file:line: error: ...") {
         "t.ccxx:1: error: 'sync' needs a type and then a name: sync T name;\n");
 }
 
+TEST_CASE("a public method of a global class with a local pointer or "
+          "reference parameter is refused, naming the parameter") {
+  std::string err =
+      bad("global class C {\n"
+          "  void helper(int *p);\n"
+          "public:\n"
+          "  C(const std::string &name);\n"
+          "  int f(int a, int *b, std::vector<int> v);\n"
+          "  int g(C *global o, sync int *global s) { return 1; }\n"
+          "  friend ccxx::stream &operator<<(ccxx::stream &, "
+          "const C &);\n"
+          "};\n");
+  CHECK(err == "t.ccxx:4: error: remote method 'C::C': parameter 'name' is a "
+               "local reference (pass it by value, or as T *global)\n"
+               "t.ccxx:5: error: remote method 'C::f': parameter 'b' is a "
+               "local pointer (pass it by value, or as T *global)\n");
+}
+
 TEST_CASE("every error of a file is reported, each with its line") {
   std::string err = bad("void f() {\n  par a();\n  spawn 3;\n}\n");
   CHECK(err == "t.ccxx:2: error: 'par' without a block: write par { "
