@@ -374,8 +374,9 @@ public:
   // The gp of a local object; `&x` inside a processor object's method
   // converts to `T *global` through this.
   global_ptr(T *local) : gp_(NX_GP_NULL) {
-    if (local != nullptr && nx_gp_make(local, &gp_) < 0)
-      throw runtime_error("nx_gp_make", NX_ENOTINIT);
+    int r = local != nullptr ? nx_gp_make(local, &gp_) : 0;
+    if (r < 0)
+      throw runtime_error("nx_gp_make", r);
   }
   // Adopts `gp` (takes its reference).
   static global_ptr adopt(nx_gp_t gp) {
