@@ -1,0 +1,297 @@
+// The ccxx benchmark: a remote int call against the raw RSR request/reply it is
+// built from (in-process and over each process module), parfor against
+// hand-written pthreads, and new (ccxx::here) C against
+// nx_context_create_local, printed as ratios with the goals.
+//
+//   bench_ccxx [MODULE...]     (default: tcp ucx ofi; "here" always runs)
+//
+// Each placement runs in a fresh copy of this program with NX_PROTOCOLS set
+// to MODULE,local, so one command covers every module; a module that does
+// not load is reported and skipped.
+#include <ccxx/ccxx.hpp>
+
+#include <pthread.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char **environ;
+
+static double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ------------------------------------------------------------ raw RSR echo
+
+// What the raw ping-pong waits on: the reply handler fills it.
+static struct {
+  nx_mutex_t m;
+  nx_cond_t c;
+  bool done;
+  int32_t value;
+} raw;
+
+// "bench.echo" (threaded, like a ccxx call): answers x + 1 to the reply gp.
+static void on_echo(nx_context_t *, void *, nx_buffer_t *buf) {
+  int32_t x;
+  nx_gp_t to;
+  if (nx_get_int32(buf, &x) < 0 || nx_get_gp(buf, &to) < 0)
+    return;
+  nx_buffer_t *out;
+  if (nx_rsr_init_name(&out, &to, "bench.reply", 16) == 0) {
+    nx_put_int32(out, x + 1);
+    nx_rsr_send(out);
+  }
+  nx_gp_release(&to);
+}
+
+// "bench.reply" (non-threaded, like ccxx's reply): wakes the caller.
+static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
+  int32_t v;
+  if (nx_get_int32(buf, &v) < 0)
+    return;
+  nx_mutex_lock(&raw.m);
+  raw.value = v;
+  raw.done = true;
+  nx_cond_signal(&raw.c);
+  nx_mutex_unlock(&raw.m);
+}
+
+static int32_t raw_call(const nx_gp_t *target, const nx_gp_t *me, int32_t x) {
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, target, "bench.echo", 64) < 0)
+    return -1;
+  nx_put_int32(b, x);
+  nx_put_gp(b, me);
+  nx_mutex_lock(&raw.m);
+  raw.done = false;
+  nx_mutex_unlock(&raw.m);
+  if (nx_rsr_send(b) < 0)
+    return -1;
+  nx_mutex_lock(&raw.m);
+  while (!raw.done)
+    nx_cond_wait(&raw.c, &raw.m);
+  int32_t v = raw.value;
+  nx_mutex_unlock(&raw.m);
+  return v;
+}
+
+// The object both calls go to; install() adds the raw handler to its
+// context, wherever that is.
+class Echo {
+public:
+  int f(int x) { return x + 1; }
+  int install() {
+    return nx_handler_register(nx_context_self(), "bench.echo", on_echo,
+                               NX_HANDLER_THREADED, nullptr);
+  }
+};
+
+class Empty {};
+
+// The best of `reps` runs of `n` repetitions of `a` and of `b`, per
+// repetition, in us. The runs alternate, so a machine whose load changes
+// weighs on both alike.
+template <class A, class B>
+static void best_us(int reps, int n, A a, B b, double &ta, double &tb) {
+  ta = tb = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_us();
+    for (int i = 0; i < n; i++)
+      a(i);
+    double t1 = now_us();
+    for (int i = 0; i < n; i++)
+      b(i);
+    double t2 = now_us();
+    ta = std::min(ta, (t1 - t0) / n);
+    tb = std::min(tb, (t2 - t1) / n);
+  }
+}
+
+static int bench_calls(const char *label, const ccxx::proc_t &where) {
+  ccxx::global_ptr<Echo> p = ccxx::create<Echo>(where);
+  if (p.call<&Echo::install>() < 0) {
+    fprintf(stderr, "bench: registering the raw handler failed\n");
+    return 1;
+  }
+  nx_gp_t me;
+  nx_gp_make(nullptr, &me);
+  const int n = 1000, reps = 7;
+  int bad = 0;
+  // Warm both paths (connections, buffer caches, handler threads).
+  for (int i = 0; i < 200; i++) {
+    bad += p.call<&Echo::f>(i) != i + 1;
+    bad += raw_call(p.gp(), &me, i) != i + 1;
+  }
+  double tr, tc;
+  best_us(
+      reps, n, [&](int i) { bad += raw_call(p.gp(), &me, i) != i + 1; },
+      [&](int i) { bad += p.call<&Echo::f>(i) != i + 1; }, tr, tc);
+  nx_gp_release(&me);
+  ccxx::destroy(p);
+  printf("%-22s raw RSR round trip %8.2f us   p->f(x) %8.2f us   ratio "
+         "%5.2f  (goal <= 1.20: %s)\n",
+         label, tr, tc, tc / tr, tc / tr <= 1.2 ? "met" : "MISSED");
+  if (bad) {
+    fprintf(stderr, "bench: %d wrong answers\n", bad);
+    return 1;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------ parfor
+
+struct chunk {
+  long begin, end;
+};
+
+static void *run_chunk(void *arg) {
+  chunk *c = static_cast<chunk *>(arg);
+  for (volatile long i = c->begin; i < c->end; i = i + 1) {
+  }
+  return nullptr;
+}
+
+// The hand-written version: one pthread per processor, each a contiguous
+// chunk of the iterations, then join.
+static void pthread_parfor(long n, long threads) {
+  std::vector<pthread_t> t(threads);
+  std::vector<chunk> c(threads);
+  for (long k = 0; k < threads; k++) {
+    c[k] = chunk{n * k / threads, n * (k + 1) / threads};
+    if (k > 0)
+      pthread_create(&t[k], nullptr, run_chunk, &c[k]);
+  }
+  run_chunk(&c[0]);
+  for (long k = 1; k < threads; k++)
+    pthread_join(t[k], nullptr);
+}
+
+static void bench_parfor() {
+  const long n = 1000;
+  long threads = std::max(1u, std::thread::hardware_concurrency());
+  const char *env = getenv("CCXX_PARFOR_THREADS");
+  if (env != nullptr && atol(env) > 0)
+    threads = atol(env);
+  double tp, tc;
+  best_us(
+      5, 200, [&](int) { pthread_parfor(n, threads); },
+      [&](int) { ccxx::parfor(0, n, [](long) {}); }, tp, tc);
+  printf("parfor of %ld empty iterations (%ld threads): pthreads %8.2f us   "
+         "ccxx::parfor %8.2f us   ratio %5.2f\n",
+         n, threads, tp, tc, tc / tp);
+}
+
+// ------------------------------------------------------------ creation
+
+static int no_init(nx_context_t *, void *) { return 0; }
+
+static void bench_create() {
+  const int n = 500, reps = 5;
+  double tr = 1e30, tc = 1e30;
+  for (int r = 0; r < reps; r++) {
+    std::vector<nx_gp_t> gps(n);
+    double t0 = now_us();
+    for (int i = 0; i < n; i++)
+      nx_context_create_local(no_init, nullptr, &gps[i]);
+    tr = std::min(tr, (now_us() - t0) / n);
+    for (auto &g : gps) {
+      nx_context_destroy(&g);
+      nx_gp_release(&g);
+    }
+    std::vector<ccxx::global_ptr<Empty>> objs(n);
+    t0 = now_us();
+    for (int i = 0; i < n; i++)
+      objs[i] = ccxx::create<Empty>(ccxx::here);
+    tc = std::min(tc, (now_us() - t0) / n);
+    for (auto &o : objs)
+      ccxx::destroy(o);
+  }
+  printf("in-process creation: nx_context_create_local %6.2f us   new "
+         "(ccxx::here) C %6.2f us   ratio %5.2f  (goal < 5 us: %s)\n",
+         tr, tc, tc / tr, tc < 5.0 ? "met" : "MISSED");
+}
+
+// ------------------------------------------------------------ driver
+
+static int one(int argc, char **argv) {
+  // argv: --one MODULE
+  std::string m = argv[2];
+  nx_mutex_init(&raw.m);
+  nx_cond_init(&raw.c);
+  if (nx_handler_register(nx_context_self(), "bench.reply", on_reply,
+                          NX_HANDLER_NONTHREADED, nullptr) < 0)
+    return 1;
+  if (m == "here") {
+    int r = bench_calls("ccxx::here (local)", ccxx::here);
+    bench_parfor();
+    bench_create();
+    return r;
+  }
+  (void)argc;
+  return bench_calls((m + " (process)").c_str(), ccxx::proc_t("localhost"));
+}
+
+static int run_child(const char *self, const std::string &module) {
+  std::string protos =
+      "NX_PROTOCOLS=" + (module == "here" ? "local" : module + ",local");
+  std::vector<char *> env;
+  for (char **e = environ; *e != nullptr; e++)
+    if (strncmp(*e, "NX_PROTOCOLS=", 13) != 0)
+      env.push_back(*e);
+  env.push_back(&protos[0]);
+  env.push_back(nullptr);
+  char *const argv[] = {const_cast<char *>(self), const_cast<char *>("--one"),
+                        const_cast<char *>(module.c_str()), nullptr};
+  pid_t pid;
+  if (posix_spawn(&pid, self, nullptr, nullptr, argv, env.data()) != 0)
+    return -1;
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    ;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--ccxx-serve") == 0)
+    return ccxx::start(argc, argv, [](int, char **) { return 0; });
+  if (argc > 2 && strcmp(argv[1], "--one") == 0)
+    return ccxx::start(argc, argv, one);
+  std::vector<std::string> modules = {"here"};
+  if (argc > 1)
+    for (int i = 1; i < argc; i++)
+      modules.push_back(argv[i]);
+  else
+    modules.insert(modules.end(), {"tcp", "ucx", "ofi"});
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0)
+    return 1;
+  self[n] = '\0';
+  printf("ccxx benchmark: best of several alternating runs each; ratio = ccxx "
+         "/ anchor\n");
+  fflush(stdout);
+  int failed = 0;
+  for (auto &m : modules) {
+    int r = run_child(self, m);
+    if (r != 0) {
+      printf("%-22s skipped (exit status %d: the module is not built or did "
+             "not load; see above)\n",
+             m.c_str(), r);
+      failed++;
+    }
+    fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,684 @@
+// libccxx's runtime: the operation table, the request/reply RSRs behind remote
+// calls, object placement, start-up of object processes, and the thread
+// helpers.
+#include "ccxx/ccxx.hpp"
+
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+
+namespace ccxx {
+
+// The argument that makes a started copy of the executable serve objects.
+static const char SERVE_FLAG[] = "--ccxx-serve";
+static const char OP_HANDLER[] = "ccxx.op";
+static const char REPLY_HANDLER[] = "ccxx.reply";
+
+remote_error::remote_error(const std::string &object, const std::string &cause,
+                           int code)
+    : std::runtime_error("ccxx: remote call to " + object +
+                         " failed: " + cause),
+      object_(object), cause_(cause), code_(code) {}
+
+sync_error::sync_error()
+    : std::logic_error(
+          "ccxx: sync variable written twice (a sync is single-assignment)") {}
+
+runtime_error::runtime_error(const std::string &what, int code)
+    : std::runtime_error("ccxx: " + what + ": " + nx_strerror(code)),
+      code_(code) {}
+
+stream::error::error(int c)
+    : std::runtime_error(std::string("ccxx: bad data in a message: ") +
+                         nx_strerror(c)),
+      code(c) {}
+
+const proc_t &here_() {
+  static const proc_t h;
+  return h;
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------- op table
+
+struct op_entry {
+  op_fn fn;
+  bool reply;
+  std::string name;
+};
+
+// Filled by static initialisers (before main, in every process of the
+// executable), read-only afterwards.
+static std::unordered_map<uint32_t, op_entry> &ops() {
+  static std::unordered_map<uint32_t, op_entry> table;
+  return table;
+}
+
+uint32_t op_register(const char *name, op_fn fn, bool reply) {
+  uint32_t id = nx_handler_id(name);
+  auto it = ops().find(id);
+  if (it != ops().end() && it->second.name != name) {
+    // Two operations would share a wire id: refuse to run rather than call
+    // the wrong one.
+    fprintf(stderr, "ccxx: operations '%s' and '%s' hash to the same id\n",
+            name, it->second.name.c_str());
+    abort();
+  }
+  ops()[id] = op_entry{fn, reply, name};
+  return id;
+}
+
+std::string object_name(const std::type_info &t, const nx_gp_t *gp) {
+  char ctx[32];
+  snprintf(ctx, sizeof(ctx), "@0x%llx",
+           static_cast<unsigned long long>(nx_gp_context(gp)));
+  return type_name(t) + ctx;
+}
+
+std::string type_name(const std::type_info &t) {
+  int status = 0;
+  char *s = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  std::string r = status == 0 && s != nullptr ? s : t.name();
+  free(s);
+  return r;
+}
+
+// ---------------------------------------------------------------- pending
+// calls
+
+// A caller waiting for its reply. Replies and failures find it by token in
+// `pending`, so a late reply for a call that already failed is dropped.
+struct pending_call {
+  nx_mutex_t m;
+  nx_cond_t c;
+  bool done = false;
+  int status = 0;
+  std::string cause;
+  nx_buffer_t *reply = nullptr;
+  uint64_t context = 0; // the target's context
+};
+
+static std::mutex pending_mu;
+static std::unordered_map<uint64_t, pending_call *> pending;
+static std::atomic<uint64_t> next_token{1};
+static nx_handler_id_t op_handler_id;
+
+static void finish(pending_call *p, int status, const std::string &cause,
+                   nx_buffer_t *reply) {
+  nx_mutex_lock(&p->m);
+  p->done = true;
+  p->status = status;
+  p->cause = cause;
+  p->reply = reply;
+  nx_cond_broadcast(&p->c);
+  nx_mutex_unlock(&p->m);
+}
+
+// Fails every call to `context` (or, when `whole_process`, to any context
+// of its process).
+static void fail_calls(uint64_t context, bool whole_process, int err) {
+  std::vector<pending_call *> hit;
+  {
+    std::lock_guard<std::mutex> g(pending_mu);
+    for (auto it = pending.begin(); it != pending.end();) {
+      bool match = whole_process
+                       ? (it->second->context >> 32) == (context >> 32)
+                       : it->second->context == context;
+      if (match) {
+        hit.push_back(it->second);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const char *why = err == NX_EPEERDEAD
+                        ? "the object's process died"
+                        : "the object's context no longer exists";
+  for (pending_call *p : hit)
+    finish(p, err, why, nullptr);
+}
+
+// The runtime drops an RSR or finds a peer dead: wake whoever waits for it.
+static void on_error(int err, uint64_t context, uint32_t handler, void *) {
+  if (getenv("CCXX_DEBUG") != nullptr)
+    fprintf(stderr, "ccxx[%d]: dropped RSR: %s, context 0x%llx handler %u\n",
+            (int)getpid(), nx_strerror(err), (unsigned long long)context,
+            handler);
+  if (err == NX_EPEERDEAD)
+    fail_calls(context, true, err);
+  else if (err == NX_ENOCONTEXT && handler == op_handler_id)
+    fail_calls(context, false, err);
+}
+
+// "ccxx.reply" (non-threaded): hands the reply buffer to its caller.
+static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
+  uint64_t token;
+  if (nx_get_uint64(buf, &token) < 0)
+    return;
+  pending_call *p = nullptr;
+  {
+    std::lock_guard<std::mutex> g(pending_mu);
+    auto it = pending.find(token);
+    if (it == pending.end())
+      return;
+    p = it->second;
+    pending.erase(it);
+  }
+  if (nx_buffer_retain(buf) < 0) {
+    finish(p, NX_ENOMEM, "the reply could not be kept", nullptr);
+    return;
+  }
+  finish(p, 0, "", buf);
+}
+
+// Replies carry: token, status (0 or an error), the cause when status != 0,
+// then the result.
+static void send_error_reply(const nx_gp_t *to, uint64_t token, int status,
+                             const std::string &cause) {
+  nx_buffer_t *out;
+  if (nx_rsr_init_name(&out, to, REPLY_HANDLER, 64 + cause.size()) < 0)
+    return;
+  stream s(out);
+  try {
+    s << token << status << cause;
+  } catch (const stream::error &) {
+    nx_buffer_release(out);
+    return;
+  }
+  nx_rsr_send(out);
+}
+
+// "ccxx.op" (threaded): runs one operation on the object at `address`.
+static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
+  uint32_t id;
+  uint64_t token;
+  nx_gp_t reply_to = NX_GP_NULL;
+  if (nx_get_uint32(buf, &id) < 0 || nx_get_uint64(buf, &token) < 0 ||
+      nx_get_gp(buf, &reply_to) < 0)
+    return;
+  bool want_reply = !nx_gp_is_null(&reply_to);
+  auto it = ops().find(id);
+  if (it == ops().end()) {
+    if (want_reply)
+      send_error_reply(&reply_to, token, NX_ENOHANDLER,
+                       "the object's process does not know this operation "
+                       "(another executable?)");
+    nx_gp_release(&reply_to);
+    return;
+  }
+  stream in(buf);
+  nx_buffer_t *out = nullptr;
+  if (want_reply && nx_rsr_init_name(&out, &reply_to, REPLY_HANDLER, 64) < 0) {
+    nx_gp_release(&reply_to);
+    return;
+  }
+  int status = 0;
+  std::string cause;
+  try {
+    if (out != nullptr) {
+      stream s(out);
+      s << token << 0;
+      it->second.fn(address, in, &s);
+    } else {
+      it->second.fn(address, in, nullptr);
+    }
+  } catch (const stream::error &e) {
+    status = e.code;
+    cause = e.what();
+  } catch (const std::exception &e) {
+    status = -1;
+    cause = std::string("the method threw: ") + e.what();
+  } catch (...) {
+    status = -1;
+    cause = "the method threw a non-standard exception";
+  }
+  if (status == 0 && out != nullptr) {
+    nx_rsr_send(out);
+  } else {
+    if (out != nullptr)
+      nx_buffer_release(out);
+    if (want_reply)
+      send_error_reply(&reply_to, token, status, cause);
+    else if (status != 0)
+      fprintf(stderr, "ccxx: one-way call failed: %s\n", cause.c_str());
+  }
+  nx_gp_release(&reply_to);
+}
+
+static int register_handlers(nx_context_t *ctx) {
+  int r = nx_handler_register(ctx, OP_HANDLER, on_op, NX_HANDLER_THREADED,
+                              &op_handler_id);
+  if (r == 0)
+    r = nx_handler_register(ctx, REPLY_HANDLER, on_reply,
+                            NX_HANDLER_NONTHREADED, nullptr);
+  return r;
+}
+
+void op_call(const nx_gp_t *target, uint32_t id, bool reply,
+             const std::function<void(stream &)> &pack,
+             const std::function<void(stream &)> &unpack,
+             const std::type_info &type) {
+  // The object's name is built only for an error.
+  auto what = [&type, target] { return object_name(type, target); };
+  if (nx_gp_is_null(target))
+    throw remote_error(what(), "null global pointer", NX_EINVAL);
+  nx_buffer_t *buf;
+  int r = nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
+  if (r < 0)
+    throw remote_error(what(), nx_strerror(r), r);
+  nx_gp_t me = NX_GP_NULL;
+  if (reply && (r = nx_gp_make(nullptr, &me)) < 0) {
+    nx_buffer_release(buf);
+    throw remote_error(what(), nx_strerror(r), r);
+  }
+  uint64_t token = next_token.fetch_add(1);
+  try {
+    stream s(buf);
+    s << id << token;
+    stream::check(nx_put_gp(buf, &me));
+    if (pack)
+      pack(s);
+  } catch (const stream::error &e) {
+    nx_buffer_release(buf);
+    nx_gp_release(&me);
+    throw remote_error(what(), e.what(), e.code);
+  }
+  nx_gp_release(&me);
+  if (!reply) {
+    r = nx_rsr_send(buf);
+    if (r < 0)
+      throw remote_error(what(), nx_strerror(r), r);
+    return;
+  }
+  pending_call p;
+  nx_mutex_init(&p.m);
+  nx_cond_init(&p.c);
+  p.context = nx_gp_context(target);
+  {
+    std::lock_guard<std::mutex> g(pending_mu);
+    pending[token] = &p;
+  }
+  r = nx_rsr_send(buf);
+  if (r < 0) {
+    std::lock_guard<std::mutex> g(pending_mu);
+    if (pending.erase(token) == 1)
+      finish(&p, r, nx_strerror(r), nullptr);
+  }
+  nx_mutex_lock(&p.m);
+  while (!p.done)
+    nx_cond_wait(&p.c, &p.m);
+  nx_mutex_unlock(&p.m);
+  nx_cond_destroy(&p.c);
+  nx_mutex_destroy(&p.m);
+  if (p.reply == nullptr)
+    throw remote_error(what(), p.cause, p.status);
+  // The reply handler read the token; status and cause follow.
+  std::unique_ptr<nx_buffer_t, int (*)(nx_buffer_t *)> hold(p.reply,
+                                                            nx_buffer_release);
+  stream s(p.reply);
+  int status = 0;
+  std::string cause;
+  try {
+    s >> status;
+    if (status != 0) {
+      s >> cause;
+      throw remote_error(what(), cause, status);
+    }
+    if (unpack)
+      unpack(s);
+  } catch (const stream::error &e) {
+    throw remote_error(what(), e.what(), e.code);
+  }
+}
+
+// ---------------------------------------------------------------- placement
+
+static int local_init(nx_context_t *ctx, void *arg) {
+  int r = register_handlers(ctx);
+  if (r < 0)
+    return r;
+  auto *make = static_cast<const std::function<void *()> *>(arg);
+  void *obj;
+  try {
+    obj = (*make)();
+  } catch (...) {
+    return NX_EINVAL;
+  }
+  // The gp the creator gets names the context's data: the object.
+  return nx_context_set_data(ctx, obj);
+}
+
+nx_gp_t place_local(const std::function<void *()> &make) {
+  nx_gp_t gp = NX_GP_NULL;
+  int r = nx_context_create_local(
+      local_init, const_cast<std::function<void *()> *>(&make), &gp);
+  if (r < 0)
+    throw runtime_error("nx_context_create_local", r);
+  return gp;
+}
+
+static std::string self_exe() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0)
+    return "";
+  path[n] = '\0';
+  return path;
+}
+
+nx_gp_t place_process(const std::string &spec, uint32_t ctor,
+                      const std::function<void(stream &)> &pack,
+                      const std::type_info &type) {
+  nx_node_t node;
+  int r = nx_nodes_acquire(spec.c_str(), 1, &node);
+  if (r < 0)
+    throw runtime_error("nx_nodes_acquire(\"" + spec + "\")", r);
+  std::string exe = self_exe();
+  char *const argv[] = {const_cast<char *>(exe.c_str()),
+                        const_cast<char *>(SERVE_FLAG), nullptr};
+  nx_gp_t ctx = NX_GP_NULL;
+  r = nx_context_create(&node, exe.c_str(), argv, &ctx);
+  nx_node_release(&node);
+  if (r < 0)
+    throw runtime_error("nx_context_create", r);
+  nx_gp_t obj = NX_GP_NULL;
+  try {
+    op_call(
+        &ctx, ctor, true, pack,
+        [&obj](stream &s) { stream::check(nx_get_gp(s.buffer(), &obj)); },
+        type);
+  } catch (...) {
+    nx_context_destroy(&ctx);
+    nx_gp_release(&ctx);
+    throw;
+  }
+  nx_gp_release(&ctx);
+  return obj;
+}
+
+int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type) {
+  int result = 0;
+  try {
+    op_call(gp, del, true, nullptr, nullptr, type);
+  } catch (const remote_error &e) {
+    result = e.code() < 0 ? e.code() : NX_EPROTO;
+  }
+  if (result == NX_EPEERDEAD) {
+    // The process is gone already; nx_finalize reaps it. Destroying it now
+    // races with libnexus's process monitor, which may still be handling
+    // the hang-up (a use-after-free in nexus/src/process.c under ASan).
+    nx_gp_release(gp);
+    return result;
+  }
+  int r = nx_context_destroy(gp);
+  nx_gp_release(gp);
+  return result < 0 ? result : r;
+}
+
+// ---------------------------------------------------------------- atomic
+
+static std::mutex atomic_mu;
+static std::unordered_map<const void *, std::unique_ptr<monitor>> atomic_locks;
+
+monitor::monitor() {
+  nx_mutex_init(&m_);
+  nx_cond_init(&c_);
+}
+
+monitor::~monitor() {
+  nx_cond_destroy(&c_);
+  nx_mutex_destroy(&m_);
+}
+
+void monitor::lock() {
+  pthread_t me = pthread_self();
+  nx_mutex_lock(&m_);
+  while (depth_ > 0 && !pthread_equal(owner_, me))
+    nx_cond_wait(&c_, &m_);
+  owner_ = me;
+  depth_++;
+  nx_mutex_unlock(&m_);
+}
+
+void monitor::unlock() {
+  nx_mutex_lock(&m_);
+  if (--depth_ == 0)
+    nx_cond_signal(&c_);
+  nx_mutex_unlock(&m_);
+}
+
+monitor &atomic_lock(const void *object) {
+  std::lock_guard<std::mutex> g(atomic_mu);
+  auto &m = atomic_locks[object];
+  if (!m)
+    m.reset(new monitor);
+  return *m;
+}
+
+void atomic_forget(const void *object) {
+  std::lock_guard<std::mutex> g(atomic_mu);
+  atomic_locks.erase(object);
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------- start-up
+
+static int init_depth = 0;
+
+int init(int &argc, char **&argv) {
+  if (init_depth++ > 0)
+    return 0;
+  bool serve = argc > 1 && std::strcmp(argv[1], SERVE_FLAG) == 0;
+  int r = nx_init(&argc, &argv);
+  if (r < 0) {
+    fprintf(stderr, "ccxx: nx_init: %s\n", nx_strerror(r));
+    init_depth = 0;
+    return r;
+  }
+  r = detail::register_handlers(nx_context_self());
+  if (r == 0)
+    r = nx_error_cb_set(detail::on_error, nullptr);
+  if (r < 0) {
+    fprintf(stderr, "ccxx: registering handlers: %s\n", nx_strerror(r));
+    nx_finalize();
+    init_depth = 0;
+    return r;
+  }
+  if (serve) {
+    // A processor-object process: objects arrive by RSR; the creator ends
+    // it with nx_context_destroy.
+    r = nx_context_serve();
+    int f = nx_finalize();
+    std::exit(r == 0 && f == 0 ? 0 : 1);
+  }
+  return 0;
+}
+
+static std::mutex spawn_mu;
+static std::condition_variable spawn_cv;
+static int spawned = 0;
+
+int finalize() {
+  {
+    std::unique_lock<std::mutex> g(spawn_mu);
+    spawn_cv.wait(g, [] { return spawned == 0; });
+  }
+  if (init_depth == 0 || --init_depth > 0)
+    return 0;
+  return nx_finalize();
+}
+
+template <class Fn> static int start_with(int argc, char **argv, Fn fn) {
+  int r = init(argc, argv);
+  if (r < 0)
+    return 1;
+  int status;
+  try {
+    status = fn(argc, argv);
+  } catch (const std::exception &e) {
+    fprintf(stderr, "%s\n", e.what());
+    status = 1;
+  }
+  if (finalize() < 0 && status == 0)
+    status = 1;
+  return status;
+}
+
+int start(int argc, char **argv, int (*main_fn)(int, char **)) {
+  return start_with(argc, argv, main_fn);
+}
+
+int start(int argc, char **argv, int (*main_fn)()) {
+  return start_with(argc, argv, [main_fn](int, char **) { return main_fn(); });
+}
+
+// ---------------------------------------------------------------- threads
+
+// Counts running threads; the waiter sleeps on a nexus condition variable,
+// so a handler waiting here on the progress thread hands progress on
+// (std::thread::join would stall every reply the threads wait for).
+class latch {
+public:
+  explicit latch(long n) : n_(n) {
+    nx_mutex_init(&m_);
+    nx_cond_init(&c_);
+  }
+  ~latch() {
+    nx_cond_destroy(&c_);
+    nx_mutex_destroy(&m_);
+  }
+  void count_down() {
+    nx_mutex_lock(&m_);
+    if (--n_ == 0)
+      nx_cond_broadcast(&c_);
+    nx_mutex_unlock(&m_);
+  }
+  void wait() {
+    nx_mutex_lock(&m_);
+    while (n_ > 0)
+      nx_cond_wait(&c_, &m_);
+    nx_mutex_unlock(&m_);
+  }
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  long n_;
+};
+
+void par_run(std::vector<std::function<void()>> &tasks) {
+  if (tasks.empty())
+    return;
+  std::vector<std::exception_ptr> errors(tasks.size());
+  std::vector<std::thread> threads;
+  threads.reserve(tasks.size() - 1);
+  latch done(static_cast<long>(tasks.size()) - 1);
+  for (size_t i = 1; i < tasks.size(); i++)
+    threads.emplace_back([&tasks, &errors, &done, i] {
+      try {
+        tasks[i]();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      done.count_down();
+    });
+  // The caller runs the first statement itself: one thread fewer.
+  try {
+    tasks[0]();
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  done.wait();
+  for (auto &t : threads)
+    t.join();
+  for (auto &e : errors)
+    if (e)
+      std::rethrow_exception(e);
+}
+
+static long parfor_threads() {
+  static const long n = [] {
+    const char *s = std::getenv("CCXX_PARFOR_THREADS");
+    long v = s != nullptr ? std::strtol(s, nullptr, 10) : 0;
+    if (v <= 0)
+      v = static_cast<long>(std::thread::hardware_concurrency());
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+void parfor_run(long begin, long end, const std::function<void(long)> &body) {
+  if (end <= begin)
+    return;
+  long n = end - begin;
+  long workers = std::min(n, parfor_threads());
+  std::atomic<long> next{begin};
+  std::mutex err_mu;
+  std::exception_ptr error;
+  // Threads take runs of iterations (a sixteenth of a thread's share):
+  // one shared counter bump per iteration costs more than an empty body.
+  long grain = std::max(1L, n / (workers * 16));
+  auto work = [&] {
+    for (long first; (first = next.fetch_add(grain)) < end;) {
+      long last = std::min(end, first + grain);
+      for (long i = first; i < last; i++) {
+        try {
+          body(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> g(err_mu);
+          if (!error)
+            error = std::current_exception();
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  latch done(workers - 1);
+  for (long w = 1; w < workers; w++)
+    threads.emplace_back([&work, &done] {
+      work();
+      done.count_down();
+    });
+  work();
+  done.wait();
+  for (auto &t : threads)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
+}
+
+void parfor_group::run() {
+  parfor_run(0, static_cast<long>(tasks_.size()),
+             [this](long i) { tasks_[i](); });
+  tasks_.clear();
+}
+
+void spawn_run(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> g(spawn_mu);
+    spawned++;
+  }
+  std::thread([f = std::move(f)] {
+    try {
+      f();
+    } catch (const std::exception &e) {
+      fprintf(stderr, "ccxx: a spawned function threw: %s\n", e.what());
+    }
+    std::lock_guard<std::mutex> g(spawn_mu);
+    if (--spawned == 0)
+      spawn_cv.notify_all();
+  }).detach();
+}
+
+} // namespace ccxx

@@ -1,0 +1,685 @@
+// libccxx: the CC++-style runtime (processor objects, global pointers, sync,
+// par, parfor, spawn, atomic) on nexus RSRs.
+#ifndef CCXX_CCXX_HPP
+#define CCXX_CCXX_HPP
+
+#include <nexus.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <typeinfo>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace ccxx {
+
+// ---------------------------------------------------------------- errors
+
+// A remote operation failed: the object is dead or unreachable, the remote
+// code threw, or the data did not unpack. what() reads
+// "ccxx: remote call to <object> failed: <cause>".
+class remote_error : public std::runtime_error {
+public:
+  remote_error(const std::string &object, const std::string &cause, int code);
+  const std::string &object() const noexcept { return object_; }
+  const std::string &cause() const noexcept { return cause_; }
+  int code() const noexcept { return code_; } // an NX_E* code, or 0
+private:
+  std::string object_, cause_;
+  int code_;
+};
+
+// A sync variable was written a second time. what() is exactly
+// "ccxx: sync variable written twice (a sync is single-assignment)".
+class sync_error : public std::logic_error {
+public:
+  sync_error();
+};
+
+// A nexus call the runtime needed failed (start-up, creation). what() names
+// the call and the nexus error.
+class runtime_error : public std::runtime_error {
+public:
+  runtime_error(const std::string &what, int code);
+  int code() const noexcept { return code_; }
+
+private:
+  int code_;
+};
+
+// ---------------------------------------------------------------- start-up
+
+// Starts the runtime for this process (nx_init, the ccxx handlers in the
+// initial context). When this process is a processor-object process started
+// by ccxx::create, it serves its objects and exits instead of returning.
+// Returns 0 when the program should run its main. Call it first in main, or
+// let ccxx::start call it.
+int init(int &argc, char **&argv);
+
+// Waits for spawned threads, then stops the runtime (nx_finalize).
+// Returns 0 or the nx_finalize error.
+int finalize();
+
+// init, then main_fn, then finalize; an uncaught ccxx exception is printed
+// and gives exit status 1. The translator's main calls this.
+int start(int argc, char **argv, int (*main_fn)(int, char **));
+int start(int argc, char **argv, int (*main_fn)());
+
+// ---------------------------------------------------------------- marshalling
+
+template <class T> class global_ptr;
+
+// The data transfer stream: wraps a nexus buffer. operator<< packs,
+// operator>> unpacks (throws remote_error-compatible stream failures as
+// ccxx::stream::error).
+class stream {
+public:
+  struct error : std::runtime_error {
+    explicit error(int code);
+    int code;
+  };
+  explicit stream(nx_buffer_t *buf) : buf_(buf) {}
+  nx_buffer_t *buffer() const { return buf_; }
+  // Throws stream::error when `r` is a nexus error.
+  static void check(int r) {
+    if (r < 0)
+      throw error(r);
+  }
+
+private:
+  nx_buffer_t *buf_;
+};
+
+#define CCXX_STREAM_FUNDAMENTAL(T, PUT, GET, WIRE)                             \
+  inline stream &operator<<(stream &s, const T &v) {                           \
+    stream::check(PUT(s.buffer(), static_cast<WIRE>(v)));                      \
+    return s;                                                                  \
+  }                                                                            \
+  inline stream &operator>>(stream &s, T &v) {                                 \
+    WIRE w;                                                                    \
+    stream::check(GET(s.buffer(), &w));                                        \
+    v = static_cast<T>(w);                                                     \
+    return s;                                                                  \
+  }
+CCXX_STREAM_FUNDAMENTAL(bool, nx_put_uint8, nx_get_uint8, uint8_t)
+CCXX_STREAM_FUNDAMENTAL(char, nx_put_char, nx_get_char, char)
+CCXX_STREAM_FUNDAMENTAL(signed char, nx_put_int8, nx_get_int8, int8_t)
+CCXX_STREAM_FUNDAMENTAL(unsigned char, nx_put_uint8, nx_get_uint8, uint8_t)
+CCXX_STREAM_FUNDAMENTAL(short, nx_put_int16, nx_get_int16, int16_t)
+CCXX_STREAM_FUNDAMENTAL(unsigned short, nx_put_uint16, nx_get_uint16, uint16_t)
+CCXX_STREAM_FUNDAMENTAL(int, nx_put_int32, nx_get_int32, int32_t)
+CCXX_STREAM_FUNDAMENTAL(unsigned, nx_put_uint32, nx_get_uint32, uint32_t)
+CCXX_STREAM_FUNDAMENTAL(long, nx_put_int64, nx_get_int64, int64_t)
+CCXX_STREAM_FUNDAMENTAL(unsigned long, nx_put_uint64, nx_get_uint64, uint64_t)
+CCXX_STREAM_FUNDAMENTAL(long long, nx_put_int64, nx_get_int64, int64_t)
+CCXX_STREAM_FUNDAMENTAL(unsigned long long, nx_put_uint64, nx_get_uint64,
+                        uint64_t)
+CCXX_STREAM_FUNDAMENTAL(float, nx_put_float, nx_get_float, float)
+CCXX_STREAM_FUNDAMENTAL(double, nx_put_double, nx_get_double, double)
+#undef CCXX_STREAM_FUNDAMENTAL
+
+inline stream &operator<<(stream &s, const std::string &v) {
+  stream::check(nx_put_uint64(s.buffer(), v.size()));
+  stream::check(nx_put_bytes(s.buffer(), v.data(), v.size()));
+  return s;
+}
+inline stream &operator>>(stream &s, std::string &v) {
+  uint64_t n;
+  stream::check(nx_get_uint64(s.buffer(), &n));
+  if (n > nx_buffer_remaining(s.buffer()))
+    throw stream::error(NX_ERANGE);
+  v.resize(n);
+  stream::check(nx_get_bytes(s.buffer(), &v[0], n));
+  return s;
+}
+
+namespace detail {
+// Types without their own operator<<: trivially copyable structs travel as
+// opaque bytes (same executable, same layout; no byte-order conversion).
+template <class T, class = void> struct has_put : std::false_type {};
+template <class T>
+struct has_put<T, std::void_t<decltype(std::declval<stream &>()
+                                       << std::declval<const T &>())>>
+    : std::true_type {};
+} // namespace detail
+
+template <class T,
+          std::enable_if_t<std::is_trivially_copyable_v<T> &&
+                               std::is_class_v<T> && !detail::has_put<T>::value,
+                           int> = 0>
+stream &operator<<(stream &s, const T &v) {
+  stream::check(nx_put_bytes(s.buffer(), &v, sizeof(T)));
+  return s;
+}
+template <class T,
+          std::enable_if_t<std::is_trivially_copyable_v<T> &&
+                               std::is_class_v<T> && !detail::has_put<T>::value,
+                           int> = 0>
+stream &operator>>(stream &s, T &v) {
+  stream::check(nx_get_bytes(s.buffer(), &v, sizeof(T)));
+  return s;
+}
+
+template <class T> stream &operator<<(stream &s, const std::vector<T> &v) {
+  stream::check(nx_put_uint64(s.buffer(), v.size()));
+  for (const T &x : v)
+    s << x;
+  return s;
+}
+template <class T> stream &operator>>(stream &s, std::vector<T> &v) {
+  uint64_t n;
+  stream::check(nx_get_uint64(s.buffer(), &n));
+  // Every element takes at least one byte: a length larger than what is
+  // left is malformed, not a reason to allocate.
+  if (n > nx_buffer_remaining(s.buffer()))
+    throw stream::error(NX_ERANGE);
+  v.clear();
+  v.resize(n);
+  for (uint64_t i = 0; i < n; i++)
+    s >> v[i];
+  return s;
+}
+
+// ---------------------------------------------------------------- internals
+
+namespace detail {
+
+// The code of one remote operation: reads its arguments from `in`, works on
+// the object at `address`, writes the result (if any) to `out` (NULL for a
+// one-way operation).
+using op_fn = void (*)(void *address, stream &in, stream *out);
+
+// Registers an operation under the name the compiler gives its template
+// instance; every process of the executable computes the same id.
+uint32_t op_register(const char *name, op_fn fn, bool reply);
+
+// Sends op `id` to `target` with the arguments packed by `pack`; unless
+// `reply` is false, waits for the answer and lets `unpack` read it. Throws
+// remote_error, naming the object as object_name(type, target).
+void op_call(const nx_gp_t *target, uint32_t id, bool reply,
+             const std::function<void(stream &)> &pack,
+             const std::function<void(stream &)> &unpack,
+             const std::type_info &type);
+
+// The readable name of a type (demangled).
+std::string type_name(const std::type_info &t);
+// "Counter@0x100000002": an object's type and context, for messages.
+std::string object_name(const std::type_info &t, const nx_gp_t *gp);
+
+// The recursive lock behind an object's `atomic` methods. It waits on a
+// nexus condition variable, so a handler that waits for it on the progress
+// thread hands progress on (a std::mutex would stall every reply).
+class monitor {
+public:
+  monitor();
+  ~monitor();
+  void lock();
+  void unlock();
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  pthread_t owner_{};
+  int depth_ = 0;
+};
+monitor &atomic_lock(const void *object);
+void atomic_forget(const void *object);
+
+template <class T> struct is_global_ptr : std::false_type {};
+template <class T> struct is_global_ptr<global_ptr<T>> : std::true_type {};
+
+// Remote parameters and results: no local pointers or references (they mean
+// nothing in another address space). The index and type show in the
+// compiler's note for this template.
+template <std::size_t Index, class Param> struct check_param {
+  static_assert(!std::is_pointer_v<std::remove_reference_t<Param>>,
+                "ccxx: a remote method parameter is a local pointer; use "
+                "T *global (ccxx::global_ptr<T>) instead (the parameter's "
+                "index is Index in check_param<Index, Param>)");
+  static_assert(!std::is_reference_v<Param>,
+                "ccxx: a remote method parameter is a reference; pass it by "
+                "value (the parameter's index is Index in check_param<Index, "
+                "Param>)");
+  static constexpr bool ok = true;
+};
+
+template <class... Args, std::size_t... I>
+constexpr bool check_params(std::index_sequence<I...>) {
+  return (true && ... && check_param<I, Args>::ok);
+}
+
+template <class Tuple, std::size_t... I>
+void read_tuple(stream &in, Tuple &t, std::index_sequence<I...>) {
+  (void)(in >> ... >> std::get<I>(t));
+}
+
+template <class M> struct method_traits;
+template <class C, class R, class... A> struct method_traits<R (C::*)(A...)> {
+  using cls = C;
+  using ret = R;
+  using args = std::tuple<std::decay_t<A>...>;
+  static constexpr bool params_ok =
+      check_params<A...>(std::index_sequence_for<A...>{});
+};
+template <class C, class R, class... A>
+struct method_traits<R (C::*)(A...) const> : method_traits<R (C::*)(A...)> {};
+
+// One method as a remote operation; `name()` is unique per method.
+template <auto M> struct method_op {
+  using tr = method_traits<decltype(M)>;
+  using C = typename tr::cls;
+  using R = typename tr::ret;
+  static_assert(tr::params_ok);
+  static_assert(!std::is_pointer_v<R> && !std::is_reference_v<R>,
+                "ccxx: a remote method returns a local pointer or reference");
+  static void run(void *address, stream &in, stream *out) {
+    typename tr::args args;
+    read_tuple(
+        in, args,
+        std::make_index_sequence<std::tuple_size_v<typename tr::args>>{});
+    C *obj = static_cast<C *>(address);
+    if constexpr (std::is_void_v<R>) {
+      std::apply([obj](auto &...a) { (obj->*M)(std::move(a)...); }, args);
+    } else {
+      R r = std::apply([obj](auto &...a) { return (obj->*M)(std::move(a)...); },
+                       args);
+      *out << r;
+    }
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id =
+      op_register(name(), run, !std::is_void_v<R>);
+};
+
+// Construction of a C in the current context from arguments Args.
+template <class C, class... Args> struct ctor_op {
+  static void run(void *, stream &in, stream *out) {
+    std::tuple<Args...> args;
+    read_tuple(in, args, std::index_sequence_for<Args...>{});
+    C *obj =
+        std::apply([](auto &...a) { return new C(std::move(a)...); }, args);
+    nx_gp_t gp;
+    stream::check(nx_gp_make(obj, &gp));
+    int r = nx_put_gp(out->buffer(), &gp);
+    nx_gp_release(&gp);
+    stream::check(r);
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id = op_register(name(), run, true);
+};
+
+template <class C> struct delete_op {
+  static void run(void *address, stream &, stream *out) {
+    // Waits for running atomic methods, so their lock outlives them.
+    atomic_lock(address).lock();
+    atomic_lock(address).unlock();
+    delete static_cast<C *>(address);
+    atomic_forget(address);
+    *out << true;
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id = op_register(name(), run, true);
+};
+
+template <class T> struct sync_assign;
+
+// Remote read and write of the T a global pointer names.
+template <class T> struct get_op {
+  static void run(void *address, stream &, stream *out) {
+    *out << static_cast<const T &>(*static_cast<T *>(address));
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id = op_register(name(), run, true);
+};
+template <class T> struct put_op {
+  static void run(void *address, stream &in, stream *out) {
+    typename sync_assign<T>::value_type v;
+    in >> v;
+    sync_assign<T>::assign(*static_cast<T *>(address), std::move(v));
+    *out << true;
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id = op_register(name(), run, true);
+};
+
+// Places an object: `make` runs in the new in-process context (proc_t here)
+// or the op `ctor` is sent to a new process context. Returns the object's gp.
+nx_gp_t place_local(const std::function<void *()> &make);
+nx_gp_t place_process(const std::string &spec, uint32_t ctor,
+                      const std::function<void(stream &)> &pack,
+                      const std::type_info &type);
+int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type);
+
+} // namespace detail
+
+// ---------------------------------------------------------------- global_ptr
+
+template <class T> class remote_ref;
+
+// A global pointer: names a T in some context of the computation. Made from
+// a local pointer (in the calling thread's current context), copied, sent in
+// arguments, dereferenced remotely (get/put, *g, g->member via member()),
+// and used to call methods (call<&T::f>(args...)).
+template <class T> class global_ptr {
+public:
+  global_ptr() : gp_(NX_GP_NULL) {}
+  global_ptr(std::nullptr_t) : gp_(NX_GP_NULL) {}
+  // The gp of a local object; `&x` inside a processor object's method
+  // converts to `T *global` through this.
+  global_ptr(T *local) : gp_(NX_GP_NULL) {
+    int r = local != nullptr ? nx_gp_make(local, &gp_) : 0;
+    if (r < 0)
+      throw runtime_error("nx_gp_make", r);
+  }
+  // Adopts `gp` (takes its reference).
+  static global_ptr adopt(nx_gp_t gp) {
+    global_ptr p;
+    p.gp_ = gp;
+    return p;
+  }
+  global_ptr(const global_ptr &o) : gp_(NX_GP_NULL) {
+    nx_gp_copy(&o.gp_, &gp_);
+  }
+  global_ptr(global_ptr &&o) noexcept : gp_(o.gp_) { o.gp_ = NX_GP_NULL; }
+  global_ptr &operator=(const global_ptr &o) {
+    if (this != &o) {
+      nx_gp_release(&gp_);
+      nx_gp_copy(&o.gp_, &gp_);
+    }
+    return *this;
+  }
+  global_ptr &operator=(global_ptr &&o) noexcept {
+    if (this != &o) {
+      nx_gp_release(&gp_);
+      gp_ = o.gp_;
+      o.gp_ = NX_GP_NULL;
+    }
+    return *this;
+  }
+  ~global_ptr() { nx_gp_release(&gp_); }
+
+  explicit operator bool() const { return !nx_gp_is_null(&gp_); }
+  bool operator==(const global_ptr &o) const {
+    return nx_gp_equal(&gp_, &o.gp_) == 1;
+  }
+  bool operator!=(const global_ptr &o) const { return !(*this == o); }
+  const nx_gp_t *gp() const { return &gp_; }
+  // "Counter@0x100000002" : the type and the context, for messages.
+  std::string describe() const;
+
+  // Remote read and write of the pointee.
+  T get() const {
+    T v{};
+    detail::op_call(
+        &gp_, detail::get_op<T>::id, true, nullptr, [&v](stream &s) { s >> v; },
+        typeid(T));
+    return v;
+  }
+  template <class V> void put(const V &v) const {
+    typename detail::sync_assign<T>::value_type w = v;
+    detail::op_call(
+        &gp_, detail::put_op<T>::id, true, [&w](stream &s) { s << w; }, nullptr,
+        typeid(T));
+  }
+  remote_ref<T> operator*() const { return remote_ref<T>(*this); }
+
+  // A global pointer to a member of the pointee (g->member in CC++).
+  template <class M, class U = T> global_ptr<M> member(M U::*field) const {
+    nx_gp_t gp = NX_GP_NULL;
+    nx_gp_copy(&gp_, &gp);
+    // The same executable runs everywhere, so the member's offset is the
+    // same in the remote context.
+    // The offset is taken on storage of U's size and alignment (never a
+    // null pointer, which the sanitizers rightly refuse).
+    alignas(U) static const unsigned char storage[sizeof(U)] = {};
+    const U *base = reinterpret_cast<const U *>(storage);
+    gp.address += static_cast<uint64_t>(
+        reinterpret_cast<const unsigned char *>(&(base->*field)) - storage);
+    return global_ptr<M>::adopt(gp);
+  }
+
+  // A synchronous remote call of method M (void methods are one-way: the
+  // call returns once the request is sent).
+  template <auto M, class... A> auto call(A &&...a) const {
+    using op = detail::method_op<M>;
+    using R = typename detail::method_traits<decltype(M)>::ret;
+    typename detail::method_traits<decltype(M)>::args args(
+        std::forward<A>(a)...);
+    auto pack = [&args](stream &s) {
+      std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
+    };
+    if constexpr (std::is_void_v<R>) {
+      detail::op_call(&gp_, op::id, false, pack, nullptr, typeid(T));
+    } else {
+      R r{};
+      detail::op_call(
+          &gp_, op::id, true, pack, [&r](stream &s) { s >> r; }, typeid(T));
+      return r;
+    }
+  }
+
+private:
+  nx_gp_t gp_;
+};
+
+template <class T> stream &operator<<(stream &s, const global_ptr<T> &p) {
+  stream::check(nx_put_gp(s.buffer(), p.gp()));
+  return s;
+}
+template <class T> stream &operator>>(stream &s, global_ptr<T> &p) {
+  nx_gp_t gp;
+  stream::check(nx_get_gp(s.buffer(), &gp));
+  p = global_ptr<T>::adopt(gp);
+  return s;
+}
+
+// *g as a value (remote read) or as the target of = (remote write).
+template <class T> class remote_ref {
+public:
+  explicit remote_ref(const global_ptr<T> &p) : p_(p) {}
+  operator typename detail::sync_assign<T>::value_type() const {
+    return p_.get();
+  }
+  template <class V> const remote_ref &operator=(const V &v) const {
+    p_.put(v);
+    return *this;
+  }
+
+private:
+  const global_ptr<T> &p_;
+};
+
+// ---------------------------------------------------------------- sync
+
+// A single-assignment variable: reading blocks until it is written; a second
+// write throws sync_error.
+template <class T> class sync {
+  static_assert(!std::is_reference_v<T>, "ccxx: sync of a reference");
+
+public:
+  sync() {
+    nx_mutex_init(&m_);
+    nx_cond_init(&c_);
+  }
+  sync(const sync &) = delete;
+  sync &operator=(const sync &) = delete;
+  ~sync() {
+    nx_cond_destroy(&c_);
+    nx_mutex_destroy(&m_);
+  }
+  void set(const T &v) {
+    nx_mutex_lock(&m_);
+    if (full_) {
+      nx_mutex_unlock(&m_);
+      throw sync_error();
+    }
+    v_ = v;
+    full_ = true;
+    nx_cond_broadcast(&c_);
+    nx_mutex_unlock(&m_);
+  }
+  const T &get() const {
+    nx_mutex_lock(&m_);
+    while (!full_)
+      nx_cond_wait(&c_, &m_);
+    nx_mutex_unlock(&m_);
+    return v_;
+  }
+  bool is_set() const {
+    nx_mutex_lock(&m_);
+    bool f = full_;
+    nx_mutex_unlock(&m_);
+    return f;
+  }
+  sync &operator=(const T &v) {
+    set(v);
+    return *this;
+  }
+  operator const T &() const { return get(); }
+
+private:
+  mutable nx_mutex_t m_;
+  mutable nx_cond_t c_;
+  bool full_ = false;
+  T v_{};
+};
+
+namespace detail {
+template <class T> struct sync_assign {
+  using value_type = T;
+  static void assign(T &dst, T &&v) { dst = std::move(v); }
+};
+template <class T> struct sync_assign<sync<T>> {
+  using value_type = T;
+  static void assign(sync<T> &dst, T &&v) { dst.set(v); }
+};
+template <class T> struct get_op<sync<T>> {
+  static void run(void *address, stream &, stream *out) {
+    *out << static_cast<sync<T> *>(address)->get();
+  }
+  static const char *name() { return __PRETTY_FUNCTION__; }
+  static inline const uint32_t id = op_register(name(), run, true);
+};
+} // namespace detail
+
+// ---------------------------------------------------------------- placement
+
+// Where a processor object lives: a node spec ("localhost", "mpi",
+// "mpi:host=a,b": a new process context running this executable) or
+// ccxx::here (a new in-process context).
+class proc_t {
+public:
+  proc_t(const char *spec) : spec_(spec != nullptr ? spec : "") {}
+  proc_t(std::string spec) : spec_(std::move(spec)) {}
+  bool in_process() const { return spec_.empty(); }
+  const std::string &spec() const { return spec_; }
+
+private:
+  proc_t() = default;
+  friend const proc_t &here_();
+  std::string spec_;
+};
+const proc_t &here_();
+// A new in-process context (the paper's cheap context).
+static const proc_t &here = here_();
+
+// new (where) C(args...): makes a C in a new context at `where`. The
+// arguments travel by value through ccxx::stream (in-process: moved).
+template <class C, class... A>
+global_ptr<C> create(const proc_t &where, A &&...a) {
+  if (where.in_process()) {
+    auto args = std::make_tuple(std::forward<A>(a)...);
+    nx_gp_t gp = detail::place_local([&args]() -> void * {
+      return std::apply([](auto &...x) { return new C(std::move(x)...); },
+                        args);
+    });
+    return global_ptr<C>::adopt(gp);
+  }
+  using op = detail::ctor_op<C, std::decay_t<A>...>;
+  std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
+  nx_gp_t gp = detail::place_process(
+      where.spec(), op::id,
+      [&args](stream &s) {
+        std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
+      },
+      typeid(C));
+  return global_ptr<C>::adopt(gp);
+}
+
+// delete p: destroys the object and its context. Returns 0, or the error
+// of a context that was already gone (the object is then gone too).
+template <class C> int destroy(global_ptr<C> &p) {
+  nx_gp_t gp = NX_GP_NULL;
+  nx_gp_copy(p.gp(), &gp);
+  p = nullptr;
+  return detail::destroy_context(&gp, detail::delete_op<C>::id, typeid(C));
+}
+
+template <class T> std::string global_ptr<T>::describe() const {
+  return detail::object_name(typeid(T), &gp_);
+}
+
+// ---------------------------------------------------------------- threads
+
+// Runs each callable in its own thread and waits for all; the first
+// exception thrown is rethrown.
+void par_run(std::vector<std::function<void()>> &tasks);
+template <class... F> void par(F &&...f) {
+  std::vector<std::function<void()>> tasks{std::function<void()>(f)...};
+  par_run(tasks);
+}
+
+// Runs body(i) for i in [begin, end) in parallel (on at most
+// CCXX_PARFOR_THREADS threads, default the number of processors, each
+// taking the next run of consecutive iterations, a sixteenth of its share)
+// and waits for all; the first exception thrown is rethrown.
+void parfor_run(long begin, long end, const std::function<void(long)> &body);
+template <class F> void parfor(long begin, long end, F &&body) {
+  parfor_run(begin, end, std::function<void(long)>(std::forward<F>(body)));
+}
+
+// Iterations collected one by one (the translation of a general parfor
+// header); run() executes them like par.
+class parfor_group {
+public:
+  void add(std::function<void()> f) { tasks_.push_back(std::move(f)); }
+  void run();
+
+private:
+  std::vector<std::function<void()>> tasks_;
+};
+
+// Runs `f` in a new thread without waiting; finalize waits for it.
+void spawn_run(std::function<void()> f);
+template <class F, class... A> void spawn(F &&f, A &&...a) {
+  spawn_run([f = std::forward<F>(f),
+             t = std::make_tuple(std::forward<A>(a)...)]() mutable {
+    std::apply(f, t);
+  });
+}
+
+// The lock an `atomic` method holds for its whole body: at most one atomic
+// method of an object runs at a time (recursive: one may call another).
+class atomic_guard {
+public:
+  explicit atomic_guard(const void *object) : m_(detail::atomic_lock(object)) {
+    m_.lock();
+  }
+  ~atomic_guard() { m_.unlock(); }
+  atomic_guard(const atomic_guard &) = delete;
+  atomic_guard &operator=(const atomic_guard &) = delete;
+
+private:
+  detail::monitor &m_;
+};
+
+} // namespace ccxx
+
+#endif // CCXX_CCXX_HPP

@@ -1,0 +1,690 @@
+// The ccxx translator: a small tokenizer and five rewriting passes that turn
+// the CC++ keywords into C++17 calls of libccxx, keeping every line where it
+// was.
+//
+// Only the tokens of a construct change; whitespace, comments and
+// preprocessor lines are carried through, so the output keeps the input's
+// line structure and one #line directive at the top maps every line back.
+#include "translate.hpp"
+
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace ccxx {
+namespace {
+
+enum kind { IDENT, NUMBER, STRING, PUNCT, END };
+
+// A token: `pre` is the trivia before it (whitespace, comments, directives);
+// `orig` is what the user wrote (what passes match on); `before`, `text`
+// and `after` are what is emitted (passes replace text, wrap with
+// before/after, so several constructs can share a token).
+struct token {
+  std::string pre, orig, text, before, after;
+  int kind;
+  int line;
+};
+
+using tokens = std::vector<token>;
+static const size_t npos = static_cast<size_t>(-1);
+
+tokens lex(const std::string &s) {
+  tokens out;
+  size_t i = 0, n = s.size();
+  int line = 1;
+  bool line_start = true; // only trivia since the last newline
+  std::string pre;
+  auto take = [&](size_t len) {
+    std::string t = s.substr(i, len);
+    for (char c : t)
+      if (c == '\n')
+        line++;
+    i += len;
+    return t;
+  };
+  while (i < n) {
+    char c = s[i];
+    if (c == '\n' || isspace(static_cast<unsigned char>(c))) {
+      if (c == '\n')
+        line_start = true;
+      pre += take(1);
+      continue;
+    }
+    if (c == '/' && i + 1 < n && s[i + 1] == '/') {
+      size_t e = s.find('\n', i);
+      pre += take((e == std::string::npos ? n : e) - i);
+      continue;
+    }
+    if (c == '/' && i + 1 < n && s[i + 1] == '*') {
+      size_t e = s.find("*/", i + 2);
+      pre += take((e == std::string::npos ? n : e + 2) - i);
+      continue;
+    }
+    if (c == '#' && line_start) {
+      size_t e = i;
+      while (e < n && s[e] != '\n')
+        e += (s[e] == '\\' && e + 1 < n) ? 2 : 1;
+      pre += take(e - i);
+      continue;
+    }
+    line_start = false;
+    token t;
+    t.pre = pre;
+    pre.clear();
+    t.line = line;
+    if (isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t e = i;
+      while (e < n &&
+             (isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_'))
+        e++;
+      std::string id = s.substr(i, e - i);
+      if (e < n && s[e] == '"' && !id.empty() && id.back() == 'R') {
+        // A raw string literal: R"delim( ... )delim".
+        size_t p = s.find('(', e);
+        std::string delim =
+            p == std::string::npos ? "" : s.substr(e + 1, p - e - 1);
+        size_t close = p == std::string::npos ? std::string::npos
+                                              : s.find(")" + delim + "\"", p);
+        size_t end = close == std::string::npos ? n : close + delim.size() + 2;
+        t.kind = STRING;
+        t.orig = take(end - i);
+      } else {
+        t.kind = IDENT;
+        t.orig = take(e - i);
+      }
+    } else if (isdigit(static_cast<unsigned char>(c)) ||
+               (c == '.' && i + 1 < n &&
+                isdigit(static_cast<unsigned char>(s[i + 1])))) {
+      size_t e = i;
+      while (e < n && (isalnum(static_cast<unsigned char>(s[e])) ||
+                       s[e] == '.' || s[e] == '\'' ||
+                       ((s[e] == '+' || s[e] == '-') &&
+                        strchr("eEpP", s[e - 1]) != nullptr)))
+        e++;
+      t.kind = NUMBER;
+      t.orig = take(e - i);
+    } else if (c == '"' || c == '\'') {
+      size_t e = i + 1;
+      while (e < n && s[e] != c && s[e] != '\n')
+        e += s[e] == '\\' ? 2 : 1;
+      t.kind = STRING;
+      t.orig = take((e < n ? e + 1 : n) - i);
+    } else {
+      static const char *const multi[] = {
+          "...", "::", "->", "++", "--", "<<", "&&", "||", "==", "!=",
+          "<=",  ">=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^="};
+      size_t len = 1;
+      for (const char *m : multi)
+        if (s.compare(i, strlen(m), m) == 0) {
+          len = strlen(m);
+          break;
+        }
+      t.kind = PUNCT;
+      t.orig = take(len);
+    }
+    t.text = t.orig;
+    out.push_back(t);
+  }
+  token end;
+  end.pre = pre;
+  end.kind = END;
+  end.line = line;
+  out.push_back(end);
+  return out;
+}
+
+class translator {
+public:
+  translator(tokens t, std::string file) : t_(std::move(t)), file_(file) {}
+  bool run(std::string &out, std::string &errors);
+
+private:
+  tokens t_;
+  std::string file_;
+  std::ostringstream err_;
+  int nerr_ = 0;
+  std::set<std::string> classes_;              // global classes
+  std::map<std::string, std::string> globals_; // T *global name -> T
+  int main_line_ = 0;
+  int serial_ = 0;
+
+  void error(size_t i, const std::string &msg) {
+    err_ << file_ << ":" << t_[i].line << ": error: " << msg << "\n";
+    nerr_++;
+  }
+  bool is(size_t i, const char *s) const {
+    return i < t_.size() && t_[i].kind != END && t_[i].orig == s;
+  }
+  // The index of the bracket that closes the one at `i`, or npos.
+  size_t match(size_t i) const;
+  // The last token of the statement starting at `i` (its ';' or '}'), or npos.
+  size_t statement_end(size_t i) const;
+  // A keyword used as a statement (not a member, qualified name or variable).
+  bool at_statement_start(size_t i) const;
+  std::string emitted(size_t from, size_t to) const;
+
+  void pass_classes();
+  void check_remote_params(const std::string &cls, size_t lb, size_t rb,
+                           bool is_struct);
+  void pass_sync();
+  void pass_global_ptrs();
+  void pass_objects();
+  void pass_statements();
+};
+
+size_t translator::match(size_t i) const {
+  const std::string open = t_[i].orig;
+  const char *close = open == "(" ? ")" : open == "[" ? "]" : "}";
+  int depth = 0;
+  for (size_t j = i; j < t_.size() && t_[j].kind != END; j++) {
+    if (t_[j].kind != PUNCT)
+      continue;
+    const std::string &o = t_[j].orig;
+    if (o == "(" || o == "[" || o == "{")
+      depth++;
+    else if (o == ")" || o == "]" || o == "}") {
+      if (--depth == 0)
+        return o == close ? j : npos;
+    }
+  }
+  return npos;
+}
+
+size_t translator::statement_end(size_t i) const {
+  if (is(i, "{"))
+    return match(i);
+  for (size_t j = i; j < t_.size() && t_[j].kind != END; j++) {
+    if (t_[j].kind != PUNCT)
+      continue;
+    const std::string &o = t_[j].orig;
+    if (o == ";")
+      return j;
+    if (o == "(" || o == "[" || o == "{") {
+      j = match(j);
+      if (j == npos)
+        return npos;
+    } else if (o == ")" || o == "]" || o == "}") {
+      return npos;
+    }
+  }
+  return npos;
+}
+
+bool translator::at_statement_start(size_t i) const {
+  if (i == 0)
+    return true;
+  const std::string &p = t_[i - 1].orig;
+  return p == ";" || p == "{" || p == "}" || p == ")" || p == "else" ||
+         p == "do" || p == ":";
+}
+
+std::string translator::emitted(size_t from, size_t to) const {
+  std::string s;
+  for (size_t j = from; j < to; j++) {
+    if (j > from && !t_[j].pre.empty())
+      s += " ";
+    s += t_[j].before + t_[j].text + t_[j].after;
+  }
+  return s;
+}
+
+// `global class C { ... };` and `atomic` member functions.
+void translator::pass_classes() {
+  for (size_t i = 0; i < t_.size() && t_[i].kind != END; i++) {
+    if (t_[i].kind != IDENT)
+      continue;
+    if (t_[i].orig == "global" && (is(i + 1, "class") || is(i + 1, "struct"))) {
+      t_[i].text = "";
+      if (t_[i + 2].kind != IDENT) {
+        error(i, "'global class' needs a class name");
+        continue;
+      }
+      const std::string name = t_[i + 2].orig;
+      size_t j = i + 3;
+      while (t_[j].kind != END && !is(j, "{") && !is(j, ";"))
+        j++;
+      if (!is(j, "{")) {
+        error(i, "global class '" + name +
+                     "' has no body (a processor object type must be "
+                     "defined where it is declared global)");
+        continue;
+      }
+      classes_.insert(name);
+      size_t rb = match(j);
+      if (rb != npos)
+        check_remote_params(name, j, rb, is(i + 1, "struct"));
+    } else if (t_[i].orig == "atomic" && i > 0 && !is(i - 1, "::") &&
+               !is(i - 1, ".") && !is(i - 1, "->")) {
+      t_[i].text = "";
+      size_t j = i + 1, paren = npos;
+      while (t_[j].kind != END && !is(j, "{") && !is(j, ";")) {
+        if (is(j, "(") && paren == npos)
+          paren = j;
+        if (is(j, "(") || is(j, "[")) {
+          size_t m = match(j);
+          if (m == npos)
+            break;
+          j = m;
+        }
+        j++;
+      }
+      if (paren == npos || paren == i + 1) {
+        error(i, "'atomic' applies to a member function");
+      } else if (!is(j, "{")) {
+        error(i, "atomic function '" + t_[paren - 1].orig +
+                     "' has no body here (define atomic functions inside "
+                     "their class)");
+      } else {
+        t_[j].after += " ccxx::atomic_guard ccxx_atomic_(this);";
+      }
+    }
+  }
+}
+
+// The public member functions of a global class can be called remotely:
+// their parameters may not be local pointers or references (they mean
+// nothing in another address space). Named here, where the parameter's name
+// is known; libccxx's static_assert catches the rest.
+void translator::check_remote_params(const std::string &cls, size_t lb,
+                                     size_t rb, bool is_struct) {
+  bool open = is_struct;
+  for (size_t i = lb + 1; i < rb; i++) {
+    if (is(i, "{")) { // a nested body: not a member declaration
+      size_t m = match(i);
+      if (m == npos)
+        return;
+      i = m;
+      continue;
+    }
+    if (t_[i].kind == IDENT && is(i + 1, ":") &&
+        (t_[i].orig == "public" || t_[i].orig == "private" ||
+         t_[i].orig == "protected")) {
+      open = t_[i].orig == "public";
+      continue;
+    }
+    if (!open || t_[i].kind != IDENT || !is(i + 1, "(") ||
+        t_[i].orig == "operator" || (i > 0 && is(i - 1, "operator")))
+      continue;
+    // A declaration starts after ';', '}', '{' or an access label.
+    size_t k = i;
+    bool is_friend = false;
+    while (k > lb + 1 && !is(k - 1, ";") && !is(k - 1, "}") &&
+           !is(k - 1, "{") && !is(k - 1, ":")) {
+      k--;
+      if (t_[k].orig == "friend" || t_[k].orig == "static")
+        is_friend = true;
+      if (is(k, "=") || is(k, "("))
+        break; // an initialiser or a call, not a member function
+    }
+    if (is_friend || is(k, "=") || is(k, "("))
+      continue;
+    size_t rp = match(i + 1);
+    if (rp == npos)
+      return;
+    const std::string fn =
+        t_[i].orig == cls ? cls + "::" + cls : cls + "::" + t_[i].orig;
+    size_t start = i + 2;
+    for (size_t j = start; j <= rp; j++) {
+      if (is(j, "(") || is(j, "[") || is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos || m > rp)
+          break;
+        j = m;
+        continue;
+      }
+      if (is(j, "<")) { // skip template arguments
+        int depth = 0;
+        for (; j < rp; j++) {
+          depth += is(j, "<") - is(j, ">");
+          if (depth == 0)
+            break;
+        }
+        continue;
+      }
+      if (!is(j, ",") && j != rp)
+        continue;
+      // One parameter: [start, j).
+      bool local = false, ref = false;
+      std::string pname;
+      for (size_t q = start; q < j; q++) {
+        if (is(q, "*") && !is(q + 1, "global"))
+          local = true;
+        if (is(q, "&") || is(q, "&&"))
+          ref = true;
+        if (is(q, "="))
+          break;
+        if (t_[q].kind == IDENT && t_[q].orig != "global")
+          pname = t_[q].orig;
+      }
+      if (local || ref)
+        error(start, "remote method '" + fn + "': parameter '" + pname +
+                         "' is a local " + (local ? "pointer" : "reference") +
+                         " (pass it by value, or as T *global)");
+      start = j + 1;
+    }
+    i = rp;
+  }
+}
+
+// `sync T x` -> `ccxx::sync<T> x`.
+void translator::pass_sync() {
+  for (size_t i = 0; i < t_.size() && t_[i].kind != END; i++) {
+    if (t_[i].kind != IDENT || t_[i].orig != "sync" ||
+        (i > 0 && (is(i - 1, "::") || is(i - 1, ".") || is(i - 1, "->"))))
+      continue;
+    size_t j = i + 1;
+    bool bad = false;
+    while (t_[j].kind != END) {
+      if (is(j, "&") || is(j, "&&")) {
+        error(i, "'sync' on a reference: a sync variable holds its own value "
+                 "(use 'sync T *global' to share one)");
+        bad = true;
+        break;
+      }
+      if (is(j, "*"))
+        break;
+      if (t_[j].kind == IDENT && j > i + 1 &&
+          (is(j + 1, ";") || is(j + 1, "=") || is(j + 1, ",") ||
+           is(j + 1, ")") || is(j + 1, "[") || is(j + 1, "{")))
+        break;
+      if (is(j, "<")) {
+        int depth = 0;
+        for (; t_[j].kind != END; j++) {
+          depth += is(j, "<") - is(j, ">");
+          if (depth == 0)
+            break;
+        }
+      } else if (t_[j].kind != IDENT && !is(j, "::")) {
+        error(i, "'sync' needs a type and then a name: sync T name;");
+        bad = true;
+        break;
+      }
+      j++;
+    }
+    if (bad)
+      continue;
+    if (j == i + 1 || t_[j].kind == END) {
+      error(i, "'sync' needs a type and then a name: sync T name;");
+      continue;
+    }
+    t_[i].text = "ccxx::sync<";
+    t_[j - 1].after = ">" + t_[j - 1].after;
+  }
+}
+
+// `T *global p` -> `ccxx::global_ptr<T> p`.
+void translator::pass_global_ptrs() {
+  static const std::set<std::string> stop = {
+      "return",  "static",    "inline",  "virtual",  "extern",
+      "mutable", "constexpr", "friend",  "typedef",  "explicit",
+      "case",    "else",      "do",      "new",      "delete",
+      "throw",   "public",    "private", "protected"};
+  for (size_t i = 0; i < t_.size() && t_[i].kind != END; i++) {
+    if (!(t_[i].kind == IDENT && t_[i].orig == "global"))
+      continue;
+    if (is(i + 1, "class") || is(i + 1, "struct"))
+      continue;
+    if (i == 0 || !is(i - 1, "*")) {
+      error(i, "'global' belongs after '*' (T *global p) or before 'class'");
+      continue;
+    }
+    size_t star = i - 1, k = star;
+    while (k > 0) {
+      const token &p = t_[k - 1];
+      if (p.kind == IDENT && stop.count(p.orig) == 0) {
+        k--;
+      } else if (p.orig == "::") {
+        k--;
+      } else if (p.orig == ">") {
+        int depth = 0;
+        size_t j = k - 1;
+        for (;; j--) {
+          depth += is(j, ">") - is(j, "<");
+          if (depth == 0 || j == 0)
+            break;
+        }
+        k = j;
+      } else {
+        break;
+      }
+    }
+    if (k == star) {
+      error(i, "'*global' needs a pointee type before it (declare one global "
+               "pointer per declaration)");
+      continue;
+    }
+    std::string type = emitted(k, star);
+    t_[k].before = "ccxx::global_ptr<" + t_[k].before;
+    t_[star].text = ">";
+    if (t_[star].pre.find('\n') == std::string::npos)
+      t_[star].pre.clear();
+    t_[i].text = "";
+    if (t_[i + 1].kind == IDENT && !is(i + 2, "("))
+      globals_[t_[i + 1].orig] = type;
+  }
+}
+
+// `new (where) C(args)`, `delete p`, `p->f(args)` and `p->member`.
+void translator::pass_objects() {
+  for (size_t i = 0; i < t_.size() && t_[i].kind != END; i++) {
+    if (t_[i].kind != IDENT)
+      continue;
+    const std::string &w = t_[i].orig;
+    if (w == "new" && is(i + 1, "(")) {
+      size_t rp = match(i + 1);
+      if (rp == npos || t_[rp + 1].kind != IDENT ||
+          classes_.count(t_[rp + 1].orig) == 0)
+        continue; // ordinary placement new
+      size_t c = rp + 1;
+      t_[i].text = "ccxx::create<" + t_[c].orig + ">";
+      t_[c].text = "";
+      if (is(c + 1, "(")) {
+        size_t end = match(c + 1);
+        t_[rp].text = end == c + 2 ? "" : ",";
+        t_[c + 1].text = "";
+      }
+      continue;
+    }
+    if (w == "delete" && t_[i + 1].kind == IDENT &&
+        globals_.count(t_[i + 1].orig)) {
+      size_t e = statement_end(i + 1);
+      if (e == npos || !is(e, ";"))
+        continue;
+      t_[i].text = "ccxx::destroy(";
+      t_[e].before = ")" + t_[e].before;
+      continue;
+    }
+    auto g = globals_.find(w);
+    if (g == globals_.end() ||
+        (i > 0 && (is(i - 1, ".") || is(i - 1, "->") || is(i - 1, "::"))))
+      continue;
+    size_t j = i + 1;
+    while (is(j, "[")) {
+      j = match(j);
+      if (j == npos)
+        break;
+      j++;
+    }
+    if (j == npos || !is(j, "->") || t_[j + 1].kind != IDENT)
+      continue;
+    size_t m = j + 1;
+    if (is(m + 1, "(")) {
+      t_[j].text = ".call<&" + g->second + "::" + t_[m].orig + ">";
+      t_[m].text = "";
+    } else {
+      t_[i].before += "(*";
+      t_[j].text = ".member(&" + g->second + "::";
+      t_[m].after = ")" + t_[m].after + ")";
+    }
+  }
+}
+
+// `par { ... }`, `parfor (...) ...`, `spawn f(...);` and main.
+void translator::pass_statements() {
+  int depth = 0;
+  for (size_t i = 0; i < t_.size() && t_[i].kind != END; i++) {
+    const std::string &w = t_[i].orig;
+    if (t_[i].kind == PUNCT) {
+      depth += (w == "{") - (w == "}");
+      continue;
+    }
+    if (t_[i].kind != IDENT)
+      continue;
+    if (w == "main" && depth == 0 && is(i + 1, "(") &&
+        (i == 0 || !is(i - 1, "::"))) {
+      t_[i].text = "ccxx_main_";
+      main_line_ = t_[i].line;
+      continue;
+    }
+    if ((w != "par" && w != "parfor" && w != "spawn") || !at_statement_start(i))
+      continue;
+    if (w == "par") {
+      if (!is(i + 1, "{")) {
+        error(i, "'par' without a block: write par { statement; ... }");
+        continue;
+      }
+      size_t rb = match(i + 1);
+      if (rb == npos) {
+        error(i, "'par' block is not closed");
+        continue;
+      }
+      std::vector<std::pair<size_t, size_t>> stmts;
+      bool ok = true;
+      for (size_t s = i + 2; s < rb;) {
+        size_t e = statement_end(s);
+        if (e == npos || e >= rb) {
+          error(s, "'par' block: expected a statement ending in ';' or a "
+                   "braced block");
+          ok = false;
+          break;
+        }
+        stmts.push_back({s, e});
+        s = e + 1;
+      }
+      if (!ok)
+        continue;
+      t_[i].text = "ccxx::par";
+      t_[i + 1].text = "(";
+      t_[rb].text = ");";
+      for (size_t k = 0; k < stmts.size(); k++) {
+        t_[stmts[k].first].before += "[&] { ";
+        t_[stmts[k].second].after = std::string(" }") +
+                                    (k + 1 < stmts.size() ? "," : "") +
+                                    t_[stmts[k].second].after;
+      }
+    } else if (w == "parfor") {
+      if (!is(i + 1, "(")) {
+        error(i, "'parfor' without a loop header: write parfor (init; cond; "
+                 "step) statement");
+        continue;
+      }
+      size_t rp = match(i + 1);
+      if (rp == npos) {
+        error(i, "'parfor' header is not closed");
+        continue;
+      }
+      std::vector<size_t> semis;
+      for (size_t j = i + 2; j < rp; j++) {
+        if (is(j, "(") || is(j, "[") || is(j, "{"))
+          j = match(j);
+        else if (is(j, ";"))
+          semis.push_back(j);
+      }
+      if (semis.size() != 2) {
+        error(i, "'parfor' header needs init; condition; step");
+        continue;
+      }
+      size_t var = npos;
+      for (size_t j = i + 2; j < semis[0]; j++)
+        if ((is(j, "=") || is(j, "{")) && t_[j - 1].kind == IDENT) {
+          var = j - 1;
+          break;
+        }
+      if (var == npos) {
+        error(i, "'parfor' needs a loop variable set in its header (int i = "
+                 "0; ...)");
+        continue;
+      }
+      size_t b = rp + 1, e = statement_end(b);
+      if (e == npos) {
+        error(b, "'parfor' body: expected a statement or a braced block");
+        continue;
+      }
+      std::string g = "ccxx_pf" + std::to_string(serial_++) + "_";
+      t_[i].text = "{ ccxx::parfor_group " + g + "; for";
+      bool block = is(b, "{");
+      t_[b].before +=
+          g + ".add([&, " + t_[var].orig + "]() " + (block ? "" : "{ ");
+      t_[e].after = std::string(block ? "" : " }") + "); " + g + ".run(); }" +
+                    t_[e].after;
+    } else { // spawn
+      size_t e = statement_end(i + 1);
+      bool call = e != npos && is(e, ";") && e >= i + 3 && is(e - 1, ")");
+      if (call) {
+        // The ')' before ';' must close an argument list that follows a
+        // callee, not a parenthesised expression.
+        size_t lp = e - 1;
+        int d = 0;
+        for (;; lp--) {
+          d += is(lp, ")") - is(lp, "(");
+          if (d == 0 || lp == i + 1)
+            break;
+        }
+        call = d == 0 && lp > i + 1 &&
+               (t_[lp - 1].kind == IDENT || is(lp - 1, ">") ||
+                is(lp - 1, ")") || is(lp - 1, "]"));
+      }
+      if (!call) {
+        error(i, "'spawn' of a non-call: spawn takes a function call, "
+                 "spawn f(args);");
+        continue;
+      }
+      t_[i].text = "ccxx::spawn([=]() mutable {";
+      t_[e].after = " });" + t_[e].after;
+    }
+  }
+}
+
+bool translator::run(std::string &out, std::string &errors) {
+  pass_classes();
+  pass_sync();
+  pass_global_ptrs();
+  pass_objects();
+  pass_statements();
+  if (nerr_ > 0) {
+    errors = err_.str();
+    return false;
+  }
+  std::string quoted;
+  for (char c : file_) {
+    if (c == '"' || c == '\\')
+      quoted += '\\';
+    quoted += c;
+  }
+  std::ostringstream o;
+  o << "// Generated by ccxx from " << file_ << "; edit that file instead.\n"
+    << "#include <ccxx/ccxx.hpp>\n"
+    << "#line 1 \"" << quoted << "\"\n";
+  for (const token &t : t_)
+    o << t.pre << t.before << t.text << t.after;
+  if (main_line_ > 0)
+    o << "\n#line " << main_line_ << " \"" << quoted << "\"\n"
+      << "int main(int argc, char **argv) { return ccxx::start(argc, argv, "
+         "ccxx_main_); }\n";
+  out = o.str();
+  return true;
+}
+
+} // namespace
+
+bool translate(const std::string &source, const std::string &filename,
+               std::string &out, std::string &errors) {
+  translator tr(lex(source), filename);
+  return tr.run(out, errors);
+}
+
+} // namespace ccxx

@@ -1,0 +1,284 @@
+// Unit tests of the ccxx translator: each construct's C++ translation, each
+// malformed construct's error and line, and the driver end to end.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "translate.hpp"
+
+static std::string tr(const std::string &src) {
+  std::string out, err;
+  INFO("source: " << src);
+  bool ok = ccxx::translate(src, "t.ccxx", out, err);
+  INFO("errors: " << err);
+  REQUIRE(ok);
+  REQUIRE(err.empty());
+  return out;
+}
+
+static std::string bad(const std::string &src) {
+  std::string out, err;
+  INFO("source: " << src);
+  REQUIRE_FALSE(ccxx::translate(src, "t.ccxx", out, err));
+  REQUIRE(out.empty());
+  return err;
+}
+
+// True when `hay` holds `needle`, ignoring spaces and newlines.
+static bool has(const std::string &hay, const std::string &needle) {
+  auto squash = [](const std::string &s) {
+    std::string r;
+    for (char c : s)
+      if (c != ' ' && c != '\n')
+        r += c;
+    return r;
+  };
+  return squash(hay).find(squash(needle)) != std::string::npos;
+}
+
+static int lines(const std::string &s) {
+  int n = 0;
+  for (char c : s)
+    n += c == '\n';
+  return n;
+}
+
+TEST_CASE("the output starts with the include and a #line to the source") {
+  std::string out = tr("int f() { return 1; }\n");
+  CHECK(out.find("#include <ccxx/ccxx.hpp>\n#line 1 \"t.ccxx\"\n") !=
+        std::string::npos);
+  CHECK(has(out, "int f() { return 1; }"));
+}
+
+TEST_CASE("global class loses the keyword; new (where) C(args) creates") {
+  std::string out = tr("global class C { public: C(int); int f(int); };\n"
+                       "void g(ccxx::proc_t w) {\n"
+                       "  C *global p = new (w) C(3);\n"
+                       "  int r = p->f(4);\n"
+                       "  C *global q = new (ccxx::here) C;\n"
+                       "  delete p;\n"
+                       "}\n");
+  CHECK(has(out, "class C { public:"));
+  CHECK(!has(out, "global class"));
+  CHECK(has(out, "ccxx::global_ptr<C> p = ccxx::create<C>(w, 3);"));
+  CHECK(has(out, "int r = p.call<&C::f>(4);"));
+  CHECK(has(out, "ccxx::global_ptr<C> q = ccxx::create<C>(ccxx::here);"));
+  CHECK(has(out, "ccxx::destroy(p);"));
+}
+
+TEST_CASE("placement new of an ordinary class is left alone") {
+  std::string out = tr("struct S {}; void f(void *m) { new (m) S(); }\n");
+  CHECK(has(out, "new (m) S();"));
+}
+
+TEST_CASE("T *global declares a global pointer; -> on data reads a member") {
+  std::string out = tr("struct P { int x; };\n"
+                       "int f(P *global g, std::vector<int> *global v) {\n"
+                       "  return g->x;\n"
+                       "}\n");
+  CHECK(has(out, "int f(ccxx::global_ptr<P> g, "
+                 "ccxx::global_ptr<std::vector<int>> v)"));
+  CHECK(has(out, "return (*g.member(&P::x));"));
+}
+
+TEST_CASE("a method returning T *global keeps its name") {
+  std::string out = tr("global class C { int x; public: int *global at() { "
+                       "return &x; } };\n");
+  CHECK(has(out, "ccxx::global_ptr<int> at() { return &x; }"));
+}
+
+TEST_CASE("sync T x becomes ccxx::sync<T>") {
+  std::string out = tr("sync int a;\nsync std::vector<long> b;\n"
+                       "void f(sync long *global s);\n");
+  CHECK(has(out, "ccxx::sync<int> a;"));
+  CHECK(has(out, "ccxx::sync<std::vector<long>> b;"));
+  CHECK(has(out, "void f(ccxx::global_ptr<ccxx::sync<long>> s);"));
+}
+
+TEST_CASE("atomic member functions take the object's atomic lock") {
+  std::string out =
+      tr("global class A { public: atomic int get() const { return 1; } };\n");
+  CHECK(has(out, "int get() const { ccxx::atomic_guard ccxx_atomic_(this); "
+                 "return 1; }"));
+}
+
+TEST_CASE("par runs each statement as a lambda in ccxx::par") {
+  std::string out = tr("void f() {\n  par {\n    a();\n    { b(); c(); }\n"
+                       "  }\n}\n");
+  CHECK(has(out, "ccxx::par( [&] { a(); }, [&] { { b(); c(); } } );"));
+  CHECK(lines(out) == lines("void f() {\n  par {\n    a();\n    { b(); c(); "
+                            "}\n  }\n}\n") +
+                          3);
+}
+
+TEST_CASE("parfor adds each iteration to a group, capturing its variable") {
+  std::string out = tr("void f(int *v) {\n"
+                       "  parfor (int i = 0; i < 10; i++) v[i] = i;\n"
+                       "  parfor (int j = 0; j < 3; j++) { v[j]++; }\n"
+                       "}\n");
+  CHECK(has(out, "{ ccxx::parfor_group ccxx_pf0_; for (int i = 0; i < 10; "
+                 "i++) ccxx_pf0_.add([&, i]() { v[i] = i; }); "
+                 "ccxx_pf0_.run(); }"));
+  CHECK(has(out, "{ ccxx::parfor_group ccxx_pf1_; for (int j = 0; j < 3; "
+                 "j++) ccxx_pf1_.add([&, j]() { v[j]++; }); "
+                 "ccxx_pf1_.run(); }"));
+}
+
+TEST_CASE("spawn runs the call in a new thread on copies") {
+  std::string out = tr("void g(int);\nvoid f(int x) { spawn g(x + 1); }\n");
+  CHECK(has(out, "ccxx::spawn([=]() mutable { g(x + 1); });"));
+}
+
+TEST_CASE("main is renamed and a real main calls ccxx::start") {
+  std::string out = tr("#include <cstdio>\n\nint main() {\n  return 0;\n}\n");
+  CHECK(has(out, "int ccxx_main_() {"));
+  CHECK(has(out, "#line 3 \"t.ccxx\"\nint main(int argc, char **argv) { "
+                 "return ccxx::start(argc, argv, ccxx_main_); }"));
+}
+
+TEST_CASE("constructs nest: par inside parfor, spawn inside par") {
+  std::string out = tr("void f() { parfor (int i = 0; i < 2; i++) { par { "
+                       "a(i); spawn b(i); } } }\n");
+  CHECK(has(out, "ccxx_pf0_.add([&, i]() { ccxx::par( [&] { a(i); }, [&] { "
+                 "ccxx::spawn([=]() mutable { b(i); }); } ); });"));
+}
+
+TEST_CASE("keywords in strings, comments and qualified names are not touched") {
+  std::string out = tr("// par { spawn x; }\nconst char *s = \"sync global\";\n"
+                       "ccxx::sync<int> a; void f() { obj.par(); }\n");
+  CHECK(has(out, "// par { spawn x; }"));
+  CHECK(has(out, "\"sync global\""));
+  CHECK(has(out, "ccxx::sync<int> a;"));
+  CHECK(has(out, "obj.par();"));
+}
+
+TEST_CASE("malformed constructs: file:line: error: ...") {
+  CHECK(bad("void f() {\n  par a();\n}\n") ==
+        "t.ccxx:2: error: 'par' without a block: write par { statement; ... "
+        "}\n");
+  CHECK(bad("void f() {\n\n  spawn x;\n}\n") ==
+        "t.ccxx:3: error: 'spawn' of a non-call: spawn takes a function call, "
+        "spawn f(args);\n");
+  CHECK(bad("void f() { spawn (x); }\n") ==
+        "t.ccxx:1: error: 'spawn' of a non-call: spawn takes a function call, "
+        "spawn f(args);\n");
+  CHECK(bad("int v;\nvoid f() {\n  sync int &r = v;\n}\n") ==
+        "t.ccxx:3: error: 'sync' on a reference: a sync variable holds its own "
+        "value (use 'sync T *global' to share one)\n");
+  CHECK(bad("\nglobal class C;\n") ==
+        "t.ccxx:2: error: global class 'C' has no body (a processor object "
+        "type must be defined where it is declared global)\n");
+  CHECK(bad("void f() {\n  parfor i < 3;\n}\n") ==
+        "t.ccxx:2: error: 'parfor' without a loop header: write parfor (init; "
+        "cond; step) statement\n");
+  CHECK(bad("void f() { parfor (; i < 3; i++) g(); }\n") ==
+        "t.ccxx:1: error: 'parfor' needs a loop variable set in its header "
+        "(int i = 0; ...)\n");
+  CHECK(bad("void f() { parfor (int i = 0; i < 3) g(); }\n") ==
+        "t.ccxx:1: error: 'parfor' header needs init; condition; step\n");
+  CHECK(bad("global int x;\n") == "t.ccxx:1: error: 'global' belongs after "
+                                  "'*' (T *global p) or before 'class'\n");
+  CHECK(bad("class C {\n  atomic int f();\n};\n") ==
+        "t.ccxx:2: error: atomic function 'f' has no body here (define atomic "
+        "functions inside their class)\n");
+  CHECK(bad("sync x;\n") ==
+        "t.ccxx:1: error: 'sync' needs a type and then a name: sync T name;\n");
+}
+
+TEST_CASE("a public method of a global class with a local pointer or "
+          "reference parameter is refused, naming the parameter") {
+  std::string err =
+      bad("global class C {\n"
+          "  void helper(int *p);\n"
+          "public:\n"
+          "  C(const std::string &name);\n"
+          "  int f(int a, int *b, std::vector<int> v);\n"
+          "  int g(C *global o, sync int *global s) { return 1; }\n"
+          "  friend ccxx::stream &operator<<(ccxx::stream &, "
+          "const C &);\n"
+          "};\n");
+  CHECK(err == "t.ccxx:4: error: remote method 'C::C': parameter 'name' is a "
+               "local reference (pass it by value, or as T *global)\n"
+               "t.ccxx:5: error: remote method 'C::f': parameter 'b' is a "
+               "local pointer (pass it by value, or as T *global)\n");
+}
+
+TEST_CASE("every error of a file is reported, each with its line") {
+  std::string err = bad("void f() {\n  par a();\n  spawn 3;\n}\n");
+  CHECK(err == "t.ccxx:2: error: 'par' without a block: write par { "
+               "statement; ... }\n"
+               "t.ccxx:3: error: 'spawn' of a non-call: spawn takes a "
+               "function call, spawn f(args);\n");
+}
+
+#ifdef CCXX_TOOL
+static int run(const std::string &cmd, std::string &out) {
+  std::string full = cmd + " 2>&1";
+  FILE *f = popen(full.c_str(), "r");
+  REQUIRE(f != nullptr);
+  char buf[512];
+  out.clear();
+  while (fgets(buf, sizeof(buf), f) != nullptr)
+    out += buf;
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST_CASE("the driver: a sync written twice fails with the documented "
+          "message; a C++ error points at the .ccxx line") {
+  char dir[] = "/tmp/ccxx_test_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string d = dir;
+  {
+    std::ofstream f(d + "/twice.ccxx");
+    f << "#include <cstdio>\n"
+         "int main() {\n"
+         "  sync int x;\n"
+         "  x = 1;\n"
+         "  printf(\"first write: %d\\n\", (int)x);\n"
+         "  x = 2;\n"
+         "  printf(\"not reached\\n\");\n"
+         "  return 0;\n"
+         "}\n";
+  }
+  {
+    std::ofstream f(d + "/typo.ccxx");
+    f << "int main() {\n"
+         "  par {\n"
+         "    undeclared_name();\n"
+         "  }\n"
+         "  return 0;\n"
+         "}\n";
+  }
+  std::string out;
+  REQUIRE(
+      run(std::string(CCXX_TOOL) + " " + d + "/twice.ccxx -o " + d + "/twice",
+          out) == 0);
+  int st = run(d + "/twice", out);
+  INFO(out);
+  CHECK(st == 1);
+  CHECK(out.find("first write: 1") != std::string::npos);
+  CHECK(out.find("ccxx: sync variable written twice (a sync is "
+                 "single-assignment)") != std::string::npos);
+  CHECK(out.find("not reached") == std::string::npos);
+
+  st = run(std::string(CCXX_TOOL) + " " + d + "/typo.ccxx -o " + d + "/typo",
+           out);
+  CHECK(st != 0);
+  CHECK(out.find(d + "/typo.ccxx:3") != std::string::npos);
+  CHECK(out.find("undeclared_name") != std::string::npos);
+
+  st = run(std::string(CCXX_TOOL) + " " + d + "/missing.ccxx -o " + d + "/m",
+           out);
+  CHECK(st == 1);
+  CHECK(out.find("cannot read") != std::string::npos);
+  std::string rm = "rm -rf " + d;
+  CHECK(system(rm.c_str()) == 0);
+}
+#endif
