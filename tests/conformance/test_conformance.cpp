@@ -6,6 +6,8 @@
 // module under test itself. A case that cannot run for a module ends the
 // program with 77, which meson reports as a skip: such cases ([own-test])
 // are last in the file and meson runs each as a test of its own.
+// For the listener that ends the MPI job (job_end).
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <memory>
 #include <poll.h>
 #include <sys/wait.h>
 #include <random>
@@ -57,9 +60,24 @@ struct inbox {
   long cb_no_handler = 0, cb_no_context = 0;
   uint64_t cb_context = 0;
   uint32_t cb_handler = 0;
+  long rogue_done = 0;
+  std::string rogue_said;
   inbox() {
     nx_mutex_init(&m);
     nx_cond_init(&c);
+  }
+  // Forgets what earlier cases received (in job mode, one inbox serves all).
+  void reset() {
+    nx_mutex_lock(&m);
+    pongs = typed = counts_in = hits = hits_bad = lies = 0;
+    cb_no_handler = cb_no_context = rogue_done = 0;
+    last_tag = 0;
+    typed_bad = -1;
+    last_bytes.clear();
+    nx_gp_release(&third);
+    std::memset(counts, 0, sizeof(counts));
+    deaths = 0;
+    nx_mutex_unlock(&m);
   }
   template <class Pred> bool wait(Pred pred, int seconds = 60) {
     struct timespec deadline;
@@ -147,6 +165,20 @@ void on_rogue_lie(nx_context_t *, void *, nx_buffer_t *) {
   nx_mutex_unlock(&box->m);
 }
 
+// The rogue rank's report at the end of a case (job mode): its result line.
+void on_rogue_done(nx_context_t *, void *, nx_buffer_t *b) {
+  const void *data = nullptr;
+  size_t len = 0;
+  std::string said;
+  if (nx_buffer_bytes(b, &data, &len) == 0)
+    said.assign(static_cast<const char *>(data), len);
+  nx_mutex_lock(&box->m);
+  box->rogue_said = said;
+  box->rogue_done++;
+  nx_cond_broadcast(&box->c);
+  nx_mutex_unlock(&box->m);
+}
+
 void on_error(int err, uint64_t context, uint32_t handler, void *) {
   nx_mutex_lock(&box->m);
   if (err == NX_EPEERDEAD && handler == 0)
@@ -167,16 +199,51 @@ int local_peer_init(nx_context_t *ctx, void *) { return conf_register(ctx); }
 // process context inherits its creator's key anyway).
 const char *const session_key = "00112233445566778899aabbccddeeff";
 
+// The job of a module whose peers are ranks of one MPI job (mpi): the
+// suite runs as rank 0 under mpirun, beside conf_peer --job as rank 1 (and
+// conf_rogue --job as rank 2 for the bad frames). MPI starts once per
+// process, so the runtime stays up across cases and ends when the run
+// does (job_end below).
+struct job {
+  bool up = false;
+  nx_gp_t *gps = nullptr;
+  int count = 0;
+  inbox in; // handlers may run between cases: it outlives them all
+};
+job the_job;
+
+bool job_mode() { return module_under_test() == "mpi"; }
+
+// One runtime and one peer per test case (in job mode: the job's runtime
+// and rank 1).
 struct session {
-  inbox in;
+  std::unique_ptr<inbox> own;
+  inbox &in;
   nx_gp_t me = NX_GP_NULL;
   nx_gp_t peer = NX_GP_NULL;
-  session() {
-    box = &in;
+  session()
+      : own(job_mode() ? nullptr : new inbox), in(own ? *own : the_job.in) {
     std::string m = module_under_test();
-    setenv("NX_PROTOCOLS", in_process() ? "local" : (m + ",local").c_str(), 1);
-    setenv("NX_KEY", session_key, 1);
-    REQUIRE(nx_init(nullptr, nullptr) == 0);
+    if (job_mode()) {
+      in.reset();
+      box = &in;
+      if (!the_job.up) {
+        setenv("NX_PROTOCOLS", (m + ",local").c_str(), 1);
+        setenv("NX_KEY", session_key, 1);
+        REQUIRE(nx_init(nullptr, nullptr) == 0);
+        the_job.up = true;
+        int rank = -1;
+        REQUIRE(nx_context_peers(&the_job.gps, &the_job.count, &rank) == 0);
+        REQUIRE(rank == 0);
+        REQUIRE(the_job.count >= 2);
+      }
+    } else {
+      box = &in;
+      setenv("NX_PROTOCOLS", in_process() ? "local" : (m + ",local").c_str(),
+             1);
+      setenv("NX_KEY", session_key, 1);
+      REQUIRE(nx_init(nullptr, nullptr) == 0);
+    }
     nx_context_t *self = nx_context_self();
     REQUIRE(nx_handler_register(self, "pong", on_pong, NX_HANDLER_NONTHREADED,
                                 nullptr) == 0);
@@ -190,9 +257,13 @@ struct session {
                                 NX_HANDLER_NONTHREADED, nullptr) == 0);
     REQUIRE(nx_handler_register(self, "rogue_lie", on_rogue_lie,
                                 NX_HANDLER_NONTHREADED, nullptr) == 0);
+    REQUIRE(nx_handler_register(self, "rogue_done", on_rogue_done,
+                                NX_HANDLER_NONTHREADED, nullptr) == 0);
     REQUIRE(nx_error_cb_set(on_error, nullptr) == 0);
     REQUIRE(nx_gp_make(nullptr, &me) == 0);
-    if (in_process()) {
+    if (job_mode()) {
+      REQUIRE(nx_gp_copy(&the_job.gps[1], &peer) == 0);
+    } else if (in_process()) {
       REQUIRE(nx_context_create_local(local_peer_init, nullptr, &peer) == 0);
     } else {
       nx_node_t node;
@@ -204,17 +275,43 @@ struct session {
     REQUIRE(std::string(p) == m);
   }
   ~session() {
-    if (!in_process())
+    if (!in_process() && !job_mode())
       nx_context_destroy(&peer);
-    nx_gp_release(&in.third);
     nx_gp_release(&peer);
     nx_gp_release(&me);
+    if (job_mode())
+      return;
+    nx_gp_release(&in.third);
     nx_finalize();
     unsetenv("NX_PROTOCOLS");
     unsetenv("NX_KEY");
     box = nullptr;
   }
 };
+
+// Ends the job when the run ends: the other ranks are told to quit (each
+// finalizes on its own), then this one finalizes too.
+struct job_end : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunEnded(Catch::TestRunStats const &) override {
+    if (!the_job.up)
+      return;
+    for (int i = 1; i < the_job.count; i++) {
+      nx_buffer_t *b;
+      if (nx_rsr_init_name(&b, &the_job.gps[i], "conf_quit", 8) == 0)
+        nx_rsr_send(b); // a rank already gone (a dropped rogue) is no error
+    }
+    for (int i = 0; i < the_job.count; i++)
+      nx_gp_release(&the_job.gps[i]);
+    std::free(the_job.gps);
+    nx_mutex_lock(&the_job.in.m);
+    nx_gp_release(&the_job.in.third);
+    nx_mutex_unlock(&the_job.in.m);
+    nx_finalize();
+    the_job.up = false;
+  }
+};
+CATCH_REGISTER_LISTENER(job_end)
 
 void ping(session &s, const nx_gp_t *to, const char *handler, uint32_t tag,
           const std::vector<uint8_t> &bytes) {
@@ -352,6 +449,9 @@ TEST_CASE("peer death: the error is reported, later RSRs fail, nothing hangs",
           "[conformance][own-test][peer-death]") {
   if (in_process())
     skip_test("an in-process context does not die on its own");
+  if (job_mode())
+    skip_test("its peers are ranks of one MPI job, and mpirun ends the whole "
+              "job when a rank is killed");
   session s;
   // Find the peer: our child running conf_peer.
   pid_t child = -1;
