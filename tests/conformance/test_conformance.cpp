@@ -333,9 +333,12 @@ TEST_CASE("ping-pong of every size, non-threaded and threaded",
   std::mt19937 rng(42);
   uint32_t tag = 0;
   for (const char *handler : {"ping", "ping_t"}) {
+    // 4000, 8100 and 8200 bytes lie around the one-message limits of
+    // ofi and mpi (8 KiB by default).
     for (size_t size :
-         {size_t(0), size_t(1), size_t(8), size_t(1024), size_t(64) << 10,
-          size_t(1) << 20, size_t(16) << 20, size_t(64) << 20}) {
+         {size_t(0), size_t(1), size_t(8), size_t(1024), size_t(4000),
+          size_t(8100), size_t(8200), size_t(64) << 10, size_t(1) << 20,
+          size_t(16) << 20, size_t(64) << 20}) {
       INFO(handler << " " << size << " bytes");
       std::vector<uint8_t> bytes(size);
       for (auto &x : bytes)
