@@ -256,6 +256,7 @@ struct rogue_frame {
 static int make_frame(const char *what, uint64_t context,
                       struct rogue_frame *r) {
   uint32_t magic = NX_FRAME_MAGIC, version = NX_FRAME_VERSION;
+  uint8_t format = 1; /* NX_FORMAT_LITTLE */
   uint32_t handler = handler_id("rogue_hit");
   size_t payload = ROGUE_PAYLOAD;
   uint64_t length = ROGUE_PAYLOAD;
@@ -264,6 +265,10 @@ static int make_frame(const char *what, uint64_t context,
     magic = 0x12345678u;
   } else if (strcmp(what, "version") == 0) {
     version = NX_FRAME_VERSION + 1;
+  } else if (strcmp(what, "format") == 0) {
+    format = 7;
+  } else if (strcmp(what, "context0") == 0) {
+    context = 0;
   } else if (strcmp(what, "handler0") == 0) {
     handler = 0;
   } else if (strcmp(what, "nohandler") == 0) {
@@ -278,6 +283,10 @@ static int make_frame(const char *what, uint64_t context,
     handler = handler_id("rogue_lie");
     payload = 3 * ROGUE_PAYLOAD;
     length = 10;
+  } else if (strcmp(what, "huge") == 0) {
+    /* Far above any limit on a frame: refused, never allocated. */
+    handler = handler_id("rogue_lie");
+    length = (uint64_t)1 << 62;
   } else if (strcmp(what, "truncated") == 0) {
     handler = handler_id("rogue_lie");
     length = 1000;
@@ -287,7 +296,7 @@ static int make_frame(const char *what, uint64_t context,
   memset(r->hdr, 0, sizeof(r->hdr));
   put_le(r->hdr, magic, 4);
   r->hdr[4] = (uint8_t)version;
-  r->hdr[5] = 1; /* NX_FORMAT_LITTLE */
+  r->hdr[5] = format;
   put_le(r->hdr + 8, handler, 4);
   put_le(r->hdr + 16, context, 8);
   put_le(r->hdr + 32, length, 8);

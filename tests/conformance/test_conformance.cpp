@@ -531,6 +531,9 @@ std::vector<bad_case> bad_cases(const frame_traits &t) {
       {"wrong magic", "magic,good", 1, 0, 0, after_bad, 0, t.stream, false},
       {"wrong version", "version,good", 1, 0, 0, after_bad, 0, t.stream, false},
       {"handler id 0", "handler0,good", 1, 0, 0, after_bad, 0, t.stream, false},
+      {"an unknown data format", "format,good", 1, 0, 0, after_bad, 0, t.stream,
+       false},
+      {"context id 0", "context0,good", 1, 0, 0, after_bad, 0, t.stream, false},
       {"unknown handler", "nohandler,good", 0, 1, 0, 1, 0, false, false},
       {"a context that does not exist", "nocontext,good", 0, 0, 1, 1, 0, false,
        false},
@@ -541,6 +544,10 @@ std::vector<bad_case> bad_cases(const frame_traits &t) {
        t.stream ? 1 : 0, t.stream, false},
       {"a length that lies short", "shorter,good", 1, 0, 0, after_bad,
        t.stream ? 1 : 0, t.stream, false},
+      // A length far above the largest frame: refused like a bad header
+      // (mpi checks sizes first: there it is a lie).
+      {"a length over the frame limit", "huge,good", 1, 0, 0, after_bad, 0,
+       t.stream, false},
       // The rogue hangs up itself in the middle of the payload.
       {"a truncated payload", "good,truncated", 1, 0, 0, 1, 0, false, false},
   };
@@ -556,7 +563,8 @@ std::vector<bad_case> bad_cases(const frame_traits &t) {
     for (bad_case &c : v) {
       bool lies = c.script.find("longer") != std::string::npos ||
                   c.script.find("shorter") != std::string::npos ||
-                  c.script.find("truncated") != std::string::npos;
+                  c.script.find("truncated") != std::string::npos ||
+                  c.script.find("huge") != std::string::npos;
       if (!lies) {
         kept.push_back(c);
       } else if (c.script.find(lie) != std::string::npos) {
