@@ -1,4 +1,6 @@
-/* Handlers of the conformance suite's peer, shared by the peer program and by in-process peers (the local module). Header-only: included once per program. */
+/* Handlers of the conformance suite's peer, shared by the peer program and by
+ * in-process peers (the local module). Header-only: included once per program.
+ */
 #ifndef CONF_HANDLERS_H
 #define CONF_HANDLERS_H
 
@@ -159,17 +161,16 @@ static void conf_third(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
 }
 
 static int conf_register(nx_context_t *ctx) {
-  int r = nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED,
-                              NULL);
+  int r =
+      nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "ping_t", conf_ping, NX_HANDLER_THREADED,
                             NULL);
   if (r == 0)
-    r = nx_handler_register(ctx, "seq", conf_seq, NX_HANDLER_NONTHREADED,
-                            NULL);
+    r = nx_handler_register(ctx, "seq", conf_seq, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
-    r = nx_handler_register(ctx, "report", conf_report,
-                            NX_HANDLER_NONTHREADED, NULL);
+    r = nx_handler_register(ctx, "report", conf_report, NX_HANDLER_NONTHREADED,
+                            NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "types", conf_types, NX_HANDLER_THREADED,
                             NULL);

@@ -1,10 +1,9 @@
-/* Tests of the mpi protocol module, run as the ranks of one job under mpirun:
- * every rank checks the same things against the next rank at once; with
+/* Tests only the mpi protocol module needs, run as the ranks of one job under
+ * mpirun: every rank checks the same things against the next rank at once; with
  * --no-mpirun, that the module loads spawn-only in a process no launcher
  * started and stands aside in one that inherited a rank's environment. */
 #include <errno.h>
 #include <mpi.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -17,7 +16,10 @@
 #include "nexus.h"
 
 /* The handlers of the conformance suite's peer ("ping", "ping_t", "seq",
- * "report", "types", "third"): here every rank serves them. */
+ * "report", "types", "third"): here every rank serves them. The suite's
+ * own cases (ping-pong of every size, every type, a third context, many
+ * senders) run for mpi under mpirun too (tests/conformance, meson test
+ * conformance-mpi); what is left here is what only mpi has. */
 #include "conf_handlers.h"
 
 /* Usage, under mpirun -np N (N >= 2):
@@ -79,9 +81,6 @@ static struct {
   uint32_t last_tag;
   uint8_t *last_bytes;
   uint64_t last_len;
-  long typed;
-  int32_t typed_bad;
-  nx_gp_t third;
   long counts_in;
   uint64_t counts[4];
   long done;
@@ -107,27 +106,6 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   in.last_len = bytes != NULL ? len : UINT64_MAX;
   in.last_tag = tag;
   in.pongs++;
-  nx_cond_broadcast(&in.c);
-  nx_mutex_unlock(&in.m);
-}
-
-static void on_typed(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
-  (void)ctx, (void)addr;
-  int32_t bad = -1;
-  nx_get_int32(b, &bad);
-  nx_mutex_lock(&in.m);
-  in.typed_bad = bad;
-  in.typed++;
-  nx_cond_broadcast(&in.c);
-  nx_mutex_unlock(&in.m);
-}
-
-static void on_third_is(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
-  (void)ctx, (void)addr;
-  nx_gp_t g = NX_GP_NULL;
-  nx_get_gp(b, &g);
-  nx_mutex_lock(&in.m);
-  in.third = g;
   nx_cond_broadcast(&in.c);
   nx_mutex_unlock(&in.m);
 }
@@ -225,8 +203,7 @@ static int register_all(void) {
   struct {
     const char *name;
     nx_handler_fn fn;
-  } mine[] = {{"pong", on_pong},           {"typed", on_typed},
-              {"third_is", on_third_is},   {"counts", on_counts},
+  } mine[] = {{"pong", on_pong},           {"counts", on_counts},
               {"done", on_done},           {"stall", on_stall},
               {"idle_done", on_idle_done}, {"stalled", on_stalled}};
   for (size_t i = 0; r == 0 && i < sizeof(mine) / sizeof(mine[0]); i++)
@@ -333,118 +310,6 @@ static int ping(const nx_gp_t *to, const char *handler, uint32_t tag,
   return r;
 }
 
-static void test_pingpong(void) {
-  const size_t sizes[] = {0,
-                          8,
-                          1024,
-                          4000,
-                          8100,
-                          8200,
-                          (size_t)64 << 10,
-                          (size_t)1 << 20,
-                          (size_t)16 << 20,
-                          (size_t)64 << 20};
-  uint8_t *bytes = malloc((size_t)64 << 20);
-  if (!CHECK(bytes != NULL))
-    return;
-  uint32_t tag = (uint32_t)my_rank << 16;
-  const char *handlers[] = {"ping", "ping_t"};
-  for (int h = 0; h < 2; h++) {
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-      size_t n = sizes[i];
-      fill(bytes, n, ++tag);
-      long before = get(&in.pongs);
-      int r = ping(peer, handlers[h], tag, bytes, n);
-      if (!CHECK(r == 0)) {
-        note("%s of %zu bytes: %s", handlers[h], n, nx_strerror(r));
-        continue;
-      }
-      if (!CHECK(wait_above(&in.pongs, before))) {
-        note("%s of %zu bytes: no pong", handlers[h], n);
-        continue;
-      }
-      nx_mutex_lock(&in.m);
-      int ok = in.last_tag == tag && in.last_len == n &&
-               (n == 0 || memcmp(in.last_bytes, bytes, n) == 0);
-      nx_mutex_unlock(&in.m);
-      if (!CHECK(ok))
-        note("%s of %zu bytes: the pong differs", handlers[h], n);
-    }
-  }
-  free(bytes);
-}
-
-static void test_types(void) {
-  const int formats[] = {NX_FORMAT_LITTLE, NX_FORMAT_BIG};
-  for (int f = 0; f < 2; f++) {
-    nx_buffer_t *b;
-    if (!CHECK(nx_rsr_init_name(&b, peer, "types", 1024) == 0))
-      return;
-    CHECK(nx_buffer_set_format(b, formats[f]) == 0);
-    int bad = 0;
-    bad += nx_put_gp(b, &me) != 0;
-    bad += nx_put_int8(b, -8) != 0;
-    bad += nx_put_uint8(b, 200) != 0;
-    bad += nx_put_int16(b, -1600) != 0;
-    bad += nx_put_uint16(b, 60000) != 0;
-    bad += nx_put_int32(b, -320000) != 0;
-    bad += nx_put_uint32(b, 4000000000u) != 0;
-    bad += nx_put_int64(b, -(1ll << 60)) != 0;
-    bad += nx_put_uint64(b, 0xfedcba9876543210ull) != 0;
-    bad += nx_put_float(b, 1.5f) != 0;
-    bad += nx_put_double(b, -2.25e100) != 0;
-    bad += nx_put_char(b, 'q') != 0;
-    int32_t arr[100];
-    for (int k = 0; k < 100; k++)
-      arr[k] = k * k - 50;
-    bad += nx_put_int32_array(b, arr, 100) != 0;
-    double darr[10];
-    for (int k = 0; k < 10; k++)
-      darr[k] = k / 4.0;
-    bad += nx_put_double_array(b, darr, 10) != 0;
-    bad += nx_put_gp(b, &me) != 0; /* a gp inside the buffer */
-    CHECK(bad == 0);
-    long before = get(&in.typed);
-    CHECK(nx_rsr_send(b) == 0);
-    CHECK(wait_above(&in.typed, before));
-    nx_mutex_lock(&in.m);
-    int typed_bad = in.typed_bad;
-    nx_mutex_unlock(&in.m);
-    CHECK(typed_bad == 0);
-  }
-}
-
-static void test_third(void) {
-  nx_buffer_t *b;
-  if (!CHECK(nx_rsr_init_name(&b, peer, "third", 128) == 0))
-    return;
-  CHECK(nx_put_gp(b, &me) == 0);
-  CHECK(nx_rsr_send(b) == 0);
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += WAIT_S;
-  nx_mutex_lock(&in.m);
-  while (nx_gp_is_null(&in.third))
-    if (nx_cond_timedwait(&in.c, &in.m, &deadline) == NX_ETIMEDOUT)
-      break;
-  nx_gp_t third = in.third;
-  in.third = (nx_gp_t)NX_GP_NULL;
-  nx_mutex_unlock(&in.m);
-  if (!CHECK(!nx_gp_is_null(&third)))
-    return;
-  const char *p = nx_gp_protocol(&third);
-  CHECK(p != NULL && (strcmp(p, "mpi") == 0 || cheaper_module_loaded()));
-  uint8_t bytes[100];
-  memset(bytes, 9, sizeof(bytes));
-  long before = get(&in.pongs);
-  CHECK(ping(&third, "ping", 7, bytes, sizeof(bytes)) == 0);
-  CHECK(wait_above(&in.pongs, before));
-  nx_mutex_lock(&in.m);
-  CHECK(in.last_tag == 7);
-  nx_mutex_unlock(&in.m);
-  nx_gp_release(&third);
-}
-
 /* Asks the peer for its "seq" totals since the last report (which resets
  * them) and checks them. */
 static void check_counts(uint64_t total) {
@@ -479,32 +344,6 @@ static int seq(uint32_t sender, uint32_t q, const uint8_t *extra, size_t n,
     return r;
   }
   return nx_rsr_send_flags(b, flags);
-}
-
-#define THREADS 4
-#define EACH 2000
-
-static void *sender_main(void *arg) {
-  uint32_t t = (uint32_t)(uintptr_t)arg;
-  long errors = 0;
-  for (uint32_t i = 0; i < EACH; i++)
-    errors += seq(t, i, NULL, 0, 0) != 0;
-  return (void *)errors;
-}
-
-static void test_threads(void) {
-  pthread_t th[THREADS];
-  for (uintptr_t t = 0; t < THREADS; t++)
-    pthread_create(&th[t], NULL, sender_main, (void *)t);
-  long errors = 0;
-  for (int t = 0; t < THREADS; t++) {
-    void *e;
-    pthread_join(th[t], &e);
-    errors += (long)e;
-  }
-  CHECK(errors == 0);
-  /* The report follows the RSRs on the same path, so it sees them all. */
-  check_counts((uint64_t)THREADS * EACH);
 }
 
 /* One sender, frames of sizes that alternate between one message and a
@@ -831,10 +670,6 @@ static int run_job(int own_mpi) {
   if (start() != 0)
     return 2;
   test_peers();
-  test_pingpong();
-  test_types();
-  test_third();
-  test_threads();
   test_order_mixed();
   test_backpressure();
   test_descriptors();
@@ -954,7 +789,6 @@ int main(int argc, char **argv) {
   alarm(WATCHDOG_S);
   nx_mutex_init(&in.m);
   nx_cond_init(&in.c);
-  in.third = (nx_gp_t)NX_GP_NULL;
   int r;
   if (strcmp(mode, "--no-mpirun") == 0) {
     r = run_alone();

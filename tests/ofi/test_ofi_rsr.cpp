@@ -12,7 +12,8 @@
 #include <ctime>
 #include <string>
 
-#include "ofi_harness.h"
+#define NX_HARNESS_OFI
+#include "peer_harness.h"
 #include "runtime_guard.h"
 
 using namespace ofi_test;

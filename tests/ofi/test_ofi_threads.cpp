@@ -8,7 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "ofi_harness.h"
+#define NX_HARNESS_OFI
+#include "peer_harness.h"
 #include "runtime_guard.h"
 
 using namespace ofi_test;

@@ -19,7 +19,8 @@ extern "C" size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "runtime_guard.h"
-#include "tcp_harness.h"
+#define NX_HARNESS_TCP
+#include "peer_harness.h"
 
 using namespace tcp_test;
 

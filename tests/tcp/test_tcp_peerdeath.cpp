@@ -8,7 +8,8 @@
 #include <thread>
 
 #include "runtime_guard.h"
-#include "tcp_harness.h"
+#define NX_HARNESS_TCP
+#include "peer_harness.h"
 
 using namespace tcp_test;
 

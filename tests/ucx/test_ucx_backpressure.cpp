@@ -4,7 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "runtime_guard.h"
-#include "ucx_harness.h"
+#define NX_HARNESS_UCX
+#include "peer_harness.h"
 
 using namespace ucx_test;
 

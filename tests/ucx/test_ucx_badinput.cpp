@@ -13,7 +13,8 @@
 
 #include "nexus/protocol.h"
 #include "runtime_guard.h"
-#include "ucx_harness.h"
+#define NX_HARNESS_UCX
+#include "peer_harness.h"
 
 using namespace ucx_test;
 

@@ -7,7 +7,8 @@
 #include <csignal>
 
 #include "runtime_guard.h"
-#include "ucx_harness.h"
+#define NX_HARNESS_UCX
+#include "peer_harness.h"
 
 using namespace ucx_test;
 

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "runtime_guard.h"
-#include "ucx_harness.h"
+#define NX_HARNESS_UCX
+#include "peer_harness.h"
 
 using namespace ucx_test;
 
