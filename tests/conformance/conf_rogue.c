@@ -458,7 +458,9 @@ static int main_job(const char *so, const char *module) {
   const struct nx_protocol_ops *ops = load(so, module);
   if (ops == NULL)
     return 2;
-  if (ops->abi_version < 4 || ops->job_peers == NULL) {
+  /* The modules of this tree are ABI 6: the job is in the launcher table. */
+  if (ops->abi_version < 6 || ops->launch == NULL ||
+      ops->launch->job_peers == NULL) {
     fprintf(stderr, "conf_rogue: %s knows no job\n", module);
     return 2;
   }
@@ -476,8 +478,8 @@ static int main_job(const char *so, const char *module) {
   int count = 0, rank = -1;
   accept_frames = 1;
   if (ops->descriptor(state, &mine) != 0 ||
-      ops->job_peers(state, entry, job_entry(ops, &mine, entry), &all, &lens,
-                     &count, &rank) != 0 ||
+      ops->launch->job_peers(state, entry, job_entry(ops, &mine, entry), &all,
+                             &lens, &count, &rank) != 0 ||
       count < 1 || rank == 0) {
     fprintf(stderr, "conf_rogue: no job to join (rank %d of %d)\n", rank,
             count);
