@@ -66,6 +66,7 @@ static bool library_flags(std::vector<std::string> &flags) {
   if (self_dir() == CCXX_BUILD_DIR) {
     flags = {"-I" CCXX_SOURCE_INC,
              "-I" NEXUS_SOURCE_INC,
+             "-I" NEXUS_BUILD_INC,
              "-L" CCXX_BUILD_DIR,
              "-L" NEXUS_BUILD_DIR,
              "-Wl,-rpath," CCXX_BUILD_DIR ":" NEXUS_BUILD_DIR,

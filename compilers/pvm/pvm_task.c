@@ -694,6 +694,12 @@ int pvm_parent(void) {
 int pvm_exit(void) {
   if (!nxpvm.started)
     return PvmOk;
+  /* Finish forwarding our parts of broadcast and barrier trees first,
+   * while the root still answers our tid lookups: once it has our BYE it
+   * counts us gone, and a member below us in a tree would wait for ever.
+   * (A forward that arrives after this runs on a new sequencer thread,
+   * which the second nxpvmi_seq_stop below joins.) */
+  nxpvmi_seq_stop();
   nx_mutex_lock(&nxpvm.m);
   int n = nxpvm.npeers;
   int *tids = malloc((size_t)n * sizeof(int) + 1);
