@@ -72,7 +72,7 @@ static void core_peer_failed(void *state, void *ep, int status) {
 
 static void core_bad_peer(const char *module, const char *why) {
   atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
-  nxi_log(0, module, "dropped a peer: %s", why);
+  nxi_log(0, module, "bad input from a peer: %s", why);
 }
 
 static void core_wake(void) { nxi_progress_wake(); }

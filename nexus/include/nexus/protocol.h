@@ -87,10 +87,12 @@ struct nx_core_api {
 
   /* Receiving. frame_alloc checks the NX_FRAME_HDR_SIZE header bytes `hdr`
    * and returns a frame whose iov[1] has room for the payload it announces
-   * (NX_EPROTO for a bad header, which the core counts: drop the peer;
-   * NX_ENOMEM). Then exactly one of frame_deliver (payload complete) or
-   * frame_free (connection lost midway). A NX_EPROTO from frame_alloc is
-   * already counted: drop the peer without calling bad_peer. */
+   * (NX_EPROTO for a bad header, which the core counts; NX_ENOMEM). Then
+   * exactly one of frame_deliver (payload complete) or frame_free
+   * (connection lost midway). After NX_EPROTO a module whose framing is
+   * lost with it (a byte stream) drops the peer; one whose transport keeps
+   * message boundaries may drop only that frame. It is already counted:
+   * do not call bad_peer for it. */
   int (*frame_alloc)(const void *hdr, nx_frame_t **frame);
   void (*frame_deliver)(nx_frame_t *frame);
   void (*frame_free)(nx_frame_t *frame);
@@ -104,9 +106,10 @@ struct nx_core_api {
 
   /* Events. peer_failed: the endpoint returned by connect (or an accepted
    * one) is dead; the core fails RSRs to it. bad_peer: a peer sent
-   * something malformed that frame_alloc did not see, and was dropped
-   * (counted). wake: a module thread
-   * made work ready for a module without a wait fd. */
+   * something malformed that frame_alloc did not see (counted); the module
+   * dropped the peer, or only the message where its transport keeps
+   * boundaries. wake: a module thread made work ready for a module without
+   * a wait fd. */
   void (*peer_failed)(void *state, void *ep, int status);
   void (*bad_peer)(const char *module, const char *why);
   void (*wake)(void);
