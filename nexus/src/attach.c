@@ -231,8 +231,8 @@ void nxi_attach_finalize(void) {
 }
 
 /* "nexus://host:port/keyhex" or "nexus://[v6]:port/keyhex". */
-static int parse_url(const char *url, char *host, size_t hl, char *port,
-                     size_t pl, uint8_t key[NX_KEY_SIZE]) {
+int nxi_attach_parse_url(const char *url, char *host, size_t hl, char *port,
+                         size_t pl, uint8_t key[NX_KEY_SIZE]) {
   const char *p = url;
   if (strncmp(p, "nexus://", 8) != 0)
     return NX_EINVAL;
@@ -268,7 +268,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
     return NX_ENOTINIT;
   char host[128], port[16];
   uint8_t key[NX_KEY_SIZE];
-  int r = parse_url(url, host, sizeof(host), port, sizeof(port), key);
+  int r =
+      nxi_attach_parse_url(url, host, sizeof(host), port, sizeof(port), key);
   if (r < 0)
     return r;
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
