@@ -160,3 +160,62 @@ TEST_CASE("nx_finalize runs the RSRs already sent to this process",
       }
     }
 }
+
+namespace {
+int plain_init(nx_context_t *, void *) { return 0; }
+} // namespace
+
+TEST_CASE("a drop report names the handler when this process knows the name",
+          "[harden][badinput]") {
+  env_guard env("local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  // "hit_threaded" is registered in one context, sent to another that
+  // lacks it: the receiver knows the name.
+  nx_gp_t knows, lacks;
+  REQUIRE(nx_context_create_local(hit_init, nullptr, &knows) == 0);
+  REQUIRE(nx_context_create_local(plain_init, nullptr, &lacks) == 0);
+  std::string err = capture_stderr([&] {
+    for (const char *h : {"hit_threaded", "never_registered_anywhere"}) {
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &lacks, h, 0) == 0);
+      REQUIRE(nx_rsr_send(b) == 0);
+    }
+    nx_stats_t s{};
+    for (int i = 0; i < 500 && s.drop_no_handler < 2; i++) {
+      nx_poll();
+      usleep(1000);
+      REQUIRE(nx_stats_get(&s) == 0);
+    }
+    CHECK(s.drop_no_handler == 2);
+  });
+  INFO(err);
+  char hash[16];
+  snprintf(hash, sizeof(hash), "%#x", nx_handler_id("hit_threaded"));
+  CHECK(err.find(std::string("handler \"hit_threaded\" (") + hash + ")") !=
+        std::string::npos);
+  snprintf(hash, sizeof(hash), "%#x",
+           nx_handler_id("never_registered_anywhere"));
+  CHECK(err.find(std::string("handler ") + hash + ":") != std::string::npos);
+  nx_gp_release(&knows);
+  nx_gp_release(&lacks);
+}
+
+TEST_CASE("NX_DEBUG=1 says which module each destination's route takes",
+          "[harden][gp]") {
+  env_guard env("local");
+  setenv("NX_DEBUG", "1", 1);
+  std::string err = capture_stderr([&] {
+    runtime_guard rt;
+    unsetenv("NX_DEBUG");
+    REQUIRE(rt.init_rc() == 0);
+    nx_gp_t gp;
+    REQUIRE(nx_context_create_local(plain_init, nullptr, &gp) == 0);
+    REQUIRE(nx_gp_protocol(&gp) != nullptr);
+    nx_gp_release(&gp);
+  });
+  unsetenv("NX_DEBUG");
+  INFO(err);
+  CHECK(err.find("local: route to process ") != std::string::npos);
+  CHECK(err.find(": local (1 of 1 candidates)") != std::string::npos);
+}
