@@ -53,7 +53,8 @@ static void usage(void) {
 }
 
 static void describe(const struct proc *p, int rank) {
-  if (WIFSIGNALED(p->status) && WTERMSIG(p->status) == p->stopped)
+  /* One nxrun stopped: its end is nxrun's doing, whatever its status. */
+  if (p->stopped != 0)
     fprintf(stderr, "%s: context %d (pid %d) stopped by nxrun\n", prog_name,
             rank, (int)p->pid);
   else if (WIFSIGNALED(p->status))
