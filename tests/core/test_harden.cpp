@@ -5,12 +5,16 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstring>
+#include <dlfcn.h>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unistd.h>
 
 #include "nexus.h"
+#include "nexus/protocol.h"
 #include "runtime_guard.h"
 
 namespace {
@@ -218,4 +222,44 @@ TEST_CASE("NX_DEBUG=1 says which module each destination's route takes",
   INFO(err);
   CHECK(err.find("local: route to process ") != std::string::npos);
   CHECK(err.find(": local (1 of 1 candidates)") != std::string::npos);
+}
+
+TEST_CASE("NX_FRAME_MAX bounds what a peer may announce in one frame",
+          "[harden][badinput]") {
+  env_guard env("fixture,local");
+  setenv("NX_FRAME_MAX", "1k", 1);
+  runtime_guard rt;
+  unsetenv("NX_FRAME_MAX");
+  REQUIRE(rt.init_rc() == 0);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  using inject_fn = int (*)(const void *, const void *, size_t);
+  auto inject = reinterpret_cast<inject_fn>(dlsym(h, "nx_fixture_inject"));
+  REQUIRE(inject != nullptr);
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, nullptr, &gp) == 0);
+  hits = 0;
+  std::vector<uint8_t> payload(2048, 0);
+  for (uint64_t len : {(uint64_t)1024, (uint64_t)1025, (uint64_t)1 << 40}) {
+    uint8_t hdr[NX_FRAME_HDR_SIZE] = {0};
+    uint32_t magic = NX_FRAME_MAGIC, handler = nx_handler_id("hit");
+    uint64_t ctx = nx_gp_context(&gp);
+    std::memcpy(hdr, &magic, 4);
+    hdr[4] = NX_FRAME_VERSION;
+    hdr[5] = NX_FORMAT_LITTLE;
+    std::memcpy(hdr + 8, &handler, 4);
+    std::memcpy(hdr + 16, &ctx, 8);
+    std::memcpy(hdr + 32, &len, 8);
+    INFO("announced " << len);
+    CHECK(inject(hdr, payload.data(), len <= 1024 ? (size_t)len : 0) ==
+          (len <= 1024 ? 0 : NX_EPROTO));
+  }
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.drop_bad_frame == 2);
+  for (int i = 0; i < 1000 && hits.load() < 1; i++)
+    usleep(1000);
+  CHECK(hits.load() == 1);
+  nx_gp_release(&gp);
 }
