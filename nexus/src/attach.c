@@ -16,16 +16,25 @@
 #include "attach.h"
 #include "chan.h"
 #include "dlist.h"
+#include "nxu_auth.h"
 #include "nxu_key.h"
 
-/* The exchange, on a TCP connection to the listener:
- *   attacher -> listener: "NXA1", the key (NX_KEY_SIZE bytes)
- *   listener -> attacher: "NXA1", u32 length, one peer entry (ctl.h
+/* The exchange, on a TCP connection to the listener. Both sides prove they
+ * hold the key (nxu_auth.h) over both sides' fresh nonces; the key itself
+ * never crosses the wire, and a recorded exchange replayed fails on the
+ * listener's new nonce:
+ *   attacher -> listener: "NXA2", attacher nonce
+ *   listener -> attacher: "NXA2", listener nonce, listener proof
+ *   attacher -> listener: attacher proof
+ *   listener -> attacher: "NXA2", u32 length, one peer entry (ctl.h
  *                         layout: context, address, descriptor list)
- * then the listener closes. A wrong magic or key is refused and counted. */
+ * then the listener closes. A wrong magic or proof is refused and counted;
+ * "NXA1" (the old exchange, which sent the key) is refused with a line that
+ * says so. */
 
-#define MAGIC "NXA1"
-#define HELLO_LEN (4 + NX_KEY_SIZE)
+#define MAGIC "NXA2"
+#define MAGIC_V1 "NXA1"
+#define AUTH_CTX "attach"
 #define IO_TIMEOUT_MS 5000
 
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -60,12 +69,38 @@ static int io_all(int fd, void *buf, size_t len, int writing) {
   return 0;
 }
 
+static void refuse(const char *why) {
+  atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+  nxi_log(0, "attach", "refused a connection: %s", why);
+}
+
 static void serve_one(int fd) {
-  uint8_t hello[HELLO_LEN];
-  if (io_all(fd, hello, sizeof(hello), 0) < 0 || memcmp(hello, MAGIC, 4) != 0 ||
-      !nxu_key_equal(hello + 4, nxi_rt.key, NX_KEY_SIZE)) {
-    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
-    nxi_log(0, "attach", "refused a connection: wrong magic or key");
+  uint8_t hello[4 + NXU_NONCE_SIZE];
+  if (io_all(fd, hello, 4, 0) < 0)
+    return;
+  if (memcmp(hello, MAGIC_V1, 4) == 0) {
+    refuse("an older nexus (NXA1, which sends the key in clear); this one "
+           "speaks NXA2: update the attaching program");
+    return;
+  }
+  if (memcmp(hello, MAGIC, 4) != 0) {
+    refuse("wrong magic");
+    return;
+  }
+  uint8_t ch[4 + NXU_NONCE_SIZE + NXU_MAC_SIZE], proof[NXU_MAC_SIZE];
+  const uint8_t *nc = hello + 4, *ns = ch + 4;
+  memcpy(ch, MAGIC, 4);
+  if (io_all(fd, hello + 4, NXU_NONCE_SIZE, 0) < 0 ||
+      nxu_auth_nonce(ch + 4) < 0 ||
+      nxu_auth_mac(nxi_rt.key, NX_KEY_SIZE, "server", nc, ns,
+                   (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX),
+                   ch + 4 + NXU_NONCE_SIZE) < 0 ||
+      io_all(fd, ch, sizeof(ch), 1) < 0 ||
+      io_all(fd, proof, sizeof(proof), 0) < 0)
+    return; /* it went away (or gave up on our proof: its key differs) */
+  if (!nxu_auth_check(nxi_rt.key, NX_KEY_SIZE, "client", nc, ns,
+                      (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX), proof)) {
+    refuse("wrong key (the attacher's proof does not match)");
     return;
   }
   size_t cap = 8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len;
@@ -196,8 +231,8 @@ void nxi_attach_finalize(void) {
 }
 
 /* "nexus://host:port/keyhex" or "nexus://[v6]:port/keyhex". */
-static int parse_url(const char *url, char *host, size_t hl, char *port,
-                     size_t pl, uint8_t key[NX_KEY_SIZE]) {
+int nxi_attach_parse_url(const char *url, char *host, size_t hl, char *port,
+                         size_t pl, uint8_t key[NX_KEY_SIZE]) {
   const char *p = url;
   if (strncmp(p, "nexus://", 8) != 0)
     return NX_EINVAL;
@@ -233,7 +268,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
     return NX_ENOTINIT;
   char host[128], port[16];
   uint8_t key[NX_KEY_SIZE];
-  int r = parse_url(url, host, sizeof(host), port, sizeof(port), key);
+  int r =
+      nxi_attach_parse_url(url, host, sizeof(host), port, sizeof(port), key);
   if (r < 0)
     return r;
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -253,15 +289,39 @@ int nx_attach(const char *url, nx_gp_t *gp) {
   freeaddrinfo(res);
   if (fd < 0)
     return NX_EUNREACH;
-  uint8_t hello[HELLO_LEN];
+  uint8_t hello[4 + NXU_NONCE_SIZE];
+  uint8_t ch[4 + NXU_NONCE_SIZE + NXU_MAC_SIZE], proof[NXU_MAC_SIZE];
+  const uint8_t *nc = hello + 4, *ns = ch + 4;
   memcpy(hello, MAGIC, 4);
-  memcpy(hello + 4, key, NX_KEY_SIZE);
+  r = nxu_auth_nonce(hello + 4);
+  if (r == 0)
+    r = io_all(fd, hello, sizeof(hello), 1);
+  if (r == 0)
+    r = io_all(fd, ch, sizeof(ch), 0);
+  if (r == NX_ECONNRESET) {
+    nxi_log(0, "attach",
+            "the listener closed the connection in the handshake: an older "
+            "nexus (NXA1)?");
+    r = NX_EPROTO;
+  }
+  if (r == 0 && memcmp(ch, MAGIC, 4) != 0)
+    r = NX_EPROTO;
+  if (r == 0 && !nxu_auth_check(key, NX_KEY_SIZE, "server", nc, ns,
+                                (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX),
+                                ch + 4 + NXU_NONCE_SIZE)) {
+    nxi_log(0, "attach", "the listener's proof does not match the URL's key");
+    r = NX_EACCES;
+  }
+  if (r == 0)
+    r = nxu_auth_mac(key, NX_KEY_SIZE, "client", nc, ns,
+                     (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX), proof);
+  if (r == 0)
+    r = io_all(fd, proof, sizeof(proof), 1);
   uint8_t head[8];
-  r = io_all(fd, hello, sizeof(hello), 1);
   if (r == 0)
     r = io_all(fd, head, sizeof(head), 0);
   if (r == NX_ECONNRESET)
-    r = NX_EACCES; /* the listener closes on a wrong key */
+    r = NX_EACCES; /* the listener closes on a wrong proof */
   uint32_t len = r == 0 ? nxu_rd32(head + 4) : 0;
   if (r == 0 && (memcmp(head, MAGIC, 4) != 0 || len < NXI_CTL_ENTRY_HEAD ||
                  len > NXI_CTL_MAX))

@@ -70,6 +70,11 @@ void nxi_buffer_free(struct nx_buffer *b);
 void *nxi_block_get(size_t n, size_t *size);
 void nxi_block_put(void *p, size_t size);
 
+/* The unsent RSR buffers the program holds: nx_rsr_init adds one (0 or
+ * NX_ENOMEM); nx_rsr_send and nx_buffer_release take it back, 1 if it was
+ * there. A pointer not there is not the program's: it is never read. */
+int nxi_buffer_live_add(struct nx_buffer *b);
+int nxi_buffer_live_take(const struct nx_buffer *b);
 /* Releases the runtime's hold on a handler's buffer. */
 void nxi_buffer_handler_done(struct nx_buffer *b);
 /* Encodes the frame header from the buffer's fields and sets up the iovs. */

@@ -71,6 +71,8 @@ int nx_buffer_release(nx_buffer_t *b) {
       return NX_EINVAL; /* not the program's to release */
   } while (!atomic_compare_exchange_weak_explicit(
       &b->urefs, &r, r - 1, memory_order_relaxed, memory_order_relaxed));
+  if (b->kind == NXI_BUF_SEND)
+    nxi_buffer_live_take(b); /* an RSR the program will not send */
   buffer_unref(b);
   return 0;
 }

@@ -269,3 +269,60 @@ void nxi_buffer_free(struct nx_buffer *b) {
   }
   free(b);
 }
+
+/* The RSR buffers the program holds (made by nx_rsr_init, neither sent nor
+ * released), so that nx_rsr_send refuses a buffer it already took without
+ * reading memory the runtime may have freed meanwhile. Sharded by address:
+ * init and send of one RSR touch one short list under its own lock. */
+#define LIVE_SHARDS 64
+static struct live_shard {
+  atomic_bool busy;
+  uint32_t n, cap;
+  struct nx_buffer **v;
+} live[LIVE_SHARDS];
+
+static struct live_shard *live_shard(const struct nx_buffer *b) {
+  uintptr_t a = (uintptr_t)b;
+  return &live[(a >> 6 ^ a >> 12) % LIVE_SHARDS];
+}
+
+static void live_lock(struct live_shard *s) {
+  while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire))
+    ;
+}
+
+static void live_unlock(struct live_shard *s) {
+  atomic_store_explicit(&s->busy, 0, memory_order_release);
+}
+
+int nxi_buffer_live_add(struct nx_buffer *b) {
+  struct live_shard *s = live_shard(b);
+  live_lock(s);
+  if (s->n == s->cap) {
+    uint32_t cap = s->cap ? s->cap * 2 : 16;
+    struct nx_buffer **v = realloc(s->v, cap * sizeof(*v));
+    if (v == NULL) {
+      live_unlock(s);
+      return NX_ENOMEM;
+    }
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = b;
+  live_unlock(s);
+  return 0;
+}
+
+int nxi_buffer_live_take(const struct nx_buffer *b) {
+  struct live_shard *s = live_shard(b);
+  int found = 0;
+  live_lock(s);
+  for (uint32_t i = s->n; i-- > 0;)
+    if (s->v[i] == b) {
+      s->v[i] = s->v[--s->n];
+      found = 1;
+      break;
+    }
+  live_unlock(s);
+  return found;
+}

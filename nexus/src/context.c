@@ -276,6 +276,7 @@ int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
       kind < NX_HANDLER_NONTHREADED || kind > NX_HANDLER_NEW_THREAD)
     return NX_EINVAL;
   uint32_t hid = nx_handler_id(name);
+  nxi_handler_name_note(hid, name);
   pthread_mutex_lock(&ctx->lock);
   struct nxi_htable *old = atomic_load(&ctx->handlers);
   const struct nxi_handler *cur = nxi_handler_find(ctx, hid);

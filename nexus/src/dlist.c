@@ -233,6 +233,10 @@ static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
     rt->mod = c[i].mod;
     rt->ep = ep;
     atomic_init(&rt->failed, 0);
+    /* Which module carries the frames to whom: the first thing to ask
+     * when a destination is slow or unreachable. */
+    nxi_log(1, c[i].mod->name, "route to process %#x: %s (%d of %d candidates)",
+            (unsigned)atomic_load(&dl->proc), c[i].mod->name, i + 1, n);
     *out = rt;
     return 0;
   }

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include "nxu_opt.h"
+
 /* Offsets of the header's fields (nexus/protocol.h). */
 enum {
   OFF_MAGIC = 0,
@@ -24,6 +26,14 @@ void nxi_frame_init(void) {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
   max_frame_bytes =
       pages <= 0 || size <= 0 ? (size_t)1 << 40 : (size_t)pages * (size_t)size;
+  /* NX_FRAME_MAX (checked at nx_init with the other settings): the payload
+   * is allocated when its header arrives, so a peer could otherwise make
+   * this process reserve up to its memory per connection. */
+  uint64_t v = 0;
+  char why[96];
+  if (nxu_opt_number("NX_FRAME_MAX", &v, why, sizeof(why)) == 0 && v != 0 &&
+      v < max_frame_bytes)
+    max_frame_bytes = (size_t)v;
 }
 
 void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f) {

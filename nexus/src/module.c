@@ -276,19 +276,79 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
   return 0;
 }
 
+/* A module name as NX_PROTOCOLS may hold it: what a file libnx_proto_<name>.so
+ * can carry and the ops table's name can match (no spaces, no empty names). */
+static int name_ok(const char *n, size_t len) {
+  if (len == 0 || len > NX_PROTO_NAME_MAX)
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') ||
+          n[i] == '_' || n[i] == '-'))
+      return 0;
+  return 1;
+}
+
+/* Refuses NX_PROTOCOLS with a malformed or unknown name, naming the modules
+ * that are there: a typo must fail nx_init, not the first send much later. */
+static int check_listed(const char *list) {
+  const char *bad = NULL;
+  size_t bad_len = 0;
+  for (const char *p = list;; p++) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char name[NX_PROTO_NAME_MAX + 1];
+    if (!name_ok(p, len)) {
+      bad = p, bad_len = len;
+      break;
+    }
+    memcpy(name, p, len);
+    name[len] = '\0';
+    struct nxi_module *m = find(name);
+    if (m == NULL || m->path[0] == '\0') {
+      bad = p, bad_len = len;
+      break;
+    }
+    if (end == NULL)
+      break;
+    p = end;
+  }
+  if (bad == NULL)
+    return 0;
+  /* Everything installed, for the message. */
+  discover(0);
+  char known[512] = "";
+  size_t off = 0;
+  for (int i = 0; i < nmods; i++)
+    if (mods[i].path[0] != '\0' && off < sizeof(known))
+      off += (size_t)snprintf(known + off, sizeof(known) - off, "%s%s",
+                              off ? ", " : "", mods[i].name);
+  nxi_log(0, NULL,
+          "NX_PROTOCOLS=\"%s\": %s module name \"%.*s\"; known modules: %s",
+          list, name_ok(bad, bad_len) ? "unknown" : "malformed", (int)bad_len,
+          bad, off ? known : "(none found)");
+  return NX_EINVAL;
+}
+
 int nxi_modules_load(const struct nx_core_api *api) {
   nmods = 0;
   nloaded = 0;
   const char *list = getenv("NX_PROTOCOLS");
   if (list != NULL) {
     char *copy = strdup(list);
+    if (copy == NULL)
+      return NX_ENOMEM;
     char *save = NULL;
-    for (char *n = copy ? strtok_r(copy, ",", &save) : NULL; n;
+    for (char *n = strtok_r(copy, ",", &save); n;
          n = strtok_r(NULL, ",", &save))
       add(n);
     free(copy);
   }
   discover(list != NULL);
+  if (list != NULL) {
+    int r = check_listed(list);
+    if (r < 0)
+      return r;
+  }
   for (int i = 0; i < nmods; i++)
     if (load(&mods[i], api) == 0)
       loaded[nloaded++] = &mods[i];

@@ -41,6 +41,7 @@ struct child {
   int dead;   /* its channel closed */
   int reaped; /* waitpid returned it */
   int status;
+  int signalled; /* the signal nexus sent it to end it (0: none) */
 };
 
 static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,7 +58,12 @@ static void report_exit(const struct child *c) {
   else
     snprintf(who, sizeof(who), "process context being created (pid %d)",
              (int)c->pid);
-  if (WIFSIGNALED(c->status))
+  if (WIFSIGNALED(c->status) && WTERMSIG(c->status) == c->signalled)
+    nxi_log(1, NULL,
+            "%s ended by nexus with signal %d (it did not exit when "
+            "asked)",
+            who, c->signalled); /* ours: not the child's fault */
+  else if (WIFSIGNALED(c->status))
     nxi_log(0, NULL, "%s was killed by signal %d", who, WTERMSIG(c->status));
   else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) != 0)
     nxi_log(0, NULL, "%s exited with status %d", who, WEXITSTATUS(c->status));
@@ -345,6 +351,13 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   nx_gp_t child_gp = NX_GP_NULL;
   r = handshake(c, spent < (uint64_t)timeout_ms ? timeout_ms - (int)spent : 1,
                 &child_gp);
+  if (r == NX_ETIMEDOUT)
+    nxi_log(0, NULL,
+            "process context %s (pid %d) started but did not call "
+            "nx_context_ready or nx_context_serve within %d s "
+            "(NX_CREATE_TIMEOUT): nx_context_create returns NX_ETIMEDOUT "
+            "and ends it",
+            exe, (int)c->pid, timeout_ms / 1000);
   if (r < 0) {
     kill_and_reap(c, 0); /* it failed us already: no grace */
     nxi_chan_close(&c->chan, NX_CTL_ABANDON);
@@ -382,9 +395,15 @@ static void kill_and_reap(struct child *c, int grace_ms) {
   nxi_chan_send(&c->chan, &msg, 1);
   if (c->pid == 0 || reap_within(c, grace_ms))
     return;
+  pthread_mutex_lock(&kids_lock);
+  c->signalled = SIGTERM;
+  pthread_mutex_unlock(&kids_lock);
   kill(c->pid, SIGTERM);
   if (reap_within(c, KILL_GRACE_MS))
     return;
+  pthread_mutex_lock(&kids_lock);
+  c->signalled = SIGKILL;
+  pthread_mutex_unlock(&kids_lock);
   kill(c->pid, SIGKILL);
   reap_within(c, 60000);
 }

@@ -53,6 +53,21 @@ void nxi_progress_start(void) {
     nxi_rthread_spawn(nxi_pool_main, &nxi_eng);
 }
 
+static int undelivered(void) {
+  return (int)(atomic_load(&nxi_eng.pushed) - atomic_load(&nxi_eng.popped)) +
+         atomic_load(&nxi_eng.tq_len);
+}
+
+int nxi_progress_drain(unsigned ms) {
+  uint64_t deadline = nxu_now_ns() + (uint64_t)ms * 1000000u;
+  int left;
+  /* The progress thread (or a pooled one, for threaded handlers) may be the
+   * one running them: helping is enough, and harmless when it is busy. */
+  while ((left = undelivered()) > 0 && nxu_now_ns() < deadline)
+    nxi_progress_help();
+  return left;
+}
+
 /* Stops the runtime threads. Returns the number still running handlers
  * after a grace period (they are blocked in program code). */
 static int stop_threads(void) {

@@ -9,6 +9,11 @@ int nxi_progress_init(void);
 int nxi_progress_watch_modules(void);
 /* Starts the progress thread (unless NX_PROGRESS=poll). */
 void nxi_progress_start(void);
+/* Runs the RSRs already delivered to this process (queued, not yet run) and
+ * those they send in turn, for at most `ms` milliseconds: nx_finalize's
+ * promise that what was sent to a context of this process is handled.
+ * Returns the number still queued at the deadline (dropped later). */
+int nxi_progress_drain(unsigned ms);
 /* Stops the runtime threads and drops undelivered RSRs. Returns the number
  * of handler threads still blocked in program code (nothing is freed then). */
 int nxi_progress_finalize(void);

@@ -20,6 +20,10 @@ int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
   b->context = gp->context;
   b->address = gp->address;
   b->dl = gp->protos;
+  if (nxi_buffer_live_add(b) < 0) {
+    nxi_buffer_free(b);
+    return NX_ENOMEM;
+  }
   *buf = b;
   return 0;
 }
@@ -31,7 +35,9 @@ int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
 }
 
 int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
-  if (b == NULL || b->kind != NXI_BUF_SEND)
+  /* A buffer already sent (or released) may be freed or queued in a
+   * module by now: refuse it by address, before reading it. */
+  if (b == NULL || !nxi_buffer_live_take(b))
     return NX_EINVAL;
   /* From here on the buffer is the runtime's. */
   atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);

@@ -2,8 +2,10 @@
  * (rt.h). */
 #include "rt.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 struct nxi_runtime nxi_rt;
@@ -41,6 +43,49 @@ void nxi_rt_reset(void) {
   nxi_rt.error_cb = NULL;
 }
 
+/* Handler names registered in any context of this process, by id, so that a
+ * drop report names the handler instead of its hash when this process
+ * knows the name (a handler registered in another context, or in a context
+ * since destroyed). Registration is rare and drops are rare: one lock. */
+#define NAMES 256
+#define NAME_MAX_LEN 48
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  uint32_t id;
+  char name[NAME_MAX_LEN];
+} names[NAMES];
+
+void nxi_handler_name_note(uint32_t id, const char *name) {
+  pthread_mutex_lock(&names_lock);
+  for (uint32_t i = 0; i < NAMES; i++) {
+    uint32_t j = (id + i) % NAMES;
+    if (names[j].id == id)
+      break; /* known */
+    if (names[j].id == 0) {
+      names[j].id = id;
+      snprintf(names[j].name, sizeof(names[j].name), "%s", name);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&names_lock);
+}
+
+/* Copies the name of handler `id` into `out`, or its hash when unknown. */
+static void handler_name(uint32_t id, char *out, size_t len) {
+  snprintf(out, len, "%#x", id);
+  pthread_mutex_lock(&names_lock);
+  for (uint32_t i = 0; i < NAMES; i++) {
+    uint32_t j = (id + i) % NAMES;
+    if (names[j].id == 0)
+      break;
+    if (names[j].id == id) {
+      snprintf(out, len, "\"%s\" (%#x)", names[j].name, id);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&names_lock);
+}
+
 void nxi_drop(int err, uint64_t context, uint32_t handler) {
   atomic_uint_fast64_t *counter = err == NX_ENOHANDLER ? &nxi_rt.drop_no_handler
                                   : err == NX_ENOCONTEXT
@@ -53,9 +98,12 @@ void nxi_drop(int err, uint64_t context, uint32_t handler) {
        __atomic_load_n(&nxi_rt.error_arg, __ATOMIC_RELAXED));
     return;
   }
-  if (atomic_fetch_add(&nxi_rt.drops_logged, 1) < DROPS_LOGGED_MAX)
-    nxi_log(0, NULL, "dropped an RSR for context %#llx handler %#x: %s",
-            (unsigned long long)context, handler, nx_strerror(err));
+  if (atomic_fetch_add(&nxi_rt.drops_logged, 1) < DROPS_LOGGED_MAX) {
+    char name[NAME_MAX_LEN + 24];
+    handler_name(handler, name, sizeof(name));
+    nxi_log(0, NULL, "dropped an RSR for context %#llx handler %s: %s",
+            (unsigned long long)context, name, nx_strerror(err));
+  }
 }
 
 void nxi_report_proc(int status, uint32_t proc) {

@@ -57,7 +57,10 @@ static inline int nxi_ready(void) {
 /* Zeroes the counters and the error callback (nx_init). */
 void nxi_rt_reset(void);
 
-/* Counts a dropped RSR and reports it. */
+/* Remembers a handler's name (nx_handler_register), for drop reports. */
+void nxi_handler_name_note(uint32_t id, const char *name);
+/* Counts a dropped RSR and reports it (with the handler's name when this
+ * process registered it somewhere). */
 void nxi_drop(int err, uint64_t context, uint32_t handler);
 /* Reports to the error callback that process `proc` is gone. */
 void nxi_report_proc(int status, uint32_t proc);

@@ -166,6 +166,14 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return NX_ENOTINIT;
   }
+  if (atomic_load(&nxi_rt.refs) == 1) {
+    /* RSRs already sent to a context of this process run first (rule 14):
+     * a program that sends and then finalizes sees its handlers run. */
+    int left = nxi_progress_drain(2000);
+    if (left > 0)
+      nxi_log(0, NULL, "nx_finalize: %d RSR(s) still queued after 2 s dropped",
+              left);
+  }
   if (atomic_fetch_sub(&nxi_rt.refs, 1) > 1) {
     pthread_mutex_unlock(&init_lock);
     return 0;

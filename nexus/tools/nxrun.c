@@ -26,6 +26,7 @@ struct proc {
   int ready;
   int done;
   int status;
+  int stopped; /* the signal nxrun sent to stop it (0: none) */
   uint64_t context;
   uint8_t *entry; /* its READY message minus the type byte */
   size_t entry_len;
@@ -34,19 +35,29 @@ struct proc {
 static struct proc *procs;
 static int nprocs;
 static const char *prog_name = "nxrun";
+static int bootstrapping = 1; /* until every context got the PEERS message */
+static int stop_on_death;     /* --stop-on-death */
 
 static void usage(void) {
   fprintf(stderr,
           "usage: nxrun -n N [--protocols a,b,...] [--timeout SECONDS] "
-          "program [args...]\n"
+          "[--stop-on-death] program [args...]\n"
           "  Starts N process contexts of `program` on this host. Each gets "
           "the\n  global pointers of all N (nx_context_peers). nxrun forwards "
           "SIGINT,\n  SIGTERM and SIGHUP, reports every context that dies, "
-          "and exits with\n  0 only if all N exit with status 0.\n");
+          "and exits with\n  0 only if all N exit with status 0. A context "
+          "that ends before it is\n  ready (nx_init failed, or it never "
+          "called nx_context_peers) stops all\n  the others at once. "
+          "--stop-on-death: also stop all the others when any\n  context "
+          "dies (non-zero status or a signal) later.\n");
 }
 
 static void describe(const struct proc *p, int rank) {
-  if (WIFSIGNALED(p->status))
+  /* One nxrun stopped: its end is nxrun's doing, whatever its status. */
+  if (p->stopped != 0)
+    fprintf(stderr, "%s: context %d (pid %d) stopped by nxrun\n", prog_name,
+            rank, (int)p->pid);
+  else if (WIFSIGNALED(p->status))
     fprintf(stderr, "%s: context %d (pid %d) was killed by signal %d (%s)\n",
             prog_name, rank, (int)p->pid, WTERMSIG(p->status),
             strsignal(WTERMSIG(p->status)));
@@ -55,10 +66,15 @@ static void describe(const struct proc *p, int rank) {
             prog_name, rank, (int)p->pid, WEXITSTATUS(p->status));
 }
 
-static void kill_all(int sig) {
+/* Sends `sig` to every context still running; `ours`: nxrun stops them
+ * (reported as such), rather than forwarding a signal it got. */
+static void kill_all(int sig, int ours) {
   for (int i = 0; i < nprocs; i++)
-    if (procs[i].pid > 0 && !procs[i].done)
+    if (procs[i].pid > 0 && !procs[i].done) {
+      if (ours)
+        procs[i].stopped = sig;
       kill(procs[i].pid, sig);
+    }
 }
 
 /* Reaps whatever ended; tells the survivors. Returns how many ended. */
@@ -76,9 +92,23 @@ static int reap(int *failed) {
       p->done = 1;
       p->status = status;
       n++;
+      if (bootstrapping && !p->ready) {
+        /* The others would wait for it until the timeout: stop them. */
+        fprintf(stderr,
+                "%s: context %d (pid %d) ended before it was ready; stopping "
+                "the others\n",
+                prog_name, i, (int)p->pid);
+        *failed = 1;
+      }
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        int first = !*failed;
         *failed = 1;
         describe(p, i);
+        if (stop_on_death && !bootstrapping && first && p->stopped == 0) {
+          fprintf(stderr, "%s: stopping the other contexts (--stop-on-death)\n",
+                  prog_name);
+          kill_all(SIGTERM, 1);
+        }
         if (p->context != 0) {
           uint8_t msg[NXI_CTL_PEER_DEAD_LEN];
           nxi_ctl_put_peer_dead(msg, p->context);
@@ -103,6 +133,8 @@ int main(int argc, char **argv) {
       protocols = argv[++i];
     else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
       timeout = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--stop-on-death") == 0)
+      stop_on_death = 1;
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage();
       return 0;
@@ -141,13 +173,13 @@ int main(int argc, char **argv) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
       perror("nxrun: socketpair");
-      kill_all(SIGKILL);
+      kill_all(SIGKILL, 1);
       return 1;
     }
     pid_t pid = fork();
     if (pid < 0) {
       perror("nxrun: fork");
-      kill_all(SIGKILL);
+      kill_all(SIGKILL, 1);
       return 1;
     }
     if (pid == 0) {
@@ -191,8 +223,10 @@ int main(int argc, char **argv) {
     }
     int left = (int)(deadline - time(NULL));
     if (left <= 0 || poll(fds, (nfds_t)n + 1, left * 1000) == 0) {
-      fprintf(stderr, "%s: %d of %d contexts not ready after %d s\n", prog_name,
-              n - ready, n, timeout);
+      fprintf(stderr,
+              "%s: %d of %d contexts not ready after %d s (did they call "
+              "nx_init and nx_context_peers?)\n",
+              prog_name, n - ready, n, timeout);
       failed = 1;
       break;
     }
@@ -200,7 +234,7 @@ int main(int argc, char **argv) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
           si.ssi_signo != SIGCHLD) {
-        kill_all((int)si.ssi_signo);
+        kill_all((int)si.ssi_signo, 0);
         failed = 1;
       }
       ended += reap(&failed);
@@ -254,7 +288,8 @@ int main(int argc, char **argv) {
     }
   }
   if (failed)
-    kill_all(SIGKILL);
+    kill_all(SIGKILL, 1);
+  bootstrapping = 0;
 
   /* Run: forward signals, report deaths, until every context ended. */
   while (ended < n) {
@@ -269,7 +304,7 @@ int main(int argc, char **argv) {
     if (si.ssi_signo != SIGCHLD) {
       fprintf(stderr, "%s: forwarding signal %d to the contexts\n", prog_name,
               (int)si.ssi_signo);
-      kill_all((int)si.ssi_signo);
+      kill_all((int)si.ssi_signo, 0);
       failed = 1;
     }
     ended += reap(&failed);

@@ -31,6 +31,10 @@ const struct nxu_opt nxu_opts[] = {
      "1 or more: log module decisions to stderr (2: more detail)"},
     {"NX_BUFFER_CACHE", NXU_OPT_SIZE, "64m", 64 * MIB, 0, NO_MAX, NULL, "core",
      "bytes of freed large payload blocks kept for reuse (0: off)"},
+    {"NX_FRAME_MAX", NXU_OPT_SIZE, "(physical memory)", 0, 0, NO_MAX, NULL,
+     "core",
+     "largest payload a peer may announce in one frame; it is allocated "
+     "when the header arrives (0: this machine's physical memory)"},
     {"NX_KEY", NXU_OPT_HEX, "(random)", 0, 0, 16, NULL, "core",
      "the computation's key, 32 hex digits; set by nxrun and "
      "nx_context_create"},

@@ -143,8 +143,22 @@ void ofi_self_identity(uint32_t *pid, uint64_t *start, uint64_t *pidns) {
 
 /* Setup. */
 
-/* Removes the pages of processes of our pid namespace that are gone (a
- * process killed with SIGKILL cannot remove its own). */
+/* 1 if `name` is a region libfabric's shm provider names "<pid>:<n>:<n>"
+ * (16 MiB each), and sets `pid`. */
+static int fabric_region(const char *name, unsigned *pid) {
+  unsigned a, b;
+  int end = 0;
+  return sscanf(name, "%u:%u:%u%n", pid, &a, &b, &end) == 3 &&
+         name[end] == '\0' && name[0] >= '0' && name[0] <= '9';
+}
+
+/* Removes what processes that are gone left in /dev/shm (a process killed
+ * with SIGKILL cannot remove its own), as Open MPI does at start: our wake
+ * pages of processes of our pid namespace, and the shm provider's regions
+ * of processes of this user that no longer exist (the provider cannot
+ * clean up after a killed process; its names carry no pid namespace, so a
+ * region is taken as stale only when no process of that pid exists here
+ * and it belongs to our uid). */
 static void wake_sweep(struct ofi *o) {
   DIR *d = opendir("/dev/shm");
   if (d == NULL)
@@ -154,7 +168,20 @@ static void wake_sweep(struct ofi *o) {
     unsigned long long ns;
     unsigned pid;
     char rest[2];
-    if (strncmp(e->d_name, WAKE_PREFIX, strlen(WAKE_PREFIX)) != 0 ||
+    if (fabric_region(e->d_name, &pid)) {
+      struct stat st;
+      char path[300];
+      snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+      if (pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH &&
+          stat(path, &st) == 0 && st.st_uid == getuid() && unlink(path) == 0)
+        OFI_LOG(o, 1,
+                "removed %s (%lld bytes), left by shm of process %u "
+                "that ended",
+                path, (long long)st.st_size, pid);
+      continue;
+    }
+    if (o->pidns == 0 ||
+        strncmp(e->d_name, WAKE_PREFIX, strlen(WAKE_PREFIX)) != 0 ||
         sscanf(e->d_name + strlen(WAKE_PREFIX), "%llx-%u-%1s", &ns, &pid,
                rest) != 3 ||
         ns != o->pidns || pid == 0 ||
@@ -169,8 +196,7 @@ static void wake_sweep(struct ofi *o) {
 }
 
 static void wake_channel_open(struct ofi *o) {
-  if (o->pidns != 0)
-    wake_sweep(o);
+  wake_sweep(o);
   char name[96];
   wake_name(o->pidns, o->pid, o->core->process_uuid, name, sizeof(name));
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "nexus/protocol.h"
+#include "nxu_auth.h"
 #include "nxu_uuid.h"
 
 /* The files:
@@ -25,7 +26,7 @@
 
 #define TCP_NAME "tcp"
 #define TCP_COST 40
-#define TCP_WIRE_VERSION 1
+#define TCP_WIRE_VERSION 2 /* 2: the key no longer crosses the wire */
 
 /* Descriptor data (docs/tcp.md): u8 version, u8 flags, 16-byte process
  * uuid, u8 count, then per address u8 family (4 or 6), u16 port (network
@@ -35,13 +36,27 @@
 #define TCP_MAX_ADDRS 16
 #define TCP_UUID_SIZE 16
 
-/* Handshake (docs/tcp.md). The client's hello: "NXT1", u16 version (LE),
- * the key, its process uuid. The server's answer: "NXT1", u16 version,
- * u16 status, its process uuid. */
+/* Handshake (docs/tcp.md), version 2: both sides prove they hold the
+ * computation's key with an HMAC over both sides' fresh nonces
+ * (nxu_auth.h); the key itself never crosses the wire.
+ *   client hello:     "NXT1", u16 version (LE), client uuid, client nonce
+ *   server challenge: "NXT1", u16 version, server uuid, server nonce,
+ *                     server proof
+ *   client proof:     client proof
+ *   server answer:    "NXT1", u16 version, u16 status, server uuid
+ * A proof is nxu_auth_mac(key, role, client nonce, server nonce, client
+ * uuid | server uuid). Version 1 sent the key in the hello; such a peer is
+ * refused with a version-1 answer GONE and a log line naming both
+ * versions. */
 #define TCP_MAGIC "NXT1"
-#define TCP_HS_VERSION 1
-#define TCP_HELLO_SIZE (4 + 2 + NX_KEY_SIZE + TCP_UUID_SIZE)
+#define TCP_HS_VERSION 2
+#define TCP_HELLO_SIZE (4 + 2 + TCP_UUID_SIZE + NXU_NONCE_SIZE)
+#define TCP_CHALLENGE_SIZE                                                     \
+  (4 + 2 + TCP_UUID_SIZE + NXU_NONCE_SIZE + NXU_MAC_SIZE)
+#define TCP_PROOF_SIZE NXU_MAC_SIZE
 #define TCP_ANSWER_SIZE (4 + 2 + 2 + TCP_UUID_SIZE)
+/* The first bytes of any version's hello: magic and version. */
+#define TCP_HS_HEAD 6
 enum tcp_answer {
   TCP_ANSWER_ACCEPT = 0, /* this connection carries the pair's frames */
   TCP_ANSWER_RETRY = 1,  /* refused: the connection I opened wins */
@@ -143,10 +158,15 @@ struct tcp_conn {
   struct tcp_peer *peer; /* holds a reference; NULL before the hello */
   int events;            /* UV_READABLE / UV_WRITABLE being polled */
 
-  uint8_t hs_in[TCP_HELLO_SIZE]; /* handshake bytes read so far */
+  uint8_t hs_in[TCP_CHALLENGE_SIZE]; /* handshake bytes read so far */
   size_t hs_in_len;
   uint8_t hs_out[TCP_HELLO_SIZE]; /* client: hello bytes still to write */
   size_t hs_out_len, hs_out_off;
+  /* The handshake's second half: server, hello in and challenge sent,
+   * waiting for the proof; client, proof sent, waiting for the answer. */
+  int hs_proved;
+  uint8_t nonce_c[NXU_NONCE_SIZE], nonce_s[NXU_NONCE_SIZE];
+  uint8_t ids[2 * TCP_UUID_SIZE]; /* client uuid, server uuid */
 
   uint8_t hdr[NX_FRAME_HDR_SIZE]; /* the frame header being read */
   size_t hdr_len;

@@ -14,8 +14,9 @@
 #include "nxu_key.h"
 
 /* Who keeps which connection. Each pair of processes uses one connection,
- * opened when the first frame is to be sent. A client sends its hello and
- * waits for the answer before it writes any frame; the server answers
+ * opened when the first frame is to be sent. A client runs the handshake
+ * (both sides prove the key, tcp.h) and waits for the answer before it
+ * writes any frame; the server answers
  * ACCEPT only when the connection is to carry the pair's frames. When both
  * processes connect at once, the connection opened by the process with the
  * lower uuid wins: the server of the other one answers RETRY (the client
@@ -242,11 +243,17 @@ static void connected(struct tcp_conn *c) {
     return;
   }
   struct tcp *t = c->t;
+  if (nxu_auth_nonce(c->nonce_c) < 0) {
+    tcp_peer_fail(t, c->peer, "no random bytes for the handshake");
+    return;
+  }
   uint8_t *h = c->hs_out;
   memcpy(h, TCP_MAGIC, 4);
   put_le16(h + 4, TCP_HS_VERSION);
-  memcpy(h + 6, t->core->key, NX_KEY_SIZE);
-  memcpy(h + 6 + NX_KEY_SIZE, t->core->process_uuid, TCP_UUID_SIZE);
+  memcpy(h + 6, t->core->process_uuid, TCP_UUID_SIZE);
+  memcpy(h + 6 + TCP_UUID_SIZE, c->nonce_c, NXU_NONCE_SIZE);
+  memcpy(c->ids, t->core->process_uuid, TCP_UUID_SIZE);
+  memcpy(c->ids + TCP_UUID_SIZE, c->peer->uuid, TCP_UUID_SIZE);
   c->hs_out_len = TCP_HELLO_SIZE;
   c->hs_out_off = 0;
   c->state = CONN_HELLO_SENT;
@@ -272,7 +279,9 @@ static void conn_lost(struct tcp_conn *c, const char *why) {
   case CONN_CONNECTING: connect_failed(c, why); return;
   case CONN_HELLO_SENT:
     snprintf(line, sizeof(line),
-             "connection lost during the handshake (a wrong key?): %s", why);
+             "connection lost during the handshake (a wrong key, or a peer "
+             "older than handshake version %u?): %s",
+             TCP_HS_VERSION, why);
     tcp_peer_fail(t, c->peer, line);
     return;
   case CONN_OPEN:
@@ -310,27 +319,79 @@ static int read_handshake(struct tcp_conn *c, size_t want) {
 
 /* Server: the client's hello is in. Checks it, picks ACCEPT, RETRY or
  * GONE (see the top of this file) and answers. */
+/* Server: the first bytes of a hello name its version. One this side does
+ * not speak is refused at once, with a line naming both; a version-1 peer
+ * also gets the answer GONE in its own layout, so it reports a refusal
+ * instead of waiting for its timeout. Returns 0 if the version is ours. */
+static int hello_version(struct tcp_conn *c) {
+  const uint8_t *h = c->hs_in;
+  unsigned v = get_le16(h + 4);
+  if (v == TCP_HS_VERSION)
+    return 0;
+  if (v == 1) {
+    uint8_t a[TCP_ANSWER_SIZE];
+    memcpy(a, TCP_MAGIC, 4);
+    put_le16(a + 4, 1);
+    put_le16(a + 6, TCP_ANSWER_GONE);
+    memcpy(a + 8, c->t->core->process_uuid, TCP_UUID_SIZE);
+    ssize_t n = send(c->fd, a, sizeof(a), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n; /* best effort: the peer is refused either way */
+  }
+  char line[128];
+  snprintf(line, sizeof(line),
+           "handshake: the peer speaks version %u, this nexus %u (it sends "
+           "no proof of the key): refused; update the older side",
+           v, TCP_HS_VERSION);
+  drop_bad(c, line);
+  return -1;
+}
+
+/* Server: the client's hello is in (version checked). Sends the challenge:
+ * our nonce and our proof over both nonces. */
 static void hello_received(struct tcp_conn *c) {
   struct tcp *t = c->t;
-  const uint8_t *h = c->hs_in;
-  const uint8_t *uuid = h + 6 + NX_KEY_SIZE;
-  char line[96];
-  if (memcmp(h, TCP_MAGIC, 4) != 0) {
-    drop_bad(c, "handshake: bad magic");
-    return;
-  }
-  if (get_le16(h + 4) != TCP_HS_VERSION) {
-    snprintf(line, sizeof(line), "handshake: unsupported version %u",
-             get_le16(h + 4));
-    drop_bad(c, line);
-    return;
-  }
-  if (!nxu_key_equal(h + 6, t->core->key, NX_KEY_SIZE)) {
-    drop_bad(c, "handshake: wrong key");
-    return;
-  }
+  const uint8_t *uuid = c->hs_in + 6;
   if (memcmp(uuid, t->core->process_uuid, TCP_UUID_SIZE) == 0) {
     drop_bad(c, "handshake: the peer claims this process's identity");
+    return;
+  }
+  memcpy(c->ids, uuid, TCP_UUID_SIZE);
+  memcpy(c->ids + TCP_UUID_SIZE, t->core->process_uuid, TCP_UUID_SIZE);
+  memcpy(c->nonce_c, c->hs_in + 6 + TCP_UUID_SIZE, NXU_NONCE_SIZE);
+  uint8_t m[TCP_CHALLENGE_SIZE];
+  memcpy(m, TCP_MAGIC, 4);
+  put_le16(m + 4, TCP_HS_VERSION);
+  memcpy(m + 6, t->core->process_uuid, TCP_UUID_SIZE);
+  if (nxu_auth_nonce(c->nonce_s) < 0 ||
+      nxu_auth_mac(t->core->key, NX_KEY_SIZE, "server", c->nonce_c, c->nonce_s,
+                   c->ids, sizeof(c->ids),
+                   m + 6 + TCP_UUID_SIZE + NXU_NONCE_SIZE) < 0) {
+    TCP_LOG(t, 0, "cannot compute a handshake proof");
+    tcp_conn_close(c);
+    return;
+  }
+  memcpy(m + 6 + TCP_UUID_SIZE, c->nonce_s, NXU_NONCE_SIZE);
+  /* A new socket's buffer always takes the 86 bytes at once. */
+  ssize_t n = send(c->fd, m, sizeof(m), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != (ssize_t)sizeof(m)) {
+    TCP_LOG(t, 1, "cannot send a handshake challenge: %s",
+            n < 0 ? strerror(errno) : "short write");
+    tcp_conn_close(c);
+    return;
+  }
+  c->hs_proved = 1;
+  c->hs_in_len = 0;
+}
+
+/* Server: the client's proof is in. Checks it, picks ACCEPT, RETRY or
+ * GONE (see the top of this file) and answers. */
+static void proof_received(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  const uint8_t *uuid = c->ids;
+  /* Over our fresh nonce: a proof recorded from another handshake fails. */
+  if (!nxu_auth_check(t->core->key, NX_KEY_SIZE, "client", c->nonce_c,
+                      c->nonce_s, c->ids, sizeof(c->ids), c->hs_in)) {
+    drop_bad(c, "handshake: wrong key (the peer's proof does not match)");
     return;
   }
   struct tcp_peer *p = tcp_peer_get(t, uuid);
@@ -379,6 +440,42 @@ static void hello_received(struct tcp_conn *c) {
   tcp_peer_open(t, p, c);
 }
 
+/* Client: the server's challenge is in. Checks its proof, then sends
+ * ours. Returns 0 when the proof went out. */
+static int challenge_received(struct tcp_conn *c) {
+  struct tcp *t = c->t;
+  struct tcp_peer *p = c->peer;
+  const uint8_t *m = c->hs_in;
+  if (memcmp(m + 6, p->uuid, TCP_UUID_SIZE) != 0) {
+    tcp_peer_fail(t, p, "another process answers at its address");
+    return -1;
+  }
+  memcpy(c->nonce_s, m + 6 + TCP_UUID_SIZE, NXU_NONCE_SIZE);
+  if (!nxu_auth_check(t->core->key, NX_KEY_SIZE, "server", c->nonce_c,
+                      c->nonce_s, c->ids, sizeof(c->ids),
+                      m + 6 + TCP_UUID_SIZE + NXU_NONCE_SIZE)) {
+    t->core->bad_peer(TCP_NAME, "handshake: the peer does not hold the key");
+    tcp_peer_fail(t, p,
+                  "handshake: wrong key (the peer's proof does not match)");
+    return -1;
+  }
+  uint8_t proof[TCP_PROOF_SIZE];
+  if (nxu_auth_mac(t->core->key, NX_KEY_SIZE, "client", c->nonce_c, c->nonce_s,
+                   c->ids, sizeof(c->ids), proof) < 0) {
+    tcp_peer_fail(t, p, "cannot compute a handshake proof");
+    return -1;
+  }
+  /* The hello left long ago: the socket buffer takes 32 bytes at once. */
+  ssize_t n = send(c->fd, proof, sizeof(proof), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != (ssize_t)sizeof(proof)) {
+    tcp_peer_fail(t, p, n < 0 ? strerror(errno) : "short write");
+    return -1;
+  }
+  c->hs_proved = 1;
+  c->hs_in_len = 0;
+  return 0;
+}
+
 /* Client: the server's answer is in. */
 static void answer_received(struct tcp_conn *c) {
   struct tcp *t = c->t;
@@ -424,7 +521,17 @@ static void answer_received(struct tcp_conn *c) {
 }
 
 static void read_hello(struct tcp_conn *c) {
-  int r = read_handshake(c, TCP_HELLO_SIZE);
+  if (c->hs_proved) {
+    if (read_handshake(c, TCP_PROOF_SIZE) <= 0)
+      return;
+    proof_received(c);
+    if (c->state == CONN_OPEN)
+      read_frames(c); /* frames may follow the proof at once */
+    return;
+  }
+  /* Up to the version first: an older peer's hello is shorter. */
+  size_t want = c->hs_in_len < TCP_HS_HEAD ? TCP_HS_HEAD : TCP_HELLO_SIZE;
+  int r = read_handshake(c, want);
   if (r < 0)
     return;
   /* Garbage shows in the first bytes: no need to wait for more. */
@@ -434,12 +541,41 @@ static void read_hello(struct tcp_conn *c) {
   }
   if (r == 0)
     return;
+  if (want == TCP_HS_HEAD) {
+    if (hello_version(c) == 0)
+      read_hello(c); /* the rest of it may be in already */
+    return;
+  }
   hello_received(c);
-  if (c->state == CONN_OPEN)
-    read_frames(c); /* frames may follow the hello at once */
+  if (c->state == CONN_WAIT_HELLO)
+    read_hello(c); /* the proof may be in already */
 }
 
 static void read_answer(struct tcp_conn *c) {
+  if (!c->hs_proved) {
+    size_t want = c->hs_in_len < TCP_HS_HEAD ? TCP_HS_HEAD : TCP_CHALLENGE_SIZE;
+    int r = read_handshake(c, want);
+    if (r <= 0)
+      return;
+    if (want == TCP_HS_HEAD) {
+      if (memcmp(c->hs_in, TCP_MAGIC, 4) != 0 ||
+          get_le16(c->hs_in + 4) != TCP_HS_VERSION) {
+        char line[128];
+        snprintf(line, sizeof(line),
+                 "malformed handshake, or a peer speaking another version "
+                 "(%u; this nexus speaks %u)",
+                 get_le16(c->hs_in + 4), TCP_HS_VERSION);
+        c->t->core->bad_peer(TCP_NAME, line);
+        tcp_peer_fail(c->t, c->peer, line);
+        return;
+      }
+      read_answer(c);
+      return;
+    }
+    if (challenge_received(c) == 0)
+      read_answer(c); /* the answer may be in already */
+    return;
+  }
   if (read_handshake(c, TCP_ANSWER_SIZE) <= 0)
     return;
   answer_received(c);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the build into a scratch DESTDIR, builds tests/install/helper_hello.c
 # against it with pkg-config alone, and checks that the installed library
-# loads the installed module, not the build tree's.
+# loads the installed module, not the build tree's; that the installed nxinfo
+# and nxrun start with a clean environment (their rpath); and that README's
+# "A first program" compiles as printed and prints "hello 42".
 set -eu
 build=$1
 src=$2
@@ -20,4 +22,30 @@ echo "$out"
 echo "$out" | grep -qx "protocol local" || { echo "FAIL: no RSR over local"; exit 1; }
 echo "$out" | grep -qx "local $libdir/nexus/libnx_proto_local.so" ||
   { echo "FAIL: the module was not loaded from the install"; exit 1; }
+
+# The installed tools, with nothing in the environment pointing at the
+# library: they must find it themselves.
+bindir=$(dirname "$(find "$tmp" -type f -name nxinfo | head -n 1)")
+info=$(env -i PATH=/usr/bin:/bin "$bindir/nxinfo" 2>&1) ||
+  { echo "$info"; echo "FAIL: the installed nxinfo does not start"; exit 1; }
+echo "$info" | grep -q "^local  *loaded .*$tmp/.*/nexus/libnx_proto_local.so" ||
+  { echo "$info"; echo "FAIL: the installed nxinfo did not load the installed local"; exit 1; }
+usage=$(env -i PATH=/usr/bin:/bin "$bindir/nxrun" --help 2>&1) ||
+  { echo "$usage"; echo "FAIL: the installed nxrun does not start"; exit 1; }
+echo "$usage" | grep -q "^usage: nxrun" ||
+  { echo "$usage"; echo "FAIL: the installed nxrun printed no usage"; exit 1; }
+
+# README's first program, as printed, 20 times: nx_finalize must run the
+# RSR it sent before tearing down.
+sed -n '/^## A first program/,/^```$/p' "$src/README.md" |
+  sed -n '/^```c$/,/^```$/p' | sed '1d;$d' >"$tmp/first.c"
+grep -q nx_rsr_send "$tmp/first.c" || { echo "FAIL: no first program in README"; exit 1; }
+$cc -o "$tmp/first" "$tmp/first.c" $flags -Wl,-rpath,"$libdir"
+i=0
+while [ $i -lt 20 ]; do
+  out=$(env -i PATH=/usr/bin:/bin "$tmp/first" 2>&1)
+  [ "$out" = "hello 42" ] ||
+    { echo "run $i: '$out'"; echo "FAIL: README's first program did not print hello 42"; exit 1; }
+  i=$((i + 1))
+done
 echo "install test: ok"

@@ -132,6 +132,21 @@ int main(int argc, char **argv) {
       nx_gp_release(&gps[i]);
     free(gps);
   }
+  if (strcmp(mode, "die-hang") == 0) {
+    /* Under nxrun: rank 1 dies once all are ready; the others hang (only
+     * nxrun --stop-on-death ends them soon). */
+    nx_gp_t *gps = NULL;
+    int n = 0, rank = -1;
+    if (nx_context_peers(&gps, &n, &rank) != 0)
+      return 4;
+    for (int i = 0; i < n; i++)
+      nx_gp_release(&gps[i]);
+    free(gps);
+    if (rank == 1)
+      raise(SIGKILL);
+    sleep(120);
+    return 0;
+  }
   if (strcmp(mode, "die") == 0 && argc > 2) {
     /* Under nxrun: rank 1 dies; the others wait to hear of it, then end. */
     nx_mutex_init(&dead_m);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nxu_auth.h"
 #include "runtime_guard.h"
 #define NX_HARNESS_TCP
 #include "peer_harness.h"
@@ -63,17 +64,33 @@ std::vector<uint8_t> key_bytes() {
   return k;
 }
 
-// The client's hello: "NXT1", u16 version, key, process uuid.
-std::vector<uint8_t> hello(const std::vector<uint8_t> &key,
-                           uint16_t version = 1) {
-  std::vector<uint8_t> h(4 + 2 + 16 + 16);
+// The client's hello (handshake version 2, docs/tcp.md): "NXT1", u16
+// version, process uuid, nonce; a fresh identity and nonce each time.
+std::vector<uint8_t> hello(uint16_t version = 2) {
+  std::vector<uint8_t> h(4 + 2 + 16 + NXU_NONCE_SIZE);
   std::memcpy(h.data(), "NXT1", 4);
   h[4] = (uint8_t)version;
   h[5] = (uint8_t)(version >> 8);
-  std::memcpy(h.data() + 6, key.data(), 16);
-  for (size_t i = 22; i < h.size(); i++) // a fresh identity per connection
+  for (size_t i = 6; i < h.size(); i++)
     h[i] = (uint8_t)(std::rand() ^ (int)i);
   return h;
+}
+
+bool recv_exact(int fd, uint8_t *p, size_t n, int timeout_ms);
+
+// After hello `h`: reads the server's challenge and sends a proof under
+// `key` (nexus/util/nxu_auth.h).
+bool prove(int fd, const std::vector<uint8_t> &h,
+           const std::vector<uint8_t> &key) {
+  uint8_t ch[6 + 16 + NXU_NONCE_SIZE + NXU_MAC_SIZE], ids[32],
+      proof[NXU_MAC_SIZE];
+  if (!recv_exact(fd, ch, sizeof(ch), 5000))
+    return false;
+  std::memcpy(ids, h.data() + 6, 16);
+  std::memcpy(ids + 16, ch + 6, 16);
+  return nxu_auth_mac(key.data(), 16, "client", h.data() + 22, ch + 22, ids,
+                      sizeof(ids), proof) == 0 &&
+         send_all(fd, proof, sizeof(proof));
 }
 
 // Waits for `n` bytes; false on timeout, EOF or error.
@@ -103,7 +120,8 @@ int handshaken(uint16_t port) {
   if (fd < 0)
     return -1;
   uint8_t answer[24];
-  if (!send_bytes(fd, hello(key_bytes())) ||
+  std::vector<uint8_t> h = hello();
+  if (!send_bytes(fd, h) || !prove(fd, h, key_bytes()) ||
       !recv_exact(fd, answer, sizeof(answer), 5000) ||
       std::memcmp(answer, "NXT1", 4) != 0 || answer[6] != 0 || answer[7] != 0) {
     close(fd);
@@ -195,9 +213,10 @@ TEST_CASE_METHOD(session,
     { // a wrong key
       int fd = raw_connect(peer.port);
       REQUIRE(fd >= 0);
-      std::vector<uint8_t> key = key_bytes();
+      std::vector<uint8_t> key = key_bytes(), h = hello();
       key[3] ^= 0x40;
-      CHECK(send_bytes(fd, hello(key)));
+      CHECK(send_bytes(fd, h));
+      CHECK(prove(fd, h, key));
       CHECK(closed_within(fd, 5000));
       close(fd);
       bad++;
@@ -206,7 +225,7 @@ TEST_CASE_METHOD(session,
     { // a handshake version this module does not speak
       int fd = raw_connect(peer.port);
       REQUIRE(fd >= 0);
-      CHECK(send_bytes(fd, hello(key_bytes(), 7)));
+      CHECK(send_bytes(fd, hello(7)));
       CHECK(closed_within(fd, 5000));
       close(fd);
       bad++;
@@ -225,7 +244,7 @@ TEST_CASE_METHOD(session,
     { // half a hello, then gone
       int fd = raw_connect(peer.port);
       REQUIRE(fd >= 0);
-      std::vector<uint8_t> h = hello(key_bytes());
+      std::vector<uint8_t> h = hello();
       CHECK(send_all(fd, h.data(), 10));
       sleep_ms(20);
       close(fd);

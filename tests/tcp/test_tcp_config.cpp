@@ -109,7 +109,7 @@ struct gp_forge {
     bytes.push_back(1);
     bytes.push_back(3);
     bytes.insert(bytes.end(), name, name + 3);
-    bytes.push_back(1); // wire version 1
+    bytes.push_back(2); // wire version 2
     bytes.push_back(0);
     bytes.push_back((uint8_t)sc.size());
     bytes.insert(bytes.end(), sc.begin(), sc.end());

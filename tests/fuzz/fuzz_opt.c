@@ -1,0 +1,43 @@
+/* libFuzzer target: the NX_* option parsers (nexus/util/nxu_opt.c) and the
+ * hex decoder (nxu_key.c): the first byte picks a setting of the table,
+ * the rest is its value; a value may be refused (with a reason), never
+ * crash the parser or overrun the reason buffer. */
+#include "fuzz.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nexus/errors.h"
+#include "nexus/protocol.h"
+#include "nxu_key.h"
+#include "nxu_opt.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  const struct nxu_opt *o = &nxu_opts[data[0] % nxu_opt_count];
+  char *value = malloc(size);
+  if (value == NULL)
+    return 0;
+  memcpy(value, data + 1, size - 1);
+  value[size - 1] = '\0';
+  char why[96];
+  memset(why, 0x55, sizeof(why));
+  int r = nxu_opt_check(o, value, why, sizeof(why));
+  if (r < 0 && memchr(why, '\0', sizeof(why)) == NULL)
+    abort(); /* a refusal says why, NUL-terminated, within the buffer */
+  /* The same value through the typed readers. */
+  setenv(o->name, value, 1);
+  uint64_t u;
+  size_t sz;
+  int c;
+  (void)nxu_opt_number(o->name, &u, why, sizeof(why));
+  (void)nxu_opt_size(o->name, &sz, why, sizeof(why));
+  (void)nxu_opt_choice(o->name, &c, why, sizeof(why));
+  unsetenv(o->name);
+  uint8_t key[NX_KEY_SIZE];
+  (void)nxu_hex_decode(value, key, sizeof(key));
+  free(value);
+  return 0;
+}
