@@ -253,7 +253,7 @@ static void connected(struct tcp_conn *c) {
   memcpy(h + 6, t->core->process_uuid, TCP_UUID_SIZE);
   memcpy(h + 6 + TCP_UUID_SIZE, c->nonce_c, NXU_NONCE_SIZE);
   memcpy(c->ids, t->core->process_uuid, TCP_UUID_SIZE);
-  memcpy(c->ids + TCP_UUID_SIZE, c->peer->uuid, TCP_UUID_SIZE);
+  memcpy(c->ids + TCP_UUID_SIZE, c->peer->link.uuid, TCP_UUID_SIZE);
   c->hs_out_len = TCP_HELLO_SIZE;
   c->hs_out_off = 0;
   c->state = CONN_HELLO_SENT;
@@ -446,7 +446,7 @@ static int challenge_received(struct tcp_conn *c) {
   struct tcp *t = c->t;
   struct tcp_peer *p = c->peer;
   const uint8_t *m = c->hs_in;
-  if (memcmp(m + 6, p->uuid, TCP_UUID_SIZE) != 0) {
+  if (memcmp(m + 6, p->link.uuid, TCP_UUID_SIZE) != 0) {
     tcp_peer_fail(t, p, "another process answers at its address");
     return -1;
   }

@@ -14,7 +14,8 @@
 #include "nxu_auth.h"
 #include "raw_client.h"
 #include "runtime_guard.h"
-#include "tcp_harness.h"
+#define NX_HARNESS_TCP
+#include "peer_harness.h"
 
 using namespace tcp_test;
 

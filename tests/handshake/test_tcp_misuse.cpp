@@ -4,7 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "runtime_guard.h"
-#include "tcp_harness.h"
+#define NX_HARNESS_TCP
+#include "peer_harness.h"
 
 using namespace tcp_test;
 
