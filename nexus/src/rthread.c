@@ -65,14 +65,17 @@ int nxi_rthread_spawn(void *(*fn)(void *self), void *arg) {
   t->fn = fn;
   t->arg = arg;
   atomic_fetch_add(&nxi_eng.live, 1);
+  /* Counted before it starts: its handler may finish (and the program read
+   * the counters) before pthread_create returns here. */
+  atomic_fetch_add_explicit(&nxi_rt.threads_created, 1, memory_order_relaxed);
   int r = pthread_create(&t->tid, NULL, start, t);
   if (r != 0) {
+    atomic_fetch_sub_explicit(&nxi_rt.threads_created, 1, memory_order_relaxed);
     atomic_fetch_sub(&nxi_eng.live, 1);
     free(t);
     nxi_log(0, NULL, "cannot start a runtime thread: %s", strerror(r));
     return NX_EAGAIN;
   }
-  atomic_fetch_add_explicit(&nxi_rt.threads_created, 1, memory_order_relaxed);
   return 0;
 }
 
