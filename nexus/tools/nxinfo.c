@@ -33,7 +33,8 @@ static int print_config(void) {
       bad = 1;
     char value[64];
     if (!set)
-      snprintf(value, sizeof(value), "(%s)", o->def);
+      snprintf(value, sizeof(value), o->def[0] == '(' ? "%s" : "(%s)",
+               o->def); /* defaults that are words come in brackets */
     else if (strcmp(o->name, "NX_KEY") == 0)
       snprintf(value, sizeof(value), "(set, not shown)");
     else
