@@ -417,7 +417,11 @@ int fm_register_handlers(nx_context_t *ctx) {
 
 /* ---- channels ---------------------------------------------------------- */
 
-static int need_init(void) { return fm_g.init > 0 ? 0 : FM_ENOTINIT; }
+/* Handlers read this on runtime threads: fm_init publishes everything it
+ * set up with the release store below. */
+static int need_init(void) {
+  return __atomic_load_n(&fm_g.init, __ATOMIC_ACQUIRE) > 0 ? 0 : FM_ENOTINIT;
+}
 
 static void outport_make(fm_port_t *out, uint64_t gpi) {
   struct fm_port_impl *p = impl(out);
@@ -956,8 +960,8 @@ static void free_queues(void) {
 }
 
 int fm_init(int *argc, char ***argv) {
-  if (fm_g.init > 0) {
-    fm_g.init++;
+  if (__atomic_load_n(&fm_g.init, __ATOMIC_ACQUIRE) > 0) {
+    __atomic_add_fetch(&fm_g.init, 1, __ATOMIC_ACQ_REL);
     return nx_init(argc, argv) < 0 ? NX_EINVAL : 0;
   }
   int r = nx_init(argc, argv);
@@ -977,7 +981,7 @@ int fm_init(int *argc, char ***argv) {
     return r;
   }
   nx_error_cb_set(on_error, NULL);
-  fm_g.init = 1;
+  __atomic_store_n(&fm_g.init, 1, __ATOMIC_RELEASE);
   if (ctx_is_child(argc, argv)) {
     /* A process context started by a process block: serve its process
      * calls until the block's end destroys it, then leave. */
@@ -990,9 +994,9 @@ int fm_init(int *argc, char ***argv) {
 }
 
 int fm_finalize(void) {
-  if (fm_g.init <= 0)
+  if (__atomic_load_n(&fm_g.init, __ATOMIC_ACQUIRE) <= 0)
     return FM_ENOTINIT;
-  if (--fm_g.init > 0)
+  if (__atomic_sub_fetch(&fm_g.init, 1, __ATOMIC_ACQ_REL) > 0)
     return nx_finalize();
   nx_error_cb_set(NULL, NULL);
   cleanup();

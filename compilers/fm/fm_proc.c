@@ -481,7 +481,7 @@ struct fm_block {
 };
 
 int fm_processes_begin(fm_block_t **block) {
-  if (fm_g.init <= 0)
+  if (__atomic_load_n(&fm_g.init, __ATOMIC_ACQUIRE) <= 0)
     return FM_ENOTINIT;
   if (block == NULL)
     return FM_EINVAL;
