@@ -15,31 +15,10 @@
 
 #include "nexus.h"
 #include "nexus/protocol.h"
+#include "capture_stderr.h"
 #include "runtime_guard.h"
 
 namespace {
-
-// Runs fn with stderr going to a file, and returns what it wrote.
-template <class F> std::string capture_stderr(F fn) {
-  fflush(stderr);
-  FILE *tmp = tmpfile();
-  REQUIRE(tmp != nullptr);
-  int saved = dup(2);
-  REQUIRE(saved >= 0);
-  dup2(fileno(tmp), 2);
-  fn();
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::string out;
-  rewind(tmp);
-  char buf[512];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), tmp)) > 0)
-    out.append(buf, n);
-  fclose(tmp);
-  return out;
-}
 
 struct env_guard {
   explicit env_guard(const char *protocols, const char *progress = nullptr) {

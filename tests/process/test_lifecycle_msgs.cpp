@@ -10,32 +10,10 @@
 #include <unistd.h>
 
 #include "nexus.h"
+#include "capture_stderr.h"
 #include "runtime_guard.h"
 
-namespace {
-
-template <class F> std::string capture_stderr(F fn) {
-  fflush(stderr);
-  FILE *tmp = tmpfile();
-  REQUIRE(tmp != nullptr);
-  int saved = dup(2);
-  REQUIRE(saved >= 0);
-  dup2(fileno(tmp), 2);
-  fn();
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::string out;
-  rewind(tmp);
-  char buf[512];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), tmp)) > 0)
-    out.append(buf, n);
-  fclose(tmp);
-  return out;
-}
-
-} // namespace
+namespace {} // namespace
 
 TEST_CASE("a worker that never gets ready: the timeout says why, nexus's own "
           "SIGTERM is not blamed on it",
