@@ -134,6 +134,7 @@ struct mygroup {
  * waiter (a receive, an RPC) whenever anything arrives or a peer dies. */
 struct pvmstate {
   int started;
+  int closing; /* pvm_exit is freeing the peers: handlers drop RSRs */
   nx_mutex_t m;
   nx_cond_t c;
   int mytid, ptid, roottid, is_root;

@@ -256,6 +256,11 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
   if (intro && nx_get_gp(buf, &gp) < 0)
     return;
   nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.closing) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_gp_release(&gp);
+    return;
+  }
   if (intro)
     learn(&gp);
   struct peer *p = nxpvmi_peer(tid, 1);
@@ -282,6 +287,10 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
   for (;;) {
     nx_mutex_lock(&nxpvm.m);
     p = nxpvmi_peer(tid, 0);
+    if (p == NULL || nxpvm.closing) {
+      nx_mutex_unlock(&nxpvm.m);
+      return;
+    }
     struct held *h = NULL;
     for (struct held **hp = &p->held; *hp != NULL; hp = &(*hp)->next)
       if ((*hp)->seq == p->in_seq) {
@@ -742,6 +751,10 @@ int pvm_exit(void) {
       nxpvmi_rpc_free(rs[i]);
   free(rs);
   free(tids);
+  /* From here a handler thread drops what arrives (a late RSR has no one
+   * to read it) and stops taking held RSRs, so the peers can be freed. */
+  nx_mutex_lock(&nxpvm.m);
+  nxpvm.closing = 1;
   for (int i = 0; i < nxpvm.npeers; i++) {
     struct peer *p = &nxpvm.peers[i];
     if (p->has_gp)
@@ -753,6 +766,7 @@ int pvm_exit(void) {
       free(h);
     }
   }
+  nx_mutex_unlock(&nxpvm.m);
   nx_gp_release(&nxpvm.self_gp);
   nx_finalize();
   nxpvmi_buf_drop_all();
