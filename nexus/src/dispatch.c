@@ -6,6 +6,7 @@
 #include "driver.h"
 #include "engine.h"
 #include "module.h"
+#include "nxu_time.h"
 
 #define BATCH 64
 
@@ -107,15 +108,41 @@ static void dispatch(struct nx_buffer *b) {
   nxi_run(b);
 }
 
+/* Polls module `m` if the policy says so (engine.h): always while it is
+ * hot; while cold, once its next turn has come, timing the poll to keep
+ * its cost known. Returns the events it handled. */
+static int poll_module(struct nxi_module *m, uint64_t now, int all) {
+  if (atomic_load_explicit(&m->sent, memory_order_relaxed)) {
+    atomic_store_explicit(&m->sent, 0, memory_order_relaxed);
+    m->hot_until = now + NXI_HOT_NS;
+  }
+  int r;
+  if (now < m->hot_until) {
+    r = m->ops->progress(m->state);
+  } else if (all || now >= m->next_poll) {
+    uint64_t t0 = nxu_now_ns();
+    r = m->ops->progress(m->state);
+    uint64_t t1 = nxu_now_ns();
+    m->poll_ns = (m->poll_ns * 7 + (t1 - t0)) / 8;
+    uint64_t gap = m->poll_ns * NXI_POLL_SHARE;
+    m->next_poll = t1 + (gap < NXI_COLD_MAX_NS ? gap : NXI_COLD_MAX_NS);
+  } else {
+    return 0;
+  }
+  if (r > 0)
+    m->hot_until = now + NXI_HOT_NS;
+  return r > 0 ? r : 0;
+}
+
 int nxi_poll_once(unsigned gen) {
   int n = 0;
   int nmods = nxi_module_count_loaded();
-  for (int i = 0; i < nmods; i++) {
-    struct nxi_module *m = nxi_module_loaded(i);
-    int r = m->ops->progress(m->state);
-    if (r > 0)
-      n += r;
-  }
+  uint64_t now = nxu_now_ns();
+  int all = atomic_load_explicit(&nxi_eng.poll_all, memory_order_relaxed);
+  if (all)
+    atomic_store_explicit(&nxi_eng.poll_all, 0, memory_order_relaxed);
+  for (int i = 0; i < nmods; i++)
+    n += poll_module(nxi_module_loaded(i), now, all);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
     struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)
@@ -128,6 +155,16 @@ int nxi_poll_once(unsigned gen) {
     dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
     n++;
   }
+  return n;
+}
+
+int nxi_poll_before_sleep(void) {
+  unsigned gen;
+  if (!nxi_drive_begin(&gen))
+    return 0;
+  atomic_store_explicit(&nxi_eng.poll_all, 1, memory_order_relaxed);
+  int n = nxi_poll_once(gen);
+  nxi_drive_end(gen);
   return n;
 }
 

@@ -33,7 +33,10 @@ void nxi_engine_sleep(int timeout_ms, const uint32_t *word, uint32_t old) {
     struct epoll_event ev[8];
     int n = epoll_wait(nxi_eng.epfd, ev, 8, timeout_ms);
     for (int i = 0; i < n; i++) {
-      if (ev[i].data.fd == nxi_eng.evfd) {
+      if (ev[i].data.fd != nxi_eng.evfd) {
+        /* A module's fd: it may be one the policy polls rarely. */
+        atomic_store_explicit(&nxi_eng.poll_all, 1, memory_order_relaxed);
+      } else {
         uint64_t v;
         ssize_t r = read(nxi_eng.evfd, &v, sizeof(v));
         (void)r;

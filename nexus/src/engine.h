@@ -46,6 +46,16 @@ enum {
 /* After the spin phase, threads yield this long before they sleep. */
 #define NXI_YIELD_US 1000
 
+/* The poll policy (dispatch.c, docs/design.md "Polling the modules"): a
+ * module that delivered something, or through which an RSR went out, in
+ * the last NXI_HOT_NS is polled every round; another ("cold") only once per
+ * NXI_POLL_SHARE times what its polls cost, and at least every
+ * NXI_COLD_MAX_NS, so that idle modules whose poll is a system call take
+ * about 1/NXI_POLL_SHARE of a spinning thread's time. */
+#define NXI_HOT_NS 10000000ull
+#define NXI_POLL_SHARE 32u
+#define NXI_COLD_MAX_NS 50000ull
+
 /* Fields written by one side and read by the other sit on lines of their
  * own, so that a spinning reader does not slow the writer down. */
 struct nxi_engine {
@@ -57,6 +67,7 @@ struct nxi_engine {
   _Alignas(NXI_CACHELINE) atomic_int primary_state;
   _Alignas(NXI_CACHELINE) atomic_int waiters;
   _Alignas(NXI_CACHELINE) atomic_int stopping;
+  atomic_int poll_all; /* the next round polls every module */
   struct nxi_mpscq recvq;
   int epfd;
   int evfd;
@@ -111,6 +122,11 @@ void nxi_run(struct nx_buffer *b);
 /* One round: poll every module, then run up to a batch of arrived RSRs.
  * Stops early if a handler blocked and gave the driver lock away. */
 int nxi_poll_once(unsigned gen);
+/* One round that polls every module, cold ones too, if the driver lock is
+ * free: what a thread does before it sleeps in epoll, so that it sleeps
+ * only when no module has work and every wait fd is armed. Returns the
+ * events handled. */
+int nxi_poll_before_sleep(void);
 /* Hands a complete received buffer to the dispatcher (any thread). */
 void nxi_deliver(struct nx_buffer *b);
 /* Drives progress once if no other thread does, else yields the CPU. */

@@ -399,6 +399,7 @@ int nx_module_info(int index, nx_module_info_t *info) {
   if (m->ops != NULL) {
     info->cost = m->ops->cost;
     info->wire_version = m->ops->wire_version;
+    info->poll_ns = m->loaded ? (unsigned)m->poll_ns_init : 0;
     if (m->ops->backend_version != NULL)
       snprintf(info->backend, sizeof(info->backend), "%s",
                m->ops->backend_version(m->state));

@@ -18,6 +18,12 @@ struct nxi_module {
   void *state;
   struct nx_desc_buf desc;
   int wait_fd; /* -1: none; the engine watches the others */
+  /* The poll policy (dispatch.c), kept by the driver: */
+  atomic_int sent;       /* an RSR went out through it since its last poll */
+  uint64_t poll_ns;      /* what a poll that finds nothing costs (averaged) */
+  uint64_t hot_until;    /* polled every round until then */
+  uint64_t next_poll;    /* after that (cold), not polled before then */
+  uint64_t poll_ns_init; /* poll_ns as measured at nx_init (nx_module_info) */
 };
 
 /* Finds, validates and initialises the modules (NX_PROTOCOLS, or every

@@ -85,6 +85,8 @@ static void primary_loop(void) {
     } else if (idle < nxi_eng.spin_ns + NXI_YIELD_US * 1000ull) {
       nxi_engine_set_state(NXI_PRIMARY_YIELD);
       sched_yield();
+    } else if (nxi_poll_before_sleep() > 0) {
+      last_work = nxu_now_ns();
     } else {
       nxi_engine_set_state(NXI_PRIMARY_SLEEP);
       nxi_engine_sleep(SLEEP_MS, NULL, 0);

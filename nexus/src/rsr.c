@@ -65,6 +65,11 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   if (r < 0) {
     atomic_fetch_sub_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
     nxi_buffer_free(b);
+  } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
+    /* The module has a transfer to progress: poll it every round again
+     * (dispatch.c). Written only when it changes: senders on several
+     * threads would otherwise bounce the line. */
+    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
   }
   return r;
 }

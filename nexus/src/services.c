@@ -75,7 +75,11 @@ static void core_bad_peer(const char *module, const char *why) {
   nxi_log(0, module, "bad input from a peer: %s", why);
 }
 
-static void core_wake(void) { nxi_progress_wake(); }
+/* A module thread made work ready: poll every module at once. */
+static void core_wake(void) {
+  atomic_store_explicit(&nxi_eng.poll_all, 1, memory_order_relaxed);
+  nxi_progress_wake();
+}
 
 const struct nx_core_api nxi_core_api = {
     .abi_version = NX_PROTOCOL_ABI_VERSION,

@@ -87,6 +87,10 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       break; /* sleep in the kernel; the primary (or a new one) drives */
     /* Poll mode: nobody else drives, so sleep in epoll and come back;
      * nx_cond_signal wakes us through the eventfd. */
+    if (nxi_poll_before_sleep() > 0) {
+      start = nxu_now_ns();
+      continue;
+    }
     nxi_engine_sleep(WAITER_SLEEP_MS, word, old);
   }
   atomic_fetch_sub(&nxi_eng.waiters, 1);

@@ -50,8 +50,8 @@ static void print_module(const nx_module_info_t *m) {
   if (m->loaded) {
     printf("%-8s %-8s %-5d %-4d %-6u %s\n", m->name, "loaded", m->rank, m->cost,
            m->wire_version, m->path);
-    printf("%-8s %-8s backend: %s; descriptor: %s\n", "", "",
-           m->backend[0] ? m->backend : "-", m->descriptor);
+    printf("%-8s %-8s backend: %s; descriptor: %s; idle poll: %u ns\n", "", "",
+           m->backend[0] ? m->backend : "-", m->descriptor, m->poll_ns);
   } else {
     printf("%-8s %-8s %-5s %-4s %-6s %s: %s\n", m->name, "skipped", "-", "-",
            "-", nx_err_name(m->error), m->reason);

@@ -95,6 +95,8 @@ typedef struct nx_module_info {
   unsigned wire_version;
   char backend[128];    /* backend library and version, if known */
   char descriptor[256]; /* this process's descriptor, printable */
+  unsigned poll_ns;     /* what a poll that finds nothing cost at nx_init (ns):
+                           idle modules are polled less often the more it is */
 } nx_module_info_t;
 
 /* Number of modules the loader considered (found or asked for). */

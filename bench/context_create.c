@@ -1,0 +1,141 @@
+/* Process context creation: nx_context_create of this same program on this
+ * host, until it is ready, then nx_context_destroy (which waits for it to
+ * end), per module set, each in a process of its own (NX_PROTOCOLS set for
+ * it), beside `fork` + `exec` + `wait` of /bin/true measured in the same
+ * run. Prints the median and the goal: under 5 ms with the default set. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nexus.h"
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return v[n / 2];
+}
+
+/* The floor: starting and reaping a process that does nothing. */
+static double bench_true(int n) {
+  double v[64];
+  for (int i = 0; i < n; i++) {
+    double t0 = now_ms();
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/true", "true", (char *)NULL);
+      _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    v[i] = now_ms() - t0;
+  }
+  return median(v, n);
+}
+
+/* In the process whose NX_PROTOCOLS is set: prints the median in ms. */
+static int measure(const char *self, int n) {
+  if (nx_init(NULL, NULL) < 0) {
+    fprintf(stderr, "nx_init failed\n");
+    return 1;
+  }
+  nx_node_t node;
+  if (nx_nodes_acquire("localhost", 1, &node) < 0)
+    return 1;
+  char *argv[] = {(char *)self, "--child", NULL};
+  double v[64];
+  int r = 0;
+  for (int i = 0; i < n && r == 0; i++) {
+    nx_gp_t gp;
+    double t0 = now_ms();
+    r = nx_context_create(&node, self, argv, &gp);
+    if (r == 0) {
+      r = nx_context_destroy(&gp);
+      nx_gp_release(&gp);
+    }
+    v[i] = now_ms() - t0;
+  }
+  if (r < 0)
+    fprintf(stderr, "context_create: %s\n", nx_err_name(r));
+  else
+    printf("%.3f\n", median(v, n));
+  nx_node_release(&node);
+  nx_finalize();
+  return r < 0;
+}
+
+/* Runs `measure` with NX_PROTOCOLS=`set` (NULL: unset, the default).
+ * Returns the median in ms, or a negative value. */
+static double run_set(const char *self, const char *set, int n) {
+  char cmd[4096];
+  if (set != NULL)
+    snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=%s '%s' --measure %d", set, self,
+             n);
+  else
+    snprintf(cmd, sizeof(cmd), "env -u NX_PROTOCOLS '%s' --measure %d", self,
+             n);
+  FILE *p = popen(cmd, "r");
+  if (p == NULL)
+    return -1;
+  double v = -1;
+  if (fscanf(p, "%lf", &v) != 1)
+    v = -1;
+  pclose(p);
+  return v;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--child") == 0) {
+    if (nx_init(&argc, &argv) < 0)
+      return 1;
+    nx_context_serve();
+    nx_finalize();
+    return 0;
+  }
+  int n = 21;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--quick") == 0)
+      n = 5;
+  if (argc > 2 && strcmp(argv[1], "--measure") == 0) {
+    n = atoi(argv[2]);
+    return measure(argv[0], n < 1 ? 1 : n > 64 ? 64 : n);
+  }
+  const char *sets[] = {NULL, "local,tcp", "local,mpi,tcp", "local,ucx,tcp",
+                        "local,ofi,tcp"};
+  printf("process context create + ready + destroy on this host "
+         "(median of %d)\n",
+         n);
+  double floor = bench_true(n);
+  printf("  %-36s %9.3f ms\n", "fork + exec + wait of /bin/true", floor);
+  double dflt = -1;
+  for (int i = 0; i < 5; i++) {
+    char name[64];
+    snprintf(name, sizeof(name), "NX_PROTOCOLS=%s",
+             sets[i] != NULL ? sets[i] : "(unset: default)");
+    double t = run_set(argv[0], sets[i], n);
+    if (i == 0)
+      dflt = t;
+    if (t < 0)
+      printf("  %-36s %9s    (failed: see above)\n", name, "-");
+    else
+      printf("  %-36s %9.3f ms  %7.1fx /bin/true\n", name, t, t / floor);
+  }
+  printf("goals:\n");
+  printf("  default modules < 5 ms:              %s\n", dflt < 0
+                                                            ? "NOT measured"
+                                                        : dflt < 5 ? "met"
+                                                                   : "NOT met");
+  return 0;
+}
