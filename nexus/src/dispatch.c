@@ -164,6 +164,18 @@ int nxi_poll_before_sleep(void) {
     return 0;
   atomic_store_explicit(&nxi_eng.poll_all, 1, memory_order_relaxed);
   int n = nxi_poll_once(gen);
+  /* Nothing anywhere: arm the modules whose fds signal only when armed. */
+  int nmods = nxi_module_count_loaded();
+  for (int i = 0; i < nmods && n == 0 && nxi_drive_gen() == gen; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    if (m->ops->arm != NULL) {
+      int r = m->ops->arm(m->state);
+      if (r > 0) {
+        m->hot_until = nxu_now_ns() + NXI_HOT_NS;
+        n += r;
+      }
+    }
+  }
   nxi_drive_end(gen);
   return n;
 }

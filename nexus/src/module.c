@@ -178,7 +178,10 @@ static int translate(const struct nx_protocol_ops *ops,
   memset(table, 0, sizeof(*table));
   memset(launch, 0, sizeof(*launch));
   if (ops->abi_version >= 6) {
-    *table = *ops;
+    /* An ABI 6 table ends before `arm`: copy no more than it has. */
+    memcpy(table, ops,
+           ops->abi_version >= 7 ? sizeof(*table)
+                                 : offsetof(struct nx_protocol_ops, arm));
     table->launch = NULL;
     if (ops->launch == NULL)
       return 0;
@@ -329,10 +332,33 @@ static int check_listed(const char *list) {
   return NX_EINVAL;
 }
 
+/* Modules loaded only when NX_PROTOCOLS names them, with the reason. ofi:
+ * loading it makes a process context cost about 0.3-0.4 s more to start
+ * (bench_context_create): the constructors of libinfinipath and libpsm2,
+ * which Debian's libfabric links, calibrate a clock with usleep for about
+ * 100 ms each, and fi_getinfo then reads /proc/kallsyms twice; ucx and tcp
+ * reach the same peers (shared memory, TCP) and start in a few ms. */
+static const struct {
+  const char *name, *why;
+} named_only[] = {
+    {"ofi", "not in the default set: starting libfabric takes 0.3-0.4 s here "
+            "(its psm libraries calibrate clocks at load); name it in "
+            "NX_PROTOCOLS to use it"},
+};
+
+static const char *only_when_named(const char *name) {
+  for (size_t i = 0; i < sizeof(named_only) / sizeof(named_only[0]); i++)
+    if (strcmp(named_only[i].name, name) == 0)
+      return named_only[i].why;
+  return NULL;
+}
+
 int nxi_modules_load(const struct nx_core_api *api) {
   nmods = 0;
   nloaded = 0;
   const char *list = getenv("NX_PROTOCOLS");
+  if (list != NULL && list[0] == '\0')
+    list = NULL; /* set but empty: as unset */
   if (list != NULL) {
     char *copy = strdup(list);
     if (copy == NULL)
@@ -349,9 +375,17 @@ int nxi_modules_load(const struct nx_core_api *api) {
     if (r < 0)
       return r;
   }
-  for (int i = 0; i < nmods; i++)
+  for (int i = 0; i < nmods; i++) {
+    const char *why = list == NULL ? only_when_named(mods[i].name) : NULL;
+    if (why != NULL && mods[i].path[0] != '\0') {
+      mods[i].error = NX_ENOTSUP;
+      snprintf(mods[i].reason, sizeof(mods[i].reason), "%s", why);
+      nxi_log(1, mods[i].name, "skipped: %s", why);
+      continue;
+    }
     if (load(&mods[i], api) == 0)
       loaded[nloaded++] = &mods[i];
+  }
   /* Preference: NX_PROTOCOLS order when given, else by cost. */
   if (list == NULL)
     for (int i = 1; i < nloaded; i++)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -374,17 +375,34 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   return 0;
 }
 
+/* Waits at most `ms` for the child to end and reaps it; 1 if it has. Sleeps
+ * on a pidfd, so the wait ends as the child does; where the kernel has no
+ * pidfd_open, in slices from 100 us up to 10 ms. */
 static int reap_within(struct child *c, int ms) {
-  for (int waited = 0;; waited += 10) {
+  int pfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+  uint64_t deadline = nxu_now_ms() + (uint64_t)ms;
+  long slice_ns = 100 * 1000;
+  int done;
+  for (;;) {
     pthread_mutex_lock(&kids_lock);
     try_reap(c, WNOHANG);
-    int done = c->reaped;
+    done = c->reaped;
     pthread_mutex_unlock(&kids_lock);
-    if (done || waited >= ms)
-      return done;
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    uint64_t now = nxu_now_ms();
+    if (done || now >= deadline)
+      break;
+    if (pfd >= 0) {
+      struct pollfd p = {.fd = pfd, .events = POLLIN};
+      poll(&p, 1, (int)(deadline - now));
+    } else {
+      struct timespec ts = {0, slice_ns};
+      nanosleep(&ts, NULL);
+      slice_ns = slice_ns < 5000000 ? slice_ns * 2 : 10000000;
+    }
   }
+  if (pfd >= 0)
+    close(pfd);
+  return done;
 }
 
 /* Asks the child to end, gives it `grace_ms`, then insists. A child a

@@ -91,14 +91,18 @@ int nxi_progress_drain(unsigned ms) {
 static int stop_threads(void) {
   atomic_store(&nxi_eng.stopping, 1);
   uint64_t deadline = nxu_now_ns() + 2000000000ull;
+  long slice_ns = 20000;
   while (atomic_load(&nxi_eng.live) > 0 && nxu_now_ns() < deadline) {
     uint64_t one = 1;
     ssize_t w = write(nxi_eng.evfd, &one, sizeof(one));
     (void)w;
     __atomic_fetch_add(&nxi_eng.pool_word, 1, __ATOMIC_SEQ_CST);
     nxi_futex_wake(&nxi_eng.pool_word, 1 << 30);
-    struct timespec ts = {0, 1000000};
+    /* Threads that only slept end within microseconds: look again soon,
+     * then less often (up to 1 ms) for one that runs a handler. */
+    struct timespec ts = {0, slice_ns};
     nanosleep(&ts, NULL);
+    slice_ns = slice_ns < 500000 ? slice_ns * 2 : 1000000;
   }
   return atomic_load(&nxi_eng.live);
 }

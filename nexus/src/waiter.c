@@ -83,8 +83,17 @@ static int hook_wait(const uint32_t *word, uint32_t old,
       sched_yield();
       continue;
     }
-    if (!nxi_rt.poll_mode || nxi_driving())
-      break; /* sleep in the kernel; the primary (or a new one) drives */
+    if (!nxi_rt.poll_mode || nxi_driving()) {
+      /* Sleep in the kernel; the primary (or a new one) drives. It may be
+       * asleep in epoll, so arm the modules' fds first: what arrives then
+       * wakes it. */
+      if (nxi_poll_before_sleep() > 0) {
+        start = nxu_now_ns();
+        spun_out = past_pure = 0;
+        continue;
+      }
+      break;
+    }
     /* Poll mode: nobody else drives, so sleep in epoll and come back;
      * nx_cond_signal wakes us through the eventfd. */
     if (nxi_poll_before_sleep() > 0) {

@@ -18,8 +18,9 @@
  * it); a module checks its own at its init (a malformed one skips the
  * module, with the reason on stderr and in nxinfo). */
 const struct nxu_opt nxu_opts[] = {
-    {"NX_PROTOCOLS", NXU_OPT_TEXT, "(every module found)", 0, 0, 0, NULL,
-     "core", "comma-separated module names to load, in order of preference"},
+    {"NX_PROTOCOLS", NXU_OPT_TEXT, "(every module found but ofi)", 0, 0, 0,
+     NULL, "core",
+     "comma-separated module names to load, in order of preference"},
     {"NX_PROTO_PATH", NXU_OPT_TEXT, "(none)", 0, 0, 0, NULL, "core",
      "colon-separated folders searched for modules before the default ones"},
     {"NX_PROGRESS", NXU_OPT_CHOICE, "thread", 0, 0, 0, "thread|poll", "core",

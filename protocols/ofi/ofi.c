@@ -274,6 +274,8 @@ static int ofi_wait_fd(void *state) {
   return o->sources > 0 ? o->epfd : NX_ENOTSUP;
 }
 
+static int ofi_arm(void *state) { return ofi_wake_arm(state); }
+
 static const char *ofi_backend_version(void *state) {
   struct ofi *o = state;
   return o->version;
@@ -385,4 +387,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ofi = {
     .wait_fd = ofi_wait_fd,
     .backend_version = ofi_backend_version,
     .endpoint_info = ofi_endpoint_info,
+    .arm = ofi_arm,
 };

@@ -46,13 +46,8 @@
  *    then loads `armed`. Either our read sees the message, or its load
  *    sees armed = 1 and the byte makes our epoll set readable.
  *
- *    What is not closed: `armed` is one word for the process while idle
- *    time is per driver thread. A thread that finds work clears it; if
- *    that happens between the primary's last empty round and its
- *    epoll_wait, and no thread idles for OFI_ARM_NS afterwards, the
- *    primary sleeps unarmed and a message from a shm peer waits for the
- *    core's periodic wake-up (at most 100 ms). Closing it needs a hook
- *    the core calls right before it sleeps (see docs/ofi.md).
+ *    The core calls ofi_wake_arm (the ABI 7 `arm` slot) right before a
+ *    driver sleeps, so the thread that sleeps has always armed.
  *
  * 3. A pidfd per peer on this host (same host id and pid namespace), that
  *    becomes readable when the peer's process ends: shm never reports a
@@ -401,6 +396,19 @@ static int arm(struct ofi *o) {
     events += ofi_rail_poll(r);
   }
   return events;
+}
+
+int ofi_wake_arm(struct ofi *o) {
+  uint64_t now = nxu_now_ns();
+  o->last_check = now;
+  int found = check(o);
+  if (found == 0)
+    found = arm(o);
+  if (found > 0) {
+    tl.last_work = now;
+    set_armed(o, 0);
+  }
+  return found;
 }
 
 int ofi_wake_progress(struct ofi *o, int events) {

@@ -379,6 +379,35 @@ static int ucx_progress(void *state) {
   return n;
 }
 
+/* The core is about to sleep (ABI 7): arm now, whatever the idle time.
+ * Events found meanwhile count as work, so the core polls again. */
+static int ucx_arm(void *state) {
+  struct ucx *u = state;
+  if (u->efd < 0)
+    return NX_ENOTSUP;
+  ucx_lock(u);
+  int n = 0;
+  if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
+    ucx_peers_service(u);
+    n++;
+  }
+  if (n == 0) {
+    ucs_status_t st = ucp_worker_arm(u->worker);
+    u->last_arm = nxu_now_ns();
+    u->armed = st == UCS_OK;
+    if (st == UCS_ERR_BUSY)
+      n = 1;
+    else if (st != UCS_OK)
+      UCX_LOG(u, 1, "ucp_worker_arm: %s", ucs_status_string(st));
+  }
+  if (n > 0) {
+    u->idle_since = 0;
+    u->armed = 0;
+  }
+  ucx_unlock(u, 1);
+  return n;
+}
+
 static int ucx_wait_fd(void *state) {
   struct ucx *u = state;
   return u->efd >= 0 ? u->efd : NX_ENOTSUP;
@@ -405,4 +434,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ucx = {
     .wait_fd = ucx_wait_fd,
     .backend_version = ucx_backend_version,
     .endpoint_info = ucx_endpoint_info,
+    .arm = ucx_arm,
 };

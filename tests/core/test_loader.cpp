@@ -113,6 +113,21 @@ TEST_CASE("modules built for ABI 4 and 5 still load, with their launcher "
   CHECK(nx_nodes_acquire("abi4:x", 1, &node) == NX_ENOTSUP);
 }
 
+TEST_CASE("a module built for ABI 6 (no arm slot) loads and carries RSRs",
+          "[loader]") {
+  env_guard env("abi6,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  auto m = modules();
+  REQUIRE(m.count("abi6") == 1);
+  INFO("abi6: " << m["abi6"].reason);
+  CHECK(m["abi6"].loaded == 1);
+  CHECK(m["abi6"].rank == 0);
+  // A driver going to sleep arms the modules that have the slot; this one
+  // has none and must be left alone: poll rounds and sleeps keep working.
+  CHECK(nx_poll() >= 0);
+}
+
 TEST_CASE("a launcher table that breaks its rules is refused, with why",
           "[loader]") {
   env_guard env("badlaunch,local");
@@ -125,6 +140,34 @@ TEST_CASE("a launcher table that breaks its rules is refused, with why",
   CHECK(std::string(m["badlaunch"].reason).find("ctl_close") !=
         std::string::npos);
 }
+
+#if NX_TEST_HAVE_OFI
+TEST_CASE("ofi is loaded only when NX_PROTOCOLS names it", "[loader]") {
+  // Unset and empty both mean the default set, which leaves ofi out (its
+  // libraries cost a process 0.3-0.4 s to load) and says why.
+  for (const char *dflt : {static_cast<const char *>(nullptr), ""}) {
+    INFO("NX_PROTOCOLS=" << (dflt ? "\"\"" : "(unset)"));
+    env_guard env(dflt);
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    auto m = modules();
+    REQUIRE(m.count("ofi") == 1);
+    CHECK(m["ofi"].loaded == 0);
+    CHECK(m["ofi"].error == NX_ENOTSUP);
+    CHECK(std::string(m["ofi"].reason).find("NX_PROTOCOLS") !=
+          std::string::npos);
+    CHECK(m["local"].loaded == 1);
+  }
+  env_guard env("local,ofi");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  auto m = modules();
+  REQUIRE(m.count("ofi") == 1);
+  INFO("ofi: " << m["ofi"].reason);
+  CHECK(m["ofi"].loaded == 1);
+  CHECK(m["ofi"].rank == 1);
+}
+#endif
 
 TEST_CASE("NX_PROTOCOLS order picks the protocol; without it, cost does",
           "[loader]") {

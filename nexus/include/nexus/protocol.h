@@ -23,7 +23,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 6u
+#define NX_PROTOCOL_ABI_VERSION 7u
 /* The oldest version the core still loads: a table of an older version is
  * shorter, and the core treats the slots it lacks as NULL. */
 #define NX_PROTOCOL_ABI_MIN 4u
@@ -226,6 +226,18 @@ struct nx_protocol_ops {
    * moves frames). Modules built for ABI 4 and 5 carried these slots in
    * this table itself; the core still loads them. */
   const struct nx_launch_ops *launch;
+
+  /* ABI 7, optional, for a module with a wait fd that signals only once
+   * armed (UCX's ucp_worker_arm, libfabric's fi_trywait): a driver thread
+   * found no work in any module and is about to sleep in epoll on the wait
+   * fds. Make the fd signal the next event, now. Returns 0 (armed: sleep),
+   * a positive count (events found while arming, or pending: the core
+   * polls again instead of sleeping), or a negative code (cannot arm: the
+   * core sleeps briefly and polls). Called like progress: only by the
+   * thread holding the driver lock. Without it the core sleeps only after
+   * polling idle for a millisecond or more, which a module may use to arm
+   * itself (section 7 of docs/design.md). */
+  int (*arm)(void *state);
 };
 
 /* ctl_close flags. */

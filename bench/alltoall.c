@@ -1,0 +1,228 @@
+/* Scaling when processes outnumber cores: every rank of `nxrun -n N` sends M
+ * RSRs (8 B, non-threaded handler) to every other rank, then waits for the
+ * N-1 times M it is sent, and rank 0 reports the time from the first send
+ * to the last rank's "done" and the system-wide RSR rate. With --scale, runs
+ * that for N = 2, 4, 8, 16, 32 and each module given (nxrun --protocols
+ * MODULE,local), prints the table, and the goals: the best shared-memory
+ * module at least as fast as tcp at every N, and the rate at 16 at least
+ * half the rate at 2. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nexus.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static nx_mutex_t m;
+static nx_cond_t c;
+static long got, want, dones, starts;
+
+static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&m);
+  if (++got == want)
+    nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_start(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&m);
+  starts++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_done(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&m);
+  dones++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static int send_to(nx_gp_t *gp, const char *handler, size_t len) {
+  nx_buffer_t *b;
+  int r = nx_rsr_init_name(&b, gp, handler, len);
+  if (r < 0)
+    return r;
+  if (len > 0) {
+    int64_t v = 42;
+    nx_put_int64(b, v);
+  }
+  return nx_rsr_send(b);
+}
+
+static void wait_for(long *v, long goal) {
+  nx_mutex_lock(&m);
+  while (*v < goal)
+    nx_cond_wait(&c, &m);
+  nx_mutex_unlock(&m);
+}
+
+/* One rank. Returns the exit status. */
+static int rank_main(int msgs) {
+  if (nx_init(NULL, NULL) < 0)
+    return 1;
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  nx_context_t *self = nx_context_self();
+  nx_handler_register(self, "msg", on_msg, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "start", on_start, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "done", on_done, NX_HANDLER_NONTHREADED, NULL);
+  nx_gp_t *peers;
+  int n, rank;
+  if (nx_context_peers(&peers, &n, &rank) < 0) {
+    fprintf(stderr, "alltoall: run me under nxrun (or with --scale)\n");
+    return 1;
+  }
+  /* Rank 0 starts the clock once everyone is ready to receive. */
+  nx_mutex_lock(&m);
+  want = (long)msgs * (n - 1);
+  nx_mutex_unlock(&m);
+  int r = 0;
+  if (rank != 0)
+    r = send_to(&peers[0], "start", 0);
+  else
+    wait_for(&starts, n - 1);
+  double t0 = now_s();
+  for (int i = 0; i < msgs && r == 0; i++)
+    for (int k = 1; k < n && r == 0; k++)
+      r = send_to(&peers[(rank + k) % n], "msg", 8);
+  if (r < 0) {
+    fprintf(stderr, "alltoall: rank %d: send: %s\n", rank, nx_err_name(r));
+    return 1;
+  }
+  wait_for(&got, want);
+  if (rank != 0) {
+    send_to(&peers[0], "done", 0);
+  } else {
+    wait_for(&dones, n - 1);
+    double t = now_s() - t0;
+    printf("%d %.4f %.0f\n", n, t, (double)msgs * n * (n - 1) / t);
+  }
+  for (int i = 0; i < n; i++)
+    nx_gp_release(&peers[i]);
+  free(peers);
+  nx_finalize();
+  return 0;
+}
+
+/* Runs one nxrun; returns the seconds, or a negative value. */
+static double run_one(const char *nxrun, const char *self, const char *mod,
+                      int n, int msgs, double *rate) {
+  char cmd[8192 + 64];
+  snprintf(cmd, sizeof(cmd),
+           "'%s' -n %d --protocols %s,local --timeout 120 '%s' --rank %d",
+           nxrun, n, mod, self, msgs);
+  FILE *p = popen(cmd, "r");
+  if (p == NULL)
+    return -1;
+  int got_n = 0;
+  double t = -1, r = 0;
+  if (fscanf(p, "%d %lf %lf", &got_n, &t, &r) != 3)
+    t = -1;
+  if (pclose(p) != 0)
+    t = -1;
+  *rate = r;
+  return t;
+}
+
+int main(int argc, char **argv) {
+  int msgs = 2000;
+  if (argc > 2 && strcmp(argv[1], "--rank") == 0)
+    return rank_main(atoi(argv[2]));
+  if (argc < 2 || strcmp(argv[1], "--scale") != 0) {
+    fprintf(stderr,
+            "usage: bench_alltoall --scale [--quick] [MODULE...]   (default "
+            "modules: tcp ucx ofi)\n"
+            "       nxrun -n N bench_alltoall --rank MSGS\n");
+    return 2;
+  }
+  const char *mods[8] = {0};
+  int nmods = 0, quick = 0;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (nmods < 8)
+      mods[nmods++] = argv[i];
+  }
+  if (nmods == 0) {
+    mods[0] = "tcp", mods[1] = "ucx", mods[2] = "ofi";
+    nmods = 3;
+  }
+  if (quick)
+    msgs = 200;
+  /* nxrun next to this program in the build tree, else on PATH. */
+  char nxrun[4096];
+  snprintf(nxrun, sizeof(nxrun), "%s", argv[0]);
+  char *slash = strrchr(nxrun, '/');
+  if (slash != NULL) {
+    snprintf(slash + 1, sizeof(nxrun) - (size_t)(slash + 1 - nxrun),
+             "../nexus/tools/nxrun");
+    if (access(nxrun, X_OK) != 0)
+      snprintf(nxrun, sizeof(nxrun), "nxrun");
+  } else {
+    snprintf(nxrun, sizeof(nxrun), "nxrun");
+  }
+  const int counts[] = {2, 4, 8, 16, 32};
+  const int ncounts = quick ? 4 : 5;
+  double t[8][5], rate[8][5];
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("all-to-all: every rank sends %d 8 B RSRs to every other rank "
+         "(%ld cores); seconds, and RSRs/s system-wide\n",
+         msgs, ncpu);
+  printf("  %-6s", "ranks");
+  for (int j = 0; j < nmods; j++)
+    printf(" %22s", mods[j]);
+  printf("\n");
+  for (int i = 0; i < ncounts; i++) {
+    printf("  %-6d", counts[i]);
+    fflush(stdout);
+    for (int j = 0; j < nmods; j++) {
+      t[j][i] = run_one(nxrun, argv[0], mods[j], counts[i], msgs, &rate[j][i]);
+      if (t[j][i] < 0)
+        printf(" %22s", "failed");
+      else
+        printf("  %8.3f s %9.0f/s", t[j][i], rate[j][i]);
+      fflush(stdout);
+    }
+    printf("\n");
+  }
+  printf("goals:\n");
+  int tcp = -1;
+  for (int j = 0; j < nmods; j++)
+    if (strcmp(mods[j], "tcp") == 0)
+      tcp = j;
+  for (int j = 0; j < nmods; j++) {
+    if (j == tcp)
+      continue;
+    int ok = tcp >= 0, measured = 1;
+    for (int i = 0; i < ncounts; i++) {
+      if (t[j][i] < 0 || (tcp >= 0 && t[tcp][i] < 0))
+        measured = 0;
+      else if (tcp >= 0 && t[j][i] > t[tcp][i])
+        ok = 0;
+    }
+    printf("  %s at least as fast as tcp at every count: %s\n", mods[j],
+           !measured ? "NOT measured"
+           : ok      ? "met"
+                     : "NOT met");
+  }
+  if (ncounts >= 4)
+    for (int j = 0; j < nmods; j++)
+      printf("  %s rate at 16 >= half the rate at 2: %.2f  %s\n", mods[j],
+             rate[j][0] > 0 ? rate[j][3] / rate[j][0] : 0.0,
+             t[j][3] < 0 || t[j][0] < 0       ? "NOT measured"
+             : rate[j][3] >= 0.5 * rate[j][0] ? "met"
+                                              : "NOT met");
+  return 0;
+}
