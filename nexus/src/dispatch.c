@@ -108,6 +108,14 @@ static void dispatch(struct nx_buffer *b) {
   nxi_run(b);
 }
 
+/* The policy's clock, kept by the driver: read every POLL_CLOCK_EVERY
+ * rounds only. A clock read (about 20 ns here) is what a whole round of
+ * idle cheap modules costs, and the policy's times are tens of
+ * microseconds and more. */
+#define POLL_CLOCK_EVERY 8
+static uint64_t poll_now;
+static unsigned poll_rounds;
+
 /* Polls module `m` if the policy says so (engine.h): always while it is
  * hot; while cold, once its next turn has come, timing the poll to keep
  * its cost known. Returns the events it handled. */
@@ -125,7 +133,11 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
     uint64_t t1 = nxu_now_ns();
     m->poll_ns = (m->poll_ns * 7 + (t1 - t0)) / 8;
     uint64_t gap = m->poll_ns * NXI_POLL_SHARE;
-    m->next_poll = t1 + (gap < NXI_COLD_MAX_NS ? gap : NXI_COLD_MAX_NS);
+    gap = gap < NXI_COLD_MIN_NS   ? NXI_COLD_MIN_NS
+          : gap > NXI_COLD_MAX_NS ? NXI_COLD_MAX_NS
+                                  : gap;
+    m->next_poll = t1 + gap;
+    poll_now = t1;
   } else {
     return 0;
   }
@@ -137,10 +149,14 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
 int nxi_poll_once(unsigned gen) {
   int n = 0;
   int nmods = nxi_module_count_loaded();
-  uint64_t now = nxu_now_ns();
   int all = atomic_load_explicit(&nxi_eng.poll_all, memory_order_relaxed);
   if (all)
     atomic_store_explicit(&nxi_eng.poll_all, 0, memory_order_relaxed);
+  if (all || ++poll_rounds >= POLL_CLOCK_EVERY || poll_now == 0) {
+    poll_rounds = 0;
+    poll_now = nxu_now_ns();
+  }
+  uint64_t now = poll_now;
   for (int i = 0; i < nmods; i++)
     n += poll_module(nxi_module_loaded(i), now, all);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {

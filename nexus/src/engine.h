@@ -49,11 +49,13 @@ enum {
 /* The poll policy (dispatch.c, docs/design.md "Polling the modules"): a
  * module that delivered something, or through which an RSR went out, in
  * the last NXI_HOT_NS is polled every round; another ("cold") only once per
- * NXI_POLL_SHARE times what its polls cost, and at least every
- * NXI_COLD_MAX_NS, so that idle modules whose poll is a system call take
- * about 1/NXI_POLL_SHARE of a spinning thread's time. */
+ * NXI_POLL_SHARE times what its polls cost, but no sooner than
+ * NXI_COLD_MIN_NS (a cold poll is timed: two clock reads) and at least
+ * every NXI_COLD_MAX_NS. Idle modules whose poll is a system call then
+ * take a few percent of a spinning thread's time. */
 #define NXI_HOT_NS 10000000ull
-#define NXI_POLL_SHARE 32u
+#define NXI_POLL_SHARE 64u
+#define NXI_COLD_MIN_NS 20000ull
 #define NXI_COLD_MAX_NS 50000ull
 
 /* Fields written by one side and read by the other sit on lines of their

@@ -44,11 +44,14 @@ typedef struct nx_node {
 /* Writes the node this process runs on. Returns 0, NX_EINVAL or NX_ENOTINIT. */
 NX_EXTERN int nx_node_self(nx_node_t *node);
 
-/* Drives progress once without blocking: polls every module and runs the
- * handlers that are due (threaded ones are handed to runtime threads).
- * Needed only with NX_PROGRESS=poll. Returns how much was done (module
- * events plus RSRs dispatched, dropped ones included; 0 when nothing was
- * due or another thread is driving), or NX_ENOTINIT. */
+/* Drives progress once without blocking: polls the modules whose turn it
+ * is (every module that carried traffic in the last 10 ms; an idle one at
+ * most 50 us apart, less often the more its poll costs: docs/design.md,
+ * "Polling the modules") and runs the handlers that are due (threaded ones
+ * are handed to runtime threads). Needed only with NX_PROGRESS=poll.
+ * Returns how much was done (module events plus RSRs dispatched, dropped
+ * ones included; 0 when nothing was due or another thread is driving: a 0
+ * does not mean that an idle module has nothing), or NX_ENOTINIT. */
 NX_EXTERN int nx_poll(void);
 
 /* Counters of this process, for tools and tests. */
