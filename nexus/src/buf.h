@@ -70,11 +70,21 @@ void nxi_buffer_free(struct nx_buffer *b);
 void *nxi_block_get(size_t n, size_t *size);
 void nxi_block_put(void *p, size_t size);
 
-/* The unsent RSR buffers the program holds: nx_rsr_init adds one (0 or
- * NX_ENOMEM); nx_rsr_send and nx_buffer_release take it back, 1 if it was
- * there. A pointer not there is not the program's: it is never read. */
-int nxi_buffer_live_add(struct nx_buffer *b);
+/* The buffers the program holds (bufmem.c), looked up by address so that a
+ * pointer the program no longer holds is refused without being read:
+ * unsent RSR buffers (NXI_LIVE_RSR) and buffers it holds references to
+ * (NXI_LIVE_HELD: stand-alone, received and retained). Each buffer's
+ * `urefs` changes only through these (or before the buffer is shared).
+ *   add:     a new buffer with urefs 1 (0 or NX_ENOMEM);
+ *   take:    an unsent RSR buffer for nx_rsr_send; 1 if it was there;
+ *   retain:  one more reference of the program's (0 or NX_ENOMEM);
+ *   release: one less; NX_EINVAL, with `b` never read, when the program
+ *            holds none. */
+enum { NXI_LIVE_RSR = 1, NXI_LIVE_HELD = 2 };
+int nxi_buffer_live_add(struct nx_buffer *b, int tag);
 int nxi_buffer_live_take(const struct nx_buffer *b);
+int nxi_buffer_live_retain(struct nx_buffer *b);
+int nxi_buffer_live_release(struct nx_buffer *b);
 /* Releases the runtime's hold on a handler's buffer. */
 void nxi_buffer_handler_done(struct nx_buffer *b);
 /* Encodes the frame header from the buffer's fields and sets up the iovs. */

@@ -50,6 +50,10 @@ int nx_buffer_create(size_t size_hint, nx_buffer_t **buf) {
   b->kind = NXI_BUF_STANDALONE;
   atomic_init(&b->refs, 1);
   atomic_init(&b->urefs, 1);
+  if (nxi_buffer_live_add(b, NXI_LIVE_HELD) < 0) {
+    nxi_buffer_free(b);
+    return NX_ENOMEM;
+  }
   *buf = b;
   return 0;
 }
@@ -58,21 +62,18 @@ int nx_buffer_retain(nx_buffer_t *b) {
   if (b == NULL || b->kind == NXI_BUF_SEND)
     return NX_EINVAL; /* an RSR buffer is given away by nx_rsr_send */
   atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&b->urefs, 1, memory_order_relaxed);
-  return 0;
+  int r = nxi_buffer_live_retain(b);
+  if (r < 0)
+    buffer_unref(b); /* not the last: the caller holds one */
+  return r;
 }
 
 int nx_buffer_release(nx_buffer_t *b) {
-  if (b == NULL)
+  /* Looked up by address before it is read: a buffer the program gave
+   * away (sent, released) may be freed by now. An unsent RSR buffer
+   * leaves the registry here too: the program will not send it. */
+  if (b == NULL || nxi_buffer_live_release(b) < 0)
     return NX_EINVAL;
-  unsigned r = atomic_load_explicit(&b->urefs, memory_order_relaxed);
-  do {
-    if (r == 0)
-      return NX_EINVAL; /* not the program's to release */
-  } while (!atomic_compare_exchange_weak_explicit(
-      &b->urefs, &r, r - 1, memory_order_relaxed, memory_order_relaxed));
-  if (b->kind == NXI_BUF_SEND)
-    nxi_buffer_live_take(b); /* an RSR the program will not send */
   buffer_unref(b);
   return 0;
 }

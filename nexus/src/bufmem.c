@@ -270,15 +270,27 @@ void nxi_buffer_free(struct nx_buffer *b) {
   free(b);
 }
 
-/* The RSR buffers the program holds (made by nx_rsr_init, neither sent nor
- * released), so that nx_rsr_send refuses a buffer it already took without
- * reading memory the runtime may have freed meanwhile. Sharded by address:
- * init and send of one RSR touch one short list under its own lock. */
+/* The buffers the program holds, so that nx_rsr_send and
+ * nx_buffer_release refuse one it gave away (sent, released) without reading
+ * memory the runtime may have freed meanwhile (docs/design.md, "Buffer
+ * ownership"): unsent RSR buffers (NXI_LIVE_RSR: made by nx_rsr_init,
+ * neither sent nor released) and buffers the program holds references to
+ * (NXI_LIVE_HELD: stand-alone, or received and retained). A buffer's `urefs`
+ * changes only under its shard's lock, so an entry is there exactly while
+ * urefs > 0. Sharded by address. Unsent RSR buffers, the hot path (one
+ * insert at init, one removal at send, usually the last entry), sit in a
+ * short array scanned from its end; held buffers, which may be many and
+ * long-lived (fm and pvm queues), in an open-addressing hash set (linear
+ * probing) that the RSR path never touches. Entries are stored
+ * complemented (0 marks an empty slot), so LeakSanitizer does not take the
+ * registry for a reference and still reports a buffer the program leaks. */
 #define LIVE_SHARDS 64
 static struct live_shard {
   atomic_bool busy;
-  uint32_t n, cap;
-  struct nx_buffer **v;
+  uint32_t n, cap;   /* unsent RSR buffers */
+  uint32_t hn, mask; /* held buffers; slots - 1 (0 while there is no set) */
+  uintptr_t *v;      /* unsent RSR buffers, complemented */
+  uintptr_t *slot;   /* held buffers, complemented; 0 = empty */
 } live[LIVE_SHARDS];
 
 static struct live_shard *live_shard(const struct nx_buffer *b) {
@@ -295,34 +307,143 @@ static void live_unlock(struct live_shard *s) {
   atomic_store_explicit(&s->busy, 0, memory_order_release);
 }
 
-int nxi_buffer_live_add(struct nx_buffer *b) {
-  struct live_shard *s = live_shard(b);
-  live_lock(s);
+/* The unsent RSR buffers. */
+
+static int rsr_add(struct live_shard *s, const struct nx_buffer *b) {
   if (s->n == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 16;
-    struct nx_buffer **v = realloc(s->v, cap * sizeof(*v));
-    if (v == NULL) {
-      live_unlock(s);
+    uintptr_t *v = realloc(s->v, cap * sizeof(*v));
+    if (v == NULL)
       return NX_ENOMEM;
-    }
     s->v = v;
     s->cap = cap;
   }
-  s->v[s->n++] = b;
-  live_unlock(s);
+  s->v[s->n++] = ~(uintptr_t)b;
   return 0;
+}
+
+/* Removes `b`; 1 if it was there. */
+static int rsr_take(struct live_shard *s, const struct nx_buffer *b) {
+  uintptr_t e = ~(uintptr_t)b;
+  for (uint32_t i = s->n; i-- > 0;)
+    if (s->v[i] == e) {
+      s->v[i] = s->v[--s->n];
+      return 1;
+    }
+  return 0;
+}
+
+/* The held buffers. */
+
+static uint32_t held_home(const struct live_shard *s, uintptr_t e) {
+  uint64_t h = (uint64_t)(~e >> 4) * 0x9e3779b97f4a7c15u;
+  return (uint32_t)(h >> 32) & s->mask;
+}
+
+/* The slot holding `b`, or -1. */
+static int64_t held_find(const struct live_shard *s,
+                         const struct nx_buffer *b) {
+  uintptr_t e = ~(uintptr_t)b;
+  if (s->slot == NULL)
+    return -1;
+  for (uint32_t i = held_home(s, e);; i = (i + 1) & s->mask) {
+    if (s->slot[i] == 0)
+      return -1;
+    if (s->slot[i] == e)
+      return i;
+  }
+}
+
+static void held_put(struct live_shard *s, uintptr_t e) {
+  uint32_t i = held_home(s, e);
+  while (s->slot[i] != 0)
+    i = (i + 1) & s->mask;
+  s->slot[i] = e;
+  s->hn++;
+}
+
+/* Adds `b`, growing the set past half full. */
+static int held_add(struct live_shard *s, const struct nx_buffer *b) {
+  if (s->slot == NULL || 2 * (s->hn + 1) > s->mask + 1) {
+    uint32_t size = s->slot == NULL ? 16 : 2 * (s->mask + 1);
+    uintptr_t *old = s->slot;
+    uint32_t old_size = old == NULL ? 0 : s->mask + 1;
+    uintptr_t *v = calloc(size, sizeof(*v));
+    if (v == NULL)
+      return NX_ENOMEM;
+    s->slot = v;
+    s->mask = size - 1;
+    s->hn = 0;
+    for (uint32_t i = 0; i < old_size; i++)
+      if (old[i] != 0)
+        held_put(s, old[i]);
+    free(old);
+  }
+  held_put(s, ~(uintptr_t)b);
+  return 0;
+}
+
+/* Empties slot `i`, moving back the entries that probed past it. */
+static void held_remove(struct live_shard *s, uint32_t i) {
+  s->slot[i] = 0;
+  s->hn--;
+  for (uint32_t j = (i + 1) & s->mask; s->slot[j] != 0; j = (j + 1) & s->mask) {
+    uint32_t k = held_home(s, s->slot[j]);
+    /* The entry at j stays if its home lies cyclically in (i, j]. */
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+      continue;
+    s->slot[i] = s->slot[j];
+    s->slot[j] = 0;
+    i = j;
+  }
+}
+
+int nxi_buffer_live_add(struct nx_buffer *b, int tag) {
+  struct live_shard *s = live_shard(b);
+  live_lock(s);
+  int r = tag == NXI_LIVE_RSR ? rsr_add(s, b) : held_add(s, b);
+  live_unlock(s);
+  return r;
 }
 
 int nxi_buffer_live_take(const struct nx_buffer *b) {
   struct live_shard *s = live_shard(b);
-  int found = 0;
   live_lock(s);
-  for (uint32_t i = s->n; i-- > 0;)
-    if (s->v[i] == b) {
-      s->v[i] = s->v[--s->n];
-      found = 1;
-      break;
-    }
+  int found = rsr_take(s, b);
   live_unlock(s);
   return found;
+}
+
+int nxi_buffer_live_retain(struct nx_buffer *b) {
+  struct live_shard *s = live_shard(b);
+  live_lock(s);
+  unsigned u = atomic_load_explicit(&b->urefs, memory_order_relaxed);
+  int r = u == 0 ? held_add(s, b) : 0;
+  if (r == 0)
+    atomic_store_explicit(&b->urefs, u + 1, memory_order_relaxed);
+  live_unlock(s);
+  return r;
+}
+
+int nxi_buffer_live_release(struct nx_buffer *b) {
+  struct live_shard *s = live_shard(b);
+  live_lock(s);
+  /* An unsent RSR buffer has one reference: the program's, ending here. */
+  if (rsr_take(s, b)) {
+    atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);
+    live_unlock(s);
+    return 0;
+  }
+  int64_t i = held_find(s, b);
+  if (i < 0) {
+    live_unlock(s);
+    return NX_EINVAL;
+  }
+  /* Found: the program holds it, so it is not freed and may be read. */
+  unsigned u = atomic_load_explicit(&b->urefs, memory_order_relaxed);
+  atomic_store_explicit(&b->urefs, u - 1, memory_order_relaxed);
+  if (u == 1)
+    held_remove(s, (uint32_t)i);
+  live_unlock(s);
+  return 0;
 }

@@ -20,7 +20,7 @@ int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
   b->context = gp->context;
   b->address = gp->address;
   b->dl = gp->protos;
-  if (nxi_buffer_live_add(b) < 0) {
+  if (nxi_buffer_live_add(b, NXI_LIVE_RSR) < 0) {
     nxi_buffer_free(b);
     return NX_ENOMEM;
   }

@@ -1,10 +1,12 @@
 // Tests of a new user's first mistakes (issue 16): a typo in NX_PROTOCOLS
 // fails nx_init and names the modules there are; an RSR buffer sent twice
-// is refused before any module sees it; nx_finalize runs the RSRs already
-// sent to this process before it tears down.
+// is refused before any module sees it, and so is a release of a buffer
+// the program no longer holds (sent, released); nx_finalize runs the RSRs
+// already sent to this process before it tears down.
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <dlfcn.h>
 #include <vector>
@@ -116,6 +118,55 @@ TEST_CASE("an RSR buffer sent twice is refused before any module sees it",
     nx_gp_release(&gp);
     REQUIRE(rt.finalize() == 0);
     CHECK(hits.load() == 100); // each sent once, none twice
+  }
+}
+
+TEST_CASE("a buffer the program no longer holds is refused by "
+          "nx_buffer_release, never read",
+          "[harden][rsr][buffer]") {
+  // Before, nx_buffer_release read the buffer to decide: after the module
+  // freed a sent one, that was a use after free (AddressSanitizer), and a
+  // release of a freed stand-alone buffer one too.
+  for (const char *list : {"fixture,local", "local"}) {
+    INFO("NX_PROTOCOLS=" << list);
+    env_guard env(list);
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    nx_gp_t gp;
+    REQUIRE(nx_context_create_local(hit_init, nullptr, &gp) == 0);
+    hits = 0;
+    for (int i = 0; i < 100; i++) {
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+      REQUIRE(nx_put_int32(b, i) == 0);
+      REQUIRE(nx_rsr_send(b) == 0);
+      CHECK(nx_buffer_release(b) == NX_EINVAL); // queued, or freed already
+      // Once its handler ran, the runtime frees it.
+      auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (hits.load() <= i && std::chrono::steady_clock::now() < end)
+        nx_poll();
+      REQUIRE(hits.load() == i + 1);
+      CHECK(nx_buffer_release(b) == NX_EINVAL);
+      CHECK(nx_rsr_send(b) == NX_EINVAL);
+    }
+    // Released twice: the second is refused.
+    nx_buffer_t *s;
+    REQUIRE(nx_buffer_create(64, &s) == 0);
+    REQUIRE(nx_buffer_retain(s) == 0);
+    CHECK(nx_buffer_release(s) == 0);
+    CHECK(nx_buffer_release(s) == 0);
+    CHECK(nx_buffer_release(s) == NX_EINVAL);
+    nx_buffer_t *u;
+    REQUIRE(nx_rsr_init_name(&u, &gp, "hit", 8) == 0);
+    CHECK(nx_buffer_release(u) == 0);
+    CHECK(nx_buffer_release(u) == NX_EINVAL);
+    // A stand-alone buffer is not an RSR: send leaves it to the program.
+    REQUIRE(nx_buffer_create(64, &s) == 0);
+    CHECK(nx_rsr_send(s) == NX_EINVAL);
+    CHECK(nx_buffer_release(s) == 0);
+    nx_gp_release(&gp);
+    REQUIRE(rt.finalize() == 0);
+    CHECK(hits.load() == 100);
   }
 }
 

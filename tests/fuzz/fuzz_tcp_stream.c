@@ -1,66 +1,147 @@
 /* libFuzzer target: the tcp module's handshake and stream reader
- * (protocols/tcp/tcp_conn.c), driven in-process: the runtime runs here with
- * the tcp module listening on loopback and no progress thread
- * (NX_PROGRESS=poll); each input is written to a new connection to it and
- * the module is polled until it closed the connection or read everything.
- * The first byte picks the mode: even, the input is the handshake itself
- * (any bytes); odd, a valid version-2 handshake (the key is known here)
- * comes first and the rest is the frame stream. The module may refuse and
- * drop, never crash, hang or leak. */
+ * (protocols/tcp/tcp_conn.c), driven in-process. The module's own sources
+ * are compiled into this program (tests/fuzz/meson.build): the code under
+ * test is the module's, reached through its ops table and its accept
+ * callback; only the transport underneath is cheaper than TCP.
+ *
+ * Set up once: the runtime (local module, no progress thread), one tcp
+ * module instance whose core API is the core's with a quiet log, and a
+ * listening Unix stream socket the module accepts from as it accepts from
+ * its TCP listeners. Then one real version-2 handshake (the key is known
+ * here), with a frame in the same write as the proof, checks that the
+ * harness speaks the protocol and that such a connection opens.
+ *
+ * Per input, a new connection accepted by the module's listener callback;
+ * the first byte picks the mode:
+ *   even: the rest is the handshake itself (any bytes);
+ *   odd:  the rest is the frame stream on a connection opened as the end
+ *         of a successful handshake opens it (the handshake costs three
+ *         HMACs, a random nonce and three round trips, several times the
+ *         parsing; the fuzzer cannot change any of it).
+ * Then our end is shut (EOF) and the module driven until it closed the
+ * connection: it reads to the EOF, a frame budget per call, or refuses
+ * earlier. Nothing is kept from one input to the next but the module
+ * instance, with no connection.
+ * It may refuse and drop, never crash, hang or leak. */
 #include "fuzz.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "buf.h"
+#include "frame.h"
 #include "nexus.h"
 #include "nxu_auth.h"
+#include "services.h"
+#include "tcp.h"
+
+extern const struct nx_protocol_ops nx_protocol_tcp;
 
 static const uint8_t key[16] = {1, 2,  3,  4,  5,  6,  7,  8,
                                 9, 10, 11, 12, 13, 14, 15, 16};
-static uint16_t port;
+static struct nx_core_api api;
+static struct tcp *t;
+static struct tcp_listener listener;
+static struct sockaddr_un addr;
+static socklen_t addr_len;
 static uint64_t conns;
+static atomic_ulong bad_peers;
+
+/* The module logs every refused peer at level 0: one line per input would
+ * cost more than the parsing. Counted instead. */
+static void quiet_log(int level, const char *module, const char *fmt, ...) {
+  (void)level;
+  (void)module;
+  (void)fmt;
+}
+
+static void quiet_bad_peer(const char *module, const char *why) {
+  (void)module;
+  (void)why;
+  atomic_fetch_add(&bad_peers, 1);
+}
+
+static int connect_new(void);
+static int handshake(int fd, const uint8_t *more, size_t more_len);
+static void end(int fd);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  /* A free loopback port for the module to listen on. */
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-      getsockname(s, (struct sockaddr *)&a, &len) < 0)
-    abort();
-  port = ntohs(a.sin_port);
-  close(s);
-  char listen[64];
-  snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-  setenv("NX_TCP_LISTEN", listen, 1);
   setenv("NX_KEY", "0102030405060708090a0b0c0d0e0f10", 1);
-  setenv("NX_PROTOCOLS", "tcp", 1);
+  setenv("NX_PROTOCOLS", "local", 1);
   setenv("NX_PROGRESS", "poll", 1);
-  setenv("NX_TCP_HANDSHAKE_MS", "50", 1);
+  /* The module's own TCP listener stays idle: loopback, any port. */
+  setenv("NX_TCP_LISTEN", "127.0.0.1:0", 1);
   /* The payload is allocated when its header arrives: without a bound a
    * header alone reserves up to this machine's memory (NX_FRAME_MAX). */
   setenv("NX_FRAME_MAX", "1m", 1);
   if (nx_init(NULL, NULL) != 0)
     abort();
+  api = nxi_core_api;
+  api.log = quiet_log;
+  api.bad_peer = quiet_bad_peer;
+  void *state;
+  char why[256] = "";
+  if (nx_protocol_tcp.init(&api, &state, why, sizeof(why)) != 0) {
+    fprintf(stderr, "fuzz_tcp_stream: tcp init: %s\n", why);
+    abort();
+  }
+  t = state;
+  /* An abstract Unix socket: nothing on the file system to clean up. */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  addr.sun_family = AF_UNIX;
+  int n = snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
+                   "nexus-fuzz-tcp-%d", (int)getpid());
+  addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, addr_len) < 0 ||
+      listen(fd, 16) < 0)
+    abort();
+  listener.fd = fd;
+  listener.t = t;
+  listener.poll.data = &listener;
+
+  /* One real handshake, a frame (to no context here) right after the
+   * proof: the connection must open and the frame arrive. */
+  uint8_t h[NX_FRAME_HDR_SIZE];
+  struct nxi_frame_hdr f = {.fmt = nxi_format_native(),
+                            .handler = 1,
+                            .context = 1,
+                            .address = 0,
+                            .len = 0};
+  nxi_frame_hdr_encode(h, &f);
+  unsigned long dropped = atomic_load(&nxi_rt.drop_no_context);
+  fd = connect_new();
+  if (!handshake(fd, h, sizeof(h)) || t->conns->state != CONN_OPEN) {
+    fprintf(stderr, "fuzz_tcp_stream: the handshake failed\n");
+    abort();
+  }
+  end(fd);
+  nx_poll();
+  if (atomic_load(&nxi_rt.drop_no_context) != dropped + 1 ||
+      atomic_load(&bad_peers) != 0) {
+    fprintf(stderr, "fuzz_tcp_stream: the frame after the handshake did "
+                    "not arrive\n");
+    abort();
+  }
   return 0;
 }
 
-/* Polls the module until `fd` has `n` bytes to read into `out` (or it was
- * closed, or a bound on rounds). Returns 1 when all came. */
-static int read_polling(int fd, uint8_t *out, size_t n) {
+/* What a progress call of the module's driver does. */
+static void drive(void) { nx_protocol_tcp.progress(t); }
+
+/* Reads exactly `n` bytes the module sent, driving it in between. Returns 1
+ * when all came, 0 when it closed the connection or sent less. */
+static int recv_exact(int fd, uint8_t *out, size_t n) {
   size_t got = 0;
-  for (int round = 0; round < 2000 && got < n; round++) {
-    nx_poll();
+  for (int round = 0; round < 8 && got < n; round++) {
+    drive();
     ssize_t r = recv(fd, out + got, n - got, MSG_DONTWAIT);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
       return 0;
@@ -70,53 +151,104 @@ static int read_polling(int fd, uint8_t *out, size_t n) {
   return got == n;
 }
 
-/* A valid version-2 handshake as a client with a new identity. */
-static int handshake(int fd) {
-  uint8_t h[6 + 16 + NXU_NONCE_SIZE], ch[6 + 16 + NXU_NONCE_SIZE + 32], ids[32],
-      proof[32], answer[24];
-  memcpy(h, "NXT1", 4);
-  h[4] = 2;
+/* A valid version-2 handshake as a client with a new identity; `more`
+ * goes in the same write as the proof. */
+static int handshake(int fd, const uint8_t *more, size_t more_len) {
+  uint8_t h[TCP_HELLO_SIZE], ch[TCP_CHALLENGE_SIZE], ids[2 * TCP_UUID_SIZE],
+      proof[TCP_PROOF_SIZE + 64], answer[TCP_ANSWER_SIZE];
+  if (more_len > sizeof(proof) - TCP_PROOF_SIZE)
+    abort();
+  memcpy(h, TCP_MAGIC, 4);
+  h[4] = TCP_HS_VERSION;
   h[5] = 0;
   conns++;
-  memset(h + 6, 0xab, 16);
+  memset(h + 6, 0xab, TCP_UUID_SIZE);
   memcpy(h + 6, &conns, sizeof(conns));
-  memset(h + 22, 0x5a, NXU_NONCE_SIZE);
+  memset(h + 6 + TCP_UUID_SIZE, 0x5a, NXU_NONCE_SIZE);
   if (send(fd, h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h) ||
-      !read_polling(fd, ch, sizeof(ch)))
+      !recv_exact(fd, ch, sizeof(ch)))
     return 0;
-  memcpy(ids, h + 6, 16);
-  memcpy(ids + 16, ch + 6, 16);
-  if (nxu_auth_mac(key, 16, "client", h + 22, ch + 22, ids, 32, proof) != 0 ||
-      send(fd, proof, sizeof(proof), MSG_NOSIGNAL) != (ssize_t)sizeof(proof))
+  memcpy(ids, h + 6, TCP_UUID_SIZE);
+  memcpy(ids + TCP_UUID_SIZE, ch + 6, TCP_UUID_SIZE);
+  if (nxu_auth_mac(key, sizeof(key), "client", h + 6 + TCP_UUID_SIZE,
+                   ch + 6 + TCP_UUID_SIZE, ids, sizeof(ids), proof) != 0)
     return 0;
-  return read_polling(fd, answer, sizeof(answer)) && answer[6] == 0;
+  memcpy(proof + TCP_PROOF_SIZE, more, more_len);
+  size_t n = TCP_PROOF_SIZE + more_len;
+  if (send(fd, proof, n, MSG_NOSIGNAL) != (ssize_t)n)
+    return 0;
+  return recv_exact(fd, answer, sizeof(answer)) && answer[6] == 0;
+}
+
+/* A new connection, accepted by the module's listener callback. */
+static int connect_new(void) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, addr_len) < 0)
+    abort();
+  tcp_conn_on_listen(&listener.poll, 0, UV_READABLE);
+  if (t->conns == NULL)
+    abort(); /* it did not accept */
+  return fd;
+}
+
+/* Opens the accepted connection for frames as the end of a successful
+ * handshake does (proof_received in tcp_conn.c): the connection gets its
+ * peer (a new identity), leaves the handshake count and carries frames. */
+static void open_as_accepted(void) {
+  uint8_t uuid[TCP_UUID_SIZE];
+  conns++;
+  memset(uuid, 0xcd, sizeof(uuid));
+  memcpy(uuid, &conns, sizeof(conns));
+  struct tcp_conn *c = t->conns;
+  struct tcp_peer *p = tcp_peer_get(t, uuid);
+  if (p == NULL)
+    abort();
+  c->peer = p;
+  t->handshaking--;
+  tcp_peer_open(t, p, c);
+}
+
+/* Drives the module until it closed every connection. One that never
+ * closes after our EOF hangs: abort. */
+static void drive_until_closed(void) {
+  for (int round = 0; t->conns != NULL; round++) {
+    if (round > 100000)
+      abort();
+    drive();
+  }
+}
+
+/* Writes the input, driving the module whenever the socket is full; stops
+ * when the module closed its end. */
+static void send_all(int fd, const uint8_t *p, size_t n) {
+  while (n > 0) {
+    ssize_t r = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0 && errno != EAGAIN && errno != EINTR)
+      return;
+    if (r < 0) {
+      drive();
+      continue;
+    }
+    p += r;
+    n -= (size_t)r;
+  }
+}
+
+static void end(int fd) {
+  shutdown(fd, SHUT_WR);
+  drive_until_closed();
+  close(fd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > 65536)
     return 0;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons(port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (fd < 0)
-    abort();
-  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-    abort(); /* the module stopped listening */
-  int ok = (data[0] & 1) ? handshake(fd) : 1;
-  if (ok && size > 1)
-    (void)send(fd, data + 1, size - 1, MSG_NOSIGNAL);
-  shutdown(fd, SHUT_WR);
-  /* Until the module closed its end (it reads to our EOF, or refuses). */
-  char c;
-  for (int round = 0; round < 5000; round++) {
-    nx_poll();
-    ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-      break;
-  }
-  close(fd);
-  for (int i = 0; i < 4; i++)
-    nx_poll();
+  int fd = connect_new();
+  if (data[0] & 1)
+    open_as_accepted();
+  send_all(fd, data + 1, size - 1);
+  end(fd);
+  /* Frames it delivered: the core drops them (no such context). */
+  nx_poll();
   return 0;
 }

@@ -76,13 +76,18 @@ NX_EXTERN int nx_buffer_from_bytes(const void *data, size_t len, int format,
 
 /* Keeps a buffer alive past the handler's return (no copy). Each retain
  * needs one release. A handler's buffer is released by the runtime when the
- * handler returns, so a handler releases only what it retained. Returns 0 or
- * NX_EINVAL (NULL, or an RSR buffer not yet sent: nx_rsr_send takes it). */
+ * handler returns, so a handler releases only what it retained. Only for a
+ * buffer the caller holds or its handler's own: one already sent is freed
+ * memory. Returns 0, NX_EINVAL (NULL, or an RSR buffer not yet sent:
+ * nx_rsr_send takes it) or NX_ENOMEM. */
 NX_EXTERN int nx_buffer_retain(nx_buffer_t *buf);
 
-/* Drops one reference; the last one frees the buffer. Releasing a handler's
- * buffer that the handler did not retain returns NX_EINVAL and changes
- * nothing. An RSR buffer that will not be sent is released with this too. */
+/* Drops one reference of the program's; the last one frees the buffer. An
+ * RSR buffer that will not be sent is released with this too. A buffer the
+ * program holds no reference to is refused with NX_EINVAL and never read:
+ * one given to nx_rsr_send (the runtime's from then on, freed at any time),
+ * one released already, a handler's buffer the handler did not retain.
+ * Returns 0 or NX_EINVAL. */
 NX_EXTERN int nx_buffer_release(nx_buffer_t *buf);
 
 /* Put: append one value, or `count` values. Return 0, NX_EINVAL (NULL, or a

@@ -35,7 +35,9 @@ NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp,
 
 /* Step 3: sends the RSR. Never waits for the handler; the buffer belongs to
  * the runtime afterwards, whatever the result (except for NX_EINVAL: a
- * buffer that is not an unsent RSR buffer is not taken). Returns 0;
+ * buffer that is not an unsent RSR buffer is not taken), and may be freed
+ * before this returns: drop the pointer. Sending it again, or releasing it
+ * (nx_buffer_release), returns NX_EINVAL without reading it. Returns 0;
  * NX_EINVAL; NX_ENOTINIT; NX_ENOMEM; NX_EUNREACH when no loaded protocol
  * reaches the destination; or an error of the protocol module (for modules
  * with send queues, NX_EAGAIN with NX_RSR_NONBLOCK). A destination context
