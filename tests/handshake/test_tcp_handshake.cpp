@@ -88,7 +88,7 @@ TEST_CASE_METHOD(session,
   REQUIRE(peer.port != 0);
   uint64_t tag = 1;
   REQUIRE(echo_round_trip(peer.gp, cs.me, tag++, 100));
-  uint64_t base[STAT_COUNT];
+  uint64_t base[STAT_COUNT] = {};
   REQUIRE(peer_stats(peer.gp, cs.me, base));
   uint64_t bad = 0;
   const std::vector<uint8_t> key = key_bytes();

@@ -15,7 +15,7 @@ TEST_CASE_METHOD(session, "tcp: an RSR buffer sent twice is refused",
   REQUIRE(peer.start() == "");
   uint64_t tag = 1;
   REQUIRE(echo_round_trip(peer.gp, cs.me, tag++, 100));
-  uint64_t base[STAT_COUNT];
+  uint64_t base[STAT_COUNT] = {};
   REQUIRE(peer_stats(peer.gp, cs.me, base));
   const int n = 200;
   for (int i = 0; i < n; i++) {
