@@ -45,7 +45,8 @@ static double bench_true(int n) {
   return median(v, n);
 }
 
-/* In the process whose NX_PROTOCOLS is set: prints the median in ms. */
+/* In the process whose NX_PROTOCOLS is set: prints the medians in ms of
+ * the whole, of create until ready, and of destroy. */
 static int measure(const char *self, int n) {
   if (nx_init(NULL, NULL) < 0) {
     fprintf(stderr, "nx_init failed\n");
@@ -55,30 +56,36 @@ static int measure(const char *self, int n) {
   if (nx_nodes_acquire("localhost", 1, &node) < 0)
     return 1;
   char *argv[] = {(char *)self, "--child", NULL};
-  double v[64];
+  double v[64], c[64], d[64];
   int r = 0;
   for (int i = 0; i < n && r == 0; i++) {
     nx_gp_t gp;
     double t0 = now_ms();
     r = nx_context_create(&node, self, argv, &gp);
+    double t1 = now_ms();
     if (r == 0) {
       r = nx_context_destroy(&gp);
       nx_gp_release(&gp);
     }
-    v[i] = now_ms() - t0;
+    double t2 = now_ms();
+    v[i] = t2 - t0;
+    c[i] = t1 - t0;
+    d[i] = t2 - t1;
   }
   if (r < 0)
     fprintf(stderr, "context_create: %s\n", nx_err_name(r));
   else
-    printf("%.3f\n", median(v, n));
+    printf("%.3f %.3f %.3f\n", median(v, n), median(c, n), median(d, n));
   nx_node_release(&node);
   nx_finalize();
   return r < 0;
 }
 
 /* Runs `measure` with NX_PROTOCOLS=`set` (NULL: unset, the default).
- * Returns the median in ms, or a negative value. */
-static double run_set(const char *self, const char *set, int n) {
+ * Returns the median in ms, or a negative value; the medians of create
+ * (until ready) and of destroy in *create and *destroy. */
+static double run_set(const char *self, const char *set, int n, double *create,
+                      double *destroy) {
   char cmd[4096];
   if (set != NULL)
     snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=%s '%s' --measure %d", set, self,
@@ -90,7 +97,7 @@ static double run_set(const char *self, const char *set, int n) {
   if (p == NULL)
     return -1;
   double v = -1;
-  if (fscanf(p, "%lf", &v) != 1)
+  if (fscanf(p, "%lf %lf %lf", &v, create, destroy) != 3)
     v = -1;
   pclose(p);
   return v;
@@ -124,13 +131,16 @@ int main(int argc, char **argv) {
     char name[64];
     snprintf(name, sizeof(name), "NX_PROTOCOLS=%s",
              sets[i] != NULL ? sets[i] : "(unset: default)");
-    double t = run_set(argv[0], sets[i], n);
+    double c = 0, d = 0;
+    double t = run_set(argv[0], sets[i], n, &c, &d);
     if (i == 0)
       dflt = t;
     if (t < 0)
       printf("  %-36s %9s    (failed: see above)\n", name, "-");
     else
-      printf("  %-36s %9.3f ms  %7.1fx /bin/true\n", name, t, t / floor);
+      printf("  %-36s %9.3f ms  %7.1fx /bin/true  (create %.3f, destroy "
+             "%.3f)\n",
+             name, t, t / floor, c, d);
   }
   printf("goals:\n");
   printf("  default modules < 5 ms:              %s\n", dflt < 0
