@@ -27,15 +27,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int r = nxu_opt_check(o, value, why, sizeof(why));
   if (r < 0 && memchr(why, '\0', sizeof(why)) == NULL)
     abort(); /* a refusal says why, NUL-terminated, within the buffer */
-  /* The same value through the typed readers. */
+  /* The same value through the typed readers, which must agree with the
+   * check on a value that is set (empty reads as unset: the default): a
+   * number it accepts reads back within the entry's bounds, a choice it
+   * accepts is an index of a word. */
   setenv(o->name, value, 1);
-  uint64_t u;
+  uint64_t u = 0;
   size_t sz;
-  int c;
-  (void)nxu_opt_number(o->name, &u, why, sizeof(why));
+  int c = -1;
+  int rn = nxu_opt_number(o->name, &u, why, sizeof(why));
   (void)nxu_opt_size(o->name, &sz, why, sizeof(why));
-  (void)nxu_opt_choice(o->name, &c, why, sizeof(why));
+  int rc = nxu_opt_choice(o->name, &c, why, sizeof(why));
   unsetenv(o->name);
+  if (o->kind == NXU_OPT_SIZE || o->kind == NXU_OPT_UINT) {
+    if (value[0] != '\0' && (r == 0) != (rn == 0))
+      abort(); /* the check and the reader disagree */
+    if (rn == 0 && value[0] != '\0' && (u < o->min || u > o->max))
+      abort(); /* an accepted number out of its bounds */
+    if (rn == 0 && value[0] == '\0' && u != o->def_value)
+      abort(); /* empty reads as the default */
+  }
+  if (o->kind == NXU_OPT_CHOICE && r == 0 && (rc != 0 || c < 0))
+    abort(); /* an accepted word that the reader does not find */
   uint8_t key[NX_KEY_SIZE];
   (void)nxu_hex_decode(value, key, sizeof(key));
   free(value);
