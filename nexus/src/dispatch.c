@@ -120,7 +120,11 @@ static unsigned poll_rounds;
  * hot; while cold, once its next turn has come, timing the poll to keep
  * its cost known. Returns the events it handled. */
 static int poll_module(struct nxi_module *m, uint64_t now, int all) {
-  if (atomic_load_explicit(&m->sent, memory_order_relaxed)) {
+  /* `sent` is looked at (and cleared) only when the module would turn
+   * cold: while it is hot, senders find it set and do not write it, so a
+   * busy sender and the driver do not pass its line back and forth. */
+  if (now >= m->hot_until &&
+      atomic_load_explicit(&m->sent, memory_order_relaxed)) {
     atomic_store_explicit(&m->sent, 0, memory_order_relaxed);
     m->hot_until = now + NXI_HOT_NS;
   }

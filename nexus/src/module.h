@@ -19,7 +19,7 @@ struct nxi_module {
   struct nx_desc_buf desc;
   int wait_fd; /* -1: none; the engine watches the others */
   /* The poll policy (dispatch.c), kept by the driver: */
-  atomic_int sent;       /* an RSR went out through it since its last poll */
+  atomic_int sent;       /* an RSR went out through it (dispatch.c clears it) */
   uint64_t poll_ns;      /* what a poll that finds nothing costs (averaged) */
   uint64_t hot_until;    /* polled every round until then */
   uint64_t next_poll;    /* after that (cold), not polled before then */

@@ -329,6 +329,18 @@ static int ucx_reachable(void *state, const struct nx_desc *peer) {
  * UCX_ARM_IDLE_NS: the fd is level-triggered, and re-arming is what
  * drains it if it became readable without any work for us. During a busy
  * exchange we never arm, so senders never pay for signalling us. */
+/* Arms the worker now: 1 if events are pending (UCS_ERR_BUSY), else 0. */
+static int arm_worker(struct ucx *u, uint64_t now) {
+  ucs_status_t st = ucp_worker_arm(u->worker);
+  u->last_arm = now;
+  u->armed = st == UCS_OK;
+  if (st == UCS_ERR_BUSY)
+    return 1;
+  if (st != UCS_OK)
+    UCX_LOG(u, 1, "ucp_worker_arm: %s", ucs_status_string(st));
+  return 0;
+}
+
 static int arm(struct ucx *u) {
   uint64_t now = nxu_now_ns();
   if (u->idle_since == 0) {
@@ -338,14 +350,7 @@ static int arm(struct ucx *u) {
   if (now - u->idle_since < UCX_ARM_IDLE_NS ||
       (u->armed && now - u->last_arm < UCX_ARM_IDLE_NS))
     return 0;
-  ucs_status_t st = ucp_worker_arm(u->worker);
-  u->last_arm = now;
-  u->armed = st == UCS_OK;
-  if (st == UCS_ERR_BUSY)
-    return 1;
-  if (st != UCS_OK)
-    UCX_LOG(u, 1, "ucp_worker_arm: %s", ucs_status_string(st));
-  return 0;
+  return arm_worker(u, now);
 }
 
 static int ucx_progress(void *state) {
@@ -391,15 +396,8 @@ static int ucx_arm(void *state) {
     ucx_peers_service(u);
     n++;
   }
-  if (n == 0) {
-    ucs_status_t st = ucp_worker_arm(u->worker);
-    u->last_arm = nxu_now_ns();
-    u->armed = st == UCS_OK;
-    if (st == UCS_ERR_BUSY)
-      n = 1;
-    else if (st != UCS_OK)
-      UCX_LOG(u, 1, "ucp_worker_arm: %s", ucs_status_string(st));
-  }
+  if (n == 0)
+    n = arm_worker(u, nxu_now_ns());
   if (n > 0) {
     u->idle_since = 0;
     u->armed = 0;
