@@ -14,14 +14,20 @@
  *    the thread sleep in the kernel.
  *  - block/unblock: bracket every sleep in the kernel (cond wait, contended
  *    mutex, join), so a thread that drives progress hands it over first.
- *  - signal: `*word` was bumped; wakes threads that wait for a word while
- *    asleep in the progress engine's epoll (NX_PROGRESS=poll waiters). */
+ *  - signal: `*word` was bumped for up to `n` waiters; wakes threads that
+ *    wait for a word while asleep in the progress engine's epoll
+ *    (NX_PROGRESS=poll waiters), and handlers parked on it.
+ *  - can_park/park: a threaded handler running on a stack of its own
+ *    (nexus/src/fiber.h) parks instead of sleeping, until `*word` is
+ *    signalled; park returns NX_EAGAIN when the caller cannot park. */
 struct nxi_thread_hooks {
   int (*wait)(const uint32_t *word, uint32_t old,
               const struct timespec *abstime);
   void (*block)(void);
   void (*unblock)(void);
-  void (*signal)(const uint32_t *word);
+  void (*signal)(const uint32_t *word, int n);
+  int (*can_park)(void);
+  int (*park)(const uint32_t *word, uint32_t old);
 };
 
 /* Installs `hooks` (NULL removes them). Not thread-safe against concurrent
@@ -35,6 +41,21 @@ int nxi_futex_wait(const uint32_t *word, uint32_t old,
                    const struct timespec *abstime);
 /* Wakes up to `n` threads waiting on `word`. */
 void nxi_futex_wake(const uint32_t *word, int n);
+
+/* A function the compiler must call, never inline or look into: what
+ * reads thread-locals after a switch between stacks, which may resume on
+ * another thread (nexus/src/fiber.c). */
+#if defined(__clang__)
+#define NXI_NOIPA __attribute__((noinline))
+#else
+#define NXI_NOIPA __attribute__((noipa))
+#endif
+
+/* The nexus mutexes the calling thread (or the handler on its stack) holds:
+ * swap sets the count and returns the old one, for the switch between a
+ * thread and a handler's stack. */
+int nxi_thread_locks_swap(int n);
+int nxi_thread_locks_held(void);
 
 /* Maps a pthread/errno code to an NX_E* code. */
 int nxi_errno_slow(int err);

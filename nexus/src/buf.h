@@ -56,6 +56,7 @@ struct nx_buffer {
     struct nx_buffer *ctx_next; /* in a thread's cache of free buffers */
   };
   nx_handler_fn fn;
+  struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };

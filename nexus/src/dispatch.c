@@ -5,6 +5,7 @@
 #include "context.h"
 #include "driver.h"
 #include "engine.h"
+#include "fiber.h"
 #include "module.h"
 #include "nxu_time.h"
 
@@ -21,43 +22,14 @@ void nxi_run(struct nx_buffer *b) {
   nxi_context_put(ctx);
 }
 
-void nxi_tq_push(struct nx_buffer *b) {
-  pthread_mutex_lock(&nxi_eng.tq_lock);
-  atomic_store_explicit(&b->qnode.next, NULL, memory_order_relaxed);
-  if (nxi_eng.tq_tail != NULL)
-    atomic_store_explicit(&nxi_eng.tq_tail->next, &b->qnode,
-                          memory_order_relaxed);
-  else
-    nxi_eng.tq_head = &b->qnode;
-  nxi_eng.tq_tail = &b->qnode;
-  atomic_fetch_add(&nxi_eng.tq_len, 1);
-  pthread_mutex_unlock(&nxi_eng.tq_lock);
-  if (nxi_rt.poll_mode) {
-    /* A spinning pooled thread will see tq_len; it checks tq_len again
-     * after it stops spinning, so one of us always sees the other. */
-    if (atomic_load(&nxi_eng.spinners) > 0)
-      return;
-    pthread_mutex_lock(&nxi_eng.pool_lock);
-    nxi_pool_kick_locked();
-    pthread_mutex_unlock(&nxi_eng.pool_lock);
+void nxi_run_queued(struct nx_buffer *b) {
+  if (b->fiber != NULL) {
+    nxi_fiber_resume(b->fiber);
+  } else if (nxi_fiber_enabled() && nxi_fiber_start(b) == 0) {
+    atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1, memory_order_relaxed);
   } else {
-    nxi_progress_wake(); /* the primary runs it */
+    nxi_run(b);
   }
-}
-
-struct nx_buffer *nxi_tq_pop(void) {
-  if (atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) == 0)
-    return NULL;
-  pthread_mutex_lock(&nxi_eng.tq_lock);
-  struct nxi_qnode *n = nxi_eng.tq_head;
-  if (n != NULL) {
-    nxi_eng.tq_head = atomic_load_explicit(&n->next, memory_order_relaxed);
-    if (nxi_eng.tq_head == NULL)
-      nxi_eng.tq_tail = NULL;
-    atomic_fetch_sub(&nxi_eng.tq_len, 1);
-  }
-  pthread_mutex_unlock(&nxi_eng.tq_lock);
-  return n != NULL ? NXI_CONTAINER_OF(n, struct nx_buffer, qnode) : NULL;
 }
 
 /* A thread of its own for one NX_HANDLER_NEW_THREAD handler. */
@@ -82,6 +54,7 @@ static void dispatch(struct nx_buffer *b) {
   }
   b->ctx = ctx;
   b->fn = h->fn;
+  b->fiber = NULL;
   /* Under the driver lock: a plain store is enough. */
   atomic_store_explicit(
       &nxi_rt.rsr_handled,
@@ -89,6 +62,24 @@ static void dispatch(struct nx_buffer *b) {
       memory_order_relaxed);
   switch (h->kind) {
   case NX_HANDLER_THREADED:
+    /* On a stack of its own, here if this thread may wait for it: a
+     * runtime thread, or one waiting in nexus (engine.h). */
+    if (nxi_fiber_enabled() && (nxi_eng_me.runtime || nxi_eng_me.waiting)) {
+      if (nxi_eng_me.primary)
+        nxi_engine_set_state(NXI_PRIMARY_RUNNING);
+      /* Run it without the driver lock: a handler that blocks in the
+       * kernel must not stop every other thread from driving. */
+      struct nxi_drive_hold held = nxi_drive_suspend();
+      int r = nxi_fiber_start(b);
+      nxi_drive_resume(held);
+      if (r == 0) {
+        /* Counted after: the driver lock may be gone (a plain store under
+         * it would race with another driver). */
+        atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1,
+                                  memory_order_relaxed);
+        return;
+      }
+    }
     /* Inline only on a runtime thread that runs no other handler: a
      * threaded handler that blocks must never sit on top of code (a waiting
      * application thread, or another handler) that might be what wakes it. */

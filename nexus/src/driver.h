@@ -24,6 +24,17 @@ void nxi_drive_end(unsigned gen);
 /* Gives the lock away from inside a handler that is about to block. */
 void nxi_drive_lose(void);
 
+/* Lets go of the lock around code that may block in the kernel (a lazy
+ * threaded handler), and takes it back if it is still free: then the
+ * frames up the stack go on as if they had held it throughout; else they
+ * see the generation change, as after nxi_drive_lose. */
+struct nxi_drive_hold {
+  int depth;
+  unsigned gen;
+};
+struct nxi_drive_hold nxi_drive_suspend(void);
+void nxi_drive_resume(struct nxi_drive_hold h);
+
 /* Whether this thread holds the lock, and at which generation. */
 static inline int nxi_driving(void) { return nxi_drive_me.driving > 0; }
 static inline unsigned nxi_drive_gen(void) { return nxi_drive_me.gen; }

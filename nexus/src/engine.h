@@ -20,12 +20,20 @@
  *    (so a waiting thread delivers its own reply, with no thread hand-off);
  *  - a caller of nx_poll;
  *  - a sender whose module queue is full (nx_rsr_send helps it drain).
- * Non-threaded handlers run on the driver. Threaded handlers run on runtime
- * threads only, and only at the bottom of their stack: on the primary
- * itself, which hands the primary role to a pooled thread if the handler
- * blocks (the handler then keeps the thread). Neither an application thread
- * nor a thread already inside a handler runs one, so a handler that blocks
- * never holds up code that might be what wakes it. */
+ * Non-threaded handlers run on the driver. Threaded handlers run on stacks
+ * of their own (fiber.h), started by the driver when it is a runtime thread
+ * or a thread waiting in nexus, and queued for a runtime thread otherwise
+ * (a caller of nx_poll, a sender): one that parks lets its thread go on,
+ * and a runtime thread resumes it from the queue. One that blocks in the
+ * kernel keeps its thread; on the primary, a pooled thread takes the
+ * primary role over.
+ *
+ * Without fcontext (or with NX_THREADED=thread) threaded handlers run on
+ * runtime threads only, and only at the bottom of their stack: on the
+ * primary itself, which hands the primary role to a pooled thread if the
+ * handler blocks (the handler then keeps the thread). Neither an
+ * application thread nor a thread already inside a handler runs one, so a
+ * handler that blocks never holds up code that might be what wakes it. */
 
 /* What the primary is doing; waiting threads drive unless it is SPIN. */
 enum {
@@ -95,6 +103,7 @@ struct nxi_engine_tls {
   int runtime;  /* a runtime thread (progress or pool) */
   int primary;  /* the progress thread */
   int handlers; /* handlers running on this thread (nesting depth) */
+  int waiting;  /* inside the wait hook (waiter.c) */
 };
 
 extern NXI_TLS struct nxi_engine_tls nxi_eng_me;
@@ -117,10 +126,15 @@ void nxi_rthread_reap(void);
 /* Wakes an idle pooled thread, or starts one. Pool lock held. */
 void nxi_pool_kick_locked(void);
 
-/* dispatch.c: running what arrived. */
+/* tq.c: the thread queue, which runtime threads take jobs from. */
 void nxi_tq_push(struct nx_buffer *b);
 struct nx_buffer *nxi_tq_pop(void);
+
+/* dispatch.c: running what arrived. */
 void nxi_run(struct nx_buffer *b);
+/* Runs a job from the thread queue on a runtime thread: resumes a parked
+ * handler, or starts a threaded one on a stack of its own. */
+void nxi_run_queued(struct nx_buffer *b);
 /* One round: poll every module, then run up to a batch of arrived RSRs.
  * Stops early if a handler blocked and gave the driver lock away. */
 int nxi_poll_once(unsigned gen);

@@ -32,7 +32,7 @@ static void primary_loop(void) {
     struct nx_buffer *job = nxi_tq_pop();
     if (job != NULL) {
       nxi_engine_set_state(NXI_PRIMARY_RUNNING);
-      nxi_run(job);
+      nxi_run_queued(job);
       if (!nxi_eng_me.primary)
         break; /* it blocked: another thread is primary now */
       /* Stay in front: what a threaded handler sends is usually answered
@@ -151,7 +151,7 @@ void *nxi_pool_main(void *self) {
     }
     struct nx_buffer *job = nxi_tq_pop();
     if (job != NULL) {
-      nxi_run(job);
+      nxi_run_queued(job);
       continue;
     }
     if (pool_wait() < 0)

@@ -10,6 +10,7 @@
 #include "context.h"
 #include "driver.h"
 #include "engine.h"
+#include "fiber.h"
 #include "module.h"
 #include "nxi_thread.h"
 #include "nxu_time.h"
@@ -111,14 +112,16 @@ int nxi_progress_finalize(void) {
   int left = stop_threads();
   nxi_rthread_reap(); /* those that ended; any left run program code */
   nxi_waiter_hooks_remove();
-  if (left > 0) {
+  int parked = nxi_fiber_fini();
+  if (left > 0 || parked > 0) {
     /* They run program code and may touch their contexts and buffers at
-     * any time: leave everything they can reach in place. */
+     * any time (a parked handler when the program wakes it): leave
+     * everything they can reach in place. */
     nxi_log(0, NULL,
-            "%d handler thread(s) still blocked at nx_finalize; their "
-            "contexts are left allocated",
-            left);
-    return left;
+            "%d handler thread(s) and %d parked threaded handler(s) still "
+            "blocked at nx_finalize; their contexts are left allocated",
+            left, parked);
+    return left + parked;
   }
   /* Drop what was never dispatched. */
   unsigned gen;

@@ -40,6 +40,8 @@ void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.threads_created, 0);
   atomic_store(&nxi_rt.rsr_failed, 0);
   atomic_store(&nxi_rt.peers_failed, 0);
+  atomic_store(&nxi_rt.lazy_started, 0);
+  atomic_store(&nxi_rt.lazy_parked, 0);
   nxi_rt.error_cb = NULL;
 }
 
@@ -128,6 +130,8 @@ int nx_stats_get(nx_stats_t *s) {
   s->threads_created = atomic_load(&nxi_rt.threads_created);
   s->rsr_failed = atomic_load(&nxi_rt.rsr_failed);
   s->peers_failed = atomic_load(&nxi_rt.peers_failed);
+  s->lazy_started = atomic_load(&nxi_rt.lazy_started);
+  s->lazy_parked = atomic_load(&nxi_rt.lazy_parked);
   return 0;
 }
 

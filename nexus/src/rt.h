@@ -42,7 +42,8 @@ struct nxi_runtime {
   nx_context_t *initial;
   struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
   atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler, drop_no_context,
-      drop_bad_frame, threads_created, rsr_failed, peers_failed;
+      drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_started,
+      lazy_parked;
   nx_error_cb error_cb;
   void *error_arg;
   atomic_int drops_logged;

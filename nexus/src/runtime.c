@@ -15,6 +15,7 @@
 #include "child.h"
 #include "context.h"
 #include "dlist.h"
+#include "fiber.h"
 #include "frame.h"
 #include "module.h"
 #include "nxu_key.h"
@@ -59,18 +60,21 @@ static void fill_host_uuid(uint8_t out[16]) {
  * fails nx_init with its reason (the modules check theirs). */
 static int read_env(void) {
   char why[256];
-  uint64_t spin, debug;
-  int progress;
+  uint64_t spin, debug, stack;
+  int progress, threaded;
   if (nxu_opt_check_all("core", why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_PROGRESS", &progress, why, sizeof(why)) < 0 ||
       nxu_opt_number("NX_SPIN_US", &spin, why, sizeof(why)) < 0 ||
-      nxu_opt_number("NX_DEBUG", &debug, why, sizeof(why)) < 0) {
+      nxu_opt_number("NX_DEBUG", &debug, why, sizeof(why)) < 0 ||
+      nxu_opt_choice("NX_THREADED", &threaded, why, sizeof(why)) < 0 ||
+      nxu_opt_number("NX_HANDLER_STACK", &stack, why, sizeof(why)) < 0) {
     nxi_log(0, NULL, "%s", why);
     return NX_EINVAL;
   }
   nxi_rt.poll_mode = progress == 1;
   nxi_rt.spin_us = (unsigned)spin;
   nxi_rt.debug = (unsigned)debug;
+  nxi_fiber_init(threaded == 0, (size_t)stack);
   /* NX_KEY: the computation's key as 32 hex digits, set by the launcher. */
   const char *hex = getenv("NX_KEY");
   if (hex == NULL || hex[0] == '\0')

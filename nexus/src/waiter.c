@@ -6,6 +6,7 @@
 
 #include "driver.h"
 #include "engine.h"
+#include "fiber.h"
 #include "nxi_thread.h"
 #include "nxu_time.h"
 
@@ -17,7 +18,12 @@ static int hook_wait(const uint32_t *word, uint32_t old,
                      const struct timespec *abstime) {
   if (!nxi_ready() || atomic_load(&nxi_eng.stopping))
     return NX_EAGAIN;
+  /* A threaded handler on a stack of its own parks (timed waits excepted:
+   * nothing would end them); its thread goes on. */
+  if (abstime == NULL && nxi_fiber_park(word, old) == 0)
+    return 0;
   atomic_fetch_add(&nxi_eng.waiters, 1);
+  nxi_eng_me.waiting++;
   uint64_t start = nxu_now_ns();
   uint64_t budget = nxi_eng.spin_ns + NXI_YIELD_US * 1000ull;
   int r = NX_EAGAIN;
@@ -102,6 +108,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
     }
     nxi_engine_sleep(WAITER_SLEEP_MS, word, old);
   }
+  nxi_eng_me.waiting--;
   atomic_fetch_sub(&nxi_eng.waiters, 1);
   return r;
 }
@@ -119,8 +126,8 @@ static void hook_block(void) {
 
 static void hook_unblock(void) {}
 
-static void hook_signal(const uint32_t *word) {
-  (void)word;
+static void hook_signal(const uint32_t *word, int n) {
+  nxi_fiber_wake(word, n);
   /* Only poll-mode waiters sleep in epoll for a condition variable; the
    * primary's sleep does not care about the program's own signals. */
   if (atomic_load(&nxi_eng.word_sleepers) > 0) {
@@ -135,6 +142,8 @@ static const struct nxi_thread_hooks hooks = {
     .block = hook_block,
     .unblock = hook_unblock,
     .signal = hook_signal,
+    .can_park = nxi_fiber_can_park,
+    .park = nxi_fiber_park,
 };
 
 void nxi_waiter_hooks_install(void) { nxi_thread_hooks_set(&hooks); }

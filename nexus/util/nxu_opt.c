@@ -28,6 +28,12 @@ const struct nxu_opt nxu_opts[] = {
      "nx_poll()"},
     {"NX_SPIN_US", NXU_OPT_UINT, "50", 50, 0, 1000000, NULL, "core",
      "microseconds idle threads busy-poll before yielding"},
+    {"NX_THREADED", NXU_OPT_CHOICE, "lazy", 0, 0, 0, "lazy|thread", "core",
+     "lazy: threaded handlers start on the thread that receives the RSR, on "
+     "a stack of their own, and park when they wait; thread: they run on "
+     "runtime threads (lazy needs libboost-context at build time)"},
+    {"NX_HANDLER_STACK", NXU_OPT_SIZE, "1m", MIB, 64 * KIB, 1024 * MIB, NULL,
+     "core", "stack size of a lazy threaded handler (NX_THREADED=lazy)"},
     {"NX_DEBUG", NXU_OPT_UINT, "0", 0, 0, 9, NULL, "core",
      "1 or more: log module decisions to stderr (2: more detail)"},
     {"NX_BUFFER_CACHE", NXU_OPT_SIZE, "64m", 64 * MIB, 0, NO_MAX, NULL, "core",

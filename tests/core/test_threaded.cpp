@@ -1,13 +1,17 @@
-// Tests of threaded handlers (the engine: nexus/src/dispatch.c, primary.c,
-// waiter.c): a handler that blocks until a later RSR wakes it does not
-// deadlock, the pool grows when every pooled thread is blocked, and new-thread
-// handlers get their own thread.
+// Tests of threaded handlers (the engine: nexus/src/dispatch.c, fiber.c,
+// primary.c, waiter.c): a handler that blocks until a later RSR wakes it does
+// not deadlock; lazily (NX_THREADED=lazy, the default) it parks on a stack of
+// its own and holds no thread, on runtime threads (NX_THREADED=thread) the
+// pool grows when every pooled thread is blocked; new-thread handlers get
+// their own thread.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "latch.h"
 #include "nexus.h"
@@ -63,6 +67,12 @@ void send(const nx_gp_t *gp, const char *handler) {
   REQUIRE(nx_rsr_send(b) == 0);
 }
 
+// Whether threaded handlers run lazily in this build and setting.
+bool lazy_mode() {
+  const char *t = std::getenv("NX_THREADED");
+  return NX_TEST_HAVE_FCONTEXT && (t == nullptr || std::strcmp(t, "lazy") == 0);
+}
+
 void blocked_until_later_rsr(int blockers) {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
@@ -79,8 +89,17 @@ void blocked_until_later_rsr(int blockers) {
   REQUIRE(g.finished.wait_for(blockers) == blockers);
   nx_stats_t s;
   REQUIRE(nx_stats_get(&s) == 0);
-  // Each blocked handler holds a thread; the pool grew to carry them.
-  CHECK(s.threads_created >= (uint64_t)blockers);
+  if (lazy_mode()) {
+    // Each parked; none held a thread of its own.
+    CHECK(s.lazy_started >= (uint64_t)blockers);
+    CHECK(s.lazy_parked >= (uint64_t)blockers);
+    if (blockers > 4)
+      CHECK(s.threads_created < (uint64_t)blockers);
+  } else {
+    // Each blocked handler holds a thread; the pool grew to carry them.
+    CHECK(s.threads_created >= (uint64_t)blockers);
+    CHECK(s.lazy_started == 0);
+  }
   REQUIRE(nx_context_destroy(&gp) == 0);
   nx_gp_release(&gp);
 }
@@ -96,30 +115,51 @@ TEST_CASE("a threaded handler blocks until a later RSR wakes it",
     blocked_until_later_rsr(4);
     unsetenv("NX_PROGRESS");
   }
+  SECTION("NX_THREADED=thread: 16 blockers") {
+    setenv("NX_THREADED", "thread", 1);
+    blocked_until_later_rsr(16);
+    unsetenv("NX_THREADED");
+  }
+  SECTION("NX_THREADED=thread, NX_PROGRESS=poll") {
+    setenv("NX_THREADED", "thread", 1);
+    setenv("NX_PROGRESS", "poll", 1);
+    blocked_until_later_rsr(4);
+    unsetenv("NX_PROGRESS");
+    unsetenv("NX_THREADED");
+  }
 }
 
 namespace {
 struct where {
   latch ran;
   std::atomic<bool> on_main{false};
+  std::atomic<bool> on_main_stack{false};
   pthread_t main_thread;
+  const char *main_stack; // an address in the main thread's stack
 };
 void on_where(nx_context_t *ctx, void *, nx_buffer_t *) {
   auto *w = static_cast<where *>(nx_context_data(ctx));
-  if (pthread_equal(pthread_self(), w->main_thread))
+  char here;
+  if (pthread_equal(pthread_self(), w->main_thread)) {
     w->on_main = true;
+    // Within 8 MiB below the waiting frame: the main thread's own stack.
+    if (&here < w->main_stack && w->main_stack - &here < (8l << 20))
+      w->on_main_stack = true;
+  }
   w->ran.add();
 }
 } // namespace
 
-TEST_CASE("threaded and new-thread handlers never run on the application "
-          "thread that waits",
+TEST_CASE("new-thread handlers never run on the application thread that "
+          "waits; threaded ones only on a stack of their own",
           "[threaded]") {
   for (int kind : {NX_HANDLER_THREADED, NX_HANDLER_NEW_THREAD}) {
     runtime_guard rt;
     REQUIRE(rt.init_rc() == 0);
     where w;
+    char top;
     w.main_thread = pthread_self();
+    w.main_stack = &top;
     nx_gp_t gp;
     struct arg_t {
       where *w;
@@ -139,10 +179,15 @@ TEST_CASE("threaded and new-thread handlers never run on the application "
       send(&gp, "where");
     // The main thread drives progress while it waits here.
     REQUIRE(w.ran.wait_for(50) == 50);
-    CHECK_FALSE(w.on_main);
+    // A waiting thread may start a lazy threaded handler, on its own stack.
+    if (kind == NX_HANDLER_NEW_THREAD || !lazy_mode())
+      CHECK_FALSE(w.on_main);
+    CHECK_FALSE(w.on_main_stack);
     REQUIRE(nx_stats_get(&after) == 0);
     if (kind == NX_HANDLER_NEW_THREAD)
       CHECK(after.threads_created - before.threads_created >= 50);
+    if (kind == NX_HANDLER_THREADED && lazy_mode())
+      CHECK(after.lazy_started - before.lazy_started == 50);
     nx_gp_release(&gp);
   }
 }
@@ -225,5 +270,219 @@ TEST_CASE("a waiting threaded handler never runs another threaded handler "
   REQUIRE(ch.started2.wait_for(1, 10) == 1);
   send(&gp, "a");
   CHECK(ch.done.wait_for(2, 10) == 2);
+  nx_gp_release(&gp);
+}
+
+// Lazy threaded handlers (NX_THREADED=lazy): parking on a contended mutex, a
+// handler that cannot park (it holds a mutex) and so runs another on top of
+// its own stack, one that blocks in a system call, and timed waits.
+namespace {
+
+struct lazy_world {
+  nx_mutex_t big; // the contended mutex
+  nx_mutex_t m;
+  nx_cond_t c;
+  bool flag = false;
+  long count = 0;
+  std::atomic<int> started{0};
+  std::atomic<int> bad{0};
+  int pipe_fd = -1;
+  latch done;
+  lazy_world() {
+    nx_mutex_init(&big);
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+  }
+};
+
+lazy_world *lw(nx_context_t *ctx) {
+  return static_cast<lazy_world *>(nx_context_data(ctx));
+}
+
+// Threaded: takes the contended mutex.
+void on_count(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  w->started++;
+  if (nx_mutex_lock(&w->big) != 0) {
+    w->bad++;
+    return;
+  }
+  w->count++;
+  if (nx_mutex_unlock(&w->big) != 0)
+    w->bad++;
+  if (nx_context_self() != ctx)
+    w->bad++;
+  w->done.add();
+}
+
+// Threaded: waits for the flag while it holds `big`, so it cannot park; its
+// wait drives progress and runs "setter" on a stack on top of its own.
+void on_holder(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  nx_mutex_lock(&w->big);
+  nx_mutex_lock(&w->m);
+  w->started++;
+  while (!w->flag)
+    nx_cond_wait(&w->c, &w->m);
+  nx_mutex_unlock(&w->m);
+  nx_mutex_unlock(&w->big);
+  w->done.add();
+}
+
+// Threaded: sets the flag.
+void on_setter(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  nx_mutex_lock(&w->m);
+  w->flag = true;
+  nx_cond_broadcast(&w->c);
+  nx_mutex_unlock(&w->m);
+  w->done.add();
+}
+
+// Threaded: blocks in read(2) until the test writes the pipe.
+void on_reader(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  w->started++;
+  char c;
+  if (read(w->pipe_fd, &c, 1) != 1)
+    w->bad++;
+  w->done.add();
+}
+
+// Non-threaded: counts.
+void on_tick(nx_context_t *ctx, void *, nx_buffer_t *) { lw(ctx)->done.add(); }
+
+// Threaded: a timed wait that times out (a timed wait does not park).
+void on_timed(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_nsec += 20 * 1000 * 1000;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  nx_mutex_lock(&w->m);
+  int r = 0;
+  while (!w->flag && r == 0)
+    r = nx_cond_timedwait(&w->c, &w->m, &t);
+  nx_mutex_unlock(&w->m);
+  if (r != NX_ETIMEDOUT)
+    w->bad++;
+  w->done.add();
+}
+
+int lazy_init(nx_context_t *ctx, void *arg) {
+  nx_context_set_data(ctx, arg);
+  struct {
+    const char *name;
+    nx_handler_fn fn;
+    int kind;
+  } hs[] = {{"count", on_count, NX_HANDLER_THREADED},
+            {"holder", on_holder, NX_HANDLER_THREADED},
+            {"setter", on_setter, NX_HANDLER_THREADED},
+            {"reader", on_reader, NX_HANDLER_THREADED},
+            {"tick", on_tick, NX_HANDLER_NONTHREADED},
+            {"timed", on_timed, NX_HANDLER_THREADED}};
+  for (auto &h : hs) {
+    int r = nx_handler_register(ctx, h.name, h.fn, h.kind, nullptr);
+    if (r != 0)
+      return r;
+  }
+  return 0;
+}
+
+// Waits without entering nexus (so that no handler starts on this thread).
+bool sleep_until(const std::atomic<int> &v, int target) {
+  for (int i = 0; i < 30000 && v.load() < target; i++) {
+    struct timespec t = {0, 1000 * 1000};
+    nanosleep(&t, nullptr);
+  }
+  return v.load() >= target;
+}
+
+} // namespace
+
+TEST_CASE("lazy threaded handlers park on a contended mutex", "[threaded]") {
+  if (!lazy_mode())
+    return; // NX_THREADED=thread, or built without Boost.Context
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  lazy_world w;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  nx_stats_t before, after;
+  REQUIRE(nx_stats_get(&before) == 0);
+  REQUIRE(nx_mutex_lock(&w.big) == 0);
+  const int n = 100;
+  for (int i = 0; i < n; i++)
+    send(&gp, "count");
+  // All start on the progress thread and park behind this thread's lock.
+  REQUIRE(sleep_until(w.started, n));
+  REQUIRE(nx_mutex_unlock(&w.big) == 0);
+  REQUIRE(w.done.wait_for(n) == n);
+  REQUIRE(nx_stats_get(&after) == 0);
+  CHECK(w.count == n);
+  CHECK(w.bad.load() == 0);
+  CHECK(after.lazy_parked - before.lazy_parked >= (uint64_t)n);
+  CHECK(after.threads_created - before.threads_created < 8);
+  nx_gp_release(&gp);
+}
+
+TEST_CASE("a lazy handler that holds a mutex waits on its thread and runs "
+          "the next handler on top of its stack",
+          "[threaded]") {
+  if (!lazy_mode())
+    return;
+  setenv("NX_SPIN_US", "0", 1);
+  runtime_guard rt;
+  unsetenv("NX_SPIN_US");
+  REQUIRE(rt.init_rc() == 0);
+  lazy_world w;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  send(&gp, "holder");
+  REQUIRE(sleep_until(w.started, 1));
+  send(&gp, "setter");
+  CHECK(w.done.wait_for(2, 30) == 2);
+  nx_gp_release(&gp);
+}
+
+TEST_CASE("a lazy handler blocked in a system call does not stop progress",
+          "[threaded]") {
+  if (!lazy_mode())
+    return;
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  lazy_world w;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  w.pipe_fd = fds[0];
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  send(&gp, "reader");
+  REQUIRE(sleep_until(w.started, 1));
+  // The reader holds the progress thread: other RSRs still run.
+  for (int i = 0; i < 100; i++)
+    send(&gp, "tick");
+  CHECK(w.done.wait_for(100, 30) == 100);
+  REQUIRE(write(fds[1], "x", 1) == 1);
+  CHECK(w.done.wait_for(101, 30) == 101);
+  CHECK(w.bad.load() == 0);
+  nx_gp_release(&gp);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST_CASE("a timed wait in a lazy handler times out", "[threaded]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  lazy_world w;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  for (int i = 0; i < 4; i++)
+    send(&gp, "timed");
+  CHECK(w.done.wait_for(4, 30) == 4);
+  CHECK(w.bad.load() == 0);
   nx_gp_release(&gp);
 }

@@ -91,6 +91,29 @@ static void on_count(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_release(&report);
 }
 
+/* "storm": sends n "park" RSRs to the gp in the buffer, numbered 0..n-1,
+ * then n "release" RSRs, last number first (test_lazy.cpp). */
+static void on_storm(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t to = NX_GP_NULL;
+  int32_t n = 0;
+  if (nx_get_gp(buf, &to) != 0 || nx_get_int32(buf, &n) != 0)
+    return;
+  const char *names[2] = {"park", "release"};
+  for (int k = 0; k < 2; k++) {
+    for (int32_t i = 0; i < n; i++) {
+      nx_buffer_t *out;
+      if (nx_rsr_init_name(&out, &to, names[k], 4) != 0)
+        break;
+      nx_put_int32(out, k == 0 ? i : n - 1 - i);
+      if (nx_rsr_send(out) != 0)
+        break;
+    }
+  }
+  nx_gp_release(&to);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "serve";
   if (strcmp(mode, "exit-early") == 0)
@@ -102,6 +125,8 @@ int main(int argc, char **argv) {
   nx_handler_register(nx_context_self(), "forward", on_forward,
                       NX_HANDLER_THREADED, NULL);
   nx_handler_register(nx_context_self(), "count", on_count,
+                      NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "storm", on_storm,
                       NX_HANDLER_NONTHREADED, NULL);
   if (strcmp(mode, "attach-server") == 0 && argc > 2) {
     /* Started by hand, not as a process context: listen, say where, and

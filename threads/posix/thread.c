@@ -94,11 +94,44 @@ int nx_thread_equal(nx_thread_t a, nx_thread_t b) {
 
 /* Mutexes: plain pthread mutexes plus an owner field, so that relocking
  * and unlocking by another thread are refused without asking pthreads
- * (which would call them undefined, and sanitizers would abort). */
+ * (which would call them undefined, and sanitizers would abort).
+ *
+ * Each thread counts the mutexes it holds, and a threaded handler on a
+ * stack of its own has its own count (swapped by the core when it switches
+ * stacks): a handler parks only while it holds none, since a mutex belongs
+ * to the thread that locked it and a parked handler may resume on another.
+ * A thread's identity and count are read through NXI_NOIPA functions: code
+ * that waits may resume on another thread, and the compiler must not reuse
+ * what it read before (pthread_self is declared const). */
+
+static _Thread_local int locks_held __attribute__((tls_model("initial-exec")));
+
+NXI_NOIPA int nxi_thread_locks_swap(int n) {
+  int old = locks_held;
+  locks_held = n;
+  return old;
+}
+
+NXI_NOIPA int nxi_thread_locks_held(void) { return locks_held; }
+
+static NXI_NOIPA void locks_add(int d) { locks_held += d; }
+
+static NXI_NOIPA pthread_t self_id(void) { return pthread_self(); }
+
+/* A handler that finds a mutex taken parks on one of these words, picked by
+ * the mutex's address; while any does, every unlock bumps its word and
+ * signals it. */
+#define UNLOCK_WORDS 64
+static uint32_t unlock_words[UNLOCK_WORDS];
+static int mutex_parkers;
+
+static uint32_t *unlock_word(const pthread_mutex_t *m) {
+  return &unlock_words[((uintptr_t)m >> 4) % UNLOCK_WORDS];
+}
 
 static int held_by_me(nx_mutex_t *mutex) {
   pthread_t owner = __atomic_load_n(&mutex->owner, __ATOMIC_RELAXED);
-  return owner != 0 && pthread_equal(owner, pthread_self());
+  return owner != 0 && pthread_equal(owner, self_id());
 }
 
 static void set_owner(nx_mutex_t *mutex, pthread_t owner) {
@@ -118,8 +151,30 @@ int nx_mutex_destroy(nx_mutex_t *mutex) {
   return nxi_errno_to_nx(pthread_mutex_destroy(&mutex->m));
 }
 
-/* Spins briefly, then sleeps; the sleep is bracketed by the block hooks so a
- * thread that drives progress hands it over before it sleeps. */
+/* A handler on its own stack waits for the unlock by parking. The parker
+ * count goes up before the trylock, and an unlocker reads it after its
+ * unlock: either the trylock sees the mutex free, or the unlocker sees the
+ * parker and bumps the word it parks on. Returns EBUSY when the caller
+ * cannot park (it sleeps instead). */
+static int lock_parked(pthread_mutex_t *m, const struct nxi_thread_hooks *h) {
+  if (h == NULL || h->can_park == NULL || !h->can_park())
+    return EBUSY;
+  __atomic_fetch_add(&mutex_parkers, 1, __ATOMIC_SEQ_CST);
+  uint32_t *w = unlock_word(m);
+  int r;
+  for (;;) {
+    uint32_t seen = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    r = pthread_mutex_trylock(m);
+    if (r != EBUSY || h->park(w, seen) != 0)
+      break;
+  }
+  __atomic_fetch_sub(&mutex_parkers, 1, __ATOMIC_SEQ_CST);
+  return r;
+}
+
+/* Spins briefly, then parks (a handler on its own stack) or sleeps; the
+ * sleep is bracketed by the block hooks so a thread that drives progress
+ * hands it over before it sleeps. */
 static int lock_slow(pthread_mutex_t *m) {
   for (int i = 0; i < MUTEX_SPINS; i++) {
     nxi_cpu_relax();
@@ -128,9 +183,12 @@ static int lock_slow(pthread_mutex_t *m) {
       return r;
   }
   const struct nxi_thread_hooks *h = get_hooks();
+  int r = lock_parked(m, h);
+  if (r != EBUSY)
+    return r;
   if (h != NULL)
     h->block();
-  int r = pthread_mutex_lock(m);
+  r = pthread_mutex_lock(m);
   if (h != NULL)
     h->unblock();
   return r;
@@ -140,8 +198,10 @@ static int lock(nx_mutex_t *mutex) {
   int r = pthread_mutex_trylock(&mutex->m);
   if (r == EBUSY)
     r = lock_slow(&mutex->m);
-  if (r == 0)
-    set_owner(mutex, pthread_self());
+  if (r == 0) {
+    set_owner(mutex, self_id());
+    locks_add(1);
+  }
   return nxi_errno_to_nx(r);
 }
 
@@ -157,14 +217,30 @@ int nx_mutex_trylock(nx_mutex_t *mutex) {
   if (held_by_me(mutex))
     return NX_EBUSY;
   int r = pthread_mutex_trylock(&mutex->m);
-  if (r == 0)
-    set_owner(mutex, pthread_self());
+  if (r == 0) {
+    set_owner(mutex, self_id());
+    locks_add(1);
+  }
   return nxi_errno_to_nx(r);
 }
 
 static int unlock(nx_mutex_t *mutex) {
   set_owner(mutex, 0);
-  return nxi_errno_to_nx(pthread_mutex_unlock(&mutex->m));
+  locks_add(-1);
+  int r = pthread_mutex_unlock(&mutex->m);
+  /* The unlock must be visible before the parker count is read. glibc's
+   * unlock is a locked instruction on x86, a full barrier already. */
+#if !defined(__x86_64__) && !defined(__i386__)
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+  if (__atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) != 0) {
+    uint32_t *w = unlock_word(&mutex->m);
+    __atomic_fetch_add(w, 1, __ATOMIC_SEQ_CST);
+    const struct nxi_thread_hooks *h = get_hooks();
+    if (h != NULL)
+      h->signal(w, INT_MAX);
+  }
+  return nxi_errno_to_nx(r);
 }
 
 int nx_mutex_unlock(nx_mutex_t *mutex) {
@@ -239,7 +315,7 @@ static int cond_wake(nx_cond_t *cond, int n) {
     nxi_futex_wake(&cond->seq, n);
   const struct nxi_thread_hooks *h = get_hooks();
   if (h != NULL)
-    h->signal(&cond->seq);
+    h->signal(&cond->seq, n);
   return 0;
 }
 

@@ -35,10 +35,17 @@ typedef int (*nx_context_init_fn)(nx_context_t *ctx, void *arg);
 enum nx_handler_kind {
   /* Runs on the thread that drives progress; must not block. */
   NX_HANDLER_NONTHREADED = 0,
-  /* May block. Runs on a runtime thread, never on an application thread:
-   * on the progress thread when it is free (which hands progress to a
-   * pooled thread only if the handler blocks), else on a pooled thread
-   * (the pool grows when every pooled thread is blocked). */
+  /* May block. With NX_THREADED=lazy (the default, where built with
+   * Boost.Context) it starts on a stack of its own, on the thread that
+   * receives its RSR (the progress thread, or a thread waiting in
+   * nx_cond_wait); when it waits on a nexus condition variable or a
+   * contended nexus mutex (holding no other nexus mutex) it parks and that
+   * thread goes on; a runtime thread resumes it, maybe another OS thread
+   * (docs/design.md, "Where handlers run"). With NX_THREADED=thread it
+   * runs on a runtime thread, never on an application thread: on the
+   * progress thread when it is free (which hands progress to a pooled
+   * thread only if the handler blocks), else on a pooled thread (the pool
+   * grows when every pooled thread is blocked). */
   NX_HANDLER_THREADED = 1,
   /* May block. Always runs on a newly created thread (the Nexus paper's
    * "new thread" variant; kept to measure its cost). */

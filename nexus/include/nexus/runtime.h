@@ -65,6 +65,9 @@ typedef struct nx_stats {
                                thread, pool growth, new-thread handlers */
   uint64_t rsr_failed;      /* accepted RSRs lost with their peer */
   uint64_t peers_failed;    /* peer processes found dead */
+  uint64_t lazy_started;    /* threaded handlers started on a stack of
+                               their own (NX_THREADED=lazy) */
+  uint64_t lazy_parked;     /* times such a handler parked in a wait */
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */

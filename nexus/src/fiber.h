@@ -1,0 +1,42 @@
+/* Lazy threaded handlers (fiber.c; docs/design.md "Threaded handlers"): a
+ * threaded handler starts on the thread that received its RSR, on a stack of
+ * its own; it parks, and the thread goes on, when it waits on a nexus
+ * condition variable or a contended nexus mutex. */
+#ifndef NXI_FIBER_H
+#define NXI_FIBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct nx_buffer;
+struct nxi_fiber;
+
+/* Sets the pool up (nx_init): `on` 0 keeps threaded handlers on runtime
+ * threads, as without fcontext. Returns 0. */
+int nxi_fiber_init(int on, size_t stack_size);
+/* Frees the pooled stacks (nx_finalize). Returns the number of handlers
+ * still parked or waiting to be resumed; their stacks are left in place. */
+int nxi_fiber_fini(void);
+/* Whether threaded handlers run on stacks of their own. */
+int nxi_fiber_enabled(void);
+
+/* Runs `b`'s handler on a pooled stack until it returns or parks. Returns
+ * 0, or NX_ENOMEM when no stack could be had (the caller runs it the
+ * old way). The caller counts it in nxi_rt.lazy_started. */
+int nxi_fiber_start(struct nx_buffer *b);
+/* Resumes a parked handler made runnable (`b->fiber`) until it returns or
+ * parks again. */
+void nxi_fiber_resume(struct nxi_fiber *f);
+
+/* Called by a thread about to wait for `*word` to differ from `old`: on a
+ * stack of its own that holds no nexus mutex, the handler parks until
+ * nxi_fiber_wake names the word (returns 0, maybe spuriously: callers
+ * re-check); anywhere else returns NX_EAGAIN at once. */
+int nxi_fiber_park(const uint32_t *word, uint32_t old);
+/* Whether the caller could park (it runs a handler on its own stack and
+ * holds no nexus mutex). */
+int nxi_fiber_can_park(void);
+/* Makes up to `n` handlers parked on `word` runnable. */
+void nxi_fiber_wake(const uint32_t *word, int n);
+
+#endif /* NXI_FIBER_H */
