@@ -51,10 +51,15 @@ void nxi_futex_wake(const uint32_t *word, int n);
 #define NXI_NOIPA __attribute__((noipa))
 #endif
 
-/* The nexus mutexes the calling thread (or the handler on its stack) holds:
- * swap sets the count and returns the old one, for the switch between a
- * thread and a handler's stack. */
-int nxi_thread_locks_swap(int n);
+/* What the thread module keeps per thread of control: the nexus mutexes it
+ * holds, and its identity (nx_thread_id; 0: the OS thread's). A lazy
+ * threaded handler has its own; the core swaps them when it switches
+ * between a thread's stack and a handler's. */
+struct nxi_thread_state {
+  int locks;
+  uint64_t id;
+};
+void nxi_thread_state_swap(struct nxi_thread_state *s);
 int nxi_thread_locks_held(void);
 
 /* Maps a pthread/errno code to an NX_E* code. */

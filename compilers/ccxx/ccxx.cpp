@@ -441,9 +441,9 @@ monitor::~monitor() {
 }
 
 void monitor::lock() {
-  pthread_t me = pthread_self();
+  uint64_t me = nx_thread_id();
   nx_mutex_lock(&m_);
-  while (depth_ > 0 && !pthread_equal(owner_, me))
+  while (depth_ > 0 && owner_ != me)
     nx_cond_wait(&c_, &m_);
   owner_ = me;
   depth_++;

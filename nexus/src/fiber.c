@@ -68,16 +68,16 @@ extern fctx_t make_fcontext(void *sp, size_t size,
 #define PARK_BUCKETS 256u /* parked fibers, hashed by the word they wait on */
 
 struct nxi_fiber {
-  fctx_t fctx;            /* where it goes on, while switched out */
-  fctx_t back;            /* where it returns to: its resumer */
-  char *map;              /* its stack's mapping, guard page first */
-  size_t map_size;        /* the mapping's size */
-  struct nx_buffer *job;  /* the RSR whose handler it runs */
-  nx_context_t *self_ctx; /* its nx_context_self(), while switched out */
-  int locks;              /* nexus mutexes it holds, while switched out */
-  const uint32_t *word;   /* parked: the word it waits on, */
-  uint32_t old;           /* and the value it waits to change */
-  struct nxi_fiber *next; /* in the free list or a park bucket */
+  fctx_t fctx;                /* where it goes on, while switched out */
+  fctx_t back;                /* where it returns to: its resumer */
+  char *map;                  /* its stack's mapping, guard page first */
+  size_t map_size;            /* the mapping's size */
+  struct nx_buffer *job;      /* the RSR whose handler it runs */
+  nx_context_t *self_ctx;     /* its nx_context_self(), while switched out */
+  struct nxi_thread_state ts; /* its mutex count and identity, switched out */
+  const uint32_t *word;       /* parked: the word it waits on, */
+  uint32_t old;               /* and the value it waits to change */
+  struct nxi_fiber *next;     /* in the free list or a park bucket */
   struct nxi_fiber **pprev;
   struct nxi_fiber *all_next, *all_prev; /* every fiber (fib.all) */
   int idle;                              /* pooled: free to take */
@@ -181,7 +181,7 @@ static struct nxi_fiber *fiber_get(void) {
   unsigned epoch = __atomic_load_n(&fib.epoch, __ATOMIC_RELAXED);
   if (f != NULL && spare.epoch == epoch) {
     spare.f = NULL;
-    f->idle = 0;
+    __atomic_store_n(&f->idle, 0, __ATOMIC_RELAXED);
     return f;
   }
   pthread_mutex_lock(&fib.lock);
@@ -189,7 +189,7 @@ static struct nxi_fiber *fiber_get(void) {
   if (f != NULL) {
     fib.free = f->next;
     fib.nfree--;
-    f->idle = 0;
+    __atomic_store_n(&f->idle, 0, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&fib.lock);
   return f != NULL ? f : fiber_new();
@@ -223,7 +223,7 @@ static void spare_key_make(void) {
 }
 
 static void fiber_put(struct nxi_fiber *f) {
-  f->idle = 1;
+  __atomic_store_n(&f->idle, 1, __ATOMIC_RELAXED);
   unsigned epoch = __atomic_load_n(&fib.epoch, __ATOMIC_RELAXED);
   if (spare.f == NULL || spare.epoch != epoch) {
     if (!spare.registered) {
@@ -317,7 +317,7 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   struct nxi_fiber *prev = cur;
   cur = f;
   nx_context_t *my_ctx = nxi_context_swap(f->self_ctx);
-  int my_locks = nxi_thread_locks_swap(f->locks);
+  nxi_thread_state_swap(&f->ts);
 #ifdef FIBER_ASAN
   void *fake = NULL;
   __sanitizer_start_switch_fiber(&fake, f->map + fib.page, fib.stack_size);
@@ -331,7 +331,7 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
   f->fctx = t.fctx;
-  f->locks = nxi_thread_locks_swap(my_locks);
+  nxi_thread_state_swap(&f->ts);
   f->self_ctx = nxi_context_swap(my_ctx);
   cur = prev;
   if (t.data == REQ_DONE) {
@@ -352,7 +352,8 @@ int nxi_fiber_start(struct nx_buffer *b) {
     return NX_ENOMEM;
   f->job = b;
   f->self_ctx = b->ctx;
-  f->locks = 0;
+  f->ts.locks = 0;
+  f->ts.id = (uint64_t)(uintptr_t)f; /* unlike any pthread_t: its own object */
   b->fiber = f;
   nxi_fiber_resume(f);
   return 0;
@@ -417,7 +418,7 @@ int nxi_fiber_fini(void) {
   struct nxi_fiber *f = fib.all;
   while (f != NULL) {
     struct nxi_fiber *next = f->all_next;
-    if (f->idle)
+    if (__atomic_load_n(&f->idle, __ATOMIC_RELAXED))
       stack_free(f);
     f = next;
   }

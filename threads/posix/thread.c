@@ -92,31 +92,41 @@ int nx_thread_equal(nx_thread_t a, nx_thread_t b) {
   return pthread_equal(a.tid, b.tid) != 0;
 }
 
-/* Mutexes: plain pthread mutexes plus an owner field, so that relocking
- * and unlocking by another thread are refused without asking pthreads
- * (which would call them undefined, and sanitizers would abort).
+/* Mutexes: plain pthread mutexes plus an owner field (the owner's
+ * nx_thread_id), so that relocking and unlocking by another thread of
+ * control are refused without asking pthreads (which would call them
+ * undefined, and sanitizers would abort).
  *
  * Each thread counts the mutexes it holds, and a threaded handler on a
- * stack of its own has its own count (swapped by the core when it switches
- * stacks): a handler parks only while it holds none, since a mutex belongs
- * to the thread that locked it and a parked handler may resume on another.
- * A thread's identity and count are read through NXI_NOIPA functions: code
- * that waits may resume on another thread, and the compiler must not reuse
- * what it read before (pthread_self is declared const). */
+ * stack of its own has its own count and identity (swapped by the core when
+ * it switches stacks): a handler parks only while it holds no mutex, since
+ * the pthread mutex belongs to the OS thread that locked it and a parked
+ * handler may resume on another; and a handler started on top of another
+ * one's stack (on the same OS thread) that wants the other's mutex waits
+ * for it instead of being taken for its owner. A thread's identity and
+ * count are read through NXI_NOIPA functions: code that waits may resume on
+ * another thread, and the compiler must not reuse what it read before
+ * (pthread_self is declared const). */
 
-static _Thread_local int locks_held __attribute__((tls_model("initial-exec")));
+static _Thread_local struct nxi_thread_state me
+    __attribute__((tls_model("initial-exec")));
 
-NXI_NOIPA int nxi_thread_locks_swap(int n) {
-  int old = locks_held;
-  locks_held = n;
-  return old;
+NXI_NOIPA void nxi_thread_state_swap(struct nxi_thread_state *s) {
+  struct nxi_thread_state old = me;
+  me = *s;
+  *s = old;
 }
 
-NXI_NOIPA int nxi_thread_locks_held(void) { return locks_held; }
+NXI_NOIPA int nxi_thread_locks_held(void) { return me.locks; }
 
-static NXI_NOIPA void locks_add(int d) { locks_held += d; }
+static NXI_NOIPA void locks_add(int d) { me.locks += d; }
 
-static NXI_NOIPA pthread_t self_id(void) { return pthread_self(); }
+/* The caller's identity: its handler's, or its OS thread's. */
+static NXI_NOIPA uint64_t self_id(void) {
+  return me.id != 0 ? me.id : (uint64_t)pthread_self();
+}
+
+uint64_t nx_thread_id(void) { return self_id(); }
 
 /* A handler that finds a mutex taken parks on one of these words, picked by
  * the mutex's address; while any does, every unlock bumps its word and
@@ -131,7 +141,7 @@ static uint32_t *unlock_word(const pthread_mutex_t *m) {
 
 static int held_by_me(nx_mutex_t *mutex) {
   pthread_t owner = __atomic_load_n(&mutex->owner, __ATOMIC_RELAXED);
-  return owner != 0 && pthread_equal(owner, self_id());
+  return owner != 0 && (uint64_t)owner == self_id();
 }
 
 static void set_owner(nx_mutex_t *mutex, pthread_t owner) {
@@ -199,7 +209,7 @@ static int lock(nx_mutex_t *mutex) {
   if (r == EBUSY)
     r = lock_slow(&mutex->m);
   if (r == 0) {
-    set_owner(mutex, self_id());
+    set_owner(mutex, (pthread_t)self_id());
     locks_add(1);
   }
   return nxi_errno_to_nx(r);
@@ -218,7 +228,7 @@ int nx_mutex_trylock(nx_mutex_t *mutex) {
     return NX_EBUSY;
   int r = pthread_mutex_trylock(&mutex->m);
   if (r == 0) {
-    set_owner(mutex, self_id());
+    set_owner(mutex, (pthread_t)self_id());
     locks_add(1);
   }
   return nxi_errno_to_nx(r);

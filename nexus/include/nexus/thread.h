@@ -57,6 +57,15 @@ NX_EXTERN nx_thread_t nx_thread_self(void);
 /* Returns 1 if `a` and `b` name the same thread, else 0. */
 NX_EXTERN int nx_thread_equal(nx_thread_t a, nx_thread_t b);
 
+/* The identity of the calling thread of control, for owner checks such as
+ * a recursive lock: never 0, and unique among those that run or wait at
+ * the same time (a value may be reused after its holder ends). A lazy
+ * threaded handler has one of its own, which it keeps when it parks and
+ * resumes on another OS thread, and which differs from that of any other
+ * handler on the same OS thread (docs/design.md, "Where handlers run");
+ * elsewhere it names the OS thread. Mutexes record it as their owner. */
+NX_EXTERN uint64_t nx_thread_id(void);
+
 /* Mutexes. Returns 0 or NX_EINVAL; nx_mutex_trylock returns NX_EBUSY when
  * the mutex is held; locking a mutex the caller already holds, and
  * unlocking one it does not hold, return NX_EINVAL and change nothing. */

@@ -215,7 +215,8 @@ std::string object_name(const std::type_info &t, const nx_gp_t *gp);
 
 // The recursive lock behind an object's `atomic` methods. It waits on a
 // nexus condition variable, so a handler that waits for it on the progress
-// thread hands progress on (a std::mutex would stall every reply).
+// thread hands progress on (a std::mutex would stall every reply). Its owner
+// is an nx_thread_id: lazy threaded handlers share OS threads.
 class monitor {
 public:
   monitor();
@@ -226,7 +227,7 @@ public:
 private:
   nx_mutex_t m_;
   nx_cond_t c_;
-  pthread_t owner_{};
+  uint64_t owner_ = 0;
   int depth_ = 0;
 };
 monitor &atomic_lock(const void *object);
