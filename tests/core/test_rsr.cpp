@@ -262,6 +262,8 @@ void on_count(nx_context_t *ctx, void *, nx_buffer_t *) {
 
 struct forwarder {
   latch forwarded;
+  // Threaded handlers may run at the same time (on the progress thread and
+  // on a thread waiting in nexus): `proto` is written under forwarded.m.
   std::string proto;
 };
 
@@ -271,7 +273,9 @@ void on_forward(nx_context_t *ctx, void *, nx_buffer_t *b) {
   nx_gp_t c = NX_GP_NULL;
   if (nx_get_gp(b, &c) == 0) {
     const char *p = nx_gp_protocol(&c);
+    nx_mutex_lock(&self->forwarded.m);
     self->proto = p ? p : "(none)";
+    nx_mutex_unlock(&self->forwarded.m);
     nx_buffer_t *out;
     if (nx_rsr_init_name(&out, &c, "count", 0) == 0 && nx_rsr_send(out) == 0)
       self->forwarded.add();
@@ -309,7 +313,9 @@ TEST_CASE("a gp handed over in a buffer reaches its context", "[rsr][gp]") {
   }
   REQUIRE(bdata.forwarded.wait_for(10) == 10);
   REQUIRE(cdata.hits.wait_for(10) == 10);
+  nx_mutex_lock(&bdata.forwarded.m);
   CHECK(bdata.proto == "local");
+  nx_mutex_unlock(&bdata.forwarded.m);
   REQUIRE(nx_context_destroy(&b) == 0);
   REQUIRE(nx_context_destroy(&c) == 0);
   nx_gp_release(&b);

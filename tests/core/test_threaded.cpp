@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <pthread.h>
+#include <vector>
 #include <unistd.h>
 
 #include "latch.h"
@@ -496,4 +497,110 @@ TEST_CASE("a timed wait in a lazy handler times out", "[threaded]") {
   CHECK(w.done.wait_for(4, 30) == 4);
   CHECK(w.bad.load() == 0);
   nx_gp_release(&gp);
+}
+
+namespace {
+// A relay of lazy handlers on one condition variable: handler i waits until
+// the token is i, then passes it on. Sent in reverse order by several
+// application threads at once, so that they all park first; every pass
+// wakes all of them (broadcast), and all but one park again.
+struct relay {
+  nx_mutex_t m;
+  nx_cond_t c;
+  int token = -1;
+  std::atomic<int> arrived{0};
+  std::atomic<int> bad{0};
+  latch done;
+  relay() {
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+  }
+};
+
+void on_relay(nx_context_t *ctx, void *, nx_buffer_t *buf) {
+  auto *r = static_cast<relay *>(nx_context_data(ctx));
+  int32_t i = -1;
+  if (nx_get_int32(buf, &i) != 0) {
+    r->bad++;
+    return;
+  }
+  uint64_t id = nx_thread_id();
+  nx_mutex_lock(&r->m);
+  r->arrived++;
+  while (r->token != i)
+    nx_cond_wait(&r->c, &r->m);
+  r->token = i + 1;
+  nx_cond_broadcast(&r->c);
+  nx_mutex_unlock(&r->m);
+  if (nx_thread_id() != id || nx_context_self() != ctx)
+    r->bad++;
+  r->done.add();
+}
+
+void relay_run(int n, int senders) {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  relay r;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(
+              [](nx_context_t *ctx, void *arg) {
+                nx_context_set_data(ctx, arg);
+                return nx_handler_register(ctx, "relay", on_relay,
+                                           NX_HANDLER_THREADED, nullptr);
+              },
+              &r, &gp) == 0);
+  struct job {
+    nx_gp_t *gp;
+    int first, step, n;
+  };
+  std::vector<job> jobs;
+  for (int s = 0; s < senders; s++)
+    jobs.push_back({&gp, n - 1 - s, senders, n});
+  std::vector<nx_thread_t> threads(senders);
+  for (int s = 0; s < senders; s++)
+    REQUIRE(nx_thread_create(
+                &threads[s],
+                [](void *a) -> void * {
+                  auto *j = static_cast<job *>(a);
+                  for (int i = j->first; i >= 0; i -= j->step) {
+                    nx_buffer_t *b;
+                    if (nx_rsr_init_name(&b, j->gp, "relay", 4) != 0 ||
+                        nx_put_int32(b, i) != 0 || nx_rsr_send(b) != 0)
+                      return (void *)1;
+                  }
+                  return nullptr;
+                },
+                &jobs[s]) == 0);
+  for (int s = 0; s < senders; s++) {
+    void *res = nullptr;
+    REQUIRE(nx_thread_join(threads[s], &res) == 0);
+    CHECK(res == nullptr);
+  }
+  // Drive without waiting in nexus (no handler starts on this thread): in
+  // poll mode nothing else dispatches the RSRs.
+  for (int i = 0; i < 30000 && r.arrived.load() < n; i++) {
+    nx_poll();
+    struct timespec t = {0, 100 * 1000};
+    nanosleep(&t, nullptr);
+  }
+  REQUIRE(r.arrived.load() == n);
+  nx_mutex_lock(&r.m);
+  r.token = 0;
+  nx_cond_broadcast(&r.c);
+  nx_mutex_unlock(&r.m);
+  CHECK(r.done.wait_for(n, 120) == n);
+  CHECK(r.token == n);
+  CHECK(r.bad.load() == 0);
+  nx_gp_release(&gp);
+}
+} // namespace
+
+TEST_CASE("a relay of threaded handlers parked on one condition variable",
+          "[threaded]") {
+  SECTION("lazy or as configured") { relay_run(200, 4); }
+  SECTION("NX_PROGRESS=poll") {
+    setenv("NX_PROGRESS", "poll", 1);
+    relay_run(100, 3);
+    unsetenv("NX_PROGRESS");
+  }
 }
