@@ -342,6 +342,10 @@ static int arm_worker(struct ucx *u, uint64_t now) {
 }
 
 static int arm(struct ucx *u) {
+  /* The clock only every 16th idle poll: a read (20-25 ns here) was a
+   * third of an idle poll, and 6-7% of an 8 B round trip. */
+  if ((u->idle_polls++ & 15) != 0)
+    return 0;
   uint64_t now = nxu_now_ns();
   if (u->idle_since == 0) {
     u->idle_since = now;
@@ -378,6 +382,7 @@ static int ucx_progress(void *state) {
     n = arm(u);
   } else {
     u->idle_since = 0;
+    u->idle_polls = 0;
     u->armed = 0;
   }
   ucx_unlock(u, 1);

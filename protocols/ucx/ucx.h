@@ -148,6 +148,7 @@ struct ucx {
 
   /* Driver only (progress, under the lock). */
   uint64_t idle_since; /* first idle progress() after the last event, or 0 */
+  unsigned idle_polls; /* idle progress() calls since the last event */
   uint64_t last_arm;
   int armed;
 };
