@@ -19,7 +19,9 @@
  *    (NX_PROGRESS=poll waiters), and handlers parked on it.
  *  - can_park/park: a threaded handler running on a stack of its own
  *    (nexus/src/fiber.h) parks instead of sleeping, until `*word` is
- *    signalled; park returns NX_EAGAIN when the caller cannot park. */
+ *    signalled; park returns NX_EAGAIN when the caller cannot park.
+ *  - exit_handler: nx_thread_exit was called; on a handler's own stack it
+ *    ends that handler and does not return. */
 struct nxi_thread_hooks {
   int (*wait)(const uint32_t *word, uint32_t old,
               const struct timespec *abstime);
@@ -28,6 +30,7 @@ struct nxi_thread_hooks {
   void (*signal)(const uint32_t *word, int n);
   int (*can_park)(void);
   int (*park)(const uint32_t *word, uint32_t old);
+  void (*exit_handler)(void);
 };
 
 /* Installs `hooks` (NULL removes them). Not thread-safe against concurrent

@@ -63,6 +63,7 @@ extern fctx_t make_fcontext(void *sp, size_t size,
 /* What a fiber asks of its resumer when it switches back. */
 #define REQ_DONE ((void *)1) /* the handler returned: pool the fiber */
 #define REQ_PARK ((void *)2) /* park it on f->word */
+#define REQ_EXIT ((void *)3) /* the handler called nx_thread_exit: free it */
 
 #define FREE_MAX 64       /* idle fibers kept for reuse */
 #define PARK_BUCKETS 256u /* parked fibers, hashed by the word they wait on */
@@ -253,7 +254,9 @@ static NXI_NOIPA void came_in(struct nxi_fiber *f, struct fctx_transfer t) {
 
 static NXI_NOIPA void switch_out(struct nxi_fiber *f, void *req) {
 #ifdef FIBER_ASAN
-  __sanitizer_start_switch_fiber(&f->asan_fake, f->back_base, f->back_size);
+  /* NULL for a stack left for good: ASan frees its fake stack. */
+  __sanitizer_start_switch_fiber(req == REQ_EXIT ? NULL : &f->asan_fake,
+                                 f->back_base, f->back_size);
 #endif
 #ifdef FIBER_TSAN
   __tsan_switch_to_fiber(f->tsan_back, 0);
@@ -334,7 +337,12 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   nxi_thread_state_swap(&f->ts);
   f->self_ctx = nxi_context_swap(my_ctx);
   cur = prev;
-  if (t.data == REQ_DONE) {
+  if (t.data == REQ_EXIT) {
+    atomic_fetch_sub(&fib.busy, f->parked_once);
+    pthread_mutex_lock(&fib.lock);
+    stack_free(f);
+    pthread_mutex_unlock(&fib.lock);
+  } else if (t.data == REQ_DONE) {
     f->job = NULL;
     if (f->parked_once) {
       f->parked_once = 0;
@@ -373,6 +381,18 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old) {
   f->old = old;
   switch_out(f, REQ_PARK);
   return 0;
+}
+
+void nxi_fiber_exit(void) {
+  struct nxi_fiber *f = cur_get();
+  if (f == NULL)
+    return;
+  struct nx_buffer *b = f->job;
+  struct nx_context *ctx = b->ctx;
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+  switch_out(f, REQ_EXIT);
+  abort(); /* never resumed */
 }
 
 void nxi_fiber_wake(const uint32_t *word, int n) {
@@ -452,6 +472,7 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old) {
   return NX_EAGAIN;
 }
 int nxi_fiber_can_park(void) { return 0; }
+void nxi_fiber_exit(void) {}
 void nxi_fiber_wake(const uint32_t *word, int n) {
   (void)word;
   (void)n;

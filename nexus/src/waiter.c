@@ -150,6 +150,7 @@ static const struct nxi_thread_hooks hooks = {
     .signal = hook_signal,
     .can_park = nxi_fiber_can_park,
     .park = nxi_fiber_park,
+    .exit_handler = nxi_fiber_exit,
 };
 
 void nxi_waiter_hooks_install(void) { nxi_thread_hooks_set(&hooks); }

@@ -357,6 +357,19 @@ void on_reader(nx_context_t *ctx, void *, nx_buffer_t *) {
 // Non-threaded: counts.
 void on_tick(nx_context_t *ctx, void *, nx_buffer_t *) { lw(ctx)->done.add(); }
 
+// Threaded: ends itself with nx_thread_exit (after a park, so on whatever
+// thread resumed it); nothing after that call runs.
+void on_quit(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  nx_mutex_lock(&w->m);
+  while (!w->flag)
+    nx_cond_wait(&w->c, &w->m);
+  nx_mutex_unlock(&w->m);
+  w->done.add();
+  nx_thread_exit(nullptr);
+  w->bad++;
+}
+
 // Threaded: a timed wait that times out (a timed wait does not park).
 void on_timed(nx_context_t *ctx, void *, nx_buffer_t *) {
   lazy_world *w = lw(ctx);
@@ -388,6 +401,7 @@ int lazy_init(nx_context_t *ctx, void *arg) {
             {"setter", on_setter, NX_HANDLER_THREADED},
             {"reader", on_reader, NX_HANDLER_THREADED},
             {"tick", on_tick, NX_HANDLER_NONTHREADED},
+            {"quit", on_quit, NX_HANDLER_THREADED},
             {"timed", on_timed, NX_HANDLER_THREADED}};
   for (auto &h : hs) {
     int r = nx_handler_register(ctx, h.name, h.fn, h.kind, nullptr);
@@ -484,6 +498,34 @@ TEST_CASE("a lazy handler blocked in a system call does not stop progress",
   nx_gp_release(&gp);
   close(fds[0]);
   close(fds[1]);
+}
+
+TEST_CASE("nx_thread_exit in a lazy handler ends the handler, not its thread",
+          "[threaded]") {
+  if (!lazy_mode())
+    return;
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  lazy_world w;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  nx_stats_t before, after;
+  REQUIRE(nx_stats_get(&before) == 0);
+  for (int i = 0; i < 20; i++)
+    send(&gp, "quit");
+  nx_mutex_lock(&w.m);
+  w.flag = true;
+  nx_cond_broadcast(&w.c);
+  nx_mutex_unlock(&w.m);
+  CHECK(w.done.wait_for(20, 30) == 20);
+  // The threads they ran on go on: more RSRs are handled.
+  for (int i = 0; i < 20; i++)
+    send(&gp, "count");
+  CHECK(w.done.wait_for(40, 30) == 40);
+  CHECK(w.bad.load() == 0);
+  REQUIRE(nx_stats_get(&after) == 0);
+  CHECK(after.threads_created - before.threads_created < 8);
+  nx_gp_release(&gp);
 }
 
 TEST_CASE("a timed wait in a lazy handler times out", "[threaded]") {

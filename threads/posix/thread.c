@@ -67,7 +67,14 @@ int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg) {
   return 0;
 }
 
-void nx_thread_exit(void *result) { pthread_exit(result); }
+void nx_thread_exit(void *result) {
+  /* In a lazy threaded handler it ends the handler, not the OS thread it
+   * runs on (which has its own work below the handler's stack). */
+  const struct nxi_thread_hooks *h = get_hooks();
+  if (h != NULL && h->exit_handler != NULL)
+    h->exit_handler();
+  pthread_exit(result);
+}
 
 int nx_thread_join(nx_thread_t thread, void **result) {
   if (pthread_equal(thread.tid, pthread_self()))

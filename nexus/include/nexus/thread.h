@@ -41,7 +41,10 @@ typedef void *(*nx_thread_fn)(void *arg);
 /* Starts `fn(arg)` in a new thread. Returns 0, NX_EAGAIN or NX_EINVAL. */
 NX_EXTERN int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg);
 
-/* Ends the calling thread with `result`; does not return. */
+/* Ends the calling thread with `result`; does not return. Called from a
+ * lazy threaded handler (docs/design.md, "Where handlers run"), it ends
+ * that handler instead (its RSR counts as handled, `result` is ignored)
+ * and the OS thread it ran on goes on. */
 NX_EXTERN void nx_thread_exit(void *result);
 
 /* Waits for `thread` to end and stores its result in `*result` (may be NULL).
