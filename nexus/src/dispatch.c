@@ -107,6 +107,21 @@ static void dispatch(struct nx_buffer *b) {
 static uint64_t poll_now;
 static unsigned poll_rounds;
 
+/* Calls the module's progress; a single frame it delivered, with nothing
+ * queued before it, is dispatched right after, without the receive queue
+ * (nxi_deliver). The handler runs after the module's progress returned,
+ * never inside it. */
+static int progress(struct nxi_module *m) {
+  struct nx_buffer *direct = NULL;
+  struct nx_buffer **outer = nxi_eng_me.direct;
+  nxi_eng_me.direct = &direct;
+  int r = m->ops->progress(m->state);
+  nxi_eng_me.direct = outer;
+  if (direct != NULL)
+    dispatch(direct);
+  return r;
+}
+
 /* Polls module `m` if the policy says so (engine.h): always while it is
  * hot; while cold, once its next turn has come, timing the poll to keep
  * its cost known. Returns the events it handled. */
@@ -121,10 +136,10 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
   }
   int r;
   if (now < m->hot_until) {
-    r = m->ops->progress(m->state);
+    r = progress(m);
   } else if (all || now >= m->next_poll) {
     uint64_t t0 = nxu_now_ns();
-    r = m->ops->progress(m->state);
+    r = progress(m);
     uint64_t t1 = nxu_now_ns();
     m->poll_ns = (m->poll_ns * 7 + (t1 - t0)) / 8;
     uint64_t gap = m->poll_ns * NXI_POLL_SHARE;
@@ -152,7 +167,9 @@ int nxi_poll_once(unsigned gen) {
     poll_now = nxu_now_ns();
   }
   uint64_t now = poll_now;
-  for (int i = 0; i < nmods; i++)
+  /* A handler dispatched straight from a poll may block and give the
+   * driver lock away: then this round stops. */
+  for (int i = 0; i < nmods && nxi_drive_gen() == gen; i++)
     n += poll_module(nxi_module_loaded(i), now, all);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
     struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
@@ -191,10 +208,33 @@ int nxi_poll_before_sleep(void) {
   return n;
 }
 
-void nxi_deliver(struct nx_buffer *b) {
+static void enqueue(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
   atomic_fetch_add(&nxi_eng.pushed, 1);
   nxi_progress_wake();
+}
+
+/* A frame a module delivers while the driver polls it goes straight to
+ * dispatch (after the poll) if it is the poll's only one and nothing is
+ * queued: no queue round trip, no wake-up. A second frame of the same poll
+ * queues both, in order; so does one that finds frames queued, which may
+ * be earlier frames of the same sender (queued when a batch was full).
+ * Frames of other threads (sends to local contexts, say) always queue. */
+void nxi_deliver(struct nx_buffer *b) {
+  struct nx_buffer **direct = nxi_eng_me.direct;
+  if (direct != NULL) {
+    if (*direct == NULL &&
+        atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==
+            atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+      *direct = b;
+      return;
+    }
+    if (*direct != NULL) {
+      enqueue(*direct);
+      *direct = NULL;
+    }
+  }
+  enqueue(b);
 }
 
 void nxi_progress_help(void) {
