@@ -107,18 +107,15 @@ static void dispatch(struct nx_buffer *b) {
 static uint64_t poll_now;
 static unsigned poll_rounds;
 
-/* Calls the module's progress; a single frame it delivered, with nothing
- * queued before it, is dispatched right after, without the receive queue
- * (nxi_deliver). The handler runs after the module's progress returned,
- * never inside it. */
-static int progress(struct nxi_module *m) {
-  struct nx_buffer *direct = NULL;
+/* Calls the module's progress. A single frame it delivered, with nothing
+ * queued before it, comes back in *direct, for poll_module to dispatch
+ * without the receive queue (nxi_deliver) once it is done with the
+ * module's state: the handler may give the driver lock away. */
+static int progress(struct nxi_module *m, struct nx_buffer **direct) {
   struct nx_buffer **outer = nxi_eng_me.direct;
-  nxi_eng_me.direct = &direct;
+  nxi_eng_me.direct = direct;
   int r = m->ops->progress(m->state);
   nxi_eng_me.direct = outer;
-  if (direct != NULL)
-    dispatch(direct);
   return r;
 }
 
@@ -135,11 +132,12 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
     m->hot_until = now + NXI_HOT_NS;
   }
   int r;
+  struct nx_buffer *direct = NULL;
   if (now < m->hot_until) {
-    r = progress(m);
+    r = progress(m, &direct);
   } else if (all || now >= m->next_poll) {
     uint64_t t0 = nxu_now_ns();
-    r = progress(m);
+    r = progress(m, &direct);
     uint64_t t1 = nxu_now_ns();
     m->poll_ns = (m->poll_ns * 7 + (t1 - t0)) / 8;
     uint64_t gap = m->poll_ns * NXI_POLL_SHARE;
@@ -153,6 +151,9 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
   }
   if (r > 0)
     m->hot_until = now + NXI_HOT_NS;
+  /* Last: after this the driver lock may be gone. */
+  if (direct != NULL)
+    dispatch(direct);
   return r > 0 ? r : 0;
 }
 
