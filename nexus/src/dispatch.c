@@ -25,9 +25,7 @@ void nxi_run(struct nx_buffer *b) {
 void nxi_run_queued(struct nx_buffer *b) {
   if (b->fiber != NULL) {
     nxi_fiber_resume(b->fiber);
-  } else if (nxi_fiber_enabled() && nxi_fiber_start(b) == 0) {
-    atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1, memory_order_relaxed);
-  } else {
+  } else if (!nxi_fiber_enabled() || nxi_fiber_start(b) != 0) {
     nxi_run(b);
   }
 }
@@ -54,7 +52,6 @@ static void dispatch(struct nx_buffer *b) {
   }
   b->ctx = ctx;
   b->fn = h->fn;
-  b->fiber = NULL;
   /* Under the driver lock: a plain store is enough. */
   atomic_store_explicit(
       &nxi_rt.rsr_handled,
@@ -62,6 +59,7 @@ static void dispatch(struct nx_buffer *b) {
       memory_order_relaxed);
   switch (h->kind) {
   case NX_HANDLER_THREADED:
+    b->fiber = NULL; /* not started: nxi_run_queued starts it */
     /* On a stack of its own, here if this thread may wait for it: a
      * runtime thread, or one waiting in nexus (engine.h). */
     if (nxi_fiber_enabled() && (nxi_eng_me.runtime || nxi_eng_me.waiting)) {
@@ -72,13 +70,8 @@ static void dispatch(struct nx_buffer *b) {
       struct nxi_drive_hold held = nxi_drive_suspend();
       int r = nxi_fiber_start(b);
       nxi_drive_resume(held);
-      if (r == 0) {
-        /* Counted after: the driver lock may be gone (a plain store under
-         * it would race with another driver). */
-        atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1,
-                                  memory_order_relaxed);
+      if (r == 0)
         return;
-      }
     }
     /* Inline only on a runtime thread that runs no other handler: a
      * threaded handler that blocks must never sit on top of code (a waiting
@@ -89,6 +82,7 @@ static void dispatch(struct nx_buffer *b) {
     }
     break;
   case NX_HANDLER_NEW_THREAD:
+    b->fiber = NULL;
     if (nxi_rthread_spawn(new_thread_main, b) != 0)
       nxi_tq_push(b); /* no new thread to be had: a pooled one runs it */
     return;

@@ -82,7 +82,6 @@ struct nxi_fiber {
   struct nxi_fiber **pprev;
   struct nxi_fiber *all_next, *all_prev; /* every fiber (fib.all) */
   int idle;                              /* pooled: free to take */
-  int parked_once;                       /* counted in fib.busy */
 #ifdef FIBER_ASAN
   void *asan_fake;       /* its fake stack, while switched out */
   const void *back_base; /* its resumer's stack */
@@ -103,7 +102,6 @@ static struct {
   int nfree;
   struct nxi_fiber *all; /* every fiber, to free the idle ones at the end */
   unsigned epoch;        /* bumped when they are: older spares are gone */
-  atomic_int busy;       /* parked at least once and not yet returned */
   pthread_mutex_t park_lock;
   struct nxi_fiber *parked_at[PARK_BUCKETS];
   atomic_int parked;
@@ -293,10 +291,6 @@ static void runnable(struct nxi_fiber *f) { nxi_tq_push(f->job); }
  * count, so one of them sees the other. */
 static void park_commit(struct nxi_fiber *f) {
   atomic_fetch_add_explicit(&nxi_rt.lazy_parked, 1, memory_order_relaxed);
-  if (!f->parked_once) {
-    f->parked_once = 1;
-    atomic_fetch_add(&fib.busy, 1);
-  }
   pthread_mutex_lock(&fib.park_lock);
   atomic_fetch_add(&fib.parked, 1);
   if (__atomic_load_n(f->word, __ATOMIC_SEQ_CST) != f->old) {
@@ -338,16 +332,11 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   f->self_ctx = nxi_context_swap(my_ctx);
   cur = prev;
   if (t.data == REQ_EXIT) {
-    atomic_fetch_sub(&fib.busy, f->parked_once);
     pthread_mutex_lock(&fib.lock);
     stack_free(f);
     pthread_mutex_unlock(&fib.lock);
   } else if (t.data == REQ_DONE) {
     f->job = NULL;
-    if (f->parked_once) {
-      f->parked_once = 0;
-      atomic_fetch_sub(&fib.busy, 1);
-    }
     fiber_put(f);
   } else {
     park_commit(f);
@@ -358,6 +347,7 @@ int nxi_fiber_start(struct nx_buffer *b) {
   struct nxi_fiber *f = fiber_get();
   if (f == NULL)
     return NX_ENOMEM;
+  atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1, memory_order_relaxed);
   f->job = b;
   f->self_ctx = b->ctx;
   f->ts.locks = 0;
@@ -427,19 +417,21 @@ int nxi_fiber_init(int on, size_t stack_size) {
   fib.page = page > 0 ? (size_t)page : 4096;
   fib.stack_size = (stack_size + fib.page - 1) / fib.page * fib.page;
   fib.on = on;
-  atomic_store(&fib.busy, 0);
   atomic_store(&fib.parked, 0);
   memset(fib.parked_at, 0, sizeof(fib.parked_at));
   return 0;
 }
 
 int nxi_fiber_fini(void) {
+  int busy = 0; /* handlers parked, waiting to resume, or running */
   pthread_mutex_lock(&fib.lock);
   struct nxi_fiber *f = fib.all;
   while (f != NULL) {
     struct nxi_fiber *next = f->all_next;
     if (__atomic_load_n(&f->idle, __ATOMIC_RELAXED))
       stack_free(f);
+    else
+      busy++;
     f = next;
   }
   fib.free = NULL;
@@ -447,7 +439,7 @@ int nxi_fiber_fini(void) {
   /* Every thread's spare is gone. */
   __atomic_store_n(&fib.epoch, fib.epoch + 1, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&fib.lock);
-  return atomic_load(&fib.busy);
+  return busy;
 }
 
 int nxi_fiber_enabled(void) { return fib.on; }

@@ -15,14 +15,15 @@ struct nxi_fiber;
  * threads, as without fcontext. Returns 0. */
 int nxi_fiber_init(int on, size_t stack_size);
 /* Frees the pooled stacks (nx_finalize). Returns the number of handlers
- * still parked or waiting to be resumed; their stacks are left in place. */
+ * still parked, waiting to be resumed or running; their stacks are left in
+ * place. */
 int nxi_fiber_fini(void);
 /* Whether threaded handlers run on stacks of their own. */
 int nxi_fiber_enabled(void);
 
 /* Runs `b`'s handler on a pooled stack until it returns or parks. Returns
  * 0, or NX_ENOMEM when no stack could be had (the caller runs it the
- * old way). The caller counts it in nxi_rt.lazy_started. */
+ * old way). Counts it in nxi_rt.lazy_started. */
 int nxi_fiber_start(struct nx_buffer *b);
 /* Resumes a parked handler made runnable (`b->fiber`) until it returns or
  * parks again. */

@@ -411,6 +411,18 @@ int lazy_init(nx_context_t *ctx, void *arg) {
   return 0;
 }
 
+// A runtime with one context that has the handlers above; `w` is its data.
+struct lazy_fixture {
+  runtime_guard rt;
+  lazy_world w;
+  nx_gp_t gp = NX_GP_NULL;
+  lazy_fixture() {
+    REQUIRE(rt.init_rc() == 0);
+    REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  }
+  ~lazy_fixture() { nx_gp_release(&gp); }
+};
+
 // Waits without entering nexus (so that no handler starts on this thread).
 bool sleep_until(const std::atomic<int> &v, int target) {
   for (int i = 0; i < 30000 && v.load() < target; i++) {
@@ -425,11 +437,9 @@ bool sleep_until(const std::atomic<int> &v, int target) {
 TEST_CASE("lazy threaded handlers park on a contended mutex", "[threaded]") {
   if (!lazy_mode())
     return; // NX_THREADED=thread, or built without Boost.Context
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  lazy_world w;
-  nx_gp_t gp;
-  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  lazy_fixture f;
+  lazy_world &w = f.w;
+  nx_gp_t &gp = f.gp;
   nx_stats_t before, after;
   REQUIRE(nx_stats_get(&before) == 0);
   REQUIRE(nx_mutex_lock(&w.big) == 0);
@@ -445,7 +455,6 @@ TEST_CASE("lazy threaded handlers park on a contended mutex", "[threaded]") {
   CHECK(w.bad.load() == 0);
   CHECK(after.lazy_parked - before.lazy_parked >= (uint64_t)n);
   CHECK(after.threads_created - before.threads_created < 8);
-  nx_gp_release(&gp);
 }
 
 TEST_CASE("a lazy handler that holds a mutex waits on its thread and runs "
@@ -454,12 +463,10 @@ TEST_CASE("a lazy handler that holds a mutex waits on its thread and runs "
   if (!lazy_mode())
     return;
   setenv("NX_SPIN_US", "0", 1);
-  runtime_guard rt;
+  lazy_fixture f;
   unsetenv("NX_SPIN_US");
-  REQUIRE(rt.init_rc() == 0);
-  lazy_world w;
-  nx_gp_t gp;
-  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  lazy_world &w = f.w;
+  nx_gp_t &gp = f.gp;
   send(&gp, "holder");
   REQUIRE(sleep_until(w.started, 1));
   // "count" wants the mutex the holder keeps; if it starts on top of the
@@ -471,7 +478,6 @@ TEST_CASE("a lazy handler that holds a mutex waits on its thread and runs "
   CHECK(w.done.wait_for(3, 30) == 3);
   CHECK(w.count == 1);
   CHECK(w.bad.load() == 0);
-  nx_gp_release(&gp);
 }
 
 TEST_CASE("a lazy handler blocked in a system call does not stop progress",
@@ -504,11 +510,9 @@ TEST_CASE("nx_thread_exit in a lazy handler ends the handler, not its thread",
           "[threaded]") {
   if (!lazy_mode())
     return;
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  lazy_world w;
-  nx_gp_t gp;
-  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  lazy_fixture f;
+  lazy_world &w = f.w;
+  nx_gp_t &gp = f.gp;
   nx_stats_t before, after;
   REQUIRE(nx_stats_get(&before) == 0);
   for (int i = 0; i < 20; i++)
@@ -525,20 +529,16 @@ TEST_CASE("nx_thread_exit in a lazy handler ends the handler, not its thread",
   CHECK(w.bad.load() == 0);
   REQUIRE(nx_stats_get(&after) == 0);
   CHECK(after.threads_created - before.threads_created < 8);
-  nx_gp_release(&gp);
 }
 
 TEST_CASE("a timed wait in a lazy handler times out", "[threaded]") {
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  lazy_world w;
-  nx_gp_t gp;
-  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  lazy_fixture f;
+  lazy_world &w = f.w;
+  nx_gp_t &gp = f.gp;
   for (int i = 0; i < 4; i++)
     send(&gp, "timed");
   CHECK(w.done.wait_for(4, 30) == 4);
   CHECK(w.bad.load() == 0);
-  nx_gp_release(&gp);
 }
 
 namespace {
