@@ -30,7 +30,35 @@ enum {
   NXI_TAG_CHAR,
   NXI_TAG_BYTES,
   NXI_TAG_GP,
+  NXI_TAG_TYPE = 0x1f,    /* the type bits */
+  NXI_TAG_FLIPPED = 0x20, /* array elements in the order opposite `fmt` */
+  NXI_TAG_PADDED = 0x40,  /* array with a pad byte count: aligned elements */
   NXI_TAG_ARRAY = 0x80
+};
+
+/* The values a buffer holds by reference (nx_put_*_ref, bufref.c), in put
+ * order. A ref with `p` NULL was copied into the data; its callback is
+ * still owed. */
+struct nxi_ref {
+  size_t at; /* where in the data the referenced bytes belong */
+  const void *p;
+  size_t len;
+  nx_release_fn fn;
+  void *arg;
+};
+struct nxi_refs {
+  uint32_t n, cap;
+  uint32_t live; /* refs with p != NULL, at most NX_BUFFER_REFS_MAX */
+  int status;    /* passed to the callbacks */
+  size_t bytes;  /* payload bytes held by reference */
+  struct nxi_ref *r;
+  struct iovec iov[NX_FRAME_IOV_MAX];
+};
+
+/* Copies of unaligned arrays that a get in place made (bufref.c). */
+struct nxi_side {
+  struct nxi_side *next;
+  _Alignas(16) uint8_t data[];
 };
 
 struct nx_context;
@@ -57,6 +85,8 @@ struct nx_buffer {
   };
   nx_handler_fn fn;
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
+  struct nxi_refs *xr;     /* SEND: values put by reference, or NULL */
+  struct nxi_side *side;   /* copies made by gets in place, or NULL */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };
@@ -93,6 +123,25 @@ void nxi_buffer_seal(struct nx_buffer *b);
 /* Makes room for `extra` more payload bytes; 0 or NX_ENOMEM. */
 int nxi_buffer_reserve(struct nx_buffer *b, size_t extra);
 
+/* References (bufref.c). The payload's length on the wire (data and
+ * references). */
+static inline size_t nxi_buffer_wire_len(const struct nx_buffer *b) {
+  return b->len + (b->xr != NULL ? b->xr->bytes : 0);
+}
+/* Sets up the frame's iovecs over the data and the references. */
+void nxi_buffer_refs_iov(struct nx_buffer *b);
+/* Copies the referenced values into the data, so the frame is two iovecs,
+ * and calls their callbacks (status 0); 0 or NX_ENOMEM. */
+int nxi_buffer_flatten(struct nx_buffer *b);
+/* The status the callbacks will get, if the buffer holds references. */
+static inline void nxi_buffer_refs_status(struct nx_buffer *b, int status) {
+  if (b->xr != NULL)
+    b->xr->status = status;
+}
+/* Calls the callbacks owed and frees what the references and gets in place
+ * kept (from nxi_buffer_free). */
+void nxi_buffer_refs_free(struct nx_buffer *b);
+
 static inline int nxi_buffer_writable(const struct nx_buffer *b) {
   return b != NULL && b->kind != NXI_BUF_RECV;
 }
@@ -122,5 +171,22 @@ static inline void nxi_copy_elems(uint8_t *dst, const uint8_t *src, size_t size,
     for (size_t j = 0; j < size; j++)
       dst[j] = src[size - 1 - j];
 }
+
+/* Reverses the bytes of each of `count` elements of `size` bytes. */
+static inline void nxi_swap_elems(uint8_t *p, size_t size, size_t count) {
+  for (size_t i = 0; i < count; i++, p += size)
+    for (size_t j = 0; j < size / 2; j++) {
+      uint8_t t = p[j];
+      p[j] = p[size - 1 - j];
+      p[size - 1 - j] = t;
+    }
+}
+
+/* A put by reference of `count` elements of `size` bytes (bufref.c). */
+int nxi_put_array_ref(struct nx_buffer *b, uint8_t tag, const void *v,
+                      size_t size, size_t count, nx_release_fn fn, void *arg);
+/* An aligned copy of `len` bytes that lives as long as the buffer; NULL
+ * when out of memory. */
+void *nxi_buffer_side_copy(struct nx_buffer *b, const void *p, size_t len);
 
 #endif /* NXI_BUF_H */

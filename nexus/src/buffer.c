@@ -13,14 +13,17 @@ void nxi_buffer_seal(struct nx_buffer *b) {
                             .handler = b->handler,
                             .context = b->context,
                             .address = b->address,
-                            .len = b->len};
+                            .len = nxi_buffer_wire_len(b)};
   nxi_frame_hdr_encode(b->hdr, &f);
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
   b->frame.iov[1].iov_base = b->data;
   b->frame.iov[1].iov_len = b->len;
   b->frame.iovcnt = 2;
+  b->frame.iovs = b->frame.iov;
   b->frame.len = NX_FRAME_HDR_SIZE + b->len;
+  if (b->xr != NULL && b->xr->bytes != 0)
+    nxi_buffer_refs_iov(b);
 }
 
 /* Ownership. `refs` counts every holder; `urefs` the program's share, so a
@@ -79,7 +82,8 @@ int nx_buffer_release(nx_buffer_t *b) {
 }
 
 int nx_buffer_bytes(const nx_buffer_t *b, const void **data, size_t *len) {
-  if (b == NULL || data == NULL || len == NULL)
+  if (b == NULL || data == NULL || len == NULL ||
+      (b->xr != NULL && b->xr->bytes != 0))
     return NX_EINVAL;
   *data = b->data;
   *len = b->len;
@@ -125,7 +129,9 @@ int nx_buffer_rewind(nx_buffer_t *b) {
   return 0;
 }
 
-size_t nx_buffer_length(const nx_buffer_t *b) { return b != NULL ? b->len : 0; }
+size_t nx_buffer_length(const nx_buffer_t *b) {
+  return b != NULL ? nxi_buffer_wire_len(b) : 0;
+}
 
 size_t nx_buffer_remaining(const nx_buffer_t *b) {
   return b != NULL ? b->len - b->pos : 0;
@@ -221,27 +227,82 @@ static int get_scalar(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
   return 0;
 }
 
-static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
-                     size_t count) {
-  if (b == NULL || (v == NULL && count != 0) || b->kind == NXI_BUF_SEND)
-    return NX_EINVAL;
+/* An array's header at the read position: checks it against `tag` and
+ * `count` and gives where its elements start (relative to the position)
+ * and whether they need reversing. Arrays are `tag|ARRAY, count` then the
+ * elements, or, written by a put by reference, `tag|ARRAY|PADDED, count,
+ * k, k zero bytes` then the elements; a get in place may have set FLIPPED
+ * after converting the elements where they are. */
+static int array_at(const struct nx_buffer *b, uint8_t tag, size_t size,
+                    size_t count, size_t *off, int *swap) {
   size_t left = b->len - b->pos;
-  if (left < 5)
-    return left == 0 ? NX_ERANGE
-                     : (b->data[b->pos] != (tag | NXI_TAG_ARRAY) ? NX_ETYPE
-                                                                 : NX_ERANGE);
+  if (left == 0)
+    return NX_ERANGE;
   const uint8_t *p = b->data + b->pos;
-  if (p[0] != (tag | NXI_TAG_ARRAY))
+  if ((p[0] & (NXI_TAG_TYPE | NXI_TAG_ARRAY)) != (tag | NXI_TAG_ARRAY))
     return NX_ETYPE;
+  size_t hdr = p[0] & NXI_TAG_PADDED ? 6 : 5;
+  if (left < hdr)
+    return NX_ERANGE;
+  if (hdr == 6) {
+    if (p[5] > 7)
+      return NX_EPROTO;
+    hdr += p[5];
+    if (left < hdr)
+      return NX_ERANGE;
+  }
   uint32_t n;
   nxi_copy_elems((uint8_t *)&n, p + 1, 4, 1, nxi_buffer_swapped(b));
   if (n != count)
     return NX_ETYPE;
-  if ((left - 5) / size < count)
+  if ((left - hdr) / size < count)
     return NX_ERANGE;
+  *off = hdr;
+  *swap = nxi_buffer_swapped(b) ^ !!(p[0] & NXI_TAG_FLIPPED);
+  return 0;
+}
+
+static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
+                     size_t count) {
+  if (b == NULL || (v == NULL && count != 0) || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL;
+  size_t off;
+  int swap;
+  int r = array_at(b, tag, size, count, &off, &swap);
+  if (r < 0)
+    return r;
   if (count != 0)
-    nxi_copy_elems(v, p + 5, size, count, nxi_buffer_swapped(b));
-  b->pos += 5 + size * count;
+    nxi_copy_elems(v, b->data + b->pos + off, size, count, swap);
+  b->pos += off + size * count;
+  return 0;
+}
+
+/* In place: converts the elements where they are if they need it (and
+ * marks the array FLIPPED), then gives them, or an aligned copy the
+ * buffer keeps when they are not aligned for their type. */
+static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
+                         size_t size, size_t count) {
+  if (b == NULL || v == NULL || b->kind == NXI_BUF_SEND)
+    return NX_EINVAL;
+  size_t off;
+  int swap;
+  int r = array_at(b, tag, size, count, &off, &swap);
+  if (r < 0)
+    return r;
+  uint8_t *p = b->data + b->pos;
+  uint8_t *e = p + off;
+  if (swap && size > 1 && count != 0) {
+    nxi_swap_elems(e, size, count);
+    p[0] ^= NXI_TAG_FLIPPED;
+  }
+  const void *out = e;
+  if ((uintptr_t)e % size != 0 && count != 0) {
+    out = nxi_buffer_side_copy(b, e, size * count);
+    if (out == NULL)
+      return NX_ENOMEM;
+  }
+  *v = out;
+  b->pos += off + size * count;
   return 0;
 }
 
@@ -270,6 +331,13 @@ static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
   }                                                                            \
   int nx_get_##name##_array(nx_buffer_t *b, type *v, size_t n) {               \
     return get_array(b, tag, v, sizeof(type), n);                              \
+  }                                                                            \
+  int nx_put_##name##_array_ref(nx_buffer_t *b, const type *v, size_t n,       \
+                                nx_release_fn fn, void *arg) {                 \
+    return nxi_put_array_ref(b, tag, v, sizeof(type), n, fn, arg);             \
+  }                                                                            \
+  int nx_get_##name##_array_ptr(nx_buffer_t *b, const type **v, size_t n) {    \
+    return get_array_ptr(b, tag, (const void **)v, sizeof(type), n);           \
   }
 NX_BUFFER_TYPES(NX_BUFFER_FUNCS)
 #undef NX_BUFFER_FUNCS
@@ -281,4 +349,13 @@ int nx_put_bytes(nx_buffer_t *b, const void *v, size_t n) {
 
 int nx_get_bytes(nx_buffer_t *b, void *v, size_t n) {
   return get_array(b, NXI_TAG_BYTES, v, 1, n);
+}
+
+int nx_put_bytes_ref(nx_buffer_t *b, const void *v, size_t n, nx_release_fn fn,
+                     void *arg) {
+  return nxi_put_array_ref(b, NXI_TAG_BYTES, v, 1, n, fn, arg);
+}
+
+int nx_get_bytes_ptr(nx_buffer_t *b, const void **v, size_t n) {
+  return get_array_ptr(b, NXI_TAG_BYTES, v, 1, n);
 }

@@ -254,6 +254,8 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
 }
 
 void nxi_buffer_free(struct nx_buffer *b) {
+  if (b->xr != NULL || b->side != NULL)
+    nxi_buffer_refs_free(b);
   if (b->data_heap) {
     nxi_block_put(b->data, b->cap);
   } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {

@@ -178,10 +178,14 @@ static int translate(const struct nx_protocol_ops *ops,
   memset(table, 0, sizeof(*table));
   memset(launch, 0, sizeof(*launch));
   if (ops->abi_version >= 6) {
-    /* An ABI 6 table ends before `arm`: copy no more than it has. */
+    /* An ABI 6 table ends before `arm`, an ABI 7 one before `iov_max`:
+     * copy no more than it has. */
     memcpy(table, ops,
-           ops->abi_version >= 7 ? sizeof(*table)
-                                 : offsetof(struct nx_protocol_ops, arm));
+           ops->abi_version >= 8   ? sizeof(*table)
+           : ops->abi_version >= 7 ? offsetof(struct nx_protocol_ops, iov_max)
+                                   : offsetof(struct nx_protocol_ops, arm));
+    if (table->iov_max > NX_FRAME_IOV_MAX)
+      table->iov_max = NX_FRAME_IOV_MAX;
     table->launch = NULL;
     if (ops->launch == NULL)
       return 0;

@@ -43,6 +43,7 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);
   atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
   if (!nxi_ready()) {
+    nxi_buffer_refs_status(b, NX_ENOTINIT);
     nxi_buffer_free(b);
     return NX_ENOTINIT;
   }
@@ -50,11 +51,20 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   int r = nxi_dlist_route(b->dl, &rt);
   if (r == 0)
     r = atomic_load_explicit(&rt->failed, memory_order_relaxed);
+  if (r == 0) {
+    nxi_buffer_seal(b);
+    /* Values put by reference: sent from where they are by a module that
+     * takes that many iovecs, copied into the data once for any other. */
+    if (b->frame.iovcnt > 2 &&
+        (uint32_t)b->frame.iovcnt > rt->mod->ops->iov_max)
+      r = nxi_buffer_flatten(b);
+  }
   if (r < 0) {
+    nxi_buffer_refs_status(b, r);
     nxi_buffer_free(b);
     return r;
   }
-  nxi_buffer_seal(b);
+  nxi_buffer_refs_status(b, 0);
   atomic_fetch_add_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
@@ -64,6 +74,7 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
     nxi_progress_help();
   if (r < 0) {
     atomic_fetch_sub_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
+    nxi_buffer_refs_status(b, r);
     nxi_buffer_free(b);
   } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
     /* The module has a transfer to progress: poll it every round again

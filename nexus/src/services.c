@@ -35,6 +35,7 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   b->frame.iov[1].iov_base = b->data;
   b->frame.iov[1].iov_len = (size_t)f.len;
   b->frame.iovcnt = 2;
+  b->frame.iovs = b->frame.iov;
   b->frame.len = NX_FRAME_HDR_SIZE + (size_t)f.len;
   *frame = &b->frame;
   return 0;
@@ -52,8 +53,10 @@ static void core_frame_free(nx_frame_t *frame) {
  * an RSR that failed after nx_rsr_send returned: report it. */
 static void core_send_done(nx_frame_t *frame, int status) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
-  if (status < 0)
+  if (status < 0) {
+    nxi_buffer_refs_status(b, status);
     nxi_drop(status, b->context, b->handler);
+  }
   nxi_buffer_free(b);
 }
 
@@ -61,6 +64,14 @@ static void core_send_done(nx_frame_t *frame, int status) {
  * now read-only and held by the runtime for its handler. */
 static void core_handover(nx_frame_t *frame) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  /* The handler reads one payload: values put by reference join it. */
+  int r = nxi_buffer_flatten(b);
+  if (r < 0) {
+    nxi_buffer_refs_status(b, r);
+    nxi_drop(r, b->context, b->handler);
+    nxi_buffer_free(b);
+    return;
+  }
   b->kind = NXI_BUF_RECV;
   b->pos = 0;
   nxi_deliver(b);

@@ -130,6 +130,54 @@ NX_EXTERN int nx_put_bytes(nx_buffer_t *buf, const void *v, size_t count);
 /* A global pointer, with its protocol descriptors. */
 NX_EXTERN int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
 
+/* Put by reference (zero copy): append `count` values that stay in the
+ * caller's memory `v`; the runtime reads them while it sends the RSR, and
+ * calls `fn(arg, v, status)` exactly once when it will not read them again:
+ * status 0 once the frame is sent or copied, a negative code when the RSR
+ * failed (NX_EPEERDEAD, NX_EUNREACH, ...) or the buffer was released
+ * unsent (NX_ECANCELED). Until then `v` must stay valid and unchanged. `fn`
+ * may run on any thread, also inside nx_rsr_send or nx_buffer_release
+ * before they return; it must not block. Only for RSR buffers
+ * (nx_rsr_init): NX_EINVAL for a stand-alone or received buffer, NULL `fn`
+ * or `v` (with count != 0), count > 2^32 - 1. A module that cannot send
+ * from several places, or a buffer written in a foreign format
+ * (nx_buffer_set_format), copies the values once instead, still calling
+ * `fn` when the buffer is done; so does a buffer past NX_BUFFER_REFS_MAX
+ * references. On the wire the array is the same values the copying put
+ * writes, laid out so that each element lands aligned for its type at the
+ * receiver (docs/design.md). Returns 0, NX_EINVAL or NX_ENOMEM; on error
+ * `fn` is not called. */
+typedef void (*nx_release_fn)(void *arg, const void *v, int status);
+#define NX_BUFFER_REFS_MAX 8
+NX_EXTERN int nx_put_bytes_ref(nx_buffer_t *buf, const void *v, size_t count,
+                               nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_int8_array_ref(nx_buffer_t *buf, const int8_t *v,
+                                    size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_uint8_array_ref(nx_buffer_t *buf, const uint8_t *v,
+                                     size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_int16_array_ref(nx_buffer_t *buf, const int16_t *v,
+                                     size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_uint16_array_ref(nx_buffer_t *buf, const uint16_t *v,
+                                      size_t count, nx_release_fn fn,
+                                      void *arg);
+NX_EXTERN int nx_put_int32_array_ref(nx_buffer_t *buf, const int32_t *v,
+                                     size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_uint32_array_ref(nx_buffer_t *buf, const uint32_t *v,
+                                      size_t count, nx_release_fn fn,
+                                      void *arg);
+NX_EXTERN int nx_put_int64_array_ref(nx_buffer_t *buf, const int64_t *v,
+                                     size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_uint64_array_ref(nx_buffer_t *buf, const uint64_t *v,
+                                      size_t count, nx_release_fn fn,
+                                      void *arg);
+NX_EXTERN int nx_put_float_array_ref(nx_buffer_t *buf, const float *v,
+                                     size_t count, nx_release_fn fn, void *arg);
+NX_EXTERN int nx_put_double_array_ref(nx_buffer_t *buf, const double *v,
+                                      size_t count, nx_release_fn fn,
+                                      void *arg);
+NX_EXTERN int nx_put_char_array_ref(nx_buffer_t *buf, const char *v,
+                                    size_t count, nx_release_fn fn, void *arg);
+
 /* Get: read the next value into `*v`, or `count` values into `v[]`,
  * converting from the buffer's format. Return 0; NX_EINVAL for a NULL
  * argument or an RSR buffer not yet sent (write-only); NX_ERANGE when the
@@ -161,6 +209,39 @@ NX_EXTERN int nx_get_float_array(nx_buffer_t *buf, float *v, size_t count);
 NX_EXTERN int nx_get_double_array(nx_buffer_t *buf, double *v, size_t count);
 NX_EXTERN int nx_get_char_array(nx_buffer_t *buf, char *v, size_t count);
 NX_EXTERN int nx_get_bytes(nx_buffer_t *buf, void *v, size_t count);
+/* Get in place (zero copy): `*v` points at the next `count` values inside
+ * the buffer, aligned for their type and in this machine's byte order
+ * (converted in place if the sender's order differs). Valid while the
+ * buffer is held: a handler's buffer until the handler returns, or until
+ * the matching nx_buffer_release after nx_buffer_retain; reading it later
+ * is a use after free. Any array reads this way, whichever put wrote it;
+ * one that a copying put left unaligned for its type is copied once into
+ * memory the buffer owns (nx_put_*_ref never leaves one unaligned). The
+ * same errors as the copying gets, and `*v` is written only on success. */
+NX_EXTERN int nx_get_bytes_ptr(nx_buffer_t *buf, const void **v, size_t count);
+NX_EXTERN int nx_get_int8_array_ptr(nx_buffer_t *buf, const int8_t **v,
+                                    size_t count);
+NX_EXTERN int nx_get_uint8_array_ptr(nx_buffer_t *buf, const uint8_t **v,
+                                     size_t count);
+NX_EXTERN int nx_get_int16_array_ptr(nx_buffer_t *buf, const int16_t **v,
+                                     size_t count);
+NX_EXTERN int nx_get_uint16_array_ptr(nx_buffer_t *buf, const uint16_t **v,
+                                      size_t count);
+NX_EXTERN int nx_get_int32_array_ptr(nx_buffer_t *buf, const int32_t **v,
+                                     size_t count);
+NX_EXTERN int nx_get_uint32_array_ptr(nx_buffer_t *buf, const uint32_t **v,
+                                      size_t count);
+NX_EXTERN int nx_get_int64_array_ptr(nx_buffer_t *buf, const int64_t **v,
+                                     size_t count);
+NX_EXTERN int nx_get_uint64_array_ptr(nx_buffer_t *buf, const uint64_t **v,
+                                      size_t count);
+NX_EXTERN int nx_get_float_array_ptr(nx_buffer_t *buf, const float **v,
+                                     size_t count);
+NX_EXTERN int nx_get_double_array_ptr(nx_buffer_t *buf, const double **v,
+                                      size_t count);
+NX_EXTERN int nx_get_char_array_ptr(nx_buffer_t *buf, const char **v,
+                                    size_t count);
+
 /* The gp is written only on success and must be released with
  * nx_gp_release. */
 NX_EXTERN int nx_get_gp(nx_buffer_t *buf, struct nx_gp *gp);

@@ -28,6 +28,7 @@ extern "C" {
   XX(EIO, -EIO, "i/o error")                                                   \
   XX(ERANGE, -ERANGE, "read past the end of the buffer")                       \
   XX(EMSGSIZE, -EMSGSIZE, "message too long")                                  \
+  XX(ECANCELED, -ECANCELED, "operation canceled")                              \
   XX(ENOTINIT, -4001, "nexus is not initialised")                              \
   XX(ENOHANDLER, -4002, "no such handler")                                     \
   XX(ECOLLISION, -4003, "handler id collides with another name")               \

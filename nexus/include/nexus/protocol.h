@@ -23,7 +23,7 @@ extern "C" {
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
 /* Bumped whenever a slot is added to either table below. */
-#define NX_PROTOCOL_ABI_VERSION 7u
+#define NX_PROTOCOL_ABI_VERSION 8u
 /* The oldest version the core still loads: a table of an older version is
  * shorter, and the core treats the slots it lacks as NULL. */
 #define NX_PROTOCOL_ABI_MIN 4u
@@ -69,12 +69,24 @@ struct nx_desc_buf {
 
 /* One frame. On send the core fills iov[0] (header) and iov[1] (payload);
  * on receive frame_alloc returns a frame whose iov[1] is where the payload
- * goes. `module_data` is scratch space for whoever owns the frame now. */
+ * goes. `module_data` is scratch space for whoever owns the frame now.
+ *
+ * ABI 8: a frame to send may have more than two iovecs, when the program
+ * put values by reference (nx_put_*_ref): `iovs` holds all `iovcnt` of
+ * them, iovs[0] the header, the rest the payload pieces in order, each
+ * non-empty; `len` is their sum. The core gives such a frame only to a
+ * module whose ops table sets `iov_max` >= iovcnt; any other module gets
+ * the payload copied into one piece, as before. For frames of at most two
+ * iovecs `iovs` points at `iov`, on send and on receive, so an ABI 8
+ * module may read every frame through `iovs`. */
+#define NX_FRAME_IOV_MAX                                                       \
+  (2 + 2 * 8) /* header, then refs and the bytes between */
 typedef struct nx_frame {
   struct iovec iov[2];
   int iovcnt;
   size_t len;
   void *module_data[2];
+  const struct iovec *iovs; /* ABI 8 */
 } nx_frame_t;
 
 /* Services of the core, handed to a module's init. Callable from any thread. */
@@ -238,6 +250,13 @@ struct nx_protocol_ops {
    * polling idle for a millisecond or more, which a module may use to arm
    * itself (section 7 of docs/design.md). */
   int (*arm)(void *state);
+
+  /* ABI 8, optional: the most iovecs (header included) a frame given to
+   * send may have, up to NX_FRAME_IOV_MAX; a module that sends from
+   * several places at once (writev, UCP_DATATYPE_IOV, fi_sendmsg, an MPI
+   * datatype) says so here. 0 (or 2) means two: the core then copies a
+   * payload put by reference into one piece before send. */
+  uint32_t iov_max;
 };
 
 /* ctl_close flags. */
