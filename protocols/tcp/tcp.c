@@ -68,22 +68,24 @@ static size_t frame_sent(const nx_frame_t *f) {
 
 static size_t frame_total(const nx_frame_t *f) {
   size_t n = 0;
-  for (int i = 0; i < f->iovcnt && i < 2; i++)
-    n += f->iov[i].iov_len;
+  const struct iovec *v = nx_frame_iovs(f);
+  for (int i = 0; i < f->iovcnt; i++)
+    n += v[i].iov_len;
   return n;
 }
 
 /* Appends the unsent part of `f` to `iov`; returns the entries used. */
 static int frame_iov(const nx_frame_t *f, struct iovec *iov) {
   size_t skip = frame_sent(f);
+  const struct iovec *v = nx_frame_iovs(f);
   int n = 0;
-  for (int i = 0; i < f->iovcnt && i < 2; i++) {
-    size_t len = f->iov[i].iov_len;
+  for (int i = 0; i < f->iovcnt; i++) {
+    size_t len = v[i].iov_len;
     if (skip >= len) {
       skip -= len;
       continue;
     }
-    iov[n].iov_base = (char *)f->iov[i].iov_base + skip;
+    iov[n].iov_base = (char *)v[i].iov_base + skip;
     iov[n].iov_len = len - skip;
     skip = 0;
     n++;
@@ -116,7 +118,7 @@ static int flush_locked(struct tcp_peer *p, nx_frame_t **done) {
   while (p->qhead != NULL) {
     struct iovec iov[FLUSH_IOV];
     int n = 0;
-    for (nx_frame_t *f = p->qhead; f != NULL && n + 2 <= FLUSH_IOV;
+    for (nx_frame_t *f = p->qhead; f != NULL && n + f->iovcnt <= FLUSH_IOV;
          f = frame_next(f))
       n += frame_iov(f, iov + n);
     ssize_t w = write_iov(p->fd, iov, n);
@@ -481,7 +483,7 @@ static int tcp_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
     size_t sent = 0;
     ssize_t w = 0;
     while (sent < total) {
-      struct iovec iov[2];
+      struct iovec iov[NX_FRAME_IOV_MAX];
       int n = frame_iov(frame, iov);
       w = write_iov(p->fd, iov, n);
       if (w <= 0)
@@ -573,4 +575,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
     .progress = tcp_progress,
     .wait_fd = tcp_wait_fd,
     .backend_version = tcp_backend_version,
+    .iov_max = NX_FRAME_IOV_MAX, /* sendmsg gathers */
 };

@@ -438,4 +438,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ucx = {
     .backend_version = ucx_backend_version,
     .endpoint_info = ucx_endpoint_info,
     .arm = ucx_arm,
+    .iov_max = NX_FRAME_IOV_MAX, /* UCP_DATATYPE_IOV */
 };

@@ -110,8 +110,21 @@ static void done_append(struct ucx *u, nx_frame_t *f, int status) {
   u->done_tail = f;
 }
 
+/* A frame's payload pieces are handed to UCX as its iov datatype as they
+ * are: the two layouts are the same. */
+_Static_assert(sizeof(ucp_dt_iov_t) == sizeof(struct iovec) &&
+                   offsetof(ucp_dt_iov_t, buffer) ==
+                       offsetof(struct iovec, iov_base) &&
+                   offsetof(ucp_dt_iov_t, length) ==
+                       offsetof(struct iovec, iov_len),
+               "ucp_dt_iov_t is laid out as struct iovec");
+
 static size_t frame_bytes(const nx_frame_t *f) {
-  return f->iov[0].iov_len + (f->iovcnt > 1 ? f->iov[1].iov_len : 0);
+  const struct iovec *iov = nx_frame_iovs(f);
+  size_t n = 0;
+  for (int i = 0; i < f->iovcnt; i++)
+    n += iov[i].iov_len;
+  return n;
 }
 
 static void req_unlink(struct ucx_req *q) {
@@ -305,8 +318,9 @@ int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
   (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
   struct ucx *u = state;
   struct ucx_peer *p = ep;
-  if (frame->iovcnt < 1 || frame->iovcnt > 2 ||
-      frame->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+  const struct iovec *iov = nx_frame_iovs(frame);
+  if (frame->iovcnt < 1 || frame->iovcnt > NX_FRAME_IOV_MAX ||
+      iov[0].iov_len != NX_FRAME_HDR_SIZE)
     return NX_EINVAL;
   size_t total = frame_bytes(frame);
   ucx_lock(u);
@@ -323,10 +337,18 @@ int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
       .flags = UCP_AM_SEND_FLAG_REPLY,
       .cb.send = on_sent,
   };
-  ucs_status_ptr_t r = ucp_am_send_nbx(
-      p->ep, UCX_AM_ID, frame->iov[0].iov_base, NX_FRAME_HDR_SIZE,
-      frame->iovcnt > 1 ? frame->iov[1].iov_base : NULL,
-      frame->iovcnt > 1 ? frame->iov[1].iov_len : 0, &param);
+  const void *data = frame->iovcnt > 1 ? iov[1].iov_base : NULL;
+  size_t count = frame->iovcnt > 1 ? iov[1].iov_len : 0;
+  if (frame->iovcnt > 2) {
+    /* Values put by reference: UCX gathers the pieces (reading them until
+     * the send completes, which the frame guarantees). */
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    data = iov + 1;
+    count = (size_t)frame->iovcnt - 1;
+  }
+  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, UCX_AM_ID, iov[0].iov_base,
+                                       NX_FRAME_HDR_SIZE, data, count, &param);
   if (r == NULL) {
     /* Sent already (copied out): the common case for small frames. */
     int more = u->done != NULL || u->dropped != NULL || u->reports != NULL;

@@ -35,6 +35,54 @@ static void conf_ping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   nx_gp_release(&reply);
 }
 
+/* "zping"/"zping_t": zero copy both ways. Payload = gp reply, u32 tag,
+ * u64 len, bytes A (the first len/2) put by reference, u32 0x5eed, bytes B
+ * (the rest) by reference, double[3] {0.5, 1.5, 2.5} by reference. Reads
+ * them in place, and answers "zpong": u32 tag, u64 len, u32 bad (what was
+ * wrong here), then A and B by reference from the received buffer, which it
+ * retains until the runtime releases B. */
+static void conf_zdone(void *arg, const void *v, int status) {
+  (void)v;
+  (void)status;
+  if (arg != NULL)
+    nx_buffer_release((nx_buffer_t *)arg);
+}
+
+static void conf_zping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  uint32_t tag = 0, mark = 0, bad = 0;
+  uint64_t len = 0;
+  const void *a = NULL, *bb = NULL;
+  const double *d = NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) != 0 || nx_get_uint32(b, &tag) != 0 ||
+      nx_get_uint64(b, &len) != 0)
+    return;
+  bad |= nx_get_bytes_ptr(b, &a, len / 2) != 0;
+  bad |= (nx_get_uint32(b, &mark) != 0 || mark != 0x5eed) << 1;
+  bad |= nx_get_bytes_ptr(b, &bb, len - len / 2) != 0;
+  bad |= nx_get_double_array_ptr(b, &d, 3) != 0;
+  if (d != NULL)
+    bad |= ((uintptr_t)d % sizeof(double) != 0 || d[0] != 0.5 || d[1] != 1.5 ||
+            d[2] != 2.5)
+           << 2;
+  bad |= (nx_buffer_remaining(b) != 0) << 3;
+  if (nx_rsr_init_name(&o, &reply, "zpong", 64) == 0) {
+    int ok = bad == 0 && nx_buffer_retain(b) == 0;
+    nx_put_uint32(o, tag);
+    nx_put_uint64(o, len);
+    nx_put_uint32(o, bad);
+    if (ok) {
+      nx_put_bytes_ref(o, a, len / 2, conf_zdone, NULL);
+      nx_put_bytes_ref(o, bb, len - len / 2, conf_zdone, b);
+    }
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&reply);
+}
+
 /* "seq": u32 sender, u32 seq; counts per sender, notes duplicates and
  * order violations. "report": gp reply -> "counts" with the totals. */
 #define CONF_SENDERS 16
@@ -165,6 +213,12 @@ static int conf_register(nx_context_t *ctx) {
       nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "ping_t", conf_ping, NX_HANDLER_THREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "zping", conf_zping, NX_HANDLER_NONTHREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "zping_t", conf_zping, NX_HANDLER_THREADED,
                             NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "seq", conf_seq, NX_HANDLER_NONTHREADED, NULL);

@@ -89,6 +89,13 @@ typedef struct nx_frame {
   const struct iovec *iovs; /* ABI 8 */
 } nx_frame_t;
 
+/* A frame's iovecs, for a module that takes more than two: reads `iovs`
+ * only for such a frame, so the module also works with a core (or a test
+ * playing one) that fills only `iov`. */
+static inline const struct iovec *nx_frame_iovs(const nx_frame_t *f) {
+  return f->iovcnt > 2 ? f->iovs : f->iov;
+}
+
 /* Services of the core, handed to a module's init. Callable from any thread. */
 struct nx_core_api {
   uint32_t abi_version;
