@@ -130,17 +130,16 @@ static inline size_t nxi_buffer_wire_len(const struct nx_buffer *b) {
 }
 /* Sets up the frame's iovecs over the data and the references. */
 void nxi_buffer_refs_iov(struct nx_buffer *b);
-/* Copies the referenced values into the data, so the frame is two iovecs,
- * and calls their callbacks (status 0); 0 or NX_ENOMEM. */
+/* Copies the referenced values into the data and calls their callbacks
+ * (status 0); 0 or NX_ENOMEM. Seal again before sending. */
 int nxi_buffer_flatten(struct nx_buffer *b);
 /* The status the callbacks will get, if the buffer holds references. */
 static inline void nxi_buffer_refs_status(struct nx_buffer *b, int status) {
   if (b->xr != NULL)
     b->xr->status = status;
 }
-/* Calls the callbacks owed and frees what the references and gets in place
- * kept (from nxi_buffer_free). */
-void nxi_buffer_refs_free(struct nx_buffer *b);
+/* Calls the callbacks owed (bufmem.c; nxi_buffer_free calls them too). */
+void nxi_buffer_refs_done(struct nx_buffer *b);
 
 static inline int nxi_buffer_writable(const struct nx_buffer *b) {
   return b != NULL && b->kind != NXI_BUF_RECV;

@@ -154,27 +154,6 @@ size_t nx_sizeof_bytes(size_t n) { return sizeof_array(1, n); }
 
 /* Writing. */
 
-int nxi_buffer_reserve(struct nx_buffer *b, size_t extra) {
-  if (b->cap - b->len >= extra)
-    return 0;
-  if (extra > SIZE_MAX / 2 - b->len)
-    return NX_ENOMEM;
-  size_t cap = b->cap * 2;
-  if (cap < b->len + extra)
-    cap = b->len + extra;
-  /* Not realloc: a large block must stay page-aligned (bufmem.c). */
-  uint8_t *d = cap > NXI_INLINE_MAX ? nxi_block_get(cap, &cap) : malloc(cap);
-  if (d == NULL)
-    return NX_ENOMEM;
-  memcpy(d, b->data, b->len);
-  if (b->data_heap)
-    nxi_block_put(b->data, b->cap);
-  b->data = d;
-  b->data_heap = 1;
-  b->cap = cap;
-  return 0;
-}
-
 static int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
                       size_t size) {
   if (!nxi_buffer_writable(b))

@@ -253,9 +253,58 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   return b;
 }
 
+void nxi_buffer_refs_done(struct nx_buffer *b) {
+  /* Each callback once: the list is emptied before any runs, so a
+   * callback that frees or reuses memory cannot see it again. */
+  struct nxi_refs *x = b->xr;
+  uint32_t n = x->n;
+  x->n = 0;
+  x->live = 0;
+  x->bytes = 0;
+  for (uint32_t i = 0; i < n; i++)
+    x->r[i].fn(x->r[i].arg, x->r[i].p, x->status);
+}
+
+/* What zero copy hung on a buffer: callbacks still owed (for a buffer
+ * released unsent, or an RSR that failed), and aligned copies. */
+static void refs_free(struct nx_buffer *b) {
+  if (b->xr != NULL) {
+    nxi_buffer_refs_done(b);
+    free(b->xr->r);
+    free(b->xr);
+    b->xr = NULL;
+  }
+  while (b->side != NULL) {
+    struct nxi_side *s = b->side;
+    b->side = s->next;
+    free(s);
+  }
+}
+
+int nxi_buffer_reserve(struct nx_buffer *b, size_t extra) {
+  if (b->cap - b->len >= extra)
+    return 0;
+  if (extra > SIZE_MAX / 2 - b->len)
+    return NX_ENOMEM;
+  size_t cap = b->cap * 2;
+  if (cap < b->len + extra)
+    cap = b->len + extra;
+  /* Not realloc: a large block must stay page-aligned (bufmem.c). */
+  uint8_t *d = cap > NXI_INLINE_MAX ? nxi_block_get(cap, &cap) : malloc(cap);
+  if (d == NULL)
+    return NX_ENOMEM;
+  memcpy(d, b->data, b->len);
+  if (b->data_heap)
+    nxi_block_put(b->data, b->cap);
+  b->data = d;
+  b->data_heap = 1;
+  b->cap = cap;
+  return 0;
+}
+
 void nxi_buffer_free(struct nx_buffer *b) {
   if (b->xr != NULL || b->side != NULL)
-    nxi_buffer_refs_free(b);
+    refs_free(b);
   if (b->data_heap) {
     nxi_block_put(b->data, b->cap);
   } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {

@@ -99,17 +99,6 @@ void nxi_buffer_refs_iov(struct nx_buffer *b) {
   b->frame.len = NX_FRAME_HDR_SIZE + b->len + x->bytes;
 }
 
-static void refs_call(struct nxi_refs *x) {
-  /* Each callback once: the list is emptied before any runs, so a
-   * callback that frees or reuses memory cannot see it again. */
-  uint32_t n = x->n;
-  x->n = 0;
-  x->live = 0;
-  x->bytes = 0;
-  for (uint32_t i = 0; i < n; i++)
-    x->r[i].fn(x->r[i].arg, x->r[i].p, x->status);
-}
-
 int nxi_buffer_flatten(struct nx_buffer *b) {
   struct nxi_refs *x = b->xr;
   if (x == NULL || x->n == 0)
@@ -140,24 +129,8 @@ int nxi_buffer_flatten(struct nx_buffer *b) {
     b->len = total;
   }
   x->status = 0; /* copied: the program's memory is no longer read */
-  refs_call(x);
-  nxi_buffer_seal(b);
+  nxi_buffer_refs_done(b);
   return 0;
-}
-
-void nxi_buffer_refs_free(struct nx_buffer *b) {
-  struct nxi_refs *x = b->xr;
-  if (x != NULL) {
-    refs_call(x);
-    free(x->r);
-    free(x);
-    b->xr = NULL;
-  }
-  while (b->side != NULL) {
-    struct nxi_side *s = b->side;
-    b->side = s->next;
-    free(s);
-  }
 }
 
 void *nxi_buffer_side_copy(struct nx_buffer *b, const void *p, size_t len) {

@@ -57,7 +57,8 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
      * takes that many iovecs, copied into the data once for any other. */
     if (b->frame.iovcnt > 2 &&
         (uint32_t)b->frame.iovcnt > rt->mod->ops->iov_max)
-      r = nxi_buffer_flatten(b);
+      if ((r = nxi_buffer_flatten(b)) == 0)
+        nxi_buffer_seal(b);
   }
   if (r < 0) {
     nxi_buffer_refs_status(b, r);
