@@ -678,10 +678,13 @@ TEST_CASE("peer death: the error is reported, later RSRs fail, nothing hangs",
   for (int i = 0; i < n; i++) {
     INFO("RSR " << i << " returned " << rc[i]);
     CHECK(rel[i].calls.load() == 1);
+    // The error, or 0 when the values were copied before it (a module that
+    // sends from one place: the core copies at send and releases then).
+    int st = rel[i].status.load();
     if (rc[i] < 0)
-      CHECK(rel[i].status.load() == rc[i]);
+      CHECK((st == rc[i] || st == 0));
     else
-      CHECK(rel[i].status.load() <= 0);
+      CHECK(st <= 0);
   }
 }
 

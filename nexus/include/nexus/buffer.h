@@ -133,10 +133,11 @@ NX_EXTERN int nx_put_gp(nx_buffer_t *buf, const struct nx_gp *gp);
 /* Put by reference (zero copy): append `count` values that stay in the
  * caller's memory `v`; the runtime reads them while it sends the RSR, and
  * calls `fn(arg, v, status)` exactly once when it will not read them again:
- * status 0 once the frame is sent or copied, a negative code when the RSR
- * failed (NX_EPEERDEAD, NX_EUNREACH, ...) or the buffer was released
- * unsent (NX_ECANCELED). Until then `v` must stay valid and unchanged. `fn`
- * may run on any thread, also inside nx_rsr_send or nx_buffer_release
+ * status 0 once the frame is sent, or once the values were copied (then
+ * the RSR's fate is reported as for any RSR); a negative code when the RSR
+ * failed before that (NX_EPEERDEAD, NX_EUNREACH, ...) or the buffer was
+ * released unsent (NX_ECANCELED). Until then `v` must stay valid and unchanged.
+ * `fn` may run on any thread, also inside nx_rsr_send or nx_buffer_release
  * before they return; it must not block. Only for RSR buffers
  * (nx_rsr_init): NX_EINVAL for a stand-alone or received buffer, NULL `fn`
  * or `v` (with count != 0), count > 2^32 - 1. A module that cannot send
