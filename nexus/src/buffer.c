@@ -275,7 +275,7 @@ static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
     p[0] ^= NXI_TAG_FLIPPED;
   }
   const void *out = e;
-  if ((uintptr_t)e % size != 0 && count != 0) {
+  if ((uintptr_t)e % size != 0) {
     out = nxi_buffer_side_copy(b, e, size * count);
     if (out == NULL)
       return NX_ENOMEM;

@@ -1,8 +1,9 @@
 /* libFuzzer target: the buffer getters (nexus/src/buffer.c, gp.c) on
  * arbitrary bytes. The first byte picks the format; each following pair of
- * bytes picks a getter (every type, its array form, bytes, gps) and an array
- * count; the rest is the buffer. A getter may fail, never read out of
- * bounds or crash. */
+ * bytes picks a getter (every type, its array form, bytes, gps, gets in
+ * place) and an array count; the rest is the buffer. A getter may fail,
+ * never read out of bounds or crash; a get in place gives aligned values
+ * equal to what a copying get then reads. */
 #include "fuzz.h"
 
 #include <stdint.h>
@@ -24,6 +25,37 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 #define STEPS 16
+
+/* A get in place of `n` elements of `size` bytes; on success the pointer
+ * is aligned, and a copying get of the same array reads the same bytes. */
+static void in_place(nx_buffer_t *b, int which, size_t n, void *copy) {
+  const void *p = NULL;
+  size_t size = which == 0 ? 2 : which == 1 ? 8 : 1;
+  size_t before = nx_buffer_remaining(b);
+  int r = which == 0   ? nx_get_int16_array_ptr(b, (const int16_t **)&p, n)
+          : which == 1 ? nx_get_double_array_ptr(b, (const double **)&p, n)
+                       : nx_get_bytes_ptr(b, &p, n);
+  if (r != 0)
+    return;
+  if ((uintptr_t)p % size != 0)
+    abort();
+  /* Step back over the array and read it again by copy. */
+  size_t used = before - nx_buffer_remaining(b);
+  size_t at = nx_buffer_length(b) - before;
+  nx_buffer_t *again;
+  const void *all;
+  size_t len;
+  if (nx_buffer_bytes(b, &all, &len) != 0 ||
+      nx_buffer_from_bytes((const uint8_t *)all + at, used, nx_buffer_format(b),
+                           &again) != 0)
+    return;
+  r = which == 0   ? nx_get_int16_array(again, copy, n)
+      : which == 1 ? nx_get_double_array(again, copy, n)
+                   : nx_get_bytes(again, copy, n);
+  if (r != 0 || memcmp(copy, p, n * size) != 0)
+    abort();
+  nx_buffer_release(again);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 + 2 * STEPS)
@@ -49,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } v;
   for (int i = 0; i < STEPS; i++) {
     size_t n = ops[2 * i + 1] % 65;
-    switch (ops[2 * i] % 25) {
+    switch (ops[2 * i] % 28) {
     case 0: nx_get_int8(b, v.i8); break;
     case 1: nx_get_uint8(b, v.u8); break;
     case 2: nx_get_int16(b, v.i16); break;
@@ -73,6 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 20: nx_get_double_array(b, v.d, n); break;
     case 21: nx_get_char_array(b, v.c, n); break;
     case 22: nx_get_bytes(b, v.u8, n); break;
+    case 23: in_place(b, 0, n, v.i16); break;
+    case 24: in_place(b, 1, n, v.d); break;
+    case 25: in_place(b, 2, n, v.u8); break;
     default: {
       nx_gp_t gp = NX_GP_NULL;
       if (nx_get_gp(b, &gp) == 0) {
