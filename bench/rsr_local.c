@@ -332,10 +332,10 @@ static double bench_create(void *arg) {
 /* The anchor for the default module set: this program again, with only
  * the local module, measuring the null non-threaded round trip alone.
  * Returns its median in us, or a negative value if it failed. */
-static double local_only_anchor(const char *self, int quick) {
+static double local_only_anchor(const char *self, const char *mode) {
   char cmd[4096];
-  snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=local '%s' --null-only%s", self,
-           quick ? " --quick" : "");
+  snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=local '%s' --null-only %s", self,
+           mode);
   FILE *p = popen(cmd, "r");
   if (p == NULL)
     return -1;
@@ -348,12 +348,18 @@ static double local_only_anchor(const char *self, int quick) {
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_local";
-  int quick = 0, null_only = 0;
+  const char *mode = ""; /* passed on to the local-only anchor */
+  int null_only = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       iters = 20000;
       reps = 3;
-      quick = 1;
+      mode = "--quick";
+    } else if (strcmp(argv[i], "--smoke") == 0) {
+      /* Every row once, with few round trips: a test that it runs. */
+      iters = 2000;
+      reps = 1;
+      mode = "--smoke";
     } else if (strcmp(argv[i], "--null-only") == 0) {
       null_only = 1;
     }
@@ -363,7 +369,7 @@ int main(int argc, char **argv) {
   double local_only = -1;
   if (!null_only && getenv("NX_PROTOCOLS") == NULL &&
       getenv("NX_PROGRESS") == NULL)
-    local_only = local_only_anchor(argv[0], quick);
+    local_only = local_only_anchor(argv[0], mode);
   /* The anchors run before nx_init, so no runtime thread competes. */
   double floor = min_of(bench_flag, NULL);
   double cond = median_of(bench_cond, NULL);
@@ -378,6 +384,8 @@ int main(int argc, char **argv) {
   if (big_out == NULL || big_peer == NULL || big_back == NULL)
     bench_die("malloc", NULL);
   memset(big_out, 0x5a, MAX_PAYLOAD);
+  memset(big_peer, 0, MAX_PAYLOAD); /* no page faults in the first run */
+  memset(big_back, 0, MAX_PAYLOAD);
   bench_sync_init();
   pong_copy_id = nx_handler_id("pong_copy");
   pong_ref_id = nx_handler_id("pong_ref");
