@@ -36,7 +36,7 @@
  * there, the release callback releasing that buffer; pong reads it in
  * place and checks its ends (a last round trip copies it out, to check it
  * whole). The runtime may still copy where a module cannot send from
- * several places at once (docs/design.md, "Zero copy"). */
+ * several places at once (iov_max in nexus/protocol.h). */
 
 #define MAX_DOUBLES (FIG3_MAX_BYTES / sizeof(double))
 
