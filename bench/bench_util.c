@@ -120,12 +120,15 @@ void bench_reply_arrived(void) {
   nx_mutex_unlock(&m);
 }
 
-/* Waits until `*counter` reaches `want`, as bench_wait_replies. */
+/* Waits until `*counter` reaches `want`, as bench_wait_replies. Without
+ * a limit the clock is not read: the 8 B round trips take 0.5 us. */
 static void wait_count(const long *counter, long want, int timeout_s,
                        const char *what, const char *why) {
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += timeout_s;
+  struct timespec deadline = {0, 0};
+  if (timeout_s != 0) {
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_s;
+  }
   nx_mutex_lock(&m);
   while (*counter < want) {
     if (timeout_s == 0)
