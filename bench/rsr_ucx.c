@@ -191,8 +191,9 @@ static void raw_teardown(void) {
   ucp_cleanup(raw.ctx);
 }
 
-/* Fills t[size][run] with microseconds per round trip. */
-static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
+/* One launch: fills t[size][run] with microseconds per round trip, after
+ * a tenth as many to warm up. */
+static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS], int run) {
   int p2c[2], c2p[2];
   if (pipe(p2c) < 0 || pipe(c2p) < 0)
     bench_die("pipe", NULL);
@@ -219,15 +220,15 @@ static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
   }
   raw_setup(c2p[0], p2c[1]);
   for (int s = 0; s < NSIZES; s++) {
-    for (int r = -1; r < runs && size_wanted(s); r++) {
-      int n = r < 0 ? iters(s) / 10 + 1 : iters(s); /* the first run warms up */
+    for (int w = 1; w >= 0 && size_wanted(s); w--) {
+      int n = w ? iters(s) / 10 + 1 : iters(s);
       double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
         raw_send(sizes[s]);
         raw_wait();
       }
-      if (r >= 0)
-        t[s][r] = (bench_now_us() - t0) / n;
+      if (!w)
+        t[s][run] = (bench_now_us() - t0) / n;
     }
   }
   kill(pid, SIGKILL);
@@ -303,9 +304,10 @@ static int send_copy(const nx_gp_t *to, nx_handler_id_t ping, size_t n) {
   return nx_rsr_send(b);
 }
 
-/* Fills t[size][run], as bench_raw, with copying RSRs or, when `zc` is
- * set, zero-copy ones. */
-static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS]) {
+/* One launch, as bench_raw, of copying RSRs or, when `zc` is set,
+ * zero-copy ones. */
+static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
+                      int run) {
   setenv("NX_PROGRESS", mode, 1);
   struct bench_child child;
   bench_child_spawn(&child, NULL);
@@ -322,8 +324,8 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS]) {
   int rc;
   for (int s = 0; s < NSIZES; s++) {
     reply_size = sizes[s];
-    for (int r = -1; r < runs && size_wanted(s); r++) {
-      int n = r < 0 ? iters(s) / 10 + 1 : iters(s);
+    for (int w = 1; w >= 0 && size_wanted(s); w--) {
+      int n = w ? iters(s) / 10 + 1 : iters(s);
       double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
         long want = bench_next_reply();
@@ -334,8 +336,8 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS]) {
           bench_die("a ping", nx_strerror(rc));
         bench_wait_replies(want, 0);
       }
-      if (r >= 0)
-        t[s][r] = (bench_now_us() - t0) / n;
+      if (!w)
+        t[s][run] = (bench_now_us() - t0) / n;
     }
   }
   bench_wait_released(10);
@@ -384,21 +386,28 @@ int main(int argc, char **argv) {
   /* BENCH_ONLY=<system number>, for profiling one of them. */
   const char *only = getenv("BENCH_ONLY");
   int one = only != NULL ? atoi(only) : -1;
-  if (one < 0 || one == RAW_DEFAULT)
-    bench_raw(0, t[RAW_DEFAULT]);
-  if (one < 0 || one == RAW_MODULE)
-    bench_raw(1, t[RAW_MODULE]);
-  if (one < 0 || one == RSR_POLL)
-    bench_rsr("poll", 0, t[RSR_POLL]);
-  if (one < 0 || one == RSR_THREAD)
-    bench_rsr("thread", 0, t[RSR_THREAD]);
-  if (one < 0 || one == ZC_POLL)
-    bench_rsr("poll", 1, t[ZC_POLL]);
-  if (one < 0 || one == ZC_THREAD)
-    bench_rsr("thread", 1, t[ZC_THREAD]);
+  /* Each run launches every system in turn (fresh processes, UCP
+   * contexts and endpoints), so that a noisy stretch of the machine, and
+   * UCX's shared memory that is fast in one launch and slow in the next,
+   * fall on all of them alike. */
+  for (int r = 0; r < runs; r++) {
+    if (one < 0 || one == RAW_DEFAULT)
+      bench_raw(0, t[RAW_DEFAULT], r);
+    if (one < 0 || one == RAW_MODULE)
+      bench_raw(1, t[RAW_MODULE], r);
+    if (one < 0 || one == RSR_POLL)
+      bench_rsr("poll", 0, t[RSR_POLL], r);
+    if (one < 0 || one == RSR_THREAD)
+      bench_rsr("thread", 0, t[RSR_THREAD], r);
+    if (one < 0 || one == ZC_POLL)
+      bench_rsr("poll", 1, t[ZC_POLL], r);
+    if (one < 0 || one == ZC_THREAD)
+      bench_rsr("thread", 1, t[ZC_THREAD], r);
+  }
 
   printf("round trip between two processes over UCX %s (40-byte header + "
-         "payload), median of %d runs (fastest); ratios of medians\n",
+         "payload), median of %d runs, one launch each, the systems taking "
+         "turns (fastest); ratios of medians\n",
          ucp_get_version_string(), runs);
   printf("RSR: nx_put_bytes, copied out and in by the echo; zero copy: "
          "nx_put_bytes_ref, read in place (nx_get_bytes_ptr), echoed by "
