@@ -1,6 +1,7 @@
-/* Round trips between two processes over loopback at 8 B to 1 MiB: RSRs over
- * the tcp module, printed beside raw TCP ping-pongs (blocking and busy-polled)
- * and Open MPI's tcp BTL measured in the same run. */
+/* Round trips between two processes over loopback at 8 B to 4 MiB: RSRs over
+ * the tcp module, copying and zero-copy, printed beside raw TCP ping-pongs
+ * (blocking and busy-polled) and Open MPI's tcp BTL measured in the same run.
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,17 +33,32 @@
 
 extern char **environ;
 
-/* The systems compared, in the order they run for each size and run. */
-enum system { RAW_BLOCKING, RAW_BUSY, RSR_THREAD, RSR_POLL, MPI, NSYSTEMS };
+/* The systems compared, in the order they run for each size and run. RSR_*
+ * put the payload with nx_put_bytes and the echo copies it out and in;
+ * ZC_* are zero copy: nx_put_bytes_ref and nx_get_bytes_ptr, echoed by
+ * reference (bench_echo_ref). */
+enum system {
+  RAW_BLOCKING,
+  RAW_BUSY,
+  RSR_THREAD,
+  RSR_POLL,
+  ZC_THREAD,
+  ZC_POLL,
+  MPI,
+  NSYSTEMS
+};
 
 static const char *const system_name[NSYSTEMS] = {
-    "raw-blocking", "raw-busy", "rsr-thread", "rsr-poll", "mpi"};
+    "raw-blocking", "raw-busy", "rsr-thread", "rsr-poll",
+    "zc-thread",    "zc-poll",  "mpi"};
 static const char *const system_label[NSYSTEMS] = {
-    "raw TCP, blocking recv", "raw TCP, busy-polled recv",
-    "RSR, progress thread", "RSR, NX_PROGRESS=poll", "Open MPI, tcp BTL"};
+    "raw TCP, blocking recv",     "raw TCP, busy-polled recv",
+    "RSR, progress thread",       "RSR, NX_PROGRESS=poll",
+    "zero copy, progress thread", "zero copy, NX_PROGRESS=poll",
+    "Open MPI, tcp BTL"};
 
-#define MAX_PAYLOAD (1 << 20)
-#define MAX_SIZES 4
+#define MAX_PAYLOAD (4 << 20)
+#define MAX_SIZES 5
 #define MAX_RUNS 9
 
 static int quick;
@@ -63,9 +79,12 @@ static char recv_buf[MAX_PAYLOAD];
 
 /* Round trips per run, fewer for larger payloads: a 1 MiB round trip costs
  * a hundred times an 8 B one, and the whole benchmark should stay within
- * about two minutes. */
+ * a few minutes. */
 static int iters_for(size_t size) {
-  int n = size <= 4096 ? 5000 : size <= 65536 ? 2000 : 200;
+  int n = size <= 4096      ? 5000
+          : size <= 65536   ? 2000
+          : size <= 1 << 20 ? 200
+                            : 50;
   return quick ? n / 10 : n;
 }
 
@@ -189,6 +208,14 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   bench_reply_arrived();
 }
 
+/* A zero-copy reply: read in place (bench_check_ref). */
+static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (bench_check_ref(buf, send_buf, reply_size) != 0)
+    bad_replies++;
+  bench_reply_arrived();
+}
+
 /* The child's "ping": echoes the payload in "pong" (bench_echo). */
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
@@ -199,8 +226,10 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 /* One run: starts the child, both sides in NX_PROGRESS=`mode`, makes
  * `warm` round trips, then `n` timed ones. Returns the time per timed round
  * trip in microseconds. A fresh pair of processes per run, like the raw
- * runs, so that no idle peer spins while another system is measured. */
-static double rsr_run(const char *mode, size_t size, int warm, int n) {
+ * runs, so that no idle peer spins while another system is measured. With
+ * `zc` the pings put send_buf by reference: it never changes, so it may go
+ * again before its release came; every release is waited for at the end. */
+static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   char cpu_arg[16];
   snprintf(cpu_arg, sizeof(cpu_arg), "%d", pin_cpu[1]);
@@ -215,12 +244,22 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   reply_size = size;
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
+                      NX_HANDLER_NONTHREADED, NULL);
   bench_child_connect(&child, "tcp");
   nx_handler_id_t ping = nx_handler_id("ping");
+  nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
       t0 = bench_now_us();
+    if (zc) {
+      long want = bench_next_reply();
+      if ((rc = bench_send_ref(&child.gp, ping_ref, send_buf, size)) != 0)
+        die_nx("a zero-copy ping", rc);
+      bench_wait_replies(want, 0);
+      continue;
+    }
     nx_buffer_t *b;
     if ((rc = nx_rsr_init(&b, &child.gp, ping, nx_sizeof_bytes(size))) != 0 ||
         (rc = nx_put_bytes(b, send_buf, size)) != 0)
@@ -231,8 +270,10 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
     bench_wait_replies(want, 0);
   }
   double t = (bench_now_us() - t0) / n;
+  bench_wait_released(10);
   if (bad_replies > 0) {
-    fprintf(stderr, "bench_rsr_tcp: %ld replies of the wrong size\n",
+    fprintf(stderr,
+            "bench_rsr_tcp: %ld replies of the wrong size or contents\n",
             bad_replies);
     exit(1);
   }
@@ -393,7 +434,7 @@ static void print_size(const struct result *res, int n) {
       continue;
     printf("  %-28s %9.2f us (%9.2f)", system_label[s], res->med[s],
            res->best[s]);
-    if (s == RSR_THREAD || s == RSR_POLL) {
+    if (s >= RSR_THREAD) {
       print_ratio(res->med[s], res->med[RAW_BUSY]);
       print_ratio(res->med[s], res->med[RAW_BLOCKING]);
       print_ratio(res->med[s], res->med[MPI]);
@@ -405,11 +446,13 @@ static void print_size(const struct result *res, int n) {
            res->med[MPI], quick ? 3 : 5);
 }
 
-/* Prints one goal for both RSR modes: met when rsr <= limit * anchor. */
-static void print_goal(const char *goal, const struct result *res,
+/* Prints one goal for both modes of the RSRs (`zc` 0) or the zero-copy
+ * RSRs (`zc` 1): met when rsr <= limit * anchor. */
+static void print_goal(const char *goal, const struct result *res, int zc,
                        enum system anchor, double limit) {
   printf("  %s\n", goal);
-  for (int s = RSR_THREAD; s <= RSR_POLL; s++) {
+  for (int s = zc ? ZC_THREAD : RSR_THREAD; s <= (zc ? ZC_POLL : RSR_POLL);
+       s++) {
     if (res == NULL || isnan(res->med[s]) || isnan(res->med[anchor])) {
       printf("    %-28s not measured\n", system_label[s]);
       continue;
@@ -424,7 +467,7 @@ static int usage(void) {
   fprintf(stderr,
           "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
           "[--size BYTES] [--no-pin]\n  SYSTEM: raw-blocking, raw-busy, "
-          "rsr-thread, rsr-poll or mpi\n");
+          "rsr-thread, rsr-poll, zc-thread, zc-poll or mpi\n");
   return 2;
 }
 
@@ -436,7 +479,7 @@ int main(int argc, char **argv) {
     return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
   }
   int pin = 1;
-  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
+  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20, 4 << 20};
   int nsizes = MAX_SIZES;
   int only = -1;
   for (int i = 1; i < argc; i++) {
@@ -524,7 +567,10 @@ int main(int argc, char **argv) {
         case RAW_BUSY: v[s][r] = raw_run(s == RAW_BUSY, size, warm, n); break;
         case RSR_THREAD:
         case RSR_POLL:
-          v[s][r] = rsr_run(s == RSR_POLL ? "poll" : "thread", size, warm, n);
+        case ZC_THREAD:
+        case ZC_POLL:
+          v[s][r] = rsr_run(s == RSR_POLL || s == ZC_POLL ? "poll" : "thread",
+                            s >= ZC_THREAD, size, warm, n);
           break;
         case MPI:
           if (r == runs / 2)
@@ -546,16 +592,29 @@ int main(int argc, char **argv) {
 
   if (only >= 0 || nsizes < MAX_SIZES)
     return 0; /* a narrowed run, for profiling: no goals */
-  const struct result *small = NULL, *large = NULL;
+  const struct result *small = NULL, *large = NULL, *huge = NULL;
   for (int z = 0; z < nsizes; z++) {
     if (results[z].size == 8)
       small = &results[z];
     if (results[z].size == 1 << 20)
       large = &results[z];
+    if (results[z].size == 4 << 20)
+      huge = &results[z];
   }
   printf("\ngoals:\n");
-  print_goal("8 B: RSR within 1.25x of busy-polled raw TCP", small, RAW_BUSY,
+  print_goal("8 B: RSR within 1.25x of busy-polled raw TCP", small, 0, RAW_BUSY,
              1.25);
-  print_goal("1 MiB: RSR no slower than Open MPI's tcp BTL", large, MPI, 1.0);
+  print_goal("1 MiB: RSR no slower than Open MPI's tcp BTL", large, 0, MPI,
+             1.0);
+  printf("zero copy: goal: within 1.1x of raw at 1 MiB and 4 MiB (raw: "
+         "busy-polled raw TCP), and no slower than Open MPI's tcp BTL\n");
+  print_goal("1 MiB: zero copy within 1.1x of busy-polled raw TCP", large, 1,
+             RAW_BUSY, 1.1);
+  print_goal("4 MiB: zero copy within 1.1x of busy-polled raw TCP", huge, 1,
+             RAW_BUSY, 1.1);
+  print_goal("1 MiB: zero copy no slower than Open MPI's tcp BTL", large, 1,
+             MPI, 1.0);
+  print_goal("4 MiB: zero copy no slower than Open MPI's tcp BTL", huge, 1, MPI,
+             1.0);
   return 0;
 }

@@ -57,6 +57,35 @@ void bench_wait_replies(long want, int timeout_s);
 void bench_echo(nx_buffer_t *ping, const nx_gp_t *reply, nx_handler_id_t pong,
                 void *scratch, size_t scratch_len);
 
+/* --- zero copy: payloads put by reference and read in place ------------- */
+
+/* The zero-copy round trip's payload: a uint64 count, then that many bytes
+ * put by reference (nx_put_bytes_ref), read in place (nx_get_bytes_ptr).
+ * bench_send_ref sends one from the caller's memory; its release callback
+ * is counted, so that the sender knows when the memory is free again. The
+ * size hint is the count's only: the payload takes no room in the buffer.
+ * Returns 0 or the error of nx_rsr_init, a put or nx_rsr_send. */
+int bench_send_ref(const nx_gp_t *to, nx_handler_id_t handler, const void *p,
+                   size_t n);
+
+/* Waits (driving progress) until every payload bench_send_ref sent was
+ * released; dies when a release reported an error, or after timeout_s
+ * seconds when it is not 0. */
+void bench_wait_released(int timeout_s);
+
+/* What a zero-copy "ping" handler does: takes a pointer to the payload in
+ * `ping` (nx_get_bytes_ptr), retains `ping` and answers in handler `pong`
+ * at `reply` with the same bytes put by reference from the received
+ * buffer, which the reply's release callback releases. Nothing is copied
+ * outside the runtime. Dies on a malformed ping or a failed reply. */
+void bench_echo_ref(nx_buffer_t *ping, const nx_gp_t *reply,
+                    nx_handler_id_t pong);
+
+/* What a zero-copy "pong" handler does: reads the payload in place and
+ * checks its count against `size` and its first and last bytes against
+ * `sent`. Returns 0, or -1 for a wrong reply. */
+int bench_check_ref(nx_buffer_t *pong, const void *sent, size_t size);
+
 /* The "quit" handler: serve_until_quit returns. */
 void bench_on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
@@ -70,8 +99,9 @@ int bench_serve_until_quit(pid_t parent);
 /* Where the child's replies go: the gp "hello" brought. */
 extern nx_gp_t bench_reply_gp;
 
-/* The child's main: nx_init, registers "hello", "quit" and `on_ping`
- * (non-threaded) in its initial context, writes its gp to `fd`, serves
+/* The child's main: nx_init, registers "hello", "quit", `on_ping` and
+ * "ping_ref" (bench_echo_ref answering "pong_ref"), all non-threaded, in
+ * its initial context, writes its gp to `fd`, serves
  * until "quit" (or its parent is gone) and finalizes. Returns the exit
  * status. */
 int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping);

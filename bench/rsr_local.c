@@ -1,5 +1,7 @@
 /* In-process RSR round-trip benchmark, printed beside a shared-memory flag
- * ping-pong and a mutex+condvar hand-off measured in the same run. */
+ * ping-pong and a mutex+condvar hand-off measured in the same run; payloads up
+ * to 4 MiB, copying and zero-copy, beside a flag ping-pong that copies each
+ * payload once per hop. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -7,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 static double now_us(void) {
@@ -154,12 +157,116 @@ static void ping_threaded(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     nx_rsr_send(out);
 }
 
+/* 4. Payloads. The raw anchor: the payload copied once per hop, from the
+ * sender's array into the receiver's (what a single-copy transport does),
+ * on one thread, as a non-threaded in-process RSR runs on the thread that
+ * waits for it: two memcpy per round trip and nothing else. Then RSRs
+ * echoing the payload: copying (nx_put_bytes, and the echo copies it out and
+ * in: bench_echo) and zero-copy (nx_put_bytes_ref, read in place, echoed by
+ * reference: bench_send_ref, bench_echo_ref). Both wait in nx_cond_wait. */
+#define MAX_PAYLOAD (4 << 20)
+static const size_t payload_sizes[] = {1024, 65536, 1 << 20, 4 << 20};
+#define NPAYLOADS (sizeof(payload_sizes) / sizeof(payload_sizes[0]))
+static char *big_out, *big_peer, *big_back; /* the sender's, the echo's, back */
+static size_t big_size;
+static long bad_replies;
+static nx_handler_id_t pong_copy_id, pong_ref_id;
+
+static int payload_iters(size_t size) {
+  int n = (int)((size_t)iters * 128 / (size + 65536)) + 1;
+  return n < 5 ? 5 : n;
+}
+
+/* Round trips of memcpy alone: hop out, hop back. */
+static double bench_copy(void *arg) {
+  size_t size = *(size_t *)arg;
+  int n = payload_iters(size);
+  double t0 = now_us();
+  for (int i = 0; i < n; i++) {
+    memcpy(big_peer, big_out, size);
+    __asm__ volatile("" ::: "memory");
+    memcpy(big_back, big_peer, size);
+    __asm__ volatile("" ::: "memory");
+  }
+  return (now_us() - t0) / n;
+}
+
+static void ping_copy(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  bench_echo(buf, &main_gp, pong_copy_id, big_peer, MAX_PAYLOAD);
+}
+
+static void ping_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  bench_echo_ref(buf, &main_gp, pong_ref_id);
+}
+
+static void pong_copy(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (nx_get_bytes(buf, big_back, big_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  bench_reply_arrived();
+}
+
+static void pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (bench_check_ref(buf, big_out, big_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  bench_reply_arrived();
+}
+
+struct payload_case {
+  size_t size;
+  int zc;
+};
+
+/* The pings of a zero-copy run put big_out by reference: it never
+ * changes, so it may go again before its release came; every release is
+ * waited for at the end. */
+static double bench_payload(void *arg) {
+  const struct payload_case *c = arg;
+  big_size = c->size;
+  nx_handler_id_t hid = nx_handler_id(c->zc ? "ping_ref" : "ping_copy");
+  int n = payload_iters(c->size);
+  double t0 = 0;
+  for (int i = -n / 10 - 1; i < n; i++) {
+    if (i == 0)
+      t0 = now_us();
+    long want = bench_next_reply();
+    int rc;
+    if (c->zc) {
+      rc = bench_send_ref(&peer_gp[0], hid, big_out, c->size);
+    } else {
+      nx_buffer_t *b;
+      rc = nx_rsr_init(&b, &peer_gp[0], hid, nx_sizeof_bytes(c->size));
+      if (rc == 0 && (rc = nx_put_bytes(b, big_out, c->size)) != 0)
+        nx_buffer_release(b);
+      else if (rc == 0)
+        rc = nx_rsr_send(b);
+    }
+    if (rc != 0)
+      bench_die("a payload ping", nx_strerror(rc));
+    bench_wait_replies(want, 10);
+  }
+  double t = (now_us() - t0) / n;
+  bench_wait_released(10);
+  if (bad_replies > 0)
+    bench_die("payload replies", "of the wrong size or contents");
+  return t;
+}
+
 static int peer_init(nx_context_t *ctx, void *arg) {
   (void)arg;
   int r = nx_handler_register(ctx, "ping", ping, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "ping_threaded", ping_threaded,
                             NX_HANDLER_THREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "ping_copy", ping_copy, NX_HANDLER_NONTHREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "ping_ref", ping_ref, NX_HANDLER_NONTHREADED,
+                            NULL);
   return r;
 }
 
@@ -225,10 +332,10 @@ static double bench_create(void *arg) {
 /* The anchor for the default module set: this program again, with only
  * the local module, measuring the null non-threaded round trip alone.
  * Returns its median in us, or a negative value if it failed. */
-static double local_only_anchor(const char *self, int quick) {
+static double local_only_anchor(const char *self, const char *mode) {
   char cmd[4096];
-  snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=local '%s' --null-only%s", self,
-           quick ? " --quick" : "");
+  snprintf(cmd, sizeof(cmd), "NX_PROTOCOLS=local '%s' --null-only %s", self,
+           mode);
   FILE *p = popen(cmd, "r");
   if (p == NULL)
     return -1;
@@ -240,12 +347,19 @@ static double local_only_anchor(const char *self, int quick) {
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, null_only = 0;
+  bench_name = "bench_rsr_local";
+  const char *mode = ""; /* passed on to the local-only anchor */
+  int null_only = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       iters = 20000;
       reps = 3;
-      quick = 1;
+      mode = "--quick";
+    } else if (strcmp(argv[i], "--smoke") == 0) {
+      /* Every row once, with few round trips: a test that it runs. */
+      iters = 2000;
+      reps = 1;
+      mode = "--smoke";
     } else if (strcmp(argv[i], "--null-only") == 0) {
       null_only = 1;
     }
@@ -255,7 +369,7 @@ int main(int argc, char **argv) {
   double local_only = -1;
   if (!null_only && getenv("NX_PROTOCOLS") == NULL &&
       getenv("NX_PROGRESS") == NULL)
-    local_only = local_only_anchor(argv[0], quick);
+    local_only = local_only_anchor(argv[0], mode);
   /* The anchors run before nx_init, so no runtime thread competes. */
   double floor = min_of(bench_flag, NULL);
   double cond = median_of(bench_cond, NULL);
@@ -264,6 +378,17 @@ int main(int argc, char **argv) {
     return 1;
   }
   payload_buf = calloc(1, 1024);
+  big_out = malloc(MAX_PAYLOAD);
+  big_peer = malloc(MAX_PAYLOAD);
+  big_back = malloc(MAX_PAYLOAD);
+  if (big_out == NULL || big_peer == NULL || big_back == NULL)
+    bench_die("malloc", NULL);
+  memset(big_out, 0x5a, MAX_PAYLOAD);
+  memset(big_peer, 0, MAX_PAYLOAD); /* no page faults in the first run */
+  memset(big_back, 0, MAX_PAYLOAD);
+  bench_sync_init();
+  pong_copy_id = nx_handler_id("pong_copy");
+  pong_ref_id = nx_handler_id("pong_ref");
   nx_mutex_init(&w.m);
   nx_cond_init(&w.c);
   w.done = 0;
@@ -272,6 +397,10 @@ int main(int argc, char **argv) {
                       NULL);
   nx_handler_register(nx_context_self(), "pong_threaded", pong,
                       NX_HANDLER_THREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong_copy", pong_copy,
+                      NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong_ref", pong_ref,
+                      NX_HANDLER_NONTHREADED, NULL);
   nx_gp_make(&w, &main_gp);
   nx_context_create_local(peer_init, NULL, &peer_gp[0]);
   nx_gp_copy(&peer_gp[0], &peer_gp[1]);
@@ -283,6 +412,9 @@ int main(int argc, char **argv) {
     nx_gp_release(&main_gp);
     nx_finalize();
     free(payload_buf);
+    free(big_out);
+    free(big_peer);
+    free(big_back);
     return 0;
   }
 
@@ -309,6 +441,34 @@ int main(int argc, char **argv) {
     printf("    %-38s %9.3f us  %5.2fx floor  %5.3fx condvar\n", names[i], t[i],
            t[i] / floor, t[i] / cond);
   }
+  /* The payloads, non-threaded, waiting in nx_cond_wait; the systems take
+   * turns within each size. */
+  printf("  payloads, echoed (raw: one memcpy per hop, on one thread; RSR: "
+         "nx_put_bytes, copied out\n  and in by the echo; zero copy: "
+         "nx_put_bytes_ref, read in place, echoed by reference):\n");
+  double zc_ratio[NPAYLOADS];
+  for (size_t k = 0; k < NPAYLOADS; k++) {
+    size_t size = payload_sizes[k];
+    double v[3][32];
+    struct payload_case copy = {size, 0}, zc = {size, 1};
+    for (int r = 0; r < reps; r++) {
+      v[0][r] = bench_copy(&size);
+      v[1][r] = bench_payload(&copy);
+      v[2][r] = bench_payload(&zc);
+    }
+    double med[3], best;
+    for (int j = 0; j < 3; j++)
+      med[j] = bench_median(v[j], reps, &best);
+    char label[32];
+    bench_size_label(size, label, sizeof(label));
+    printf("    %-6s %-31s %9.3f us\n", label, "raw: memcpy, once per hop",
+           med[0]);
+    printf("    %-6s %-31s %9.3f us  %5.2fx raw\n", "", "RSR, non-threaded",
+           med[1], med[1] / med[0]);
+    printf("    %-6s %-31s %9.3f us  %5.2fx raw\n", "",
+           "zero copy, non-threaded", med[2], med[2] / med[0]);
+    zc_ratio[k] = med[2] / med[0];
+  }
   double create = median_of(bench_create, NULL);
   printf("  %-40s %9.3f us\n", "in-process context creation", create);
   printf("goals:\n");
@@ -333,10 +493,22 @@ int main(int argc, char **argv) {
            t[5] / t[4]);
   printf("  context creation < 20 us:                 %.3f us  %s\n", create,
          create < 20 ? "met" : "NOT met");
+  printf("  zero copy: goal: within 1.1x of raw at 1 MiB and 4 MiB\n");
+  for (size_t k = 0; k < NPAYLOADS; k++) {
+    if (payload_sizes[k] < (1 << 20))
+      continue;
+    char label[32];
+    bench_size_label(payload_sizes[k], label, sizeof(label));
+    printf("    %-6s zero copy / raw:                  %.2fx  %s\n", label,
+           zc_ratio[k], zc_ratio[k] <= 1.1 ? "met" : "NOT met");
+  }
   nx_gp_release(&peer_gp[0]);
   nx_gp_release(&peer_gp[1]);
   nx_gp_release(&main_gp);
   nx_finalize();
   free(payload_buf);
+  free(big_out);
+  free(big_peer);
+  free(big_back);
   return 0;
 }

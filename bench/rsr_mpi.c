@@ -1,5 +1,6 @@
-/* RSR round trips between two MPI ranks over the mpi module, printed beside raw
- * MPI_Send/MPI_Recv ping-pongs measured in the same run. */
+/* RSR round trips between two MPI ranks over the mpi module, copying and
+ * zero-copy, printed beside raw MPI_Send/MPI_Recv ping-pongs measured in the
+ * same run. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -17,12 +18,16 @@
  * the raw runs go between, with no nexus thread alive. The systems take
  * turns within each size, so a noisy stretch falls on all of them. */
 
-enum system { RAW, RSR_THREAD, RSR_POLL, NSYSTEMS };
+/* RSR_*: nx_put_bytes, copied out and in by the echo; ZC_*: zero copy,
+ * nx_put_bytes_ref and nx_get_bytes_ptr, echoed by reference
+ * (bench_echo_ref). */
+enum system { RAW, RSR_THREAD, RSR_POLL, ZC_THREAD, ZC_POLL, NSYSTEMS };
 static const char *const label[NSYSTEMS] = {
-    "MPI_Send/MPI_Recv", "RSR, progress thread", "RSR, NX_PROGRESS=poll"};
+    "MPI_Send/MPI_Recv", "RSR, progress thread", "RSR, NX_PROGRESS=poll",
+    "zero copy, progress thread", "zero copy, NX_PROGRESS=poll"};
 
-#define MAX_PAYLOAD (1 << 20)
-#define MAX_SIZES 4
+#define MAX_PAYLOAD (4 << 20)
+#define MAX_SIZES 5
 #define MAX_RUNS 9
 
 static int quick;
@@ -32,7 +37,10 @@ static char send_buf[MAX_PAYLOAD];
 static char recv_buf[MAX_PAYLOAD];
 
 static int iters_for(size_t size) {
-  int n = size <= 4096 ? 5000 : size <= 65536 ? 2000 : 200;
+  int n = size <= 4096      ? 5000
+          : size <= 65536   ? 2000
+          : size <= 1 << 20 ? 200
+                            : 50;
   return quick ? n / 10 : n;
 }
 
@@ -70,8 +78,9 @@ static double raw_run(size_t size, int warm, int n) {
  * which waits in nx_cond_wait (and so drives progress itself). */
 
 static size_t reply_size;
+static long bad_replies;
 static nx_gp_t *peers;
-static nx_handler_id_t ping_id, pong_id;
+static nx_handler_id_t ping_id, pong_id, ping_ref_id, pong_ref_id;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
@@ -84,7 +93,24 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   bench_echo(buf, &peers[0], pong_id, recv_buf, sizeof(recv_buf));
 }
 
-static double rsr_run(const char *mode, size_t size, int warm, int n) {
+/* Zero copy: rank 1 answers from the received buffer by reference, rank 0
+ * reads the reply in place (bench_echo_ref, bench_check_ref). */
+static void on_ping_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  bench_echo_ref(buf, &peers[0], pong_ref_id);
+}
+
+static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (bench_check_ref(buf, send_buf, reply_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  bench_reply_arrived();
+}
+
+/* With `zc`, rank 0 puts send_buf by reference: it never changes, so it
+ * may go again before its release came; every release is waited for at
+ * the end. */
+static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
@@ -93,9 +119,15 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
   reply_size = size;
   ping_id = nx_handler_id("ping");
   pong_id = nx_handler_id("pong");
+  ping_ref_id = nx_handler_id("ping_ref");
+  pong_ref_id = nx_handler_id("pong_ref");
   nx_context_t *self = nx_context_self();
   nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "pong", on_pong, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "ping_ref", on_ping_ref, NX_HANDLER_NONTHREADED,
+                      NULL);
+  nx_handler_register(self, "pong_ref", on_pong_ref, NX_HANDLER_NONTHREADED,
+                      NULL);
   nx_handler_register(self, "quit", bench_on_quit, NX_HANDLER_NONTHREADED,
                       NULL);
   int count = 0, me = -1;
@@ -123,6 +155,13 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
     for (int i = -warm; i < n; i++) {
       if (i == 0)
         t0 = bench_now_us();
+      if (zc) {
+        long want = bench_next_reply();
+        if ((rc = bench_send_ref(&peers[1], ping_ref_id, send_buf, size)) != 0)
+          die("a zero-copy ping", rc);
+        bench_wait_replies(want, 0);
+        continue;
+      }
       nx_buffer_t *b;
       if ((rc = nx_rsr_init(&b, &peers[1], ping_id, nx_sizeof_bytes(size))) !=
               0 ||
@@ -134,6 +173,9 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
       bench_wait_replies(want, 0);
     }
     t = (bench_now_us() - t0) / n;
+    bench_wait_released(10);
+    if (bad_replies > 0)
+      die("zero-copy replies of the wrong size or contents", 0);
     nx_buffer_t *b;
     if ((rc = nx_rsr_init_name(&b, &peers[1], "quit", 8)) != 0 ||
         (rc = nx_rsr_send(b)) != 0)
@@ -153,7 +195,7 @@ static double rsr_run(const char *mode, size_t size, int warm, int n) {
 
 static void goal(const char *what, double rsr, double raw, double limit) {
   double ratio = rsr / raw;
-  printf("    %-24s %6.2fx  %s\n", what, ratio,
+  printf("    %-34s %6.2fx  %s\n", what, ratio,
          ratio <= limit ? "met" : "NOT met");
 }
 
@@ -163,7 +205,7 @@ int main(int argc, char **argv) {
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20};
+  size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20, 4 << 20};
   int nsizes = MAX_SIZES;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
@@ -202,15 +244,19 @@ int main(int argc, char **argv) {
            "within each size\n",
            provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE"
                                            : "MPI_THREAD_SERIALIZED");
-  double med8[NSYSTEMS] = {NAN, NAN, NAN}, med1m[NSYSTEMS] = {NAN, NAN, NAN};
+  double med8[NSYSTEMS], med1m[NSYSTEMS], med4m[NSYSTEMS];
+  for (int s = 0; s < NSYSTEMS; s++)
+    med8[s] = med1m[s] = med4m[s] = NAN;
   for (int z = 0; z < nsizes; z++) {
     size_t sz = sizes[z];
     int n = iters_for(sz), warm = n / 10 + 1;
     double v[NSYSTEMS][MAX_RUNS];
     for (int r = 0; r < runs; r++) {
       v[RAW][r] = raw_run(sz, warm, n);
-      v[RSR_THREAD][r] = rsr_run("thread", sz, warm, n);
-      v[RSR_POLL][r] = rsr_run("poll", sz, warm, n);
+      v[RSR_THREAD][r] = rsr_run("thread", 0, sz, warm, n);
+      v[RSR_POLL][r] = rsr_run("poll", 0, sz, warm, n);
+      v[ZC_THREAD][r] = rsr_run("thread", 1, sz, warm, n);
+      v[ZC_POLL][r] = rsr_run("poll", 1, sz, warm, n);
     }
     if (rank != 0)
       continue;
@@ -222,7 +268,7 @@ int main(int argc, char **argv) {
     printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", lab,
            n, runs);
     for (int s = 0; s < NSYSTEMS; s++) {
-      printf("  %-24s %9.2f us (%9.2f)", label[s], med[s], best[s]);
+      printf("  %-28s %9.2f us (%9.2f)", label[s], med[s], best[s]);
       if (s != RAW)
         printf("  %6.2fx MPI", med[s] / med[RAW]);
       printf("\n");
@@ -232,6 +278,8 @@ int main(int argc, char **argv) {
       memcpy(med8, med, sizeof(med));
     if (sz == 1 << 20)
       memcpy(med1m, med, sizeof(med));
+    if (sz == 4 << 20)
+      memcpy(med4m, med, sizeof(med));
   }
   if (rank == 0) {
     printf("\ngoals:\n");
@@ -244,6 +292,19 @@ int main(int argc, char **argv) {
       printf("  1 MiB: RSR within 1.1x of MPI_Send/MPI_Recv\n");
       goal(label[RSR_THREAD], med1m[RSR_THREAD], med1m[RAW], 1.1);
       goal(label[RSR_POLL], med1m[RSR_POLL], med1m[RAW], 1.1);
+    }
+    if (!isnan(med1m[RAW]) || !isnan(med4m[RAW]))
+      printf("  zero copy: goal: within 1.1x of raw at 1 MiB and 4 MiB\n");
+    for (int s = ZC_THREAD; s < NSYSTEMS; s++) {
+      char what[64];
+      if (!isnan(med1m[RAW])) {
+        snprintf(what, sizeof(what), "1 MiB %s", label[s]);
+        goal(what, med1m[s], med1m[RAW], 1.1);
+      }
+      if (!isnan(med4m[RAW])) {
+        snprintf(what, sizeof(what), "4 MiB %s", label[s]);
+        goal(what, med4m[s], med4m[RAW], 1.1);
+      }
     }
   }
   MPI_Finalize();

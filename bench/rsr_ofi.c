@@ -1,6 +1,7 @@
-/* Round trips between two processes at 8 B to 1 MiB over libfabric: RSRs over
- * the ofi module beside a raw fi_send/fi_recv ping-pong on the same provider,
- * measured in the same run, for shm and tcp;ofi_rxm. */
+/* Round trips between two processes at 8 B to 4 MiB over libfabric: RSRs over
+ * the ofi module, copying and zero-copy, beside a raw fi_send/fi_recv
+ * ping-pong on the same provider, measured in the same run, for shm and
+ * tcp;ofi_rxm. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -32,14 +33,18 @@
 
 extern char **environ;
 
-enum system { RAW, RSR_THREAD, RSR_POLL, NSYSTEMS };
-static const char *const system_name[NSYSTEMS] = {"raw", "rsr-thread",
-                                                  "rsr-poll"};
+/* RSR_*: nx_put_bytes, copied out and in by the echo; ZC_*: zero copy,
+ * nx_put_bytes_ref and nx_get_bytes_ptr, echoed by reference
+ * (bench_echo_ref). */
+enum system { RAW, RSR_THREAD, RSR_POLL, ZC_THREAD, ZC_POLL, NSYSTEMS };
+static const char *const system_name[NSYSTEMS] = {
+    "raw", "rsr-thread", "rsr-poll", "zc-thread", "zc-poll"};
 static const char *const system_label[NSYSTEMS] = {
     "raw fi_send/fi_recv, busy-polled", "RSR, progress thread",
-    "RSR, NX_PROGRESS=poll"};
+    "RSR, NX_PROGRESS=poll", "zero copy, progress thread",
+    "zero copy, NX_PROGRESS=poll"};
 
-#define MAX_PAYLOAD (1 << 20)
+#define MAX_PAYLOAD (4 << 20)
 #define MAX_RUNS 9
 
 static int quick;
@@ -48,7 +53,10 @@ static char send_buf[MAX_PAYLOAD];
 static char recv_buf[MAX_PAYLOAD];
 
 static int iters_for(size_t size) {
-  int n = size <= 4096 ? 10000 : size <= 65536 ? 2000 : 300;
+  int n = size <= 4096      ? 10000
+          : size <= 65536   ? 2000
+          : size <= 1 << 20 ? 300
+                            : 100;
   return quick ? n / 10 : n;
 }
 
@@ -230,6 +238,14 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   bench_reply_arrived();
 }
 
+/* A zero-copy reply: read in place (bench_check_ref). */
+static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (bench_check_ref(buf, send_buf, reply_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  bench_reply_arrived();
+}
+
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   bench_echo(buf, &bench_reply_gp, pong_id, recv_buf, sizeof(recv_buf));
@@ -239,7 +255,11 @@ static void die_nx(const char *what, int rc) {
   bench_die(what, nx_strerror(rc));
 }
 
-static double rsr_measure(const char *mode, size_t size, int warm, int n) {
+/* The zero-copy ping ("ping_ref", answered by bench_echo_ref in "pong_ref")
+ * puts send_buf by reference: it never changes, so it may go again before
+ * its release came; every release is waited for at the end. */
+static double rsr_measure(const char *mode, int zc, size_t size, int warm,
+                          int n) {
   setenv("NX_PROGRESS", mode, 1);
   setenv("NX_PROTOCOLS", "ofi,local", 1);
   struct bench_child child;
@@ -251,12 +271,22 @@ static double rsr_measure(const char *mode, size_t size, int warm, int n) {
   reply_size = size;
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
+                      NX_HANDLER_NONTHREADED, NULL);
   bench_child_connect(&child, "ofi");
   nx_handler_id_t ping = nx_handler_id("ping");
+  nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
   double t0 = 0;
   for (int i = -warm; i < n; i++) {
     if (i == 0)
       t0 = bench_now_us();
+    if (zc) {
+      long want = bench_next_reply();
+      if ((rc = bench_send_ref(&child.gp, ping_ref, send_buf, size)) != 0)
+        die_nx("a zero-copy ping", rc);
+      bench_wait_replies(want, 10);
+      continue;
+    }
     nx_buffer_t *b;
     if ((rc = nx_rsr_init(&b, &child.gp, ping, nx_sizeof_bytes(size))) != 0 ||
         (rc = nx_put_bytes(b, send_buf, size)) != 0)
@@ -267,8 +297,9 @@ static double rsr_measure(const char *mode, size_t size, int warm, int n) {
     bench_wait_replies(want, 10);
   }
   double t = (bench_now_us() - t0) / n;
+  bench_wait_released(10);
   if (bad_replies > 0)
-    bench_die("replies", "of the wrong size");
+    bench_die("replies", "of the wrong size or contents");
   bench_child_stop(&child);
   nx_finalize();
   return t;
@@ -346,16 +377,20 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "raw") == 0)
       t = raw_measure(size, warm, n);
     else if (strcmp(argv[2], "rsr-thread") == 0)
-      t = rsr_measure("thread", size, warm, n);
+      t = rsr_measure("thread", 0, size, warm, n);
     else if (strcmp(argv[2], "rsr-poll") == 0)
-      t = rsr_measure("poll", size, warm, n);
+      t = rsr_measure("poll", 0, size, warm, n);
+    else if (strcmp(argv[2], "zc-thread") == 0)
+      t = rsr_measure("thread", 1, size, warm, n);
+    else if (strcmp(argv[2], "zc-poll") == 0)
+      t = rsr_measure("poll", 1, size, warm, n);
     else
       return usage();
     printf("%.4f\n", t);
     return 0;
   }
-  size_t sizes[4] = {8, 1024, 65536, 1 << 20};
-  int nsizes = 4;
+  size_t sizes[5] = {8, 1024, 65536, 1 << 20, 4 << 20};
+  int nsizes = 5;
   const char *provs[2] = {"shm", "tcp;ofi_rxm"};
   int nprovs = 2;
   for (int i = 1; i < argc; i++) {
@@ -383,9 +418,9 @@ int main(int argc, char **argv) {
   for (int pi = 0; pi < nprovs; pi++) {
     const char *prov = provs[pi];
     printf("\n== FI_PROVIDER=%s\n", prov);
-    double ratio8[NSYSTEMS], ratio1m[NSYSTEMS];
+    double ratio8[NSYSTEMS], ratio1m[NSYSTEMS], ratio4m[NSYSTEMS];
     for (int s = 0; s < NSYSTEMS; s++)
-      ratio8[s] = ratio1m[s] = NAN;
+      ratio8[s] = ratio1m[s] = ratio4m[s] = NAN;
     int available = 1;
     for (int si = 0; si < nsizes && available; si++) {
       size_t size = sizes[si];
@@ -420,18 +455,30 @@ int main(int argc, char **argv) {
           ratio8[s] = med[s] / med[RAW];
         if (size == 1 << 20)
           ratio1m[s] = med[s] / med[RAW];
+        if (size == 4 << 20)
+          ratio4m[s] = med[s] / med[RAW];
       }
     }
     if (!available)
       continue;
     printf("\n  goals (RSR / raw):\n");
-    for (int s = RSR_THREAD; s < NSYSTEMS; s++) {
+    for (int s = RSR_THREAD; s <= RSR_POLL; s++) {
       if (!isnan(ratio8[s]))
-        printf("    8 B   %-26s %6.2fx  (goal 1.3x: %s)\n", system_label[s],
+        printf("    8 B   %-28s %6.2fx  (goal 1.3x: %s)\n", system_label[s],
                ratio8[s], ratio8[s] <= 1.3 ? "met" : "NOT met");
       if (!isnan(ratio1m[s]))
-        printf("    1 MiB %-26s %6.2fx  (goal 1.1x: %s)\n", system_label[s],
+        printf("    1 MiB %-28s %6.2fx  (goal 1.1x: %s)\n", system_label[s],
                ratio1m[s], ratio1m[s] <= 1.1 ? "met" : "NOT met");
+    }
+    printf("  zero copy (RSR / raw): goal: within 1.1x of raw at 1 MiB and "
+           "4 MiB\n");
+    for (int s = ZC_THREAD; s < NSYSTEMS; s++) {
+      if (!isnan(ratio1m[s]))
+        printf("    1 MiB %-28s %6.2fx  %s\n", system_label[s], ratio1m[s],
+               ratio1m[s] <= 1.1 ? "met" : "NOT met");
+      if (!isnan(ratio4m[s]))
+        printf("    4 MiB %-28s %6.2fx  %s\n", system_label[s], ratio4m[s],
+               ratio4m[s] <= 1.1 ? "met" : "NOT met");
     }
   }
   return 0;

@@ -1,6 +1,6 @@
-/* Round trips between two processes at 8 B to 1 MiB over UCX: RSRs over the ucx
- * module beside a raw UCP active-message ping-pong, measured in the same run.
- */
+/* Round trips between two processes at 8 B to 4 MiB over UCX: RSRs over the ucx
+ * module, copying and zero-copy, beside a raw UCP active-message ping-pong,
+ * measured in the same run. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +14,9 @@
 #include "bench_util.h"
 #include "nexus.h"
 
-/* Usage: bench_rsr_ucx [scale [runs]]. `scale` multiplies the round trips
- * per run (default 1: 20,000 at 8 B down to 1,000 at 1 MiB).
+/* Usage: bench_rsr_ucx [scale [runs]] or bench_rsr_ucx --quick. `scale`
+ * multiplies the round trips per run (default 1: 20,000 at 8 B down to 250
+ * at 4 MiB); --quick makes a tenth of them in 3 runs (a smoke test).
  *
  * Two raw anchors, each a ping-pong of UCP active messages with a 40-byte
  * header (a frame header's size) between this process and a forked child,
@@ -28,15 +29,20 @@
  * Then RSRs: "ping" to a child (this program, "--child") whose
  * non-threaded handler answers "pong" with the same bytes, the main thread
  * waiting in nx_cond_wait; with NX_PROGRESS=poll and with the progress
- * thread. */
+ * thread. The copying RSRs put the payload with nx_put_bytes and the echo
+ * copies it out and in again; the zero-copy ones ("ping_ref", "pong_ref":
+ * bench_send_ref, bench_echo_ref) put it by reference and read it in
+ * place, the echo answering from the received buffer. */
 
-#define NSIZES 4
-static const size_t sizes[NSIZES] = {8, 1024, 65536, 1u << 20};
-static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000};
+#define NSIZES 5
+static const size_t sizes[NSIZES] = {8, 1024, 65536, 1u << 20, 4u << 20};
+static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000, 250};
+#define MAX_PAYLOAD (4u << 20)
 #define MAX_RUNS 15
 #define HDR 40
 
 static int scale = 1;
+static int quick; /* a tenth of the round trips */
 static int runs = 5;
 
 /* BENCH_SIZE=<index into sizes>, for profiling one of them. */
@@ -45,7 +51,9 @@ static int size_wanted(int i) {
   return only == NULL || atoi(only) == i;
 }
 
-static int iters(int i) { return base_iters[i] * scale; }
+static int iters(int i) {
+  return quick ? base_iters[i] / 10 : base_iters[i] * scale;
+}
 
 /* 1. Raw UCP. */
 
@@ -183,8 +191,9 @@ static void raw_teardown(void) {
   ucp_cleanup(raw.ctx);
 }
 
-/* Fills t[size][run] with microseconds per round trip. */
-static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
+/* One launch: fills t[size][run] with microseconds per round trip, after
+ * a tenth as many to warm up. */
+static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS], int run) {
   int p2c[2], c2p[2];
   if (pipe(p2c) < 0 || pipe(c2p) < 0)
     bench_die("pipe", NULL);
@@ -211,15 +220,15 @@ static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
   }
   raw_setup(c2p[0], p2c[1]);
   for (int s = 0; s < NSIZES; s++) {
-    for (int r = -1; r < runs && size_wanted(s); r++) {
-      int n = r < 0 ? iters(s) / 10 + 1 : iters(s); /* the first run warms up */
+    for (int w = 1; w >= 0 && size_wanted(s); w--) {
+      int n = w ? iters(s) / 10 + 1 : iters(s);
       double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
         raw_send(sizes[s]);
         raw_wait();
       }
-      if (r >= 0)
-        t[s][r] = (bench_now_us() - t0) / n;
+      if (!w)
+        t[s][run] = (bench_now_us() - t0) / n;
     }
   }
   kill(pid, SIGKILL);
@@ -232,7 +241,7 @@ static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS]) {
 /* The cost of copying the payload once (cache-hot): an RSR copies it at
  * each end (nx_put_bytes), the raw ping-pong never. */
 static double bench_memcpy(size_t n) {
-  static char a[1 << 20], b[1 << 20];
+  static char a[MAX_PAYLOAD], b[MAX_PAYLOAD];
   int reps = (int)(((size_t)64 << 20) / (n + 64)) + 1;
   double best = 1e30;
   for (int r = 0; r < 5; r++) {
@@ -251,10 +260,20 @@ static double bench_memcpy(size_t n) {
 
 /* 2. RSRs. */
 
-static char payload[(1 << 20) + 64];
+static char payload[MAX_PAYLOAD + 64];
+static size_t reply_size;
+static long bad_replies;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr, (void)buf;
+  bench_reply_arrived();
+}
+
+/* A zero-copy reply: read in place (bench_check_ref). */
+static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  if (bench_check_ref(buf, payload, reply_size) != 0)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
   bench_reply_arrived();
 }
 
@@ -264,7 +283,7 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   uint64_t n = 0;
   nx_buffer_t *out;
-  if (nx_get_uint64(buf, &n) != 0 || n > (1u << 20))
+  if (nx_get_uint64(buf, &n) != 0 || n > MAX_PAYLOAD)
     bench_die("a bad ping", NULL);
   if (nx_rsr_init_name(&out, &bench_reply_gp, "pong", n + 16) != 0 ||
       nx_put_uint64(out, n) != 0 || (n > 0 && nx_put_bytes(out, payload, n)) ||
@@ -272,7 +291,23 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     bench_die("cannot answer a ping", NULL);
 }
 
-static void bench_rsr(const char *mode, double t[NSIZES][MAX_RUNS]) {
+/* A copying ping: the size, then the payload copied in. */
+static int send_copy(const nx_gp_t *to, nx_handler_id_t ping, size_t n) {
+  nx_buffer_t *b;
+  int rc = nx_rsr_init(&b, to, ping, n + 16);
+  if (rc != 0)
+    return rc;
+  if ((rc = nx_put_uint64(b, n)) != 0 || (rc = nx_put_bytes(b, payload, n))) {
+    nx_buffer_release(b);
+    return rc;
+  }
+  return nx_rsr_send(b);
+}
+
+/* One launch, as bench_raw, of copying RSRs or, when `zc` is set,
+ * zero-copy ones. */
+static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
+                      int run) {
   setenv("NX_PROGRESS", mode, 1);
   struct bench_child child;
   bench_child_spawn(&child, NULL);
@@ -281,27 +316,33 @@ static void bench_rsr(const char *mode, double t[NSIZES][MAX_RUNS]) {
   bench_sync_init();
   nx_handler_register(nx_context_self(), "pong", on_pong,
                       NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
+                      NX_HANDLER_NONTHREADED, NULL);
   bench_child_connect(&child, "ucx");
   nx_handler_id_t ping = nx_handler_id("ping");
+  nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
+  int rc;
   for (int s = 0; s < NSIZES; s++) {
-    for (int r = -1; r < runs && size_wanted(s); r++) {
-      int n = r < 0 ? iters(s) / 10 + 1 : iters(s);
+    reply_size = sizes[s];
+    for (int w = 1; w >= 0 && size_wanted(s); w--) {
+      int n = w ? iters(s) / 10 + 1 : iters(s);
       double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
-        nx_buffer_t *b;
-        if (nx_rsr_init(&b, &child.gp, ping, sizes[s] + 16) != 0 ||
-            nx_put_uint64(b, sizes[s]) != 0 ||
-            nx_put_bytes(b, payload, sizes[s]) != 0)
-          bench_die("nx_rsr_init", NULL);
         long want = bench_next_reply();
-        if (nx_rsr_send(b) != 0)
-          bench_die("nx_rsr_send", NULL);
+        /* The zero-copy payload never changes, so it may go again before
+         * its release came; every release is waited for at the end. */
+        if ((rc = zc ? bench_send_ref(&child.gp, ping_ref, payload, sizes[s])
+                     : send_copy(&child.gp, ping, sizes[s])) != 0)
+          bench_die("a ping", nx_strerror(rc));
         bench_wait_replies(want, 0);
       }
-      if (r >= 0)
-        t[s][r] = (bench_now_us() - t0) / n;
+      if (!w)
+        t[s][run] = (bench_now_us() - t0) / n;
     }
   }
+  bench_wait_released(10);
+  if (bad_replies > 0)
+    bench_die("zero-copy replies", "of the wrong size or contents");
   bench_child_stop(&child);
   nx_finalize();
 }
@@ -310,36 +351,68 @@ int main(int argc, char **argv) {
   bench_name = "bench_rsr_ucx";
   if (argc == 4 && strcmp(argv[1], "--child") == 0)
     return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
-  if (argc > 1)
-    scale = atoi(argv[1]);
-  if (argc > 2)
-    runs = atoi(argv[2]);
+  if (argc == 2 && strcmp(argv[1], "--quick") == 0) {
+    quick = 1;
+    runs = 3;
+  } else {
+    if (argc > 1)
+      scale = atoi(argv[1]);
+    if (argc > 2)
+      runs = atoi(argv[2]);
+  }
   if (scale <= 0 || runs <= 0 || runs > MAX_RUNS) {
-    fprintf(stderr, "usage: bench_rsr_ucx [scale [runs <= %d]]\n", MAX_RUNS);
+    fprintf(stderr,
+            "usage: bench_rsr_ucx [scale [runs <= %d]] | bench_rsr_ucx "
+            "--quick\n",
+            MAX_RUNS);
     return 2;
   }
   setenv("NX_PROTOCOLS", "ucx", 1); /* both processes: ucx only */
   unsetenv("NX_UCX_QUEUE_MAX");
-  enum { RAW_DEFAULT, RAW_MODULE, RSR_POLL, RSR_THREAD, NSYS };
+  enum {
+    RAW_DEFAULT,
+    RAW_MODULE,
+    RSR_POLL,
+    RSR_THREAD,
+    ZC_POLL,
+    ZC_THREAD,
+    NSYS
+  };
   static const char *const label[NSYS] = {
-      "raw UCP AM, UCX defaults", "raw UCP AM, as the module",
-      "RSR, NX_PROGRESS=poll", "RSR, progress thread"};
+      "raw UCP AM, UCX defaults",    "raw UCP AM, as the module",
+      "RSR, NX_PROGRESS=poll",       "RSR, progress thread",
+      "zero copy, NX_PROGRESS=poll", "zero copy, progress thread"};
   static double t[NSYS][NSIZES][MAX_RUNS];
   /* BENCH_ONLY=<system number>, for profiling one of them. */
   const char *only = getenv("BENCH_ONLY");
   int one = only != NULL ? atoi(only) : -1;
-  if (one < 0 || one == RAW_DEFAULT)
-    bench_raw(0, t[RAW_DEFAULT]);
-  if (one < 0 || one == RAW_MODULE)
-    bench_raw(1, t[RAW_MODULE]);
-  if (one < 0 || one == RSR_POLL)
-    bench_rsr("poll", t[RSR_POLL]);
-  if (one < 0 || one == RSR_THREAD)
-    bench_rsr("thread", t[RSR_THREAD]);
+  /* Each run launches every system in turn (fresh processes, UCP
+   * contexts and endpoints), so that a noisy stretch of the machine, and
+   * UCX's shared memory that is fast in one launch and slow in the next,
+   * fall on all of them alike. */
+  for (int r = 0; r < runs; r++) {
+    if (one < 0 || one == RAW_DEFAULT)
+      bench_raw(0, t[RAW_DEFAULT], r);
+    if (one < 0 || one == RAW_MODULE)
+      bench_raw(1, t[RAW_MODULE], r);
+    if (one < 0 || one == RSR_POLL)
+      bench_rsr("poll", 0, t[RSR_POLL], r);
+    if (one < 0 || one == RSR_THREAD)
+      bench_rsr("thread", 0, t[RSR_THREAD], r);
+    if (one < 0 || one == ZC_POLL)
+      bench_rsr("poll", 1, t[ZC_POLL], r);
+    if (one < 0 || one == ZC_THREAD)
+      bench_rsr("thread", 1, t[ZC_THREAD], r);
+  }
 
   printf("round trip between two processes over UCX %s (40-byte header + "
-         "payload), median of %d runs (fastest); ratios of medians\n",
+         "payload), median of %d runs, one launch each, the systems taking "
+         "turns (fastest); ratios of medians\n",
          ucp_get_version_string(), runs);
+  printf("RSR: nx_put_bytes, copied out and in by the echo; zero copy: "
+         "nx_put_bytes_ref, read in place (nx_get_bytes_ptr), echoed by "
+         "reference\n");
+  double zc_ratio[NSIZES][2];
   for (int s = 0; s < NSIZES; s++) {
     if (!size_wanted(s))
       continue;
@@ -357,10 +430,26 @@ int main(int argc, char **argv) {
       if (k >= RSR_POLL && one < 0)
         printf("  %5.2fx as the module", med[k] / med[RAW_MODULE]);
       printf("\n");
+      if (k >= ZC_POLL)
+        zc_ratio[s][k - ZC_POLL] = med[k] / med[RAW_MODULE];
     }
     printf("  %-28s %9.3f us\n", "memcpy of the payload, once",
            bench_memcpy(sizes[s]));
   }
   printf("\ngoals: RSR within 1.3x of raw UCP at 8 B, 1.1x at 1 MiB\n");
+  if (one >= 0)
+    return 0;
+  printf("zero copy (over raw UCP AM, as the module): goal: within 1.1x of "
+         "raw at 1 MiB and 4 MiB\n");
+  for (int s = 0; s < NSIZES; s++) {
+    if (sizes[s] < (1u << 20) || !size_wanted(s))
+      continue;
+    char size[32];
+    bench_size_label(sizes[s], size, sizeof(size));
+    for (int k = ZC_POLL; k <= ZC_THREAD; k++)
+      printf("  %-6s %-28s %6.2fx  %s\n", size, label[k],
+             zc_ratio[s][k - ZC_POLL],
+             zc_ratio[s][k - ZC_POLL] <= 1.1 ? "met" : "NOT met");
+  }
   return 0;
 }

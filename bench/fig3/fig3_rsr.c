@@ -1,6 +1,8 @@
 /* The Nexus paper's Figure 3 program on nexus: an array of doubles circulated
  * between two contexts by RSRs, with the handlers non-threaded, on a pooled
- * thread or on a new thread, over one chosen protocol module. */
+ * thread or on a new thread, over one chosen protocol module; the array
+ * copied into and out of the buffers, as the paper's program did, or put by
+ * reference and read in place (--zero-copy). */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,8 +14,8 @@
 #include "fig3.h"
 #include "nexus.h"
 
-/* Usage: fig3_rsr --module M --kind K [--size N] [--iters N] [--warm N]
- *                 [--reps N]
+/* Usage: fig3_rsr --module M --kind K [--zero-copy] [--size N] [--iters N]
+ *                 [--warm N] [--reps N]
  *   M: local (two in-process contexts); tcp, ucx or ofi (two processes:
  *      the peer is this program again, started with nx_context_create);
  *      mpi (the two ranks of `mpirun -np 2 fig3_rsr ...`).
@@ -24,7 +26,17 @@
  * drives progress itself). Both handlers are of kind K, as both halves of
  * a CC++ remote call returning the array would be. Both processes use
  * NX_PROTOCOLS=M,local, and the run is skipped (see fig3.h) when M did not
- * load or another protocol was chosen. */
+ * load or another protocol was chosen.
+ *
+ * --zero-copy: the program makes no copy of the array. The initiator puts
+ * it by reference (nx_put_double_array_ref) and, before it may write the
+ * array again, waits for the release callback as well as for the pong;
+ * the peer's handler reads it in place (nx_get_double_array_ptr), retains
+ * the received buffer and answers with the array put by reference from
+ * there, the release callback releasing that buffer; pong reads it in
+ * place and checks its ends (a last round trip copies it out, to check it
+ * whole). The runtime may still copy where a module cannot send from
+ * several places at once (iov_max in nexus/protocol.h). */
 
 #define MAX_DOUBLES (FIG3_MAX_BYTES / sizeof(double))
 
@@ -38,6 +50,7 @@ static const int kinds[] = {NX_HANDLER_NONTHREADED, NX_HANDLER_THREADED,
 
 static int module = -1;
 static int kind_index = -1;
+static int zero_copy;
 
 /* The initiator's array, the peer's copy and the copy that came back; one
  * ping is in flight at a time, so each has one writer at a time. */
@@ -47,7 +60,9 @@ static double back_buf[MAX_DOUBLES];
 
 static nx_mutex_t m;
 static nx_cond_t c;
-static long done; /* pongs received */
+static long done;     /* pongs received */
+static long released; /* zero copy: pings whose array was released */
+static int check_all; /* zero copy: pong copies the array out to check it */
 static int quit;
 static long bad;                         /* malformed pings or pongs */
 static nx_gp_t reply_gp = NX_GP_NULL;    /* the peer answers here */
@@ -84,6 +99,53 @@ static int send_array(const nx_gp_t *gp, nx_handler_id_t handler,
   return nx_rsr_send(b);
 }
 
+/* Zero copy: the initiator's array may be written again. Runs inside
+ * nx_rsr_send or on a runtime thread; holds the mutex only briefly, as the
+ * handlers do. */
+static void ping_released(void *arg, const void *v, int status) {
+  (void)arg, (void)v;
+  nx_mutex_lock(&m);
+  released++;
+  if (status != 0)
+    bad++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+/* Zero copy: a reply's array pointed into the ping it answered, which may
+ * go now. */
+static void pong_released(void *arg, const void *v, int status) {
+  (void)v, (void)status;
+  nx_buffer_release(arg);
+}
+
+/* Sends "count" doubles at `src` to `handler` at `gp` by reference;
+ * ping_released is called once they are no longer read. */
+static int send_array_ref(const nx_gp_t *gp, nx_handler_id_t handler,
+                          const double *src, size_t count) {
+  nx_buffer_t *b;
+  int rc = nx_rsr_init(&b, gp, handler, nx_sizeof_int64(1));
+  if (rc != 0)
+    return rc;
+  if ((rc = nx_put_int64(b, (int64_t)count)) != 0 ||
+      (rc = nx_put_double_array_ref(b, src, count, ping_released, NULL)) != 0) {
+    nx_buffer_release(b);
+    return rc;
+  }
+  return nx_rsr_send(b);
+}
+
+/* Zero copy: where the array in `buf` is; its count, or -1 for a
+ * malformed buffer. */
+static long array_in_place(nx_buffer_t *buf, const double **v) {
+  int64_t count;
+  if (nx_get_int64(buf, &count) != 0 || count < 0 ||
+      (uint64_t)count > MAX_DOUBLES ||
+      nx_get_double_array_ptr(buf, v, (size_t)count) != 0)
+    return -1;
+  return (long)count;
+}
+
 static void count_bad(void) {
   nx_mutex_lock(&m);
   bad++;
@@ -103,8 +165,38 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     fprintf(stderr, "%s: the peer could not answer hello\n", fig3_prog);
 }
 
+/* Zero copy: answers with the array where it arrived. */
+static void on_ping_ref(nx_buffer_t *buf) {
+  const double *v;
+  nx_buffer_t *b;
+  long n = array_in_place(buf, &v);
+  int rc = n < 0 ? NX_EPROTO : nx_buffer_retain(buf);
+  if (rc != 0)
+    goto err;
+  if ((rc = nx_rsr_init(&b, &reply_gp, pong_id, nx_sizeof_int64(1))) != 0)
+    goto err_retained;
+  if ((rc = nx_put_int64(b, (int64_t)n)) != 0 ||
+      (rc = nx_put_double_array_ref(b, v, (size_t)n, pong_released, buf)) != 0)
+    goto err_buffer;
+  /* From here pong_released releases `buf`, also when the send fails. */
+  if ((rc = nx_rsr_send(b)) != 0)
+    goto err;
+  return;
+err_buffer:
+  nx_buffer_release(b);
+err_retained:
+  nx_buffer_release(buf);
+err:
+  fprintf(stderr, "%s: the peer could not answer a ping: %s\n", fig3_prog,
+          nx_strerror(rc));
+}
+
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
+  if (zero_copy) {
+    on_ping_ref(buf);
+    return;
+  }
   long n = unpack_array(buf, peer_buf);
   if (n < 0 || send_array(&reply_gp, pong_id, peer_buf, (size_t)n) != 0)
     fprintf(stderr, "%s: the peer could not answer a ping\n", fig3_prog);
@@ -118,10 +210,24 @@ static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&m);
 }
 
+/* Zero copy: the array came back unchanged (its ends; all of it when
+ * check_all is set). */
+static int pong_ref_ok(nx_buffer_t *buf) {
+  const double *v;
+  long n = array_in_place(buf, &v);
+  if (n < 0)
+    return 0;
+  if (__atomic_load_n(&check_all, __ATOMIC_ACQUIRE)) {
+    memcpy(back_buf, v, (size_t)n * sizeof(double));
+    return 1;
+  }
+  return n == 0 || (v[0] == out_buf[0] && v[n - 1] == out_buf[n - 1]);
+}
+
 /* The initiator: "pong" brings the array back. */
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  if (unpack_array(buf, back_buf) < 0) {
+  if (zero_copy ? !pong_ref_ok(buf) : unpack_array(buf, back_buf) < 0) {
     count_bad();
     return;
   }
@@ -148,10 +254,13 @@ static int local_peer_init(nx_context_t *ctx, void *arg) {
   return register_peer(ctx);
 }
 
-/* Sends one ping (a hello when `me` is given) and waits for its pong. */
+/* Sends one ping (a hello when `me` is given) and waits for its pong and,
+ * with zero copy, for the release of the array it put, so that the array
+ * may be written once this returns. */
 static void round_trip(const nx_gp_t *peer, size_t count, const nx_gp_t *me) {
   nx_mutex_lock(&m);
   long want = done + 1;
+  long want_released = zero_copy && me == NULL ? released + 1 : released;
   nx_mutex_unlock(&m);
   int rc;
   if (me != NULL) {
@@ -159,11 +268,13 @@ static void round_trip(const nx_gp_t *peer, size_t count, const nx_gp_t *me) {
     if ((rc = nx_rsr_init_name(&b, peer, "hello", nx_sizeof_gp(me))) != 0 ||
         (rc = nx_put_gp(b, me)) != 0 || (rc = nx_rsr_send(b)) != 0)
       die_nx("hello", rc);
-  } else if ((rc = send_array(peer, ping_id, out_buf, count)) != 0) {
+  } else if ((rc = zero_copy
+                       ? send_array_ref(peer, ping_id, out_buf, count)
+                       : send_array(peer, ping_id, out_buf, count)) != 0) {
     die_nx("ping", rc);
   }
   nx_mutex_lock(&m);
-  while (done < want)
+  while (done < want || released < want_released)
     nx_cond_wait(&c, &m);
   nx_mutex_unlock(&m);
 }
@@ -217,7 +328,8 @@ static int usage(void) {
   fprintf(stderr,
           "usage: fig3_rsr --module local|tcp|ucx|ofi|mpi "
           "--kind nonthreaded|threaded|new-thread\n"
-          "                [--size BYTES] [--iters N] [--warm N] [--reps N]\n");
+          "                [--zero-copy] [--size BYTES] [--iters N] [--warm N] "
+          "[--reps N]\n");
   return 2;
 }
 
@@ -241,6 +353,8 @@ int main(int argc, char **argv) {
       continue;
     if (strcmp(argv[i], "--peer") == 0)
       peer = 1;
+    else if (strcmp(argv[i], "--zero-copy") == 0)
+      zero_copy = 1;
     else if (strcmp(argv[i], "--module") == 0 && i + 1 < argc)
       module = lookup(argv[++i], module_names, NMODULES);
     else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc)
@@ -299,9 +413,13 @@ int main(int argc, char **argv) {
     if (len <= 0)
       fig3_die("readlink /proc/self/exe failed");
     self_path[len] = '\0';
-    char *peer_argv[] = {"fig3_rsr", "--peer",
-                         "--module", (char *)module_names[module],
-                         "--kind",   (char *)kind_names[kind_index],
+    char *peer_argv[] = {"fig3_rsr",
+                         "--peer",
+                         "--module",
+                         (char *)module_names[module],
+                         "--kind",
+                         (char *)kind_names[kind_index],
+                         zero_copy ? "--zero-copy" : NULL,
                          NULL};
     nx_node_t node;
     if ((rc = nx_node_self(&node)) != 0 ||
@@ -322,6 +440,11 @@ int main(int argc, char **argv) {
   round_trip(&peer_gp, 0, &me);
   struct ping ping = {&peer_gp, count};
   fig3_measure(&o, ping_once, &ping);
+  if (zero_copy) {
+    /* One more round trip, with the array copied out to be checked. */
+    __atomic_store_n(&check_all, 1, __ATOMIC_RELEASE);
+    ping_once(&ping);
+  }
   if (bad > 0)
     fig3_die("%ld malformed pongs", bad);
   if (count > 0 && memcmp(back_buf, out_buf, count * sizeof(double)) != 0)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The Figure 3 harness in smoke mode (bench/run --smoke) against the built
-tree: the CSV holds a row for every system and both sizes, the systems that
-exist everywhere were measured, the plot was drawn, and the private pvmd was
+tree: the CSV holds a row for every system and both sizes, the zero-copy
+RSR rows (rsr-zc/<module>/nonthreaded) included, the systems that exist
+everywhere were measured, the ratio table shows the zero-copy rows and
+the goals their comparison with Open MPI and PVM, the plot was drawn, and the private pvmd was
 started and halted, leaving no pvmd behind, also when the run is stopped
 with Ctrl-C. Usage: fig3_smoke.py BUILD_ROOT SOURCE_ROOT."""
 
@@ -84,12 +86,14 @@ try:
         got = {}
         for row in rows:
             name = "/".join([row["system"], row["protocol"],
-                             row["handler"] if row["system"] == "rsr" else
-                             row["encoding"]])
+                             row["handler"] if row["system"] in
+                             ("rsr", "rsr-zc") else row["encoding"]])
             got[(name, int(row["size_bytes"]))] = row
         names = ["rsr/%s/%s" % (m, k)
                  for m in ["local", "ucx", "ofi", "mpi", "tcp"]
                  for k in ["nonthreaded", "threaded", "new-thread"]]
+        names += ["rsr-zc/%s/nonthreaded" % m
+                  for m in ["local", "ucx", "ofi", "mpi", "tcp"]]
         names += ["pvm/%s/%s" % (r_, e) for r_ in ["pvmd", "direct"]
                   for e in ["xdr", "raw"]]
         names += ["mpi/sm/bytes", "mpi/tcp/bytes", "tcp/tcp/bytes"]
@@ -100,7 +104,8 @@ try:
         # reason; the in-process, tcp and raw rows work everywhere, PVM
         # where it is installed, Open MPI where mpi_pingpong was built.
         must = [n for n in names if n.startswith(("rsr/local", "rsr/tcp",
-                                                  "tcp/"))]
+                                                  "rsr-zc/local",
+                                                  "rsr-zc/tcp", "tcp/"))]
         if os.path.exists(os.path.join(build, "bench", "pvm",
                                        "fig3_pvm_nexus")):
             must += ["nexus-pvm/tcp/raw"]
@@ -136,6 +141,15 @@ try:
         check(os.path.exists(os.path.join(outdir, "summary.txt")),
               "summary.txt written")
         check("goals (met or not):" in r.stdout, "the goals were printed")
+        # The zero-copy rows in the ratio table (with a ratio over the
+        # copying row), and their goals.
+        for m in ["local", "tcp"]:
+            check(re.search(r"^rsr-zc/%s/nonthreaded +[0-9.]+ .*[0-9.]+\s*$"
+                            % m, r.stdout, re.M) is not None,
+                  "the ratio table has rsr-zc/%s/nonthreaded" % m)
+        for text in ["1 MiB: zero-copy RSR ucx bandwidth over MPI shm's",
+                     "1 MiB: zero-copy RSR tcp bandwidth over PVM direct/"]:
+            check(text in r.stdout, "the goal \"%s\" was printed" % text)
 
     # 2. Ctrl-C while it measures: pvmd is halted all the same. The run
     # gets its own process group, and the whole group gets SIGINT, as a

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The round-trip benchmarks (bench/rsr_*.c, bench/bench_rsr_tcp.c) in their
+quick modes against the built tree: each one that was built runs to the end,
+prints its copying and its zero-copy rows at 1 MiB and 4 MiB (where the run
+covers them) with a time and a ratio, and prints the zero-copy goal. Nothing
+is asserted about the times. Usage: bench_smoke.py BUILD_ROOT."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+build = sys.argv[1]
+bench = os.path.join(build, "bench")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+GOAL = "goal: within 1.1x of raw at 1 MiB and 4 MiB"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAILED: " + what, flush=True)
+
+
+def run(name, argv, timeout=240):
+    """Runs a benchmark; returns its stdout, or None when it was not built."""
+    if not os.access(os.path.join(bench, name), os.X_OK):
+        print("WARN: SKIPPED %s: not built here" % name, flush=True)
+        return None
+    env = dict(os.environ)
+    env.pop("NX_PROTOCOLS", None)
+    env.pop("NX_PROGRESS", None)
+    print("== " + " ".join(argv), flush=True)
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        check(False, "%s finishes within %d s" % (name, timeout))
+        return ""
+    print(r.stdout, flush=True)
+    if r.stderr.strip():
+        print(r.stderr[-3000:], flush=True)
+    check(r.returncode == 0, "%s exits with 0 (got %d)" % (name,
+                                                           r.returncode))
+    return r.stdout
+
+
+def sections(out, sizes):
+    """The lines of each size's section: from a line starting with the
+    size's label (possibly indented) to the next size or the goals."""
+    got = {}
+    current = None
+    for line in out.splitlines():
+        head = line.strip()
+        m = re.match(r"(\d+ (?:B|KiB|MiB))\b", head)
+        if m and m.group(1) in sizes and not head.startswith(
+                m.group(1) + " zero copy"):
+            current = m.group(1)
+            got.setdefault(current, [])
+        elif head.startswith("goals") or head.startswith("== "):
+            current = None
+        if current is not None:
+            got[current].append(line)
+    return got
+
+
+ROW = r"\s+[0-9.]+ us\b.*[0-9.]+x"
+
+
+def check_rows(name, out, sizes, rows):
+    """Every size has each of `rows` with a time and a ratio."""
+    secs = sections(out, sizes)
+    for size in sizes:
+        lines = secs.get(size, [])
+        check(lines, "%s: a section for %s" % (name, size))
+        for row in rows:
+            check(any(re.search(re.escape(row) + ROW, l) for l in lines),
+                  "%s: row \"%s\" at %s with a time and a ratio" % (
+                      name, row, size))
+
+
+def check_goals(name, out, sizes, labels):
+    """The zero-copy goal, then a met/NOT met line per size and label."""
+    check(GOAL in out, "%s prints \"%s\"" % (name, GOAL))
+    tail = out[out.find(GOAL):] if GOAL in out else ""
+    for size in sizes:
+        for label in labels:
+            pat = re.escape(size) + r".*" + re.escape(label) + \
+                r".*[0-9.]+x\s+(met|NOT met)"
+            check(re.search(pat, tail) is not None,
+                  "%s: a zero-copy goal line for %s, %s" % (name, size,
+                                                            label))
+
+
+ZC = ["zero copy, progress thread", "zero copy, NX_PROGRESS=poll"]
+COPY = ["RSR, progress thread", "RSR, NX_PROGRESS=poll"]
+ALL = ["8 B", "1 KiB", "64 KiB", "1 MiB", "4 MiB"]
+
+# In process: every row once, few round trips.
+out = run("bench_rsr_local",
+          [os.path.join(bench, "bench_rsr_local"), "--smoke"])
+if out is not None:
+    sizes = ["1 KiB", "64 KiB", "1 MiB", "4 MiB"]
+    check_rows("bench_rsr_local", out, sizes,
+               ["RSR, non-threaded", "zero copy, non-threaded"])
+    check_goals("bench_rsr_local", out, ["1 MiB", "4 MiB"],
+                ["zero copy / raw"])
+
+# tcp: every size and system, Open MPI's tcp BTL where it is built.
+out = run("bench_rsr_tcp", [os.path.join(bench, "bench_rsr_tcp"), "--quick"])
+if out is not None:
+    check_rows("bench_rsr_tcp", out, ALL, COPY + ZC)
+    # Its goals name the anchor, then a line per mode.
+    check(GOAL in out and "no slower than Open MPI's tcp BTL" in
+          out[out.find(GOAL):],
+          "bench_rsr_tcp prints the zero-copy goals")
+    for size in ["1 MiB", "4 MiB"]:
+        for goal in ["zero copy within 1.1x of busy-polled raw TCP",
+                     "zero copy no slower than Open MPI's tcp BTL"]:
+            pat = re.escape("%s: %s" % (size, goal)) + "".join(
+                r"\n\s+" + re.escape(label) +
+                r"\s+([0-9.]+x\s+(met|NOT met)|not measured)" for label in ZC)
+            check(re.search(pat, out) is not None,
+                  "bench_rsr_tcp: goal \"%s: %s\" for both modes" % (size,
+                                                                    goal))
+
+# ucx: every size and system.
+out = run("bench_rsr_ucx", [os.path.join(bench, "bench_rsr_ucx"), "--quick"])
+if out is not None:
+    check_rows("bench_rsr_ucx", out, ALL, COPY + ZC)
+    check_goals("bench_rsr_ucx", out, ["1 MiB", "4 MiB"], ZC)
+
+# ofi: one provider and one size (every launch is a fresh pair of
+# processes; all of them take minutes).
+out = run("bench_rsr_ofi", [os.path.join(bench, "bench_rsr_ofi"), "--quick",
+                            "--provider", "shm", "--size", str(1 << 20)])
+if out is not None:
+    if "not available" in out:
+        print("WARN: SKIPPED the ofi rows: the shm provider is not available")
+    else:
+        check_rows("bench_rsr_ofi", out, ["1 MiB"], COPY + ZC)
+        check_goals("bench_rsr_ofi", out, ["1 MiB"], ZC)
+
+# mpi: under mpirun, one size.
+if shutil.which("mpirun") is None:
+    print("WARN: SKIPPED bench_rsr_mpi: no mpirun")
+else:
+    out = run("bench_rsr_mpi",
+              MPIRUN + [os.path.join(bench, "bench_rsr_mpi"), "--quick",
+                        "--size", str(4 << 20)])
+    if out is not None:
+        check_rows("bench_rsr_mpi", out, ["4 MiB"], COPY + ZC)
+        check_goals("bench_rsr_mpi", out, ["4 MiB"], ZC)
+
+if failures:
+    print("%d checks failed" % len(failures))
+    sys.exit(1)
+print("all checks passed")
