@@ -6,6 +6,10 @@
 #include "mpscq.h"
 #include "rt.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Buffers. One allocation holds the struct, the frame header and, up to the
  * capacity asked for at creation, the payload. */
 enum nxi_buf_kind {
@@ -158,12 +162,41 @@ static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
   return b->fmt != nxi_format_native();
 }
 
+/* Copies `n` payload bytes. glibc's memcpy copies 4 KiB to about 1 MiB with
+ * `rep movsb`, which on the AMD EPYC machines we measure on runs 10-20
+ * times slower when the destination lies 1 to 63 bytes past the source
+ * within a page (128 KiB: 92 us instead of 5 us), the case of a payload
+ * at offset 5 of a page-aligned block and a page-aligned program array.
+ * That case is copied with 16-byte vector moves instead (10 us). */
+static inline void nxi_copy(void *dst, const void *src, size_t n) {
+#if defined(__SSE2__)
+  size_t skew = ((uintptr_t)dst - (uintptr_t)src) & 4095;
+  if (n >= 4096 && n <= ((size_t)1 << 20) && skew != 0 && skew < 64) {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+      __m128i a = _mm_loadu_si128((const __m128i *)s);
+      __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+      __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+      __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+      _mm_storeu_si128((__m128i *)d, a);
+      _mm_storeu_si128((__m128i *)(d + 16), b);
+      _mm_storeu_si128((__m128i *)(d + 32), c);
+      _mm_storeu_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, n);
+    return;
+  }
+#endif
+  memcpy(dst, src, n);
+}
+
 /* Copies `count` elements of `size` bytes, reversing each one's bytes when
  * `swap` is set. */
 static inline void nxi_copy_elems(uint8_t *dst, const uint8_t *src, size_t size,
                                   size_t count, int swap) {
   if (!swap || size == 1) {
-    memcpy(dst, src, size * count);
+    nxi_copy(dst, src, size * count);
     return;
   }
   for (size_t i = 0; i < count; i++, dst += size, src += size)

@@ -100,7 +100,7 @@ int nx_buffer_from_bytes(const void *data, size_t len, int format,
   if (r < 0)
     return r;
   if (len != 0)
-    memcpy(b->data, data, len);
+    nxi_copy(b->data, data, len);
   b->len = len;
   b->fmt = (uint8_t)format;
   *buf = b;

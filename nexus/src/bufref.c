@@ -114,13 +114,13 @@ int nxi_buffer_flatten(struct nx_buffer *b) {
       const struct nxi_ref *r = &x->r[i];
       if (r->p == NULL)
         continue;
-      memcpy(d + to, b->data + from, r->at - from);
+      nxi_copy(d + to, b->data + from, r->at - from);
       to += r->at - from;
-      memcpy(d + to, r->p, r->len);
+      nxi_copy(d + to, r->p, r->len);
       to += r->len;
       from = r->at;
     }
-    memcpy(d + to, b->data + from, b->len - from);
+    nxi_copy(d + to, b->data + from, b->len - from);
     if (b->data_heap)
       nxi_block_put(b->data, b->cap);
     b->data = d;
@@ -137,7 +137,7 @@ void *nxi_buffer_side_copy(struct nx_buffer *b, const void *p, size_t len) {
   struct nxi_side *s = malloc(sizeof(*s) + len);
   if (s == NULL)
     return NULL;
-  memcpy(s->data, p, len);
+  nxi_copy(s->data, p, len);
   s->next = b->side;
   b->side = s;
   return s->data;
