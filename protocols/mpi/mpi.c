@@ -304,6 +304,7 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
   m->core = core;
   m->comm = MPI_COMM_NULL;
   atomic_init(&m->tx_count, 0);
+  atomic_init(&m->tx_typed, 0);
   atomic_init(&m->rx_count, 0);
   atomic_init(&m->progress_calls, 0);
   pthread_mutex_init(&m->big, NULL);
@@ -683,4 +684,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_mpi = {
     .backend_version = mpimod_backend_version,
     .endpoint_info = mpimod_endpoint_info,
     .launch = &mpimod_launch,
+    .iov_max = NX_FRAME_IOV_MAX,
 };
