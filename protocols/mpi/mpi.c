@@ -144,7 +144,8 @@ static void mpi_error_text(int e, char *buf, size_t len) {
  * (and so polls MPI) whether a FRAME message has arrived, and wakes the
  * engine when one has or a frame is still being received; sends still in
  * flight wake it only every 16th look, since their completion only frees
- * memory. While the engine is busy the watcher only reads a counter. */
+ * memory, except sends by datatype, which advance only while progress runs
+ * (mpi_tx.c). While the engine is busy the watcher only reads a counter. */
 
 static void *watch_main(void *arg) {
   struct mpimod *m = arg;
@@ -169,6 +170,7 @@ static void *watch_main(void *arg) {
     int ready = mpimod_rx_ready(m);
     ticks++;
     if (ready || atomic_load(&m->rx_count) > 0 ||
+        atomic_load(&m->tx_typed) > 0 ||
         (atomic_load(&m->tx_count) > 0 && ticks % 16 == 0))
       m->core->wake();
     pthread_mutex_lock(&m->watch_lock);
@@ -304,6 +306,7 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
   m->core = core;
   m->comm = MPI_COMM_NULL;
   atomic_init(&m->tx_count, 0);
+  atomic_init(&m->tx_typed, 0);
   atomic_init(&m->rx_count, 0);
   atomic_init(&m->progress_calls, 0);
   pthread_mutex_init(&m->big, NULL);
@@ -683,4 +686,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_mpi = {
     .backend_version = mpimod_backend_version,
     .endpoint_info = mpimod_endpoint_info,
     .launch = &mpimod_launch,
+    .iov_max = NX_FRAME_IOV_MAX,
 };

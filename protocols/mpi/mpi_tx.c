@@ -8,9 +8,11 @@
 /* A frame the module accepted and has not finished with keeps, in
  * module_data[0], the stage it was copied into (or NULL), and in
  * module_data[1] the number of its requests still in flight, with
- * FRAME_FAILED set once one of them failed. */
+ * FRAME_FAILED set once one of them failed and FRAME_TYPED if it counts in
+ * tx_typed. */
 #define FRAME_FAILED ((uintptr_t)1 << 31)
-#define FRAME_COUNT (FRAME_FAILED - 1)
+#define FRAME_TYPED ((uintptr_t)1 << 30)
+#define FRAME_COUNT (FRAME_TYPED - 1)
 
 /* Small frames are copied, header and payload, into one message: the
  * core keeps the header apart from the payload, and one message costs
@@ -50,8 +52,19 @@ int mpimod_tx_init(struct mpimod *m) {
   return 0;
 }
 
+/* The frame's iovecs, header first. `iovs` holds them all (ABI 8); for
+ * two or fewer it is `iov` itself, which is read here so that a core
+ * written before ABI 8 (the test stubs that play one) need not set `iovs`. */
+static const struct iovec *frame_iovs(const nx_frame_t *f) {
+  return f->iovcnt > 2 ? f->iovs : f->iov;
+}
+
 static size_t frame_payload(const nx_frame_t *f) {
-  return f->iovcnt > 1 ? f->iov[1].iov_len : 0;
+  const struct iovec *v = frame_iovs(f);
+  size_t n = 0;
+  for (int i = 1; i < f->iovcnt; i++)
+    n += v[i].iov_len;
+  return n;
 }
 
 /* Adds requests of a frame to the set the driver tests. tx_lock held. */
@@ -85,8 +98,12 @@ static int track_locked(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
  * set, the sender waits for them itself: rare, and better than losing
  * track of memory MPI still reads. Returns 1 if they completed here. */
 static int track(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
-                 MPI_Request *reqs, int n, int failed) {
-  f->module_data[1] = (void *)((uintptr_t)n | (failed ? FRAME_FAILED : 0));
+                 MPI_Request *reqs, int n, int failed, int typed) {
+  /* Counted before the driver can see it, so that it is uncounted once. */
+  if (typed)
+    atomic_fetch_add(&m->tx_typed, 1);
+  f->module_data[1] = (void *)((uintptr_t)n | (failed ? FRAME_FAILED : 0) |
+                               (typed ? FRAME_TYPED : 0));
   pthread_mutex_lock(&m->tx_lock);
   int r = track_locked(m, p, f, reqs, n);
   pthread_mutex_unlock(&m->tx_lock);
@@ -95,6 +112,8 @@ static int track(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
   mpimod_lock(m);
   MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
   mpimod_unlock(m);
+  if (typed)
+    atomic_fetch_sub(&m->tx_typed, 1);
   return 1;
 }
 
@@ -108,9 +127,15 @@ static int post_inline(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
   struct stage *s = stage_get(total);
   if (s == NULL)
     return NX_ENOMEM;
-  memcpy(s->bytes, f->iov[0].iov_base, NX_FRAME_HDR_SIZE);
-  if (plen > 0)
-    memcpy(s->bytes + NX_FRAME_HDR_SIZE, f->iov[1].iov_base, plen);
+  /* The pieces of a frame put by reference are gathered here too: this
+   * copy is made anyway. */
+  const struct iovec *v = frame_iovs(f);
+  uint8_t *to = s->bytes;
+  for (int i = 0; i < f->iovcnt; i++) {
+    if (v[i].iov_len > 0)
+      memcpy(to, v[i].iov_base, v[i].iov_len);
+    to += v[i].iov_len;
+  }
   MPI_Request req;
   int done = 0;
   mpimod_lock(m);
@@ -129,12 +154,71 @@ static int post_inline(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     return DONE;
   pthread_setspecific(stage_key, NULL); /* the frame owns it now */
   f->module_data[0] = s;
-  return track(m, p, f, &req, 1, 0) ? DONE : POSTED;
+  return track(m, p, f, &req, 1, 0, 0) ? DONE : POSTED;
+}
+
+/* A place in a frame's payload: piece `k` of its iovecs (1 and up), `in`
+ * bytes into it. */
+struct cursor {
+  const struct iovec *v;
+  int n; /* the frame's iovcnt */
+  int k;
+  size_t in;
+};
+
+/* Posts the next `len` payload bytes (len <= MPIMOD_CHUNK) as one BODY
+ * message from where they are, and moves the cursor past them: straight
+ * from a piece that holds them all, else through a datatype that lists
+ * the pieces' parts (the receiver sees the same bytes either way). The
+ * type can go at once: MPI keeps what a pending send needs. `big` held. */
+static int post_chunk(struct mpimod *m, struct mpimod_peer *p, struct cursor *c,
+                      size_t len, MPI_Request *req, int *typed) {
+  while (c->k < c->n && c->in == c->v[c->k].iov_len) {
+    c->k++; /* an empty piece, or the end of one */
+    c->in = 0;
+  }
+  const uint8_t *at = (const uint8_t *)c->v[c->k].iov_base + c->in;
+  if (c->v[c->k].iov_len - c->in >= len) {
+    c->in += len;
+    return MPI_Isend(at, (int)len, MPI_BYTE, p->rank, MPIMOD_TAG_BODY, m->comm,
+                     req);
+  }
+  int lens[NX_FRAME_IOV_MAX];
+  MPI_Aint where[NX_FRAME_IOV_MAX];
+  int nparts = 0, e = MPI_SUCCESS;
+  for (size_t left = len; left > 0 && e == MPI_SUCCESS;) {
+    if (c->in == c->v[c->k].iov_len) {
+      c->k++;
+      c->in = 0;
+      continue;
+    }
+    size_t take = c->v[c->k].iov_len - c->in;
+    if (take > left)
+      take = left;
+    e = MPI_Get_address((const uint8_t *)c->v[c->k].iov_base + c->in,
+                        &where[nparts]);
+    lens[nparts++] = (int)take;
+    c->in += take;
+    left -= take;
+  }
+  MPI_Datatype type;
+  if (e == MPI_SUCCESS)
+    e = MPI_Type_create_hindexed(nparts, lens, where, MPI_BYTE, &type);
+  if (e != MPI_SUCCESS)
+    return e;
+  e = MPI_Type_commit(&type);
+  if (e == MPI_SUCCESS)
+    e = MPI_Isend(MPI_BOTTOM, 1, type, p->rank, MPIMOD_TAG_BODY, m->comm, req);
+  MPI_Type_free(&type);
+  if (e == MPI_SUCCESS)
+    *typed = 1;
+  return e;
 }
 
 /* Posts a large frame: its header alone as a FRAME message, its payload in
- * BODY messages of MPIMOD_CHUNK bytes straight from the frame. Peer lock held.
- * Returns DONE, POSTED, or a negative code if nothing was posted. */
+ * BODY messages of MPIMOD_CHUNK bytes straight from the frame's pieces.
+ * Peer lock held. Returns DONE, POSTED, or a negative code if nothing was
+ * posted. */
 static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
                       size_t plen, int *mpi_error) {
   size_t chunks = (plen + MPIMOD_CHUNK - 1) / MPIMOD_CHUNK;
@@ -147,17 +231,16 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     if (reqs == NULL)
       return NX_ENOMEM;
   }
-  const uint8_t *payload = f->iov[1].iov_base;
-  int posted = 0, head_done = 0;
+  struct cursor c = {.v = frame_iovs(f), .n = f->iovcnt, .k = 1, .in = 0};
+  int posted = 0, head_done = 0, typed = 0;
   mpimod_lock(m);
-  int e = MPI_Isend(f->iov[0].iov_base, NX_FRAME_HDR_SIZE, MPI_BYTE, p->rank,
+  int e = MPI_Isend(c.v[0].iov_base, NX_FRAME_HDR_SIZE, MPI_BYTE, p->rank,
                     MPIMOD_TAG_FRAME, m->comm, &reqs[0]);
   if (e == MPI_SUCCESS)
     posted = 1;
   for (size_t off = 0; e == MPI_SUCCESS && off < plen; off += MPIMOD_CHUNK) {
     size_t n = plen - off < MPIMOD_CHUNK ? plen - off : MPIMOD_CHUNK;
-    e = MPI_Isend(payload + off, (int)n, MPI_BYTE, p->rank, MPIMOD_TAG_BODY,
-                  m->comm, &reqs[posted]);
+    e = post_chunk(m, p, &c, n, &reqs[posted], &typed);
     if (e == MPI_SUCCESS)
       posted++;
   }
@@ -183,7 +266,8 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     if (posted - first == 0)
       r = DONE;
     else
-      r = track(m, p, f, reqs + first, posted - first, failed) ? DONE : POSTED;
+      r = track(m, p, f, reqs + first, posted - first, failed, typed) ? DONE
+                                                                      : POSTED;
     if (failed && r == DONE) {
       /* Nothing in flight, but part of it never left. */
       f->module_data[1] = (void *)FRAME_FAILED;
@@ -195,7 +279,9 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
 }
 
 int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f) {
-  if (f->iovcnt < 1 || f->iovcnt > 2 || f->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+  if (f->iovcnt < 1 || f->iovcnt > NX_FRAME_IOV_MAX ||
+      (f->iovcnt > 2 && f->iovs == NULL) ||
+      frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
     return NX_EINVAL;
   size_t plen = frame_payload(f);
   size_t total = NX_FRAME_HDR_SIZE + plen;
@@ -261,6 +347,8 @@ static void finish(struct mpimod *m, struct mpimod_tx *t) {
   nx_frame_t *f = t->frame;
   size_t total = NX_FRAME_HDR_SIZE + frame_payload(f);
   int lost = ((uintptr_t)f->module_data[1] & FRAME_FAILED) != 0;
+  if ((uintptr_t)f->module_data[1] & FRAME_TYPED)
+    atomic_fetch_sub(&m->tx_typed, 1);
   pthread_mutex_lock(&t->peer->lock);
   t->peer->inflight -= total;
   pthread_mutex_unlock(&t->peer->lock);
@@ -311,6 +399,13 @@ int mpimod_tx_progress(struct mpimod *m) {
    * scratch array is the driver's, so it stays valid meanwhile. */
   for (int i = 0; i < nfin; i++)
     finish(m, &m->tx_fin[i]);
+  /* A send by datatype advances only while MPI is called on this side
+   * (Open MPI packs it through its transport's buffers, a piece at a
+   * time, where a contiguous one is pulled by the receiver at once): it
+   * counts as work, so that the core keeps polling instead of sleeping
+   * between the pieces. */
+  if (nfin == 0 && atomic_load_explicit(&m->tx_typed, memory_order_relaxed) > 0)
+    return 1;
   return nfin;
 }
 

@@ -148,6 +148,7 @@ struct mpimod {
   struct mpimod_tx *tx_of;
   int tx_n, tx_cap;
   atomic_int tx_count; /* tx_n, readable without the lock */
+  atomic_int tx_typed; /* frames in flight with a BODY sent by datatype */
   /* Driver only: scratch for MPI_Testsome over the sends. */
   int *tx_idx;
   MPI_Status *tx_st;

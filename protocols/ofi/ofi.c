@@ -388,4 +388,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_ofi = {
     .backend_version = ofi_backend_version,
     .endpoint_info = ofi_endpoint_info,
     .arm = ofi_arm,
+    .iov_max = NX_FRAME_IOV_MAX,
 };

@@ -210,6 +210,23 @@ struct ofi_peer {
   socklen_t wake_len;
 };
 
+/* A fragment of a large frame whose bytes lie in more of the frame's
+ * pieces than the provider takes iovecs in one message: the iovecs it is
+ * sent from, some of them over copies of runs of small pieces. */
+struct ofi_gplan {
+  uint32_t frag; /* fragment index */
+  uint32_t n;
+  struct iovec iov[NX_FRAME_IOV_MAX];
+};
+
+/* The plans of a frame's fragments that need one, by fragment index, and
+ * the copies they point into. */
+struct ofi_gather {
+  unsigned n;
+  struct ofi_gplan plan[NX_FRAME_IOV_MAX];
+  _Alignas(16) uint8_t copies[];
+};
+
 /* A frame being sent: the message (and, for a large frame, its
  * fragments) and the headers they start with. */
 struct ofi_op {
@@ -226,7 +243,9 @@ struct ofi_op {
   unsigned done;   /* parts completed */
   int status;      /* the first error */
   int abandoned;   /* the peer died: the parts not posted never will be */
-  uint8_t *bounce; /* the whole message, for a provider with one iov */
+  uint8_t *bounce; /* the whole message, when the provider takes fewer
+                      iovecs than it has pieces */
+  struct ofi_gather *gather; /* fragments sent partly from copies, or NULL */
   uint8_t pre[OFI_RTS_SIZE];
   struct ofi_ctx ctx[]; /* one per part */
 };

@@ -137,6 +137,13 @@ static void report(struct ofi *o, struct ofi_peer *p) {
 
 /* Ops. */
 
+/* The frame's iovecs, header first. `iovs` holds them all (ABI 8); for
+ * two or fewer it is `iov` itself, which is read here so that a core
+ * written before ABI 8 (the test stubs that play one) need not set `iovs`. */
+static const struct iovec *frame_iovs(const nx_frame_t *f) {
+  return f->iovcnt > 2 ? f->iovs : f->iov;
+}
+
 static void put_pre(const struct ofi *o, uint8_t *pre, int kind, uint32_t seq,
                     const nx_frame_t *f) {
   ofi_put16(pre, OFI_MAGIC);
@@ -144,11 +151,166 @@ static void put_pre(const struct ofi *o, uint8_t *pre, int kind, uint32_t seq,
   pre[3] = 0;
   ofi_put32(pre + 4, seq);
   ofi_put64(pre + 8, o->id);
-  memcpy(pre + OFI_HDR_SIZE, f->iov[0].iov_base, NX_FRAME_HDR_SIZE);
+  memcpy(pre + OFI_HDR_SIZE, frame_iovs(f)[0].iov_base, NX_FRAME_HDR_SIZE);
 }
 
 static size_t payload_len(const nx_frame_t *f) {
-  return f->iovcnt > 1 ? f->iov[1].iov_len : 0;
+  const struct iovec *v = frame_iovs(f);
+  size_t n = 0;
+  for (int i = 1; i < f->iovcnt; i++)
+    n += v[i].iov_len;
+  return n;
+}
+
+/* The payload's non-empty pieces. */
+static unsigned payload_pieces(const nx_frame_t *f) {
+  const struct iovec *v = frame_iovs(f);
+  unsigned n = 0;
+  for (int i = 1; i < f->iovcnt; i++)
+    n += v[i].iov_len > 0;
+  return n;
+}
+
+/* Writes the iovecs over payload bytes [off, off + len) into `out`, one
+ * per piece they touch, and returns how many (at most NX_FRAME_IOV_MAX -
+ * 1, the most pieces a frame has). */
+static unsigned span(const nx_frame_t *f, size_t off, size_t len,
+                     struct iovec *out) {
+  const struct iovec *v = frame_iovs(f);
+  unsigned n = 0;
+  for (int i = 1; i < f->iovcnt && len > 0; i++) {
+    if (off >= v[i].iov_len) {
+      off -= v[i].iov_len;
+      continue;
+    }
+    size_t take = v[i].iov_len - off < len ? v[i].iov_len - off : len;
+    out[n++] = (struct iovec){(uint8_t *)v[i].iov_base + off, take};
+    len -= take;
+    off = 0;
+  }
+  return n;
+}
+
+/* Copies `n` iovecs' bytes to `to`; returns the end. */
+static uint8_t *gather_copy(uint8_t *to, const struct iovec *v, unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
+    if (v[i].iov_len > 0)
+      memcpy(to, v[i].iov_base, v[i].iov_len);
+    to += v[i].iov_len;
+  }
+  return to;
+}
+
+/* Plans fragment `idx` of a large frame (`frag` bytes each, `plen` in
+ * all) for a provider that takes `max` iovecs: when its bytes lie in more
+ * pieces than that, merges runs of neighbours into copies until `max`
+ * remain, each time the merge that copies the fewest new bytes, so that
+ * large pieces stay where they are and the small ones between them are
+ * copied. Writes the plan (g->n = 0 when none is needed) and returns the
+ * bytes it copies; with `to` non-NULL, makes the copies at `*to` and moves
+ * it past them. */
+static size_t plan_frag(const nx_frame_t *f, size_t idx, size_t frag,
+                        size_t plen, size_t max, struct ofi_gplan *g,
+                        uint8_t **to) {
+  struct iovec seg[NX_FRAME_IOV_MAX];
+  size_t off = idx * frag;
+  unsigned n = span(f, off, plen - off < frag ? plen - off : frag, seg);
+  g->frag = (uint32_t)idx;
+  g->n = 0;
+  if (n <= max)
+    return 0;
+  /* Run j covers segments first[j] .. last[j]; more than one: a copy. */
+  unsigned first[NX_FRAME_IOV_MAX], last[NX_FRAME_IOV_MAX];
+  size_t bytes[NX_FRAME_IOV_MAX];
+  for (unsigned j = 0; j < n; j++) {
+    first[j] = last[j] = j;
+    bytes[j] = seg[j].iov_len;
+  }
+  while (n > max) {
+    unsigned best = 0;
+    size_t best_cost = SIZE_MAX;
+    for (unsigned j = 0; j + 1 < n; j++) {
+      size_t cost = (first[j] == last[j] ? bytes[j] : 0) +
+                    (first[j + 1] == last[j + 1] ? bytes[j + 1] : 0);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = j;
+      }
+    }
+    last[best] = last[best + 1];
+    bytes[best] += bytes[best + 1];
+    for (unsigned j = best + 1; j + 1 < n; j++) {
+      first[j] = first[j + 1];
+      last[j] = last[j + 1];
+      bytes[j] = bytes[j + 1];
+    }
+    n--;
+  }
+  size_t copied = 0;
+  g->n = n;
+  for (unsigned j = 0; j < n; j++) {
+    if (first[j] == last[j]) {
+      g->iov[j] = seg[first[j]];
+      continue;
+    }
+    g->iov[j] = (struct iovec){to != NULL ? *to : NULL, bytes[j]};
+    if (to != NULL)
+      *to = gather_copy(*to, &seg[first[j]], last[j] - first[j] + 1);
+    copied += bytes[j];
+  }
+  return copied;
+}
+
+/* Calls plan_frag for each fragment that holds a boundary between two
+ * pieces (no other spans two), into plans[] when it is not NULL; returns
+ * how many need a plan (at most the frame's pieces - 1) and adds the bytes
+ * they copy to *bytes. */
+static unsigned plan_all(const nx_frame_t *f, size_t plen, size_t frag,
+                         size_t max, struct ofi_gplan *plans, uint8_t **to,
+                         size_t *bytes) {
+  const struct iovec *v = frame_iovs(f);
+  struct ofi_gplan scratch;
+  unsigned n = 0;
+  size_t at = 0, seen = SIZE_MAX;
+  for (int i = 1; i + 1 < f->iovcnt; i++) {
+    at += v[i].iov_len;
+    if (at == 0 || at >= plen || at % frag == 0 || at / frag == seen)
+      continue;
+    seen = at / frag;
+    struct ofi_gplan *g = plans != NULL ? &plans[n] : &scratch;
+    *bytes += plan_frag(f, seen, frag, plen, max, g, to);
+    if (g->n > 0)
+      n++;
+  }
+  return n;
+}
+
+/* For a large frame in more pieces than the provider takes iovecs: the
+ * plans of the fragments that span too many pieces, with their copies
+ * made now. NULL with *err = 0 when no fragment needs one. */
+static struct ofi_gather *gather_make(const nx_frame_t *f, size_t plen,
+                                      size_t frag, size_t max, int *err) {
+  size_t bytes = 0;
+  *err = 0;
+  if (plan_all(f, plen, frag, max, NULL, NULL, &bytes) == 0)
+    return NULL;
+  struct ofi_gather *g = malloc(sizeof(*g) + bytes);
+  if (g == NULL) {
+    *err = NX_ENOMEM;
+    return NULL;
+  }
+  uint8_t *to = g->copies;
+  bytes = 0;
+  g->n = plan_all(f, plen, frag, max, g->plan, &to, &bytes);
+  return g;
+}
+
+static const struct ofi_gplan *gather_plan(const struct ofi_gather *g,
+                                           uint32_t frag) {
+  for (unsigned k = 0; g != NULL && k < g->n; k++)
+    if (g->plan[k].frag == frag)
+      return &g->plan[k];
+  return NULL;
 }
 
 static void live_add(struct ofi_peer *p, struct ofi_op *op) {
@@ -203,7 +365,7 @@ static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
     c->obj = op;
     ssize_t rc;
     if (i == 0) {
-      struct iovec iov[2];
+      struct iovec iov[NX_FRAME_IOV_MAX];
       size_t n = 1, len;
       if (f == NULL) {
         iov[0] = (struct iovec){op->pre, OFI_HELLO_SIZE};
@@ -212,11 +374,11 @@ static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
       } else if (op->bounce != NULL) {
         iov[0] = (struct iovec){op->bounce, OFI_PRE_SIZE + plen};
       } else {
+        /* No more pieces than the provider takes (else: bounce). */
         iov[0] = (struct iovec){op->pre, OFI_PRE_SIZE};
-        if (plen > 0)
-          iov[n++] = f->iov[1];
+        n += span(f, 0, plen, iov + 1);
       }
-      len = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
+      len = iov[0].iov_len + (n > 1 ? plen : 0);
       int inject = r->can_inject && len <= r->inject_max;
       struct fi_msg msg = {.msg_iov = iov,
                            .iov_count = n,
@@ -228,12 +390,17 @@ static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
       if (rc == 0 && inject)
         op->done++; /* no completion will come */
     } else {
+      /* The fragment from the pieces it lies in, or as planned when
+       * they are more than the provider takes (gather_make). */
       size_t off = (size_t)(i - 1) * op->frag;
-      struct iovec iov = {.iov_base = (uint8_t *)f->iov[1].iov_base + off,
-                          .iov_len =
-                              plen - off < op->frag ? plen - off : op->frag};
-      struct fi_msg_tagged tm = {.msg_iov = &iov,
-                                 .iov_count = 1,
+      struct iovec iov[NX_FRAME_IOV_MAX];
+      const struct ofi_gplan *g = gather_plan(op->gather, i - 1);
+      size_t n = g != NULL
+                     ? g->n
+                     : span(f, off,
+                            plen - off < op->frag ? plen - off : op->frag, iov);
+      struct fi_msg_tagged tm = {.msg_iov = g != NULL ? g->iov : iov,
+                                 .iov_count = n,
                                  .addr = p->addr,
                                  .tag = ofi_tag(o->id, op->seq, i - 1),
                                  .context = c};
@@ -262,6 +429,7 @@ static void op_complete(struct ofi *o, struct ofi_op *op, int status) {
   if (op->frame != NULL)
     o->core->send_done(op->frame, status);
   free(op->bounce);
+  free(op->gather);
   free(op);
 }
 
@@ -274,9 +442,12 @@ static int op_status(const struct ofi_op *op, int dead) {
 
 int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   struct ofi_rail *r = p->rail;
-  if (f->iovcnt < 1 || f->iov[0].iov_len != NX_FRAME_HDR_SIZE)
+  if (f->iovcnt < 1 || f->iovcnt > NX_FRAME_IOV_MAX ||
+      (f->iovcnt > 2 && f->iovs == NULL) ||
+      frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
     return NX_EINVAL;
   size_t plen = payload_len(f);
+  unsigned pieces = payload_pieces(f);
   size_t bytes = NX_FRAME_HDR_SIZE + plen;
   int large = plen > p->eager_max;
   size_t frag = 0;
@@ -290,9 +461,11 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     }
     nparts = 1 + (unsigned)((plen - 1) / frag + 1); /* plen > 0 here */
   }
-  int inject = !large && r->can_inject &&
-               OFI_PRE_SIZE + plen <= r->inject_max &&
-               (plen == 0 || r->iov_max >= 2);
+  /* A small frame goes as one message from its pieces, after the module
+   * header, if the provider takes that many iovecs; else from a copy. */
+  int bounce = !large && 1 + pieces > r->iov_max;
+  int inject = !large && !bounce && r->can_inject &&
+               OFI_PRE_SIZE + plen <= r->inject_max;
 
   pthread_mutex_lock(&p->lock);
   if (p->dead) {
@@ -308,11 +481,11 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
      * completion. */
     uint8_t pre[OFI_PRE_SIZE];
     put_pre(o, pre, OFI_EAGER, p->seq, f);
-    struct iovec iov[2] = {{pre, OFI_PRE_SIZE}, {NULL, 0}};
-    if (plen > 0)
-      iov[1] = f->iov[1];
+    struct iovec iov[NX_FRAME_IOV_MAX];
+    iov[0] = (struct iovec){pre, OFI_PRE_SIZE};
+    size_t n = 1 + span(f, 0, plen, iov + 1);
     struct fi_msg msg = {.msg_iov = iov,
-                         .iov_count = plen > 0 ? 2 : 1,
+                         .iov_count = n,
                          .addr = p->addr,
                          .context = &p->inj_ctx};
     ofi_rail_lock(r);
@@ -334,18 +507,21 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     }
     /* No room in the provider now: queue it like any other. */
   }
-  int bounce = !large && plen > 0 && r->iov_max < 2;
   struct ofi_op *op = calloc(1, sizeof(*op) + nparts * sizeof(struct ofi_ctx));
-  if (op != NULL && bounce) {
+  int err = op != NULL ? 0 : NX_ENOMEM;
+  if (err == 0 && bounce) {
     op->bounce = malloc(OFI_PRE_SIZE + plen);
-    if (op->bounce == NULL) {
-      free(op);
-      op = NULL;
-    }
+    if (op->bounce == NULL)
+      err = NX_ENOMEM;
   }
-  if (op == NULL) {
+  if (err == 0 && large && pieces > r->iov_max)
+    op->gather = gather_make(f, plen, frag, r->iov_max, &err);
+  if (err < 0) {
     pthread_mutex_unlock(&p->lock);
-    return NX_ENOMEM;
+    if (op != NULL)
+      free(op->bounce);
+    free(op);
+    return err;
   }
   op->peer = p;
   op->frame = f;
@@ -358,8 +534,10 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   if (large)
     ofi_put64(op->pre + OFI_PRE_SIZE, frag);
   if (bounce) {
+    /* The pieces of a frame put by reference are gathered here too. */
     memcpy(op->bounce, op->pre, OFI_PRE_SIZE);
-    memcpy(op->bounce + OFI_PRE_SIZE, f->iov[1].iov_base, plen);
+    gather_copy(op->bounce + OFI_PRE_SIZE, frame_iovs(f) + 1,
+                (unsigned)f->iovcnt - 1);
   }
   p->inflight += bytes;
   live_add(p, op);
@@ -381,6 +559,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
         pthread_mutex_unlock(&p->lock);
         attend(o, p, 1);
         free(op->bounce);
+        free(op->gather);
         free(op);
         return NX_EPEERDEAD; /* the core keeps the frame */
       }

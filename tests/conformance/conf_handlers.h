@@ -208,6 +208,65 @@ static void conf_third(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   nx_gp_release(&reply);
 }
 
+/* [zc-mods] "ping_refs"/"ping_refs_t": gp reply, u32 tag, u32 count, then
+ * count times (u64 len, bytes put by reference); reads each in place and
+ * answers "pong_refs" with the tag, the count and the same (len, bytes),
+ * put by reference to this buffer, which it keeps until the last release
+ * callback. */
+#define CONF_REFS_MAX 8
+struct conf_refs_hold {
+  nx_buffer_t *b;
+  int left;
+};
+
+static void conf_refs_release(void *arg, const void *v, int status) {
+  (void)v, (void)status;
+  struct conf_refs_hold *h = (struct conf_refs_hold *)arg;
+  if (__atomic_sub_fetch(&h->left, 1, __ATOMIC_ACQ_REL) == 0) {
+    nx_buffer_release(h->b);
+    free(h);
+  }
+}
+
+static void conf_ping_refs(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  uint32_t tag = 0, count = 0;
+  uint64_t len[CONF_REFS_MAX];
+  const void *data[CONF_REFS_MAX];
+  struct conf_refs_hold *h = NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) != 0 || nx_get_uint32(b, &tag) != 0 ||
+      nx_get_uint32(b, &count) != 0 || count > CONF_REFS_MAX)
+    goto out;
+  for (uint32_t i = 0; i < count; i++)
+    if (nx_get_uint64(b, &len[i]) != 0 ||
+        nx_get_bytes_ptr(b, &data[i], len[i]) != 0)
+      goto out;
+  if (nx_rsr_init_name(&o, &reply, "pong_refs", 64) != 0)
+    goto out;
+  h = (struct conf_refs_hold *)malloc(sizeof(struct conf_refs_hold));
+  if (h == NULL || nx_buffer_retain(b) != 0) {
+    free(h);
+    nx_buffer_release(o);
+    goto out;
+  }
+  h->b = b;
+  h->left = (int)count + 1;
+  nx_put_uint32(o, tag);
+  nx_put_uint32(o, count);
+  for (uint32_t i = 0; i < count; i++) {
+    nx_put_uint64(o, len[i]);
+    if (nx_put_bytes_ref(o, data[i], len[i], conf_refs_release, h) != 0)
+      __atomic_sub_fetch(&h->left, 1, __ATOMIC_ACQ_REL); /* not called */
+  }
+  nx_rsr_send(o);
+  conf_refs_release(h, NULL, 0); /* this handler's share */
+out:
+  nx_gp_release(&reply);
+}
+
 static int conf_register(nx_context_t *ctx) {
   int r =
       nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED, NULL);
@@ -231,6 +290,12 @@ static int conf_register(nx_context_t *ctx) {
   if (r == 0)
     r = nx_handler_register(ctx, "third", conf_third, NX_HANDLER_NONTHREADED,
                             NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "ping_refs", conf_ping_refs,
+                            NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "ping_refs_t", conf_ping_refs,
+                            NX_HANDLER_THREADED, NULL);
   return r;
 }
 
