@@ -44,8 +44,9 @@ enum {
  * order. A ref with `p` NULL was copied into the data; its callback is
  * still owed. */
 struct nxi_ref {
-  size_t at; /* where in the data the referenced bytes belong */
-  const void *p;
+  size_t at;     /* where in the data the referenced bytes belong */
+  const void *v; /* the program's pointer, given back to fn */
+  const void *p; /* v while held by reference, else NULL */
   size_t len;
   nx_release_fn fn;
   void *arg;

@@ -262,7 +262,7 @@ void nxi_buffer_refs_done(struct nx_buffer *b) {
   x->live = 0;
   x->bytes = 0;
   for (uint32_t i = 0; i < n; i++)
-    x->r[i].fn(x->r[i].arg, x->r[i].p, x->status);
+    x->r[i].fn(x->r[i].arg, x->r[i].v, x->status);
 }
 
 /* What zero copy hung on a buffer: callbacks still owed (for a buffer

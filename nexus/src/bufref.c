@@ -50,7 +50,7 @@ int nxi_put_array_ref(struct nx_buffer *b, uint8_t tag, const void *v,
   int r = nxi_buffer_reserve(b, 6 + pad + (copy ? len : 0));
   if (r < 0)
     return r;
-  struct nxi_ref ref = {.fn = fn, .arg = arg};
+  struct nxi_ref ref = {.v = v, .fn = fn, .arg = arg};
   if (!copy && len != 0) {
     ref.p = v;
     ref.len = len;

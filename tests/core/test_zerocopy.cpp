@@ -184,6 +184,8 @@ TEST_CASE("zero copy: more references than NX_BUFFER_REFS_MAX are copied, "
     CHECK(std::vector<int32_t>(v, v + i + 1) == vals[i]);
     CHECK(rel[i].calls == 1);
     CHECK(rel[i].status == 0);
+    // The callback gets the program's pointer back, copied or not.
+    CHECK(rel[i].v == vals[i].data());
   }
   CHECK(nx_buffer_release(r) == 0);
   p.drop();
@@ -298,6 +300,8 @@ TEST_CASE("zero copy: foreign byte order is converted in place, once",
     CHECK(nx_buffer_format(r) == foreign);
     CHECK(rd.calls == 1);
     CHECK(ri.calls == 1);
+    CHECK(rd.v == d.data()); // copied at put (converted), still given back
+    CHECK(ri.v == i.data());
     uint8_t one = 0;
     REQUIRE(nx_get_uint8(r, &one) == 0);
     const double *pd = nullptr;
