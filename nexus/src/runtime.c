@@ -20,6 +20,7 @@
 #include "module.h"
 #include "nxu_key.h"
 #include "nxu_opt.h"
+#include "nxu_wire.h"
 #include "parent.h"
 #include "progress.h"
 #include "services.h"
@@ -30,7 +31,10 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int abandoned;
 
 /* The host's identity: NX_HOST_ID if set (test hosts in network namespaces
- * share /etc/machine-id), else /etc/machine-id, else the host name. */
+ * share /etc/machine-id), else /etc/machine-id, else the host name. Two
+ * 64-bit FNV-1a hashes, stored little-endian: processes of both byte orders
+ * on one host must agree on it (tcp offers loopback addresses only to a
+ * peer of the same host identity). */
 static void fill_host_uuid(uint8_t out[16]) {
   char text[256] = {0};
   const char *id = getenv("NX_HOST_ID");
@@ -51,8 +55,8 @@ static void fill_host_uuid(uint8_t out[16]) {
     h1 = (h1 ^ (uint8_t)*p) * 0x100000001b3ull;
     h2 = (h2 ^ (uint8_t)*p) * 0x100000001b3ull + 1;
   }
-  memcpy(out, &h1, 8);
-  memcpy(out + 8, &h2, 8);
+  nxu_le64(out, h1);
+  nxu_le64(out + 8, h2);
 }
 
 /* The settings of the core, from the one table (nexus/util/nxu_opt.c).
