@@ -705,8 +705,7 @@ TEST_CASE("[zc-mods] ping-pong of every size put by reference, one array, "
                         size_t(64) << 10,
                         size_t(1) << 20,
                         size_t(4) << 20,
-                        size_t(16) << 20,
-                        size_t(64) << 20};
+                        size_t(16) << 20};
   const size_t more[] = {0,
                          8,
                          4000,
@@ -715,9 +714,10 @@ TEST_CASE("[zc-mods] ping-pong of every size put by reference, one array, "
                          size_t(1) << 20,
                          (size_t(4) << 20) + 3,
                          (size_t(6) << 20) + 1,
-                         (size_t(16) << 20) + 5,
-                         size_t(40) << 20};
+                         (size_t(16) << 20) + 5};
   for (const char *handler : {"ping_refs", "ping_refs_t"}) {
+    // Layout 0, one array of 0 B to 64 MiB, is also "zero copy: ping-pong
+    // of every size ..." above; here once, up to 16 MiB, for the reply path.
     for (int layout = 0; layout < 3; layout++) {
       const size_t *sizes = layout == 0 ? one : more;
       size_t nsizes = layout == 0 ? sizeof(one) / sizeof(one[0])
