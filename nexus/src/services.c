@@ -65,7 +65,7 @@ static void core_send_done(nx_frame_t *frame, int status) {
 static void core_handover(nx_frame_t *frame) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
   /* The handler reads one payload: values put by reference join it. */
-  int r = nxi_buffer_flatten(b);
+  int r = b->xr != NULL ? nxi_buffer_flatten(b) : 0; /* no call per RSR */
   if (r < 0) {
     nxi_buffer_refs_status(b, r);
     nxi_drop(r, b->context, b->handler);

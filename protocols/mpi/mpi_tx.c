@@ -52,15 +52,8 @@ int mpimod_tx_init(struct mpimod *m) {
   return 0;
 }
 
-/* The frame's iovecs, header first. `iovs` holds them all (ABI 8); for
- * two or fewer it is `iov` itself, which is read here so that a core
- * written before ABI 8 (the test stubs that play one) need not set `iovs`. */
-static const struct iovec *frame_iovs(const nx_frame_t *f) {
-  return f->iovcnt > 2 ? f->iovs : f->iov;
-}
-
 static size_t frame_payload(const nx_frame_t *f) {
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   size_t n = 0;
   for (int i = 1; i < f->iovcnt; i++)
     n += v[i].iov_len;
@@ -129,7 +122,7 @@ static int post_inline(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     return NX_ENOMEM;
   /* The pieces of a frame put by reference are gathered here too: this
    * copy is made anyway. */
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   uint8_t *to = s->bytes;
   for (int i = 0; i < f->iovcnt; i++) {
     if (v[i].iov_len > 0)
@@ -231,7 +224,7 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     if (reqs == NULL)
       return NX_ENOMEM;
   }
-  struct cursor c = {.v = frame_iovs(f), .n = f->iovcnt, .k = 1, .in = 0};
+  struct cursor c = {.v = nx_frame_iovs(f), .n = f->iovcnt, .k = 1, .in = 0};
   int posted = 0, head_done = 0, typed = 0;
   mpimod_lock(m);
   int e = MPI_Isend(c.v[0].iov_base, NX_FRAME_HDR_SIZE, MPI_BYTE, p->rank,
@@ -281,7 +274,7 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
 int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f) {
   if (f->iovcnt < 1 || f->iovcnt > NX_FRAME_IOV_MAX ||
       (f->iovcnt > 2 && f->iovs == NULL) ||
-      frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
+      nx_frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
     return NX_EINVAL;
   size_t plen = frame_payload(f);
   size_t total = NX_FRAME_HDR_SIZE + plen;

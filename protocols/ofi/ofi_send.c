@@ -137,13 +137,6 @@ static void report(struct ofi *o, struct ofi_peer *p) {
 
 /* Ops. */
 
-/* The frame's iovecs, header first. `iovs` holds them all (ABI 8); for
- * two or fewer it is `iov` itself, which is read here so that a core
- * written before ABI 8 (the test stubs that play one) need not set `iovs`. */
-static const struct iovec *frame_iovs(const nx_frame_t *f) {
-  return f->iovcnt > 2 ? f->iovs : f->iov;
-}
-
 static void put_pre(const struct ofi *o, uint8_t *pre, int kind, uint32_t seq,
                     const nx_frame_t *f) {
   ofi_put16(pre, OFI_MAGIC);
@@ -151,11 +144,11 @@ static void put_pre(const struct ofi *o, uint8_t *pre, int kind, uint32_t seq,
   pre[3] = 0;
   ofi_put32(pre + 4, seq);
   ofi_put64(pre + 8, o->id);
-  memcpy(pre + OFI_HDR_SIZE, frame_iovs(f)[0].iov_base, NX_FRAME_HDR_SIZE);
+  memcpy(pre + OFI_HDR_SIZE, nx_frame_iovs(f)[0].iov_base, NX_FRAME_HDR_SIZE);
 }
 
 static size_t payload_len(const nx_frame_t *f) {
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   size_t n = 0;
   for (int i = 1; i < f->iovcnt; i++)
     n += v[i].iov_len;
@@ -164,7 +157,7 @@ static size_t payload_len(const nx_frame_t *f) {
 
 /* The payload's non-empty pieces. */
 static unsigned payload_pieces(const nx_frame_t *f) {
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   unsigned n = 0;
   for (int i = 1; i < f->iovcnt; i++)
     n += v[i].iov_len > 0;
@@ -176,7 +169,7 @@ static unsigned payload_pieces(const nx_frame_t *f) {
  * 1, the most pieces a frame has). */
 static unsigned span(const nx_frame_t *f, size_t off, size_t len,
                      struct iovec *out) {
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   unsigned n = 0;
   for (int i = 1; i < f->iovcnt && len > 0; i++) {
     if (off >= v[i].iov_len) {
@@ -268,7 +261,7 @@ static size_t plan_frag(const nx_frame_t *f, size_t idx, size_t frag,
 static unsigned plan_all(const nx_frame_t *f, size_t plen, size_t frag,
                          size_t max, struct ofi_gplan *plans, uint8_t **to,
                          size_t *bytes) {
-  const struct iovec *v = frame_iovs(f);
+  const struct iovec *v = nx_frame_iovs(f);
   struct ofi_gplan scratch;
   unsigned n = 0;
   size_t at = 0, seen = SIZE_MAX;
@@ -444,7 +437,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   struct ofi_rail *r = p->rail;
   if (f->iovcnt < 1 || f->iovcnt > NX_FRAME_IOV_MAX ||
       (f->iovcnt > 2 && f->iovs == NULL) ||
-      frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
+      nx_frame_iovs(f)[0].iov_len != NX_FRAME_HDR_SIZE)
     return NX_EINVAL;
   size_t plen = payload_len(f);
   unsigned pieces = payload_pieces(f);
@@ -536,7 +529,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   if (bounce) {
     /* The pieces of a frame put by reference are gathered here too. */
     memcpy(op->bounce, op->pre, OFI_PRE_SIZE);
-    gather_copy(op->bounce + OFI_PRE_SIZE, frame_iovs(f) + 1,
+    gather_copy(op->bounce + OFI_PRE_SIZE, nx_frame_iovs(f) + 1,
                 (unsigned)f->iovcnt - 1);
   }
   p->inflight += bytes;
