@@ -103,7 +103,8 @@ static void serve_one(int fd) {
     refuse("wrong key (the attacher's proof does not match)");
     return;
   }
-  size_t cap = 8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len;
+  /* Room for a descriptor more: a gateway may be added meanwhile. */
+  size_t cap = 8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
   uint8_t *msg = malloc(cap);
   if (msg == NULL)
     return;

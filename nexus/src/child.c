@@ -198,7 +198,7 @@ static int job_peers(nx_gp_t **gps, int *count, int *rank) {
     struct nxi_module *m = nxi_module_loaded(i);
     if (m->launch == NULL || m->launch->job_peers == NULL)
       continue;
-    size_t cap = NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len;
+    size_t cap = NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
     uint8_t *mine = malloc(cap);
     if (mine == NULL)
       return NX_ENOMEM;

@@ -225,10 +225,11 @@ int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp) {
       return r;
     }
   }
-  nxi_dlist_retain(nxi_rt.self_dl);
+  struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
+  nxi_dlist_retain(self);
   gp->context = ctx->id;
   gp->address = (uint64_t)(uintptr_t)ctx->data;
-  gp->protos = nxi_rt.self_dl;
+  gp->protos = self;
   return 0;
 }
 

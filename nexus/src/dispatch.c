@@ -36,9 +36,20 @@ static void *new_thread_main(void *self) {
   return nxi_rthread_end(self);
 }
 
+static _Atomic nxi_forward_fn forward_fn;
+
+void nxi_engine_set_forward(nxi_forward_fn fn) {
+  atomic_store(&forward_fn, fn);
+}
+
 static void dispatch(struct nx_buffer *b) {
   struct nx_context *ctx = nxi_context_get(b->context);
   if (ctx == NULL) {
+    /* For another process: a gateway passes it on. */
+    nxi_forward_fn fwd =
+        atomic_load_explicit(&forward_fn, memory_order_acquire);
+    if (fwd != NULL && nxi_ctxid_proc(b->context) != nxi_rt.proc_id && fwd(b))
+      return;
     nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
     nxi_buffer_handler_done(b);
     return;

@@ -1,5 +1,6 @@
 /* Descriptor lists (dlist.h): their wire encoding, interning, the
  * per-destination protocol choice, and failed processes. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,11 @@ static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t *dead_procs;
 static size_t dead_count, dead_cap;
 static struct nxi_dlist *intern_table[BUCKETS];
+/* This process's earlier lists, replaced by nxi_dlist_self_add: kept
+ * until nxi_dlist_finalize, since nx_gp_make may be taking a reference to
+ * one while it is replaced. */
+static struct nxi_dlist *self_old[NXI_MAX_MODULES];
+static size_t self_old_count;
 
 static uint64_t fnv64(const uint8_t *p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -132,12 +138,23 @@ void nxi_dlist_retain(struct nxi_dlist *dl) {
   atomic_fetch_add_explicit(&dl->refs, 1, memory_order_relaxed);
 }
 
-static void dlist_free(struct nxi_dlist *d) {
-  struct nxi_route *rt = atomic_load(&d->route);
-  if (rt != NULL) {
-    rt->mod->ops->disconnect(rt->mod->state, rt->ep);
+/* Frees a route and the ones it replaced: an endpoint is disconnected only
+ * here, when no sender can hold the route any more. It releases the
+ * gateway lists the routes went through: never call it under intern_lock. */
+static void route_free(struct nxi_route *rt) {
+  while (rt != NULL) {
+    struct nxi_route *older = rt->older;
+    if (rt->via != NULL)
+      nxi_dlist_release(rt->via);
+    else
+      rt->mod->ops->disconnect(rt->mod->state, rt->ep);
     free(rt);
+    rt = older;
   }
+}
+
+static void dlist_free(struct nxi_dlist *d) {
+  route_free(atomic_load(&d->route));
   free(d);
 }
 
@@ -158,19 +175,29 @@ void nxi_dlist_release(struct nxi_dlist *dl) {
  * owned by the gps that hold them, which may be released (or used again
  * after a new nx_init) later. */
 void nxi_dlist_finalize(void) {
+  struct nxi_route *dropped = NULL;
   pthread_mutex_lock(&intern_lock);
   free(dead_procs);
   dead_procs = NULL;
   dead_count = dead_cap = 0;
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      atomic_store(&d->broken, 0);
       struct nxi_route *rt = atomic_exchange(&d->route, NULL);
-      if (rt != NULL) {
-        rt->mod->ops->disconnect(rt->mod->state, rt->ep);
-        free(rt);
-      }
+      if (rt == NULL)
+        continue;
+      /* Freed after the lock: a route through a gateway releases a list. */
+      struct nxi_route *last = rt;
+      while (last->older != NULL)
+        last = last->older;
+      last->older = dropped;
+      dropped = rt;
     }
   pthread_mutex_unlock(&intern_lock);
+  route_free(dropped);
+  for (size_t i = 0; i < self_old_count; i++)
+    nxi_dlist_release(self_old[i]);
+  self_old_count = 0;
 }
 
 /* Protocol choice: every loaded module that finds its own name and wire
@@ -179,23 +206,61 @@ void nxi_dlist_finalize(void) {
  * one connects. The choice is cached in the list. */
 
 struct candidate {
-  struct nxi_module *mod;
+  struct nxi_module *mod; /* NULL: through a gateway */
   const struct nx_desc *desc;
+  struct nxi_dlist *via; /* the gateway's list (a reference) */
+  int didx;
   int cost;
 };
 
 static int better(const struct candidate *a, const struct candidate *b) {
   if (a->cost != b->cost)
     return a->cost < b->cost;
+  if (a->mod == NULL || b->mod == NULL) /* gateways: in the list's order */
+    return a->mod != NULL && b->mod == NULL;
   return a->mod->order < b->mod->order;
 }
 
-static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
-  struct candidate c[NXI_MAX_MODULES];
+static int is_gw(const struct nx_desc *d) {
+  return strcmp(d->name, NXI_GW_NAME) == 0 && d->wire_version == 1;
+}
+
+/* Set while a gateway's own route is resolved: gateways do not chain, so
+ * lists naming each other as gateways cannot recurse. */
+static NXI_TLS int gw_depth;
+
+/* A gateway descriptor's gateway (u32 LE process id, then its list), unless
+ * it names this process or cannot be read. */
+static int gw_candidate(const struct nx_desc *d, struct nxi_dlist **via) {
+  if (d->data_len <= 4)
+    return -1;
+  uint32_t proc = nxu_rd32(d->data);
+  if (proc == 0 || proc == nxi_rt.proc_id)
+    return -1;
+  return nxi_dlist_intern_proc(d->data + 4, d->data_len - 4u, proc, via) < 0
+             ? -1
+             : 0;
+}
+
+/* Every candidate not in `broken`: each descriptor that a loaded module of
+ * the same name and wire version calls reachable, then (after all of
+ * them, whatever NX_PROTOCOLS says) the gateways the list names. */
+static int candidates(struct nxi_dlist *dl, unsigned broken,
+                      struct candidate *c) {
   int n = 0;
   int nmods = nxi_module_count_loaded();
   for (int i = 0; i < dl->n; i++) {
     const struct nx_desc *d = &dl->desc[i];
+    if (broken & (1u << i))
+      continue;
+    struct nxi_dlist *via;
+    if (is_gw(d) && (gw_depth > 0 || gw_candidate(d, &via) < 0))
+      continue; /* a gateway's own mark, or one we cannot use */
+    if (is_gw(d)) {
+      c[n] = (struct candidate){NULL, d, via, i, INT_MAX};
+      n++;
+      continue;
+    }
     for (int m = 0; m < nmods; m++) {
       struct nxi_module *mod = nxi_module_loaded(m);
       if (strcmp(mod->name, d->name) != 0 ||
@@ -204,9 +269,8 @@ static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
       int cost = mod->ops->reachable(mod->state, d);
       if (cost < 0)
         continue;
-      c[n].mod = mod;
-      c[n].desc = d;
-      c[n].cost = nxi_rt.explicit_order ? 0 : cost;
+      c[n] =
+          (struct candidate){mod, d, NULL, i, nxi_rt.explicit_order ? 0 : cost};
       n++;
     }
   }
@@ -217,51 +281,132 @@ static int resolve(struct nxi_dlist *dl, struct nxi_route **out) {
       c[j] = c[j - 1];
       c[j - 1] = t;
     }
-  for (int i = 0; i < n; i++) {
-    void *ep = NULL;
-    int r = c[i].mod->ops->connect(c[i].mod->state, c[i].desc, &ep);
-    if (r < 0) {
-      nxi_log(1, c[i].mod->name, "connect failed: %s; trying the next",
-              nx_strerror(r));
-      continue;
-    }
-    struct nxi_route *rt = malloc(sizeof(*rt));
-    if (rt == NULL) {
-      c[i].mod->ops->disconnect(c[i].mod->state, ep);
-      return NX_ENOMEM;
-    }
-    rt->mod = c[i].mod;
-    rt->ep = ep;
-    atomic_init(&rt->failed, 0);
-    /* Which module carries the frames to whom: the first thing to ask
-     * when a destination is slow or unreachable. */
-    nxi_log(1, c[i].mod->name, "route to process %#x: %s (%d of %d candidates)",
-            (unsigned)atomic_load(&dl->proc), c[i].mod->name, i + 1, n);
-    *out = rt;
-    return 0;
+  return n;
+}
+
+/* The gateway's own route, which must be direct (one hop; a gateway's
+ * list is resolved like any other, and gateways do not chain). */
+static int gw_connect(struct nxi_dlist *via) {
+  struct nxi_route *grt;
+  gw_depth++;
+  int r = nxi_dlist_route(via, &grt);
+  gw_depth--;
+  return r < 0 ? r : grt->via != NULL ? NX_EUNREACH : 0;
+}
+
+static int resolve(struct nxi_dlist *dl, unsigned broken,
+                   struct nxi_route **out) {
+  struct candidate c[NXI_MAX_MODULES];
+  int n = candidates(dl, broken, c);
+  int r = NX_EUNREACH;
+  int i;
+  void *ep = NULL;
+  for (i = 0; i < n; i++) {
+    r = c[i].via != NULL
+            ? gw_connect(c[i].via)
+            : c[i].mod->ops->connect(c[i].mod->state, c[i].desc, &ep);
+    if (r == 0)
+      break;
+    nxi_log(1, c[i].mod != NULL ? c[i].mod->name : NXI_GW_NAME,
+            "connect failed: %s; trying the next", nx_strerror(r));
   }
-  return NX_EUNREACH;
+  struct nxi_route *rt = NULL;
+  if (i < n && (rt = calloc(1, sizeof(*rt))) == NULL) {
+    if (c[i].mod != NULL)
+      c[i].mod->ops->disconnect(c[i].mod->state, ep);
+    r = NX_ENOMEM;
+  }
+  for (int j = 0; j < n; j++)
+    if (c[j].via != NULL && (rt == NULL || j != i))
+      nxi_dlist_release(c[j].via);
+  if (rt == NULL)
+    return n == 0 ? NX_EUNREACH : i < n ? r : NX_EUNREACH;
+  rt->mod = c[i].mod;
+  rt->ep = ep;
+  rt->via = c[i].via;
+  rt->didx = c[i].didx;
+  rt->alts = n - i - 1;
+  atomic_init(&rt->failed, 0);
+  /* Which module carries the frames to whom: the first thing to ask
+   * when a destination is slow or unreachable. */
+  nxi_log(1, rt->mod != NULL ? rt->mod->name : NXI_GW_NAME,
+          "route to process %#x: %s (%d of %d candidates)",
+          (unsigned)atomic_load(&dl->proc),
+          rt->mod != NULL ? rt->mod->name : "through a gateway", i + 1, n);
+  *out = rt;
+  return 0;
+}
+
+static void fail_list(struct nxi_dlist *dl, int status);
+
+/* The cached route failed (and the list did not): the next candidate
+ * replaces it, or, with none left, the destination is lost. */
+static int fall_back(struct nxi_dlist *dl, struct nxi_route *old) {
+  int status = atomic_load(&old->failed);
+  unsigned broken =
+      atomic_fetch_or(&dl->broken, 1u << old->didx) | 1u << old->didx;
+  struct nxi_route *rt;
+  int r = resolve(dl, broken, &rt);
+  if (r < 0) {
+    fail_list(dl, status);
+    return atomic_load(&dl->failed);
+  }
+  rt->older = old;
+  struct nxi_route *expected = old;
+  if (!atomic_compare_exchange_strong(&dl->route, &expected, rt)) {
+    /* Another sender replaced it first: use its route. */
+    rt->older = NULL;
+    route_free(rt);
+    return 1;
+  }
+  atomic_fetch_add(&nxi_rt.route_fallbacks, 1);
+  nxi_log(1, NULL, "route to process %#x: %s failed (%s); now %s",
+          (unsigned)atomic_load(&dl->proc),
+          old->mod != NULL ? old->mod->name : NXI_GW_NAME, nx_strerror(status),
+          rt->mod != NULL ? rt->mod->name : "through a gateway");
+  return 1;
 }
 
 int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
-  int failed = atomic_load_explicit(&dl->failed, memory_order_relaxed);
-  if (failed < 0)
-    return failed;
-  struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
-  if (rt != NULL) {
-    *out = rt;
+  for (;;) {
+    int failed = atomic_load_explicit(&dl->failed, memory_order_relaxed);
+    if (failed < 0)
+      return failed;
+    struct nxi_route *rt =
+        atomic_load_explicit(&dl->route, memory_order_acquire);
+    if (rt != NULL &&
+        atomic_load_explicit(&rt->failed, memory_order_relaxed) == 0) {
+      *out = rt;
+      return 0;
+    }
+    if (rt != NULL) {
+      int r = fall_back(dl, rt);
+      if (r < 0)
+        return r;
+      continue;
+    }
+    int r = resolve(dl, atomic_load(&dl->broken), &rt);
+    if (r < 0)
+      return r;
+    struct nxi_route *expected = NULL;
+    if (!atomic_compare_exchange_strong(&dl->route, &expected, rt))
+      route_free(rt); /* another sender resolved it first */
+  }
+}
+
+int nxi_route_fail(struct nxi_route *rt, int status) {
+  if (status == NX_ENOMEM || status == NX_EINVAL || status == NX_ERANGE ||
+      status == NX_EMSGSIZE || status >= 0)
     return 0;
-  }
-  int r = resolve(dl, &rt);
-  if (r < 0)
-    return r;
-  struct nxi_route *expected = NULL;
-  if (!atomic_compare_exchange_strong(&dl->route, &expected, rt)) {
-    rt->mod->ops->disconnect(rt->mod->state, rt->ep);
-    free(rt);
-    rt = expected;
-  }
-  *out = rt;
+  int expected = 0;
+  atomic_compare_exchange_strong(&rt->failed, &expected, status);
+  return 1;
+}
+
+int nxi_dlist_is_gateway(const struct nxi_dlist *dl) {
+  for (int i = 0; i < dl->n; i++)
+    if (is_gw(&dl->desc[i]) && dl->desc[i].data_len == 0)
+      return 1;
   return 0;
 }
 
@@ -283,7 +428,8 @@ static int mark_dead(uint32_t proc) {
 }
 
 /* Marks the lists that match (an endpoint, or a process) failed and reports
- * each newly dead process once. */
+ * each newly dead process once. A route whose endpoint failed while
+ * candidates are left is only marked: the next send falls back to them. */
 static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
   uint32_t procs[64];
   int n = 0;
@@ -294,7 +440,8 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
       if (ep != NULL) {
-        if (rt == NULL || rt->ep != ep || rt->mod->state != state)
+        if (rt == NULL || rt->mod == NULL || rt->ep != ep ||
+            rt->mod->state != state)
           continue;
       } else if (atomic_load(&d->proc) != proc) {
         continue;
@@ -302,6 +449,8 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
       int expected = 0;
       if (rt != NULL)
         atomic_compare_exchange_strong(&rt->failed, &expected, status);
+      if (ep != NULL && rt->alts > 0)
+        continue; /* not lost yet: another module may reach it */
       expected = 0;
       atomic_compare_exchange_strong(&d->failed, &expected, status);
       uint32_t p = atomic_load(&d->proc);
@@ -311,6 +460,18 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++)
     nxi_report_proc(status, procs[i]);
+}
+
+/* One list's last route failed: its destination is lost. */
+static void fail_list(struct nxi_dlist *dl, int status) {
+  int expected = 0;
+  atomic_compare_exchange_strong(&dl->failed, &expected, status);
+  uint32_t p = atomic_load(&dl->proc);
+  pthread_mutex_lock(&intern_lock);
+  int report = p != 0 && mark_dead(p);
+  pthread_mutex_unlock(&intern_lock);
+  if (report)
+    nxi_report_proc(status, p);
 }
 
 void nxi_dlist_peer_failed(void *state, void *ep, int status) {
@@ -328,6 +489,39 @@ int nxi_dlist_intern_proc(const uint8_t *blob, size_t len, uint32_t proc,
   if (r == 0)
     atomic_store_explicit(&(*out)->proc, proc, memory_order_relaxed);
   return r;
+}
+
+int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
+  struct nxi_dlist *cur = atomic_load(&nxi_rt.self_dl);
+  size_t nl = strlen(name);
+  if (cur->n >= NXI_MAX_MODULES || self_old_count >= NXI_MAX_MODULES)
+    return NX_EBUSY;
+  if (len > NX_DESC_DATA_MAX)
+    return NX_EMSGSIZE;
+  uint8_t *blob = malloc(cur->len + 1 + nl + 2 + 1 + 2 + len);
+  if (blob == NULL)
+    return NX_ENOMEM;
+  memcpy(blob, cur->blob, cur->len);
+  size_t off = cur->len;
+  blob[0] = (uint8_t)(cur->n + 1);
+  blob[off++] = (uint8_t)nl;
+  memcpy(blob + off, name, nl);
+  off += nl;
+  nxu_le16(blob + off, 1);
+  off += 2;
+  blob[off++] = 0; /* no scope */
+  nxu_le16(blob + off, (uint16_t)len);
+  off += 2;
+  memcpy(blob + off, data, len);
+  off += len;
+  struct nxi_dlist *dl;
+  int r = nxi_dlist_intern_proc(blob, off, nxi_rt.proc_id, &dl);
+  free(blob);
+  if (r < 0)
+    return r;
+  self_old[self_old_count++] = cur;
+  atomic_store(&nxi_rt.self_dl, dl);
+  return 0;
 }
 
 int nxi_dlist_self(uint32_t proc, struct nxi_dlist **out) {

@@ -5,10 +5,23 @@
 
 #include "module.h"
 
+/* The name of a gateway's descriptors: with no data, "this process
+ * forwards"; with data (u32 LE process id, then that gateway's own list),
+ * "reach this process through that gateway". No module may be named so. */
+#define NXI_GW_NAME "gw"
+
+/* The most one descriptor takes in a list's encoding. */
+#define NXI_DESC_MAX_LEN                                                       \
+  (1 + NX_PROTO_NAME_MAX + 2 + 1 + NX_DESC_SCOPE_MAX + 2 + NX_DESC_DATA_MAX)
+
 struct nxi_route {
-  struct nxi_module *mod;
+  struct nxi_module *mod; /* NULL for a route through a gateway */
   void *ep;
-  atomic_int failed; /* the NX_E* code the endpoint died with, or 0 */
+  struct nxi_dlist *via;   /* the gateway's list (a reference), or NULL */
+  struct nxi_route *older; /* routes this one replaced (freed with the list) */
+  int didx;                /* the descriptor it came from */
+  int alts;                /* candidates left to fall back to */
+  atomic_int failed;       /* the NX_E* code the endpoint failed with, or 0 */
 };
 
 struct nxi_dlist {
@@ -23,6 +36,7 @@ struct nxi_dlist {
   struct nxi_route *_Atomic route; /* cached protocol choice */
   _Atomic uint32_t proc;           /* process id part of its context ids */
   atomic_int failed;               /* its process is gone: the NX_E* why */
+  atomic_uint broken;              /* descriptors whose route failed */
 };
 
 /* Interns the encoding `blob` (checked first: NX_EPROTO, NX_ERANGE) and
@@ -39,9 +53,21 @@ int nxi_dlist_parse_len(const uint8_t *p, size_t avail, size_t *len);
 /* Builds and interns this process's list: one descriptor per loaded
  * module, in order of preference. */
 int nxi_dlist_self(uint32_t proc, struct nxi_dlist **out);
-/* The protocol route to a destination; resolved once per list. */
+/* The protocol route to a destination: resolved at the first use, replaced
+ * by the next candidate when it failed (and the destination was not found
+ * dead). Returns 0, or the code the destination is unreachable with. */
 int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out);
-/* The modules are about to go: forgets every cached route. */
+/* The route's send failed with `status` (not a full queue): marks it
+ * failed so that the next nxi_dlist_route falls back. Returns 1 if it may
+ * (the status is not the program's fault), 0 if not. */
+int nxi_route_fail(struct nxi_route *rt, int status);
+/* The gateway descriptor of `dl` with no data: its process forwards. */
+int nxi_dlist_is_gateway(const struct nxi_dlist *dl);
+/* This process's list gains a descriptor `name` with `data`: gps made
+ * from now on carry it (older lists are kept until nxi_dlist_finalize). */
+int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len);
+/* The modules are about to go: forgets every cached route and the
+ * earlier lists of this process. */
 void nxi_dlist_finalize(void);
 
 /* A module reported its endpoint `ep` dead: every route through it fails

@@ -5,7 +5,7 @@
 
 #include "rt.h"
 
-/* The header's fields; magic, version, flags and reserved are implied. */
+/* The header's fields; magic, version, flags and origin are implied. */
 struct nxi_frame_hdr {
   uint8_t fmt;
   uint32_t handler;
@@ -25,5 +25,10 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f);
  * non-zero handler and context, a length this machine can hold. Returns 0
  * or NX_EPROTO. */
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
+
+/* The origin field of a header (a frame sent through a gateway names its
+ * sender's process there; 0 otherwise). */
+void nxi_frame_hdr_set_origin(uint8_t *h, uint32_t proc);
+uint32_t nxi_frame_hdr_origin(const uint8_t *h);
 
 #endif /* NXI_FRAME_H */

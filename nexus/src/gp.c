@@ -1,6 +1,7 @@
 /* Global pointers: the public gp calls, their place in message buffers, and
  * which protocol one uses. */
 #include <stdio.h>
+#include <string.h>
 
 #include "buf.h"
 #include "context.h"
@@ -12,10 +13,11 @@ int nx_gp_make(void *address, nx_gp_t *gp) {
   if (!nxi_ready())
     return NX_ENOTINIT;
   nx_context_t *ctx = nx_context_self();
-  nxi_dlist_retain(nxi_rt.self_dl);
+  struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
+  nxi_dlist_retain(self);
   gp->context = ctx->id;
   gp->address = (uint64_t)(uintptr_t)address;
-  gp->protos = nxi_rt.self_dl;
+  gp->protos = self;
   return 0;
 }
 
@@ -55,6 +57,29 @@ void *nx_gp_address(const nx_gp_t *gp) {
   return gp != NULL ? (void *)(uintptr_t)gp->address : NULL;
 }
 
+/* Through a gateway: "via gw (<how this process reaches it>) then <the
+ * first module in the gateway's order that the destination also offers>"
+ * (the gateway may choose another by cost; it does not say). */
+static int via_info(struct nxi_dlist *dl, struct nxi_route *rt, char *buf,
+                    size_t len) {
+  struct nxi_route *hop;
+  int r = nxi_dlist_route(rt->via, &hop);
+  if (r < 0)
+    return r;
+  const char *then = "?";
+  for (int i = 0; i < rt->via->n && then[0] == '?'; i++)
+    for (int j = 0; j < dl->n; j++)
+      if (strcmp(rt->via->names[i], dl->names[j]) == 0 &&
+          strcmp(dl->names[j], NXI_GW_NAME) != 0 &&
+          strcmp(dl->names[j], "local") != 0) {
+        then = dl->names[j];
+        break;
+      }
+  snprintf(buf, len, "via %s (%s) then %s", NXI_GW_NAME,
+           hop->via != NULL ? NXI_GW_NAME : hop->mod->name, then);
+  return 0;
+}
+
 int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len) {
   if (gp == NULL || buf == NULL || len == 0)
     return NX_EINVAL;
@@ -64,6 +89,8 @@ int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len) {
   int r = nxi_dlist_route(gp->protos, &rt);
   if (r < 0)
     return r;
+  if (rt->via != NULL)
+    return via_info(gp->protos, rt, buf, len);
   if (rt->mod->ops->endpoint_info == NULL) {
     snprintf(buf, len, "%s", rt->mod->name);
     return NX_ENOTSUP;
@@ -77,7 +104,7 @@ const char *nx_gp_protocol(const nx_gp_t *gp) {
   struct nxi_route *rt;
   if (nxi_dlist_route(gp->protos, &rt) < 0)
     return NULL;
-  return rt->mod->name;
+  return rt->via != NULL ? NXI_GW_NAME : rt->mod->name;
 }
 
 /* Global pointers: tag, context and address in the buffer's byte order,

@@ -227,6 +227,9 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
     nxi_log(1, m->name, "skipped: %s", m->reason);
     return m->error;
   }
+  /* Gateways' descriptors carry this name (dlist.h): no module may. */
+  if (strcmp(m->name, "gw") == 0)
+    return fail(m, NX_EMODULE, "%s", "the name gw is reserved for gateways");
   m->dl_handle = dlopen(m->path, RTLD_NOW | RTLD_LOCAL);
   if (m->dl_handle == NULL)
     return fail(m, NX_EMODULE, "dlopen failed: %s", dlerror());

@@ -3,6 +3,8 @@
 #include "buf.h"
 #include "dlist.h"
 #include "engine.h"
+#include "frame.h"
+#include "send.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint) {
@@ -34,6 +36,76 @@ int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
   return nx_rsr_init(buf, gp, nx_handler_id(handler), size_hint);
 }
 
+/* Hands the sealed frame to the route's module. The buffer is the module's
+ * unless this fails. */
+static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
+                   atomic_uint_fast64_t *count) {
+  nxi_buffer_refs_status(b, 0);
+  atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+  /* A full queue to the peer: help the transfers along, then try again
+   * (memory stays bounded; the module says when it has room). */
+  int r;
+  while ((r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags)) ==
+             NX_EAGAIN &&
+         !(flags & NX_RSR_NONBLOCK))
+    nxi_progress_help();
+  if (r < 0) {
+    atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
+  } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
+    /* The module has a transfer to progress: poll it every round again
+     * (dispatch.c). Written only when it changes: senders on several
+     * threads would otherwise bounce the line. */
+    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
+  }
+  return r;
+}
+
+/* Seals `b` for its list's route and sends it; on a failure the buffer is
+ * freed. A route whose send fails (not for a full queue) is replaced by
+ * the next candidate and the RSR goes there (dlist.c); a list runs out of
+ * candidates long before this loop's bound. A frame a gateway passes on
+ * (`forwarding`) goes over a direct route only, and counts as forwarded. */
+int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
+  int r = 0;
+  struct nxi_route *hop = NULL;
+  for (int tries = 0; tries < 2 * NXI_MAX_MODULES + 2; tries++) {
+    struct nxi_route *rt;
+    if ((r = nxi_dlist_route(b->dl, &rt)) < 0)
+      break;
+    if (forwarding && rt->via != NULL) {
+      r = NX_EUNREACH; /* one hop: gateways do not pass frames on to others */
+      break;
+    }
+    hop = rt;
+    /* Through a gateway: sent over the gateway's own route. */
+    if (rt->via != NULL && (r = nxi_dlist_route(rt->via, &hop)) < 0) {
+      if (nxi_route_fail(rt, r))
+        continue;
+      break;
+    }
+    nxi_buffer_seal(b);
+    /* Values put by reference: sent from where they are by a module that
+     * takes that many iovecs, copied into the data once for any other. */
+    if (b->frame.iovcnt > 2 &&
+        (uint32_t)b->frame.iovcnt > hop->mod->ops->iov_max) {
+      if ((r = nxi_buffer_flatten(b)) < 0)
+        break;
+      nxi_buffer_seal(b);
+    }
+    if (rt->via != NULL) /* the gateway tells this process of losses */
+      nxi_frame_hdr_set_origin(b->hdr, nxi_rt.proc_id);
+    r = send_on(b, hop, flags,
+                forwarding ? &nxi_rt.rsr_forwarded : &nxi_rt.rsr_sent);
+    if (r >= 0 || r == NX_EAGAIN || !nxi_route_fail(hop, r))
+      break;
+  }
+  if (r < 0) {
+    nxi_buffer_refs_status(b, r);
+    nxi_buffer_free(b);
+  }
+  return r;
+}
+
 int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   /* A buffer already sent (or released) may be freed or queued in a
    * module by now: refuse it by address, before reading it. */
@@ -47,43 +119,7 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
     nxi_buffer_free(b);
     return NX_ENOTINIT;
   }
-  struct nxi_route *rt;
-  int r = nxi_dlist_route(b->dl, &rt);
-  if (r == 0)
-    r = atomic_load_explicit(&rt->failed, memory_order_relaxed);
-  if (r == 0) {
-    nxi_buffer_seal(b);
-    /* Values put by reference: sent from where they are by a module that
-     * takes that many iovecs, copied into the data once for any other. */
-    if (b->frame.iovcnt > 2 &&
-        (uint32_t)b->frame.iovcnt > rt->mod->ops->iov_max)
-      if ((r = nxi_buffer_flatten(b)) == 0)
-        nxi_buffer_seal(b);
-  }
-  if (r < 0) {
-    nxi_buffer_refs_status(b, r);
-    nxi_buffer_free(b);
-    return r;
-  }
-  nxi_buffer_refs_status(b, 0);
-  atomic_fetch_add_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
-  /* A full queue to the peer: help the transfers along, then try again
-   * (memory stays bounded; the module says when it has room). */
-  while ((r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags)) ==
-             NX_EAGAIN &&
-         !(flags & NX_RSR_NONBLOCK))
-    nxi_progress_help();
-  if (r < 0) {
-    atomic_fetch_sub_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
-    nxi_buffer_refs_status(b, r);
-    nxi_buffer_free(b);
-  } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
-    /* The module has a transfer to progress: poll it every round again
-     * (dispatch.c). Written only when it changes: senders on several
-     * threads would otherwise bounce the line. */
-    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
-  }
-  return r;
+  return nxi_route_send(b, flags, 0);
 }
 
 int nx_rsr_send(nx_buffer_t *b) { return nx_rsr_send_flags(b, 0); }

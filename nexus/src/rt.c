@@ -42,6 +42,8 @@ void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.peers_failed, 0);
   atomic_store(&nxi_rt.lazy_started, 0);
   atomic_store(&nxi_rt.lazy_parked, 0);
+  atomic_store(&nxi_rt.rsr_forwarded, 0);
+  atomic_store(&nxi_rt.route_fallbacks, 0);
   nxi_rt.error_cb = NULL;
 }
 
@@ -132,6 +134,8 @@ int nx_stats_get(nx_stats_t *s) {
   s->peers_failed = atomic_load(&nxi_rt.peers_failed);
   s->lazy_started = atomic_load(&nxi_rt.lazy_started);
   s->lazy_parked = atomic_load(&nxi_rt.lazy_parked);
+  s->rsr_forwarded = atomic_load(&nxi_rt.rsr_forwarded);
+  s->route_fallbacks = atomic_load(&nxi_rt.route_fallbacks);
   return 0;
 }
 

@@ -40,10 +40,12 @@ struct nxi_runtime {
   uint8_t host_uuid[16];
   uint8_t key[NX_KEY_SIZE]; /* the computation's key (NX_KEY, or random) */
   nx_context_t *initial;
-  struct nxi_dlist *self_dl; /* descriptors of this process's contexts */
+  /* Descriptors of this process's contexts; replaced (not freed) when a
+   * gateway is added (nxi_dlist_self_add). */
+  struct nxi_dlist *_Atomic self_dl;
   atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler, drop_no_context,
       drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_started,
-      lazy_parked;
+      lazy_parked, rsr_forwarded, route_fallbacks;
   nx_error_cb error_cb;
   void *error_arg;
   atomic_int drops_logged;

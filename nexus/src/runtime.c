@@ -13,6 +13,7 @@
 #include "attach.h"
 #include "buffer_cache.h"
 #include "child.h"
+#include "gateway.h"
 #include "context.h"
 #include "dlist.h"
 #include "fiber.h"
@@ -62,20 +63,24 @@ static void fill_host_uuid(uint8_t out[16]) {
 /* The settings of the core, from the one table (nexus/util/nxu_opt.c).
  * Every core variable that is set is checked first: a malformed value
  * fails nx_init with its reason (the modules check theirs). */
+static int gateway_env; /* NX_GATEWAY=1 */
+
 static int read_env(void) {
   char why[256];
   uint64_t spin, debug, stack;
-  int progress, threaded;
+  int progress, threaded, gateway;
   if (nxu_opt_check_all("core", why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_PROGRESS", &progress, why, sizeof(why)) < 0 ||
       nxu_opt_number("NX_SPIN_US", &spin, why, sizeof(why)) < 0 ||
       nxu_opt_number("NX_DEBUG", &debug, why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_THREADED", &threaded, why, sizeof(why)) < 0 ||
+      nxu_opt_choice("NX_GATEWAY", &gateway, why, sizeof(why)) < 0 ||
       nxu_opt_number("NX_HANDLER_STACK", &stack, why, sizeof(why)) < 0) {
     nxi_log(0, NULL, "%s", why);
     return NX_EINVAL;
   }
   nxi_rt.poll_mode = progress == 1;
+  gateway_env = gateway == 1;
   nxi_rt.spin_us = (unsigned)spin;
   nxi_rt.debug = (unsigned)debug;
   nxi_fiber_init(threaded == 0, (size_t)stack);
@@ -140,14 +145,18 @@ int nx_init(int *argc, char ***argv) {
   r = nxi_progress_watch_modules();
   if (r < 0)
     goto err_modules;
-  r = nxi_dlist_self(nxi_rt.proc_id, &nxi_rt.self_dl);
+  struct nxi_dlist *self;
+  r = nxi_dlist_self(nxi_rt.proc_id, &self);
   if (r < 0)
     goto err_modules;
+  atomic_store(&nxi_rt.self_dl, self);
   r = nxi_child_init();
   if (r < 0)
     goto err_dlist;
   atomic_store(&nxi_rt.refs, 1);
   nxi_progress_start();
+  if (gateway_env && (r = nx_gateway_enable()) < 0)
+    nxi_log(0, NULL, "NX_GATEWAY=1: %s", nx_strerror(r));
   pthread_mutex_unlock(&init_lock);
   return 0;
 
@@ -195,6 +204,7 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return NX_EBUSY;
   }
+  nxi_gateway_finalize();
   nxi_dlist_release(nxi_rt.self_dl);
   nxi_rt.self_dl = NULL;
   nxi_dlist_finalize(); /* drops cached routes: before the modules go */

@@ -26,6 +26,9 @@ const struct nxu_opt nxu_opts[] = {
     {"NX_PROGRESS", NXU_OPT_CHOICE, "thread", 0, 0, 0, "thread|poll", "core",
      "thread: a progress thread drives the modules; poll: the program calls "
      "nx_poll()"},
+    {"NX_GATEWAY", NXU_OPT_CHOICE, "0", 0, 0, 0, "0|1", "core",
+     "1: this process forwards RSRs for the processes that join it "
+     "(nx_gateway_enable)"},
     {"NX_SPIN_US", NXU_OPT_UINT, "50", 50, 0, 1000000, NULL, "core",
      "microseconds idle threads busy-poll before yielding"},
     {"NX_THREADED", NXU_OPT_CHOICE, "lazy", 0, 0, 0, "lazy|thread", "core",

@@ -324,7 +324,7 @@ void on_failure(int err, uint64_t ctx, uint32_t handler, void *arg) {
 
 TEST_CASE("a dead peer fails later RSRs and is reported once",
           "[loader][badinput]") {
-  env_guard env("fixture,local");
+  env_guard env("fixture"); // nothing else reaches the context
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
   void *h =
@@ -359,6 +359,49 @@ TEST_CASE("a dead peer fails later RSRs and is reported once",
   REQUIRE(nx_stats_get(&s) == 0);
   CHECK(s.peers_failed == 1);
   CHECK(hh.n.get() == 1);
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
+  nx_gp_release(&gp);
+  dlclose(h);
+}
+
+TEST_CASE("a failed route falls back to the next module that reaches the "
+          "destination",
+          "[loader][badinput]") {
+  env_guard env("fixture,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  auto fail_peer =
+      reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
+  REQUIRE(fail_peer != nullptr);
+  failures f;
+  REQUIRE(nx_error_cb_set(on_failure, &f) == 0);
+  hits hh;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
+  REQUIRE(std::string(nx_gp_protocol(&gp)) == "fixture");
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+  REQUIRE(hh.n.wait_for(1) == 1);
+
+  // The fixture's endpoint fails; local reaches the same process, so the
+  // process is not lost: the next send goes over local.
+  fail_peer();
+  CHECK(f.n.get() == 0);
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  CHECK(nx_rsr_send(b) == 0);
+  CHECK(hh.n.wait_for(2) == 2);
+  CHECK(std::string(nx_gp_protocol(&gp)) == "local");
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.route_fallbacks == 1);
+  CHECK(s.peers_failed == 0);
+  CHECK(f.n.get() == 0);
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
   dlclose(h);

@@ -51,14 +51,36 @@ NX_EXTERN uint64_t nx_gp_context(const nx_gp_t *gp);
 NX_EXTERN void *nx_gp_address(const nx_gp_t *gp);
 
 /* The name of the protocol module that would carry an RSR to this gp
- * ("local", "tcp", ...), or NULL if none reaches it. */
+ * ("local", "tcp", ...), "gw" when it goes through a gateway, or NULL if
+ * none reaches it. */
 NX_EXTERN const char *nx_gp_protocol(const nx_gp_t *gp);
 
 /* What the chosen protocol module says carries RSRs to this gp underneath
- * (for example "ucx: sysv/memory, posix/memory"), as one line in `buf`.
+ * (for example "ucx: sysv/memory, posix/memory"), as one line in `buf`;
+ * through a gateway "via gw (<module to the gateway>) then <the first
+ * module in the gateway's order that the destination offers>".
  * Returns 0; NX_EUNREACH (no protocol reaches it); NX_ENOTSUP (the module
  * does not say: `buf` then holds just the module name); NX_EINVAL. */
 NX_EXTERN int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
+
+/* Gateways (docs/design.md, "Gateways"): a process that loads modules its
+ * peers do not share can pass RSRs between them.
+ *
+ * Makes this process a gateway: it forwards, without running a handler,
+ * RSRs sent through it to the processes that joined it. Gps made from now
+ * on say so. NX_GATEWAY=1 calls it in nx_init. Returns 0 (also when it is
+ * one already), NX_ENOTINIT, NX_ENOMEM. */
+NX_EXTERN int nx_gateway_enable(void);
+
+/* Joins the gateway whose process `gw` names: registers this process with
+ * it and waits (up to 10 s) for its answer. Gps made from now on carry the
+ * gateway, so that a process that reaches none of this process's modules
+ * but reaches the gateway sends through it. Call it from a program thread,
+ * not a handler. Returns 0 (also when joined already); NX_ENOTSUP (its
+ * process is not a gateway); NX_EINVAL (NULL, a null gp, or a gp to this
+ * process); NX_EBUSY (called in a handler, or 16 gateways joined);
+ * NX_ETIMEDOUT; NX_ENOTINIT; or the error sending to it. */
+NX_EXTERN int nx_gateway_use(const nx_gp_t *gw);
 
 #ifdef __cplusplus
 }

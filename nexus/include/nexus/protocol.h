@@ -35,7 +35,8 @@ extern "C" {
  *     5    1 format      data-format tag of the payload (NX_FORMAT_*)
  *     6    2 flags       reserved, 0
  *     8    4 handler     handler id
- *    12    4 reserved    0
+ *    12    4 origin      the sending process's id on a frame sent through a
+ *                         gateway (docs/design.md, "Gateways"), else 0
  *    16    8 context     destination context id
  *    24    8 address     address within that context
  *    32    8 length      payload bytes that follow */

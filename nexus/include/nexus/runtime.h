@@ -68,6 +68,10 @@ typedef struct nx_stats {
   uint64_t lazy_started;    /* threaded handlers started on a stack of
                                their own (NX_THREADED=lazy) */
   uint64_t lazy_parked;     /* times such a handler parked in a wait */
+  uint64_t rsr_forwarded;   /* RSRs this gateway passed on to another
+                               process (nx_gateway_enable) */
+  uint64_t route_fallbacks; /* routes replaced by the next candidate after
+                               their module failed (docs/design.md 6) */
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */

@@ -1,0 +1,14 @@
+/* Sending a frame over its descriptor list's route (rsr.c): for nx_rsr_send,
+ * and for a gateway passing a received frame on (gateway.c). */
+#ifndef NXI_SEND_H
+#define NXI_SEND_H
+
+#include "buf.h"
+
+/* Seals `b` (its `dl` names the destination) and hands it to the route's
+ * module, falling back to the next candidate when a route's send fails.
+ * Returns 0, or the error, having freed `b`. `forwarding`: a frame this
+ * gateway passes on; it goes over a direct route only. */
+int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding);
+
+#endif /* NXI_SEND_H */
