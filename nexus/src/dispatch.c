@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include "context.h"
+#include "dlist.h"
 #include "driver.h"
 #include "engine.h"
 #include "fiber.h"
@@ -177,6 +178,7 @@ int nxi_poll_once(unsigned gen) {
    * driver lock away: then this round stops. */
   for (int i = 0; i < nmods && nxi_drive_gen() == gen; i++)
     n += poll_module(nxi_module_loaded(i), now, all);
+  n += nxi_dlist_fallbacks(); /* routes that failed: the next candidate */
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
     struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)

@@ -26,6 +26,8 @@ static struct nxi_dlist *intern_table[BUCKETS];
  * one while it is replaced. */
 static struct nxi_dlist *self_old[NXI_MAX_MODULES];
 static size_t self_old_count;
+/* A route failed with candidates left: the driver should fall back. */
+static atomic_int fallback_due;
 
 static uint64_t fnv64(const uint8_t *p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -180,6 +182,7 @@ void nxi_dlist_finalize(void) {
   free(dead_procs);
   dead_procs = NULL;
   dead_count = dead_cap = 0;
+  atomic_store(&fallback_due, 0);
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       atomic_store(&d->broken, 0);
@@ -395,8 +398,10 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
 }
 
 int nxi_route_fail(struct nxi_route *rt, int status) {
+  /* The RSR's fault, or the runtime stopping: not the route's. */
   if (status == NX_ENOMEM || status == NX_EINVAL || status == NX_ERANGE ||
-      status == NX_EMSGSIZE || status >= 0)
+      status == NX_EMSGSIZE || status == NX_EFINALIZED ||
+      status == NX_ENOTINIT || status >= 0)
     return 0;
   int expected = 0;
   atomic_compare_exchange_strong(&rt->failed, &expected, status);
@@ -449,8 +454,13 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
       int expected = 0;
       if (rt != NULL)
         atomic_compare_exchange_strong(&rt->failed, &expected, status);
-      if (ep != NULL && rt->alts > 0)
-        continue; /* not lost yet: another module may reach it */
+      if (ep != NULL && rt->alts > 0) {
+        /* Not lost yet: another module may reach it. The driver falls
+         * back soon (nxi_dlist_fallbacks), so that a dead process is
+         * found by the next candidate even if nothing is sent to it. */
+        atomic_store(&fallback_due, 1);
+        continue;
+      }
       expected = 0;
       atomic_compare_exchange_strong(&d->failed, &expected, status);
       uint32_t p = atomic_load(&d->proc);
@@ -460,6 +470,34 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++)
     nxi_report_proc(status, procs[i]);
+}
+
+int nxi_dlist_fallbacks(void) {
+  if (!atomic_load_explicit(&fallback_due, memory_order_relaxed) ||
+      !atomic_exchange(&fallback_due, 0))
+    return 0;
+  struct nxi_dlist *due[64];
+  int n = 0;
+  pthread_mutex_lock(&intern_lock);
+  for (int i = 0; i < BUCKETS; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      struct nxi_route *rt = atomic_load(&d->route);
+      if (rt == NULL || atomic_load(&rt->failed) == 0 ||
+          atomic_load(&d->failed) != 0 || atomic_load(&d->refs) == 0)
+        continue;
+      if (n == 64) {
+        atomic_store(&fallback_due, 1); /* the rest next round */
+        continue;
+      }
+      nxi_dlist_retain(due[n++] = d);
+    }
+  pthread_mutex_unlock(&intern_lock);
+  for (int i = 0; i < n; i++) {
+    struct nxi_route *rt;
+    nxi_dlist_route(due[i], &rt);
+    nxi_dlist_release(due[i]);
+  }
+  return n;
 }
 
 /* One list's last route failed: its destination is lost. */

@@ -73,6 +73,9 @@ void nxi_dlist_finalize(void);
 /* A module reported its endpoint `ep` dead: every route through it fails
  * from now on, and the program hears of each process it loses. */
 void nxi_dlist_peer_failed(void *state, void *ep, int status);
+/* Falls back now on the routes that failed with candidates left (called by
+ * the driver; cheap when there are none). Returns how many it tried. */
+int nxi_dlist_fallbacks(void);
 /* Process `proc` ended (or was destroyed): RSRs to it fail with `status`. */
 void nxi_dlist_proc_failed(uint32_t proc, int status);
 

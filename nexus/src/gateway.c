@@ -213,8 +213,9 @@ int nx_gateway_use(const nx_gp_t *gw) {
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nxi_dlist_retain(self);
   nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
+  nx_gp_t to = initial_gp(gproc, gw->protos); /* where JOIN is registered */
   nx_buffer_t *b;
-  r = nx_rsr_init_name(&b, gw, JOIN, 64 + self->len);
+  r = nx_rsr_init_name(&b, &to, JOIN, 64 + self->len);
   if (r == 0 && (r = nx_put_uint32(b, seq)) == 0 &&
       (r = nx_put_gp(b, &me)) == 0)
     r = nx_rsr_send(b);
