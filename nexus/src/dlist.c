@@ -550,7 +550,8 @@ int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
   blob[off++] = 0; /* no scope */
   nxu_le16(blob + off, (uint16_t)len);
   off += 2;
-  memcpy(blob + off, data, len);
+  if (len > 0) /* the gateway's mark has no data */
+    memcpy(blob + off, data, len);
   off += len;
   struct nxi_dlist *dl;
   int r = nxi_dlist_intern_proc(blob, off, nxi_rt.proc_id, &dl);

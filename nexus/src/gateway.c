@@ -33,6 +33,10 @@ struct member {
   struct nxi_dlist *dl; /* a reference */
 };
 
+/* The member table, used by the driver (forward, on_join). */
+static pthread_mutex_t members_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The rest: held by nx_gateway_use while it waits for the driver, so the
+ * driver never takes it. */
 static pthread_mutex_t gw_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct member *members; /* this gateway's */
 static size_t nmembers, members_cap;
@@ -45,16 +49,16 @@ static atomic_int joined_status;
 /* A reference to the list member `proc` registered, or NULL. */
 static struct nxi_dlist *member_get(uint32_t proc) {
   struct nxi_dlist *dl = NULL;
-  pthread_mutex_lock(&gw_lock);
+  pthread_mutex_lock(&members_lock);
   for (size_t i = 0; i < nmembers && dl == NULL; i++)
     if (members[i].proc == proc)
       nxi_dlist_retain(dl = members[i].dl);
-  pthread_mutex_unlock(&gw_lock);
+  pthread_mutex_unlock(&members_lock);
   return dl;
 }
 
 static int member_add(uint32_t proc, struct nxi_dlist *dl) {
-  pthread_mutex_lock(&gw_lock);
+  pthread_mutex_lock(&members_lock);
   size_t i = 0;
   while (i < nmembers && members[i].proc != proc)
     i++;
@@ -62,7 +66,7 @@ static int member_add(uint32_t proc, struct nxi_dlist *dl) {
     size_t cap = members_cap ? 2 * members_cap : 16;
     struct member *m = realloc(members, cap * sizeof(*m));
     if (m == NULL) {
-      pthread_mutex_unlock(&gw_lock);
+      pthread_mutex_unlock(&members_lock);
       return NX_ENOMEM;
     }
     members = m;
@@ -74,7 +78,7 @@ static int member_add(uint32_t proc, struct nxi_dlist *dl) {
   else
     nxi_dlist_release(members[i].dl); /* joined again: its newer list */
   members[i] = (struct member){proc, dl};
-  pthread_mutex_unlock(&gw_lock);
+  pthread_mutex_unlock(&members_lock);
   return 0;
 }
 
@@ -256,12 +260,14 @@ out:
 
 void nxi_gateway_finalize(void) {
   nxi_engine_set_forward(NULL);
-  pthread_mutex_lock(&gw_lock);
+  pthread_mutex_lock(&members_lock);
   for (size_t i = 0; i < nmembers; i++)
     nxi_dlist_release(members[i].dl);
   free(members);
   members = NULL;
   nmembers = members_cap = 0;
+  pthread_mutex_unlock(&members_lock);
+  pthread_mutex_lock(&gw_lock);
   forwarding = 0;
   nused = 0;
   pthread_mutex_unlock(&gw_lock);
