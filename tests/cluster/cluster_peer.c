@@ -1,11 +1,14 @@
 /* One process of the heterogeneous-cluster test (tests/cluster/cluster.sh): the
  * hub listens for attachments and checks which protocol every pair of contexts
  * uses; every other process attaches to it, registers its contexts and answers
- * probes. */
+ * probes. In the gateway mode the hub is also the gateway every other process
+ * joins, and the run ends with a process killed. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nexus.h"
 
@@ -15,6 +18,12 @@
 #define NAME 32
 #define INFO 96
 #define PHASE_SECONDS 40
+#define LOSS_SECONDS 10
+/* The gateway mode's loss phase: this process is killed, and a context of
+ * that one (on the other host, reaching it only through the gateway) must
+ * hear of it. */
+#define VICTIM "B2"
+#define WITNESS "A1"
 
 /* What one process told the hub about itself. */
 struct proc {
@@ -35,6 +44,12 @@ static struct {
   nx_cond_t c;
   int quit;
   int seen[MAX_CTX][MAX_CTX]; /* pings delivered here, by (from, to) */
+  int gateway;                /* the gateway mode */
+  int nlost;                  /* processes the error callback reported lost */
+  uint64_t lost_ctx[MAX_PROC];
+  int lost_err[MAX_PROC];
+  nx_gp_t witness_target; /* the witness: the victim, once told to send */
+  nx_gp_t witness_hub;
   /* hub only */
   int nproc;
   struct proc proc[MAX_PROC];
@@ -47,6 +62,8 @@ static struct {
   int results;
   int tallies;
   int delivered[MAX_CTX][MAX_CTX];
+  int witnessed; /* the witness's report came */
+  int32_t witness[5];
 } st;
 
 static void die(const char *who, const char *what, int r) {
@@ -185,6 +202,98 @@ static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&st.m);
 }
 
+/* "die" (initial contexts, gateway mode): the victim of the loss phase. */
+static void on_die(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  (void)buf;
+  printf("killing myself with SIGKILL\n");
+  fflush(stdout);
+  kill(getpid(), SIGKILL);
+}
+
+/* "witness" (initial contexts, gateway mode): the victim's gp and the hub's;
+ * the program thread sends (a handler must not wait for the news). */
+static void on_witness(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t target = NX_GP_NULL, hub = NX_GP_NULL;
+  if (nx_get_gp(buf, &target) < 0 || nx_get_gp(buf, &hub) < 0) {
+    nx_gp_release(&target);
+    return;
+  }
+  nx_mutex_lock(&st.m);
+  st.witness_target = target;
+  st.witness_hub = hub;
+  nx_cond_broadcast(&st.c);
+  nx_mutex_unlock(&st.m);
+}
+
+/* The error callback (gateway mode): records every process reported lost
+ * (handler 0, a context id whose low 32 bits are 0); drops it only logs,
+ * as the default callback does. */
+static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  (void)arg;
+  if (handler != 0 || (context & UINT32_MAX) != 0) {
+    fprintf(stderr, "dropped an RSR for context %#llx handler %#x: %s\n",
+            (unsigned long long)context, (unsigned)handler, nx_strerror(err));
+    return;
+  }
+  nx_mutex_lock(&st.m);
+  if (st.nlost < MAX_PROC) {
+    st.lost_ctx[st.nlost] = context;
+    st.lost_err[st.nlost] = err;
+    st.nlost++;
+  }
+  nx_cond_broadcast(&st.c);
+  nx_mutex_unlock(&st.m);
+}
+
+/* The code with which the error callback reported the process of `gp`
+ * lost, waiting up to `seconds` for it; 0 if it did not. */
+static int heard_lost(const nx_gp_t *gp, int seconds) {
+  uint64_t proc = nx_gp_context(gp) & ~(uint64_t)UINT32_MAX;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += seconds;
+  int err = 0, timed_out = 0;
+  nx_mutex_lock(&st.m);
+  for (;;) {
+    for (int i = 0; i < st.nlost && err == 0; i++)
+      if (st.lost_ctx[i] == proc)
+        err = st.lost_err[i];
+    if (err != 0 || timed_out)
+      break;
+    timed_out = nx_cond_timedwait(&st.c, &st.m, &deadline) == NX_ETIMEDOUT;
+  }
+  nx_mutex_unlock(&st.m);
+  return err;
+}
+
+/* The witness (gateway mode, a program thread): pings the killed process,
+ * which it reaches only through the gateway, waits for the gateway's word
+ * that it is lost, and pings it again. Reports to the hub whether it had
+ * heard of the loss before (the code, or 0), the first send's result, the
+ * code the error callback got, the second send's result, and whether
+ * nx_gp_protocol now finds no route. */
+static void witness(nx_gp_t *target, nx_gp_t *hub) {
+  struct hop h = {0};
+  snprintf(h.proto, sizeof(h.proto), "witness");
+  int32_t report[5];
+  report[0] = heard_lost(target, 0);
+  report[1] = send_hop(target, "ping", &h, hub, hub);
+  report[2] = heard_lost(target, LOSS_SECONDS);
+  report[3] = send_hop(target, "ping", &h, hub, hub);
+  report[4] = nx_gp_protocol(target) == NULL;
+  nx_buffer_t *out;
+  if (nx_rsr_init_name(&out, hub, "witnessed", 64) == 0) {
+    nx_put_int32_array(out, report, 5);
+    nx_rsr_send(out);
+  }
+  nx_gp_release(target);
+  nx_gp_release(hub);
+}
+
 /* Hub: adds a process and its contexts (called with st.m held). */
 static void add_proc(const struct proc *p, const nx_gp_t *gps) {
   if (st.nproc == MAX_PROC || st.nctx + p->nctx > MAX_CTX) {
@@ -270,6 +379,20 @@ static void on_tallied(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&st.m);
 }
 
+/* "witnessed" (hub): the witness's report; see witness. */
+static void on_witnessed(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int32_t report[5];
+  if (nx_get_int32_array(buf, report, 5) < 0)
+    return;
+  nx_mutex_lock(&st.m);
+  memcpy(st.witness, report, sizeof(report));
+  st.witnessed++;
+  nx_cond_broadcast(&st.c);
+  nx_mutex_unlock(&st.m);
+}
+
 /* Who gets which handler: every context, initial contexts, the hub. */
 enum { EVERY, INITIAL, HUB };
 
@@ -278,10 +401,12 @@ static const struct {
   nx_handler_fn fn;
   int who;
 } handlers[] = {
-    {"probe", on_probe, EVERY}, {"ping", on_ping, EVERY},
-    {"pong", on_pong, EVERY},   {"tally", on_tally, INITIAL},
-    {"quit", on_quit, INITIAL}, {"register", on_register, HUB},
-    {"result", on_result, HUB}, {"tallied", on_tallied, HUB},
+    {"probe", on_probe, EVERY},       {"ping", on_ping, EVERY},
+    {"pong", on_pong, EVERY},         {"tally", on_tally, INITIAL},
+    {"quit", on_quit, INITIAL},       {"die", on_die, INITIAL},
+    {"witness", on_witness, INITIAL}, {"register", on_register, HUB},
+    {"result", on_result, HUB},       {"tallied", on_tallied, HUB},
+    {"witnessed", on_witnessed, HUB},
 };
 
 /* Registers the handlers of level *arg and below (also the init function
@@ -439,6 +564,31 @@ static const char *expected(int ai, int bi) {
   return "none";
 }
 
+/* The first module in the hub's preference order, other than local, that
+ * process `bi` also loaded: where the gateway's info says it goes on. */
+static const char *hub_onward(int bi) {
+  for (int i = 0; i < st.proc[0].nmods; i++)
+    if (strcmp(st.proc[0].mod[i], "local") != 0 &&
+        has(&st.proc[bi], st.proc[0].mod[i]))
+      return st.proc[0].mod[i];
+  return "none";
+}
+
+/* The route in the gateway mode: a direct one as above; else, when `a`
+ * reaches the hub (process 0, the gateway) directly and `b` joined it,
+ * through the gateway, whose info must then read `info`. */
+static const char *expected_gw(int ai, int bi, char *info, size_t len) {
+  const char *direct = expected(ai, bi);
+  info[0] = '\0';
+  if (strcmp(direct, "none") != 0 || bi == 0)
+    return direct;
+  const char *to_gw = expected(ai, 0);
+  if (strcmp(to_gw, "none") == 0)
+    return "none";
+  snprintf(info, len, "via gw (%s) then %s", to_gw, hub_onward(bi));
+  return "gw";
+}
+
 /* ucx between processes of one host must run over shared memory. */
 static int ucx_shared_memory(const char *info) {
   static const char *const shm[] = {"sysv", "posix", "cma", "xpmem", "knem"};
@@ -497,21 +647,36 @@ static void print_underneath(void) {
 /* Checks every pair; prints each failure and a summary; returns failures. */
 static int check_all(void) {
   int n = st.nctx, bad = 0;
-  int used[5] = {0};
-  static const char *const names[5] = {"local", "mpi", "ofi", "tcp", "ucx"};
+  int used[6] = {0};
+  static const char *const names[6] = {"local", "mpi", "ofi",
+                                       "tcp",   "ucx", "gw"};
   printf("\n");
   for (int x = 0; x < n; x++)
     for (int y = 0; y < n; y++) {
       if (x == y)
         continue;
       int px = st.owner[x], py = st.owner[y];
-      const char *want = expected(px, py);
+      char via[INFO];
+      const char *want =
+          st.gateway ? expected_gw(px, py, via, sizeof(via)) : expected(px, py);
       const char *got = st.proto[x][y];
-      for (int k = 0; k < 5; k++)
+      for (int k = 0; k < 6; k++)
         used[k] += strcmp(got, names[k]) == 0;
       if (strcmp(want, got) != 0) {
         printf("FAIL %s -> %s: %s, expected %s (%s)\n", st.name[x], st.name[y],
                got[0] ? got : "no answer", want, st.info[x][y]);
+        bad++;
+      } else if (strcmp(got, "gw") == 0 && strcmp(via, st.info[x][y]) != 0) {
+        printf(
+            "FAIL %s -> %s: through the gateway as \"%s\", expected \"%s\"\n",
+            st.name[x], st.name[y], st.info[x][y], via);
+        bad++;
+      }
+      /* The gateway mode's ofi runs within host A only: over shm. */
+      if (st.gateway && strcmp(got, "ofi") == 0 &&
+          strncmp(st.info[x][y], "shm ", 4) != 0) {
+        printf("FAIL %s -> %s: ofi within a host not over shm (%s)\n",
+               st.name[x], st.name[y], st.info[x][y]);
         bad++;
       }
       if (strcmp(got, "ucx") == 0 && !ucx_shared_memory(st.info[x][y])) {
@@ -526,11 +691,122 @@ static int check_all(void) {
       }
     }
   printf("protocols used:");
-  for (int k = 0; k < 5; k++)
+  for (int k = 0; k < 6; k++)
     if (used[k] > 0)
       printf(" %s", names[k]);
   printf("\npairs: %d, failures: %d\n", n * (n - 1), bad);
   return bad;
+}
+
+/* Gateway mode: the gateway (the hub) passed on exactly the pings and
+ * pongs that went through it: a ping x -> y over "gw", and its pong y -> x
+ * over "gw". Nothing else goes through it (probes, results, tallies and
+ * registrations all go between the hub and one process, directly). */
+static int check_forwarded(void) {
+  int n = st.nctx, pairs = 0;
+  uint64_t want = 0;
+  for (int x = 0; x < n; x++)
+    for (int y = 0; y < n; y++)
+      if (x != y) {
+        pairs += strcmp(st.proto[x][y], "gw") == 0;
+        want += strcmp(st.proto[x][y], "gw") == 0;
+        want += strcmp(st.proto[y][x], "gw") == 0;
+      }
+  nx_stats_t s;
+  if (nx_stats_get(&s) < 0)
+    return 1;
+  printf("through the gateway: %d of %d pairs; RSRs it forwarded: %llu "
+         "(expected %llu: a ping and a pong per such pair)\n",
+         pairs, n * (n - 1), (unsigned long long)s.rsr_forwarded,
+         (unsigned long long)want);
+  if (s.rsr_forwarded != want) {
+    printf("FAIL the gateway forwarded %llu RSRs, expected %llu\n",
+           (unsigned long long)s.rsr_forwarded, (unsigned long long)want);
+    return 1;
+  }
+  return 0;
+}
+
+static int find_proc(const char *name) {
+  for (int p = 0; p < st.nproc; p++)
+    if (strcmp(st.proc[p].name, name) == 0)
+      return p;
+  return -1;
+}
+
+/* Gateway mode, at the end: the victim kills itself with SIGKILL; once the
+ * gateway (which reaches it directly) hears of it, the witness, which
+ * reaches it only through the gateway, sends to it (see witness). The
+ * gateway drops that frame, forwarding nothing, and tells the witness. */
+static int loss_phase(const nx_gp_t *hub) {
+  int v = find_proc(VICTIM), w = find_proc(WITNESS);
+  if (v < 0 || w < 0) {
+    printf("FAIL loss phase: no process %s or %s\n", VICTIM, WITNESS);
+    return 1;
+  }
+  nx_stats_t before, after;
+  nx_buffer_t *b;
+  int r = nx_rsr_init_name(&b, &st.proc[v].ctl, "die", 8);
+  if (r == 0)
+    r = nx_rsr_send(b);
+  int err = r < 0 ? 0 : heard_lost(&st.proc[v].ctl, LOSS_SECONDS);
+  if (err == 0) {
+    printf("FAIL loss phase: the gateway did not hear %s die within %d s "
+           "(%s)\n",
+           VICTIM, LOSS_SECONDS, nx_strerror(r));
+    return 1;
+  }
+  printf("\nloss phase: %s killed itself with SIGKILL; the gateway heard: "
+         "%s\n",
+         VICTIM, nx_strerror(err));
+  nx_stats_get(&before);
+  r = nx_rsr_init_name(&b, &st.proc[w].ctl, "witness", 512);
+  if (r == 0) {
+    nx_put_gp(b, &st.proc[v].ctl);
+    nx_put_gp(b, hub);
+    r = nx_rsr_send(b);
+  }
+  if (r < 0 || wait_for(&st.witnessed, 1) < 0) {
+    printf("FAIL loss phase: no report from %s (%s)\n", WITNESS,
+           nx_strerror(r));
+    return 1;
+  }
+  nx_stats_get(&after);
+  const int32_t *rep = st.witness;
+  printf("%s -> %s: heard before sending: %s; first send: %s; error "
+         "callback: %s; second send: %s; nx_gp_protocol afterwards: %s\n",
+         WITNESS, VICTIM, rep[0] ? nx_strerror(rep[0]) : "no",
+         nx_strerror(rep[1]), rep[2] ? nx_strerror(rep[2]) : "nothing",
+         nx_strerror(rep[3]), rep[4] ? "NULL" : "a route");
+  printf("forwarded by the gateway meanwhile: %llu\n",
+         (unsigned long long)(after.rsr_forwarded - before.rsr_forwarded));
+  int bad = 0;
+  if (rep[0] != 0) {
+    printf("FAIL %s had heard of the loss before it sent\n", WITNESS);
+    bad++;
+  }
+  if (rep[1] != 0) {
+    printf("FAIL %s's first send failed; it goes to the gateway\n", WITNESS);
+    bad++;
+  }
+  if (rep[2] == 0) {
+    printf("FAIL %s's error callback did not report %s lost within %d s\n",
+           WITNESS, VICTIM, LOSS_SECONDS);
+    bad++;
+  }
+  if (rep[3] >= 0) {
+    printf("FAIL %s's send after the loss was accepted\n", WITNESS);
+    bad++;
+  }
+  if (!rep[4]) {
+    printf("FAIL %s still finds a route to %s\n", WITNESS, VICTIM);
+    bad++;
+  }
+  if (after.rsr_forwarded != before.rsr_forwarded) {
+    printf("FAIL the gateway forwarded to a dead process\n");
+    bad++;
+  }
+  return bad > 0;
 }
 
 /* The hub: listens, waits for nproc-1 other processes, probes every pair,
@@ -539,6 +815,8 @@ static int run_hub(const char *urlfile, int nproc, const char *name,
                    int nlocal) {
   nx_gp_t gps[MAX_CTX];
   setup("hub", 1, nlocal, gps);
+  if (st.gateway)
+    nx_error_cb_set(on_error, NULL);
   const char *url;
   int r = nx_attach_listen(&url);
   if (r < 0)
@@ -607,14 +885,22 @@ static int run_hub(const char *urlfile, int nproc, const char *name,
             st.nproc);
     failed = 1;
   }
+  int completed = !failed;
   print_table();
   print_underneath();
   if (check_all() > 0)
+    failed = 1;
+  if (st.gateway && completed && check_forwarded() > 0)
+    failed = 1;
+  fflush(stdout);
+  if (st.gateway && completed && loss_phase(&gps[0]) > 0)
     failed = 1;
   fflush(stdout);
 
   for (int p = 1; p < st.nproc; p++) {
     nx_buffer_t *b;
+    if (st.gateway && completed && strcmp(st.proc[p].name, VICTIM) == 0)
+      continue; /* killed */
     if (nx_rsr_init_name(&b, &st.proc[p].ctl, "quit", 8) == 0)
       nx_rsr_send(b);
   }
@@ -627,12 +913,26 @@ static int run_hub(const char *urlfile, int nproc, const char *name,
 
 /* Any other process: attach, register, serve until told to quit. Under
  * mpirun, nx_context_peers (the mpi module's job_peers) names the ranks
- * first, and the rank goes into the process name. */
+ * first, and the rank goes into the process name. In the gateway mode it
+ * joins the hub's gateway first: only gps made after that carry it. */
 static int run_member(const char *url, const char *name, int nlocal) {
   char who[NAME];
   snprintf(who, sizeof(who), "%s", name);
   nx_gp_t gps[MAX_CTX];
+  nx_gp_t hub = NX_GP_NULL;
+  int r;
+  if (st.gateway) {
+    if ((r = nx_attach(url, &hub)) < 0)
+      die(who, "nx_attach", r);
+    if ((r = nx_gateway_use(&hub)) < 0)
+      die(who, "nx_gateway_use", r);
+    const char *p = nx_gp_protocol(&hub);
+    printf("%s: joined the gateway, reached over %s\n", who,
+           p != NULL ? p : "none");
+  }
   setup(who, 0, nlocal, gps);
+  if (st.gateway)
+    nx_error_cb_set(on_error, NULL);
   if (getenv("OMPI_COMM_WORLD_SIZE") != NULL) {
     nx_gp_t *peers = NULL;
     int count = 0, rank = -1;
@@ -652,9 +952,7 @@ static int run_member(const char *url, const char *name, int nlocal) {
     free(peers);
     fflush(stdout);
   }
-  nx_gp_t hub = NX_GP_NULL;
-  int r = nx_attach(url, &hub);
-  if (r < 0)
+  if (!st.gateway && (r = nx_attach(url, &hub)) < 0)
     die(who, "nx_attach", r);
   struct proc me;
   describe(&me, who);
@@ -666,11 +964,18 @@ static int run_member(const char *url, const char *name, int nlocal) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 1;
+    nx_gp_t target = NX_GP_NULL, back = NX_GP_NULL;
     nx_mutex_lock(&st.m);
-    if (!st.quit)
+    if (!st.quit && nx_gp_is_null(&st.witness_target))
       nx_cond_timedwait(&st.c, &st.m, &deadline);
     quit = st.quit;
+    target = st.witness_target;
+    back = st.witness_hub;
+    memset(&st.witness_target, 0, sizeof(st.witness_target));
+    memset(&st.witness_hub, 0, sizeof(st.witness_hub));
     nx_mutex_unlock(&st.m);
+    if (!nx_gp_is_null(&target))
+      witness(&target, &back);
   }
   nx_gp_release(&hub);
   for (int i = 0; i <= nlocal; i++)
@@ -681,16 +986,19 @@ static int run_member(const char *url, const char *name, int nlocal) {
 }
 
 int main(int argc, char **argv) {
-  /* cluster_peer hub URLFILE NPROC NAME NLOCAL
-   * cluster_peer member URL NAME NLOCAL */
-  int hub = argc == 6 && strcmp(argv[1], "hub") == 0;
-  int member = argc == 5 && strcmp(argv[1], "member") == 0;
+  /* cluster_peer hub URLFILE NPROC NAME NLOCAL [gateway]
+   * cluster_peer member URL NAME NLOCAL [gateway] */
+  st.gateway = argc > 5 && strcmp(argv[argc - 1], "gateway") == 0;
+  int args = argc - st.gateway;
+  int hub = args == 6 && strcmp(argv[1], "hub") == 0;
+  int member = args == 5 && strcmp(argv[1], "member") == 0;
   if (!hub && !member) {
-    fprintf(stderr, "usage: cluster_peer hub URLFILE NPROC NAME NLOCAL\n"
-                    "       cluster_peer member URL NAME NLOCAL\n");
+    fprintf(stderr,
+            "usage: cluster_peer hub URLFILE NPROC NAME NLOCAL [gateway]\n"
+            "       cluster_peer member URL NAME NLOCAL [gateway]\n");
     return 2;
   }
-  int nlocal = atoi(argv[argc - 1]);
+  int nlocal = atoi(argv[args - 1]);
   if (nlocal < 0 || nlocal >= MAX_CTX / 2)
     return 2;
   int r = nx_init(&argc, &argv);
