@@ -40,8 +40,9 @@ void nxi_chan_close(struct nxi_chan *ch, unsigned flags) {
 
 size_t nxi_chan_self_entry(uint8_t *p, size_t cap) {
   nx_context_t *ctx = nxi_rt.initial;
+  struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl); /* read once */
   return nxi_ctl_put_peer(p, cap, ctx->id, (uint64_t)(uintptr_t)ctx->data,
-                          nxi_rt.self_dl->blob, nxi_rt.self_dl->len);
+                          self->blob, self->len);
 }
 
 int nxi_chan_peer_gp(const struct nxi_ctl_peer *p, nx_gp_t *gp) {
