@@ -25,6 +25,9 @@
 
 // The most RSRs one stream may carry (a receiver keeps a byte per index).
 const uint64_t FB_STREAM_MAX = 1u << 16;
+// The peer's stream pauses here until the test says "stop" (a bound on
+// the traffic while the test waits).
+const uint64_t FB_PEER_PAUSE = 2000;
 // RSRs each sender sends on its stream after it saw its route change.
 const uint64_t FB_AFTER_MIN = 200;
 // The test kills tcp's connection once it sent this many RSRs.

@@ -130,14 +130,16 @@ void wait_for(bool peer_state::*flag) {
   nx_mutex_unlock(&st.m);
 }
 
-// The main thread's work: the "seq" stream, one RSR about every 500 us,
-// until told to stop and FB_AFTER_MIN went after the route changed (at
-// most 30 s more); then the report.
+// The main thread's work: the "seq" stream, one RSR about every 500 us
+// (pausing at FB_PEER_PAUSE), until told to stop and FB_AFTER_MIN went after
+// the route changed (at most 30 s more); then the report.
 void stream_and_report(const nx_gp_t &to) {
   std::string before = route(to), after;
   uint64_t sent = 0, fails = 0, first_after = UINT64_MAX, index = 0;
   uint64_t stop_by = 0;
   for (; index < FB_STREAM_MAX; index++) {
+    if (stop_by == 0 && index >= FB_PEER_PAUSE)
+      wait_for(&peer_state::stopping);
     if (stop_by == 0 && is_set(&peer_state::stopping))
       stop_by = now_ms() + 30000;
     if (stop_by != 0 &&
