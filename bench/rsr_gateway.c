@@ -382,8 +382,13 @@ static uint64_t forwarded; /* G's rsr_forwarded, from "stats_reply" */
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
-  if (nx_get_bytes(buf, recv_buf, reply_size) != 0)
+  size_t n = reply_size;
+  /* The payload is send_buf's 0x5a bytes: its ends are checked and cleared
+   * for the next reply, so that a frame the gateway garbled shows. */
+  if (nx_get_bytes(buf, recv_buf, n) != 0 || recv_buf[0] != 0x5a ||
+      recv_buf[n - 1] != 0x5a)
     bad_replies++; /* read by the main thread after bench_wait_replies */
+  recv_buf[0] = recv_buf[n - 1] = 0;
   bench_reply_arrived();
 }
 
@@ -429,7 +434,7 @@ static double round_trips(const nx_gp_t *to, size_t size, int warm, int n) {
   }
   double t = (bench_now_us() - t0) / n;
   if (bad_replies > 0)
-    bench_die("replies", "of the wrong size");
+    bench_die("replies", "of the wrong size or contents");
   return t;
 }
 
