@@ -2,8 +2,9 @@
 """The round-trip benchmarks (bench/rsr_*.c, bench/bench_rsr_tcp.c) in their
 quick modes against the built tree: each one that was built runs to the end,
 prints its copying and its zero-copy rows at 1 MiB and 4 MiB (where the run
-covers them) with a time and a ratio, and prints the zero-copy goal. Nothing
-is asserted about the times. Usage: bench_smoke.py BUILD_ROOT."""
+covers them) with a time and a ratio, and prints the zero-copy goal;
+bench_rsr_gateway prints its rows and goals or a SKIP line. Nothing is
+asserted about the times. Usage: bench_smoke.py BUILD_ROOT."""
 
 import os
 import re
@@ -126,6 +127,30 @@ if out is not None:
             check(re.search(pat, out) is not None,
                   "bench_rsr_tcp: goal \"%s: %s\" for both modes" % (size,
                                                                     goal))
+
+# Through a gateway (issue 15): every size, the direct row and the row
+# through the gateway with its ratio, and a met/NOT met line per goal; or
+# a SKIP line when this host lacks the addresses the bench needs.
+out = run("bench_rsr_gateway",
+          [os.path.join(bench, "bench_rsr_gateway"), "--quick"])
+if out is not None:
+    if out.startswith("SKIP:"):
+        print("WARN: SKIPPED bench_rsr_gateway: " + out.strip())
+    else:
+        check(re.search(r"route S -> P: gw \(via gw", out) is not None,
+              "bench_rsr_gateway: the route to P goes through the gateway")
+        check_rows("bench_rsr_gateway", out, ALL,
+                   ["through a gateway, tcp + tcp"])
+        secs = sections(out, ALL)
+        for size in ALL:
+            check(any(re.search(r"direct, tcp\s+[0-9.]+ us", l)
+                      for l in secs.get(size, [])),
+                  "bench_rsr_gateway: a direct row at %s" % size)
+        for size, limit in [("8 B", "2.2"), ("1 MiB", "1.2")]:
+            pat = re.escape(size) + r"\s+through a gateway / direct\s+" + \
+                r"[0-9.]+x\s+(met|NOT met) \(goal " + re.escape(limit) + "x\\)"
+            check(re.search(pat, out) is not None,
+                  "bench_rsr_gateway: the goal line at %s" % size)
 
 # ucx: every size and system.
 out = run("bench_rsr_ucx", [os.path.join(bench, "bench_rsr_ucx"), "--quick"])
