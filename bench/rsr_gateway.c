@@ -243,6 +243,32 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
              sizeof(recv_buf));
 }
 
+/* G as an application-level relay (the third row): "relay_to" brings P's gp
+ * and S's; G's "ping" handler sends each ping on to P, its "pong" handler
+ * each pong back to S. Same processes and routes as through the gateway,
+ * with handlers instead of the core's forwarding. */
+static nx_gp_t relay_peer, relay_back;
+
+static void on_relay_to(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  nx_gp_release(&relay_peer);
+  nx_gp_release(&relay_back);
+  if (nx_get_gp(buf, &relay_peer) != 0 || nx_get_gp(buf, &relay_back) != 0)
+    bench_die("G: relay_to", "malformed");
+}
+
+static void on_relay_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  bench_echo(buf, &relay_peer, nx_handler_id("ping"), recv_buf,
+             sizeof(recv_buf));
+}
+
+static void on_relay_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx, (void)addr;
+  bench_echo(buf, &relay_back, nx_handler_id("pong"), recv_buf,
+             sizeof(recv_buf));
+}
+
 /* G's "stats": answers "stats_reply" at the gp it brought with its
  * rsr_forwarded. */
 static void on_stats(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -278,6 +304,12 @@ static int child_main(const char *role, int out, int in, pid_t parent) {
     if ((rc = nx_gateway_enable()) != 0)
       die_nx("nx_gateway_enable", rc);
     nx_handler_register(self, "stats", on_stats, NX_HANDLER_NONTHREADED, NULL);
+    nx_handler_register(self, "relay_to", on_relay_to, NX_HANDLER_NONTHREADED,
+                        NULL);
+    nx_handler_register(self, "ping", on_relay_ping, NX_HANDLER_NONTHREADED,
+                        NULL);
+    nx_handler_register(self, "pong", on_relay_pong, NX_HANDLER_NONTHREADED,
+                        NULL);
   } else {
     nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED, NULL);
     nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
@@ -304,6 +336,8 @@ static int child_main(const char *role, int out, int in, pid_t parent) {
   if (bench_serve_until_quit(parent) != 0)
     return 1;
   nx_gp_release(&bench_reply_gp);
+  nx_gp_release(&relay_peer);
+  nx_gp_release(&relay_back);
   return nx_finalize() == 0 ? 0 : 1;
 }
 
@@ -581,25 +615,51 @@ int main(int argc, char **argv) {
     die_nx("nx_gp_make", rc);
   say_hello(&direct.gp, &me);
   say_hello(&peer.gp, &me);
+  {
+    nx_buffer_t *b;
+    if ((rc = nx_rsr_init_name(&b, &gw.gp, "relay_to", 2 * 4096)) != 0 ||
+        (rc = nx_put_gp(b, &peer.gp)) != 0 || (rc = nx_put_gp(b, &me)) != 0 ||
+        (rc = nx_rsr_send(b)) != 0)
+      die_nx("relay_to", rc);
+  }
 
   struct {
     size_t size;
-    double med[2], best[2];
+    double med[3], best[3];
   } res[NSIZES];
-  enum { DIRECT, GW };
-  static const char *const label[2] = {"direct, tcp",
-                                       "through a gateway, tcp + tcp"};
+  enum { DIRECT, GW, RELAY };
+  static const char *const label[3] = {"direct, tcp",
+                                       "through a gateway, tcp + tcp",
+                                       "through a relay handler in G"};
   for (int z = 0; z < nsizes; z++) {
     size_t size = sizes[z];
     int n = iters_for(size), warm = n / 10 + 1;
-    double v[2][MAX_RUNS];
+    double v[3][MAX_RUNS];
     for (int r = 0; r < runs; r++) {
-      /* Alternate which goes first, so that neither always follows the
-       * other's idle peer. */
-      for (int k = 0; k < 2; k++) {
-        int s = (r & 1) ? 1 - k : k;
+      /* Rotate which goes first, so that none always follows another's
+       * idle peer. */
+      for (int k = 0; k < 3; k++) {
+        int s = (k + r) % 3;
         if (s == DIRECT) {
           v[DIRECT][r] = round_trips(&direct.gp, size, warm, n);
+          continue;
+        }
+        if (s == RELAY) {
+          /* P answers G, whose handlers pass pings and pongs on. */
+          say_hello(&peer.gp, &gw.gp);
+          uint64_t before = gateway_forwarded(&gw.gp, &me);
+          v[RELAY][r] = round_trips(&gw.gp, size, warm, n);
+          uint64_t after = gateway_forwarded(&gw.gp, &me);
+          say_hello(&peer.gp, &me);
+          /* The hellos to P go through G, but before `before` (on the same
+           * route as the "stats" that reads it) and after `after`. */
+          if (after - before != 0) {
+            fprintf(stderr,
+                    "bench_rsr_gateway: G forwarded %llu RSRs while relaying, "
+                    "not 0\n",
+                    (unsigned long long)(after - before));
+            exit(1);
+          }
           continue;
         }
         uint64_t before = gateway_forwarded(&gw.gp, &me);
@@ -616,21 +676,23 @@ int main(int argc, char **argv) {
       }
     }
     res[z].size = size;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 3; s++)
       res[z].med[s] = bench_median(v[s], runs, &res[z].best[s]);
     char lab[32];
     bench_size_label(size, lab, sizeof(lab));
     printf("\n%s: %d round trips per run, median of %d runs (fastest)\n", lab,
            n, runs);
-    printf("%-56s%10s%12s\n", "", "gw/direct", "gw-direct");
-    for (int s = 0; s < 2; s++) {
+    printf("%-56s%10s%12s\n", "", "/direct", "-direct");
+    for (int s = 0; s < 3; s++) {
       printf("  %-30s %9.2f us (%9.2f)", label[s], res[z].med[s],
              res[z].best[s]);
-      if (s == GW)
-        printf("%9.2fx%9.2f us", res[z].med[GW] / res[z].med[DIRECT],
-               res[z].med[GW] - res[z].med[DIRECT]);
+      if (s != DIRECT)
+        printf("%9.2fx%9.2f us", res[z].med[s] / res[z].med[DIRECT],
+               res[z].med[s] - res[z].med[DIRECT]);
       printf("\n");
     }
+    printf("  gateway / relay handler: %.2fx\n",
+           res[z].med[GW] / res[z].med[RELAY]);
     printf("  G forwarded 2 RSRs per round trip through it, as it should\n");
     fflush(stdout);
   }
