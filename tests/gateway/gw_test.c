@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -481,6 +482,7 @@ int main(int argc, char **argv) {
   if (argc == 3)
     return check(argv[0], argv[2]);
   role = argv[2][0];
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the checker */
   int r = nx_init(NULL, NULL);
   if (r < 0) {
     fprintf(stderr, "gw_test %c: nx_init: %s\n", role, nx_strerror(r));
