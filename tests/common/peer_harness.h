@@ -27,15 +27,10 @@
 #include "latch.h"
 #include "nexus.h"
 #include "pattern.h"
+#include "pipe_io.h"
 #include "runtime_guard.h"
 
 namespace nx_test {
-
-inline uint64_t now_ms() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 inline void sleep_ms(unsigned ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -462,29 +457,6 @@ public:
   uint16_t port = 0; // its IPv4 listening port
 
 private:
-  static bool read_exact(int fd, void *p, size_t n, uint64_t end) {
-    char *c = static_cast<char *>(p);
-    while (n > 0) {
-      uint64_t now = now_ms();
-      if (now >= end)
-        return false;
-      struct pollfd pfd = {fd, POLLIN, 0};
-      int pr = poll(&pfd, 1, (int)(end - now));
-      if (pr < 0 && errno == EINTR)
-        continue;
-      if (pr <= 0)
-        return false;
-      ssize_t r = read(fd, c, n);
-      if (r < 0 && errno == EINTR)
-        continue;
-      if (r <= 0)
-        return false;
-      c += r;
-      n -= (size_t)r;
-    }
-    return true;
-  }
-
   std::string read_hello(int fd, int timeout_s) {
     uint64_t end = now_ms() + (uint64_t)timeout_s * 1000u;
     peer_hello h;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "fallback_common.h"
+#include "pipe_io.h"
 
 namespace {
 
@@ -48,11 +49,8 @@ void sleep_us(long us) {
     ;
 }
 
-uint64_t now_ms() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+using nx_test::now_ms;
+using nx_test::write_all;
 
 // The module carrying RSRs to `gp` ("" when none reaches it).
 std::string route(const nx_gp_t &gp) {
@@ -220,20 +218,6 @@ void stream_and_report(const nx_gp_t &to) {
   }
   if (nx_rsr_send(b) != 0)
     fail("report: send failed");
-}
-
-bool write_all(int fd, const void *p, size_t n) {
-  const char *c = static_cast<const char *>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    c += w;
-    n -= (size_t)w;
-  }
-  return true;
 }
 
 // Writes u32 format, u32 length, then the bytes of a buffer holding our gp.

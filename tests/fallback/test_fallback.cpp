@@ -58,17 +58,15 @@
 
 #include "fallback_common.h"
 #include "latch.h"
+#include "pipe_io.h"
 #include "runtime_guard.h"
 
 extern char **environ;
 
 namespace {
 
-uint64_t now_ms() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+using nx_test::now_ms;
+using nx_test::read_exact;
 
 [[noreturn]] void skip(const std::string &why) {
   std::printf("SKIPPED: %s\n", why.c_str());
@@ -317,10 +315,11 @@ struct peer_process {
     }
     uint32_t h[2];
     std::vector<uint8_t> bytes;
-    bool ok = read_exact(fds[0], h, sizeof(h)) && h[1] < 65536;
+    uint64_t end = now_ms() + 60000;
+    bool ok = read_exact(fds[0], h, sizeof(h), end) && h[1] < 65536;
     if (ok) {
       bytes.resize(h[1]);
-      ok = read_exact(fds[0], bytes.data(), h[1]);
+      ok = read_exact(fds[0], bytes.data(), h[1], end);
     }
     close(fds[0]);
     if (!ok)
@@ -346,31 +345,6 @@ struct peer_process {
       nanosleep(&ts, nullptr);
     }
     return -1;
-  }
-
-private:
-  static bool read_exact(int fd, void *p, size_t n) {
-    char *c = static_cast<char *>(p);
-    uint64_t end = now_ms() + 60000;
-    while (n > 0) {
-      struct pollfd pfd = {fd, POLLIN, 0};
-      uint64_t now = now_ms();
-      if (now >= end)
-        return false;
-      int pr = poll(&pfd, 1, (int)(end - now));
-      if (pr < 0 && errno == EINTR)
-        continue;
-      if (pr <= 0)
-        return false;
-      ssize_t r = read(fd, c, n);
-      if (r < 0 && errno == EINTR)
-        continue;
-      if (r <= 0)
-        return false;
-      c += r;
-      n -= (size_t)r;
-    }
-    return true;
   }
 };
 

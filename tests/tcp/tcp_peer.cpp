@@ -20,6 +20,7 @@
 
 #include "nexus.h"
 #include "peer_handlers.h"
+#include "pipe_io.h"
 #include "tcp_common.h"
 
 namespace {
@@ -176,20 +177,6 @@ void blast(uint32_t count, uint64_t start, const nx_gp_t *target) {
   nx_mutex_unlock(&st.m);
 }
 
-bool write_all(int fd, const void *p, size_t n) {
-  const char *c = static_cast<const char *>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    c += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
-
 int handoff_gp(int fd) {
   nx_gp_t me = NX_GP_NULL;
   nx_buffer_t *b = nullptr;
@@ -200,7 +187,8 @@ int handoff_gp(int fd) {
     return -1;
   peer_hello h = {PEER_HELLO_MAGIC, (uint32_t)nx_buffer_format(b),
                   listening_port(), 0, len};
-  bool ok = write_all(fd, &h, sizeof(h)) && write_all(fd, bytes, len);
+  bool ok = nx_test::write_all(fd, &h, sizeof(h)) &&
+            nx_test::write_all(fd, bytes, len);
   nx_buffer_release(b);
   nx_gp_release(&me);
   close(fd);
