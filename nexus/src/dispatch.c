@@ -178,7 +178,8 @@ int nxi_poll_once(unsigned gen) {
    * driver lock away: then this round stops. */
   for (int i = 0; i < nmods && nxi_drive_gen() == gen; i++)
     n += poll_module(nxi_module_loaded(i), now, all);
-  n += nxi_dlist_fallbacks(); /* routes that failed: the next candidate */
+  if (nxi_dlist_fallbacks_due()) /* routes failed: the next candidates */
+    n += nxi_dlist_fallbacks();
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
     struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)

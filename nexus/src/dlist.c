@@ -26,8 +26,9 @@ static struct nxi_dlist *intern_table[BUCKETS];
  * one while it is replaced. */
 static struct nxi_dlist *self_old[NXI_MAX_MODULES];
 static size_t self_old_count;
-/* A route failed with candidates left: the driver should fall back. */
-static atomic_int fallback_due;
+/* A route failed with candidates left: the driver should fall back
+ * (dlist.h, nxi_dlist_fallbacks_due). */
+atomic_int nxi_dlist_fallback_due;
 
 static uint64_t fnv64(const uint8_t *p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -182,7 +183,7 @@ void nxi_dlist_finalize(void) {
   free(dead_procs);
   dead_procs = NULL;
   dead_count = dead_cap = 0;
-  atomic_store(&fallback_due, 0);
+  atomic_store(&nxi_dlist_fallback_due, 0);
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       atomic_store(&d->broken, 0);
@@ -256,12 +257,11 @@ static int candidates(struct nxi_dlist *dl, unsigned broken,
     const struct nx_desc *d = &dl->desc[i];
     if (broken & (1u << i))
       continue;
-    struct nxi_dlist *via;
-    if (is_gw(d) && (gw_depth > 0 || gw_candidate(d, &via) < 0))
-      continue; /* a gateway's own mark, or one we cannot use */
     if (is_gw(d)) {
-      c[n] = (struct candidate){NULL, d, via, i, INT_MAX};
-      n++;
+      /* A gateway's own mark, or one we cannot use, is no candidate. */
+      struct nxi_dlist *via;
+      if (gw_depth == 0 && gw_candidate(d, &via) == 0)
+        c[n++] = (struct candidate){NULL, d, via, i, INT_MAX};
       continue;
     }
     for (int m = 0; m < nmods; m++) {
@@ -458,7 +458,7 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
         /* Not lost yet: another module may reach it. The driver falls
          * back soon (nxi_dlist_fallbacks), so that a dead process is
          * found by the next candidate even if nothing is sent to it. */
-        atomic_store(&fallback_due, 1);
+        atomic_store(&nxi_dlist_fallback_due, 1);
         continue;
       }
       expected = 0;
@@ -473,8 +473,7 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
 }
 
 int nxi_dlist_fallbacks(void) {
-  if (!atomic_load_explicit(&fallback_due, memory_order_relaxed) ||
-      !atomic_exchange(&fallback_due, 0))
+  if (!atomic_exchange(&nxi_dlist_fallback_due, 0))
     return 0;
   struct nxi_dlist *due[64];
   int n = 0;
@@ -486,7 +485,7 @@ int nxi_dlist_fallbacks(void) {
           atomic_load(&d->failed) != 0 || atomic_load(&d->refs) == 0)
         continue;
       if (n == 64) {
-        atomic_store(&fallback_due, 1); /* the rest next round */
+        atomic_store(&nxi_dlist_fallback_due, 1); /* the rest next round */
         continue;
       }
       nxi_dlist_retain(due[n++] = d);
@@ -529,30 +528,41 @@ int nxi_dlist_intern_proc(const uint8_t *blob, size_t len, uint32_t proc,
   return r;
 }
 
+/* Writes one descriptor's encoding at `p` (NXI_DESC_MAX_LEN at most);
+ * returns its length. */
+static size_t put_desc(uint8_t *p, const char *name, uint16_t wire_version,
+                       const uint8_t *scope, size_t scope_len,
+                       const uint8_t *data, size_t data_len) {
+  size_t nl = strlen(name), off = 0;
+  p[off++] = (uint8_t)nl;
+  memcpy(p + off, name, nl);
+  off += nl;
+  nxu_le16(p + off, wire_version);
+  off += 2;
+  p[off++] = (uint8_t)scope_len;
+  if (scope_len > 0)
+    memcpy(p + off, scope, scope_len);
+  off += scope_len;
+  nxu_le16(p + off, (uint16_t)data_len);
+  off += 2;
+  if (data_len > 0) /* the gateway's mark has no data */
+    memcpy(p + off, data, data_len);
+  return off + data_len;
+}
+
 int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
   struct nxi_dlist *cur = atomic_load(&nxi_rt.self_dl);
-  size_t nl = strlen(name);
   if (cur->n >= NXI_MAX_MODULES || self_old_count >= NXI_MAX_MODULES)
     return NX_EBUSY;
-  if (len > NX_DESC_DATA_MAX)
+  if (len > NX_DESC_DATA_MAX || strlen(name) > NX_PROTO_NAME_MAX)
     return NX_EMSGSIZE;
-  uint8_t *blob = malloc(cur->len + 1 + nl + 2 + 1 + 2 + len);
+  uint8_t *blob = malloc(cur->len + NXI_DESC_MAX_LEN);
   if (blob == NULL)
     return NX_ENOMEM;
   memcpy(blob, cur->blob, cur->len);
-  size_t off = cur->len;
   blob[0] = (uint8_t)(cur->n + 1);
-  blob[off++] = (uint8_t)nl;
-  memcpy(blob + off, name, nl);
-  off += nl;
-  nxu_le16(blob + off, 1);
-  off += 2;
-  blob[off++] = 0; /* no scope */
-  nxu_le16(blob + off, (uint16_t)len);
-  off += 2;
-  if (len > 0) /* the gateway's mark has no data */
-    memcpy(blob + off, data, len);
-  off += len;
+  size_t off =
+      cur->len + put_desc(blob + cur->len, name, 1, NULL, 0, data, len);
   struct nxi_dlist *dl;
   int r = nxi_dlist_intern_proc(blob, off, nxi_rt.proc_id, &dl);
   free(blob);
@@ -565,32 +575,15 @@ int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
 
 int nxi_dlist_self(uint32_t proc, struct nxi_dlist **out) {
   int n = nxi_module_count_loaded();
-  size_t cap = 1;
-  for (int i = 0; i < n; i++) {
-    struct nxi_module *m = nxi_module_loaded(i);
-    cap +=
-        1 + strlen(m->name) + 2 + 1 + m->desc.scope_len + 2 + m->desc.data_len;
-  }
-  uint8_t *blob = malloc(cap);
+  uint8_t *blob = malloc(1 + (size_t)n * NXI_DESC_MAX_LEN);
   if (blob == NULL)
     return NX_ENOMEM;
   size_t off = 0;
   blob[off++] = (uint8_t)n;
   for (int i = 0; i < n; i++) {
     struct nxi_module *m = nxi_module_loaded(i);
-    size_t nl = strlen(m->name);
-    blob[off++] = (uint8_t)nl;
-    memcpy(blob + off, m->name, nl);
-    off += nl;
-    nxu_le16(blob + off, m->ops->wire_version);
-    off += 2;
-    blob[off++] = m->desc.scope_len;
-    memcpy(blob + off, m->desc.scope, m->desc.scope_len);
-    off += m->desc.scope_len;
-    nxu_le16(blob + off, m->desc.data_len);
-    off += 2;
-    memcpy(blob + off, m->desc.data, m->desc.data_len);
-    off += m->desc.data_len;
+    off += put_desc(blob + off, m->name, m->ops->wire_version, m->desc.scope,
+                    m->desc.scope_len, m->desc.data, m->desc.data_len);
   }
   int r = nxi_dlist_intern_proc(blob, off, proc, out);
   free(blob);

@@ -74,8 +74,13 @@ void nxi_dlist_finalize(void);
  * from now on, and the program hears of each process it loses. */
 void nxi_dlist_peer_failed(void *state, void *ep, int status);
 /* Falls back now on the routes that failed with candidates left (called by
- * the driver; cheap when there are none). Returns how many it tried. */
+ * the driver when nxi_dlist_fallbacks_due). Returns how many it tried. */
 int nxi_dlist_fallbacks(void);
+extern atomic_int nxi_dlist_fallback_due;
+/* One relaxed load: the driver asks every poll round. */
+static inline int nxi_dlist_fallbacks_due(void) {
+  return atomic_load_explicit(&nxi_dlist_fallback_due, memory_order_relaxed);
+}
 /* Process `proc` ended (or was destroyed): RSRs to it fail with `status`. */
 void nxi_dlist_proc_failed(uint32_t proc, int status);
 

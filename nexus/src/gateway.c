@@ -11,7 +11,6 @@
  * the frame and tells the sender (named in the header's origin field) that
  * the destination is lost. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -20,13 +19,12 @@
 #include "engine.h"
 #include "frame.h"
 #include "gateway.h"
-#include "nxu_time.h"
 #include "send.h"
 
 #define JOIN "nx.gw.join"     /* member -> gateway: u32 seq, gp to reply to */
 #define JOINED "nx.gw.joined" /* gateway -> member: u32 seq, i32 status */
 #define LOST "nx.gw.lost"     /* gateway -> sender: u32 process, i32 status */
-#define JOIN_TIMEOUT_NS (10 * 1000000000ull)
+#define JOIN_TIMEOUT_S 10
 
 struct member {
   uint32_t proc;
@@ -43,8 +41,19 @@ static size_t nmembers, members_cap;
 static int forwarding;                 /* this process is a gateway */
 static uint32_t used[NXI_MAX_MODULES]; /* gateways this process joined */
 static size_t nused;
-static _Atomic uint32_t join_seq, joined_seq;
-static atomic_int joined_status;
+/* nx_gateway_use waits for the answer on these (waiting drives progress,
+ * also with NX_PROGRESS=poll); set once, kept across runs. */
+static pthread_once_t join_once = PTHREAD_ONCE_INIT;
+static nx_mutex_t join_m;
+static nx_cond_t join_c;
+static uint32_t join_seq;   /* under gw_lock */
+static uint32_t joined_seq; /* under join_m, with joined_status */
+static int joined_status;
+
+static void join_sync_init(void) {
+  nx_mutex_init(&join_m);
+  nx_cond_init(&join_c);
+}
 
 /* A reference to the list member `proc` registered, or NULL. */
 static struct nxi_dlist *member_get(uint32_t proc) {
@@ -148,8 +157,11 @@ static void on_joined(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   int32_t status;
   if (nx_get_uint32(b, &seq) < 0 || nx_get_int32(b, &status) < 0)
     return;
-  atomic_store(&joined_status, status);
-  atomic_store(&joined_seq, seq);
+  nx_mutex_lock(&join_m);
+  joined_status = status;
+  joined_seq = seq;
+  nx_cond_broadcast(&join_c);
+  nx_mutex_unlock(&join_m);
 }
 
 static void on_lost(nx_context_t *ctx, void *address, nx_buffer_t *b) {
@@ -213,7 +225,8 @@ int nx_gateway_use(const nx_gp_t *gw) {
     goto out;
   /* Register, and wait for the gateway's answer: once this returns, any gp
    * made here can be used through it. */
-  uint32_t seq = atomic_fetch_add(&join_seq, 1) + 1;
+  pthread_once(&join_once, join_sync_init);
+  uint32_t seq = ++join_seq; /* nx_gateway_use calls are serialized */
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nxi_dlist_retain(self);
   nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
@@ -228,18 +241,17 @@ int nx_gateway_use(const nx_gp_t *gw) {
   nx_gp_release(&me);
   if (r < 0)
     goto out;
-  uint64_t until = nxu_now_ns() + JOIN_TIMEOUT_NS;
-  while (atomic_load(&joined_seq) != seq) {
-    if (nxu_now_ns() > until) {
-      r = NX_ETIMEDOUT;
-      goto out;
-    }
-    if (nx_poll() <= 0) {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
-  }
-  if ((r = atomic_load(&joined_status)) < 0)
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += JOIN_TIMEOUT_S;
+  nx_mutex_lock(&join_m);
+  while (joined_seq != seq &&
+         (r = nx_cond_timedwait(&join_c, &join_m, &deadline)) == 0)
+    ;
+  if (joined_seq == seq)
+    r = joined_status;
+  nx_mutex_unlock(&join_m);
+  if (r < 0)
     goto out;
   /* "Reach me through this gateway": its process id, then its list. */
   uint8_t *data = malloc(4 + gw->protos->len);
