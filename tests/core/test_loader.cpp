@@ -320,23 +320,18 @@ void on_failure(int err, uint64_t ctx, uint32_t handler, void *arg) {
   f->handler = handler;
   f->n.add();
 }
-} // namespace
-
-TEST_CASE("a dead peer fails later RSRs and is reported once",
-          "[loader][badinput]") {
-  env_guard env("fixture"); // nothing else reaches the context
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
+// A context in this process reached over the fixture module, with one RSR
+// delivered through it and `f` as the error callback's record. Returns the
+// fixture's nx_fixture_fail_peer, which fails that endpoint.
+void (*fixture_route(failures &f, hits &hh, nx_gp_t &gp))(void) {
   void *h =
       dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(h != nullptr);
   auto fail_peer =
       reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
+  dlclose(h); // RTLD_NOLOAD took a reference; the runtime holds its own
   REQUIRE(fail_peer != nullptr);
-  failures f;
   REQUIRE(nx_error_cb_set(on_failure, &f) == 0);
-  hits hh;
-  nx_gp_t gp;
   REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
   REQUIRE(std::string(nx_gp_protocol(&gp)) == "fixture");
   nx_buffer_t *b;
@@ -344,6 +339,20 @@ TEST_CASE("a dead peer fails later RSRs and is reported once",
   REQUIRE(nx_put_int32(b, 7) == 0);
   REQUIRE(nx_rsr_send(b) == 0);
   REQUIRE(hh.n.wait_for(1) == 1);
+  return fail_peer;
+}
+} // namespace
+
+TEST_CASE("a dead peer fails later RSRs and is reported once",
+          "[loader][badinput]") {
+  env_guard env("fixture"); // nothing else reaches the context
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  failures f;
+  hits hh;
+  nx_gp_t gp;
+  auto fail_peer = fixture_route(f, hh, gp);
+  nx_buffer_t *b;
 
   fail_peer();
   CHECK(f.n.get() == 1);
@@ -361,7 +370,6 @@ TEST_CASE("a dead peer fails later RSRs and is reported once",
   CHECK(hh.n.get() == 1);
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
-  dlclose(h);
 }
 
 TEST_CASE("a failed route falls back to the next module that reaches the "
@@ -370,23 +378,11 @@ TEST_CASE("a failed route falls back to the next module that reaches the "
   env_guard env("fixture,local");
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  void *h =
-      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(h != nullptr);
-  auto fail_peer =
-      reinterpret_cast<void (*)(void)>(dlsym(h, "nx_fixture_fail_peer"));
-  REQUIRE(fail_peer != nullptr);
   failures f;
-  REQUIRE(nx_error_cb_set(on_failure, &f) == 0);
   hits hh;
   nx_gp_t gp;
-  REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
-  REQUIRE(std::string(nx_gp_protocol(&gp)) == "fixture");
+  auto fail_peer = fixture_route(f, hh, gp);
   nx_buffer_t *b;
-  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
-  REQUIRE(nx_put_int32(b, 7) == 0);
-  REQUIRE(nx_rsr_send(b) == 0);
-  REQUIRE(hh.n.wait_for(1) == 1);
 
   // The fixture's endpoint fails; local reaches the same process, so the
   // process is not lost: the next send goes over local.
@@ -404,5 +400,4 @@ TEST_CASE("a failed route falls back to the next module that reaches the "
   CHECK(f.n.get() == 0);
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
-  dlclose(h);
 }
