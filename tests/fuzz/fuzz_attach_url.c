@@ -19,9 +19,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t key[NX_KEY_SIZE];
   if (nxi_attach_parse_url(url, host, sizeof(host), port, sizeof(port), key) ==
       0) {
-    if (strnlen(host, sizeof(host)) == sizeof(host) ||
-        strnlen(port, sizeof(port)) == sizeof(port) || port[0] == '\0')
-      abort();
+    NXT_ASSERT(strnlen(host, sizeof(host)) < sizeof(host));
+    NXT_ASSERT(strnlen(port, sizeof(port)) < sizeof(port));
+    NXT_ASSERT(port[0] != '\0');
   }
   free(url);
   return 0;

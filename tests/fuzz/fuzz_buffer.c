@@ -19,8 +19,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
    * NX_PROTO_PATH at the build's local module. */
   setenv("NX_PROTOCOLS", "local", 0);
   setenv("NX_PROGRESS", "poll", 0);
-  if (nx_init(NULL, NULL) != 0)
-    abort();
+  NXT_ASSERT(nx_init(NULL, NULL) == 0);
   return 0;
 }
 
@@ -37,8 +36,7 @@ static void in_place(nx_buffer_t *b, int which, size_t n, void *copy) {
                        : nx_get_bytes_ptr(b, &p, n);
   if (r != 0)
     return;
-  if ((uintptr_t)p % size != 0)
-    abort();
+  NXT_ASSERT((uintptr_t)p % size == 0);
   /* Step back over the array and read it again by copy. */
   size_t used = before - nx_buffer_remaining(b);
   size_t at = nx_buffer_length(b) - before;
@@ -52,8 +50,8 @@ static void in_place(nx_buffer_t *b, int which, size_t n, void *copy) {
   r = which == 0   ? nx_get_int16_array(again, copy, n)
       : which == 1 ? nx_get_double_array(again, copy, n)
                    : nx_get_bytes(again, copy, n);
-  if (r != 0 || memcmp(copy, p, n * size) != 0)
-    abort();
+  NXT_ASSERT(r == 0);
+  NXT_ASSERT(memcmp(copy, p, n * size) == 0);
   nx_buffer_release(again);
 }
 

@@ -11,15 +11,13 @@
 
 static void check_peer(const uint8_t *msg, size_t len,
                        const struct nxi_ctl_peer *p) {
-  if (p->blob < msg || p->blob + p->len > msg + len)
-    abort();
+  NXT_ASSERT(p->blob >= msg && p->blob + p->len <= msg + len);
   uint8_t *again = malloc(NXI_CTL_ENTRY_HEAD + p->len);
   if (again == NULL)
     return;
   size_t n = nxi_ctl_put_peer(again, NXI_CTL_ENTRY_HEAD + p->len, p->context,
                               p->address, p->blob, p->len);
-  if (n != NXI_CTL_ENTRY_HEAD + p->len)
-    abort();
+  NXT_ASSERT(n == NXI_CTL_ENTRY_HEAD + p->len);
   free(again);
 }
 
@@ -34,8 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       size_t before = off;
       if (nxi_ctl_parse_peer(data, size, &off, &p) != 0)
         break;
-      if (off <= before || off > size)
-        abort();
+      NXT_ASSERT(off > before && off <= size);
       check_peer(data, size, &p);
     }
   }

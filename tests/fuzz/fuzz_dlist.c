@@ -13,16 +13,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   setenv("NX_PROTOCOLS", "local", 0);
   setenv("NX_PROGRESS", "poll", 0);
-  if (nx_init(NULL, NULL) != 0)
-    abort();
+  NXT_ASSERT(nx_init(NULL, NULL) == 0);
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t len = 0;
   if (nxi_dlist_parse_len(data, size, &len) == 0) {
-    if (len > size)
-      abort(); /* a length it accepts must lie within what it was given */
+    /* A length it accepts must lie within what it was given. */
+    NXT_ASSERT(len <= size);
     struct nxi_dlist *dl;
     if (nxi_dlist_intern(data, len, &dl) == 0) {
       struct nxi_route *rt;

@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char why[96];
   memset(why, 0x55, sizeof(why));
   int r = nxu_opt_check(o, value, why, sizeof(why));
-  if (r < 0 && memchr(why, '\0', sizeof(why)) == NULL)
-    abort(); /* a refusal says why, NUL-terminated, within the buffer */
+  /* A refusal says why, NUL-terminated, within the buffer. */
+  NXT_ASSERT(r == 0 || memchr(why, '\0', sizeof(why)) != NULL);
   /* The same value through the typed readers, which must agree with the
    * check on a value that is set (empty reads as unset: the default): a
    * number it accepts reads back within the entry's bounds, a choice it
@@ -40,15 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = nxu_opt_choice(o->name, &c, why, sizeof(why));
   unsetenv(o->name);
   if (o->kind == NXU_OPT_SIZE || o->kind == NXU_OPT_UINT) {
-    if (value[0] != '\0' && (r == 0) != (rn == 0))
-      abort(); /* the check and the reader disagree */
-    if (rn == 0 && value[0] != '\0' && (u < o->min || u > o->max))
-      abort(); /* an accepted number out of its bounds */
-    if (rn == 0 && value[0] == '\0' && u != o->def_value)
-      abort(); /* empty reads as the default */
+    /* The check and the reader agree; an accepted number is within its
+     * bounds; empty reads as the default. */
+    NXT_ASSERT(value[0] == '\0' || (r == 0) == (rn == 0));
+    NXT_ASSERT(rn != 0 || value[0] == '\0' || (u >= o->min && u <= o->max));
+    NXT_ASSERT(rn != 0 || value[0] != '\0' || u == o->def_value);
   }
-  if (o->kind == NXU_OPT_CHOICE && r == 0 && (rc != 0 || c < 0))
-    abort(); /* an accepted word that the reader does not find */
+  /* An accepted word is one the reader finds. */
+  NXT_ASSERT(o->kind != NXU_OPT_CHOICE || r != 0 || (rc == 0 && c >= 0));
   uint8_t key[NX_KEY_SIZE];
   (void)nxu_hex_decode(value, key, sizeof(key));
   free(value);

@@ -82,17 +82,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   /* The payload is allocated when its header arrives: without a bound a
    * header alone reserves up to this machine's memory (NX_FRAME_MAX). */
   setenv("NX_FRAME_MAX", "1m", 1);
-  if (nx_init(NULL, NULL) != 0)
-    abort();
+  NXT_ASSERT(nx_init(NULL, NULL) == 0);
   api = nxi_core_api;
   api.log = quiet_log;
   api.bad_peer = quiet_bad_peer;
   void *state;
   char why[256] = "";
-  if (nx_protocol_tcp.init(&api, &state, why, sizeof(why)) != 0) {
+  int r = nx_protocol_tcp.init(&api, &state, why, sizeof(why));
+  if (r != 0)
     fprintf(stderr, "fuzz_tcp_stream: tcp init: %s\n", why);
-    abort();
-  }
+  NXT_ASSERT(r == 0);
   t = state;
   /* An abstract Unix socket: nothing on the file system to clean up. */
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -100,9 +99,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   int n = snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
                    "nexus-fuzz-tcp-%d", (int)getpid());
   addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, addr_len) < 0 ||
-      listen(fd, 16) < 0)
-    abort();
+  NXT_ASSERT(fd >= 0);
+  NXT_ASSERT(bind(fd, (struct sockaddr *)&addr, addr_len) == 0);
+  NXT_ASSERT(listen(fd, 16) == 0);
   listener.fd = fd;
   listener.t = t;
   listener.poll.data = &listener;
@@ -118,18 +117,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   nxi_frame_hdr_encode(h, &f);
   unsigned long dropped = atomic_load(&nxi_rt.drop_no_context);
   fd = connect_new();
-  if (!handshake(fd, h, sizeof(h)) || t->conns->state != CONN_OPEN) {
-    fprintf(stderr, "fuzz_tcp_stream: the handshake failed\n");
-    abort();
-  }
+  /* The handshake opens the connection. */
+  NXT_ASSERT(handshake(fd, h, sizeof(h)));
+  NXT_ASSERT(t->conns->state == CONN_OPEN);
   end(fd);
   nx_poll();
-  if (atomic_load(&nxi_rt.drop_no_context) != dropped + 1 ||
-      atomic_load(&bad_peers) != 0) {
-    fprintf(stderr, "fuzz_tcp_stream: the frame after the handshake did "
-                    "not arrive\n");
-    abort();
-  }
+  /* The frame after the handshake arrived (and was dropped: no context). */
+  NXT_ASSERT(atomic_load(&nxi_rt.drop_no_context) == dropped + 1);
+  NXT_ASSERT(atomic_load(&bad_peers) == 0);
   return 0;
 }
 
@@ -156,8 +151,7 @@ static int recv_exact(int fd, uint8_t *out, size_t n) {
 static int handshake(int fd, const uint8_t *more, size_t more_len) {
   uint8_t h[TCP_HELLO_SIZE], ch[TCP_CHALLENGE_SIZE], ids[2 * TCP_UUID_SIZE],
       proof[TCP_PROOF_SIZE + 64], answer[TCP_ANSWER_SIZE];
-  if (more_len > sizeof(proof) - TCP_PROOF_SIZE)
-    abort();
+  NXT_ASSERT(more_len <= sizeof(proof) - TCP_PROOF_SIZE);
   memcpy(h, TCP_MAGIC, 4);
   h[4] = TCP_HS_VERSION;
   h[5] = 0;
@@ -183,11 +177,10 @@ static int handshake(int fd, const uint8_t *more, size_t more_len) {
 /* A new connection, accepted by the module's listener callback. */
 static int connect_new(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&addr, addr_len) < 0)
-    abort();
+  NXT_ASSERT(fd >= 0);
+  NXT_ASSERT(connect(fd, (struct sockaddr *)&addr, addr_len) == 0);
   tcp_conn_on_listen(&listener.poll, 0, UV_READABLE);
-  if (t->conns == NULL)
-    abort(); /* it did not accept */
+  NXT_ASSERT(t->conns != NULL); /* it accepted */
   return fd;
 }
 
@@ -201,8 +194,7 @@ static void open_as_accepted(void) {
   memcpy(uuid, &conns, sizeof(conns));
   struct tcp_conn *c = t->conns;
   struct tcp_peer *p = tcp_peer_get(t, uuid);
-  if (p == NULL)
-    abort();
+  NXT_ASSERT(p != NULL);
   c->peer = p;
   t->handshaking--;
   tcp_peer_open(t, p, c);
@@ -212,8 +204,7 @@ static void open_as_accepted(void) {
  * closes after our EOF hangs: abort. */
 static void drive_until_closed(void) {
   for (int round = 0; t->conns != NULL; round++) {
-    if (round > 100000)
-      abort();
+    NXT_ASSERT(round <= 100000);
     drive();
   }
 }

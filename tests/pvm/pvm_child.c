@@ -7,19 +7,21 @@
 
 #include <pvm3.h>
 
+#include "../common/expect.h"
+
 /* Sends every message back to the parent (the received buffer itself, as
  * a PVM program forwards one) until a message with tag 0. */
 static int echo(int parent) {
   for (;;) {
     int bufid = pvm_recv(parent, -1);
     int bytes, tag, src;
-    if (bufid < 0 || pvm_bufinfo(bufid, &bytes, &tag, &src) < 0)
-      return 1;
+    NXT_EXPECT(bufid >= 0, 1);
+    NXT_EXPECT(pvm_bufinfo(bufid, &bytes, &tag, &src) >= 0, 1);
+    NXT_EXPECT(src == parent, 1);
     if (tag == 0)
       return 0;
     pvm_setsbuf(bufid);
-    if (pvm_send(parent, tag) < 0)
-      return 1;
+    NXT_EXPECT(pvm_send(parent, tag) >= 0, 1);
   }
 }
 
@@ -49,7 +51,8 @@ static int foreign(int parent) {
   pvm_pkcplx(cx, 1, 1);
   pvm_pkdcplx(dcx, 1, 1);
   pvm_pkstr("foreign");
-  return pvm_send(parent, 1) < 0;
+  NXT_EXPECT(pvm_send(parent, 1) >= 0, 1);
+  return 0;
 }
 
 /* One of the total-order test's members: n broadcasts of (instance, k),
@@ -57,29 +60,28 @@ static int foreign(int parent) {
 static int order(int parent, int n) {
   char group[] = "order";
   int inst = pvm_joingroup(group);
-  if (inst < 0 || pvm_barrier(group, 4) < 0)
-    return 1;
+  NXT_EXPECT(inst >= 0, 1);
+  NXT_EXPECT(pvm_barrier(group, 4) >= 0, 1);
   int *log = malloc(sizeof(int) * 3 * (size_t)n);
-  if (log == NULL)
-    return 1;
+  NXT_EXPECT(log != NULL, 1);
   for (int k = 0; k < n; k++) {
     int v[2] = {inst, k};
     pvm_initsend(PvmDataDefault);
     pvm_pkint(v, 2, 1);
-    if (pvm_bcast(group, 91) < 0)
-      return 1;
+    NXT_EXPECT(pvm_bcast(group, 91) >= 0, 1);
   }
   for (int k = 0; k < 3 * n; k++) {
     int v[2];
-    if (pvm_recv(-1, 91) < 0 || pvm_upkint(v, 2, 1) < 0)
-      return 1;
+    NXT_EXPECT(pvm_recv(-1, 91) >= 0, 1);
+    NXT_EXPECT(pvm_upkint(v, 2, 1) >= 0, 1);
     log[k] = v[0] * 1000000 + v[1];
   }
   pvm_initsend(PvmDataDefault);
   pvm_pkint(&inst, 1, 1);
   pvm_pkint(log, 3 * n, 1);
-  pvm_send(parent, 92);
+  int sent = pvm_send(parent, 92);
   free(log);
+  NXT_EXPECT(sent >= 0, 1);
   pvm_barrier(group, 4);
   pvm_lvgroup(group);
   return 0;
