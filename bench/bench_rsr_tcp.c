@@ -77,17 +77,6 @@ static int pin_cpu[2] = {-1, -1};
 static cpu_set_t all_cpus;
 static char recv_buf[MAX_PAYLOAD];
 
-/* Round trips per run, fewer for larger payloads: a 1 MiB round trip costs
- * a hundred times an 8 B one, and the whole benchmark should stay within
- * a few minutes. */
-static int iters_for(size_t size) {
-  int n = size <= 4096      ? 5000
-          : size <= 65536   ? 2000
-          : size <= 1 << 20 ? 200
-                            : 50;
-  return quick ? n / 10 : n;
-}
-
 /* Pins the calling thread (and the threads it starts later) to `cpu`, or
  * back to every CPU for -1. */
 static void pin_to(int cpu) {
@@ -550,7 +539,7 @@ int main(int argc, char **argv) {
   for (int z = 0; z < nsizes; z++) {
     struct result *res = &results[z];
     size_t size = sizes[z];
-    int n = iters_for(size), warm = n / 10 + 1;
+    int n = bench_iters(size, quick), warm = n / 10 + 1;
     double v[NSYSTEMS][MAX_RUNS];
     res->size = size;
     for (int s = 0; s < NSYSTEMS; s++)

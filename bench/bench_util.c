@@ -43,6 +43,14 @@ double bench_median(double *v, int n, double *best) {
   return v[n / 2];
 }
 
+int bench_iters(size_t size, int quick) {
+  int n = size <= 4096      ? 5000
+          : size <= 65536   ? 2000
+          : size <= 1 << 20 ? 200
+                            : 50;
+  return quick ? n / 10 : n;
+}
+
 void bench_size_label(size_t size, char *out, size_t len) {
   if (size >= (1 << 20) && size % (1 << 20) == 0)
     snprintf(out, len, "%zu MiB", size >> 20);

@@ -24,6 +24,12 @@ double bench_now_us(void);
 /* Sorts v[0..n-1]; returns the median, *best the smallest. */
 double bench_median(double *v, int n, double *best);
 
+/* Round trips per run for a payload of `size` bytes: 5000 up to 4 KiB, 2000
+ * up to 64 KiB, 200 up to 1 MiB, 50 above (a 1 MiB round trip costs a
+ * hundred times an 8 B one, and a benchmark should stay within a few
+ * minutes); a tenth with `quick`. */
+int bench_iters(size_t size, int quick);
+
 /* "8 B", "64 KiB", "1 MiB". */
 void bench_size_label(size_t size, char *out, size_t len);
 

@@ -69,15 +69,6 @@ static int runs = 5;
 static char send_buf[MAX_PAYLOAD];
 static char recv_buf[MAX_PAYLOAD];
 
-/* Round trips per run, as bench_rsr_tcp: fewer for larger payloads. */
-static int iters_for(size_t size) {
-  int n = size <= 4096      ? 5000
-          : size <= 65536   ? 2000
-          : size <= 1 << 20 ? 200
-                            : 50;
-  return quick ? n / 10 : n;
-}
-
 static void die_nx(const char *what, int rc) {
   bench_die(what, nx_strerror(rc));
 }
@@ -633,7 +624,7 @@ int main(int argc, char **argv) {
                                        "through a relay handler in G"};
   for (int z = 0; z < nsizes; z++) {
     size_t size = sizes[z];
-    int n = iters_for(size), warm = n / 10 + 1;
+    int n = bench_iters(size, quick), warm = n / 10 + 1;
     double v[3][MAX_RUNS];
     for (int r = 0; r < runs; r++) {
       /* Rotate which goes first, so that none always follows another's

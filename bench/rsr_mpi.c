@@ -36,14 +36,6 @@ static int rank;
 static char send_buf[MAX_PAYLOAD];
 static char recv_buf[MAX_PAYLOAD];
 
-static int iters_for(size_t size) {
-  int n = size <= 4096      ? 5000
-          : size <= 65536   ? 2000
-          : size <= 1 << 20 ? 200
-                            : 50;
-  return quick ? n / 10 : n;
-}
-
 static void die(const char *what, int rc) {
   fprintf(stderr, "bench_rsr_mpi (rank %d): %s: %s\n", rank, what,
           rc != 0 ? nx_strerror(rc) : "failed");
@@ -249,7 +241,7 @@ int main(int argc, char **argv) {
     med8[s] = med1m[s] = med4m[s] = NAN;
   for (int z = 0; z < nsizes; z++) {
     size_t sz = sizes[z];
-    int n = iters_for(sz), warm = n / 10 + 1;
+    int n = bench_iters(sz, quick), warm = n / 10 + 1;
     double v[NSYSTEMS][MAX_RUNS];
     for (int r = 0; r < runs; r++) {
       v[RAW][r] = raw_run(sz, warm, n);
