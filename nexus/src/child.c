@@ -191,54 +191,79 @@ int nx_context_serve(void) {
   return r;
 }
 
-/* Without a launcher's channel, a module may know the job (mpirun's ranks). */
-static int job_peers(nx_gp_t **gps, int *count, int *rank) {
+/* Gathers every member's `mine`, in rank order, through the first module
+ * that knows a job this process belongs to (mpirun's ranks): the
+ * launcher table's job_peers. NX_ENOENT without one. */
+static int job_gather(const void *mine, size_t len, void **all, size_t **lens,
+                      int *count, int *rank) {
   int nmods = nxi_module_count_loaded();
   for (int i = 0; i < nmods; i++) {
     struct nxi_module *m = nxi_module_loaded(i);
     if (m->launch == NULL || m->launch->job_peers == NULL)
       continue;
-    size_t cap = NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
-    uint8_t *mine = malloc(cap);
-    if (mine == NULL)
-      return NX_ENOMEM;
-    size_t len = nxi_chan_self_entry(mine, cap);
-    void *all = NULL;
-    size_t *lens = NULL;
-    int n = 0, me_rank = -1;
-    int r =
-        m->launch->job_peers(m->state, mine, len, &all, &lens, &n, &me_rank);
-    free(mine);
-    if (r == NX_ENOENT)
-      continue;
-    if (r < 0)
+    int r = m->launch->job_peers(m->state, mine, len, all, lens, count, rank);
+    if (r != NX_ENOENT)
       return r;
-    nx_gp_t *out = n > 0 ? calloc((size_t)n, sizeof(*out)) : NULL;
-    size_t off = 0;
-    r = out != NULL ? 0 : NX_ENOMEM;
-    for (int k = 0; r == 0 && k < n; k++) {
-      struct nxi_ctl_peer p;
-      size_t at = 0;
-      r = nxi_ctl_parse_peer((const uint8_t *)all + off, lens[k], &at, &p);
-      if (r == 0)
-        r = nxi_chan_peer_gp(&p, &out[k]);
-      off += lens[k];
-    }
-    free(all);
-    free(lens);
-    if (r < 0) {
-      for (int k = 0; out != NULL && k < n; k++)
-        nx_gp_release(&out[k]);
-      free(out);
-      return r;
-    }
-    *gps = out;
-    *count = n;
-    if (rank != NULL)
-      *rank = me_rank;
-    return 0;
   }
   return NX_ENOENT;
+}
+
+int nxi_job_key(void) {
+  void *all = NULL;
+  size_t *lens = NULL;
+  int n = 0, rank = -1;
+  int r = job_gather(nxi_rt.key, NX_KEY_SIZE, &all, &lens, &n, &rank);
+  if (r == NX_ENOENT)
+    return 0; /* no job: the key stays NX_KEY's, or this process's own */
+  if (r == 0) {
+    if (n >= 1 && lens[0] == NX_KEY_SIZE)
+      memcpy(nxi_rt.key, all, NX_KEY_SIZE);
+    else
+      r = NX_EPROTO;
+    free(all);
+    free(lens);
+  }
+  return r;
+}
+
+/* Without a launcher's channel, a module may know the job (mpirun's ranks). */
+static int job_peers(nx_gp_t **gps, int *count, int *rank) {
+  size_t cap = NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
+  uint8_t *mine = malloc(cap);
+  if (mine == NULL)
+    return NX_ENOMEM;
+  size_t len = nxi_chan_self_entry(mine, cap);
+  void *all = NULL;
+  size_t *lens = NULL;
+  int n = 0, me_rank = -1;
+  int r = job_gather(mine, len, &all, &lens, &n, &me_rank);
+  free(mine);
+  if (r < 0)
+    return r;
+  nx_gp_t *out = n > 0 ? calloc((size_t)n, sizeof(*out)) : NULL;
+  size_t off = 0;
+  r = out != NULL ? 0 : NX_ENOMEM;
+  for (int k = 0; r == 0 && k < n; k++) {
+    struct nxi_ctl_peer p;
+    size_t at = 0;
+    r = nxi_ctl_parse_peer((const uint8_t *)all + off, lens[k], &at, &p);
+    if (r == 0)
+      r = nxi_chan_peer_gp(&p, &out[k]);
+    off += lens[k];
+  }
+  free(all);
+  free(lens);
+  if (r < 0) {
+    for (int k = 0; out != NULL && k < n; k++)
+      nx_gp_release(&out[k]);
+    free(out);
+    return r;
+  }
+  *gps = out;
+  *count = n;
+  if (rank != NULL)
+    *rank = me_rank;
+  return 0;
 }
 
 int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {

@@ -145,6 +145,13 @@ int nx_init(int *argc, char ***argv) {
   r = nxi_progress_watch_modules();
   if (r < 0)
     goto err_modules;
+  /* Before anything can use the key: the ranks of an MPI job agree on it. */
+  r = nxi_job_key();
+  if (r < 0) {
+    nxi_log(0, NULL, "agreeing on the job's key with its other ranks: %s",
+            nx_strerror(r));
+    goto err_modules;
+  }
   struct nxi_dlist *self;
   r = nxi_dlist_self(nxi_rt.proc_id, &self);
   if (r < 0)

@@ -477,6 +477,20 @@ static int main_job(const char *so, const char *module) {
   size_t *lens = NULL;
   int count = 0, rank = -1;
   accept_frames = 1;
+  /* As a nexus rank's nx_init does, first: every rank's key, and rank 0's
+   * for all (docs/mpi.md, "The job's key"). */
+  if (ops->launch->job_peers(state, rogue_key, NX_KEY_SIZE, &all, &lens, &count,
+                             &rank) != 0 ||
+      count < 1 || lens[0] != NX_KEY_SIZE) {
+    fprintf(stderr, "conf_rogue: the job's key was not agreed on\n");
+    ops->finalize(state);
+    return 2;
+  }
+  memcpy(rogue_key, all, NX_KEY_SIZE);
+  free(all);
+  free(lens);
+  all = NULL;
+  lens = NULL;
   if (ops->descriptor(state, &mine) != 0 ||
       ops->launch->job_peers(state, entry, job_entry(ops, &mine, entry), &all,
                              &lens, &count, &rank) != 0 ||

@@ -157,8 +157,10 @@ struct nx_launch_ops {
    * on success `*all` gets a malloc'ed concatenation of every member's
    * entry in rank order, `*lens` a malloc'ed array of their lengths,
    * `*count` the job size and `*rank` ours. Returns 0, NX_ENOENT (no job),
-   * or another negative code. Called at most once, from nx_context_peers,
-   * on a program thread. */
+   * or another negative code. Collective: called on a program thread by
+   * every member's nx_init (`mine` = the member's key, NX_KEY_SIZE bytes:
+   * all take rank 0's) and by every call of nx_context_peers (`mine` = the
+   * initial context's entry), in that order on every member. */
   int (*job_peers)(void *state, const void *mine, size_t len, void **all,
                    size_t **lens, int *count, int *rank);
 
