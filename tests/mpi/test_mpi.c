@@ -29,6 +29,11 @@
  *   test_mpi --own-mpi  the same, with MPI initialized by the program
  *                       (MPI_THREAD_MULTIPLE) before nx_init; then a second
  *                       nx_init in the same process;
+ *   test_mpi --job-key MOD  with NX_PROTOCOLS=MOD,mpi,local and no NX_KEY:
+ *                       the ranks agree on rank 0's key in nx_init
+ *                       (docs/mpi.md, "The job's key"), so RSRs between
+ *                       them go over MOD, which checks the key (tcp, ofi),
+ *                       and arrive; 77 on every rank when MOD does not load;
  * and without mpirun:
  *   test_mpi --no-mpirun  the module loads spawn-only (no job, MPI not
  *                         started); where a rank's environment was
@@ -705,6 +710,53 @@ static int run_job(int own_mpi) {
   return 0;
 }
 
+/* Ranks started without NX_KEY each draw a key; nx_init makes them take
+ * rank 0's. A rank with another key would be refused by MOD (tcp's
+ * handshake fails, ofi drops the sender), and the ring of pings below
+ * would not close. */
+static int run_job_key(const char *mod) {
+  unsetenv("NX_KEY"); /* as mpirun starts ranks: no key handed to them */
+  if (start() != 0)
+    return 2;
+  const nx_module_info_t *mi = module(mod);
+  if (mi == NULL || !mi->loaded) {
+    printf("SKIPPED: the %s module does not load here: %s\n", mod,
+           mi != NULL ? mi->reason : "not built");
+    nx_gp_release(&me);
+    nx_finalize();
+    return 77;
+  }
+  int r = nx_context_peers(&gps, &npeers, &my_rank);
+  if (!CHECK(r == 0 && npeers >= 2)) {
+    note("nx_context_peers: %s", nx_strerror(r));
+    return 1;
+  }
+  peer = &gps[(my_rank + 1) % npeers];
+  const char *p = nx_gp_protocol(peer);
+  if (!CHECK(p != NULL && strcmp(p, mod) == 0))
+    note("the next rank is reached over %s", p != NULL ? p : "nothing");
+  uint8_t bytes[64];
+  fill(bytes, sizeof(bytes), 5);
+  long before = get(&in.pongs);
+  CHECK(ping(peer, "ping", 7, bytes, sizeof(bytes)) == 0);
+  if (CHECK(wait_above(&in.pongs, before))) {
+    nx_mutex_lock(&in.m);
+    CHECK(in.last_tag == 7 && in.last_len == sizeof(bytes) &&
+          memcmp(in.last_bytes, bytes, sizeof(bytes)) == 0);
+    nx_mutex_unlock(&in.m);
+  }
+  finish_together();
+  nx_stats_t st;
+  if (CHECK(nx_stats_get(&st) == 0))
+    CHECK(st.drop_bad_frame == 0 && st.drop_no_context == 0 &&
+          st.drop_no_handler == 0 && st.rsr_failed == 0 &&
+          st.peers_failed == 0);
+  CHECK(get(&in.errors) == 0);
+  release_peers();
+  CHECK(nx_finalize() == 0);
+  return 0;
+}
+
 /* Without mpirun. */
 
 static const char *skip_reason(void) {
@@ -792,12 +844,15 @@ int main(int argc, char **argv) {
   int r;
   if (strcmp(mode, "--no-mpirun") == 0) {
     r = run_alone();
+  } else if (strcmp(mode, "--job-key") == 0 && argc == 3) {
+    r = run_job_key(argv[2]);
   } else if (mode[0] == '\0' || strcmp(mode, "--own-mpi") == 0) {
     /* Small enough that a stalled peer makes senders wait (backpressure). */
     setenv("NX_MPI_QUEUE_MAX", "4m", 1);
     r = run_job(mode[0] != '\0');
   } else {
-    fprintf(stderr, "usage: test_mpi [--own-mpi | --no-mpirun]\n");
+    fprintf(stderr,
+            "usage: test_mpi [--own-mpi | --job-key MOD | --no-mpirun]\n");
     return 2;
   }
   free(in.last_bytes);
