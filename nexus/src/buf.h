@@ -67,6 +67,7 @@ struct nxi_side {
 };
 
 struct nx_context;
+struct nxi_peer;
 
 struct nx_buffer {
   nx_frame_t frame; /* what modules see; iov[0] = hdr, iov[1] = payload */
@@ -80,6 +81,7 @@ struct nx_buffer {
   uint8_t kind;
   uint8_t fmt;
   uint8_t data_heap; /* data was reallocated outside the block */
+  uint8_t ctl;       /* SEND: the runtime's own message, outside the ledger */
   uint32_t handler;
   uint64_t context;
   uint64_t address;
@@ -92,6 +94,8 @@ struct nx_buffer {
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
   struct nxi_refs *xr;     /* SEND: values put by reference, or NULL */
   struct nxi_side *side;   /* copies made by gets in place, or NULL */
+  struct nxi_peer *peer;   /* SEND: its entry in the ledger (ledger.h) */
+  uint64_t seq;            /* ... and that entry's place there */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };

@@ -9,6 +9,7 @@
 
 #include "chan.h"
 #include "dlist.h"
+#include "ledger.h"
 
 /* How long the watcher waits on a module's channel before it looks whether
  * it should stop (a socket's wait is ended by shutdown at once). */
@@ -67,6 +68,8 @@ static void *watch(void *arg) {
       break;
     }
     case NXI_CTL_DESTROY:
+      if (n >= NXI_CTL_DESTROY_LEN)
+        nxi_ledger_confirm(nxu_rd32(buf + 1), nxu_rd64(buf + 5));
       nx_mutex_lock(&up.m);
       up.destroyed = 1;
       nx_cond_broadcast(&up.c);

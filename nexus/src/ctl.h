@@ -30,6 +30,9 @@ enum {
 #define NXI_CTL_ENTRY_HEAD 20 /* a peer entry's bytes before its list */
 #define NXI_CTL_PEERS_HEAD 9  /* a PEERS message's bytes before its entries */
 #define NXI_CTL_PEER_DEAD_LEN 9
+/* DESTROY: the type, the creator's process id (u32 LE) and how many of the
+ * child's RSRs it handled (u64 LE). */
+#define NXI_CTL_DESTROY_LEN 13
 
 /* One peer entry, pointing into the message. */
 struct nxi_ctl_peer {

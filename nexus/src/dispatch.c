@@ -7,6 +7,8 @@
 #include "driver.h"
 #include "engine.h"
 #include "fiber.h"
+#include "frame.h"
+#include "ledger.h"
 #include "module.h"
 #include "nxu_time.h"
 
@@ -14,11 +16,13 @@
 
 void nxi_run(struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
+  uint32_t origin = nxi_ledger_origin(b);
   nx_context_t *old = nxi_context_swap(ctx);
   nxi_eng_me.handlers++;
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   nxi_eng_me.handlers--;
   nxi_context_swap(old);
+  nxi_ledger_handled(origin);
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
 }
@@ -51,12 +55,17 @@ static void dispatch(struct nx_buffer *b) {
         atomic_load_explicit(&forward_fn, memory_order_acquire);
     if (fwd != NULL && nxi_ctxid_proc(b->context) != nxi_rt.proc_id && fwd(b))
       return;
+    /* Reported here: its sender's ledger counts it as settled. */
+    uint32_t origin = nxi_ledger_origin(b);
+    nxi_ledger_handled(origin);
     nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
     nxi_buffer_handler_done(b);
     return;
   }
   const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
   if (h == NULL) {
+    uint32_t origin = nxi_ledger_origin(b);
+    nxi_ledger_handled(origin);
     nxi_drop(NX_ENOHANDLER, b->context, b->handler);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
@@ -64,11 +73,13 @@ static void dispatch(struct nx_buffer *b) {
   }
   b->ctx = ctx;
   b->fn = h->fn;
-  /* Under the driver lock: a plain store is enough. */
-  atomic_store_explicit(
-      &nxi_rt.rsr_handled,
-      atomic_load_explicit(&nxi_rt.rsr_handled, memory_order_relaxed) + 1,
-      memory_order_relaxed);
+  /* Under the driver lock: a plain store is enough. The runtime's own
+   * messages are not the program's RSRs. */
+  if (!(nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL))
+    atomic_store_explicit(
+        &nxi_rt.rsr_handled,
+        atomic_load_explicit(&nxi_rt.rsr_handled, memory_order_relaxed) + 1,
+        memory_order_relaxed);
   switch (h->kind) {
   case NX_HANDLER_THREADED:
     b->fiber = NULL; /* not started: nxi_run_queued starts it */
@@ -180,8 +191,11 @@ int nxi_poll_once(unsigned gen) {
     n += poll_module(nxi_module_loaded(i), now, all);
   if (nxi_dlist_fallbacks_due()) /* routes failed: the next candidates */
     n += nxi_dlist_fallbacks();
+  nxi_ledger_tick(now);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
-    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.recvq);
+    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
+    if (q == NULL)
+      q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)
       break;
     /* Only the driver writes `popped`: a plain store, no locked op. */
@@ -223,6 +237,12 @@ static void enqueue(struct nx_buffer *b) {
   nxi_progress_wake();
 }
 
+static void enqueue_ctl(struct nx_buffer *b) {
+  nxi_mpscq_push(&nxi_eng.ctlq, &b->qnode);
+  atomic_fetch_add(&nxi_eng.pushed, 1);
+  nxi_progress_wake();
+}
+
 /* A frame a module delivers while the driver polls it goes straight to
  * dispatch (after the poll) if it is the poll's only one and nothing is
  * queued: no queue round trip, no wake-up. A second frame of the same poll
@@ -231,6 +251,12 @@ static void enqueue(struct nx_buffer *b) {
  * Frames of other threads (sends to local contexts, say) always queue. */
 void nxi_deliver(struct nx_buffer *b) {
   struct nx_buffer **direct = nxi_eng_me.direct;
+  if ((nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) &&
+      atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
+          atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+    enqueue_ctl(b); /* ahead of the backlog */
+    return;
+  }
   if (direct != NULL) {
     if (*direct == NULL &&
         atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==

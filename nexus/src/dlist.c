@@ -29,6 +29,19 @@ static size_t self_old_count;
 /* A route failed with candidates left: the driver should fall back
  * (dlist.h, nxi_dlist_fallbacks_due). */
 atomic_int nxi_dlist_fallback_due;
+static _Atomic nxi_proc_lost_fn lost_hook;
+
+void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn) {
+  atomic_store(&lost_hook, fn);
+}
+
+/* Process `proc` is lost: its RSRs, then the process itself. */
+static void report_lost(int status, uint32_t proc) {
+  nxi_proc_lost_fn fn = atomic_load(&lost_hook);
+  if (fn != NULL)
+    fn(proc, status);
+  nxi_report_proc(status, proc);
+}
 
 static uint64_t fnv64(const uint8_t *p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -469,7 +482,7 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
     }
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++)
-    nxi_report_proc(status, procs[i]);
+    report_lost(status, procs[i]);
 }
 
 int nxi_dlist_fallbacks(void) {
@@ -508,7 +521,7 @@ static void fail_list(struct nxi_dlist *dl, int status) {
   int report = p != 0 && mark_dead(p);
   pthread_mutex_unlock(&intern_lock);
   if (report)
-    nxi_report_proc(status, p);
+    report_lost(status, p);
 }
 
 void nxi_dlist_peer_failed(void *state, void *ep, int status) {

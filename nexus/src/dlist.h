@@ -83,5 +83,9 @@ static inline int nxi_dlist_fallbacks_due(void) {
 }
 /* Process `proc` ended (or was destroyed): RSRs to it fail with `status`. */
 void nxi_dlist_proc_failed(uint32_t proc, int status);
+/* Called once per process found lost, before the program hears of it: the
+ * ledger (ledger.h, installed by confirm.c) reports the RSRs it held. */
+typedef void (*nxi_proc_lost_fn)(uint32_t proc, int status);
+void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn);
 
 #endif /* NXI_DLIST_H */

@@ -79,6 +79,10 @@ struct nxi_engine {
   _Alignas(NXI_CACHELINE) atomic_int stopping;
   atomic_int poll_all; /* the next round polls every module */
   struct nxi_mpscq recvq;
+  /* The runtime's own messages (confirmations, ledger.h), dispatched
+   * before the RSRs queued ahead of them: an answer does not wait behind a
+   * backlog. Counted in pushed and popped too. */
+  struct nxi_mpscq ctlq;
   int epfd;
   int evfd;
   uint64_t spin_ns;

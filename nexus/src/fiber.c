@@ -21,6 +21,7 @@
 
 #include "context.h"
 #include "engine.h"
+#include "ledger.h"
 #include "nxi_thread.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -269,7 +270,9 @@ static void fiber_main(struct fctx_transfer t) {
   for (;;) {
     struct nx_buffer *b = f->job;
     struct nx_context *ctx = b->ctx;
+    uint32_t origin = nxi_ledger_origin(b);
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
+    nxi_ledger_handled(origin); /* its sender's ledger settles it */
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
     switch_out(f, REQ_DONE);
@@ -379,6 +382,7 @@ void nxi_fiber_exit(void) {
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;
+  nxi_ledger_handled(nxi_ledger_origin(b)); /* it ended its handler */
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
   switch_out(f, REQ_EXIT);

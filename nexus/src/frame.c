@@ -72,3 +72,11 @@ void nxi_frame_hdr_set_origin(uint8_t *h, uint32_t proc) {
 uint32_t nxi_frame_hdr_origin(const uint8_t *h) {
   return nxu_rd32(h + OFF_ORIGIN);
 }
+
+void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {
+  nxu_le16(h + OFF_FLAGS, flags);
+}
+
+uint16_t nxi_frame_hdr_flags(const uint8_t *h) {
+  return nxu_rd16(h + OFF_FLAGS);
+}

@@ -26,9 +26,12 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f);
  * or NX_EPROTO. */
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
 
-/* The origin field of a header (a frame sent through a gateway names its
- * sender's process there; 0 otherwise). */
+/* The origin field of a header: the sending process's id (a gateway passes
+ * it on unchanged, so it names the first sender). */
 void nxi_frame_hdr_set_origin(uint8_t *h, uint32_t proc);
 uint32_t nxi_frame_hdr_origin(const uint8_t *h);
+/* The flags field (NXI_FRAME_F_*, ledger.h). */
+void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags);
+uint16_t nxi_frame_hdr_flags(const uint8_t *h);
 
 #endif /* NXI_FRAME_H */

@@ -16,8 +16,11 @@
 #include <unistd.h>
 
 #include "chan.h"
+#include "confirm.h"
 #include "context.h"
+#include "engine.h"
 #include "dlist.h"
+#include "ledger.h"
 #include "node.h"
 #include "nxu_key.h"
 #include "nxu_opt.h"
@@ -409,8 +412,12 @@ static int reap_within(struct child *c, int ms) {
  * module spawned is only asked: its launcher reaps it, and closing its
  * channel (MPI's disconnect) waits until it has let go. */
 static void kill_and_reap(struct child *c, int grace_ms) {
-  uint8_t msg = NXI_CTL_DESTROY;
-  nxi_chan_send(&c->chan, &msg, 1);
+  /* With how many of its RSRs ran here: its nx_finalize need not ask (a
+   * creator in MPI's disconnect may not answer; ledger.h). */
+  uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
+  nxu_le32(msg + 1, nxi_rt.proc_id);
+  nxu_le64(msg + 5, nxi_ledger_handled_from(c->proc));
+  nxi_chan_send(&c->chan, msg, sizeof(msg));
   if (c->pid == 0 || reap_within(c, grace_ms))
     return;
   pthread_mutex_lock(&kids_lock);
@@ -439,6 +446,10 @@ static int process_destroy(uint64_t context) {
   if (c == NULL)
     return NX_ENOCONTEXT;
   poke_monitor('w');
+  /* What this process sent it runs before it is asked to end (ledger.h);
+   * what does not, in time, is reported when it is gone. */
+  if (nxi_eng_me.handlers == 0)
+    nxi_confirm_flush_proc(proc, DESTROY_GRACE_MS);
   kill_and_reap(c, DESTROY_GRACE_MS);
   nxi_chan_close(&c->chan, 0);
   free(c);

@@ -18,6 +18,7 @@
 int nxi_progress_init(void) {
   memset(&nxi_eng, 0, sizeof(nxi_eng));
   nxi_mpscq_init(&nxi_eng.recvq);
+  nxi_mpscq_init(&nxi_eng.ctlq);
   nxi_eng.spin_ns = (uint64_t)nxi_rt.spin_us * 1000u;
   nxi_eng.pool_main = nxi_pool_main;
   pthread_mutex_init(&nxi_eng.tq_lock, NULL);
@@ -127,7 +128,8 @@ int nxi_progress_finalize(void) {
   unsigned gen;
   if (nxi_drive_begin(&gen)) {
     struct nxi_qnode *q;
-    while ((q = nxi_mpscq_pop(&nxi_eng.recvq)) != NULL)
+    while ((q = nxi_mpscq_pop(&nxi_eng.recvq)) != NULL ||
+           (q = nxi_mpscq_pop(&nxi_eng.ctlq)) != NULL)
       nxi_buffer_handler_done(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
     nxi_drive_end(gen);
   }

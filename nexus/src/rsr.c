@@ -4,6 +4,7 @@
 #include "dlist.h"
 #include "engine.h"
 #include "frame.h"
+#include "ledger.h"
 #include "send.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
@@ -64,10 +65,26 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
  * freed. A route whose send fails (not for a full queue) is replaced by
  * the next candidate and the RSR goes there (dlist.c); a list runs out of
  * candidates long before this loop's bound. A frame a gateway passes on
- * (`forwarding`) goes over a direct route only, and counts as forwarded. */
+ * (`forwarding`) goes over a direct route only, and counts as forwarded;
+ * it keeps its header's origin and flags, and its sender's ledger keeps
+ * it. Every other RSR for another process is entered in the ledger
+ * (ledger.h) before its send, and voided if it is not accepted. */
 int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
   int r = 0;
   struct nxi_route *hop = NULL;
+  uint32_t origin = nxi_rt.proc_id;
+  uint16_t hflags = b->ctl ? NXI_FRAME_F_CTL : 0;
+  int ask = 0;
+  if (forwarding) {
+    origin = nxi_frame_hdr_origin(b->hdr);
+    hflags = nxi_frame_hdr_flags(b->hdr);
+    b->peer = NULL;
+  } else if (!b->ctl) {
+    ask = nxi_ledger_note(b);
+  } else {
+    b->peer = NULL;
+  }
+  struct nxi_peer *peer = b->peer;
   for (int tries = 0; tries < 2 * NXI_MAX_MODULES + 2; tries++) {
     struct nxi_route *rt;
     if ((r = nxi_dlist_route(b->dl, &rt)) < 0)
@@ -92,16 +109,26 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
         break;
       nxi_buffer_seal(b);
     }
-    if (rt->via != NULL) /* the gateway tells this process of losses */
-      nxi_frame_hdr_set_origin(b->hdr, nxi_rt.proc_id);
+    /* The receiver counts what it handled per origin (ledger.h); a
+     * gateway tells the origin of losses. */
+    nxi_frame_hdr_set_origin(b->hdr, origin);
+    if (hflags != 0)
+      nxi_frame_hdr_set_flags(b->hdr, hflags);
+    /* The runtime's own messages count in no counter of the program's. */
+    static atomic_uint_fast64_t ctl_sent;
     r = send_on(b, hop, flags,
-                forwarding ? &nxi_rt.rsr_forwarded : &nxi_rt.rsr_sent);
+                (hflags & NXI_FRAME_F_CTL) ? &ctl_sent
+                : forwarding               ? &nxi_rt.rsr_forwarded
+                                           : &nxi_rt.rsr_sent);
     if (r >= 0 || r == NX_EAGAIN || !nxi_route_fail(hop, r))
       break;
   }
   if (r < 0) {
+    nxi_ledger_void(b); /* not accepted: the caller has the error */
     nxi_buffer_refs_status(b, r);
     nxi_buffer_free(b);
+  } else if (ask) {
+    nxi_ledger_ask(peer); /* `b` may be gone: the module owns it */
   }
   return r;
 }

@@ -13,9 +13,11 @@
 #include "attach.h"
 #include "buffer_cache.h"
 #include "child.h"
+#include "confirm.h"
 #include "gateway.h"
 #include "context.h"
 #include "dlist.h"
+#include "ledger.h"
 #include "fiber.h"
 #include "frame.h"
 #include "module.h"
@@ -63,11 +65,12 @@ static void fill_host_uuid(uint8_t out[16]) {
 /* The settings of the core, from the one table (nexus/util/nxu_opt.c).
  * Every core variable that is set is checked first: a malformed value
  * fails nx_init with its reason (the modules check theirs). */
-static int gateway_env; /* NX_GATEWAY=1 */
+static int gateway_env;      /* NX_GATEWAY=1 */
+static unsigned finalize_ms; /* NX_FINALIZE_MS */
 
 static int read_env(void) {
   char why[256];
-  uint64_t spin, debug, stack;
+  uint64_t spin, debug, stack, fin;
   int progress, threaded, gateway;
   if (nxu_opt_check_all("core", why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_PROGRESS", &progress, why, sizeof(why)) < 0 ||
@@ -75,12 +78,14 @@ static int read_env(void) {
       nxu_opt_number("NX_DEBUG", &debug, why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_THREADED", &threaded, why, sizeof(why)) < 0 ||
       nxu_opt_choice("NX_GATEWAY", &gateway, why, sizeof(why)) < 0 ||
-      nxu_opt_number("NX_HANDLER_STACK", &stack, why, sizeof(why)) < 0) {
+      nxu_opt_number("NX_HANDLER_STACK", &stack, why, sizeof(why)) < 0 ||
+      nxu_opt_number("NX_FINALIZE_MS", &fin, why, sizeof(why)) < 0) {
     nxi_log(0, NULL, "%s", why);
     return NX_EINVAL;
   }
   nxi_rt.poll_mode = progress == 1;
   gateway_env = gateway == 1;
+  finalize_ms = (unsigned)fin;
   nxi_rt.spin_us = (unsigned)spin;
   nxi_rt.debug = (unsigned)debug;
   nxi_fiber_init(threaded == 0, (size_t)stack);
@@ -161,6 +166,12 @@ int nx_init(int *argc, char ***argv) {
   if (r < 0)
     goto err_dlist;
   atomic_store(&nxi_rt.refs, 1);
+  r = nxi_confirm_init();
+  if (r < 0) {
+    atomic_store(&nxi_rt.refs, 0);
+    nxi_child_finalize();
+    goto err_dlist;
+  }
   nxi_progress_start();
   if (gateway_env && (r = nx_gateway_enable()) < 0)
     nxi_log(0, NULL, "NX_GATEWAY=1: %s", nx_strerror(r));
@@ -190,13 +201,27 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return NX_ENOTINIT;
   }
+  int result = 0;
   if (atomic_load(&nxi_rt.refs) == 1) {
     /* RSRs already sent to a context of this process run first (rule 14):
      * a program that sends and then finalizes sees its handlers run. */
-    int left = nxi_progress_drain(2000);
+    int left = nxi_progress_drain(finalize_ms);
     if (left > 0)
-      nxi_log(0, NULL, "nx_finalize: %d RSR(s) still queued after 2 s dropped",
-              left);
+      nxi_log(0, NULL,
+              "nx_finalize: %d RSR(s) still queued after %u ms dropped", left,
+              finalize_ms);
+    /* Then those sent to other processes are handled there, or reported
+     * (docs/design.md section 9). The peers hear what ran here. */
+    nxi_confirm_tell_all();
+    if (nxi_confirm_flush((int)finalize_ms) < 0) {
+      uint64_t lost = nxi_ledger_report_all(NX_ETIMEDOUT);
+      nxi_log(0, NULL,
+              "nx_finalize: %llu RSR(s) not confirmed handled within "
+              "NX_FINALIZE_MS=%u reported lost",
+              (unsigned long long)lost, finalize_ms);
+      result = NX_ETIMEDOUT;
+    }
+    nxi_confirm_tell_all();
   }
   if (atomic_fetch_sub(&nxi_rt.refs, 1) > 1) {
     pthread_mutex_unlock(&init_lock);
@@ -212,12 +237,14 @@ int nx_finalize(void) {
     return NX_EBUSY;
   }
   nxi_gateway_finalize();
+  nxi_confirm_finalize();
   nxi_dlist_release(nxi_rt.self_dl);
   nxi_rt.self_dl = NULL;
   nxi_dlist_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
   nxi_modules_unload();
+  nxi_ledger_finalize();       /* after the modules' last send_done */
   nxi_buffer_cache_finalize(); /* the modules freed their frames */
   pthread_mutex_unlock(&init_lock);
-  return 0;
+  return result;
 }

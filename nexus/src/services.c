@@ -6,6 +6,7 @@
 #include "dlist.h"
 #include "engine.h"
 #include "frame.h"
+#include "ledger.h"
 
 static void core_log(int level, const char *module, const char *fmt, ...) {
   va_list ap;
@@ -50,12 +51,14 @@ static void core_frame_free(nx_frame_t *frame) {
 }
 
 /* A frame the module could not deliver (its peer died with it queued) is
- * an RSR that failed after nx_rsr_send returned: report it. */
+ * an RSR that failed after nx_rsr_send returned: report it, unless the
+ * ledger did already (the process was found lost first). */
 static void core_send_done(nx_frame_t *frame, int status) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
   if (status < 0) {
     nxi_buffer_refs_status(b, status);
-    nxi_drop(status, b->context, b->handler);
+    if (nxi_ledger_void(b) && !b->ctl)
+      nxi_drop(status, b->context, b->handler);
   }
   nxi_buffer_free(b);
 }

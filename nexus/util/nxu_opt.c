@@ -26,6 +26,9 @@ const struct nxu_opt nxu_opts[] = {
     {"NX_PROGRESS", NXU_OPT_CHOICE, "thread", 0, 0, 0, "thread|poll", "core",
      "thread: a progress thread drives the modules; poll: the program calls "
      "nx_poll()"},
+    {"NX_FINALIZE_MS", NXU_OPT_UINT, "60000", 60000, 0, 86400000, NULL, "core",
+     "milliseconds nx_finalize waits for the RSRs this process sent to be "
+     "handled before it reports the rest lost (NX_ETIMEDOUT)"},
     {"NX_GATEWAY", NXU_OPT_CHOICE, "0", 0, 0, 0, "0|1", "core",
      "1: this process forwards RSRs for the processes that join it "
      "(nx_gateway_enable)"},

@@ -245,8 +245,13 @@ static void ucx_finalize(void *state) {
   ucx_lock(u);
   u->finalizing = 1;
   for (int phase = 0; phase < 2; phase++) {
-    if (phase == 1)
-      ucx_peers_close_all(u);
+    /* Sends that did not finish in time are cancelled by the close:
+     * a flushing close would wait for them past the linger. */
+    if (phase == 1) {
+      ucx_peers_close_all(u, ucx_peers_pending(u) > 0);
+      uint64_t close_by = nxu_now_ns() + 200000000u; /* 200 ms to close */
+      deadline = deadline > close_by ? deadline : close_by;
+    }
     while ((phase == 0 ? ucx_peers_pending(u) : u->closing) > 0 &&
            nxu_now_ns() < deadline) {
       unsigned n = ucp_worker_progress(u->worker);
@@ -257,8 +262,10 @@ static void ucx_finalize(void *state) {
       ucx_lock(u);
     }
   }
-  if (u->closing > 0)
+  if (u->closing > 0) {
     UCX_LOG(u, 1, "finalize: %u endpoint closes did not complete", u->closing);
+    ucx_peers_release_closes(u);
+  }
   /* UCX's own deferred work (of failed endpoints, say). */
   for (int i = 0; i < 16 && ucp_worker_progress(u->worker) > 0; i++)
     ;

@@ -80,6 +80,7 @@ struct ucx_peer {
   struct nxu_uuid_link link; /* first: its uuid, in ucx.peers */
   struct ucx *u;
   ucp_ep_h ep;          /* NULL once closed */
+  void *close_req;      /* its ucp_ep_close_nbx request until complete */
   unsigned refs;        /* connect() calls not yet disconnected */
   size_t inflight;      /* bytes of send requests UCX has not completed */
   unsigned nreq;        /* those requests */
@@ -183,8 +184,12 @@ uint64_t ucx_hash(const uint8_t *p, size_t n);
 /* Lock held: marks peers the error handler pushed dead and closes their
  * endpoints. */
 void ucx_peers_service(struct ucx *u);
-/* Lock held: starts closing every endpoint (finalize). */
-void ucx_peers_close_all(struct ucx *u);
+/* Lock held: starts closing every endpoint (finalize); `force` cancels
+ * what they still send instead of letting it finish. */
+void ucx_peers_close_all(struct ucx *u, int force);
+/* Lock held: lets go of the closes that did not complete (finalize, just
+ * before the worker goes: UCX requires every request released then). */
+void ucx_peers_release_closes(struct ucx *u);
 /* Lock held: takes every send still in flight from UCX (which will not
  * call back for it) and fails it with `status` (finalize). */
 void ucx_peers_detach_all(struct ucx *u, int status);

@@ -76,7 +76,9 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 
 static void on_closed(void *req, ucs_status_t status, void *user_data) {
   (void)status;
-  struct ucx *u = user_data;
+  struct ucx_peer *p = user_data;
+  struct ucx *u = p->u;
+  p->close_req = NULL;
   u->closing--;
   u->events++;
   ucp_request_free(req);
@@ -92,12 +94,14 @@ static void close_locked(struct ucx *u, struct ucx_peer *p, int force) {
                       UCP_OP_ATTR_FIELD_USER_DATA,
       .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
       .cb.send = on_closed,
-      .user_data = u,
+      .user_data = p,
   };
   ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
   p->ep = NULL;
-  if (r != NULL && !UCS_PTR_IS_ERR(r))
+  if (r != NULL && !UCS_PTR_IS_ERR(r)) {
+    p->close_req = r;
     u->closing++;
+  }
 }
 
 static void done_append(struct ucx *u, nx_frame_t *f, int status) {
@@ -192,12 +196,25 @@ void ucx_peers_report(struct ucx *u, struct ucx_peer *list) {
   }
 }
 
-void ucx_peers_close_all(struct ucx *u) {
+void ucx_peers_close_all(struct ucx *u, int force) {
   for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
        l = nxu_uuid_next(&u->peers, l)) {
     struct ucx_peer *p = peer_of(l);
-    close_locked(u, p, p->dead);
+    close_locked(u, p, force || p->dead);
     p->dead = 1;
+  }
+}
+
+void ucx_peers_release_closes(struct ucx *u) {
+  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+       l = nxu_uuid_next(&u->peers, l)) {
+    struct ucx_peer *p = peer_of(l);
+    if (p->close_req != NULL) {
+      /* Released before it completes: UCX never calls back for it. */
+      ucp_request_free(p->close_req);
+      p->close_req = NULL;
+      u->closing--;
+    }
   }
 }
 

@@ -47,6 +47,18 @@ NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp,
 NX_EXTERN int nx_rsr_send(nx_buffer_t *buf);
 NX_EXTERN int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
 
+/* Waits until every RSR this process's nx_rsr_send accepted for a context
+ * of another process is settled: its handler ran there (or the
+ * destination dropped it and reported that there), or it was reported to
+ * this process's error callback as lost (its process died: NX_EPEERDEAD,
+ * or the error of the route that failed). Waiting drives progress.
+ * `timeout_ms` bounds the wait (-1: none); RSRs still unsettled then are
+ * not reported, they may yet arrive (nx_finalize reports them). Not from a
+ * handler. Returns 0, NX_ETIMEDOUT, NX_EINVAL (timeout_ms < -1),
+ * NX_EBUSY (called from a handler) or NX_ENOTINIT. docs/design.md section
+ * 9 tells how the runtime learns that an RSR ran. */
+NX_EXTERN int nx_flush(int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,12 +22,18 @@ extern "C" {
  * to leave blocked handler threads running). */
 NX_EXTERN int nx_init(int *argc, char ***argv);
 
-/* Stops the runtime: ends the process contexts it created, stops its
- * threads, destroys the contexts, finalizes the modules. RSRs not yet delivered
- * are dropped. If handler threads are still blocked in program code after a
- * two-second grace period, they are left running, nothing they might use is
- * freed, and NX_EBUSY is returned (the runtime is stopped all the same).
- * Returns 0, NX_EBUSY or NX_ENOTINIT. */
+/* Stops the runtime. First it delivers: RSRs sent to contexts of this
+ * process run, and every RSR nx_rsr_send accepted for another process is
+ * handled there (as nx_flush), both within NX_FINALIZE_MS milliseconds
+ * (default 60000). RSRs it could not confirm handled by then are reported
+ * to the error callback one by one with NX_ETIMEDOUT (they may still run:
+ * the peer was slow, or a fallback lost them) and the call returns
+ * NX_ETIMEDOUT. Then it ends the process contexts it created, stops its
+ * threads, destroys the contexts and finalizes the modules. If handler
+ * threads are still blocked in program code after a two-second grace
+ * period, they are left running, nothing they might use is freed, and
+ * NX_EBUSY is returned (the runtime is stopped all the same). Not from a
+ * handler. Returns 0, NX_ETIMEDOUT, NX_EBUSY or NX_ENOTINIT. */
 NX_EXTERN int nx_finalize(void);
 
 /* The version of the library the program runs with ("0.1.0"), which may

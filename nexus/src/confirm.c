@@ -1,0 +1,219 @@
+/* Confirmations: the runtime's own messages that settle the ledger
+ * (ledger.h). A sender asks a peer how many of its RSRs ran there
+ * ("nx.ledger.ask", carrying a gp to answer to); the peer answers with the
+ * count ("nx.ledger.tell"). nx_flush asks until every RSR this process
+ * accepted for another is settled, and nx_finalize flushes, then tells its
+ * peers their final counts unasked. Both messages travel outside the
+ * ledger (NXI_FRAME_F_CTL). */
+#include <time.h>
+
+#include "confirm.h"
+#include "context.h"
+#include "dlist.h"
+#include "engine.h"
+#include "ledger.h"
+#include "nxu_time.h"
+
+#define ASK "nx.ledger.ask"
+#define TELL "nx.ledger.tell"
+/* Most peers one round of nx_flush asks; the rest wait a round. */
+#define ROUND_MAX 64
+
+static nx_mutex_t flush_m;
+static nx_cond_t flush_c;
+static unsigned settled_gen;
+
+/* A gp to process `proc`'s initial context (index 1, where the handlers
+ * are registered), over `dl`. */
+static nx_gp_t initial_gp(uint32_t proc, struct nxi_dlist *dl) {
+  return (nx_gp_t){nxi_ctxid(proc, 1), 0, dl};
+}
+
+static void send_tell(uint32_t proc, struct nxi_dlist *dl, uint64_t count) {
+  nx_gp_t to = initial_gp(proc, dl);
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, &to, TELL, 32) < 0)
+    return;
+  b->ctl = 1;
+  if (nx_put_uint32(b, nxi_rt.proc_id) < 0 || nx_put_uint64(b, count) < 0) {
+    nx_buffer_release(b);
+    return;
+  }
+  if (nx_rsr_send(b) == 0)
+    nxi_ledger_told(proc, count);
+}
+
+/* The ledger's hook: ask `proc` for its count. */
+static void ask(uint32_t proc, struct nxi_dlist *dl) {
+  struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
+  nx_gp_t to = initial_gp(proc, dl);
+  nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, &to, ASK, 64 + self->len) < 0)
+    return;
+  b->ctl = 1;
+  if (nx_put_uint32(b, nxi_rt.proc_id) < 0 || nx_put_gp(b, &me) < 0) {
+    nx_buffer_release(b);
+    return;
+  }
+  nx_rsr_send(b); /* a failed route reports the process lost */
+}
+
+static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
+  (void)ctx;
+  (void)address;
+  uint32_t proc;
+  nx_gp_t reply;
+  if (nx_get_uint32(b, &proc) < 0 || proc == 0 || nx_get_gp(b, &reply) < 0)
+    return;
+  if (nxi_ctxid_proc(reply.context) == proc) {
+    nxi_ledger_route(proc, reply.protos);
+    send_tell(proc, reply.protos, nxi_ledger_handled_from(proc));
+  }
+  nx_gp_release(&reply);
+}
+
+static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
+  (void)ctx;
+  (void)address;
+  uint32_t proc;
+  uint64_t count;
+  if (nx_get_uint32(b, &proc) < 0 || nx_get_uint64(b, &count) < 0)
+    return;
+  nxi_ledger_confirm(proc, count);
+}
+
+/* The ledger's hook: entries settled; flushing threads look again. */
+static void wake(void) {
+  nx_mutex_lock(&flush_m);
+  settled_gen++;
+  nx_cond_broadcast(&flush_c);
+  nx_mutex_unlock(&flush_m);
+}
+
+int nxi_confirm_init(void) {
+  nxi_ledger_init();
+  int r = nx_mutex_init(&flush_m);
+  if (r < 0)
+    return r;
+  if ((r = nx_cond_init(&flush_c)) < 0)
+    goto err_mutex;
+  r = nx_handler_register(nxi_rt.initial, ASK, on_ask, NX_HANDLER_NONTHREADED,
+                          NULL);
+  if (r == 0)
+    r = nx_handler_register(nxi_rt.initial, TELL, on_tell,
+                            NX_HANDLER_NONTHREADED, NULL);
+  if (r < 0)
+    goto err_cond;
+  nxi_ledger_set_wake(wake);
+  nxi_ledger_set_asker(ask);
+  nxi_dlist_set_lost_hook(nxi_ledger_lost);
+  return 0;
+
+err_cond:
+  nx_cond_destroy(&flush_c);
+err_mutex:
+  nx_mutex_destroy(&flush_m);
+  return r;
+}
+
+void nxi_confirm_tell_all(void) {
+  uint32_t procs[ROUND_MAX];
+  uint64_t counts[ROUND_MAX];
+  struct nxi_dlist *dls[ROUND_MAX];
+  int n;
+  /* Each round marks its peers told: the next finds the others. */
+  for (int round = 0; round < 1024; round++) {
+    if ((n = nxi_ledger_untold(procs, counts, dls, ROUND_MAX)) == 0)
+      break;
+    for (int i = 0; i < n; i++) {
+      send_tell(procs[i], dls[i], counts[i]);
+      nxi_ledger_told(procs[i], counts[i]); /* even if the send failed */
+      nxi_dlist_release(dls[i]);
+    }
+  }
+}
+
+/* Flushes every process's RSRs, or `only`'s (when it is not 0). */
+static int flush(uint32_t only, int timeout_ms) {
+  uint64_t start = nxu_now_ns();
+  uint64_t deadline =
+      timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+  /* Ask at once, then less often while answers are slow (up to 100 ms
+   * apart): a peer handles the RSRs before the request, in order. */
+  uint64_t gap_ns = 1000000u, next_ask = start;
+  int r = 0;
+  for (;;) {
+    uint32_t procs[ROUND_MAX];
+    struct nxi_dlist *dls[ROUND_MAX];
+    uint64_t pending;
+    nx_mutex_lock(&flush_m);
+    unsigned gen = settled_gen;
+    nx_mutex_unlock(&flush_m);
+    int n = nxi_ledger_unsettled(procs, dls, ROUND_MAX, &pending);
+    if (only != 0)
+      pending = nxi_ledger_pending_of(only);
+    uint64_t now = nxu_now_ns();
+    int asking = pending > 0 && now >= next_ask && now < deadline;
+    for (int i = 0; i < n; i++) {
+      if (asking && (only == 0 || procs[i] == only))
+        ask(procs[i], dls[i]);
+      nxi_dlist_release(dls[i]);
+    }
+    if (pending == 0)
+      break;
+    if (now >= deadline) {
+      nxi_log(1, NULL, "flush: %llu RSR(s) to %s not confirmed in %d ms",
+              (unsigned long long)pending, only ? "one process" : "peers",
+              timeout_ms);
+      r = NX_ETIMEDOUT;
+      break;
+    }
+    if (asking) {
+      next_ask = now + gap_ns;
+      gap_ns = gap_ns < 100000000u ? gap_ns * 2 : gap_ns;
+    }
+    /* Until an answer settles something, the next request is due, or the
+     * deadline: waiting here drives progress (waiter.c). */
+    uint64_t until = next_ask < deadline ? next_ask : deadline;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wait_ns = until > now ? until - now : 0;
+    ts.tv_sec += (time_t)(wait_ns / 1000000000u);
+    ts.tv_nsec += (long)(wait_ns % 1000000000u);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    nx_mutex_lock(&flush_m);
+    while (settled_gen == gen &&
+           nx_cond_timedwait(&flush_c, &flush_m, &ts) == 0)
+      ;
+    nx_mutex_unlock(&flush_m);
+  }
+  return r;
+}
+
+int nxi_confirm_flush(int timeout_ms) { return flush(0, timeout_ms); }
+
+int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms) {
+  return flush(proc, timeout_ms);
+}
+
+int nx_flush(int timeout_ms) {
+  if (timeout_ms < -1)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (nxi_eng_me.handlers > 0)
+    return NX_EBUSY; /* the answers need the progress this handler holds */
+  return nxi_confirm_flush(timeout_ms);
+}
+
+void nxi_confirm_finalize(void) {
+  nxi_dlist_set_lost_hook(NULL);
+  nxi_ledger_set_asker(NULL);
+  nxi_ledger_set_wake(NULL);
+  nx_cond_destroy(&flush_c);
+  nx_mutex_destroy(&flush_m);
+}

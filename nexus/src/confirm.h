@@ -1,0 +1,21 @@
+/* Confirmations (confirm.c): the messages that settle the ledger, nx_flush,
+ * and what nx_init and nx_finalize call. */
+#ifndef NXI_CONFIRM_H
+#define NXI_CONFIRM_H
+
+#include "rt.h"
+
+/* After the initial context exists: registers the two handlers there and
+ * installs the ledger's hooks. Returns 0 or a negative code. */
+int nxi_confirm_init(void);
+/* Asks peers until every RSR accepted for another process is settled or
+ * `timeout_ms` passed (-1: no bound). Returns 0 or NX_ETIMEDOUT. */
+int nxi_confirm_flush(int timeout_ms);
+/* The same for the RSRs to process `proc` alone (nx_context_destroy). */
+int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms);
+/* Tells every peer whose RSRs ran here since it last heard its count. */
+void nxi_confirm_tell_all(void);
+/* Removes the hooks (the ledger itself goes with nxi_ledger_finalize). */
+void nxi_confirm_finalize(void);
+
+#endif /* NXI_CONFIRM_H */

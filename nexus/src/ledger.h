@@ -1,0 +1,92 @@
+/* The ledger (ledger.c): per peer process, the RSRs this process accepted
+ * for it that it has not yet heard were handled there, and how many of that
+ * peer's RSRs ran here. It keeps the rule of docs/design.md section 9: an
+ * accepted RSR is handled at its destination, or its sender hears of its
+ * loss. It sends nothing itself: confirm.c asks peers for their counts
+ * through the hook it installs. */
+#ifndef NXI_LEDGER_H
+#define NXI_LEDGER_H
+
+#include "buf.h"
+
+/* Header flag of the runtime's own confirmation messages: they are not
+ * entered in the ledger (they would need confirming in turn). */
+#define NXI_FRAME_F_CTL 1u
+
+/* RSRs to one process after which its sender asks for confirmation. */
+#define NXI_LEDGER_WINDOW 256u
+
+struct nxi_peer;
+
+/* Sending. An RSR `b` for another process is entered before its send
+ * (b->peer, b->seq); returns 1 when the peer should be asked for its count
+ * now (call nxi_ledger_ask after the send). The entry is voided when the
+ * RSR is not accepted after all (the caller got the error) or its module
+ * reported it failed (send_done: reported there). */
+int nxi_ledger_note(struct nx_buffer *b);
+/* Returns 1 if the caller should report the RSR (its entry was open, or it
+ * had none), 0 if the ledger reported it already. */
+int nxi_ledger_void(struct nx_buffer *b);
+
+/* The driver's clock tick (dispatch.c, every poll round): every
+ * NXI_LEDGER_TICK_NS, peers with unconfirmed RSRs and no request out are
+ * asked, so that what a peer handled is known here soon, even when this
+ * process sends nothing more. */
+#define NXI_LEDGER_TICK_NS (10 * 1000 * 1000ull)
+extern atomic_uint_fast64_t nxi_ledger_next_tick;
+void nxi_ledger_tick_run(uint64_t now);
+static inline void nxi_ledger_tick(uint64_t now) {
+  if (now >= atomic_load_explicit(&nxi_ledger_next_tick, memory_order_relaxed))
+    nxi_ledger_tick_run(now);
+}
+
+/* Asks `p` for its count, through the hook confirm.c installs. */
+void nxi_ledger_ask(struct nxi_peer *p);
+typedef void (*nxi_ledger_ask_fn)(uint32_t proc, struct nxi_dlist *dl);
+void nxi_ledger_set_asker(nxi_ledger_ask_fn fn);
+
+/* Process `proc` says it has handled `count` of this process's RSRs: the
+ * oldest entries are settled. */
+void nxi_ledger_confirm(uint32_t proc, uint64_t count);
+/* Process `proc` is gone: every entry it has not confirmed is reported to
+ * the error callback with `status`, one RSR at a time. */
+void nxi_ledger_lost(uint32_t proc, int status);
+
+/* Receiving: the received RSR `b` was handled (or dropped, and reported
+ * here) in this process. Counted for its origin, unless it came from this
+ * process or is the runtime's own. Read the origin before the handler
+ * runs (it may release `b`): nxi_ledger_origin, then nxi_ledger_handled. */
+uint32_t nxi_ledger_origin(const struct nx_buffer *b);
+void nxi_ledger_handled(uint32_t origin);
+/* How many of process `proc`'s RSRs were handled here. */
+uint64_t nxi_ledger_handled_from(uint32_t proc);
+
+/* Flushing. Writes up to `max` processes that have unconfirmed RSRs into
+ * procs (with a list to reach each, retained: release them) and returns
+ * their number; the total of unconfirmed RSRs goes to *pending. */
+int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls, int max,
+                         uint64_t *pending);
+/* Unconfirmed RSRs to process `proc`. */
+uint64_t nxi_ledger_pending_of(uint32_t proc);
+/* Reports every unconfirmed RSR with `status` and settles it; returns how
+ * many. */
+uint64_t nxi_ledger_report_all(int status);
+/* Up to `max` processes whose RSRs ran here since this process last told
+ * them (with a list to reach each, retained), their counts, and notes them
+ * told. */
+int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
+                      int max);
+void nxi_ledger_told(uint32_t proc, uint64_t count);
+/* A list that reaches `proc` is `dl` (from a request it sent): kept, so
+ * that this process can tell it its count unasked. */
+void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
+
+/* Called (wakes nothing by itself) when entries settle: waiters recheck. */
+typedef void (*nxi_ledger_wake_fn)(void);
+void nxi_ledger_set_wake(nxi_ledger_wake_fn fn);
+
+/* nx_init and nx_finalize: the ledger starts empty and is freed. */
+void nxi_ledger_init(void);
+void nxi_ledger_finalize(void);
+
+#endif /* NXI_LEDGER_H */

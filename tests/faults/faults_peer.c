@@ -1,0 +1,276 @@
+/* The program the fault-injection tests run under nxrun (run_faults.py).
+ *
+ *   faults_peer flood COUNT SIZE HANDLER_US
+ *     rank 0 sends COUNT RSRs of SIZE bytes to rank 1, whose handler takes
+ *     HANDLER_US each, then "stop", and calls nx_finalize at once: it must
+ *     return 0 (everything was handled). Rank 1 checks that every RSR
+ *     arrived exactly once before "stop".
+ *   faults_peer flood COUNT SIZE HANDLER_US bound
+ *     the same under a short NX_FINALIZE_MS: nx_finalize must return
+ *     NX_ETIMEDOUT, without a crash, after reporting each RSR it could not
+ *     confirm to the error callback (at most COUNT + 1 of them).
+ *   faults_peer alltoall SHM COUNT
+ *     every rank sends COUNT numbered RSRs to every other, then "done", and
+ *     waits for "done" from every rank that is alive. What happens is
+ *     written to the shared file SHM (struct board): each sender's accepted
+ *     RSRs, each handled one, the losses reported to each sender's error
+ *     callback. The driver kills and stops ranks meanwhile and then checks
+ *     the board: it survives the kill of any rank.
+ * Exit status: 0, or 1 with the failed expectation on stderr. */
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "expect.h"
+#include "nexus.h"
+
+#define MAX_RANKS 8
+#define WAIT_S 120
+
+/* The shared board (alltoall). handled[s][d][seq] counts runs of seq s->d. */
+struct board {
+  atomic_int pid[MAX_RANKS];
+  atomic_uint accepted[MAX_RANKS][MAX_RANKS]; /* nx_rsr_send returned 0 */
+  atomic_uint reported[MAX_RANKS][MAX_RANKS]; /* error callback, per RSR */
+  atomic_int finalized[MAX_RANKS];            /* nx_finalize's result + 1000 */
+  atomic_uint count;                          /* COUNT */
+  atomic_uchar handled[];                     /* [s][d][seq] */
+};
+/* run_faults.py reads the board at these offsets. */
+_Static_assert(offsetof(struct board, handled) == 580, "board layout");
+
+static int rank, nranks;
+static nx_gp_t *peers;
+static struct board *board;
+static unsigned count;
+static nx_mutex_t m;
+static nx_cond_t c;
+static int done_from[MAX_RANKS], dead[MAX_RANKS];
+static long flood_seen;
+static unsigned char *flood_seq;
+static int stopped;
+static atomic_long flood_reported;
+static unsigned handler_us;
+
+static void wait_until(int (*cond)(void)) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += WAIT_S;
+  nx_mutex_lock(&m);
+  while (!cond() && nx_cond_timedwait(&c, &m, &dl) == 0)
+    ;
+  int ok = cond();
+  nx_mutex_unlock(&m);
+  if (!ok) {
+    fprintf(stderr, "rank %d: nothing came for %d s\n", rank, WAIT_S);
+    exit(1);
+  }
+}
+
+static int rank_of(uint64_t context) {
+  for (int i = 0; i < nranks; i++)
+    if ((nx_gp_context(&peers[i]) >> 32) == (context >> 32))
+      return i;
+  return -1;
+}
+
+/* Per RSR (handler != 0): a loss this process must hear of. Per process
+ * (handler 0): a rank died. */
+static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
+  (void)err;
+  (void)arg;
+  int d = rank_of(context);
+  if (d < 0)
+    return;
+  if (handler == 0) {
+    nx_mutex_lock(&m);
+    dead[d] = 1;
+    nx_cond_broadcast(&c);
+    nx_mutex_unlock(&m);
+  } else if (handler == nx_handler_id("flood") ||
+             handler == nx_handler_id("stop")) {
+    atomic_fetch_add(&flood_reported, 1);
+  } else if (board != NULL && handler == nx_handler_id("seq")) {
+    atomic_fetch_add(&board->reported[rank][d], 1);
+  }
+}
+
+static void on_seq(nx_context_t *ctx, void *a, nx_buffer_t *b) {
+  (void)ctx;
+  (void)a;
+  uint32_t from, seq;
+  if (nx_get_uint32(b, &from) < 0 || nx_get_uint32(b, &seq) < 0 ||
+      from >= (uint32_t)nranks || seq >= count)
+    return;
+  size_t i = ((size_t)from * MAX_RANKS + (size_t)rank) * count + seq;
+  atomic_fetch_add(&board->handled[i], 1);
+}
+
+static void on_done(nx_context_t *ctx, void *a, nx_buffer_t *b) {
+  (void)ctx;
+  (void)a;
+  uint32_t from;
+  if (nx_get_uint32(b, &from) == 0 && from < (uint32_t)nranks) {
+    nx_mutex_lock(&m);
+    done_from[from] = 1;
+    nx_cond_broadcast(&c);
+    nx_mutex_unlock(&m);
+  }
+}
+
+static void on_flood(nx_context_t *ctx, void *a, nx_buffer_t *b) {
+  (void)ctx;
+  (void)a;
+  uint32_t seq;
+  if (nx_get_uint32(b, &seq) == 0 && seq < count) {
+    flood_seq[seq]++;
+    flood_seen++;
+  }
+  if (handler_us > 0) {
+    struct timespec ts = {0, (long)handler_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void on_stop(nx_context_t *ctx, void *a, nx_buffer_t *b) {
+  (void)ctx;
+  (void)a;
+  (void)b;
+  nx_mutex_lock(&m);
+  stopped = 1;
+  nx_cond_broadcast(&c);
+  nx_mutex_unlock(&m);
+}
+
+static int is_stopped(void) { return stopped; }
+static int stopped_or_dead(void) { return stopped || dead[0]; }
+
+static int send_u32s(const nx_gp_t *to, const char *h, uint32_t a, uint32_t b,
+                     size_t pad) {
+  nx_buffer_t *buf;
+  int r = nx_rsr_init_name(&buf, to, h, 16 + pad);
+  if (r < 0)
+    return r;
+  if ((r = nx_put_uint32(buf, a)) == 0 && (r = nx_put_uint32(buf, b)) == 0 &&
+      pad > 0) {
+    static char zeros[1 << 16];
+    r = nx_put_bytes(buf, zeros, pad < sizeof(zeros) ? pad : sizeof(zeros));
+  }
+  if (r < 0) {
+    nx_buffer_release(buf);
+    return r;
+  }
+  return nx_rsr_send(buf);
+}
+
+static int flood(int argc, char **argv) {
+  NXT_EXPECT((argc == 5 || argc == 6) && nranks == 2, 1);
+  int bound = argc == 6 && strcmp(argv[5], "bound") == 0;
+  count = (unsigned)atoi(argv[2]);
+  size_t size = (size_t)atoi(argv[3]);
+  handler_us = (unsigned)atoi(argv[4]);
+  if (rank == 0) {
+    for (unsigned i = 0; i < count; i++)
+      NXT_EXPECT(send_u32s(&peers[1], "flood", i, 0, size) == 0, 1);
+    NXT_EXPECT(send_u32s(&peers[1], "stop", 0, 0, 0) == 0, 1);
+    int r = nx_finalize();
+    long reported = atomic_load(&flood_reported);
+    printf("rank 0: sent %u, nx_finalize: %s, %ld reported lost\n", count,
+           r == 0 ? "0" : nx_err_name(r), reported);
+    if (bound) {
+      NXT_EXPECT(r == NX_ETIMEDOUT, 1);
+      NXT_EXPECT(reported > 0 && reported <= (long)count + 1, 1);
+      return 0;
+    }
+    NXT_EXPECT(r == 0 && reported == 0, 1);
+    return 0;
+  }
+  if (bound) {
+    /* Rank 0 leaves with most of the flood unhandled here. */
+    wait_until(stopped_or_dead);
+    printf("rank 1: %ld handled before rank 0 left\n", flood_seen);
+    nx_finalize();
+    return 0;
+  }
+  wait_until(is_stopped);
+  long twice = 0, missing = 0;
+  for (unsigned i = 0; i < count; i++) {
+    twice += flood_seq[i] > 1;
+    missing += flood_seq[i] == 0;
+  }
+  printf("rank 1: %ld handled, %ld missing, %ld twice\n", flood_seen, missing,
+         twice);
+  NXT_EXPECT(missing == 0 && twice == 0, 1);
+  NXT_EXPECT(nx_finalize() == 0, 1);
+  return 0;
+}
+
+static int all_done(void) {
+  for (int i = 0; i < nranks; i++)
+    if (i != rank && !done_from[i] && !dead[i])
+      return 0;
+  return 1;
+}
+
+static int alltoall(int argc, char **argv) {
+  NXT_EXPECT(argc == 4 && nranks <= MAX_RANKS, 1);
+  int fd = open(argv[2], O_RDWR);
+  NXT_EXPECT(fd >= 0, 1);
+  count = (unsigned)atoi(argv[3]);
+  size_t len = sizeof(struct board) + (size_t)MAX_RANKS * MAX_RANKS * count;
+  board = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  NXT_EXPECT(board != MAP_FAILED, 1);
+  atomic_store(&board->pid[rank], (int)getpid());
+  /* Interleaved: every pair carries traffic while faults come. */
+  for (unsigned seq = 0; seq < count; seq++)
+    for (int d = 0; d < nranks; d++) {
+      if (d == rank || dead[d])
+        continue;
+      int r = send_u32s(&peers[d], "seq", (uint32_t)rank, seq, 0);
+      if (r == 0)
+        atomic_fetch_add(&board->accepted[rank][d], 1);
+      else if (r != NX_EPEERDEAD && r != NX_EUNREACH) {
+        fprintf(stderr, "rank %d: send to %d: %s\n", rank, d, nx_err_name(r));
+        return 1;
+      }
+    }
+  for (int d = 0; d < nranks; d++)
+    if (d != rank && !dead[d])
+      send_u32s(&peers[d], "done", (uint32_t)rank, 0, 0);
+  wait_until(all_done);
+  int r = nx_finalize();
+  atomic_store(&board->finalized[rank], 1000 + r);
+  printf("rank %d: nx_finalize %s\n", rank, r == 0 ? "0" : nx_err_name(r));
+  return r == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: faults_peer flood|alltoall ...\n");
+    return 2;
+  }
+  NXT_EXPECT(nx_init(&argc, &argv) == 0, 1);
+  nx_mutex_init(&m);
+  nx_cond_init(&c);
+  nx_context_t *self = nx_context_self();
+  nx_handler_register(self, "seq", on_seq, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "done", on_done, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "flood", on_flood, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "stop", on_stop, NX_HANDLER_NONTHREADED, NULL);
+  flood_seq = calloc(1 << 20, 1);
+  NXT_EXPECT(nx_error_cb_set(on_error, NULL) == 0, 1);
+  NXT_EXPECT(nx_context_peers(&peers, &nranks, &rank) == 0, 1);
+  if (strcmp(argv[1], "flood") == 0)
+    return flood(argc, argv);
+  if (strcmp(argv[1], "alltoall") == 0)
+    return alltoall(argc, argv);
+  fprintf(stderr, "unknown mode %s\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Fault injection under load (docs/design.md section 9, "Nothing accepted
+is lost"): runs faults_peer under nxrun over one module and checks that
+every RSR nx_rsr_send accepted was handled exactly once or reported to its
+sender's error callback.
+
+Usage: run_faults.py NXRUN FAULTS_PEER MODULE SCENARIO [--minutes N]
+  flood  rank 0 floods a slow rank 1 (20,000 RSRs of 1 KiB, 100 us per
+         handler), then nx_finalize at once: it must deliver them all.
+  bound  the same flood under NX_FINALIZE_MS=300: nx_finalize returns
+         NX_ETIMEDOUT (no crash, no abort) and reports each RSR it could
+         not confirm.
+  kill   4 ranks all-to-all with numbered RSRs; rank 1 is stopped
+         (SIGSTOP) and resumed, rank 3 is killed (SIGKILL) halfway.
+  close  the same traffic; the ranks' tcp connections are closed under it
+         (ss -K), for tcp only: a closed connection loses its peer (tcp
+         does not reconnect), so what was lost must have been reported.
+With --minutes N the kill scenario repeats for N minutes (soak), a
+different rank killed at a random time each round, and every round prints
+what it injected and counted.
+Exit: 0 passed, 1 failed, 77 skipped (the module cannot start here)."""
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+MAX_RANKS = 8
+HDR = 580  # offsetof(struct board, handled), checked in faults_peer.c
+NRANKS = 4
+
+
+def skip(why):
+    print('SKIPPED: ' + why)
+    sys.exit(77)
+
+
+def run_env(module):
+    env = dict(os.environ)
+    env['NX_PROTOCOLS'] = module + ',local'
+    env.pop('NX_DEBUG', None)
+    return env
+
+
+def module_usable(nxrun, peer, module):
+    """A two-rank flood of one RSR tells whether the module starts here."""
+    p = subprocess.run([nxrun, '-n', '2', '--timeout', '60', peer, 'flood',
+                        '1', '8', '0'], env=run_env(module),
+                       capture_output=True, text=True, timeout=90)
+    if p.returncode != 0:
+        skip('%s cannot carry RSRs between two processes here: %s' %
+             (module, (p.stderr.strip().splitlines() or ['?'])[-1]))
+
+
+def flood(nxrun, peer, module, bound=False):
+    t0 = time.time()
+    env = run_env(module)
+    extra = []
+    if bound:
+        env['NX_FINALIZE_MS'] = '300'
+        extra = ['bound']
+    p = subprocess.run([nxrun, '-n', '2', '--timeout', '300', peer, 'flood',
+                        '20000', '1024', '100'] + extra, env=env,
+                       capture_output=True, text=True, timeout=360)
+    sys.stdout.write(p.stdout)
+    if p.returncode != 0:
+        sys.stdout.write(p.stderr[-4000:])
+        print('FAIL: flood over %s: nxrun exited %d' % (module, p.returncode))
+        return 1
+    if bound:
+        print('flood over %s: nx_finalize gave up after NX_FINALIZE_MS and '
+              'reported what it could not confirm (%.1f s)' %
+              (module, time.time() - t0))
+    else:
+        print('flood over %s: 20000 RSRs handled before nx_finalize returned '
+              '(%.1f s)' % (module, time.time() - t0))
+    return 0
+
+
+def rank_ports(pids):
+    """The local ports of the established tcp sockets the ranks own (only
+    theirs are closed: other tests may run beside this one)."""
+    out = subprocess.run(['ss', '-tnpH', 'state', 'established'],
+                         capture_output=True, text=True).stdout
+    ports = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        if any('pid=%d,' % p in line for p in pids):
+            ports.add(int(fields[2].rsplit(':', 1)[1]))
+    return sorted(ports)
+
+
+class Board:
+    def __init__(self, path, count):
+        self.path, self.count = path, count
+
+    def read(self):
+        with open(self.path, 'rb') as f:
+            return f.read()
+
+    def pids(self, data):
+        return struct.unpack_from('<%di' % MAX_RANKS, data, 0)
+
+    def accepted(self, data, s, d):
+        return struct.unpack_from('<I', data, 32 + 4 * (s * MAX_RANKS + d))[0]
+
+    def reported(self, data, s, d):
+        return struct.unpack_from('<I', data, 288 + 4 * (s * MAX_RANKS + d))[0]
+
+    def finalized(self, data, r):
+        return struct.unpack_from('<i', data, 544 + 4 * r)[0]
+
+    def handled(self, data, s, d):
+        off = HDR + (s * MAX_RANKS + d) * self.count
+        return data[off:off + self.count]
+
+
+def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
+    fd, path = tempfile.mkstemp(prefix='nx-faults-')
+    os.ftruncate(fd, HDR + MAX_RANKS * MAX_RANKS * count)
+    os.close(fd)
+    board = Board(path, count)
+    proc = subprocess.Popen([nxrun, '-n', str(NRANKS), '--timeout', '240',
+                             peer, 'alltoall', path, str(count)],
+                            env=run_env(module), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    injected = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            data = board.read()
+            pids = board.pids(data)
+            sent = sum(board.accepted(data, victim if victim >= 0 else 0, d)
+                       for d in range(NRANKS))
+            if all(pids[:NRANKS]) and sent >= kill_at * (NRANKS - 1) * count:
+                break
+            time.sleep(0.002)
+        pids = board.pids(board.read())
+        if proc.poll() is None and all(pids[:NRANKS]):
+            if stalled >= 0:
+                os.kill(pids[stalled], signal.SIGSTOP)
+                time.sleep(0.3)
+                os.kill(pids[stalled], signal.SIGCONT)
+                injected.append('stopped rank %d for 300 ms' % stalled)
+            if closing:
+                ports = rank_ports(pids[:NRANKS])
+                for port in ports:
+                    subprocess.run(['ss', '-K', 'sport', '=', ':%d' % port],
+                                   capture_output=True)
+                injected.append('closed the ranks\' %d tcp connections '
+                                '(ss -K)' % len(ports))
+            if victim >= 0:
+                os.kill(pids[victim], signal.SIGKILL)
+                injected.append('killed rank %d' % victim)
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        print('FAIL: the ranks hung (no end within the bound)')
+        sys.stdout.write(err[-3000:])
+        os.unlink(path)
+        return 1, injected
+    data = board.read()
+    os.unlink(path)
+    bad = []
+    totals = {'accepted': 0, 'handled': 0, 'reported': 0, 'lost': 0}
+    for s in range(NRANKS):
+        if s == victim:
+            continue  # a dead sender hears of nothing: not counted
+        fin = board.finalized(data, s)
+        if fin != 1000:
+            bad.append('rank %d: nx_finalize returned %s' %
+                       (s, 'nothing (did not reach it)' if fin == 0
+                        else fin - 1000))
+        for d in range(NRANKS):
+            if d == s:
+                continue
+            acc = board.accepted(data, s, d)
+            rep = board.reported(data, s, d)
+            h = board.handled(data, s, d)
+            twice = sum(1 for x in h[:acc] if x > 1)
+            ran = sum(1 for x in h[:acc] if x >= 1)
+            lost = acc - ran
+            totals['accepted'] += acc
+            totals['handled'] += ran
+            totals['reported'] += rep
+            totals['lost'] += lost
+            if twice:
+                bad.append('%d->%d: %d RSRs handled twice' % (s, d, twice))
+            if d != victim and not closing and (lost or rep):
+                bad.append('%d->%d (both alive): %d lost, %d reported' %
+                           (s, d, lost, rep))
+            if (d == victim or closing) and lost > rep:
+                bad.append('%d->%d: %d accepted RSRs neither handled nor '
+                           'reported (%d reported)' % (s, d, lost - rep, rep))
+    print('injected: %s; counted: %d accepted, %d handled, %d not handled, '
+          '%d reported lost' % ('; '.join(injected) or 'nothing',
+                                totals['accepted'], totals['handled'],
+                                totals['lost'], totals['reported']))
+    if victim >= 0 and not any('killed' in i for i in injected):
+        bad.append('the victim was never killed (the run ended first)')
+    for b in bad:
+        print('FAIL: ' + b)
+    if bad:
+        sys.stdout.write(out[-2000:] + err[-3000:])
+    return (1 if bad else 0), injected
+
+
+def main():
+    args = sys.argv[1:]
+    minutes = 0.0
+    if '--minutes' in args:
+        i = args.index('--minutes')
+        minutes = float(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 4:
+        print(__doc__)
+        return 2
+    nxrun, peer, module, scenario = args
+    module_usable(nxrun, peer, module)
+    if scenario in ('flood', 'bound'):
+        return flood(nxrun, peer, module, scenario == 'bound')
+    if scenario == 'close':
+        if os.geteuid() != 0:
+            skip('ss -K needs root')
+        if module != 'tcp':
+            skip('closing connections applies to tcp only')
+        rc, _ = one_round(nxrun, peer, module, 20000, -1, -1, 0.3, True)
+        return rc
+    if scenario != 'kill':
+        print('unknown scenario ' + scenario)
+        return 2
+    if minutes <= 0:
+        rc, _ = one_round(nxrun, peer, module, 5000, 3, 1, 0.5, False)
+        return rc
+    end = time.time() + minutes * 60
+    rounds = failed = 0
+    rng = random.Random(os.getpid())
+    while time.time() < end:
+        victim = rng.randrange(NRANKS)
+        stalled = (victim + 1 + rng.randrange(NRANKS - 1)) % NRANKS
+        rc, _ = one_round(nxrun, peer, module, 20000, victim, stalled,
+                          rng.uniform(0.1, 0.9), False)
+        rounds += 1
+        failed += rc
+        print('round %d: %s' % (rounds, 'ok' if rc == 0 else 'FAILED'))
+        sys.stdout.flush()
+    print('soak over %s: %d rounds, %d failed' % (module, rounds, failed))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
