@@ -840,61 +840,50 @@ int fm_get_port(nx_buffer_t *msg, fm_port_t *port) {
 
 /* ---- one-value messages ------------------------------------------------ */
 
-int fm_send_int32(fm_port_t *out, int32_t v) {
+static int send_values(fm_port_t *out, int type, const void *v, size_t n) {
   nx_buffer_t *b;
-  int r = fm_send_begin(out, 8, &b);
+  if (v == NULL && n > 0)
+    return FM_EINVAL;
+  int r = fm_send_begin(out, 32 + n * fm_type_size(type), &b);
   if (r != 0)
     return r;
-  if ((r = nx_put_int32(b, v)) != 0) {
+  if ((r = fm_put_values(b, type, v, n)) != 0) {
     fm_send_abort(out, b);
     return r;
   }
   return fm_send_end(b);
 }
 
-#define ARRAY_SEND(name, type, put, sizeof_fn)                                 \
-  int name(fm_port_t *out, const type *v, size_t n) {                          \
-    nx_buffer_t *b;                                                            \
-    if (v == NULL && n > 0)                                                    \
-      return FM_EINVAL;                                                        \
-    int r = fm_send_begin(out, sizeof_fn(n), &b);                              \
-    if (r != 0)                                                                \
-      return r;                                                                \
-    if ((r = put(b, v, n)) != 0) {                                             \
-      fm_send_abort(out, b);                                                   \
-      return r;                                                                \
-    }                                                                          \
-    return fm_send_end(b);                                                     \
-  }
-ARRAY_SEND(fm_send_int32_array, int32_t, nx_put_int32_array, nx_sizeof_int32)
-ARRAY_SEND(fm_send_double_array, double, nx_put_double_array, nx_sizeof_double)
-
-int fm_receive_int32(fm_port_t *in, int32_t *v) {
+static int receive_values(fm_port_t *in, int type, void *v, size_t n) {
   nx_buffer_t *b;
-  if (v == NULL)
+  if (v == NULL && n > 0)
     return FM_EINVAL;
   int r = fm_receive(in, &b);
   if (r != 0)
     return r;
-  r = nx_get_int32(b, v);
+  r = fm_get_values(b, type, v, n);
   fm_msg_free(b);
   return r;
 }
 
-#define ARRAY_RECEIVE(name, type, get)                                         \
-  int name(fm_port_t *in, type *v, size_t n) {                                 \
-    nx_buffer_t *b;                                                            \
-    if (v == NULL && n > 0)                                                    \
-      return FM_EINVAL;                                                        \
-    int r = fm_receive(in, &b);                                                \
-    if (r != 0)                                                                \
-      return r;                                                                \
-    r = get(b, v, n);                                                          \
-    fm_msg_free(b);                                                            \
-    return r;                                                                  \
-  }
-ARRAY_RECEIVE(fm_receive_int32_array, int32_t, nx_get_int32_array)
-ARRAY_RECEIVE(fm_receive_double_array, double, nx_get_double_array)
+int fm_send_int32(fm_port_t *out, int32_t v) {
+  return send_values(out, FM_TYPE_INT32, &v, 1);
+}
+int fm_send_int32_array(fm_port_t *out, const int32_t *v, size_t n) {
+  return send_values(out, FM_TYPE_INT32, v, n);
+}
+int fm_send_double_array(fm_port_t *out, const double *v, size_t n) {
+  return send_values(out, FM_TYPE_DOUBLE, v, n);
+}
+int fm_receive_int32(fm_port_t *in, int32_t *v) {
+  return receive_values(in, FM_TYPE_INT32, v, 1);
+}
+int fm_receive_int32_array(fm_port_t *in, int32_t *v, size_t n) {
+  return receive_values(in, FM_TYPE_INT32, v, n);
+}
+int fm_receive_double_array(fm_port_t *in, double *v, size_t n) {
+  return receive_values(in, FM_TYPE_DOUBLE, v, n);
+}
 
 /* ---- lifecycle --------------------------------------------------------- */
 

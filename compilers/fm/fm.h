@@ -96,7 +96,8 @@ int fm_probe(fm_port_t *in);
 int fm_put_port(nx_buffer_t *msg, fm_port_t *port);
 int fm_get_port(nx_buffer_t *msg, fm_port_t *port);
 
-/* One-value messages, for the common case and the Fortran binding. */
+/* One-value messages in C: one typed value (fm_put_values), as the Fortran
+ * binding sends it, so C and Fortran programs talk to each other. */
 int fm_send_int32(fm_port_t *out, int32_t v);
 int fm_send_int32_array(fm_port_t *out, const int32_t *v, size_t n);
 int fm_send_double_array(fm_port_t *out, const double *v, size_t n);
@@ -112,14 +113,45 @@ typedef struct fm_args fm_args_t;
 
 enum fm_intent { FM_IN = 1, FM_OUT = 2, FM_INOUT = 3 };
 
+/* Value types: every intrinsic type and kind of Fortran (gfortran), and
+ * ports. A value travels with its type, count and length, and its values go
+ * through nexus's typed puts, so byte order converts (docs/fm.md). */
 enum fm_type {
   FM_TYPE_INT32 = 1,
   FM_TYPE_INT64 = 2,
-  FM_TYPE_FLOAT = 3,
-  FM_TYPE_DOUBLE = 4,
-  FM_TYPE_CHAR = 5,
-  FM_TYPE_PORT = 6
+  FM_TYPE_FLOAT = 3,  /* real(4) */
+  FM_TYPE_DOUBLE = 4, /* real(8) */
+  FM_TYPE_CHAR = 5,   /* character(kind=1): count is in characters */
+  FM_TYPE_PORT = 6,
+  FM_TYPE_INT8 = 7,
+  FM_TYPE_INT16 = 8,
+  FM_TYPE_INT128 = 9,     /* integer(16), __int128 */
+  FM_TYPE_REAL10 = 10,    /* real(10): x87 extended, in 16 bytes */
+  FM_TYPE_REAL16 = 11,    /* real(16): IEEE binary128 */
+  FM_TYPE_COMPLEX4 = 12,  /* complex(4): two real(4) */
+  FM_TYPE_COMPLEX8 = 13,  /* complex(8) */
+  FM_TYPE_COMPLEX10 = 14, /* complex(10) */
+  FM_TYPE_COMPLEX16 = 15, /* complex(16) */
+  FM_TYPE_LOGICAL1 = 16,  /* logical(1): 0 or 1 in an integer of its size */
+  FM_TYPE_LOGICAL2 = 17,
+  FM_TYPE_LOGICAL4 = 18,
+  FM_TYPE_LOGICAL8 = 19,
+  FM_TYPE_LOGICAL16 = 20,
+  FM_TYPE_UCS4 = 21, /* character(kind=4): count is in characters */
+  FM_TYPE_MAX = 21
 };
+
+/* The size in memory of one value of `type` (one character for the
+ * character types); 0 for an unknown type. */
+size_t fm_type_size(int type);
+
+/* A typed value in a message: `count` values of `type` from `v`
+ * (contiguous). fm_get_values reads one back into `v`: the same type and
+ * count, or FM_ETYPE (a character value may also be read whole into a
+ * count of that many characters). Return 0, FM_EINVAL, FM_ETYPE,
+ * FM_ENOMEM or an NX_* code of the put or get. */
+int fm_put_values(nx_buffer_t *msg, int type, const void *v, size_t count);
+int fm_get_values(nx_buffer_t *msg, int type, void *v, size_t count);
 
 /* A process: runs with its arguments; reads and writes them in place. */
 typedef void (*fm_process_fn)(fm_args_t *args);

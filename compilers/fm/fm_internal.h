@@ -89,6 +89,34 @@ int fm_register_handlers(nx_context_t *ctx);
 void fm_on_peer_dead(uint32_t proc);
 void fm_mark_ended(uint32_t proc);
 
+/* fm_values.c: `n` values of `type` (characters, for the character types)
+ * from or into contiguous memory, without a head; and a value's head. */
+int fmi_type_is_char(int type);
+int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n);
+int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n);
+int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len);
+int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
+                       uint32_t *len);
+
+/* fm_fortran.c: the Fortran binding's entry points (module fm binds them
+ * under the generic names fm_send, fm_receive, fm_put, fm_get, fm_arg,
+ * fm_arg_get, fm_arg_set). `stat` is Fortran's optional argument: NULL when
+ * absent, and then a nonzero result stops the program with a message. */
+struct fm_f_msg { /* Fortran's type(fm_msg) */
+  nx_buffer_t *p;
+  int64_t tag;
+};
+#define FM_F_MSG_TAG INT64_C(0x666d6d7367) /* "fmmsg" */
+#ifdef CFI_VERSION
+void fm_f_send(fm_port_t *out, CFI_cdesc_t *d, int *stat);
+void fm_f_receive(fm_port_t *in, CFI_cdesc_t *d, int *stat);
+void fm_f_put(struct fm_f_msg *m, CFI_cdesc_t *d, int *stat);
+void fm_f_get(struct fm_f_msg *m, CFI_cdesc_t *d, int *stat);
+void fm_f_arg(fm_args_t **a, CFI_cdesc_t *d, const int *intent, int *stat);
+void fm_f_arg_get(fm_args_t *args, const int *i, CFI_cdesc_t *d, int *stat);
+void fm_f_arg_set(fm_args_t *args, const int *i, CFI_cdesc_t *d, int *stat);
+#endif
+
 /* fm_proc.c */
 void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void fm_h_done(nx_context_t *ctx, void *addr, nx_buffer_t *buf);

@@ -56,17 +56,7 @@ struct fm_args {
   struct fm_arg *a;
 };
 
-static size_t type_size(int type) {
-  switch (type) {
-  case FM_TYPE_INT32: return 4;
-  case FM_TYPE_INT64: return 8;
-  case FM_TYPE_FLOAT: return 4;
-  case FM_TYPE_DOUBLE: return 8;
-  case FM_TYPE_CHAR: return 1;
-  case FM_TYPE_PORT: return sizeof(fm_port_t);
-  default: return 0;
-  }
-}
+static size_t type_size(int type) { return fm_type_size(type); }
 
 int fm_args_create(fm_args_t **args) {
   if (args == NULL)
@@ -156,31 +146,15 @@ int fm_args_count(const fm_args_t *args) {
 }
 
 static int values_put(nx_buffer_t *b, struct fm_arg *a) {
-  if (a->count == 0)
-    return 0;
-  switch (a->type) {
-  case FM_TYPE_INT32: return nx_put_int32_array(b, a->data, a->count);
-  case FM_TYPE_INT64: return nx_put_int64_array(b, a->data, a->count);
-  case FM_TYPE_FLOAT: return nx_put_float_array(b, a->data, a->count);
-  case FM_TYPE_DOUBLE: return nx_put_double_array(b, a->data, a->count);
-  case FM_TYPE_CHAR: return nx_put_char_array(b, a->data, a->count);
-  case FM_TYPE_PORT: return fm_put_port(b, a->data);
-  default: return FM_ETYPE;
-  }
+  if (a->type == FM_TYPE_PORT)
+    return fm_put_port(b, a->data);
+  return fmi_units_put(b, a->type, a->data, a->count);
 }
 
 static int values_get(nx_buffer_t *b, struct fm_arg *a) {
-  if (a->count == 0)
-    return 0;
-  switch (a->type) {
-  case FM_TYPE_INT32: return nx_get_int32_array(b, a->data, a->count);
-  case FM_TYPE_INT64: return nx_get_int64_array(b, a->data, a->count);
-  case FM_TYPE_FLOAT: return nx_get_float_array(b, a->data, a->count);
-  case FM_TYPE_DOUBLE: return nx_get_double_array(b, a->data, a->count);
-  case FM_TYPE_CHAR: return nx_get_char_array(b, a->data, a->count);
-  case FM_TYPE_PORT: return fm_get_port(b, a->data);
-  default: return FM_ETYPE;
-  }
+  if (a->type == FM_TYPE_PORT)
+    return fm_get_port(b, a->data);
+  return fmi_units_get(b, a->type, a->data, a->count);
 }
 
 /* Copy in: every argument's kind and values (ports move). */
