@@ -48,7 +48,8 @@ module fm
   integer, parameter, public :: FM_END = 1, FM_EINVAL = -5001, &
     FM_EUNDEFINED = -5002, FM_EWRONGPORT = -5003, FM_EMOVED = -5004, &
     FM_EPEERDEAD = -5005, FM_ENOPROCESS = -5006, FM_ENDED = -5007, &
-    FM_ENOTINIT = -5008, FM_ETYPE = -5009, FM_ENOMEM = -5010
+    FM_ENOTINIT = -5008, FM_ETYPE = -5009, FM_ENOMEM = -5010, &
+    FM_EDUPLICATE = -5011
   integer, parameter, public :: FM_IN = 1, FM_OUT = 2, FM_INOUT = 3
   integer, parameter, public :: FM_PLACE_THREAD = 1, FM_PLACE_CONTEXT = 2, &
     FM_PLACE_PROCESS = 3

@@ -26,7 +26,8 @@ enum fm_errno {
   FM_ENDED = -5007,      /* send after endchannel on that outport */
   FM_ENOTINIT = -5008,   /* fm_init was not called */
   FM_ETYPE = -5009,      /* an argument of another type or size */
-  FM_ENOMEM = -5010      /* out of memory */
+  FM_ENOMEM = -5010,     /* out of memory */
+  FM_EDUPLICATE = -5011  /* a copy of an outport wrote: a second writer */
 };
 
 /* A short English description of any FM_* or NX_* code. */
@@ -66,7 +67,9 @@ int fm_moveport(fm_port_t *from, fm_port_t *to);
 /* SEND in three steps: start a message on an outport, pack its values
  * with nx_put_* and fm_put_port, then send it (asynchronous: it never
  * waits for the receiver). fm_send_begin returns FM_EUNDEFINED,
- * FM_EWRONGPORT, FM_ENDED or FM_EPEERDEAD (the queue's process died); a
+ * FM_EWRONGPORT, FM_ENDED, FM_EPEERDEAD (the queue's process died) or
+ * FM_EDUPLICATE (this outport is a stale copy of one that sent or moved
+ * since: nothing is sent, and the channel's receiver is told); a
  * started message must be ended with fm_send_end or, before any other
  * message on that outport, fm_send_abort. */
 int fm_send_begin(fm_port_t *out, size_t size_hint, nx_buffer_t **msg);
@@ -79,9 +82,10 @@ int fm_endchannel(fm_port_t *out);
 /* RECEIVE: waits for the next message and gives it in *msg, read with
  * nx_get_* and fm_get_port, then freed with fm_msg_free. Returns 0;
  * FM_END after every outport sent endchannel (again on each later call);
- * FM_EWRONGPORT, FM_EUNDEFINED, FM_EMOVED; FM_EPEERDEAD when the queue is
- * empty and a process of the computation has died (never waits forever
- * for a dead writer). */
+ * FM_EWRONGPORT, FM_EUNDEFINED, FM_EMOVED; FM_EDUPLICATE once for each
+ * send a stale copy of one of its outports tried; FM_EPEERDEAD when the queue
+ * is empty and a process of the computation has died (never waits forever for a
+ * dead writer). */
 int fm_receive(fm_port_t *in, nx_buffer_t **msg);
 int fm_msg_free(nx_buffer_t *msg);
 
@@ -92,7 +96,8 @@ int fm_probe(fm_port_t *in);
 /* Ports travel in messages. Putting one moves it: the sender's copy becomes
  * undefined. An inport takes its queue along: queued messages go with it,
  * and messages still arriving at the old place are forwarded (docs/fm.md).
- * fm_get_port makes the port live in the calling thread's context. */
+ * fm_get_port makes the port live in the calling thread's context.
+ * fm_put_port of a stale copy of an outport returns FM_EDUPLICATE. */
 int fm_put_port(nx_buffer_t *msg, fm_port_t *port);
 int fm_get_port(nx_buffer_t *msg, fm_port_t *port);
 

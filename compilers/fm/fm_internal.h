@@ -61,8 +61,21 @@ struct fm_queue {
   struct fm_msg *held, *held_tail;
   struct fm_sender *senders;
   int32_t nout, nended;
+  int32_t dups; /* sends of stale outport copies, not yet reported */
   struct fm_queue *all_next; /* every queue of this process, for cleanup */
 };
+
+/* What this process knows of one outport (a sender id): the sequence
+ * number its next message must carry, or that it left in a message. Every
+ * copy of the port value carries its own number, so a copy that falls
+ * behind (or sends after the port moved away) is a second writer. */
+struct fm_writer {
+  struct fm_writer *next;
+  uint64_t a, b;
+  uint64_t next_seq;
+  int gone;
+};
+#define FM_WRITER_BUCKETS 64
 
 /* Process-wide state. */
 struct fm_global {
@@ -80,6 +93,7 @@ struct fm_global {
   uint32_t *deadl; /* processes found dead */
   size_t ndead, capdead;
   struct fm_block *blocks; /* open blocks, to wake on a death */
+  struct fm_writer *writers[FM_WRITER_BUCKETS]; /* under m */
   char exe[4096];
 };
 
