@@ -15,6 +15,10 @@ module fm
   implicit none
   private
 
+  ! FM_END, FM_E*, FM_IN/FM_OUT/FM_INOUT, FM_PLACE_* and the message tag,
+  ! written from fm.h at build time (fm_constants.py).
+  include 'fm_constants.inc'
+
   ! Ports are opaque values (fm_port_t); a default one is undefined.
   type, bind(c), public :: fm_inport
     integer(c_int64_t) :: priv(8) = 0
@@ -26,7 +30,7 @@ module fm
   ! that fm_receive's argument is a message, not a value).
   type, bind(c), public :: fm_msg
     type(c_ptr) :: p = c_null_ptr
-    integer(c_int64_t) :: tag = int(z'666d6d7367', c_int64_t)
+    integer(c_int64_t) :: tag = FM_MSG_TAG
   end type
   type, public :: fm_block
     type(c_ptr) :: p = c_null_ptr
@@ -45,14 +49,6 @@ module fm
     type(c_ptr) :: sub = c_null_ptr
   end type
 
-  integer, parameter, public :: FM_END = 1, FM_EINVAL = -5001, &
-    FM_EUNDEFINED = -5002, FM_EWRONGPORT = -5003, FM_EMOVED = -5004, &
-    FM_EPEERDEAD = -5005, FM_ENOPROCESS = -5006, FM_ENDED = -5007, &
-    FM_ENOTINIT = -5008, FM_ETYPE = -5009, FM_ENOMEM = -5010, &
-    FM_EDUPLICATE = -5011
-  integer, parameter, public :: FM_IN = 1, FM_OUT = 2, FM_INOUT = 3
-  integer, parameter, public :: FM_PLACE_THREAD = 1, FM_PLACE_CONTEXT = 2, &
-    FM_PLACE_PROCESS = 3
 
   public :: fm_init, fm_finalize, fm_errstr, fm_channel, fm_merger, &
     fm_moveport, fm_send, fm_receive, fm_endchannel, fm_probe, &
