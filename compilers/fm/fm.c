@@ -1113,6 +1113,7 @@ int fm_finalize(void) {
   if (__atomic_sub_fetch(&fm_g.init, 1, __ATOMIC_ACQ_REL) > 0)
     return nx_finalize();
   nx_error_cb_set(NULL, NULL);
+  fm_process_data_free(); /* the main program's */
   cleanup();
   int r = nx_finalize();
   free_queues();

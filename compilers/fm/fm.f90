@@ -56,7 +56,7 @@ module fm
     fm_processes_begin, fm_processcall, fm_processes_end, fm_args_create, &
     fm_arg, fm_arg_get, fm_arg_set, fm_processors_create, &
     fm_processors_free, fm_processors_size, fm_location, fm_submachine, &
-    fm_processors_self_size, fm_place_in
+    fm_processors_self_size, fm_place_in, fm_process_data
 
   interface
     integer(c_int) function c_fm_init(argc, argv) bind(c, name='fm_init')
@@ -137,6 +137,10 @@ module fm
     integer(c_int) function c_fm_args_create(a) bind(c, name='fm_args_create')
       import :: c_int, c_ptr
       type(c_ptr) :: a
+    end function
+    type(c_ptr) function c_fm_process_data(n) bind(c, name='fm_process_data')
+      import :: c_ptr, c_size_t
+      integer(c_size_t), value :: n
     end function
     integer(c_int) function c_fm_processors_create(spec, nd, dims, vc) &
         bind(c, name='fm_processors_create')
@@ -416,6 +420,16 @@ contains
     integer, intent(out), optional :: stat
     call done(c_fm_args_create(a%p), stat, 'fm_args_create')
   end subroutine
+
+  ! Per-process data (fm.h, fm_process_data): the calling process's own
+  ! zeroed block of at least `nbytes` bytes, in every placement; map it onto
+  ! a type of your own with c_f_pointer. c_null_ptr for nbytes <= 0, or
+  ! more than the first call asked for.
+  type(c_ptr) function fm_process_data(nbytes)
+    integer, intent(in) :: nbytes
+    fm_process_data = c_null_ptr
+    if (nbytes > 0) fm_process_data = c_fm_process_data(int(nbytes, c_size_t))
+  end function
 
   ! ---- virtual computers ------------------------------------------------
 

@@ -180,6 +180,14 @@ int fm_args_free(fm_args_t *args);
 void *fm_args_data(fm_args_t *args, int i, int *type, size_t *count);
 int fm_args_count(const fm_args_t *args);
 
+/* Per-process data: a zeroed block of `size` bytes that belongs to the
+ * calling process (the main program is one too) in every placement, where
+ * threads and in-process contexts share static and global variables. The
+ * first call makes it; later calls return the same block (NULL if they ask
+ * for more). libfm frees it when the process returns (the main program's
+ * at fm_finalize). NULL for size 0 or out of memory. */
+void *fm_process_data(size_t size);
+
 /* ---- Virtual computers ------------------------------------------------ */
 
 typedef struct fm_processors fm_processors_t;

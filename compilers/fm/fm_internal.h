@@ -135,6 +135,7 @@ void fm_f_arg_set(fm_args_t *args, const int *i, CFI_cdesc_t *d, int *stat);
 void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void fm_h_done(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void fm_blocks_peer_dead(uint32_t proc);
-void fm_blocks_free(void); /* closed blocks, at fm_finalize */
+void fm_blocks_free(void);       /* closed blocks, at fm_finalize */
+void fm_process_data_free(void); /* the calling thread's fm_process_data */
 
 #endif /* FM_INTERNAL_H */

@@ -358,6 +358,30 @@ int fm_submachine(const fm_processors_t *vc, const int *lo, const int *hi,
 
 const fm_processors_t *fm_processors_self(void) { return self_vc; }
 
+/* ---- per-process data --------------------------------------------------- */
+
+/* A process runs on its own thread from start to end (fm.run is a
+ * NX_HANDLER_NEW_THREAD handler), so the thread's block is the process's,
+ * whatever the placement. */
+static _Thread_local void *pdata;
+static _Thread_local size_t pdata_size;
+
+void *fm_process_data(size_t size) {
+  if (size == 0 || (pdata != NULL && size > pdata_size))
+    return NULL;
+  if (pdata == NULL) {
+    pdata = calloc(1, size);
+    pdata_size = pdata != NULL ? size : 0;
+  }
+  return pdata;
+}
+
+void fm_process_data_free(void) {
+  free(pdata);
+  pdata = NULL;
+  pdata_size = 0;
+}
+
 int fm_location(const fm_processors_t *vc, const int *coords,
                 fm_place_t *place) {
   if (vc == NULL || coords == NULL || place == NULL)
@@ -632,6 +656,7 @@ void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     self_vc = vc;
     fn(args);
     self_vc = NULL;
+    fm_process_data_free();
   }
   nx_buffer_t *out;
   if (nx_rsr_init(&out, &block, fm_g.h_done, 64) == 0) {
