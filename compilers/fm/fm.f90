@@ -189,34 +189,34 @@ module fm
   ! fm_receive receives a message to read with fm_get.
   interface fm_send
     subroutine fm_f_send(out, v, stat) bind(c, name='fm_f_send')
-      import :: fm_outport
+      import :: fm_outport, c_int
       type(fm_outport), intent(inout) :: out
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   interface fm_receive
     subroutine fm_f_receive(in, v, stat) bind(c, name='fm_f_receive')
-      import :: fm_inport
+      import :: fm_inport, c_int
       type(fm_inport), intent(inout) :: in
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   interface fm_put
     subroutine fm_f_put(msg, v, stat) bind(c, name='fm_f_put')
-      import :: fm_msg
+      import :: fm_msg, c_int
       type(fm_msg), intent(in) :: msg
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   interface fm_get
     subroutine fm_f_get(msg, v, stat) bind(c, name='fm_f_get')
-      import :: fm_msg
+      import :: fm_msg, c_int
       type(fm_msg), intent(in) :: msg
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   ! Caller side: add an argument (copied in now; a section is gathered).
@@ -225,11 +225,11 @@ module fm
   ! fm_processes_end, which copies the process's values back into it.
   interface fm_arg
     subroutine fm_f_arg(a, v, intent, stat) bind(c, name='fm_f_arg')
-      import :: fm_args
+      import :: fm_args, c_int
       type(fm_args), intent(in) :: a
       type(*), dimension(..) :: v
-      integer, intent(in), optional :: intent
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(in), optional :: intent
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   ! Process side: argument i (from 1) into `v` (a port moves out of the
@@ -238,20 +238,20 @@ module fm
   ! cut or padded.
   interface fm_arg_get
     subroutine fm_f_arg_get(args, i, v, stat) bind(c, name='fm_f_arg_get')
-      import :: c_ptr
+      import :: c_ptr, c_int
       type(c_ptr), value :: args
-      integer, intent(in) :: i
+      integer(c_int), intent(in) :: i
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
   interface fm_arg_set
     subroutine fm_f_arg_set(args, i, v, stat) bind(c, name='fm_f_arg_set')
-      import :: c_ptr
+      import :: c_ptr, c_int
       type(c_ptr), value :: args
-      integer, intent(in) :: i
+      integer(c_int), intent(in) :: i
       type(*), dimension(..) :: v
-      integer, intent(out), optional :: stat
+      integer(c_int), intent(out), optional :: stat
     end subroutine
   end interface
 contains

@@ -324,7 +324,6 @@ contains
     type(fm_outport) :: out
     complex(8) :: z(2, 3)
     real(10) :: x(4)
-    logical(1) :: l
     integer(16) :: k
     character(kind=4, len=4) :: u
     integer :: fails, st, i
