@@ -253,11 +253,68 @@ static int is_msg(const CFI_cdesc_t *d) {
          m->tag == FM_F_MSG_TAG;
 }
 
+/* Contiguous values of at least this many bytes go by reference. */
+#define REF_MIN 32768
+
+/* fm_send waits for nexus to be done with values it put by reference:
+ * Fortran may change the array as soon as the send returns. */
+struct ref_wait {
+  nx_mutex_t m;
+  nx_cond_t c;
+  int done;
+};
+
+static void ref_released(void *arg, const void *v, int status) {
+  struct ref_wait *w = arg;
+  (void)v;
+  (void)status; /* a failed RSR is reported as for any RSR */
+  nx_mutex_lock(&w->m);
+  w->done = 1;
+  nx_cond_signal(&w->c);
+  nx_mutex_unlock(&w->m);
+}
+
+/* A large contiguous value, put by reference and sent: 1 when the type
+ * cannot go by reference (nothing was put), else the send's result, once
+ * nexus no longer reads the array. */
+static int send_by_ref(fm_port_t *out, nx_buffer_t *b, const CFI_cdesc_t *d,
+                       const struct view *v) {
+  struct ref_wait w;
+  nx_mutex_init(&w.m);
+  nx_cond_init(&w.c);
+  w.done = 0;
+  int r = fmi_value_head_put(b, v->type, v->n, (uint32_t)v->len);
+  if (r == 0)
+    r = fmi_units_put_ref(b, v->type, d->base_addr, v->n * v->len, ref_released,
+                          &w);
+  if (r == 0) {
+    r = fm_send_end(b); /* the buffer is the runtime's now, sent or not */
+    nx_mutex_lock(&w.m);
+    while (!w.done)
+      nx_cond_wait(&w.c, &w.m);
+    nx_mutex_unlock(&w.m);
+  } else {
+    fm_send_abort(out, b);
+  }
+  nx_cond_destroy(&w.c);
+  nx_mutex_destroy(&w.m);
+  return r;
+}
+
 void fm_f_send(fm_port_t *out, CFI_cdesc_t *d, int *stat) {
   struct view v;
   nx_buffer_t *b;
   int r = view_of(d, &v);
+  int ref = r == 0 && v.contig && v.type != FM_TYPE_PORT &&
+            v.n * v.es >= REF_MIN && v.type != FM_TYPE_REAL10 &&
+            v.type != FM_TYPE_COMPLEX10;
   if (r == 0)
+    r = fm_send_begin(out, 32 + (ref ? 0 : v.n * v.es), &b);
+  if (r == 0 && ref && (r = send_by_ref(out, b, d, &v)) != 1) {
+    done(r, stat, "fm_send");
+    return;
+  }
+  if (r == 1) /* no reference put for this type: copy */
     r = fm_send_begin(out, 32 + v.n * v.es, &b);
   if (r == 0) {
     r = value_put(b, d, &v);

@@ -108,6 +108,8 @@ void fm_mark_ended(uint32_t proc);
 int fmi_type_is_char(int type);
 int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n);
 int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n);
+int fmi_units_put_ref(nx_buffer_t *b, int type, const void *v, size_t n,
+                      nx_release_fn fn, void *arg);
 int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len);
 int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
                        uint32_t *len);

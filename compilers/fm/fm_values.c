@@ -174,6 +174,28 @@ int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n) {
   }
 }
 
+/* By reference (zero copy): the units nexus can send from the caller's
+ * memory as they are. 1 when `type` has none (the caller copies), else 0
+ * or the put's error; on 0, `fn(arg, ...)` is called exactly once. */
+int fmi_units_put_ref(nx_buffer_t *b, int type, const void *v, size_t n,
+                      nx_release_fn fn, void *arg) {
+  if (type <= 0 || type > FM_TYPE_MAX || n == 0)
+    return 1;
+  size_t u = n * types[type].units;
+  switch (types[type].unit) {
+  case U_I8: return nx_put_int8_array_ref(b, v, u, fn, arg);
+  case U_I16: return nx_put_int16_array_ref(b, v, u, fn, arg);
+  case U_I32: return nx_put_int32_array_ref(b, v, u, fn, arg);
+  case U_I64: return nx_put_int64_array_ref(b, v, u, fn, arg);
+  case U_F32: return nx_put_float_array_ref(b, v, u, fn, arg);
+  case U_F64: return nx_put_double_array_ref(b, v, u, fn, arg);
+  case U_CHAR: return nx_put_char_array_ref(b, v, u, fn, arg);
+  case U_W128:
+    return big_endian() ? 1 : nx_put_uint64_array_ref(b, v, 2 * u, fn, arg);
+  default: return 1;
+  }
+}
+
 int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len) {
   int r = nx_put_int32(b, type);
   if (r == 0)
