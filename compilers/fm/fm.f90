@@ -56,7 +56,7 @@ module fm
     fm_processes_begin, fm_processcall, fm_processes_end, fm_args_create, &
     fm_arg, fm_arg_get, fm_arg_set, fm_processors_create, &
     fm_processors_free, fm_processors_size, fm_location, fm_submachine, &
-    fm_processors_self_size, fm_place_in, fm_process_data
+    fm_processors_self_size, fm_place_in, fm_process_data, fm_zerocopy_min
 
   interface
     integer(c_int) function c_fm_init(argc, argv) bind(c, name='fm_init')
@@ -137,6 +137,11 @@ module fm
     integer(c_int) function c_fm_args_create(a) bind(c, name='fm_args_create')
       import :: c_int, c_ptr
       type(c_ptr) :: a
+    end function
+    integer(c_size_t) function c_fm_zerocopy_min(n) &
+        bind(c, name='fm_zerocopy_min')
+      import :: c_size_t
+      integer(c_size_t), value :: n
     end function
     type(c_ptr) function c_fm_process_data(n) bind(c, name='fm_process_data')
       import :: c_ptr, c_size_t
@@ -430,6 +435,15 @@ contains
     fm_process_data = c_null_ptr
     if (nbytes > 0) fm_process_data = c_fm_process_data(int(nbytes, c_size_t))
   end function
+
+  ! fm_send of a contiguous array of at least `nbytes` bytes goes by
+  ! reference (zero copy); 0 copies every array. Process-wide (each process
+  ! context has its own); the default is 32768.
+  subroutine fm_zerocopy_min(nbytes)
+    integer, intent(in) :: nbytes
+    integer(c_size_t) :: old
+    old = c_fm_zerocopy_min(int(max(nbytes, 0), c_size_t))
+  end subroutine
 
   ! ---- virtual computers ------------------------------------------------
 

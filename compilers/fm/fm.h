@@ -101,6 +101,12 @@ int fm_probe(fm_port_t *in);
 int fm_put_port(nx_buffer_t *msg, fm_port_t *port);
 int fm_get_port(nx_buffer_t *msg, fm_port_t *port);
 
+/* The Fortran binding's fm_send puts a contiguous array of at least `bytes`
+ * bytes by reference (zero copy) and waits until nexus no longer reads it;
+ * smaller ones, and all when `bytes` is 0, are copied into the message.
+ * Process-wide; the default is 32768. Returns the previous value. */
+size_t fm_zerocopy_min(size_t bytes);
+
 /* One-value messages in C: one typed value (fm_put_values), as the Fortran
  * binding sends it, so C and Fortran programs talk to each other. */
 int fm_send_int32(fm_port_t *out, int32_t v);

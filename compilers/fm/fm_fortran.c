@@ -253,9 +253,6 @@ static int is_msg(const CFI_cdesc_t *d) {
          m->tag == FM_F_MSG_TAG;
 }
 
-/* Contiguous values of at least this many bytes go by reference. */
-#define REF_MIN 32768
-
 /* fm_send waits for nexus to be done with values it put by reference:
  * Fortran may change the array as soon as the send returns. */
 struct ref_wait {
@@ -301,12 +298,18 @@ static int send_by_ref(fm_port_t *out, nx_buffer_t *b, const CFI_cdesc_t *d,
   return r;
 }
 
+/* Contiguous values of at least fm_zerocopy_min bytes go by reference. */
+static int ref_min_ok(size_t bytes) {
+  size_t min = fmi_zerocopy_min();
+  return min > 0 && bytes >= min;
+}
+
 void fm_f_send(fm_port_t *out, CFI_cdesc_t *d, int *stat) {
   struct view v;
   nx_buffer_t *b;
   int r = view_of(d, &v);
   int ref = r == 0 && v.contig && v.type != FM_TYPE_PORT &&
-            v.n * v.es >= REF_MIN && v.type != FM_TYPE_REAL10 &&
+            ref_min_ok(v.n * v.es) && v.type != FM_TYPE_REAL10 &&
             v.type != FM_TYPE_COMPLEX10;
   if (r == 0)
     r = fm_send_begin(out, 32 + (ref ? 0 : v.n * v.es), &b);

@@ -106,6 +106,7 @@ void fm_mark_ended(uint32_t proc);
 /* fm_values.c: `n` values of `type` (characters, for the character types)
  * from or into contiguous memory, without a head; and a value's head. */
 int fmi_type_is_char(int type);
+size_t fmi_zerocopy_min(void);
 int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n);
 int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n);
 int fmi_units_put_ref(nx_buffer_t *b, int type, const void *v, size_t n,

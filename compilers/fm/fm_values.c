@@ -50,6 +50,14 @@ static const struct type_info types[FM_TYPE_MAX + 1] = {
     [FM_TYPE_PORT] = {U_NONE, 1, sizeof(fm_port_t)},
 };
 
+static _Atomic size_t zerocopy_min = 32768;
+
+size_t fm_zerocopy_min(size_t bytes) {
+  return atomic_exchange(&zerocopy_min, bytes);
+}
+
+size_t fmi_zerocopy_min(void) { return atomic_load(&zerocopy_min); }
+
 size_t fm_type_size(int type) {
   return type > 0 && type <= FM_TYPE_MAX ? types[type].size : 0;
 }
