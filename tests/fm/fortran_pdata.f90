@@ -18,11 +18,12 @@ module pdata_procs
 contains
 
   ! counter(out, id): counts STEPS in its own block, sending each step on
-  ! a merger, then sends its id and its count.
+  ! a merger, then its id and its count in one message.
   subroutine counter(args) bind(c)
     type(c_ptr), value :: args
     type(fm_outport) :: out
     type(state), pointer :: st, again
+    type(fm_msg) :: m
     integer :: id, k
     call fm_arg_get(args, 1, out)
     call fm_arg_get(args, 2, id)
@@ -33,8 +34,10 @@ contains
       call fm_send(out, k)
     end do
     call c_f_pointer(fm_process_data(storage_size(st)/8), again)
-    call fm_send(out, -again%id)
-    call fm_send(out, again%count)
+    call fm_send_begin(out, m) ! one message: the outports interleave
+    call fm_put(m, -again%id)
+    call fm_put(m, again%count)
+    call fm_send_end(m)
     call fm_endchannel(out)
   end subroutine
 end module
@@ -48,6 +51,7 @@ program fortran_pdata
   type(fm_args) :: a
   type(fm_place) :: place
   type(state), pointer :: mine
+  type(fm_msg) :: m
   character(len=32) :: mode
   integer :: i, v, st, nsteps, fails, counts(3)
 
@@ -76,17 +80,19 @@ program fortran_pdata
     call fm_arg(a, i)
     call fm_processcall(b, 'counter', a, place)
   end do
-  ! Per process: STEPS nsteps, -id, then its count (FIFO per outport).
+  ! Per process: STEPS steps, then -id and its count in one message.
   nsteps = 0
   counts = -1
   do
-    call fm_receive(in, v, st)
+    call fm_receive(in, m, st)
     if (st /= 0) exit
+    call fm_get(m, v)
     if (v < 0) then
-      call fm_receive(in, counts(-v))
+      call fm_get(m, counts(-v))
     else
       nsteps = nsteps + 1
     end if
+    call fm_msg_free(m)
   end do
   call fm_processes_end(b)
   if (st /= FM_END .or. nsteps /= 3*STEPS .or. any(counts /= STEPS)) then
