@@ -1,8 +1,10 @@
 ! The channel ping-pong benchmark, in Fortran: an integer and 1 MiB of
 ! doubles (131072) to an echo process in a new process context and back,
-! against the raw RSR ping-pong over the same module (rsr_anchor.c) and
-! Open MPI's MPI_Send/MPI_Recv from Fortran (fm_mpi_pingpong under mpirun),
-! in one run. Prints medians, ratios and the goals.
+! with the 1 MiB array sent by reference (zero copy, the default) and
+! copied (fm_zerocopy_min(0)), against the raw RSR ping-pong over the same
+! module (rsr_anchor.c) and Open MPI's MPI_Send/MPI_Recv from Fortran
+! (fm_mpi_pingpong under mpirun), in one run. Prints medians, ratios and
+! the goals.
 ! Usage: fm_bench_pingpong [iterations]   (NX_PROTOCOLS picks the module)
 module pingpong_procs
   use fm
@@ -21,17 +23,20 @@ module pingpong_procs
 
 contains
 
-  ! echo(in, out, nsmall, nrep_big): sends back what it receives.
+  ! echo(in, out, nsmall, nrep_big, zc): sends back what it receives,
+  ! arrays of zc bytes and more by reference.
   subroutine echo(args) bind(c)
     type(c_ptr), value :: args
     type(fm_inport) :: in
     type(fm_outport) :: out
-    integer(c_int32_t) :: v, nsmall, nrep_big, i
+    integer(c_int32_t) :: v, nsmall, nrep_big, i, zc
     real(c_double), allocatable :: x(:)
     call fm_arg_get(args, 1, in)
     call fm_arg_get(args, 2, out)
     call fm_arg_get(args, 3, nsmall)
     call fm_arg_get(args, 4, nrep_big)
+    call fm_arg_get(args, 5, zc)
+    call fm_zerocopy_min(zc)
     allocate (x(NBIG))
     do i = 1, nsmall
       call fm_receive(in, v)
@@ -80,8 +85,8 @@ program fm_bench_pingpong
   character(kind=c_char, len=16) :: cproto
   integer(c_int32_t) :: nsmall, nrep_big, v, i
   real(c_double), allocatable :: x(:), t(:)
-  real(c_double) :: fm_small, fm_big, raw_small, raw_big, t0, mpi_small, &
-    mpi_big
+  real(c_double) :: fm_small, fm_big, raw_small, raw_big, mpi_small, &
+    mpi_big, fm_small_copy, fm_big_copy
   integer :: st, u, k
 
   call fm_register('echo', c_funloc(echo))
@@ -97,35 +102,12 @@ program fm_bench_pingpong
   dir = '.'
   if (k > 0) dir = self(1:k - 1)
 
-  ! The channel ping-pong: main -> echo on a, echo -> main on b.
+  ! The channel ping-pong: main -> echo on a, echo -> main on b; the 1 MiB
+  ! array by reference, then copied.
   allocate (x(NBIG), t(max(nsmall, nrep_big)))
   x = 1.5d0
-  call fm_channel(ain, aout)
-  call fm_channel(bin, bout)
-  place%kind = FM_PLACE_PROCESS
-  call fm_processes_begin(blk)
-  call fm_args_create(a)
-  call fm_arg(a, ain)
-  call fm_arg(a, bout)
-  call fm_arg(a, nsmall)
-  call fm_arg(a, nrep_big)
-  call fm_processcall(blk, 'echo', a, place)
-  do i = 1, nsmall
-    t0 = now_us()
-    call fm_send(aout, i)
-    call fm_receive(bin, v)
-    t(i) = now_us() - t0
-    if (v /= i) error stop 'fm_bench_pingpong: wrong echo'
-  end do
-  fm_small = median(t(1:nsmall))
-  do i = 1, nrep_big
-    t0 = now_us()
-    call fm_send(aout, x)
-    call fm_receive(bin, x)
-    t(i) = now_us() - t0
-  end do
-  fm_big = median(t(1:nrep_big))
-  call fm_processes_end(blk)
+  call fm_round(32768, fm_small, fm_big)
+  call fm_round(0, fm_small_copy, fm_big_copy)
 
   ! The raw RSR anchor over the same module.
   raw_small = fm_bench_rsr(trim(dir)//'/fm_rsr_echo'//c_null_char, 0, &
@@ -160,6 +142,9 @@ program fm_bench_pingpong
     fm_small/raw_small, '   <= 1.20'
   write (*, '(a,f12.2,f12.2,f9.2,a)') '1 MiB', fm_big, raw_big, &
     fm_big/raw_big, '   <= 1.20'
+  write (*, '(a,f12.2,f12.2,f9.2,a)') '1 MiB*', &
+    fm_big_copy, raw_big, fm_big_copy/raw_big, '   (comparison)'
+  write (*, '(a)') '(1 MiB*: the array copied into the message, fm_zerocopy_min(0))'
   if (mpi_big > 0) then
     write (*, '(a)') 'vs Open MPI MPI_Send/MPI_Recv from Fortran (mpirun -np 2): fm us, MPI us, fm/MPI'
     write (*, '(a,f12.2,f12.2,f9.2,a)') '8 B  ', fm_small, mpi_small, &
@@ -173,6 +158,43 @@ program fm_bench_pingpong
   call fm_finalize()
 
 contains
+
+  ! One channel ping-pong round against a new echo process: medians of
+  ! the integer and of the 1 MiB array, arrays of zc bytes and more by
+  ! reference (0: copied) on both sides.
+  subroutine fm_round(zc, small, big)
+    integer, intent(in) :: zc
+    real(c_double), intent(out) :: small, big
+    real(c_double) :: t0
+    call fm_zerocopy_min(zc)
+    call fm_channel(ain, aout)
+    call fm_channel(bin, bout)
+    place%kind = FM_PLACE_PROCESS
+    call fm_processes_begin(blk)
+    call fm_args_create(a)
+    call fm_arg(a, ain)
+    call fm_arg(a, bout)
+    call fm_arg(a, nsmall)
+    call fm_arg(a, nrep_big)
+    call fm_arg(a, int(zc, c_int32_t))
+    call fm_processcall(blk, 'echo', a, place)
+    do i = 1, nsmall
+      t0 = now_us()
+      call fm_send(aout, i)
+      call fm_receive(bin, v)
+      t(i) = now_us() - t0
+      if (v /= i) error stop 'fm_bench_pingpong: wrong echo'
+    end do
+    small = median(t(1:nsmall))
+    do i = 1, nrep_big
+      t0 = now_us()
+      call fm_send(aout, x)
+      call fm_receive(bin, x)
+      t(i) = now_us() - t0
+    end do
+    big = median(t(1:nrep_big))
+    call fm_processes_end(blk)
+  end subroutine
 
   function arg_or(n) result(s)
     integer(c_int32_t), intent(in) :: n

@@ -10,8 +10,9 @@
 
 struct fm_global fm_g;
 
-/* Message kinds, the first value of every channel message. */
-enum { MSG_DATA = 0, MSG_END = 1 };
+/* Message kinds, the first value of every channel message. MSG_DUP tells
+ * the queue that a stale copy of one of its outports tried to send. */
+enum { MSG_DATA = 0, MSG_END = 1, MSG_DUP = 2 };
 
 /* Port tags in a message. */
 enum { TAG_INPORT = 1, TAG_OUTPORT = 2 };
@@ -37,6 +38,8 @@ const char *fm_strerror(int err) {
   case FM_ENOTINIT: return "fm_init was not called";
   case FM_ETYPE: return "argument of another type or size";
   case FM_ENOMEM: return "out of memory";
+  case FM_EDUPLICATE:
+    return "a copy of an outport wrote: a channel has one writer";
   default: return nx_strerror(err);
   }
 }
@@ -143,6 +146,74 @@ static const nx_gp_t *gp_at(uint64_t index) {
   const nx_gp_t *g = index < fm_g.ngps ? fm_g.gps[index] : NULL;
   nx_mutex_unlock(&fm_g.m);
   return g;
+}
+
+/* ---- writers: one per outport ------------------------------------------- */
+
+/* Finds (or makes, expecting `seq` next) this process's record of the
+ * outport (a, b). Under fm_g.m. NULL when out of memory. */
+static struct fm_writer *writer_find(uint64_t a, uint64_t b, uint64_t seq) {
+  size_t h = (size_t)((a * 31 + b) % FM_WRITER_BUCKETS);
+  for (struct fm_writer *w = fm_g.writers[h]; w != NULL; w = w->next)
+    if (w->a == a && w->b == b)
+      return w;
+  struct fm_writer *w = calloc(1, sizeof(*w));
+  if (w == NULL)
+    return NULL;
+  w->a = a;
+  w->b = b;
+  w->next_seq = seq;
+  w->next = fm_g.writers[h];
+  fm_g.writers[h] = w;
+  return w;
+}
+
+/* Takes sequence number p->seq for a message (next_seq advances), or says
+ * the port is a stale copy: another copy took that number, or the port
+ * moved away. With `leave`, the port moves away (fm_put_port). */
+static int writer_take(const struct fm_port_impl *p, int leave) {
+  nx_mutex_lock(&fm_g.m);
+  struct fm_writer *w = writer_find(p->sid_a, p->sid_b, p->seq);
+  int r = w == NULL ? FM_ENOMEM : 0;
+  if (r == 0 && (w->gone || w->next_seq != p->seq))
+    r = FM_EDUPLICATE;
+  else if (r == 0 && leave)
+    w->gone = 1;
+  else if (r == 0)
+    w->next_seq++;
+  nx_mutex_unlock(&fm_g.m);
+  return r;
+}
+
+/* Gives back what writer_take took (an aborted message, a failed move). */
+static void writer_undo(const struct fm_port_impl *p, int leave) {
+  nx_mutex_lock(&fm_g.m);
+  struct fm_writer *w = writer_find(p->sid_a, p->sid_b, p->seq);
+  if (w != NULL && leave)
+    w->gone = 0;
+  else if (w != NULL && w->next_seq == p->seq + 1)
+    w->next_seq = p->seq;
+  nx_mutex_unlock(&fm_g.m);
+}
+
+/* An outport arrived here: its number is the one to expect. */
+static void writer_arrive(uint64_t a, uint64_t b, uint64_t seq) {
+  nx_mutex_lock(&fm_g.m);
+  struct fm_writer *w = writer_find(a, b, seq);
+  if (w != NULL) {
+    w->next_seq = seq;
+    w->gone = 0;
+  }
+  nx_mutex_unlock(&fm_g.m);
+}
+
+static void writers_free(void) {
+  for (size_t h = 0; h < FM_WRITER_BUCKETS; h++)
+    while (fm_g.writers[h] != NULL) {
+      struct fm_writer *w = fm_g.writers[h];
+      fm_g.writers[h] = w->next;
+      free(w);
+    }
 }
 
 /* ---- queues ------------------------------------------------------------ */
@@ -282,8 +353,23 @@ static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
     nx_mutex_unlock(&q->m);
     return;
   }
+  if (kind == MSG_DUP) { /* a stale copy of an outport tried to send */
+    q->dups++;
+    nx_cond_broadcast(&q->c);
+    nx_mutex_unlock(&q->m);
+    nx_buffer_release(buf);
+    free(m);
+    return;
+  }
   struct fm_sender *s = sender_find(q, a, b, 1);
-  if (s == NULL || seq < s->next_seq) { /* out of memory, or a duplicate */
+  int dup = s != NULL && seq < s->next_seq;
+  for (struct fm_msg *p = s ? s->pending : NULL; p != NULL && !dup; p = p->next)
+    dup = p->seq == seq;
+  if (s == NULL || dup) { /* out of memory, or a number taken twice */
+    if (dup) {
+      q->dups++; /* the receiver is told, never silently short */
+      nx_cond_broadcast(&q->c);
+    }
     nx_mutex_unlock(&q->m);
     nx_buffer_release(buf);
     free(m);
@@ -483,6 +569,20 @@ static int outport_check(fm_port_t *out) {
   return 0;
 }
 
+/* Tells a queue that a stale copy of one of its outports tried to send, so
+ * that its receiver learns it too (best effort: the sender has its code). */
+static void dup_notice(const nx_gp_t *to, const struct fm_port_impl *p) {
+  nx_buffer_t *b;
+  if (nx_rsr_init(&b, to, fm_g.h_enq, 32) != 0)
+    return;
+  if (nx_put_int8(b, MSG_DUP) != 0 || nx_put_uint64(b, p->sid_a) != 0 ||
+      nx_put_uint64(b, p->sid_b) != 0 || nx_put_uint64(b, p->seq) != 0) {
+    nx_buffer_release(b);
+    return;
+  }
+  nx_rsr_send(b);
+}
+
 static int start(fm_port_t *out, int8_t kind, size_t hint, nx_buffer_t **msg) {
   int r = need_init();
   if (r == 0)
@@ -501,11 +601,19 @@ static int start(fm_port_t *out, int8_t kind, size_t hint, nx_buffer_t **msg) {
     if (dead)
       return FM_EPEERDEAD; /* its process is gone */
   }
-  nx_buffer_t *b;
-  if ((r = nx_rsr_init(&b, to, fm_g.h_enq, hint + 32)) != 0)
+  if ((r = writer_take(p, 0)) != 0) {
+    if (r == FM_EDUPLICATE)
+      dup_notice(to, p);
     return r;
+  }
+  nx_buffer_t *b;
+  if ((r = nx_rsr_init(&b, to, fm_g.h_enq, hint + 32)) != 0) {
+    writer_undo(p, 0);
+    return r;
+  }
   if ((r = nx_put_int8(b, kind)) != 0 || (r = nx_put_uint64(b, p->sid_a)) ||
       (r = nx_put_uint64(b, p->sid_b)) || (r = nx_put_uint64(b, p->seq))) {
+    writer_undo(p, 0);
     nx_buffer_release(b);
     return r;
   }
@@ -530,6 +638,7 @@ int fm_send_abort(fm_port_t *out, nx_buffer_t *msg) {
   if (msg == NULL || fm_port_kind(out) != FM_OUTPORT || impl(out)->seq == 0)
     return FM_EINVAL;
   impl(out)->seq--; /* the receiver must not wait for it */
+  writer_undo(impl(out), 0);
   return nx_buffer_release(msg);
 }
 
@@ -561,6 +670,10 @@ static int inport_queue(fm_port_t *in, struct fm_queue **q) {
 /* Takes the next message or end; TAKE_WAIT when the caller must wait.
  * Under q->m. */
 static int try_take(struct fm_queue *q, nx_buffer_t **msg) {
+  if (q->dups > 0) {
+    q->dups--;
+    return FM_EDUPLICATE;
+  }
   while (q->head != NULL) {
     struct fm_msg *m = q->head;
     q->head = m->next;
@@ -610,7 +723,7 @@ int fm_probe(fm_port_t *in) {
   nx_mutex_lock(&q->m);
   /* Skip ends of merger outports that are not the last: they are not
    * something a receive would return. */
-  int ready = 0;
+  int ready = q->dups > 0;
   int32_t ended = q->nended;
   for (struct fm_msg *m = q->head; m != NULL && !ready; m = m->next)
     if (!m->end || ++ended >= q->nout)
@@ -645,6 +758,8 @@ static int queue_pack(nx_buffer_t *out, struct fm_queue *q) {
     r = nx_put_int32(out, q->nout);
   if (r == 0)
     r = nx_put_int32(out, q->nended);
+  if (r == 0)
+    r = nx_put_int32(out, q->dups);
   int ns = 0;
   for (struct fm_sender *s = q->senders; s != NULL; s = s->next)
     ns++;
@@ -699,6 +814,11 @@ int fm_put_port(nx_buffer_t *msg, fm_port_t *port) {
     const nx_gp_t *to = gp_at(p->ref);
     if (to == NULL)
       return FM_EUNDEFINED;
+    if ((r = writer_take(p, 1)) != 0) {
+      if (r == FM_EDUPLICATE)
+        dup_notice(to, p);
+      return r;
+    }
     r = nx_put_int8(msg, TAG_OUTPORT);
     if (r == 0)
       r = nx_put_gp(msg, to);
@@ -710,6 +830,8 @@ int fm_put_port(nx_buffer_t *msg, fm_port_t *port) {
       r = nx_put_uint64(msg, p->seq);
     if (r == 0)
       r = nx_put_int32(msg, (int32_t)p->ended);
+    if (r != 0)
+      writer_undo(p, 1);
   } else {
     r = nx_put_int8(msg, TAG_INPORT);
     if (r == 0)
@@ -723,12 +845,13 @@ int fm_put_port(nx_buffer_t *msg, fm_port_t *port) {
 /* Unpacks a moved queue into a new one here, then tells the old place. */
 static int queue_unpack(nx_buffer_t *msg, fm_port_t *port) {
   nx_gp_t old = NX_GP_NULL;
-  int32_t nout, nended, ns, nm;
+  int32_t nout, nended, dups, ns, nm;
   int r = nx_get_gp(msg, &old);
   if (r != 0)
     return r;
   if ((r = nx_get_int32(msg, &nout)) != 0 ||
       (r = nx_get_int32(msg, &nended)) != 0 ||
+      (r = nx_get_int32(msg, &dups)) != 0 ||
       (r = nx_get_int32(msg, &ns)) != 0) {
     nx_gp_release(&old);
     return r;
@@ -740,6 +863,7 @@ static int queue_unpack(nx_buffer_t *msg, fm_port_t *port) {
   }
   q->nout = nout;
   q->nended = nended;
+  q->dups = dups > 0 ? dups : 0;
   for (int32_t i = 0; i < ns && r == 0; i++) {
     uint64_t a, b, next, sq;
     int32_t np;
@@ -826,6 +950,7 @@ int fm_get_port(nx_buffer_t *msg, fm_port_t *port) {
   }
   if ((r = gp_intern(&g, &gpi)) != 0)
     return r;
+  writer_arrive(a, b, seq);
   memset(port, 0, sizeof(*port));
   struct fm_port_impl *p = impl(port);
   p->magic = FM_PORT_MAGIC;
@@ -840,61 +965,50 @@ int fm_get_port(nx_buffer_t *msg, fm_port_t *port) {
 
 /* ---- one-value messages ------------------------------------------------ */
 
-int fm_send_int32(fm_port_t *out, int32_t v) {
+static int send_values(fm_port_t *out, int type, const void *v, size_t n) {
   nx_buffer_t *b;
-  int r = fm_send_begin(out, 8, &b);
+  if (v == NULL && n > 0)
+    return FM_EINVAL;
+  int r = fm_send_begin(out, 32 + n * fm_type_size(type), &b);
   if (r != 0)
     return r;
-  if ((r = nx_put_int32(b, v)) != 0) {
+  if ((r = fm_put_values(b, type, v, n)) != 0) {
     fm_send_abort(out, b);
     return r;
   }
   return fm_send_end(b);
 }
 
-#define ARRAY_SEND(name, type, put, sizeof_fn)                                 \
-  int name(fm_port_t *out, const type *v, size_t n) {                          \
-    nx_buffer_t *b;                                                            \
-    if (v == NULL && n > 0)                                                    \
-      return FM_EINVAL;                                                        \
-    int r = fm_send_begin(out, sizeof_fn(n), &b);                              \
-    if (r != 0)                                                                \
-      return r;                                                                \
-    if ((r = put(b, v, n)) != 0) {                                             \
-      fm_send_abort(out, b);                                                   \
-      return r;                                                                \
-    }                                                                          \
-    return fm_send_end(b);                                                     \
-  }
-ARRAY_SEND(fm_send_int32_array, int32_t, nx_put_int32_array, nx_sizeof_int32)
-ARRAY_SEND(fm_send_double_array, double, nx_put_double_array, nx_sizeof_double)
-
-int fm_receive_int32(fm_port_t *in, int32_t *v) {
+static int receive_values(fm_port_t *in, int type, void *v, size_t n) {
   nx_buffer_t *b;
-  if (v == NULL)
+  if (v == NULL && n > 0)
     return FM_EINVAL;
   int r = fm_receive(in, &b);
   if (r != 0)
     return r;
-  r = nx_get_int32(b, v);
+  r = fm_get_values(b, type, v, n);
   fm_msg_free(b);
   return r;
 }
 
-#define ARRAY_RECEIVE(name, type, get)                                         \
-  int name(fm_port_t *in, type *v, size_t n) {                                 \
-    nx_buffer_t *b;                                                            \
-    if (v == NULL && n > 0)                                                    \
-      return FM_EINVAL;                                                        \
-    int r = fm_receive(in, &b);                                                \
-    if (r != 0)                                                                \
-      return r;                                                                \
-    r = get(b, v, n);                                                          \
-    fm_msg_free(b);                                                            \
-    return r;                                                                  \
-  }
-ARRAY_RECEIVE(fm_receive_int32_array, int32_t, nx_get_int32_array)
-ARRAY_RECEIVE(fm_receive_double_array, double, nx_get_double_array)
+int fm_send_int32(fm_port_t *out, int32_t v) {
+  return send_values(out, FM_TYPE_INT32, &v, 1);
+}
+int fm_send_int32_array(fm_port_t *out, const int32_t *v, size_t n) {
+  return send_values(out, FM_TYPE_INT32, v, n);
+}
+int fm_send_double_array(fm_port_t *out, const double *v, size_t n) {
+  return send_values(out, FM_TYPE_DOUBLE, v, n);
+}
+int fm_receive_int32(fm_port_t *in, int32_t *v) {
+  return receive_values(in, FM_TYPE_INT32, v, 1);
+}
+int fm_receive_int32_array(fm_port_t *in, int32_t *v, size_t n) {
+  return receive_values(in, FM_TYPE_INT32, v, n);
+}
+int fm_receive_double_array(fm_port_t *in, double *v, size_t n) {
+  return receive_values(in, FM_TYPE_DOUBLE, v, n);
+}
 
 /* ---- lifecycle --------------------------------------------------------- */
 
@@ -999,9 +1113,11 @@ int fm_finalize(void) {
   if (__atomic_sub_fetch(&fm_g.init, 1, __ATOMIC_ACQ_REL) > 0)
     return nx_finalize();
   nx_error_cb_set(NULL, NULL);
+  fm_process_data_free(); /* the main program's */
   cleanup();
   int r = nx_finalize();
   free_queues();
+  writers_free();
   fm_blocks_free();
   nx_mutex_destroy(&fm_g.m);
   return r;

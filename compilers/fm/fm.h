@@ -26,7 +26,8 @@ enum fm_errno {
   FM_ENDED = -5007,      /* send after endchannel on that outport */
   FM_ENOTINIT = -5008,   /* fm_init was not called */
   FM_ETYPE = -5009,      /* an argument of another type or size */
-  FM_ENOMEM = -5010      /* out of memory */
+  FM_ENOMEM = -5010,     /* out of memory */
+  FM_EDUPLICATE = -5011  /* a copy of an outport wrote: a second writer */
 };
 
 /* A short English description of any FM_* or NX_* code. */
@@ -66,7 +67,9 @@ int fm_moveport(fm_port_t *from, fm_port_t *to);
 /* SEND in three steps: start a message on an outport, pack its values
  * with nx_put_* and fm_put_port, then send it (asynchronous: it never
  * waits for the receiver). fm_send_begin returns FM_EUNDEFINED,
- * FM_EWRONGPORT, FM_ENDED or FM_EPEERDEAD (the queue's process died); a
+ * FM_EWRONGPORT, FM_ENDED, FM_EPEERDEAD (the queue's process died) or
+ * FM_EDUPLICATE (this outport is a stale copy of one that sent or moved
+ * since: nothing is sent, and the channel's receiver is told); a
  * started message must be ended with fm_send_end or, before any other
  * message on that outport, fm_send_abort. */
 int fm_send_begin(fm_port_t *out, size_t size_hint, nx_buffer_t **msg);
@@ -79,9 +82,10 @@ int fm_endchannel(fm_port_t *out);
 /* RECEIVE: waits for the next message and gives it in *msg, read with
  * nx_get_* and fm_get_port, then freed with fm_msg_free. Returns 0;
  * FM_END after every outport sent endchannel (again on each later call);
- * FM_EWRONGPORT, FM_EUNDEFINED, FM_EMOVED; FM_EPEERDEAD when the queue is
- * empty and a process of the computation has died (never waits forever
- * for a dead writer). */
+ * FM_EWRONGPORT, FM_EUNDEFINED, FM_EMOVED; FM_EDUPLICATE once for each
+ * send a stale copy of one of its outports tried; FM_EPEERDEAD when the queue
+ * is empty and a process of the computation has died (never waits forever for a
+ * dead writer). */
 int fm_receive(fm_port_t *in, nx_buffer_t **msg);
 int fm_msg_free(nx_buffer_t *msg);
 
@@ -92,11 +96,19 @@ int fm_probe(fm_port_t *in);
 /* Ports travel in messages. Putting one moves it: the sender's copy becomes
  * undefined. An inport takes its queue along: queued messages go with it,
  * and messages still arriving at the old place are forwarded (docs/fm.md).
- * fm_get_port makes the port live in the calling thread's context. */
+ * fm_get_port makes the port live in the calling thread's context.
+ * fm_put_port of a stale copy of an outport returns FM_EDUPLICATE. */
 int fm_put_port(nx_buffer_t *msg, fm_port_t *port);
 int fm_get_port(nx_buffer_t *msg, fm_port_t *port);
 
-/* One-value messages, for the common case and the Fortran binding. */
+/* The Fortran binding's fm_send puts a contiguous array of at least `bytes`
+ * bytes by reference (zero copy) and waits until nexus no longer reads it;
+ * smaller ones, and all when `bytes` is 0, are copied into the message.
+ * Process-wide; the default is 32768. Returns the previous value. */
+size_t fm_zerocopy_min(size_t bytes);
+
+/* One-value messages in C: one typed value (fm_put_values), as the Fortran
+ * binding sends it, so C and Fortran programs talk to each other. */
 int fm_send_int32(fm_port_t *out, int32_t v);
 int fm_send_int32_array(fm_port_t *out, const int32_t *v, size_t n);
 int fm_send_double_array(fm_port_t *out, const double *v, size_t n);
@@ -112,14 +124,45 @@ typedef struct fm_args fm_args_t;
 
 enum fm_intent { FM_IN = 1, FM_OUT = 2, FM_INOUT = 3 };
 
+/* Value types: every intrinsic type and kind of Fortran (gfortran), and
+ * ports. A value travels with its type, count and length, and its values go
+ * through nexus's typed puts, so byte order converts (docs/fm.md). */
 enum fm_type {
   FM_TYPE_INT32 = 1,
   FM_TYPE_INT64 = 2,
-  FM_TYPE_FLOAT = 3,
-  FM_TYPE_DOUBLE = 4,
-  FM_TYPE_CHAR = 5,
-  FM_TYPE_PORT = 6
+  FM_TYPE_FLOAT = 3,  /* real(4) */
+  FM_TYPE_DOUBLE = 4, /* real(8) */
+  FM_TYPE_CHAR = 5,   /* character(kind=1): count is in characters */
+  FM_TYPE_PORT = 6,
+  FM_TYPE_INT8 = 7,
+  FM_TYPE_INT16 = 8,
+  FM_TYPE_INT128 = 9,     /* integer(16), __int128 */
+  FM_TYPE_REAL10 = 10,    /* real(10): x87 extended, in 16 bytes */
+  FM_TYPE_REAL16 = 11,    /* real(16): IEEE binary128 */
+  FM_TYPE_COMPLEX4 = 12,  /* complex(4): two real(4) */
+  FM_TYPE_COMPLEX8 = 13,  /* complex(8) */
+  FM_TYPE_COMPLEX10 = 14, /* complex(10) */
+  FM_TYPE_COMPLEX16 = 15, /* complex(16) */
+  FM_TYPE_LOGICAL1 = 16,  /* logical(1): 0 or 1 in an integer of its size */
+  FM_TYPE_LOGICAL2 = 17,
+  FM_TYPE_LOGICAL4 = 18,
+  FM_TYPE_LOGICAL8 = 19,
+  FM_TYPE_LOGICAL16 = 20,
+  FM_TYPE_UCS4 = 21, /* character(kind=4): count is in characters */
+  FM_TYPE_MAX = 21
 };
+
+/* The size in memory of one value of `type` (one character for the
+ * character types); 0 for an unknown type. */
+size_t fm_type_size(int type);
+
+/* A typed value in a message: `count` values of `type` from `v`
+ * (contiguous). fm_get_values reads one back into `v`: the same type and
+ * count, or FM_ETYPE (a character value may also be read whole into a
+ * count of that many characters). Return 0, FM_EINVAL, FM_ETYPE,
+ * FM_ENOMEM or an NX_* code of the put or get. */
+int fm_put_values(nx_buffer_t *msg, int type, const void *v, size_t count);
+int fm_get_values(nx_buffer_t *msg, int type, void *v, size_t count);
 
 /* A process: runs with its arguments; reads and writes them in place. */
 typedef void (*fm_process_fn)(fm_args_t *args);
@@ -142,6 +185,14 @@ int fm_args_free(fm_args_t *args);
  * NULL for a bad index. A port argument is an fm_port_t. */
 void *fm_args_data(fm_args_t *args, int i, int *type, size_t *count);
 int fm_args_count(const fm_args_t *args);
+
+/* Per-process data: a zeroed block of `size` bytes that belongs to the
+ * calling process (the main program is one too) in every placement, where
+ * threads and in-process contexts share static and global variables. The
+ * first call makes it; later calls return the same block (NULL if they ask
+ * for more). libfm frees it when the process returns (the main program's
+ * at fm_finalize). NULL for size 0 or out of memory. */
+void *fm_process_data(size_t size);
 
 /* ---- Virtual computers ------------------------------------------------ */
 

@@ -61,8 +61,21 @@ struct fm_queue {
   struct fm_msg *held, *held_tail;
   struct fm_sender *senders;
   int32_t nout, nended;
+  int32_t dups; /* sends of stale outport copies, not yet reported */
   struct fm_queue *all_next; /* every queue of this process, for cleanup */
 };
+
+/* What this process knows of one outport (a sender id): the sequence
+ * number its next message must carry, or that it left in a message. Every
+ * copy of the port value carries its own number, so a copy that falls
+ * behind (or sends after the port moved away) is a second writer. */
+struct fm_writer {
+  struct fm_writer *next;
+  uint64_t a, b;
+  uint64_t next_seq;
+  int gone;
+};
+#define FM_WRITER_BUCKETS 64
 
 /* Process-wide state. */
 struct fm_global {
@@ -80,6 +93,7 @@ struct fm_global {
   uint32_t *deadl; /* processes found dead */
   size_t ndead, capdead;
   struct fm_block *blocks; /* open blocks, to wake on a death */
+  struct fm_writer *writers[FM_WRITER_BUCKETS]; /* under m */
   char exe[4096];
 };
 
@@ -89,10 +103,42 @@ int fm_register_handlers(nx_context_t *ctx);
 void fm_on_peer_dead(uint32_t proc);
 void fm_mark_ended(uint32_t proc);
 
+/* fm_values.c: `n` values of `type` (characters, for the character types)
+ * from or into contiguous memory, without a head; and a value's head. */
+int fmi_type_is_char(int type);
+size_t fmi_zerocopy_min(void);
+int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n);
+int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n);
+int fmi_units_put_ref(nx_buffer_t *b, int type, const void *v, size_t n,
+                      nx_release_fn fn, void *arg);
+int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len);
+int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
+                       uint32_t *len);
+
+/* fm_fortran.c: the Fortran binding's entry points (module fm binds them
+ * under the generic names fm_send, fm_receive, fm_put, fm_get, fm_arg,
+ * fm_arg_get, fm_arg_set). `stat` is Fortran's optional argument: NULL when
+ * absent, and then a nonzero result stops the program with a message. */
+struct fm_f_msg { /* Fortran's type(fm_msg) */
+  nx_buffer_t *p;
+  int64_t tag;
+};
+#define FM_F_MSG_TAG INT64_C(0x666d6d7367) /* "fmmsg" */
+#ifdef CFI_VERSION
+void fm_f_send(fm_port_t *out, CFI_cdesc_t *d, int *stat);
+void fm_f_receive(fm_port_t *in, CFI_cdesc_t *d, int *stat);
+void fm_f_put(struct fm_f_msg *m, CFI_cdesc_t *d, int *stat);
+void fm_f_get(struct fm_f_msg *m, CFI_cdesc_t *d, int *stat);
+void fm_f_arg(fm_args_t **a, CFI_cdesc_t *d, const int *intent, int *stat);
+void fm_f_arg_get(fm_args_t *args, const int *i, CFI_cdesc_t *d, int *stat);
+void fm_f_arg_set(fm_args_t *args, const int *i, CFI_cdesc_t *d, int *stat);
+#endif
+
 /* fm_proc.c */
 void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void fm_h_done(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void fm_blocks_peer_dead(uint32_t proc);
-void fm_blocks_free(void); /* closed blocks, at fm_finalize */
+void fm_blocks_free(void);       /* closed blocks, at fm_finalize */
+void fm_process_data_free(void); /* the calling thread's fm_process_data */
 
 #endif /* FM_INTERNAL_H */

@@ -56,17 +56,7 @@ struct fm_args {
   struct fm_arg *a;
 };
 
-static size_t type_size(int type) {
-  switch (type) {
-  case FM_TYPE_INT32: return 4;
-  case FM_TYPE_INT64: return 8;
-  case FM_TYPE_FLOAT: return 4;
-  case FM_TYPE_DOUBLE: return 8;
-  case FM_TYPE_CHAR: return 1;
-  case FM_TYPE_PORT: return sizeof(fm_port_t);
-  default: return 0;
-  }
-}
+static size_t type_size(int type) { return fm_type_size(type); }
 
 int fm_args_create(fm_args_t **args) {
   if (args == NULL)
@@ -156,31 +146,15 @@ int fm_args_count(const fm_args_t *args) {
 }
 
 static int values_put(nx_buffer_t *b, struct fm_arg *a) {
-  if (a->count == 0)
-    return 0;
-  switch (a->type) {
-  case FM_TYPE_INT32: return nx_put_int32_array(b, a->data, a->count);
-  case FM_TYPE_INT64: return nx_put_int64_array(b, a->data, a->count);
-  case FM_TYPE_FLOAT: return nx_put_float_array(b, a->data, a->count);
-  case FM_TYPE_DOUBLE: return nx_put_double_array(b, a->data, a->count);
-  case FM_TYPE_CHAR: return nx_put_char_array(b, a->data, a->count);
-  case FM_TYPE_PORT: return fm_put_port(b, a->data);
-  default: return FM_ETYPE;
-  }
+  if (a->type == FM_TYPE_PORT)
+    return fm_put_port(b, a->data);
+  return fmi_units_put(b, a->type, a->data, a->count);
 }
 
 static int values_get(nx_buffer_t *b, struct fm_arg *a) {
-  if (a->count == 0)
-    return 0;
-  switch (a->type) {
-  case FM_TYPE_INT32: return nx_get_int32_array(b, a->data, a->count);
-  case FM_TYPE_INT64: return nx_get_int64_array(b, a->data, a->count);
-  case FM_TYPE_FLOAT: return nx_get_float_array(b, a->data, a->count);
-  case FM_TYPE_DOUBLE: return nx_get_double_array(b, a->data, a->count);
-  case FM_TYPE_CHAR: return nx_get_char_array(b, a->data, a->count);
-  case FM_TYPE_PORT: return fm_get_port(b, a->data);
-  default: return FM_ETYPE;
-  }
+  if (a->type == FM_TYPE_PORT)
+    return fm_get_port(b, a->data);
+  return fmi_units_get(b, a->type, a->data, a->count);
 }
 
 /* Copy in: every argument's kind and values (ports move). */
@@ -383,6 +357,30 @@ int fm_submachine(const fm_processors_t *vc, const int *lo, const int *hi,
 }
 
 const fm_processors_t *fm_processors_self(void) { return self_vc; }
+
+/* ---- per-process data --------------------------------------------------- */
+
+/* A process runs on its own thread from start to end (fm.run is a
+ * NX_HANDLER_NEW_THREAD handler), so the thread's block is the process's,
+ * whatever the placement. */
+static _Thread_local void *pdata;
+static _Thread_local size_t pdata_size;
+
+void *fm_process_data(size_t size) {
+  if (size == 0 || (pdata != NULL && size > pdata_size))
+    return NULL;
+  if (pdata == NULL) {
+    pdata = calloc(1, size);
+    pdata_size = pdata != NULL ? size : 0;
+  }
+  return pdata;
+}
+
+void fm_process_data_free(void) {
+  free(pdata);
+  pdata = NULL;
+  pdata_size = 0;
+}
 
 int fm_location(const fm_processors_t *vc, const int *coords,
                 fm_place_t *place) {
@@ -658,6 +656,7 @@ void fm_h_run(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     self_vc = vc;
     fn(args);
     self_vc = NULL;
+    fm_process_data_free();
   }
   nx_buffer_t *out;
   if (nx_rsr_init(&out, &block, fm_g.h_done, 64) == 0) {

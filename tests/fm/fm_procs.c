@@ -1,6 +1,7 @@
 /* A test program for libfm between OS processes: argv[1] picks the check
- * (migrate, dead, vc); it exits 0 on success, 1 on failure, 77 when the module
- * asked for in FM_TEST_MODULE is not loaded. */
+ * (migrate, dead, vc, copy; copy takes the placement in argv[2]: threads,
+ * contexts or processes); it exits 0 on success, 1 on failure, 77 when the
+ * module asked for in FM_TEST_MODULE is not loaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,108 @@ static void sender(fm_args_t *args) {
     if (fm_send_int32(out, i) != 0)
       return;
   fm_endchannel(out);
+}
+
+/* Sends 7 on its outport and ends the channel. */
+static void send7(fm_args_t *args) {
+  fm_port_t *out = arg(args, 0);
+  if (fm_send_int32(out, 7) == 0)
+    fm_endchannel(out);
+}
+
+/* Copies its outport, sends 1 on the port and 2 on the copy (a second
+ * writer: its code goes to the int32 out argument), ends the channel. */
+static void copier(fm_args_t *args) {
+  fm_port_t *out = arg(args, 0);
+  int32_t *res = arg(args, 1);
+  fm_port_t copy = *out;
+  if (fm_send_int32(out, 1) != 0)
+    return;
+  res[0] = fm_send_int32(&copy, 2);
+  fm_endchannel(out);
+}
+
+/* Receives until FM_END and `dups` FM_EDUPLICATE reports (a notice is a
+ * message of its own, so it may come after the end: then receives go on,
+ * each FM_END again, for at most 5 s), or another error: the values into
+ * got[], the reports counted. Returns FM_END, or the error. */
+static int drain(fm_port_t *in, int32_t *got, int *ngot, int *ndup, int dups) {
+  int ended = 0;
+  *ngot = *ndup = 0;
+  for (int k = 0; k < 5000 && !(ended && *ndup >= dups); k++) {
+    int32_t v;
+    int r = fm_receive_int32(in, &v);
+    if (r == 0 && *ngot < 8)
+      got[(*ngot)++] = v;
+    else if (r == FM_EDUPLICATE)
+      (*ndup)++;
+    else if (r != FM_END)
+      return r;
+    if (r == FM_END) {
+      ended = 1;
+      usleep(1000);
+    }
+  }
+  return ended ? FM_END : FM_EINVAL;
+}
+
+/* A copied outport never loses a message silently: the stale copy's send
+ * (or its move) fails with FM_EDUPLICATE and sends nothing, and the
+ * channel's receiver gets FM_EDUPLICATE once for it. */
+static int check_copy(const fm_place_t *place) {
+  fm_port_t in, out, out2;
+  int32_t got[8];
+  int ngot, ndup;
+  fm_block_t *b;
+  fm_args_t *a;
+
+  /* A: a copy in the same thread, used after the original. */
+  EXPECT(fm_channel(&in, &out) == 0);
+  out2 = out;
+  EXPECT(fm_send_int32(&out, 1) == 0);
+  EXPECT(fm_send_int32(&out2, 2) == FM_EDUPLICATE);
+  EXPECT(fm_endchannel(&out) == 0);
+  EXPECT(drain(&in, got, &ngot, &ndup, 1) == FM_END);
+  EXPECT(ngot == 1 && got[0] == 1 && ndup == 1);
+
+  /* B: a copy moved to a process, then the original used here. */
+  EXPECT(fm_channel(&in, &out) == 0);
+  out2 = out;
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out2) == 0);
+  EXPECT(fm_processcall(b, "send7", place, a) == 0);
+  EXPECT(fm_send_int32(&out, 5) == FM_EDUPLICATE);
+  EXPECT(drain(&in, got, &ngot, &ndup, 1) == FM_END);
+  EXPECT(ngot == 1 && got[0] == 7 && ndup == 1);
+  EXPECT(fm_processes_end(b) == 0);
+
+  /* C: the copy made and used in the process; the receiver here waits. */
+  int32_t res[1] = {0};
+  EXPECT(fm_channel(&in, &out) == 0);
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out) == 0);
+  EXPECT(fm_args_add(a, FM_TYPE_INT32, res, 1, FM_OUT) == 0);
+  EXPECT(fm_processcall(b, "copier", place, a) == 0);
+  EXPECT(drain(&in, got, &ngot, &ndup, 1) == FM_END);
+  EXPECT(ngot == 1 && got[0] == 1 && ndup == 1);
+  EXPECT(fm_processes_end(b) == 0);
+  EXPECT(res[0] == FM_EDUPLICATE);
+
+  /* D: a stale copy moved to a process after the original sent. */
+  EXPECT(fm_channel(&in, &out) == 0);
+  out2 = out;
+  EXPECT(fm_send_int32(&out, 1) == 0);
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out2) == 0);
+  EXPECT(fm_processcall(b, "send7", place, a) == FM_EDUPLICATE);
+  EXPECT(fm_processes_end(b) == FM_EDUPLICATE);
+  EXPECT(fm_endchannel(&out) == 0);
+  EXPECT(drain(&in, got, &ngot, &ndup, 1) == FM_END);
+  EXPECT(ngot == 1 && got[0] == 1 && ndup == 1);
+  return failures;
 }
 
 /* Takes the data inport (from a carrier channel unless it is the first
@@ -187,6 +290,8 @@ int main(int argc, char **argv) {
   fm_register("stage", stage);
   fm_register("die", die);
   fm_register("where", where);
+  fm_register("send7", send7);
+  fm_register("copier", copier);
   int r = fm_init(&argc, &argv);
   if (r != 0) {
     fprintf(stderr, "fm_procs: fm_init: %s\n", fm_strerror(r));
@@ -215,7 +320,13 @@ int main(int argc, char **argv) {
     check_dead();
   else if (strcmp(what, "vc") == 0)
     check_vc();
-  else {
+  else if (strcmp(what, "copy") == 0) {
+    const char *pl = argc > 2 ? argv[2] : "processes";
+    place.kind = strcmp(pl, "threads") == 0    ? FM_PLACE_THREAD
+                 : strcmp(pl, "contexts") == 0 ? FM_PLACE_CONTEXT
+                                               : FM_PLACE_PROCESS;
+    check_copy(&place);
+  } else {
     fprintf(stderr, "fm_procs: unknown check %s\n", what);
     failures++;
   }

@@ -118,6 +118,25 @@ program fortran_types
   call fm_receive(cin, i)
   call expect(i == 99, 'outport moved in a message')
 
+  ! A copied outport: out2 = out, one send on each. The copy's send fails
+  ! with FM_EDUPLICATE (nothing is lost silently) and the receiver is told.
+  out2 = out
+  call fm_send(out, 5_c_int32_t)
+  call fm_send(out2, 6_c_int32_t, st)
+  call expect(st == FM_EDUPLICATE, 'send on a copied outport: FM_EDUPLICATE')
+  i = 0
+  call fm_receive(in, i, st)
+  if (st == FM_EDUPLICATE) then ! the report may come first
+    call fm_receive(in, i)
+  else
+    call expect(st == 0, 'first value after a copy')
+    call fm_receive(in, n, st)
+    call expect(st == FM_EDUPLICATE, 'the receiver told of the copy')
+  end if
+  call expect(i == 5, 'the original outport''s value')
+  call fm_probe(in, empty)
+  call expect(empty, 'nothing else after a copy')
+
   ! Endchannel, FM_END each time, FM_ENDED after.
   call fm_endchannel(out)
   call fm_receive(in, i, st)

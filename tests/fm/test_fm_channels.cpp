@@ -180,6 +180,48 @@ TEST_CASE("typed values and arrays of every kind travel through a channel") {
   CHECK(got == big);
 }
 
+TEST_CASE("typed values: fm_put_values and fm_get_values check type and "
+          "count") {
+  fm_guard g;
+  REQUIRE(g.rc == 0);
+  fm_port_t in, out;
+  REQUIRE(fm_channel(&in, &out) == 0);
+  nx_buffer_t *m;
+  int64_t i64[3] = {-(1LL << 40), 7, 1LL << 50};
+  int32_t i32 = -5;
+  double z[4] = {0.5, -1.5, 2.25, -3.0}; // two complex(8)
+  const char s[] = "abcdef";
+  REQUIRE(fm_send_begin(&out, 256, &m) == 0);
+  REQUIRE(fm_put_values(m, FM_TYPE_INT64, i64, 3) == 0);
+  REQUIRE(fm_put_values(m, FM_TYPE_CHAR, s, 6) == 0);
+  REQUIRE(fm_put_values(m, FM_TYPE_INT32, &i32, 1) == 0);
+  CHECK(fm_put_values(m, FM_TYPE_PORT, i64, 1) == FM_EINVAL);
+  CHECK(fm_put_values(m, 99, i64, 1) == FM_EINVAL);
+  REQUIRE(fm_send_end(m) == 0);
+  REQUIRE(fm_receive(&in, &m) == 0);
+  int64_t r64[3] = {0, 0, 0};
+  char rs[7] = {0};
+  CHECK(fm_get_values(m, FM_TYPE_INT64, r64, 3) == 0);
+  CHECK(std::memcmp(r64, i64, sizeof(i64)) == 0);
+  CHECK(fm_get_values(m, FM_TYPE_CHAR, rs, 6) == 0);
+  CHECK(std::string(rs) == s);
+  // An int32 read as an int64: FM_ETYPE, nothing written.
+  r64[0] = 0;
+  CHECK(fm_get_values(m, FM_TYPE_INT64, r64, 1) == FM_ETYPE);
+  CHECK(r64[0] == 0);
+  CHECK(fm_msg_free(m) == 0);
+
+  // Two complex values read as one: FM_ETYPE, nothing written.
+  REQUIRE(fm_send_begin(&out, 256, &m) == 0);
+  REQUIRE(fm_put_values(m, FM_TYPE_COMPLEX8, z, 2) == 0);
+  REQUIRE(fm_send_end(m) == 0);
+  REQUIRE(fm_receive(&in, &m) == 0);
+  double rz[4] = {0, 0, 0, 0};
+  CHECK(fm_get_values(m, FM_TYPE_COMPLEX8, rz, 1) == FM_ETYPE);
+  CHECK(rz[0] == 0.0);
+  CHECK(fm_msg_free(m) == 0);
+}
+
 TEST_CASE("endchannel: receive returns FM_END, every time, after the data") {
   fm_guard g;
   REQUIRE(g.rc == 0);
