@@ -1,6 +1,9 @@
 /* The PMIx bootstrap (nexus/src/boot_pmix.c), run as every process of a
  * job that a PMIx server started (mpirun here) without the mpi module:
- *   test_pmix MOD N [BOOT]   with NX_PROTOCOLS=local,MOD and no NX_KEY.
+ *   test_pmix MOD N [BOOT]   with NX_PROTOCOLS=local,MOD and no NX_KEY;
+ * MOD may be SAME/OTHER (ucx/tcp): SAME between processes of one host,
+ * OTHER between hosts (the hosts come with the hellos: NX_HOST_ID, or the
+ * host name), for a job across hosts (tests/cluster, mode pmix).
  * Each process checks that nx_bootstrap() is BOOT ("pmix" by default;
  * "mpi" when the mpi module is loaded too, which then wins; "nxrun" under
  * nxrun), that nx_context_peers gives the N processes with its own rank
@@ -31,9 +34,13 @@
 #define WAIT_S 30
 #define HELLO_BYTES 256
 #define MAX_PROCS 64
+#define HOST_MAX 64
 
 static int my_rank = -1;
 static char self_exe[4096];
+/* This process's host: NX_HOST_ID where set (hosts made of namespaces),
+ * else the host name. */
+static char my_host[HOST_MAX];
 static int failed;
 
 static int check(int ok, const char *what, int line) {
@@ -57,8 +64,9 @@ static void on_alarm(int sig) {
 static struct {
   nx_mutex_t m;
   nx_cond_t c;
-  int hellos[MAX_PROCS];        /* hellos from each rank, intact */
-  uint32_t hello_to[MAX_PROCS]; /* the receiver each hello named */
+  int hellos[MAX_PROCS];          /* hellos from each rank, intact */
+  uint32_t hello_to[MAX_PROCS];   /* the receiver each hello named */
+  char host[MAX_PROCS][HOST_MAX]; /* the host each hello came from */
   int acks[MAX_PROCS];
   int bad;     /* malformed hellos or acks */
   int leaving; /* past the final barrier */
@@ -76,8 +84,11 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx, (void)addr;
   uint32_t from = UINT32_MAX, to = UINT32_MAX;
   uint8_t got[HELLO_BYTES], want[HELLO_BYTES];
+  char host[HOST_MAX];
   int ok = nx_get_uint32(b, &from) == 0 && from < MAX_PROCS &&
-           nx_get_uint32(b, &to) == 0 && nx_get_bytes(b, got, sizeof(got)) == 0;
+           nx_get_uint32(b, &to) == 0 &&
+           nx_get_bytes(b, got, sizeof(got)) == 0 &&
+           nx_get_bytes(b, host, sizeof(host)) == 0;
   if (ok) {
     pattern(want, from, to);
     ok = memcmp(got, want, sizeof(got)) == 0;
@@ -88,6 +99,8 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   if (ok) {
     in.hellos[from]++;
     in.hello_to[from] = to;
+    memcpy(in.host[from], host, sizeof(host));
+    in.host[from][HOST_MAX - 1] = '\0';
   } else {
     in.bad++;
   }
@@ -144,7 +157,7 @@ static int wait_all(const int *counters, int n) {
 
 static int send_to(const nx_gp_t *gp, const char *handler, uint32_t to) {
   nx_buffer_t *b = NULL;
-  int r = nx_rsr_init_name(&b, gp, handler, 8 + HELLO_BYTES);
+  int r = nx_rsr_init_name(&b, gp, handler, 16 + HELLO_BYTES + HOST_MAX);
   if (r == 0)
     r = nx_put_uint32(b, (uint32_t)my_rank);
   if (r == 0 && strcmp(handler, "hello") == 0) {
@@ -153,12 +166,43 @@ static int send_to(const nx_gp_t *gp, const char *handler, uint32_t to) {
     r = nx_put_uint32(b, to);
     if (r == 0)
       r = nx_put_bytes(b, p, sizeof(p));
+    if (r == 0)
+      r = nx_put_bytes(b, my_host, sizeof(my_host));
   }
   if (r == 0)
     return nx_rsr_send(b);
   if (b != NULL)
     nx_buffer_release(b);
   return r;
+}
+
+/* Every process is reached over the module expected: local for this
+ * process's own context; MOD, or with "SAME/OTHER" SAME within this host
+ * and OTHER across hosts (the hosts came with the hellos). Prints this
+ * process's row of the table. */
+static void check_routes(const nx_gp_t *gps, int n, const char *mod) {
+  char same[32], other[32];
+  const char *slash = strchr(mod, '/');
+  snprintf(same, sizeof(same), "%.*s",
+           slash != NULL ? (int)(slash - mod) : (int)strlen(mod), mod);
+  snprintf(other, sizeof(other), "%s", slash != NULL ? slash + 1 : mod);
+  char row[1024];
+  int at = snprintf(row, sizeof(row), "rank %d (%s):", my_rank, my_host);
+  for (int k = 0; k < n; k++) {
+    const char *p = nx_gp_protocol(&gps[k]);
+    nx_mutex_lock(&in.m);
+    int here = strcmp(in.host[k], my_host) == 0;
+    nx_mutex_unlock(&in.m);
+    const char *want = k == my_rank ? "local" : here ? same : other;
+    if (!CHECK(p != NULL && strcmp(p, want) == 0))
+      fprintf(stderr, "test_pmix rank %d: rank %d is reached over %s, not %s\n",
+              my_rank, k, p != NULL ? p : "nothing", want);
+    if (at > 0 && (size_t)at < sizeof(row))
+      at += snprintf(row + at, sizeof(row) - (size_t)at, " %d:%s", k,
+                     p != NULL ? p : "-");
+  }
+  if (strcmp(same, other) != 0)
+    printf("%s\n", row);
 }
 
 static void release(nx_gp_t *gps, int n) {
@@ -204,6 +248,11 @@ int main(int argc, char **argv) {
   }
   if (realpath("/proc/self/exe", self_exe) == NULL)
     return 2;
+  const char *host = getenv("NX_HOST_ID");
+  if (host != NULL && host[0] != '\0')
+    snprintf(my_host, sizeof(my_host), "%s", host);
+  else
+    gethostname(my_host, sizeof(my_host) - 1);
   const char *mod = argv[1];
   int want_n = atoi(argv[2]);
   const char *want_boot = argc == 4 ? argv[3] : "pmix";
@@ -219,11 +268,28 @@ int main(int argc, char **argv) {
   }
   int loaded = 0;
   char why[256] = "not built";
-  for (int i = 0; i < nx_module_count(); i++) {
-    nx_module_info_t mi;
-    if (nx_module_info(i, &mi) == 0 && strcmp(mi.name, mod) == 0) {
-      loaded = mi.loaded;
-      snprintf(why, sizeof(why), "%s", mi.reason);
+  /* Every module MOD names must load ("ucx/tcp": both). */
+  char names[64];
+  snprintf(names, sizeof(names), "%s", mod);
+  char *slash = strchr(names, '/');
+  const char *need[2] = {names, slash != NULL ? slash + 1 : names};
+  if (slash != NULL)
+    *slash = '\0';
+  loaded = 1;
+  for (int j = 0; j < 2; j++) {
+    int found = 0;
+    for (int i = 0; i < nx_module_count(); i++) {
+      nx_module_info_t mi;
+      if (nx_module_info(i, &mi) == 0 && strcmp(mi.name, need[j]) == 0) {
+        found = mi.loaded;
+        if (!mi.loaded)
+          snprintf(why, sizeof(why), "%s", mi.reason);
+      }
+    }
+    if (!found) {
+      loaded = 0;
+      mod = need[j];
+      break;
     }
   }
   if (!loaded) {
@@ -251,18 +317,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   CHECK(pr != NULL && my_rank == atoi(pr));
-  for (int k = 0; k < n; k++) {
-    const char *p = nx_gp_protocol(&gps[k]);
-    const char *want = k == my_rank ? "local" : mod;
-    if (!CHECK(p != NULL && strcmp(p, want) == 0))
-      fprintf(stderr, "test_pmix rank %d: rank %d is reached over %s, not %s\n",
-              my_rank, k, p != NULL ? p : "nothing", want);
-  }
   for (int k = 0; k < n; k++)
     CHECK(send_to(&gps[k], "hello", (uint32_t)k) == 0);
-  if (CHECK(wait_all(in.hellos, n)))
+  if (CHECK(wait_all(in.hellos, n))) {
+    check_routes(gps, n, mod);
     for (int k = 0; k < n; k++)
       CHECK(send_to(&gps[k], "ack", (uint32_t)k) == 0);
+  }
   CHECK(wait_all(in.acks, n));
 
   /* Checked before the barrier: once past it, the others may finalize,
