@@ -220,6 +220,8 @@ static int run_boot(const char *want) {
   if (!CHECK(boot != NULL && strcmp(boot, want) == 0))
     fprintf(stderr, "test_pmix: bootstrap %s, not %s\n",
             boot != NULL ? boot : "(null)", want);
+  nx_node_t node;
+  CHECK(nx_nodes_acquire("pmix", 1, &node) == NX_ENOTSUP);
   nx_gp_t *gps = NULL;
   int n = 0;
   int r = nx_context_peers(&gps, &n, &my_rank);
@@ -349,6 +351,11 @@ int main(int argc, char **argv) {
   CHECK(r == 0 && n2 == n && rank2 == my_rank);
   if (r == 0)
     release(again, n2);
+  /* Starting processes through PMIx is not built: a clear refusal, also
+   * under a PMIx server. */
+  nx_node_t node;
+  CHECK(nx_nodes_acquire("pmix", 1, &node) == NX_ENOTSUP);
+  CHECK(nx_nodes_acquire("pmix:host=a", 1, &node) == NX_ENOTSUP);
   /* A program rank 0 starts inherits the PMIx server's variables but is
    * no process of the job: it starts on its own ("none"). */
   if (my_rank == 0 && strcmp(want_boot, "pmix") == 0) {
