@@ -21,7 +21,8 @@ int nxi_boot_init(void);
  * under. */
 void nxi_boot_child(void);
 
-/* In nx_finalize: leaves the PMIx server. */
+/* In nx_finalize: done with the bootstrap (PMIx itself stays initialized
+ * until the process exits, boot_pmix.c). */
 void nxi_boot_finalize(void);
 
 /* Gathers every member's `mine` through the job's bootstrap (PMIx, or the
@@ -34,7 +35,9 @@ int nxi_boot_gather(const void *mine, size_t len, void **all, size_t **lens,
 /* The backend's side (boot_pmix.c or boot_nopmix.c). pmix_join: 1 when
  * this process runs under a PMIx server and joined it, 0 when it does
  * not (a plain process: no PMIx call at all), negative when joining
- * failed. pmix_key: every process takes rank 0's `key`. */
+ * failed; a later call in the same process returns 1 at once.
+ * pmix_key: every process takes rank 0's `key`. pmix_leave: called by
+ * nx_finalize; PMIx_Finalize itself runs at exit. */
 int nxi_pmix_join(void);
 int nxi_pmix_key(uint8_t *key, size_t len);
 int nxi_pmix_gather(const void *mine, size_t len, void **all, size_t **lens,

@@ -17,6 +17,12 @@
 
 static pmix_proc_t me;
 static uint32_t job_size;
+/* Joined once per process: Open MPI 4.1's server does not take a process
+ * back after PMIx_Finalize (a second PMIx_Init's fences fail, or crash),
+ * so PMIx stays initialized until the process exits. */
+static int joined;
+
+static void leave_at_exit(void) { PMIx_Finalize(NULL, 0); }
 /* Each exchange names its values anew ("nx.key.3"): a process that calls
  * nx_init or nx_context_peers again must not read the last round's. */
 static unsigned round_no;
@@ -48,6 +54,8 @@ int nxi_pmix_join(void) {
   const char *ns = getenv("PMIX_NAMESPACE");
   const char *rank = getenv("PMIX_RANK");
   int under = ns != NULL && ns[0] != '\0' && rank != NULL && rank[0] != '\0';
+  if (joined)
+    return 1; /* a later nx_init of this process */
   if (!under && !PMIx_Initialized())
     return 0;
   /* A process that one of the job's processes started (system, fork and
@@ -83,10 +91,15 @@ int nxi_pmix_join(void) {
   char mine[24];
   snprintf(mine, sizeof(mine), "%ld", (long)getpid());
   setenv("NX_PMIX_PID", mine, 1);
+  joined = 1;
+  if (atexit(leave_at_exit) != 0)
+    nxi_log(1, NULL, "PMIx bootstrap: no atexit slot for PMIx_Finalize");
   return 1;
 }
 
-void nxi_pmix_leave(void) { PMIx_Finalize(NULL, 0); }
+void nxi_pmix_leave(void) {
+  /* Nothing until the process exits (leave_at_exit). */
+}
 
 /* Puts `len` bytes under `key` for every process of the job (PMIX_GLOBAL:
  * the job's store, kept by the launcher's PMIx servers, the user's own

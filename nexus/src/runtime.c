@@ -223,7 +223,7 @@ int nx_finalize(void) {
   nxi_dlist_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
   nxi_modules_unload();
-  nxi_boot_finalize();         /* after the modules: MPI's may use PMIx too */
+  nxi_boot_finalize();
   nxi_buffer_cache_finalize(); /* the modules freed their frames */
   pthread_mutex_unlock(&init_lock);
   return 0;

@@ -365,6 +365,17 @@ int main(int argc, char **argv) {
   }
   release(gps, n);
   CHECK(nx_finalize() == 0);
+  /* A later nx_init joins the server again, as collectively as the first
+   * (docs/pmix.md, "What happens"). */
+  if (strcmp(want_boot, "pmix") == 0 && CHECK(nx_init(NULL, NULL) == 0)) {
+    boot = nx_bootstrap();
+    CHECK(boot != NULL && strcmp(boot, "pmix") == 0);
+    r = nx_context_peers(&again, &n2, &rank2);
+    CHECK(r == 0 && n2 == n && rank2 == my_rank);
+    if (r == 0)
+      release(again, n2);
+    CHECK(nx_finalize() == 0);
+  }
   if (failed == 0 && my_rank == 0)
     printf("test_pmix: %d processes (%s) over %s: every pair exchanged RSRs\n",
            n, want_boot, mod);
