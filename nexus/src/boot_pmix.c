@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "boot.h"
+#include "nxu_opt.h"
 #include "rt.h"
 
 /* A fence that does not complete in this time fails the exchange (where
@@ -56,6 +57,12 @@ int nxi_pmix_join(void) {
   int under = ns != NULL && ns[0] != '\0' && rank != NULL && rank[0] != '\0';
   if (joined)
     return 1; /* a later nx_init of this process */
+  /* NX_PMIX=off: a job whose other processes are no nexus programs, which
+   * would never join the exchanges (nx_init checked the value). */
+  int off = 0;
+  char why[128];
+  if (nxu_opt_choice("NX_PMIX", &off, why, sizeof(why)) == 0 && off == 1)
+    return 0;
   if (!under && !PMIx_Initialized())
     return 0;
   /* A process that one of the job's processes started (system, fork and
