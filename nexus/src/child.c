@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "boot.h"
 #include "chan.h"
 #include "dlist.h"
 #include "ledger.h"
@@ -134,7 +135,7 @@ int nxi_child_init(void) {
     return NX_EAGAIN;
   }
   up.watching = 1;
-  return 0;
+  return 1;
 }
 
 void nxi_child_finalize(void) {
@@ -194,42 +195,8 @@ int nx_context_serve(void) {
   return r;
 }
 
-/* Gathers every member's `mine`, in rank order, through the first module
- * that knows a job this process belongs to (mpirun's ranks): the
- * launcher table's job_peers. NX_ENOENT without one. */
-static int job_gather(const void *mine, size_t len, void **all, size_t **lens,
-                      int *count, int *rank) {
-  int nmods = nxi_module_count_loaded();
-  for (int i = 0; i < nmods; i++) {
-    struct nxi_module *m = nxi_module_loaded(i);
-    if (m->launch == NULL || m->launch->job_peers == NULL)
-      continue;
-    int r = m->launch->job_peers(m->state, mine, len, all, lens, count, rank);
-    if (r != NX_ENOENT)
-      return r;
-  }
-  return NX_ENOENT;
-}
-
-int nxi_job_key(void) {
-  void *all = NULL;
-  size_t *lens = NULL;
-  int n = 0, rank = -1;
-  int r = job_gather(nxi_rt.key, NX_KEY_SIZE, &all, &lens, &n, &rank);
-  if (r == NX_ENOENT)
-    return 0; /* no job: the key stays NX_KEY's, or this process's own */
-  if (r == 0) {
-    if (n >= 1 && lens[0] == NX_KEY_SIZE)
-      memcpy(nxi_rt.key, all, NX_KEY_SIZE);
-    else
-      r = NX_EPROTO;
-    free(all);
-    free(lens);
-  }
-  return r;
-}
-
-/* Without a launcher's channel, a module may know the job (mpirun's ranks). */
+/* Without a launcher's channel, a module may know the job (mpirun's ranks),
+ * or the PMIx server this process runs under (boot.c). */
 static int job_peers(nx_gp_t **gps, int *count, int *rank) {
   size_t cap = NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
   uint8_t *mine = malloc(cap);
@@ -239,7 +206,7 @@ static int job_peers(nx_gp_t **gps, int *count, int *rank) {
   void *all = NULL;
   size_t *lens = NULL;
   int n = 0, me_rank = -1;
-  int r = job_gather(mine, len, &all, &lens, &n, &me_rank);
+  int r = nxi_boot_gather(mine, len, &all, &lens, &n, &me_rank);
   free(mine);
   if (r < 0)
     return r;

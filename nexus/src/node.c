@@ -22,6 +22,16 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
     if (!nxi_ready())
       return NX_ENOTINIT;
     struct nxi_module *m = nxi_module_launcher(spec);
+    if (m == NULL && strcspn(spec, ":") == 4 && strncmp(spec, "pmix", 4) == 0) {
+      /* The PMIx bootstrap (boot_pmix.c) joins a job; it does not start
+       * processes (docs/pmix.md). */
+      nxi_log(0, NULL,
+              "nodes \"%s\": starting processes through PMIx (PMIx_Spawn) "
+              "is not built yet; \"mpi\" nodes (MPI_Comm_spawn) or "
+              "\"localhost\" start process contexts",
+              spec);
+      return NX_ENOTSUP;
+    }
     if (m == NULL) {
       nxi_log(0, NULL,
               "nodes \"%s\": no loaded protocol module named \"%.*s\" starts "

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "attach.h"
+#include "boot.h"
 #include "buffer_cache.h"
 #include "child.h"
 #include "confirm.h"
@@ -150,8 +151,9 @@ int nx_init(int *argc, char ***argv) {
   r = nxi_progress_watch_modules();
   if (r < 0)
     goto err_modules;
-  /* Before anything can use the key: the ranks of an MPI job agree on it. */
-  r = nxi_job_key();
+  /* Before anything can use the key: the processes of a job (an MPI job,
+   * or one a PMIx server started) agree on it. */
+  r = nxi_boot_init();
   if (r < 0) {
     nxi_log(0, NULL, "agreeing on the job's key with its other ranks: %s",
             nx_strerror(r));
@@ -160,11 +162,13 @@ int nx_init(int *argc, char ***argv) {
   struct nxi_dlist *self;
   r = nxi_dlist_self(nxi_rt.proc_id, &self);
   if (r < 0)
-    goto err_modules;
+    goto err_boot;
   atomic_store(&nxi_rt.self_dl, self);
   r = nxi_child_init();
   if (r < 0)
     goto err_dlist;
+  if (r > 0)
+    nxi_boot_child();
   atomic_store(&nxi_rt.refs, 1);
   r = nxi_confirm_init();
   if (r < 0) {
@@ -182,6 +186,8 @@ err_dlist:
   nxi_dlist_release(nxi_rt.self_dl);
   nxi_rt.self_dl = NULL;
   nxi_dlist_finalize();
+err_boot:
+  nxi_boot_finalize();
 err_modules:
   nxi_modules_unload();
 err_contexts:
@@ -243,7 +249,8 @@ int nx_finalize(void) {
   nxi_dlist_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
   nxi_modules_unload();
-  nxi_ledger_finalize();       /* after the modules' last send_done */
+  nxi_ledger_finalize(); /* after the modules' last send_done */
+  nxi_boot_finalize();
   nxi_buffer_cache_finalize(); /* the modules freed their frames */
   pthread_mutex_unlock(&init_lock);
   return result;

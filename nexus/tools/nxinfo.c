@@ -1,6 +1,6 @@
-/* nxinfo: lists the protocol modules this process finds (loaded ones in order
- * of preference, then those skipped and why), or with --config every NX_*
- * setting. */
+/* nxinfo: says how this process was bootstrapped and lists the protocol
+ * modules it finds (loaded ones in order of preference, then those skipped
+ * and why), or with --config every NX_* setting. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,9 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: nxinfo [--config]\n"
-             "  (no option)  the protocol modules found: loaded ones in order "
+             "  (no option)  the bootstrap (nxrun, creator, mpi, pmix or "
+             "none) and the\n"
+             "               protocol modules found: loaded ones in order "
              "of preference,\n"
              "               then the skipped ones with the reason\n"
              "  --config     every NX_* environment variable: its value here, "
@@ -79,6 +81,7 @@ int main(int argc, char **argv) {
   nx_node_t node;
   nx_node_self(&node);
   printf("nexus %s on %s\n", nx_version(), node.host);
+  printf("bootstrap: %s\n", nx_bootstrap());
   int n = nx_module_count();
   printf("%-8s %-8s %-5s %-4s %-6s %s\n", "module", "status", "rank", "cost",
          "wire", "details");

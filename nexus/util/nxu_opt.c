@@ -62,6 +62,12 @@ const struct nxu_opt nxu_opts[] = {
     {"NX_RANK", NXU_OPT_UINT, "(set by nxrun)", 0, 0, 1u << 30, NULL, "nxrun",
      "this process's rank in an nxrun job (for the program; nexus uses "
      "nx_context_peers)"},
+    {"NX_PMIX", NXU_OPT_CHOICE, "auto", 0, 0, 0, "auto|off", "core",
+     "off: nx_init does not join a PMIx server (docs/pmix.md)"},
+    {"NX_PMIX_PID", NXU_OPT_UINT, "(set by nx_init)", 0, 0, NO_MAX, NULL,
+     "core",
+     "the pid of a process of a PMIx job, so its children know they are "
+     "none"},
     {"NX_SIZE", NXU_OPT_UINT, "(set by nxrun)", 0, 1, 1u << 30, NULL, "nxrun",
      "the number of processes of an nxrun job"},
     {"NX_TCP_LISTEN", NXU_OPT_TEXT, "127.0.0.1,::1", 0, 0, 0, NULL, "tcp",

@@ -182,6 +182,24 @@ else:
         check_rows("bench_rsr_mpi", out, ["4 MiB"], COPY + ZC)
         check_goals("bench_rsr_mpi", out, ["4 MiB"], ZC)
 
+# Start-up under mpirun (PMIx bootstrap): 4 ranks, one round; the table
+# and the goal line.
+if shutil.which("mpirun") is None:
+    print("WARN: SKIPPED bench_pmix_boot: no mpirun")
+else:
+    out = run("bench_pmix_boot",
+              [os.path.join(bench, "bench_pmix_boot"), "--np", "4",
+               "--rounds", "1"])
+    if out is not None:
+        for row in ["PMIx_Init + PMIx_Fence (anchor)",
+                    "nx_init + nx_context_peers (local,tcp)"]:
+            check(re.search(re.escape(row) + r"\s+[\d.]+\s+[\d.]+", out),
+                  "bench_pmix_boot: the row " + row)
+        check(re.search(r"ratio nexus / anchor\s+[\d.]+x\s+[\d.]+x", out),
+              "bench_pmix_boot: the ratio row")
+        check("goal: within 1.5x of the anchor" in out,
+              "bench_pmix_boot: the goal line")
+
 if failures:
     print("%d checks failed" % len(failures))
     sys.exit(1)

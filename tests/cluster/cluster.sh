@@ -5,6 +5,7 @@
 # which protocol every pair of contexts uses (docs/cluster-test.md).
 #
 # usage: cluster.sh CLUSTER_PEER NXINFO [full|degraded|gateway]
+#        cluster.sh TEST_PMIX NXINFO pmix
 # "degraded" runs the same cluster with the backends of ucx and ofi made
 # unusable at run time (UCX_TLS=bogus, FI_PROVIDER=nonexistent) and the
 # ranks started without mpirun: those modules are skipped with their
@@ -13,15 +14,21 @@
 # B's only tcp, on a second veth pair; the hub, on host A, loads both and
 # is the gateway every other process joins (nx_gateway_use), so A and B
 # reach each other only through it. At the end one B process is killed.
+# "pmix" starts one job on both hosts with Open MPI's mpirun (on host A;
+# its rsh agent enters host B's namespace to start the daemon there): the
+# processes (tests/pmix/test_pmix, the first argument) bootstrap through
+# PMIx, load ucx and tcp, and every pair must use ucx within a host and
+# tcp between the hosts.
 # Exit: 0 passed, 1 failed, 77 skipped (not root, no ip, no namespaces;
-# for "gateway" also no ofi module with a shm rail).
+# for "gateway" also no ofi module with a shm rail; for "pmix" no mpirun,
+# no unshare, or no ucx module).
 set -u
 
 peer=$1
 nxinfo=$2
 mode=${3:-full}
 case $mode in
-full | degraded | gateway) ;;
+full | degraded | gateway | pmix) ;;
 *)
   echo "cluster.sh: unknown mode $mode"
   exit 1
@@ -87,7 +94,7 @@ cleanup() {
   done
   ip netns del "$A" 2>/dev/null
   ip netns del "$B" 2>/dev/null
-  rm -rf "$work"
+  rm -rf "$work" "/etc/netns/$A" "/etc/netns/$B"
 }
 trap cleanup EXIT
 trap 'echo "cluster.sh: interrupted"; exit 1' INT TERM HUP
@@ -168,6 +175,94 @@ wait_url() {
   }
   url=$(cat "$work/url")
 }
+
+# One mpirun job over both hosts (mode pmix): mpirun runs in host A with
+# its own host name (a UTS namespace), and starts the daemon of host B
+# through an rsh agent that enters B's namespaces. The names resolve in
+# both namespaces through /etc/netns/NS/hosts, which ip netns exec mounts
+# over /etc/hosts.
+if [ "$mode" = pmix ]; then
+  mpirun=$(command -v mpirun 2>/dev/null) || skip "no mpirun"
+  command -v unshare >/dev/null 2>&1 || skip "no unshare (util-linux)"
+  ip netns exec "$A" unshare --uts true 2>"$work/err" ||
+    skip "unshare --uts failed: $(cat "$work/err")"
+  ip netns exec "$A" env NX_HOST_ID=hostA NX_PROTOCOLS=ucx,tcp,local \
+    "$nxinfo" >"$work/nxinfo" 2>&1
+  cat "$work/nxinfo"
+  for m in ucx tcp; do
+    [ "$(status "$m")" = loaded ] ||
+      skip "the $m module does not load here: $(grep "^$m " "$work/nxinfo")"
+  done
+  for ns in $A $B; do
+    mkdir -p "/etc/netns/$ns"
+    printf '127.0.0.1 localhost\n%s hostA\n%s hostB\n' $ipA $ipB \
+      >"/etc/netns/$ns/hosts"
+  done
+  # The agent: "nxrsh [options] HOST COMMAND..." runs COMMAND (a shell
+  # command line) in HOST's namespace, under HOST's name.
+  cat >"$work/nxrsh" <<AGENT
+#!/bin/sh
+while [ \$# -gt 0 ]; do
+  case \$1 in -*) shift ;; *) break ;; esac
+done
+host=\$1
+shift
+case \$host in
+hostA) ns=$A ;;
+hostB) ns=$B ;;
+*) echo "nxrsh: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && \$*"
+AGENT
+  chmod +x "$work/nxrsh"
+  printf 'hostA slots=2\nhostB slots=2\n' >"$work/hostfile"
+  # Each process: its host's identity (the namespaces share
+  # /etc/machine-id) and its tcp addresses, from its host name.
+  cat >"$work/onhost" <<ONHOST
+#!/bin/sh
+case \$(hostname) in
+hostA) ip=$ipA ;;
+*) ip=$ipB ;;
+esac
+NX_HOST_ID=\$(hostname) NX_TCP_LISTEN=127.0.0.1,\$ip exec "\$@"
+ONHOST
+  chmod +x "$work/onhost"
+  # ucx before tcp: ucx (host scope) within a host, tcp between them.
+  setsid ip netns exec "$A" unshare --uts sh -c 'hostname hostA && exec "$@"' \
+    sh "$mpirun" --allow-run-as-root --oversubscribe \
+    --hostfile "$work/hostfile" -np 4 \
+    --mca plm_rsh_agent "$work/nxrsh" \
+    --mca oob_tcp_if_include 169.254.77.0/30 \
+    -x NX_PROTOCOLS=ucx,tcp,local -x LD_LIBRARY_PATH -x PATH \
+    "$work/onhost" "$peer" ucx/tcp 4 >"$work/job.log" 2>&1 &
+  job=$!
+  pids="$pids $job"
+  i=0
+  while running "$job" && [ $i -lt $((deadline * 10)) ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  rc=0
+  if running "$job"; then
+    echo "cluster.sh: FAIL: the job did not finish within $deadline s"
+    rc=1
+  else
+    reap "$job" || rc=1
+  fi
+  echo "---- job.log"
+  cat "$work/job.log"
+  # Each process printed its row: where the others are and over what.
+  for h in hostA hostB; do
+    n=$(grep -c "^rank [0-9]* ($h):" "$work/job.log")
+    [ "$n" = 2 ] || {
+      echo "cluster.sh: FAIL: $n processes ran on $h, not 2"
+      rc=1
+    }
+  done
+  grep -q "every pair exchanged RSRs" "$work/job.log" || rc=1
+  [ $rc = 0 ] && echo "cluster.sh: passed (one mpirun job on both hosts: ucx within a host, tcp between them)"
+  exit $rc
+fi
 
 victim="" # the process the gateway mode kills
 if [ "$mode" = gateway ]; then

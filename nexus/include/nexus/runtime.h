@@ -41,6 +41,14 @@ NX_EXTERN int nx_finalize(void);
  * no nx_init. */
 NX_EXTERN const char *nx_version(void);
 
+/* How this process learned the computation it belongs to, its bootstrap
+ * (docs/design.md, "Bootstraps"): "nxrun" (started by nxrun), "creator"
+ * (a process context of nx_context_create), "mpi" (a rank of an MPI job
+ * the mpi module knows), "pmix" (a process a PMIx server started:
+ * mpirun, srun --mpi=pmix, prterun) or "none" (started by hand). Decided
+ * by the outermost nx_init; NULL before nx_init. */
+NX_EXTERN const char *nx_bootstrap(void);
+
 /* A node: a processing resource (here, a host). */
 typedef struct nx_node {
   uint32_t id;

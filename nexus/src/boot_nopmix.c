@@ -1,0 +1,25 @@
+/* The PMIx bootstrap when nexus is built without PMIx (-Dpmix=disabled, or
+ * no libpmix found): no process ever runs under a PMIx server. */
+#include "boot.h"
+#include "rt.h"
+
+int nxi_pmix_join(void) { return 0; }
+
+int nxi_pmix_key(uint8_t *key, size_t len) {
+  (void)key;
+  (void)len;
+  return NX_ENOTSUP;
+}
+
+int nxi_pmix_gather(const void *mine, size_t len, void **all, size_t **lens,
+                    int *count, int *rank) {
+  (void)mine;
+  (void)len;
+  (void)all;
+  (void)lens;
+  (void)count;
+  (void)rank;
+  return NX_ENOENT;
+}
+
+void nxi_pmix_leave(void) {}

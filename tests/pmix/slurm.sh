@@ -1,0 +1,125 @@
+#!/bin/sh
+# The PMIx bootstrap under Slurm (docs/pmix.md): a private one-node Slurm
+# cluster (its own munged, slurmctld and slurmd, with their sockets,
+# ports, state and logs in a temporary folder) runs test_pmix through
+# `srun --mpi=pmix` with each module named, then is taken down.
+#
+# usage: slurm.sh TEST_PMIX MODULE...
+# Exit: 0 passed, 1 failed, 77 skipped (not root, Slurm or munge not
+# installed, no pmix plugin, or the daemons did not come up: the reason
+# is printed).
+set -u
+
+test_pmix=$1
+shift
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+
+[ "$(id -u)" = 0 ] || skip "slurmd must run as root to start jobs"
+for p in munged slurmctld slurmd; do
+  [ -x /usr/sbin/$p ] || skip "/usr/sbin/$p is not installed (Debian: munge slurmctld slurmd slurm-client)"
+done
+command -v srun >/dev/null 2>&1 || skip "srun is not installed (Debian: slurm-client)"
+
+work=$(mktemp -d /tmp/nx-slurm-XXXXXX)
+cleanup() {
+  pids=""
+  for f in slurmd slurmctld munged; do
+    [ -s "$work/$f.pid" ] && pids="$pids $(cat "$work/$f.pid")"
+  done
+  [ -z "$pids" ] || kill $pids 2>/dev/null
+  # A daemon ends within seconds of SIGTERM; one that did not in 15 s is
+  # killed.
+  for i in $(seq 75); do
+    alive=""
+    for p in $pids; do
+      kill -0 "$p" 2>/dev/null && alive="$alive $p"
+    done
+    [ -n "$alive" ] || break
+    sleep 0.2
+  done
+  [ -z "$alive" ] || kill -9 $alive 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Ports no one listens on (a fixed pair would clash with a real Slurm).
+free_port() {
+  p=$1
+  while ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; do
+    p=$((p + 1))
+  done
+  echo "$p"
+}
+base=$((20000 + $$ % 20000))
+ctld_port=$(free_port "$base")
+slurmd_port=$(free_port $((ctld_port + 1)))
+host=$(hostname -s)
+cpus=$(nproc)
+
+mkdir -p "$work/state" "$work/spool"
+head -c 1024 /dev/urandom >"$work/munge.key"
+chmod 400 "$work/munge.key"
+/usr/sbin/munged -f -S "$work/munge.sock" --key-file="$work/munge.key" \
+  --log-file="$work/munged.log" --pid-file="$work/munged.pid" \
+  --seed-file="$work/munged.seed" || skip "munged did not start: $(tail -n 2 "$work/munged.log")"
+
+cat >"$work/slurm.conf" <<CONF
+ClusterName=nxtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$work/munge.sock
+CredType=cred/munge
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldLogFile=$work/slurmctld.log
+SlurmdLogFile=$work/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+PartitionName=nx Nodes=$host Default=YES MaxTime=10 State=UP OverSubscribe=FORCE
+CONF
+export SLURM_CONF="$work/slurm.conf"
+/usr/sbin/slurmctld -f "$SLURM_CONF" || skip "slurmctld did not start: $(tail -n 2 "$work/slurmctld.log")"
+/usr/sbin/slurmd -f "$SLURM_CONF" || skip "slurmd did not start: $(tail -n 2 "$work/slurmd.log")"
+up=0
+for i in $(seq 50); do
+  if sinfo -h -o %t 2>/dev/null | grep -q idle; then
+    up=1
+    break
+  fi
+  sleep 0.2
+done
+[ $up = 1 ] || skip "the node did not come up in 10 s: $(tail -n 2 "$work/slurmd.log")"
+srun --mpi=list 2>&1 | grep -q pmix || skip "Slurm has no pmix plugin (srun --mpi=list)"
+
+failed=0
+for m in "$@"; do
+  for n in 2 4; do
+    echo "== srun --mpi=pmix -n $n test_pmix $m $n (NX_PROTOCOLS=local,$m)"
+    # --overcommit: 4 processes on 2 cores; --time: a bound of Slurm's own.
+    if ! NX_PROTOCOLS=local,$m timeout 60 srun --mpi=pmix --overcommit \
+      --time=1 -n "$n" "$test_pmix" "$m" "$n"; then
+      echo "FAILED: $m with $n processes"
+      failed=1
+    fi
+  done
+done
+exit $failed
