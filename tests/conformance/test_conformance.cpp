@@ -1040,6 +1040,11 @@ rogue_result run_rogue(const std::string &gp, const bad_case &c) {
 // Job mode: the rogue is rank 2, told its case in a "rogue_case" RSR; it
 // answers "rogue_done" with its result line, unless the case got it
 // dropped (then no answer can come).
+// "rogue_case" RSRs sent to the job's rogue rank: it does not run nexus, so
+// it never confirms them (docs/design.md section 9), and they are reported
+// lost when it is dropped.
+long rogue_cases_sent;
+
 rogue_result run_rogue_job(session &s, const bad_case &c) {
   REQUIRE(the_job.count >= 3);
   std::string text = std::string("SCRIPT:") + (c.hangup ? "10000" : "300") +
@@ -1052,6 +1057,7 @@ rogue_result run_rogue_job(session &s, const bad_case &c) {
   long before = s.in.rogue_done;
   nx_mutex_unlock(&s.in.m);
   REQUIRE(nx_rsr_send(b) == 0);
+  rogue_cases_sent++;
   rogue_result r;
   if (c.dropped) {
     r.status = 0;
@@ -1136,7 +1142,13 @@ TEST_CASE("bad frames from a rogue peer are dropped and counted; the process "
     // untouched.
     CHECK(s.in.deaths.load() - deaths0 == (c.dropped ? 1 : 0));
     CHECK(st.peers_failed - st0.peers_failed == (c.dropped ? 1u : 0u));
-    CHECK(st.rsr_failed == st0.rsr_failed);
+    // Nothing the process sent is lost, but for the RSRs the job's rogue
+    // took without confirming (it runs no nexus): reported when it is
+    // dropped.
+    if (job_mode() && c.dropped)
+      CHECK((long)(st.rsr_failed - st0.rsr_failed) <= rogue_cases_sent);
+    else
+      CHECK(st.rsr_failed == st0.rsr_failed);
 
     // The good peer is still served, both ways.
     long before = s.in.pongs;
