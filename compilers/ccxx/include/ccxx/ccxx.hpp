@@ -196,8 +196,9 @@ namespace detail {
 // one-way operation).
 using op_fn = void (*)(void *address, stream &in, stream *out);
 
-// Registers an operation under the name the compiler gives its template
-// instance; every process of the executable computes the same id.
+// Registers an operation under the mangled name of its template instance
+// (typeid: it names the member function with its parameter types, so
+// overloads differ); every process of the executable computes the same id.
 uint32_t op_register(const char *name, op_fn fn, bool reply);
 
 // Sends op `id` to `target` with the arguments packed by `pack`; unless
@@ -261,6 +262,14 @@ void read_tuple(stream &in, Tuple &t, std::index_sequence<I...>) {
   (void)(in >> ... >> std::get<I>(t));
 }
 
+// How a constructor's argument travels: by value; a C string as a
+// std::string (the pointer means nothing in another process).
+template <class A>
+using wire_t =
+    std::conditional_t<std::is_same_v<std::decay_t<A>, const char *> ||
+                           std::is_same_v<std::decay_t<A>, char *>,
+                       std::string, std::decay_t<A>>;
+
 template <class M> struct method_traits;
 template <class C, class R, class... A> struct method_traits<R (C::*)(A...)> {
   using cls = C;
@@ -271,6 +280,22 @@ template <class C, class R, class... A> struct method_traits<R (C::*)(A...)> {
 };
 template <class C, class R, class... A>
 struct method_traits<R (C::*)(A...) const> : method_traits<R (C::*)(A...)> {};
+template <class C, class R, class... A>
+struct method_traits<R (C::*)(A...) noexcept> : method_traits<R (C::*)(A...)> {
+};
+template <class C, class R, class... A>
+struct method_traits<R (C::*)(A...) const noexcept>
+    : method_traits<R (C::*)(A...)> {};
+
+// The result type of method M.
+template <auto M> using result_t = typename method_traits<decltype(M)>::ret;
+
+// The stub of a global class C: C::ccxx_stub_, which the translator nests in
+// every global class (void when there is none).
+template <class T, class = void> struct stub_of { using type = void; };
+template <class T> struct stub_of<T, std::void_t<typename T::ccxx_stub_>> {
+  using type = typename T::ccxx_stub_;
+};
 
 // One method as a remote operation; `name()` is unique per method.
 template <auto M> struct method_op {
@@ -294,7 +319,7 @@ template <auto M> struct method_op {
       *out << r;
     }
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(method_op).name(); }
   static inline const uint32_t id =
       op_register(name(), run, !std::is_void_v<R>);
 };
@@ -312,7 +337,7 @@ template <class C, class... Args> struct ctor_op {
     nx_gp_release(&gp);
     stream::check(r);
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(ctor_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
@@ -325,7 +350,7 @@ template <class C> struct delete_op {
     atomic_forget(address);
     *out << true;
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(delete_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
@@ -336,7 +361,7 @@ template <class T> struct get_op {
   static void run(void *address, stream &, stream *out) {
     *out << static_cast<const T &>(*static_cast<T *>(address));
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(get_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 template <class T> struct put_op {
@@ -346,7 +371,7 @@ template <class T> struct put_op {
     sync_assign<T>::assign(*static_cast<T *>(address), std::move(v));
     *out << true;
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(put_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
@@ -444,6 +469,23 @@ public:
     gp.address += static_cast<uint64_t>(
         reinterpret_cast<const unsigned char *>(&(base->*field)) - storage);
     return global_ptr<M>::adopt(gp);
+  }
+
+  // p->f(args): the pointee's stub (the translator nests one in every global
+  // class, C::ccxx_stub_), whose member functions have C's signatures and
+  // make the remote calls.
+  template <class U = T, class S = typename detail::stub_of<U>::type,
+            std::enable_if_t<!std::is_void_v<S>, int> = 0>
+  S operator->() const {
+    return S{*this};
+  }
+  template <class U = T, class S = typename detail::stub_of<U>::type,
+            std::enable_if_t<std::is_void_v<S>, int> = 0>
+  void operator->() const {
+    static_assert(!std::is_void_v<S>,
+                  "ccxx: p->f() needs the pointee to be a global class "
+                  "(declared 'global class' in a .ccxx file); otherwise "
+                  "call p.call<&C::f>(args) or read p.member(&C::m)");
   }
 
   // A synchronous remote call of method M (void methods are one-way: the
@@ -565,7 +607,7 @@ template <class T> struct get_op<sync<T>> {
   static void run(void *address, stream &, stream *out) {
     *out << static_cast<sync<T> *>(address)->get();
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(get_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 } // namespace detail
@@ -603,8 +645,8 @@ global_ptr<C> create(const proc_t &where, A &&...a) {
     });
     return global_ptr<C>::adopt(gp);
   }
-  using op = detail::ctor_op<C, std::decay_t<A>...>;
-  std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
+  using op = detail::ctor_op<C, detail::wire_t<A>...>;
+  std::tuple<detail::wire_t<A>...> args(std::forward<A>(a)...);
   nx_gp_t gp = detail::place_process(
       where.spec(), op::id,
       [&args](stream &s) {
@@ -622,6 +664,21 @@ template <class C> int destroy(global_ptr<C> &p) {
   p = nullptr;
   return detail::destroy_context(&gp, detail::delete_op<C>::id, typeid(C));
 }
+
+// `delete e;` in a .ccxx file: destroys a global pointer's object (and
+// nulls the pointer), deletes a local pointer's.
+template <class C> void delete_(global_ptr<C> &p) { destroy(p); }
+template <class C> void delete_(global_ptr<C> &&p) { destroy(p); }
+template <class T> void delete_(T *p) { delete p; }
+
+namespace detail {
+// A stub's call (the translator's C::ccxx_stub_): N is the stub function's
+// template parameter, so nothing is compiled until the function is called.
+template <auto M, int N, class T, class... A>
+auto stub_call(const global_ptr<T> &p, A &&...a) {
+  return p.template call<M>(std::forward<A>(a)...);
+}
+} // namespace detail
 
 template <class T> std::string global_ptr<T>::describe() const {
   return detail::object_name(typeid(T), &gp_);
