@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <new>
 #include <thread>
 #include <unordered_map>
 
@@ -181,16 +182,86 @@ static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
   finish(p, 0, "", buf);
 }
 
-// Replies carry: token, status (0 or an error), the cause when status != 0,
+// The standard exceptions that reach the caller with their type and what()
+// (the exact types: a class derived from one stays remote_error).
+enum std_kind : uint8_t {
+  K_NONE,
+  K_LOGIC,
+  K_INVALID_ARGUMENT,
+  K_DOMAIN,
+  K_LENGTH,
+  K_OUT_OF_RANGE,
+  K_RUNTIME,
+  K_RANGE,
+  K_OVERFLOW,
+  K_UNDERFLOW,
+  K_BAD_ALLOC,
+};
+
+static uint8_t std_kind_of(const std::exception &e) {
+  const std::type_info &t = typeid(e);
+  if (t == typeid(std::logic_error))
+    return K_LOGIC;
+  if (t == typeid(std::invalid_argument))
+    return K_INVALID_ARGUMENT;
+  if (t == typeid(std::domain_error))
+    return K_DOMAIN;
+  if (t == typeid(std::length_error))
+    return K_LENGTH;
+  if (t == typeid(std::out_of_range))
+    return K_OUT_OF_RANGE;
+  if (t == typeid(std::runtime_error))
+    return K_RUNTIME;
+  if (t == typeid(std::range_error))
+    return K_RANGE;
+  if (t == typeid(std::overflow_error))
+    return K_OVERFLOW;
+  if (t == typeid(std::underflow_error))
+    return K_UNDERFLOW;
+  if (t == typeid(std::bad_alloc))
+    return K_BAD_ALLOC;
+  return K_NONE;
+}
+
+void raise(const std::string &object, int status, const std::string &cause,
+           uint8_t kind, const std::string &what) {
+  switch (kind) {
+  case K_LOGIC: throw std::logic_error(what);
+  case K_INVALID_ARGUMENT: throw std::invalid_argument(what);
+  case K_DOMAIN: throw std::domain_error(what);
+  case K_LENGTH: throw std::length_error(what);
+  case K_OUT_OF_RANGE: throw std::out_of_range(what);
+  case K_RUNTIME: throw std::runtime_error(what);
+  case K_RANGE: throw std::range_error(what);
+  case K_OVERFLOW: throw std::overflow_error(what);
+  case K_UNDERFLOW: throw std::underflow_error(what);
+  case K_BAD_ALLOC: throw std::bad_alloc();
+  default: throw remote_error(object, cause, status);
+  }
+}
+
+void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
+                  std::string &what) {
+  s >> cause;
+  if (status == -1)
+    s >> kind >> what;
+}
+
+// Replies carry: token, status (0 or an error), when status != 0 the cause
+// and, for an exception in the method (-1), its kind (std_kind) and what();
 // then the result.
 static void send_error_reply(const nx_gp_t *to, uint64_t token, int status,
-                             const std::string &cause) {
+                             const std::string &cause, uint8_t kind,
+                             const std::string &what) {
   nx_buffer_t *out;
-  if (nx_rsr_init_name(&out, to, REPLY_HANDLER, 64 + cause.size()) < 0)
+  if (nx_rsr_init_name(&out, to, REPLY_HANDLER,
+                       64 + cause.size() + what.size()) < 0)
     return;
   stream s(out);
   try {
     s << token << status << cause;
+    if (status == -1)
+      s << kind << what;
   } catch (const stream::error &) {
     nx_buffer_release(out);
     return;
@@ -212,7 +283,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     if (want_reply)
       send_error_reply(&reply_to, token, NX_ENOHANDLER,
                        "the object's process does not know this operation "
-                       "(another executable?)");
+                       "(another executable?)",
+                       K_NONE, "");
     nx_gp_release(&reply_to);
     return;
   }
@@ -223,7 +295,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     return;
   }
   int status = 0;
-  std::string cause;
+  uint8_t kind = K_NONE;
+  std::string cause, what;
   try {
     if (out != nullptr) {
       stream s(out);
@@ -238,6 +311,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   } catch (const std::exception &e) {
     status = -1;
     cause = std::string("the method threw: ") + e.what();
+    kind = std_kind_of(e);
+    what = e.what();
   } catch (...) {
     status = -1;
     cause = "the method threw a non-standard exception";
@@ -248,7 +323,7 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     if (out != nullptr)
       nx_buffer_release(out);
     if (want_reply)
-      send_error_reply(&reply_to, token, status, cause);
+      send_error_reply(&reply_to, token, status, cause, kind, what);
     else if (status != 0)
       fprintf(stderr, "ccxx: one-way call failed: %s\n", cause.c_str());
   }
@@ -327,18 +402,19 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
                                                             nx_buffer_release);
   stream s(p.reply);
   int status = 0;
-  std::string cause;
+  uint8_t kind = K_NONE;
+  std::string cause, thrown;
   try {
     s >> status;
-    if (status != 0) {
-      s >> cause;
-      throw remote_error(what(), cause, status);
-    }
-    if (unpack)
+    if (status != 0)
+      read_failure(s, status, cause, kind, thrown);
+    else if (unpack)
       unpack(s);
   } catch (const stream::error &e) {
     throw remote_error(what(), e.what(), e.code);
   }
+  if (status != 0)
+    raise(what(), status, cause, kind, thrown);
 }
 
 // ---------------------------------------------------------------- placement

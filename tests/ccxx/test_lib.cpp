@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 static int failures = 0;
@@ -27,6 +29,16 @@ struct point {
   int x;
   double y;
 };
+
+struct my_range : std::out_of_range {
+  using std::out_of_range::out_of_range;
+};
+
+class Counter;
+// A standard exception thrown by a method arrives with its exact type and
+// what(); anything else as remote_error.
+template <class E>
+static void check_throws(const ccxx::global_ptr<Counter> &c, int k);
 
 class Counter {
 public:
@@ -53,6 +65,25 @@ public:
   // Fills the caller's sync variable through a global pointer.
   void answer(ccxx::global_ptr<ccxx::sync<int>> to, int v) { *to = v * 10; }
   int fail() { throw std::runtime_error("deliberate"); }
+  // Throws standard exception number k (see check_throws), or one derived
+  // from std::out_of_range (k == 10), or an int (k == 11).
+  int throw_kind(int k) {
+    std::string w = "kind " + std::to_string(k);
+    switch (k) {
+    case 0: throw std::logic_error(w);
+    case 1: throw std::invalid_argument(w);
+    case 2: throw std::domain_error(w);
+    case 3: throw std::length_error(w);
+    case 4: throw std::out_of_range(w);
+    case 5: throw std::runtime_error(w);
+    case 6: throw std::range_error(w);
+    case 7: throw std::overflow_error(w);
+    case 8: throw std::underflow_error(w);
+    case 9: throw std::bad_alloc();
+    case 10: throw my_range(w);
+    default: throw k;
+    }
+  }
   int die() { _exit(3); }
 
 private:
@@ -60,6 +91,24 @@ private:
   std::string name_;
   point at_{7, 2.5};
 };
+
+template <class E>
+static void check_throws(const ccxx::global_ptr<Counter> &c, int k) {
+  std::string want = std::is_same_v<E, std::bad_alloc>
+                         ? std::bad_alloc().what()
+                         : "kind " + std::to_string(k);
+  bool caught = false;
+  try {
+    c.call<&Counter::throw_kind>(k);
+  } catch (const E &e) {
+    caught = typeid(e) == typeid(E) && want == e.what();
+  } catch (...) {
+  }
+  if (!caught)
+    fprintf(stderr, "exception kind %d did not arrive as %s\n", k,
+            typeid(E).name());
+  CHECK(caught);
+}
 
 static int run(int argc, char **argv) {
   if (argc < 2) {
@@ -113,15 +162,38 @@ static int run(int argc, char **argv) {
   CHECK(threw);
   CHECK(s.get() == 40);
 
-  // An exception in the method comes back as remote_error.
+  // A std::runtime_error in the method comes back as one.
   threw = false;
   try {
     c.call<&Counter::fail>();
-  } catch (const ccxx::remote_error &e) {
-    threw = std::strstr(e.what(), "deliberate") != nullptr &&
-            e.object().find("Counter") != std::string::npos;
+  } catch (const ccxx::remote_error &) {
+  } catch (const std::runtime_error &e) {
+    threw = std::strcmp(e.what(), "deliberate") == 0;
   }
   CHECK(threw);
+
+  check_throws<std::logic_error>(c, 0);
+  check_throws<std::invalid_argument>(c, 1);
+  check_throws<std::domain_error>(c, 2);
+  check_throws<std::length_error>(c, 3);
+  check_throws<std::out_of_range>(c, 4);
+  check_throws<std::runtime_error>(c, 5);
+  check_throws<std::range_error>(c, 6);
+  check_throws<std::overflow_error>(c, 7);
+  check_throws<std::underflow_error>(c, 8);
+  check_throws<std::bad_alloc>(c, 9);
+  // A class derived from a standard one, and a non-standard exception.
+  for (int k : {10, 11}) {
+    std::string msg;
+    try {
+      c.call<&Counter::throw_kind>(k);
+    } catch (const ccxx::remote_error &e) {
+      msg = e.cause();
+    } catch (...) {
+    }
+    CHECK(msg == (k == 10 ? "the method threw: kind 10"
+                          : "the method threw a non-standard exception"));
+  }
 
   // par and spawn.
   int a = 0, b = 0;

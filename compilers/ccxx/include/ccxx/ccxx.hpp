@@ -209,6 +209,15 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
              const std::function<void(stream &)> &unpack,
              const std::type_info &type);
 
+// Throws what a failed call's reply says: one of the standard exceptions
+// of kind `kind` with `what`, else remote_error(object, cause, status).
+[[noreturn]] void raise(const std::string &object, int status,
+                        const std::string &cause, uint8_t kind,
+                        const std::string &what);
+// Reads a failed reply's cause (and, for status -1, kind and what).
+void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
+                  std::string &what);
+
 // The readable name of a type (demangled).
 std::string type_name(const std::type_info &t);
 // "Counter@0x100000002": an object's type and context, for messages.
