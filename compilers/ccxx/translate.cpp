@@ -911,8 +911,19 @@ void translator::pass_statements() {
                  "spawn f(args);");
         continue;
       }
-      t_[i].text = "ccxx::spawn([=]() mutable {";
-      t_[e].after = " });" + t_[e].after;
+      // The arguments are evaluated here, in the spawning thread, and
+      // their values passed to the call, which runs in the new thread (on
+      // a copy of the callee expression's variables).
+      size_t lp = e - 1;
+      for (int d = 0;; lp--) {
+        d += is(lp, ")") - is(lp, "(");
+        if (d == 0)
+          break;
+      }
+      t_[i].text = "ccxx::spawn([=](auto &&...ccxx_a_) mutable {";
+      t_[lp].text = "(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }" +
+                    std::string(lp + 1 == e - 1 ? "" : ",");
+      t_[e - 1].text = ")";
     }
   }
 }

@@ -202,9 +202,17 @@ TEST_CASE("parfor adds each iteration to a group, capturing its variable") {
                  "ccxx_pf1_.run(); }"));
 }
 
-TEST_CASE("spawn runs the call in a new thread on copies") {
-  std::string out = tr("void g(int);\nvoid f(int x) { spawn g(x + 1); }\n");
-  CHECK(has(out, "ccxx::spawn([=]() mutable { g(x + 1); });"));
+TEST_CASE("spawn evaluates the arguments here and runs the call in a new "
+          "thread") {
+  std::string out = tr("void g(int);\nvoid h();\nvoid f(int x) { spawn g(x + "
+                       "1); spawn h(); spawn o.m(a, b(c)); }\n");
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "g(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, x + 1);"));
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "h(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); });"));
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "o.m(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, a, "
+                 "b(c));"));
 }
 
 TEST_CASE("main is renamed and a real main calls ccxx::start") {
@@ -218,7 +226,9 @@ TEST_CASE("constructs nest: par inside parfor, spawn inside par") {
   std::string out = tr("void f() { parfor (int i = 0; i < 2; i++) { par { "
                        "a(i); spawn b(i); } } }\n");
   CHECK(has(out, "ccxx_pf0_.add([&, i]() { ccxx::par( [&] { a(i); }, [&] { "
-                 "ccxx::spawn([=]() mutable { b(i); }); } ); });"));
+                 "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "b(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, i); } ); "
+                 "});"));
 }
 
 TEST_CASE("keywords in strings, comments and qualified names are not touched") {
