@@ -10,7 +10,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <array>
+#include <map>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <type_traits>
 #include <typeinfo>
 #include <vector>
@@ -29,6 +34,41 @@ struct point {
   int x;
   double y;
 };
+
+// Generated data transfer: an aggregate of every transferable kind, with a
+// nested aggregate, and one with its own operator pair (which must win).
+enum class colour : short { red = 1, green = 2 };
+struct inner {
+  int n;
+  std::string tag;
+};
+struct order {
+  int id;
+  double price;
+  colour c;
+  unsigned char flags;
+  std::string who;
+  std::vector<std::pair<int, std::string>> lines;
+  std::array<short, 3> dims;
+  std::map<std::string, long> stock;
+  std::tuple<int, char, bool> t;
+  std::optional<std::string> note, none;
+  ccxx::global_ptr<int> where;
+  inner in;
+};
+struct custom {
+  int v;
+};
+// The pair writes v + 1000 and reads it back less 1: a custom value arrives
+// as v + 999 only when these ran instead of the generated transfer.
+ccxx::stream &operator<<(ccxx::stream &s, const custom &c) {
+  return s << c.v + 1000;
+}
+ccxx::stream &operator>>(ccxx::stream &s, custom &c) {
+  s >> c.v;
+  c.v -= 1;
+  return s;
+}
 
 struct my_range : std::out_of_range {
   using std::out_of_range::out_of_range;
@@ -60,6 +100,23 @@ public:
     return r;
   }
   point shift(point p) { return point{p.x + 1, p.y * 2}; }
+  // Returns the order with each field changed, so both directions carry it.
+  order revise(order o) {
+    o.id++;
+    o.price *= 2;
+    o.c = o.c == colour::red ? colour::green : colour::red;
+    o.flags ^= 0xff;
+    o.who += "!";
+    o.lines.push_back({o.id, o.who});
+    o.dims[2] = static_cast<short>(o.dims[0] + o.dims[1]);
+    o.stock["new"] = static_cast<long>(o.stock.size());
+    std::get<0>(o.t) *= 3;
+    o.note = *o.note + "?";
+    o.in.n = -o.in.n;
+    o.in.tag += o.in.tag;
+    return o;
+  }
+  custom echo(custom c) { return c; }
   ccxx::global_ptr<int> slot() { return &value_; }
   ccxx::global_ptr<point> where() { return &at_; }
   // Fills the caller's sync variable through a global pointer.
@@ -127,6 +184,32 @@ static int run(int argc, char **argv) {
   CHECK(w.size() == 2 && w[0] == "a" && w[1] == "aaa");
   point p = c.call<&Counter::shift>(point{4, 1.5});
   CHECK(p.x == 5 && p.y == 3.0);
+  order o{7,
+          1.25,
+          colour::red,
+          0x0f,
+          "ann",
+          {{1, "one"}},
+          {{3, -4, 0}},
+          {{"tea", 5}},
+          {-2, 'x', true},
+          std::string("hi"),
+          std::nullopt,
+          ccxx::global_ptr<int>(&failures),
+          {-9, "ab"}};
+  order r = c.call<&Counter::revise>(o);
+  CHECK(r.id == 8 && r.price == 2.5 && r.c == colour::green &&
+        r.flags == 0xf0 && r.who == "ann!");
+  CHECK(r.lines.size() == 2 && r.lines[0].second == "one" &&
+        r.lines[1].first == 8 && r.lines[1].second == "ann!");
+  CHECK(r.dims[0] == 3 && r.dims[1] == -4 && r.dims[2] == -1);
+  CHECK(r.stock.size() == 2 && r.stock["tea"] == 5 && r.stock["new"] == 1);
+  CHECK(std::get<0>(r.t) == -6 && std::get<1>(r.t) == 'x' && std::get<2>(r.t));
+  CHECK(r.note == std::string("hi?") && !r.none);
+  CHECK(r.where == o.where);
+  CHECK(r.in.n == 9 && r.in.tag == "abab");
+  // Each direction adds 999.
+  CHECK(c.call<&Counter::echo>(custom{1}).v == 1 + 2 * 999);
 
   // A global pointer into the object: remote read and write.
   ccxx::global_ptr<int> slot = c.call<&Counter::slot>();

@@ -5,11 +5,14 @@
 
 #include <nexus.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -140,19 +143,107 @@ inline stream &operator>>(stream &s, std::string &v) {
   return s;
 }
 
-namespace detail {
-// Types without their own operator<<: trivially copyable structs travel as
-// opaque bytes (same executable, same layout; no byte-order conversion).
-template <class T, class = void> struct has_put : std::false_type {};
-template <class T>
-struct has_put<T, std::void_t<decltype(std::declval<stream &>()
-                                       << std::declval<const T &>())>>
-    : std::true_type {};
-} // namespace detail
+// Enumerations travel as their underlying integer type.
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+stream &operator<<(stream &s, const E &v) {
+  return s << static_cast<std::underlying_type_t<E>>(v);
+}
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+stream &operator>>(stream &s, E &v) {
+  std::underlying_type_t<E> u;
+  s >> u;
+  v = static_cast<E>(u);
+  return s;
+}
 
+namespace detail {
+// The number of fields of an aggregate: the most initialisers T{...} takes
+// from values that convert to anything (which never brace-elide).
+struct any_field {
+  template <class T> operator T() const;
+};
+template <class T, class Seq, class = void>
+struct braces_take : std::false_type {};
+template <class T, std::size_t... I>
+struct braces_take<T, std::index_sequence<I...>,
+                   std::void_t<decltype(T{(void(I), any_field{})...})>>
+    : std::true_type {};
+template <class T, std::size_t N = 0> constexpr std::size_t field_count() {
+  if constexpr (N > 16)
+    return N; // more than the generated transfer handles (see below)
+  else if constexpr (braces_take<T, std::make_index_sequence<N + 1>>::value)
+    return field_count<T, N + 1>();
+  else
+    return N;
+}
+
+// Calls f on each field of the aggregate v in order (at most 16 fields).
+template <class F, class... A> void for_each_arg(F &f, A &...a) { (f(a), ...); }
+template <class T, class F> void for_each_field(T &v, F &&f) {
+  constexpr std::size_t n = field_count<std::remove_const_t<T>>();
+  static_assert(n <= 16,
+                "ccxx: generated data transfer handles aggregates of at "
+                "most 16 fields; write operator<< and operator>> for this "
+                "type");
+  // clang-format off
+#define CCXX_FIELDS(N, ...)                                                    \
+  else if constexpr (n == N) {                                                 \
+    auto &[__VA_ARGS__] = v;                                                   \
+    for_each_arg(f, __VA_ARGS__);                                              \
+  }
+  if constexpr (n == 0) {
+  }
+  CCXX_FIELDS(1, f1)
+  CCXX_FIELDS(2, f1, f2)
+  CCXX_FIELDS(3, f1, f2, f3)
+  CCXX_FIELDS(4, f1, f2, f3, f4)
+  CCXX_FIELDS(5, f1, f2, f3, f4, f5)
+  CCXX_FIELDS(6, f1, f2, f3, f4, f5, f6)
+  CCXX_FIELDS(7, f1, f2, f3, f4, f5, f6, f7)
+  CCXX_FIELDS(8, f1, f2, f3, f4, f5, f6, f7, f8)
+  CCXX_FIELDS(9, f1, f2, f3, f4, f5, f6, f7, f8, f9)
+  CCXX_FIELDS(10, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10)
+  CCXX_FIELDS(11, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11)
+  CCXX_FIELDS(12, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12)
+  CCXX_FIELDS(13, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13)
+  CCXX_FIELDS(14, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14)
+  CCXX_FIELDS(15, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15)
+  CCXX_FIELDS(16, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16)
+#undef CCXX_FIELDS
+  // clang-format on
+}
+
+// A class whose data transfer ccxx generates: an aggregate (public fields,
+// no constructors, no virtual functions), not std::array.
+template <class T> struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+template <class T>
+constexpr bool generated_v =
+    std::is_class_v<T> &&std::is_aggregate_v<T> && !std::is_polymorphic_v<T> &&
+    !is_std_array<T>::value;
+} // namespace detail
+// Aggregates of transferable fields: each field in order, through its own
+// operator<< / operator>> (so every arithmetic value goes through nexus's
+// typed puts and the receiver converts byte order). A user's own pair for
+// the type is a better match and wins.
+template <class T, std::enable_if_t<detail::generated_v<T>, int> = 0>
+stream &operator<<(stream &s, const T &v) {
+  detail::for_each_field(v, [&s](const auto &f) { s << f; });
+  return s;
+}
+template <class T, std::enable_if_t<detail::generated_v<T>, int> = 0>
+stream &operator>>(stream &s, T &v) {
+  detail::for_each_field(v, [&s](auto &f) { s >> f; });
+  return s;
+}
+
+// Other trivially copyable classes (private fields, constructors) travel as
+// opaque bytes: same layout everywhere, no byte-order conversion.
 template <class T,
           std::enable_if_t<std::is_trivially_copyable_v<T> &&
-                               std::is_class_v<T> && !detail::has_put<T>::value,
+                               std::is_class_v<T> && !detail::generated_v<T> &&
+                               !detail::is_std_array<T>::value,
                            int> = 0>
 stream &operator<<(stream &s, const T &v) {
   stream::check(nx_put_bytes(s.buffer(), &v, sizeof(T)));
@@ -160,10 +251,83 @@ stream &operator<<(stream &s, const T &v) {
 }
 template <class T,
           std::enable_if_t<std::is_trivially_copyable_v<T> &&
-                               std::is_class_v<T> && !detail::has_put<T>::value,
+                               std::is_class_v<T> && !detail::generated_v<T> &&
+                               !detail::is_std_array<T>::value,
                            int> = 0>
 stream &operator>>(stream &s, T &v) {
   stream::check(nx_get_bytes(s.buffer(), &v, sizeof(T)));
+  return s;
+}
+
+template <class T, std::size_t N>
+stream &operator<<(stream &s, const std::array<T, N> &v) {
+  for (const T &x : v)
+    s << x;
+  return s;
+}
+template <class T, std::size_t N>
+stream &operator>>(stream &s, std::array<T, N> &v) {
+  for (T &x : v)
+    s >> x;
+  return s;
+}
+
+template <class A, class B>
+stream &operator<<(stream &s, const std::pair<A, B> &v) {
+  return s << v.first << v.second;
+}
+template <class A, class B> stream &operator>>(stream &s, std::pair<A, B> &v) {
+  return s >> v.first >> v.second;
+}
+
+template <class... T> stream &operator<<(stream &s, const std::tuple<T...> &v) {
+  std::apply([&s](const auto &...x) { (void)(s << ... << x); }, v);
+  return s;
+}
+template <class... T> stream &operator>>(stream &s, std::tuple<T...> &v) {
+  std::apply([&s](auto &...x) { (void)(s >> ... >> x); }, v);
+  return s;
+}
+
+template <class T> stream &operator<<(stream &s, const std::optional<T> &v) {
+  s << v.has_value();
+  if (v)
+    s << *v;
+  return s;
+}
+template <class T> stream &operator>>(stream &s, std::optional<T> &v) {
+  bool has;
+  s >> has;
+  if (!has) {
+    v.reset();
+    return s;
+  }
+  T x{};
+  s >> x;
+  v = std::move(x);
+  return s;
+}
+
+template <class K, class V, class C, class A>
+stream &operator<<(stream &s, const std::map<K, V, C, A> &m) {
+  stream::check(nx_put_uint64(s.buffer(), m.size()));
+  for (const auto &kv : m)
+    s << kv.first << kv.second;
+  return s;
+}
+template <class K, class V, class C, class A>
+stream &operator>>(stream &s, std::map<K, V, C, A> &m) {
+  uint64_t n;
+  stream::check(nx_get_uint64(s.buffer(), &n));
+  if (n > nx_buffer_remaining(s.buffer()))
+    throw stream::error(NX_ERANGE);
+  m.clear();
+  for (uint64_t i = 0; i < n; i++) {
+    K k{};
+    V v{};
+    s >> k >> v;
+    m.emplace(std::move(k), std::move(v));
+  }
   return s;
 }
 
