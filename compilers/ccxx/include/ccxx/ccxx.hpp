@@ -838,6 +838,13 @@ template <class C> int destroy(global_ptr<C> &p) {
   return detail::destroy_context(&gp, detail::delete_op<C>::id, typeid(C));
 }
 
+// Registers the remote operations of methods M... in this process. A call
+// registers its operation in the caller, and every process of one
+// executable registers alike; a program serving objects to another
+// executable (a different program, or the same source built for another
+// machine or by another compiler) exposes the methods it serves.
+template <auto... M> void expose() { (void(detail::method_op<M>::id), ...); }
+
 // `delete e;` in a .ccxx file: destroys a global pointer's object (and
 // nulls the pointer), deletes a local pointer's.
 template <class C> void delete_(global_ptr<C> &p) { destroy(p); }
