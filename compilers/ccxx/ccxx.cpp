@@ -79,9 +79,13 @@ uint32_t op_register(const char *name, op_fn fn, bool reply) {
 }
 
 std::string object_name(const std::type_info &t, const nx_gp_t *gp) {
+  return object_name(t, nx_gp_context(gp));
+}
+
+std::string object_name(const std::type_info &t, uint64_t context) {
   char ctx[32];
   snprintf(ctx, sizeof(ctx), "@0x%llx",
-           static_cast<unsigned long long>(nx_gp_context(gp)));
+           static_cast<unsigned long long>(context));
   return type_name(t) + ctx;
 }
 
@@ -106,6 +110,9 @@ struct pending_call {
   std::string cause;
   nx_buffer_t *reply = nullptr;
   uint64_t context = 0; // the target's context
+  // An asynchronous call's completion (ccxx::async): called instead of
+  // waking a waiter, then the pending_call is deleted.
+  reply_fn async;
 };
 
 static std::mutex pending_mu;
@@ -115,6 +122,11 @@ static nx_handler_id_t op_handler_id;
 
 static void finish(pending_call *p, int status, const std::string &cause,
                    nx_buffer_t *reply) {
+  if (p->async) {
+    p->async(status, cause, reply);
+    delete p;
+    return;
+  }
   nx_mutex_lock(&p->m);
   p->done = true;
   p->status = status;
@@ -415,6 +427,136 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   }
   if (status != 0)
     raise(what(), status, cause, kind, thrown);
+}
+
+// Sends op `id` like op_call and returns at once; `done` gets the reply
+// (or the failure) when it arrives, in the thread that receives it.
+void op_async(const nx_gp_t *target, uint32_t id,
+              const std::function<void(stream &)> &pack, reply_fn done) {
+  nx_buffer_t *buf;
+  int r = nx_gp_is_null(target)
+              ? NX_EINVAL
+              : nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
+  if (r < 0) {
+    done(r, nx_gp_is_null(target) ? "null global pointer" : nx_strerror(r),
+         nullptr);
+    return;
+  }
+  nx_gp_t me = NX_GP_NULL;
+  if ((r = nx_gp_make(nullptr, &me)) < 0) {
+    nx_buffer_release(buf);
+    done(r, nx_strerror(r), nullptr);
+    return;
+  }
+  uint64_t token = next_token.fetch_add(1);
+  try {
+    stream s(buf);
+    s << id << token;
+    stream::check(nx_put_gp(buf, &me));
+    if (pack)
+      pack(s);
+  } catch (const stream::error &e) {
+    nx_buffer_release(buf);
+    nx_gp_release(&me);
+    done(e.code, e.what(), nullptr);
+    return;
+  }
+  nx_gp_release(&me);
+  auto *p = new pending_call;
+  p->context = nx_gp_context(target);
+  p->async = std::move(done);
+  {
+    std::lock_guard<std::mutex> g(pending_mu);
+    pending[token] = p;
+  }
+  r = nx_rsr_send(buf);
+  if (r < 0) {
+    pending_call *mine = nullptr;
+    {
+      std::lock_guard<std::mutex> g(pending_mu);
+      auto it = pending.find(token);
+      if (it != pending.end()) {
+        mine = it->second;
+        pending.erase(it);
+      }
+    }
+    if (mine != nullptr)
+      finish(mine, r, nx_strerror(r), nullptr);
+  }
+}
+
+std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
+                               int status, const std::string &cause,
+                               nx_buffer_t *reply) {
+  std::string object = object_name(type, context);
+  try {
+    if (reply == nullptr)
+      throw remote_error(object, cause, status);
+    stream s(reply);
+    int st = 0;
+    uint8_t kind = K_NONE;
+    std::string c, w;
+    try {
+      s >> st;
+      if (st == 0)
+        return nullptr;
+      read_failure(s, st, c, kind, w);
+    } catch (const stream::error &e) {
+      throw remote_error(object, e.what(), e.code);
+    }
+    raise(object, st, c, kind, w);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// ---------------------------------------------------------------- futures
+
+future_base::future_base() {
+  nx_mutex_init(&m_);
+  nx_cond_init(&c_);
+}
+
+future_base::~future_base() {
+  nx_cond_destroy(&c_);
+  nx_mutex_destroy(&m_);
+}
+
+bool future_base::ready() {
+  nx_mutex_lock(&m_);
+  bool d = done_;
+  nx_mutex_unlock(&m_);
+  return d;
+}
+
+void future_base::wait() {
+  nx_mutex_lock(&m_);
+  while (!done_)
+    nx_cond_wait(&c_, &m_);
+  nx_mutex_unlock(&m_);
+}
+
+void future_base::complete(std::exception_ptr error) {
+  std::vector<std::function<void()>> then;
+  nx_mutex_lock(&m_);
+  error_ = std::move(error);
+  done_ = true;
+  then.swap(then_);
+  nx_cond_broadcast(&c_);
+  nx_mutex_unlock(&m_);
+  for (auto &f : then)
+    f();
+}
+
+void future_base::on_ready(std::function<void()> f) {
+  nx_mutex_lock(&m_);
+  if (!done_) {
+    then_.push_back(std::move(f));
+    nx_mutex_unlock(&m_);
+    return;
+  }
+  nx_mutex_unlock(&m_);
+  f();
 }
 
 // ---------------------------------------------------------------- placement

@@ -737,6 +737,35 @@ void translator::pass_objects() {
     if (t_[i].kind != IDENT)
       continue;
     const std::string &w = t_[i].orig;
+    if (w == "async" && i >= 2 && is(i - 1, "::") && is(i - 2, "ccxx") &&
+        is(i + 1, "(")) {
+      // ccxx::async(p, &C::f, args...) -> ccxx::async<&C::f>(p, args...):
+      // the method is a template argument of the library's async.
+      size_t rp = match(i + 1), comma = npos;
+      for (size_t j = i + 2; rp != npos && j < rp; j++) {
+        if (is(j, "(") || is(j, "[") || is(j, "{")) {
+          j = match(j);
+          if (j == npos)
+            break;
+        } else if (is(j, ",")) {
+          comma = j;
+          break;
+        }
+      }
+      size_t e = comma == npos ? npos : comma + 2;
+      while (e != npos && t_[e].kind == IDENT && is(e + 1, "::"))
+        e += 2;
+      if (e == npos || !is(comma + 1, "&") || t_[e].kind != IDENT ||
+          !(is(e + 1, ",") || is(e + 1, ")"))) {
+        error(i, "ccxx::async needs the method as its second argument: "
+                 "ccxx::async(p, &C::f, args...)");
+        continue;
+      }
+      t_[i].text = "async<" + emitted(comma + 1, e + 1) + ">";
+      for (size_t j = comma; j <= e; j++)
+        t_[j].text = "";
+      continue;
+    }
     if (w == "new" && is(i + 1, "(")) {
       size_t rp = match(i + 1);
       if (rp == npos || t_[rp + 1].kind != IDENT ||

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <array>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <string>
@@ -117,6 +118,9 @@ public:
     return o;
   }
   custom echo(custom c) { return c; }
+  long twice(long x) { return 2 * x; }
+  void touch() { touched_++; }
+  int touched() { return touched_; }
   ccxx::global_ptr<int> slot() { return &value_; }
   ccxx::global_ptr<point> where() { return &at_; }
   // Fills the caller's sync variable through a global pointer.
@@ -147,6 +151,7 @@ private:
   int value_;
   std::string name_;
   point at_{7, 2.5};
+  std::atomic<int> touched_{0};
 };
 
 template <class E>
@@ -165,6 +170,70 @@ static void check_throws(const ccxx::global_ptr<Counter> &c, int k) {
     fprintf(stderr, "exception kind %d did not arrive as %s\n", k,
             typeid(E).name());
   CHECK(caught);
+}
+
+// The number of threads of this process (/proc/self/status).
+static int threads_now() {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f != nullptr && fgets(line, sizeof(line), f) != nullptr)
+    if (std::sscanf(line, "Threads: %d", &n) == 1)
+      break;
+  if (f != nullptr)
+    fclose(f);
+  return n;
+}
+
+// Futures (ccxx::async): get, ready, wait, then, when_all, exceptions, a
+// void method, and 10,000 calls outstanding from one thread.
+static void check_futures(const ccxx::global_ptr<Counter> &c) {
+  ccxx::future<long> f = ccxx::async<&Counter::twice>(c, 21L);
+  f.wait();
+  CHECK(f.ready());
+  CHECK(f.get() == 42 && f.get() == 42);
+  ccxx::future<std::string> g = ccxx::async<&Counter::twice>(c, 5L).then(
+      [](long v) { return std::to_string(v); });
+  CHECK(g.get() == "10");
+  // then on a ready future runs at once.
+  CHECK(f.then([](long v) { return v + 1; }).get() == 43);
+  // An exception: get rethrows it; then passes it on.
+  ccxx::future<int> bad = ccxx::async<&Counter::throw_kind>(c, 4);
+  bool caught = false;
+  try {
+    bad.then([](int v) { return v + 1; }).get();
+  } catch (const std::out_of_range &e) {
+    caught = std::string(e.what()) == "kind 4";
+  }
+  CHECK(caught);
+  // A void method's future completes once it has run.
+  int before = c.call<&Counter::touched>();
+  ccxx::async<&Counter::touch>(c).get();
+  CHECK(c.call<&Counter::touched>() == before + 1);
+  // when_all of futures of different types.
+  auto both = ccxx::when_all(ccxx::async<&Counter::twice>(c, 1L),
+                             ccxx::async<&Counter::name>(c), bad);
+  auto t = both.get();
+  CHECK(std::get<0>(t).get() == 2 && std::get<1>(t).get() == "first");
+  CHECK(std::get<2>(t).ready());
+
+  // 10,000 calls outstanding from this thread, without a thread each.
+  const int n = 10000;
+  int threads_before = threads_now();
+  std::vector<ccxx::future<long>> many;
+  many.reserve(n);
+  for (int i = 0; i < n; i++)
+    many.push_back(ccxx::async<&Counter::twice>(c, static_cast<long>(i)));
+  int threads_after = threads_now();
+  auto all = ccxx::when_all(many);
+  all.wait();
+  long sum = 0;
+  for (const auto &x : all.get())
+    sum += x.get();
+  CHECK(sum == static_cast<long>(n) * (n - 1));
+  printf("10000 outstanding calls: %d threads before, %d after sending\n",
+         threads_before, threads_after);
+  CHECK(threads_after - threads_before < 100);
 }
 
 static int run(int argc, char **argv) {
@@ -277,6 +346,8 @@ static int run(int argc, char **argv) {
     CHECK(msg == (k == 10 ? "the method threw: kind 10"
                           : "the method threw a non-standard exception"));
   }
+
+  check_futures(c);
 
   // par and spawn.
   int a = 0, b = 0;

@@ -120,6 +120,18 @@ TEST_CASE("a global class gets a stub with its public functions' "
   CHECK(has(out, "}; };\n"));
 }
 
+TEST_CASE("ccxx::async(p, &C::f, args) names the method as a template "
+          "argument") {
+  std::string out = tr("void g(P p) { auto f = ccxx::async(p, &C::f, 1, "
+                       "h(2, 3)); auto v = ccxx::async(q(p, 1), &ns::C::v); "
+                       "}\n");
+  CHECK(has(out, "auto f = ccxx::async<&C::f>(p, 1, h(2, 3));"));
+  CHECK(has(out, "auto v = ccxx::async<&ns::C::v>(q(p, 1));"));
+  CHECK(bad("void g() {\n  ccxx::async(p, f);\n}\n") ==
+        "t.ccxx:2: error: ccxx::async needs the method as its second "
+        "argument: ccxx::async(p, &C::f, args...)\n");
+}
+
 TEST_CASE("several global pointers in one declaration") {
   std::string out =
       tr("global class C { public: int f(); };\n"

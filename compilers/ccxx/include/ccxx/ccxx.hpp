@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -382,10 +384,26 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
 void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
                   std::string &what);
 
+// An asynchronous call's completion: (0, "", reply) with the reply buffer
+// (which it releases; its token was read), or (error, cause, NULL).
+using reply_fn =
+    std::function<void(int status, const std::string &cause, nx_buffer_t *)>;
+// Sends op `id` to `target` with a reply and returns at once; `done` runs
+// when the reply or a failure arrives (in the runtime's reply handler, or
+// here when the send fails).
+void op_async(const nx_gp_t *target, uint32_t id,
+              const std::function<void(stream &)> &pack, reply_fn done);
+// The exception a completion means (NULL when the reply says the call
+// succeeded; the reply's stream is then at the result).
+std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
+                               int status, const std::string &cause,
+                               nx_buffer_t *reply);
+
 // The readable name of a type (demangled).
 std::string type_name(const std::type_info &t);
 // "Counter@0x100000002": an object's type and context, for messages.
 std::string object_name(const std::type_info &t, const nx_gp_t *gp);
+std::string object_name(const std::type_info &t, uint64_t context);
 
 // The recursive lock behind an object's `atomic` methods. It waits on a
 // nexus condition variable, so a handler that waits for it on the progress
@@ -862,6 +880,193 @@ auto stub_call(const global_ptr<T> &p, A &&...a) {
 
 template <class T> std::string global_ptr<T>::describe() const {
   return detail::object_name(typeid(T), &gp_);
+}
+
+// ---------------------------------------------------------------- futures
+
+namespace detail {
+// A future's shared state, less its value: completion, the exception, and
+// the functions to run when it completes.
+class future_base {
+public:
+  future_base();
+  ~future_base();
+  future_base(const future_base &) = delete;
+  future_base &operator=(const future_base &) = delete;
+  bool ready();
+  void wait();
+  // Marks it complete (with `error`, or NULL), wakes the waiters and runs
+  // the on_ready functions in this thread.
+  void complete(std::exception_ptr error);
+  // Runs f when complete: now, in this thread, when it already is.
+  void on_ready(std::function<void()> f);
+  const std::exception_ptr &error() const { return error_; }
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<std::function<void()>> then_;
+};
+
+template <class R> struct future_state : future_base {
+  std::optional<R> value;
+};
+template <> struct future_state<void> : future_base {};
+} // namespace detail
+
+template <class R> class future;
+
+namespace detail {
+template <class R> struct make_future;
+template <class F, class R> struct then_result {
+  using type = std::invoke_result_t<F, R>;
+};
+template <class F> struct then_result<F, void> {
+  using type = std::invoke_result_t<F>;
+};
+} // namespace detail
+
+// The result of ccxx::async: get() waits for it and returns the value or
+// throws what the call threw (as a synchronous call would); ready() and
+// wait() ask and wait; then(fn) makes the future of fn(value). Copies share
+// one state.
+template <class R> class future {
+public:
+  future() = default;
+  bool valid() const { return s_ != nullptr; }
+  bool ready() const { return s_->ready(); }
+  void wait() const { s_->wait(); }
+  // The value (a copy; get may be called again) or the call's exception.
+  R get() const {
+    s_->wait();
+    if (s_->error())
+      std::rethrow_exception(s_->error());
+    if constexpr (!std::is_void_v<R>)
+      return *s_->value;
+  }
+  // The future of fn(value) (fn() for a future<void>). fn runs in the
+  // thread that completes this future (the runtime's reply handler: keep it
+  // short), or in the caller when this one is ready already. An exception
+  // of this future or of fn goes to the new one.
+  template <class F>
+  future<typename detail::then_result<F, R>::type> then(F fn) const {
+    using U = typename detail::then_result<F, R>::type;
+    auto next = std::make_shared<detail::future_state<U>>();
+    auto mine = s_;
+    s_->on_ready([mine, next, fn = std::move(fn)]() mutable {
+      if (mine->error()) {
+        next->complete(mine->error());
+        return;
+      }
+      try {
+        if constexpr (std::is_void_v<R> && std::is_void_v<U>)
+          fn();
+        else if constexpr (std::is_void_v<R>)
+          next->value.emplace(fn());
+        else if constexpr (std::is_void_v<U>)
+          fn(*mine->value);
+        else
+          next->value.emplace(fn(*mine->value));
+      } catch (...) {
+        next->complete(std::current_exception());
+        return;
+      }
+      next->complete(nullptr);
+    });
+    return future<U>(next);
+  }
+
+  explicit future(std::shared_ptr<detail::future_state<R>> s)
+      : s_(std::move(s)) {}
+  const std::shared_ptr<detail::future_state<R>> &state() const { return s_; }
+
+private:
+  std::shared_ptr<detail::future_state<R>> s_;
+};
+
+// An asynchronous remote call of method M of *p with args (UPC++ rpc, HPX
+// async): sends the request and returns at once; the reply fulfils the
+// future (no thread waits for it), so one thread may have many calls
+// outstanding. A void method's future completes when the method has run.
+// In a .ccxx file, ccxx::async(p, &C::f, args...) is written so.
+template <auto M, class C, class... A>
+future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
+  using R = detail::result_t<M>;
+  using op = detail::method_op<M>;
+  typename detail::method_traits<decltype(M)>::args args(std::forward<A>(a)...);
+  auto st = std::make_shared<detail::future_state<R>>();
+  const std::type_info *type = &typeid(C);
+  uint64_t ctx = nx_gp_context(p.gp());
+  detail::op_async(
+      p.gp(), op::id,
+      [&args](stream &s) {
+        std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
+      },
+      [st, type, ctx](int status, const std::string &cause,
+                      nx_buffer_t *reply) {
+        std::exception_ptr e =
+            detail::reply_error(*type, ctx, status, cause, reply);
+        if (!e) {
+          if constexpr (!std::is_void_v<R>) {
+            try {
+              stream s(reply);
+              R r{};
+              s >> r;
+              st->value.emplace(std::move(r));
+            } catch (const stream::error &x) {
+              e = std::make_exception_ptr(remote_error(
+                  detail::object_name(*type, ctx), x.what(), x.code));
+            }
+          }
+        }
+        if (reply != nullptr)
+          nx_buffer_release(reply);
+        st->complete(e);
+      });
+  return future<R>(st);
+}
+
+// A future that is ready when all of `fs` are, holding them (each then
+// ready; its get() gives its value or throws its exception), as HPX's
+// when_all.
+template <class... R>
+future<std::tuple<future<R>...>> when_all(const future<R> &...fs) {
+  using T = std::tuple<future<R>...>;
+  auto all = std::make_shared<detail::future_state<T>>();
+  all->value.emplace(fs...);
+  constexpr std::size_t n = sizeof...(R);
+  if constexpr (n == 0) {
+    all->complete(nullptr);
+  } else {
+    auto left = std::make_shared<std::atomic<std::size_t>>(n);
+    auto one = [all, left] {
+      if (left->fetch_sub(1) == 1)
+        all->complete(nullptr);
+    };
+    (fs.state()->on_ready(one), ...);
+  }
+  return future<T>(all);
+}
+
+// The same for a vector of futures of one type.
+template <class R>
+future<std::vector<future<R>>> when_all(const std::vector<future<R>> &fs) {
+  using T = std::vector<future<R>>;
+  auto all = std::make_shared<detail::future_state<T>>();
+  all->value.emplace(fs);
+  if (fs.empty()) {
+    all->complete(nullptr);
+    return future<T>(all);
+  }
+  auto left = std::make_shared<std::atomic<std::size_t>>(fs.size());
+  for (const future<R> &f : fs)
+    f.state()->on_ready([all, left] {
+      if (left->fetch_sub(1) == 1)
+        all->complete(nullptr);
+    });
+  return future<T>(all);
 }
 
 // ---------------------------------------------------------------- threads
