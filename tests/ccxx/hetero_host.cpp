@@ -3,7 +3,8 @@
 // under qemu-s390x, or the native one), gets the global pointer of the
 // peer's Meter object and calls it with an aggregate of every transferable
 // kind (hetero_types.hpp): the peer checks what arrived, the host what came
-// back. Exits 0 when both sides saw the values sent.
+// back; then the peer calls an object of the host the same way. Exits 0
+// when both sides saw the values sent.
 //
 // usage: ccxx_hetero_host PEER-COMMAND...
 #include "hetero_types.hpp"
@@ -107,6 +108,13 @@ static int run(int argc, char **argv) {
     bool back = same(got.second, revised(sent()));
     printf("revised reading at the host: %s\n", back ? "as sent" : "WRONG");
     failures += !got.first + !back;
+    // And the other way: the peer calls an object of this program.
+    ccxx::global_ptr<Meter> mine = ccxx::create<Meter>(ccxx::here);
+    bool asked = m.call<&Meter::ask>(mine);
+    printf("the peer calling the host's object: %s\n",
+           asked ? "reading as sent both ways" : "WRONG");
+    failures += !asked;
+    ccxx::destroy(mine);
     m.call<&Meter::quit>();
   } catch (const std::exception &e) {
     fprintf(stderr, "ccxx hetero host: %s\n", e.what());

@@ -103,6 +103,13 @@ public:
   std::pair<bool, reading> check(reading r) {
     return {same(r, sent()), revised(r)};
   }
+  // Calls check on `other` (an object of the other program) and says
+  // whether both directions carried the reading as sent: calls go both
+  // ways between the two programs.
+  bool ask(ccxx::global_ptr<Meter> other) {
+    std::pair<bool, reading> r = other.call<&Meter::check>(sent());
+    return r.first && same(r.second, revised(sent()));
+  }
   // The machine the object runs on (uname -m).
   std::string machine() {
     struct utsname u;
