@@ -23,6 +23,11 @@
 #include <utility>
 #include <vector>
 
+// What libccxx exports: this header's non-template functions and classes
+// (detail:: included: its templates call them); everything else in the
+// library is hidden.
+#define CCXX_API __attribute__((visibility("default")))
+
 namespace ccxx {
 
 // ---------------------------------------------------------------- errors
@@ -30,7 +35,7 @@ namespace ccxx {
 // A remote operation failed: the object is dead or unreachable, the remote
 // code threw, or the data did not unpack. what() reads
 // "ccxx: remote call to <object> failed: <cause>".
-class remote_error : public std::runtime_error {
+class CCXX_API remote_error : public std::runtime_error {
 public:
   remote_error(const std::string &object, const std::string &cause, int code);
   const std::string &object() const noexcept { return object_; }
@@ -43,14 +48,14 @@ private:
 
 // A sync variable was written a second time. what() is exactly
 // "ccxx: sync variable written twice (a sync is single-assignment)".
-class sync_error : public std::logic_error {
+class CCXX_API sync_error : public std::logic_error {
 public:
   sync_error();
 };
 
 // A nexus call the runtime needed failed (start-up, creation). what() names
 // the call and the nexus error.
-class runtime_error : public std::runtime_error {
+class CCXX_API runtime_error : public std::runtime_error {
 public:
   runtime_error(const std::string &what, int code);
   int code() const noexcept { return code_; }
@@ -66,16 +71,16 @@ private:
 // by ccxx::create, it serves its objects and exits instead of returning.
 // Returns 0 when the program should run its main. Call it first in main, or
 // let ccxx::start call it.
-int init(int &argc, char **&argv);
+CCXX_API int init(int &argc, char **&argv);
 
 // Waits for spawned threads, then stops the runtime (nx_finalize).
 // Returns 0 or the nx_finalize error.
-int finalize();
+CCXX_API int finalize();
 
 // init, then main_fn, then finalize; an uncaught ccxx exception is printed
 // and gives exit status 1. The translator's main calls this.
-int start(int argc, char **argv, int (*main_fn)(int, char **));
-int start(int argc, char **argv, int (*main_fn)());
+CCXX_API int start(int argc, char **argv, int (*main_fn)(int, char **));
+CCXX_API int start(int argc, char **argv, int (*main_fn)());
 
 // ---------------------------------------------------------------- marshalling
 
@@ -86,7 +91,7 @@ template <class T> class global_ptr;
 // ccxx::stream::error).
 class stream {
 public:
-  struct error : std::runtime_error {
+  struct CCXX_API error : std::runtime_error {
     explicit error(int code);
     int code;
   };
@@ -365,24 +370,24 @@ using op_fn = void (*)(void *address, stream &in, stream *out);
 // Registers an operation under the mangled name of its template instance
 // (typeid: it names the member function with its parameter types, so
 // overloads differ); every process of the executable computes the same id.
-uint32_t op_register(const char *name, op_fn fn, bool reply);
+CCXX_API uint32_t op_register(const char *name, op_fn fn, bool reply);
 
 // Sends op `id` to `target` with the arguments packed by `pack`; unless
 // `reply` is false, waits for the answer and lets `unpack` read it. Throws
 // remote_error, naming the object as object_name(type, target).
-void op_call(const nx_gp_t *target, uint32_t id, bool reply,
-             const std::function<void(stream &)> &pack,
-             const std::function<void(stream &)> &unpack,
-             const std::type_info &type);
+CCXX_API void op_call(const nx_gp_t *target, uint32_t id, bool reply,
+                      const std::function<void(stream &)> &pack,
+                      const std::function<void(stream &)> &unpack,
+                      const std::type_info &type);
 
 // Throws what a failed call's reply says: one of the standard exceptions
 // of kind `kind` with `what`, else remote_error(object, cause, status).
-[[noreturn]] void raise(const std::string &object, int status,
-                        const std::string &cause, uint8_t kind,
-                        const std::string &what);
+[[noreturn]] CCXX_API void raise(const std::string &object, int status,
+                                 const std::string &cause, uint8_t kind,
+                                 const std::string &what);
 // Reads a failed reply's cause (and, for status -1, kind and what).
-void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
-                  std::string &what);
+CCXX_API void read_failure(stream &s, int status, std::string &cause,
+                           uint8_t &kind, std::string &what);
 
 // An asynchronous call's completion: (0, "", reply) with the reply buffer
 // (which it releases; its token was read), or (error, cause, NULL).
@@ -391,25 +396,27 @@ using reply_fn =
 // Sends op `id` to `target` with a reply and returns at once; `done` runs
 // when the reply or a failure arrives (in the runtime's reply handler, or
 // here when the send fails).
-void op_async(const nx_gp_t *target, uint32_t id,
-              const std::function<void(stream &)> &pack, reply_fn done);
+CCXX_API void op_async(const nx_gp_t *target, uint32_t id,
+                       const std::function<void(stream &)> &pack,
+                       reply_fn done);
 // The exception a completion means (NULL when the reply says the call
 // succeeded; the reply's stream is then at the result).
-std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
-                               int status, const std::string &cause,
-                               nx_buffer_t *reply);
+CCXX_API std::exception_ptr reply_error(const std::type_info &type,
+                                        uint64_t context, int status,
+                                        const std::string &cause,
+                                        nx_buffer_t *reply);
 
 // The readable name of a type (demangled).
-std::string type_name(const std::type_info &t);
+CCXX_API std::string type_name(const std::type_info &t);
 // "Counter@0x100000002": an object's type and context, for messages.
-std::string object_name(const std::type_info &t, const nx_gp_t *gp);
-std::string object_name(const std::type_info &t, uint64_t context);
+CCXX_API std::string object_name(const std::type_info &t, const nx_gp_t *gp);
+CCXX_API std::string object_name(const std::type_info &t, uint64_t context);
 
 // The recursive lock behind an object's `atomic` methods. It waits on a
 // nexus condition variable, so a handler that waits for it on the progress
 // thread hands progress on (a std::mutex would stall every reply). Its owner
 // is an nx_thread_id: lazy threaded handlers share OS threads.
-class monitor {
+class CCXX_API monitor {
 public:
   monitor();
   ~monitor();
@@ -422,8 +429,8 @@ private:
   uint64_t owner_ = 0;
   int depth_ = 0;
 };
-monitor &atomic_lock(const void *object);
-void atomic_forget(const void *object);
+CCXX_API monitor &atomic_lock(const void *object);
+CCXX_API void atomic_forget(const void *object);
 
 template <class T> struct is_global_ptr : std::false_type {};
 template <class T> struct is_global_ptr<global_ptr<T>> : std::true_type {};
@@ -568,11 +575,12 @@ template <class T> struct put_op {
 
 // Places an object: `make` runs in the new in-process context (proc_t here)
 // or the op `ctor` is sent to a new process context. Returns the object's gp.
-nx_gp_t place_local(const std::function<void *()> &make);
-nx_gp_t place_process(const std::string &spec, uint32_t ctor,
-                      const std::function<void(stream &)> &pack,
-                      const std::type_info &type);
-int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type);
+CCXX_API nx_gp_t place_local(const std::function<void *()> &make);
+CCXX_API nx_gp_t place_process(const std::string &spec, uint32_t ctor,
+                               const std::function<void(stream &)> &pack,
+                               const std::type_info &type);
+CCXX_API int destroy_context(nx_gp_t *gp, uint32_t del,
+                             const std::type_info &type);
 
 } // namespace detail
 
@@ -820,7 +828,7 @@ private:
   friend const proc_t &here_();
   std::string spec_;
 };
-const proc_t &here_();
+CCXX_API const proc_t &here_();
 // A new in-process context (the paper's cheap context).
 static const proc_t &here = here_();
 
@@ -887,7 +895,7 @@ template <class T> std::string global_ptr<T>::describe() const {
 namespace detail {
 // A future's shared state, less its value: completion, the exception, and
 // the functions to run when it completes.
-class future_base {
+class CCXX_API future_base {
 public:
   future_base();
   ~future_base();
@@ -1073,7 +1081,7 @@ future<std::vector<future<R>>> when_all(const std::vector<future<R>> &fs) {
 
 // Runs each callable in its own thread and waits for all; the first
 // exception thrown is rethrown.
-void par_run(std::vector<std::function<void()>> &tasks);
+CCXX_API void par_run(std::vector<std::function<void()>> &tasks);
 template <class... F> void par(F &&...f) {
   std::vector<std::function<void()>> tasks{std::function<void()>(f)...};
   par_run(tasks);
@@ -1083,14 +1091,15 @@ template <class... F> void par(F &&...f) {
 // CCXX_PARFOR_THREADS threads, default the number of processors, each
 // taking the next run of consecutive iterations, a sixteenth of its share)
 // and waits for all; the first exception thrown is rethrown.
-void parfor_run(long begin, long end, const std::function<void(long)> &body);
+CCXX_API void parfor_run(long begin, long end,
+                         const std::function<void(long)> &body);
 template <class F> void parfor(long begin, long end, F &&body) {
   parfor_run(begin, end, std::function<void(long)>(std::forward<F>(body)));
 }
 
 // Iterations collected one by one (the translation of a general parfor
 // header); run() executes them like par.
-class parfor_group {
+class CCXX_API parfor_group {
 public:
   void add(std::function<void()> f) { tasks_.push_back(std::move(f)); }
   void run();
@@ -1100,7 +1109,7 @@ private:
 };
 
 // Runs `f` in a new thread without waiting; finalize waits for it.
-void spawn_run(std::function<void()> f);
+CCXX_API void spawn_run(std::function<void()> f);
 template <class F, class... A> void spawn(F &&f, A &&...a) {
   spawn_run([f = std::forward<F>(f),
              t = std::make_tuple(std::forward<A>(a)...)]() mutable {
