@@ -488,10 +488,11 @@ void op_async(const nx_gp_t *target, uint32_t id,
 std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
                                int status, const std::string &cause,
                                nx_buffer_t *reply) {
-  std::string object = object_name(type, context);
+  // The object's name is built only for an error.
+  auto object = [&type, context] { return object_name(type, context); };
   try {
     if (reply == nullptr)
-      throw remote_error(object, cause, status);
+      throw remote_error(object(), cause, status);
     stream s(reply);
     int st = 0;
     uint8_t kind = K_NONE;
@@ -502,9 +503,9 @@ std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
         return nullptr;
       read_failure(s, st, c, kind, w);
     } catch (const stream::error &e) {
-      throw remote_error(object, e.what(), e.code);
+      throw remote_error(object(), e.what(), e.code);
     }
-    raise(object, st, c, kind, w);
+    raise(object(), st, c, kind, w);
   } catch (...) {
     return std::current_exception();
   }
