@@ -399,6 +399,15 @@ static int run(int argc, char **argv) {
     }
     printf("dead object again: %s\n", msg.c_str());
     CHECK(!msg.empty());
+    // An asynchronous call to it completes with the error too.
+    msg.clear();
+    try {
+      ccxx::async<&Counter::value>(d).get();
+    } catch (const ccxx::remote_error &e) {
+      msg = e.what();
+    }
+    printf("dead object, async: %s\n", msg.c_str());
+    CHECK(msg.find("Counter@") != std::string::npos);
     ccxx::destroy(d);
   } else {
     // An in-process object whose context was destroyed.
@@ -413,6 +422,14 @@ static int run(int argc, char **argv) {
       msg = e.what();
     }
     printf("destroyed object: %s\n", msg.c_str());
+    CHECK(msg.find("no longer exists") != std::string::npos);
+    msg.clear();
+    try {
+      ccxx::async<&Counter::value>(copy).get();
+    } catch (const ccxx::remote_error &e) {
+      msg = e.what();
+    }
+    printf("destroyed object, async: %s\n", msg.c_str());
     CHECK(msg.find("no longer exists") != std::string::npos);
   }
 
