@@ -108,8 +108,13 @@ struct pending_call {
   bool done = false;
   int status = 0;
   std::string cause;
-  nx_buffer_t *reply = nullptr;
   uint64_t context = 0; // the target's context
+  // A synchronous call's result reader, run by the reply handler (the
+  // caller waits, so what it writes to is alive); the kind and what() of a
+  // standard exception the method threw.
+  const std::function<void(stream &)> *unpack = nullptr;
+  uint8_t kind = 0; // std_kind, K_NONE
+  std::string thrown;
   // An asynchronous call's completion (ccxx::async): called instead of
   // waking a waiter, then the pending_call is deleted.
   reply_fn async;
@@ -131,7 +136,6 @@ static void finish(pending_call *p, int status, const std::string &cause,
   p->done = true;
   p->status = status;
   p->cause = cause;
-  p->reply = reply;
   nx_cond_broadcast(&p->c);
   nx_mutex_unlock(&p->m);
 }
@@ -173,7 +177,12 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *) {
     fail_calls(context, false, err);
 }
 
-// "ccxx.reply" (non-threaded): hands the reply buffer to its caller.
+void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
+                  std::string &what);
+
+// "ccxx.reply" (non-threaded): reads the reply for its caller (status, then
+// the result or the failure) and wakes it; an asynchronous call's
+// completion gets the buffer.
 static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
   uint64_t token;
   if (nx_get_uint64(buf, &token) < 0)
@@ -187,11 +196,25 @@ static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
     p = it->second;
     pending.erase(it);
   }
-  if (nx_buffer_retain(buf) < 0) {
-    finish(p, NX_ENOMEM, "the reply could not be kept", nullptr);
+  if (p->async) {
+    finish(p, 0, "", buf);
     return;
   }
-  finish(p, 0, "", buf);
+  stream s(buf);
+  int status = 0;
+  std::string cause;
+  try {
+    s >> status;
+    if (status != 0)
+      read_failure(s, status, cause, p->kind, p->thrown);
+    else if (p->unpack != nullptr && *p->unpack)
+      (*p->unpack)(s);
+  } catch (const stream::error &e) {
+    status = e.code;
+    cause = e.what();
+    p->kind = 0;
+  }
+  finish(p, status, cause, nullptr);
 }
 
 // The standard exceptions that reach the caller with their type and what()
@@ -391,6 +414,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   nx_mutex_init(&p.m);
   nx_cond_init(&p.c);
   p.context = nx_gp_context(target);
+  p.unpack = &unpack;
   {
     std::lock_guard<std::mutex> g(pending_mu);
     pending[token] = &p;
@@ -407,26 +431,9 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   nx_mutex_unlock(&p.m);
   nx_cond_destroy(&p.c);
   nx_mutex_destroy(&p.m);
-  if (p.reply == nullptr)
-    throw remote_error(what(), p.cause, p.status);
-  // The reply handler read the token; status and cause follow.
-  std::unique_ptr<nx_buffer_t, int (*)(nx_buffer_t *)> hold(p.reply,
-                                                            nx_buffer_release);
-  stream s(p.reply);
-  int status = 0;
-  uint8_t kind = K_NONE;
-  std::string cause, thrown;
-  try {
-    s >> status;
-    if (status != 0)
-      read_failure(s, status, cause, kind, thrown);
-    else if (unpack)
-      unpack(s);
-  } catch (const stream::error &e) {
-    throw remote_error(what(), e.what(), e.code);
-  }
-  if (status != 0)
-    raise(what(), status, cause, kind, thrown);
+  // The reply handler read the result, or the failure.
+  if (p.status != 0)
+    raise(what(), p.status, p.cause, p.kind, p.thrown);
 }
 
 // Sends op `id` like op_call and returns at once; `done` gets the reply

@@ -389,8 +389,8 @@ CCXX_API void op_call(const nx_gp_t *target, uint32_t id, bool reply,
 CCXX_API void read_failure(stream &s, int status, std::string &cause,
                            uint8_t &kind, std::string &what);
 
-// An asynchronous call's completion: (0, "", reply) with the reply buffer
-// (which it releases; its token was read), or (error, cause, NULL).
+// An asynchronous call's completion: (0, "", reply) with the reply buffer,
+// valid during the call (its token was read), or (error, cause, NULL).
 using reply_fn =
     std::function<void(int status, const std::string &cause, nx_buffer_t *)>;
 // Sends op `id` to `target` with a reply and returns at once; `done` runs
@@ -1029,8 +1029,6 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
             }
           }
         }
-        if (reply != nullptr)
-          nx_buffer_release(reply);
         st->complete(e);
       });
   return future<R>(st);
