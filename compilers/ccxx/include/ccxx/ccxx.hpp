@@ -909,6 +909,10 @@ public:
   // Runs f when complete: now, in this thread, when it already is.
   void on_ready(std::function<void()> f);
   const std::exception_ptr &error() const { return error_; }
+  // The object an asynchronous call went to (its type and context), named
+  // in an error.
+  const std::type_info *type = nullptr;
+  uint64_t context = 0;
 
 private:
   nx_mutex_t m_;
@@ -1005,17 +1009,18 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
   using op = detail::method_op<M>;
   typename detail::method_traits<decltype(M)>::args args(std::forward<A>(a)...);
   auto st = std::make_shared<detail::future_state<R>>();
-  const std::type_info *type = &typeid(C);
-  uint64_t ctx = nx_gp_context(p.gp());
+  st->type = &typeid(C);
+  st->context = nx_gp_context(p.gp());
   detail::op_async(
       p.gp(), op::id,
       [&args](stream &s) {
         std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
       },
-      [st, type, ctx](int status, const std::string &cause,
-                      nx_buffer_t *reply) {
+      // Only the state is captured: the completion fits in std::function
+      // without an allocation of its own.
+      [st](int status, const std::string &cause, nx_buffer_t *reply) {
         std::exception_ptr e =
-            detail::reply_error(*type, ctx, status, cause, reply);
+            detail::reply_error(*st->type, st->context, status, cause, reply);
         if (!e) {
           if constexpr (!std::is_void_v<R>) {
             try {
@@ -1024,8 +1029,9 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
               s >> r;
               st->value.emplace(std::move(r));
             } catch (const stream::error &x) {
-              e = std::make_exception_ptr(remote_error(
-                  detail::object_name(*type, ctx), x.what(), x.code));
+              e = std::make_exception_ptr(
+                  remote_error(detail::object_name(*st->type, st->context),
+                               x.what(), x.code));
             }
           }
         }
