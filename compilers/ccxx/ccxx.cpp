@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <new>
 #include <thread>
 #include <unordered_map>
 
@@ -78,9 +79,13 @@ uint32_t op_register(const char *name, op_fn fn, bool reply) {
 }
 
 std::string object_name(const std::type_info &t, const nx_gp_t *gp) {
+  return object_name(t, nx_gp_context(gp));
+}
+
+std::string object_name(const std::type_info &t, uint64_t context) {
   char ctx[32];
   snprintf(ctx, sizeof(ctx), "@0x%llx",
-           static_cast<unsigned long long>(nx_gp_context(gp)));
+           static_cast<unsigned long long>(context));
   return type_name(t) + ctx;
 }
 
@@ -103,8 +108,16 @@ struct pending_call {
   bool done = false;
   int status = 0;
   std::string cause;
-  nx_buffer_t *reply = nullptr;
   uint64_t context = 0; // the target's context
+  // A synchronous call's result reader, run by the reply handler (the
+  // caller waits, so what it writes to is alive); the kind and what() of a
+  // standard exception the method threw.
+  const std::function<void(stream &)> *unpack = nullptr;
+  uint8_t kind = 0; // std_kind, K_NONE
+  std::string thrown;
+  // An asynchronous call's completion (ccxx::async): called instead of
+  // waking a waiter, then the pending_call is deleted.
+  reply_fn async;
 };
 
 static std::mutex pending_mu;
@@ -114,11 +127,15 @@ static nx_handler_id_t op_handler_id;
 
 static void finish(pending_call *p, int status, const std::string &cause,
                    nx_buffer_t *reply) {
+  if (p->async) {
+    p->async(status, cause, reply);
+    delete p;
+    return;
+  }
   nx_mutex_lock(&p->m);
   p->done = true;
   p->status = status;
   p->cause = cause;
-  p->reply = reply;
   nx_cond_broadcast(&p->c);
   nx_mutex_unlock(&p->m);
 }
@@ -160,7 +177,12 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *) {
     fail_calls(context, false, err);
 }
 
-// "ccxx.reply" (non-threaded): hands the reply buffer to its caller.
+void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
+                  std::string &what);
+
+// "ccxx.reply" (non-threaded): reads the reply for its caller (status, then
+// the result or the failure) and wakes it; an asynchronous call's
+// completion gets the buffer.
 static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
   uint64_t token;
   if (nx_get_uint64(buf, &token) < 0)
@@ -174,23 +196,107 @@ static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
     p = it->second;
     pending.erase(it);
   }
-  if (nx_buffer_retain(buf) < 0) {
-    finish(p, NX_ENOMEM, "the reply could not be kept", nullptr);
+  if (p->async) {
+    finish(p, 0, "", buf);
     return;
   }
-  finish(p, 0, "", buf);
+  stream s(buf);
+  int status = 0;
+  std::string cause;
+  try {
+    s >> status;
+    if (status != 0)
+      read_failure(s, status, cause, p->kind, p->thrown);
+    else if (p->unpack != nullptr && *p->unpack)
+      (*p->unpack)(s);
+  } catch (const stream::error &e) {
+    status = e.code;
+    cause = e.what();
+    p->kind = 0;
+  }
+  finish(p, status, cause, nullptr);
 }
 
-// Replies carry: token, status (0 or an error), the cause when status != 0,
+// The standard exceptions that reach the caller with their type and what()
+// (the exact types: a class derived from one stays remote_error).
+enum std_kind : uint8_t {
+  K_NONE,
+  K_LOGIC,
+  K_INVALID_ARGUMENT,
+  K_DOMAIN,
+  K_LENGTH,
+  K_OUT_OF_RANGE,
+  K_RUNTIME,
+  K_RANGE,
+  K_OVERFLOW,
+  K_UNDERFLOW,
+  K_BAD_ALLOC,
+};
+
+static uint8_t std_kind_of(const std::exception &e) {
+  const std::type_info &t = typeid(e);
+  if (t == typeid(std::logic_error))
+    return K_LOGIC;
+  if (t == typeid(std::invalid_argument))
+    return K_INVALID_ARGUMENT;
+  if (t == typeid(std::domain_error))
+    return K_DOMAIN;
+  if (t == typeid(std::length_error))
+    return K_LENGTH;
+  if (t == typeid(std::out_of_range))
+    return K_OUT_OF_RANGE;
+  if (t == typeid(std::runtime_error))
+    return K_RUNTIME;
+  if (t == typeid(std::range_error))
+    return K_RANGE;
+  if (t == typeid(std::overflow_error))
+    return K_OVERFLOW;
+  if (t == typeid(std::underflow_error))
+    return K_UNDERFLOW;
+  if (t == typeid(std::bad_alloc))
+    return K_BAD_ALLOC;
+  return K_NONE;
+}
+
+void raise(const std::string &object, int status, const std::string &cause,
+           uint8_t kind, const std::string &what) {
+  switch (kind) {
+  case K_LOGIC: throw std::logic_error(what);
+  case K_INVALID_ARGUMENT: throw std::invalid_argument(what);
+  case K_DOMAIN: throw std::domain_error(what);
+  case K_LENGTH: throw std::length_error(what);
+  case K_OUT_OF_RANGE: throw std::out_of_range(what);
+  case K_RUNTIME: throw std::runtime_error(what);
+  case K_RANGE: throw std::range_error(what);
+  case K_OVERFLOW: throw std::overflow_error(what);
+  case K_UNDERFLOW: throw std::underflow_error(what);
+  case K_BAD_ALLOC: throw std::bad_alloc();
+  default: throw remote_error(object, cause, status);
+  }
+}
+
+void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
+                  std::string &what) {
+  s >> cause;
+  if (status == -1)
+    s >> kind >> what;
+}
+
+// Replies carry: token, status (0 or an error), when status != 0 the cause
+// and, for an exception in the method (-1), its kind (std_kind) and what();
 // then the result.
 static void send_error_reply(const nx_gp_t *to, uint64_t token, int status,
-                             const std::string &cause) {
+                             const std::string &cause, uint8_t kind,
+                             const std::string &what) {
   nx_buffer_t *out;
-  if (nx_rsr_init_name(&out, to, REPLY_HANDLER, 64 + cause.size()) < 0)
+  if (nx_rsr_init_name(&out, to, REPLY_HANDLER,
+                       64 + cause.size() + what.size()) < 0)
     return;
   stream s(out);
   try {
     s << token << status << cause;
+    if (status == -1)
+      s << kind << what;
   } catch (const stream::error &) {
     nx_buffer_release(out);
     return;
@@ -212,7 +318,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     if (want_reply)
       send_error_reply(&reply_to, token, NX_ENOHANDLER,
                        "the object's process does not know this operation "
-                       "(another executable?)");
+                       "(another executable?)",
+                       K_NONE, "");
     nx_gp_release(&reply_to);
     return;
   }
@@ -223,7 +330,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     return;
   }
   int status = 0;
-  std::string cause;
+  uint8_t kind = K_NONE;
+  std::string cause, what;
   try {
     if (out != nullptr) {
       stream s(out);
@@ -238,6 +346,8 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   } catch (const std::exception &e) {
     status = -1;
     cause = std::string("the method threw: ") + e.what();
+    kind = std_kind_of(e);
+    what = e.what();
   } catch (...) {
     status = -1;
     cause = "the method threw a non-standard exception";
@@ -248,7 +358,7 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     if (out != nullptr)
       nx_buffer_release(out);
     if (want_reply)
-      send_error_reply(&reply_to, token, status, cause);
+      send_error_reply(&reply_to, token, status, cause, kind, what);
     else if (status != 0)
       fprintf(stderr, "ccxx: one-way call failed: %s\n", cause.c_str());
   }
@@ -304,6 +414,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   nx_mutex_init(&p.m);
   nx_cond_init(&p.c);
   p.context = nx_gp_context(target);
+  p.unpack = &unpack;
   {
     std::lock_guard<std::mutex> g(pending_mu);
     pending[token] = &p;
@@ -320,25 +431,140 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   nx_mutex_unlock(&p.m);
   nx_cond_destroy(&p.c);
   nx_mutex_destroy(&p.m);
-  if (p.reply == nullptr)
-    throw remote_error(what(), p.cause, p.status);
-  // The reply handler read the token; status and cause follow.
-  std::unique_ptr<nx_buffer_t, int (*)(nx_buffer_t *)> hold(p.reply,
-                                                            nx_buffer_release);
-  stream s(p.reply);
-  int status = 0;
-  std::string cause;
-  try {
-    s >> status;
-    if (status != 0) {
-      s >> cause;
-      throw remote_error(what(), cause, status);
-    }
-    if (unpack)
-      unpack(s);
-  } catch (const stream::error &e) {
-    throw remote_error(what(), e.what(), e.code);
+  // The reply handler read the result, or the failure.
+  if (p.status != 0)
+    raise(what(), p.status, p.cause, p.kind, p.thrown);
+}
+
+// Sends op `id` like op_call and returns at once; `done` gets the reply
+// (or the failure) when it arrives, in the thread that receives it.
+void op_async(const nx_gp_t *target, uint32_t id,
+              const std::function<void(stream &)> &pack, reply_fn done) {
+  nx_buffer_t *buf;
+  int r = nx_gp_is_null(target)
+              ? NX_EINVAL
+              : nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
+  if (r < 0) {
+    done(r, nx_gp_is_null(target) ? "null global pointer" : nx_strerror(r),
+         nullptr);
+    return;
   }
+  nx_gp_t me = NX_GP_NULL;
+  if ((r = nx_gp_make(nullptr, &me)) < 0) {
+    nx_buffer_release(buf);
+    done(r, nx_strerror(r), nullptr);
+    return;
+  }
+  uint64_t token = next_token.fetch_add(1);
+  try {
+    stream s(buf);
+    s << id << token;
+    stream::check(nx_put_gp(buf, &me));
+    if (pack)
+      pack(s);
+  } catch (const stream::error &e) {
+    nx_buffer_release(buf);
+    nx_gp_release(&me);
+    done(e.code, e.what(), nullptr);
+    return;
+  }
+  nx_gp_release(&me);
+  auto *p = new pending_call;
+  p->context = nx_gp_context(target);
+  p->async = std::move(done);
+  {
+    std::lock_guard<std::mutex> g(pending_mu);
+    pending[token] = p;
+  }
+  r = nx_rsr_send(buf);
+  if (r < 0) {
+    pending_call *mine = nullptr;
+    {
+      std::lock_guard<std::mutex> g(pending_mu);
+      auto it = pending.find(token);
+      if (it != pending.end()) {
+        mine = it->second;
+        pending.erase(it);
+      }
+    }
+    if (mine != nullptr)
+      finish(mine, r, nx_strerror(r), nullptr);
+  }
+}
+
+std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
+                               int status, const std::string &cause,
+                               nx_buffer_t *reply) {
+  // The object's name is built only for an error.
+  auto object = [&type, context] { return object_name(type, context); };
+  try {
+    if (reply == nullptr)
+      throw remote_error(object(), cause, status);
+    stream s(reply);
+    int st = 0;
+    uint8_t kind = K_NONE;
+    std::string c, w;
+    try {
+      s >> st;
+      if (st == 0)
+        return nullptr;
+      read_failure(s, st, c, kind, w);
+    } catch (const stream::error &e) {
+      throw remote_error(object(), e.what(), e.code);
+    }
+    raise(object(), st, c, kind, w);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// ---------------------------------------------------------------- futures
+
+future_base::future_base() {
+  nx_mutex_init(&m_);
+  nx_cond_init(&c_);
+}
+
+future_base::~future_base() {
+  nx_cond_destroy(&c_);
+  nx_mutex_destroy(&m_);
+}
+
+bool future_base::ready() {
+  nx_mutex_lock(&m_);
+  bool d = done_;
+  nx_mutex_unlock(&m_);
+  return d;
+}
+
+void future_base::wait() {
+  nx_mutex_lock(&m_);
+  while (!done_)
+    nx_cond_wait(&c_, &m_);
+  nx_mutex_unlock(&m_);
+}
+
+void future_base::complete(std::exception_ptr error) {
+  std::vector<std::function<void()>> then;
+  nx_mutex_lock(&m_);
+  error_ = std::move(error);
+  done_ = true;
+  then.swap(then_);
+  nx_cond_broadcast(&c_);
+  nx_mutex_unlock(&m_);
+  for (auto &f : then)
+    f();
+}
+
+void future_base::on_ready(std::function<void()> f) {
+  nx_mutex_lock(&m_);
+  if (!done_) {
+    then_.push_back(std::move(f));
+    nx_mutex_unlock(&m_);
+    return;
+  }
+  nx_mutex_unlock(&m_);
+  f();
 }
 
 // ---------------------------------------------------------------- placement

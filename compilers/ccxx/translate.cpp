@@ -137,6 +137,28 @@ tokens lex(const std::string &s) {
   return out;
 }
 
+// A public member function of a global class, as the stub generator and the
+// parameter check see it (token indices).
+struct member_fn {
+  size_t name, start, lp, rp;
+  // Each parameter: [begin, end) without its default, the name's index (npos
+  // when unnamed) and the default's '=' (npos when none).
+  struct param {
+    size_t begin, end, name, eq;
+  };
+  std::vector<param> params;
+  bool stub = true; // goes into the class's stub
+  bool is_const = false, is_noexcept = false;
+  size_t ret_begin = npos, ret_end = npos; // the written return type
+};
+
+// A global class: its name and body.
+struct global_class {
+  std::string name;
+  size_t lb, rb;
+  bool is_struct;
+};
+
 class translator {
 public:
   translator(tokens t, std::string file) : t_(std::move(t)), file_(file) {}
@@ -148,7 +170,9 @@ private:
   std::ostringstream err_;
   int nerr_ = 0;
   std::set<std::string> classes_;              // global classes
+  std::vector<global_class> bodies_;           // their bodies
   std::map<std::string, std::string> globals_; // T *global name -> T
+  std::map<size_t, std::string> decl_types_;   // '*global' token -> T
   int main_line_ = 0;
   int serial_ = 0;
 
@@ -168,10 +192,13 @@ private:
   std::string emitted(size_t from, size_t to) const;
 
   void pass_classes();
-  void check_remote_params(const std::string &cls, size_t lb, size_t rb,
-                           bool is_struct);
+  std::vector<member_fn> public_functions(const global_class &c) const;
+  void check_remote_params(const global_class &c);
+  void pass_stubs();
   void pass_sync();
   void pass_global_ptrs();
+  std::string declaration_type(size_t comma) const;
+  void check_declarators(size_t name);
   void pass_objects();
   void pass_statements();
 };
@@ -255,8 +282,10 @@ void translator::pass_classes() {
       }
       classes_.insert(name);
       size_t rb = match(j);
-      if (rb != npos)
-        check_remote_params(name, j, rb, is(i + 1, "struct"));
+      if (rb != npos) {
+        bodies_.push_back(global_class{name, j, rb, is(i + 1, "struct")});
+        check_remote_params(bodies_.back());
+      }
     } else if (t_[i].orig == "atomic" && i > 0 && !is(i - 1, "::") &&
                !is(i - 1, ".") && !is(i - 1, "->")) {
       t_[i].text = "";
@@ -285,18 +314,21 @@ void translator::pass_classes() {
   }
 }
 
-// The public member functions of a global class can be called remotely:
-// their parameters may not be local pointers or references (they mean
-// nothing in another address space). Named here, where the parameter's name
-// is known; libccxx's static_assert catches the rest.
-void translator::check_remote_params(const std::string &cls, size_t lb,
-                                     size_t rb, bool is_struct) {
-  bool open = is_struct;
-  for (size_t i = lb + 1; i < rb; i++) {
+// The public member functions of a global class, which can be called
+// remotely: constructors too (their parameters are checked), but not static
+// members, friends or operators. A function's qualifiers, its written return
+// type and each parameter's name and default are recorded for its stub.
+std::vector<member_fn>
+translator::public_functions(const global_class &c) const {
+  static const std::set<std::string> specifiers = {
+      "virtual", "inline", "constexpr", "explicit", "atomic"};
+  std::vector<member_fn> out;
+  bool open = c.is_struct;
+  for (size_t i = c.lb + 1; i < c.rb; i++) {
     if (is(i, "{")) { // a nested body: not a member declaration
       size_t m = match(i);
       if (m == npos)
-        return;
+        return out;
       i = m;
       continue;
     }
@@ -311,24 +343,49 @@ void translator::check_remote_params(const std::string &cls, size_t lb,
       continue;
     // A declaration starts after ';', '}', '{' or an access label.
     size_t k = i;
-    bool is_friend = false;
-    while (k > lb + 1 && !is(k - 1, ";") && !is(k - 1, "}") &&
+    bool skip = false, is_template = false;
+    while (k > c.lb + 1 && !is(k - 1, ";") && !is(k - 1, "}") &&
            !is(k - 1, "{") && !is(k - 1, ":")) {
       k--;
-      if (t_[k].orig == "friend" || t_[k].orig == "static")
-        is_friend = true;
+      if (t_[k].orig == "friend" || t_[k].orig == "static" ||
+          t_[k].orig == "using" || t_[k].orig == "typedef")
+        skip = true;
+      if (t_[k].orig == "template")
+        is_template = true;
       if (is(k, "=") || is(k, "("))
         break; // an initialiser or a call, not a member function
     }
-    if (is_friend || is(k, "=") || is(k, "("))
+    if (skip || is(k, "=") || is(k, "("))
       continue;
     size_t rp = match(i + 1);
     if (rp == npos)
-      return;
-    const std::string fn =
-        t_[i].orig == cls ? cls + "::" + cls : cls + "::" + t_[i].orig;
+      return out;
+    member_fn f;
+    f.name = i;
+    f.start = k;
+    f.lp = i + 1;
+    f.rp = rp;
+    f.stub = !is_template && t_[i].orig != c.name && !is(i - 1, "~");
+    // The return type: the declaration's tokens before the name, less
+    // specifiers and attributes.
+    size_t r = k;
+    while (r < i && (specifiers.count(t_[r].orig) || is(r, "["))) {
+      if (is(r, "[")) {
+        size_t m = match(r);
+        r = m == npos ? i : m + 1;
+      } else {
+        r++;
+      }
+    }
+    if (r < i) {
+      f.ret_begin = r;
+      f.ret_end = i;
+    }
+    // The parameters.
     size_t start = i + 2;
-    for (size_t j = start; j <= rp; j++) {
+    if (start == rp || (start + 1 == rp && is(start, "void")))
+      start = rp + 1; // no parameters
+    for (size_t j = start; j <= rp && start <= rp; j++) {
       if (is(j, "(") || is(j, "[") || is(j, "{")) {
         size_t m = match(j);
         if (m == npos || m > rp)
@@ -347,26 +404,170 @@ void translator::check_remote_params(const std::string &cls, size_t lb,
       }
       if (!is(j, ",") && j != rp)
         continue;
-      // One parameter: [start, j).
+      member_fn::param p{start, j, npos, npos};
+      for (size_t q = start; q < j; q++)
+        if (is(q, "=")) {
+          p.eq = q;
+          p.end = q;
+          break;
+        }
+      // The name: the last identifier, when the tokens before it are a type.
+      static const std::set<std::string> not_names = {
+          "int",      "char",     "long",     "short", "unsigned", "signed",
+          "float",    "double",   "bool",     "void",  "auto",     "const",
+          "volatile", "global",   "struct",   "class", "enum",     "typename",
+          "wchar_t",  "char16_t", "char32_t", "size_t"};
+      size_t last = p.end - 1;
+      if (p.end > p.begin + 1 && t_[last].kind == IDENT &&
+          not_names.count(t_[last].orig) == 0 && !is(last - 1, "::") &&
+          !is(last - 1, "const") && !is(last - 1, "volatile") &&
+          !is(last - 1, "struct") && !is(last - 1, "class") &&
+          !is(last - 1, "enum") && !is(last - 1, "typename"))
+        p.name = last;
+      f.params.push_back(p);
+      start = j + 1;
+    }
+    // Qualifiers up to the body, ';', '= ...' or a constructor's
+    // initialisers; a trailing return type replaces an 'auto' one.
+    size_t q = rp + 1;
+    for (; t_[q].kind != END && !is(q, "{") && !is(q, ";") && !is(q, "=") &&
+           !is(q, ":");
+         q++) {
+      if (is(q, "const"))
+        f.is_const = true;
+      else if (is(q, "noexcept"))
+        f.is_noexcept = true;
+      else if (is(q, "&") || is(q, "&&") || is(q, "volatile"))
+        f.stub = false; // no remote call through a qualified this
+      else if (is(q, "(")) {
+        size_t m = match(q);
+        if (m == npos)
+          break;
+        q = m;
+      } else if (is(q, "->")) {
+        f.ret_begin = q + 1;
+        size_t e = q + 1;
+        while (t_[e].kind != END && !is(e, "{") && !is(e, ";") && !is(e, "=") &&
+               !is(e, "override") && !is(e, "final"))
+          e++;
+        f.ret_end = e;
+        q = e - 1;
+      }
+    }
+    if (is(q, "=") && is(q + 1, "delete"))
+      f.stub = false;
+    out.push_back(f);
+    if (is(q, ":")) {
+      // A constructor's initialisers: name(args) or name{args}, ...
+      q++;
+      while (t_[q].kind != END && !is(q, "{")) {
+        if (is(q, "(") || is(q, "{") || is(q, "[")) {
+          size_t m = match(q);
+          if (m == npos)
+            return out;
+          q = m + 1;
+          if (is(q, ","))
+            q++;
+          else if (!is(q, "{") && !is(q, "..."))
+            break;
+        } else {
+          q++;
+        }
+      }
+    }
+    // Continue before the body, which the loop then skips.
+    i = q - 1;
+  }
+  return out;
+}
+
+// The public member functions of a global class can be called remotely:
+// their parameters may not be local pointers or references (they mean
+// nothing in another address space). Named here, where the parameter's name
+// is known; libccxx's static_assert catches the rest.
+void translator::check_remote_params(const global_class &c) {
+  for (const member_fn &f : public_functions(c)) {
+    const std::string fn = c.name + "::" + t_[f.name].orig;
+    for (const member_fn::param &p : f.params) {
       bool local = false, ref = false;
-      std::string pname;
-      for (size_t q = start; q < j; q++) {
+      for (size_t q = p.begin; q < p.end; q++) {
         if (is(q, "*") && !is(q + 1, "global"))
           local = true;
         if (is(q, "&") || is(q, "&&"))
           ref = true;
-        if (is(q, "="))
-          break;
-        if (t_[q].kind == IDENT && t_[q].orig != "global")
-          pname = t_[q].orig;
       }
+      std::string pname = p.name != npos ? t_[p.name].orig : "";
       if (local || ref)
-        error(start, "remote method '" + fn + "': parameter '" + pname +
-                         "' is a local " + (local ? "pointer" : "reference") +
-                         " (pass it by value, or as T *global)");
-      start = j + 1;
+        error(p.begin, "remote method '" + fn + "': parameter '" + pname +
+                           "' is a local " + (local ? "pointer" : "reference") +
+                           " (pass it by value, or as T *global)");
     }
-    i = rp;
+  }
+}
+
+// For each global class, a stub nested in it: `p->f(args)` on a
+// ccxx::global_ptr<C> calls f of C::ccxx_stub_ (global_ptr's operator->
+// returns one), which has f's signature and makes the remote call. C++ then
+// chooses among overloads, applies defaults and finds `p`'s type however it
+// was declared. The stub's functions are templates so that only the ones
+// called are compiled (a public method returning a reference is fine
+// locally). Runs last: parameter types are emitted as translated.
+void translator::pass_stubs() {
+  for (const global_class &c : bodies_) {
+    std::vector<member_fn> fns = public_functions(c);
+    std::map<std::string, int> count;
+    for (const member_fn &f : fns)
+      if (f.stub)
+        count[t_[f.name].orig]++;
+    std::string stub = " public: struct ccxx_stub_ { const "
+                       "ccxx::global_ptr<" +
+                       c.name +
+                       "> &ccxx_p_; const ccxx_stub_ *operator->() const { "
+                       "return this; }";
+    for (const member_fn &f : fns) {
+      if (!f.stub)
+        continue;
+      const std::string name = t_[f.name].orig;
+      std::string params, types, args;
+      for (size_t n = 0; n < f.params.size(); n++) {
+        const member_fn::param &p = f.params[n];
+        std::string type =
+            p.name == npos ? emitted(p.begin, p.end) : emitted(p.begin, p.name);
+        std::string pn = p.name == npos ? "ccxx_a" + std::to_string(n) + "_"
+                                        : t_[p.name].orig;
+        std::string sep = n > 0 ? ", " : "";
+        params += sep + type + " " + pn;
+        if (p.eq != npos) {
+          size_t e = p.eq + 1;
+          size_t stop =
+              n + 1 < f.params.size() ? f.params[n + 1].begin - 1 : f.rp;
+          params += " = " + emitted(e, stop);
+        }
+        types += sep + type;
+        args += sep + "std::move(" + pn + ")";
+      }
+      std::string fp = "&" + c.name + "::" + name;
+      if (count[name] > 1) {
+        std::string ret =
+            f.ret_begin == npos ? "" : emitted(f.ret_begin, f.ret_end);
+        if (ret.empty() || ret == "auto") {
+          error(f.name, "overloaded remote method '" + c.name + "::" + name +
+                            "' needs its return type written (not auto)");
+          continue;
+        }
+        fp = "static_cast<" + ret + " (" + c.name + "::*)(" + types + ")" +
+             (f.is_const ? " const" : "") + (f.is_noexcept ? " noexcept" : "") +
+             ">(" + fp + ")";
+      }
+      // The result type is written out: a method of C may call its own
+      // stub before the stub's bodies are compiled.
+      stub += " template <int ccxx_n_ = 0> ccxx::detail::result_t<" + fp +
+              "> " + name + "(" + params +
+              ") const { return ccxx::detail::stub_call<" + fp +
+              ", ccxx_n_>(ccxx_p_" + (args.empty() ? "" : ", ") + args + "); }";
+    }
+    stub += " };";
+    t_[c.rb].before = stub + " " + t_[c.rb].before;
   }
 }
 
@@ -452,9 +653,21 @@ void translator::pass_global_ptrs() {
         break;
       }
     }
+    if (k == star && k > 0 && is(k - 1, ",")) {
+      // A further declarator (T *global a = x, *global b = y;): the type
+      // is the declaration's, already ccxx::global_ptr<T>.
+      std::string type = declaration_type(k - 1);
+      if (!type.empty()) {
+        t_[star].text = "";
+        t_[i].text = "";
+        decl_types_[i] = type;
+        if (t_[i + 1].kind == IDENT && !is(i + 2, "("))
+          globals_[t_[i + 1].orig] = type;
+        continue;
+      }
+    }
     if (k == star) {
-      error(i, "'*global' needs a pointee type before it (declare one global "
-               "pointer per declaration)");
+      error(i, "'*global' needs a pointee type before it (T *global p)");
       continue;
     }
     std::string type = emitted(k, star);
@@ -463,8 +676,58 @@ void translator::pass_global_ptrs() {
     if (t_[star].pre.find('\n') == std::string::npos)
       t_[star].pre.clear();
     t_[i].text = "";
-    if (t_[i + 1].kind == IDENT && !is(i + 2, "("))
+    decl_types_[i] = type;
+    if (t_[i + 1].kind == IDENT && !is(i + 2, "(")) {
       globals_[t_[i + 1].orig] = type;
+      check_declarators(i + 1);
+    }
+  }
+}
+
+// The type of the global pointer declared before the ',' at `comma` in the
+// same declaration, or "" when none is.
+std::string translator::declaration_type(size_t comma) const {
+  int depth = 0;
+  for (size_t j = comma; j-- > 0;) {
+    const std::string &o = t_[j].orig;
+    if (t_[j].kind == PUNCT) {
+      if (o == ")" || o == "]" || o == "}")
+        depth++;
+      else if (o == "(" || o == "[" || o == "{") {
+        if (--depth < 0)
+          return "";
+      } else if (depth == 0 && o == ";") {
+        return "";
+      }
+    }
+    if (depth == 0) {
+      auto d = decl_types_.find(j);
+      if (d != decl_types_.end())
+        return d->second;
+    }
+  }
+  return "";
+}
+
+// In `T *global a, b;` b would be a global pointer too (the declaration's
+// type is ccxx::global_ptr<T>): refused, every declarator after a global
+// pointer must be one. `name` is the first declarator's name.
+void translator::check_declarators(size_t name) {
+  for (size_t j = name + 1; t_[j].kind != END; j++) {
+    if (is(j, "(") || is(j, "[") || is(j, "{")) {
+      j = match(j);
+      if (j == npos)
+        return;
+      continue;
+    }
+    if (is(j, ";") || is(j, ")") || is(j, "}") || is(j, ">") || is(j, "]"))
+      return;
+    if (is(j, ",") && !(is(j + 1, "*") && is(j + 2, "global")) &&
+        t_[j + 1].kind == IDENT &&
+        (is(j + 2, ";") || is(j + 2, ",") || is(j + 2, "=")))
+      error(j + 1, "'" + t_[j + 1].orig +
+                       "' would be a global pointer too: declare it "
+                       "separately, or write *global before it");
   }
 }
 
@@ -474,6 +737,35 @@ void translator::pass_objects() {
     if (t_[i].kind != IDENT)
       continue;
     const std::string &w = t_[i].orig;
+    if (w == "async" && i >= 2 && is(i - 1, "::") && is(i - 2, "ccxx") &&
+        is(i + 1, "(")) {
+      // ccxx::async(p, &C::f, args...) -> ccxx::async<&C::f>(p, args...):
+      // the method is a template argument of the library's async.
+      size_t rp = match(i + 1), comma = npos;
+      for (size_t j = i + 2; rp != npos && j < rp; j++) {
+        if (is(j, "(") || is(j, "[") || is(j, "{")) {
+          j = match(j);
+          if (j == npos)
+            break;
+        } else if (is(j, ",")) {
+          comma = j;
+          break;
+        }
+      }
+      size_t e = comma == npos ? npos : comma + 2;
+      while (e != npos && t_[e].kind == IDENT && is(e + 1, "::"))
+        e += 2;
+      if (e == npos || !is(comma + 1, "&") || t_[e].kind != IDENT ||
+          !(is(e + 1, ",") || is(e + 1, ")"))) {
+        error(i, "ccxx::async needs the method as its second argument: "
+                 "ccxx::async(p, &C::f, args...)");
+        continue;
+      }
+      t_[i].text = "async<" + emitted(comma + 1, e + 1) + ">";
+      for (size_t j = comma; j <= e; j++)
+        t_[j].text = "";
+      continue;
+    }
     if (w == "new" && is(i + 1, "(")) {
       size_t rp = match(i + 1);
       if (rp == npos || t_[rp + 1].kind != IDENT ||
@@ -489,12 +781,15 @@ void translator::pass_objects() {
       }
       continue;
     }
-    if (w == "delete" && t_[i + 1].kind == IDENT &&
-        globals_.count(t_[i + 1].orig)) {
+    if (w == "delete" && !is(i + 1, "[") &&
+        !(i > 0 &&
+          (is(i - 1, "=") || is(i - 1, "operator") || is(i - 1, "::")))) {
+      // Whatever the operand's type: ccxx::delete_ destroys a global
+      // pointer's object and deletes a local pointer's.
       size_t e = statement_end(i + 1);
       if (e == npos || !is(e, ";"))
         continue;
-      t_[i].text = "ccxx::destroy(";
+      t_[i].text = "ccxx::delete_(";
       t_[e].before = ")" + t_[e].before;
       continue;
     }
@@ -512,6 +807,8 @@ void translator::pass_objects() {
     if (j == npos || !is(j, "->") || t_[j + 1].kind != IDENT)
       continue;
     size_t m = j + 1;
+    if (is(m + 1, "(") && classes_.count(g->second))
+      continue; // the class's stub makes the call (pass_stubs)
     if (is(m + 1, "(")) {
       t_[j].text = ".call<&" + g->second + "::" + t_[m].orig + ">";
       t_[m].text = "";
@@ -643,8 +940,19 @@ void translator::pass_statements() {
                  "spawn f(args);");
         continue;
       }
-      t_[i].text = "ccxx::spawn([=]() mutable {";
-      t_[e].after = " });" + t_[e].after;
+      // The arguments are evaluated here, in the spawning thread, and
+      // their values passed to the call, which runs in the new thread (on
+      // a copy of the callee expression's variables).
+      size_t lp = e - 1;
+      for (int d = 0;; lp--) {
+        d += is(lp, ")") - is(lp, "(");
+        if (d == 0)
+          break;
+      }
+      t_[i].text = "ccxx::spawn([=](auto &&...ccxx_a_) mutable {";
+      t_[lp].text = "(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }" +
+                    std::string(lp + 1 == e - 1 ? "" : ",");
+      t_[e - 1].text = ")";
     }
   }
 }
@@ -655,6 +963,7 @@ bool translator::run(std::string &out, std::string &errors) {
   pass_global_ptrs();
   pass_objects();
   pass_statements();
+  pass_stubs();
   if (nerr_ > 0) {
     errors = err_.str();
     return false;

@@ -10,7 +10,15 @@
 
 #include <cstdio>
 #include <cstring>
+#include <array>
+#include <atomic>
+#include <map>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 static int failures = 0;
@@ -27,6 +35,51 @@ struct point {
   int x;
   double y;
 };
+
+// Generated data transfer: an aggregate of every transferable kind, with a
+// nested aggregate, and one with its own operator pair (which must win).
+enum class colour : short { red = 1, green = 2 };
+struct inner {
+  int n;
+  std::string tag;
+};
+struct order {
+  int id;
+  double price;
+  colour c;
+  unsigned char flags;
+  std::string who;
+  std::vector<std::pair<int, std::string>> lines;
+  std::array<short, 3> dims;
+  std::map<std::string, long> stock;
+  std::tuple<int, char, bool> t;
+  std::optional<std::string> note, none;
+  ccxx::global_ptr<int> where;
+  inner in;
+};
+struct custom {
+  int v;
+};
+// The pair writes v + 1000 and reads it back less 1: a custom value arrives
+// as v + 999 only when these ran instead of the generated transfer.
+ccxx::stream &operator<<(ccxx::stream &s, const custom &c) {
+  return s << c.v + 1000;
+}
+ccxx::stream &operator>>(ccxx::stream &s, custom &c) {
+  s >> c.v;
+  c.v -= 1;
+  return s;
+}
+
+struct my_range : std::out_of_range {
+  using std::out_of_range::out_of_range;
+};
+
+class Counter;
+// A standard exception thrown by a method arrives with its exact type and
+// what(); anything else as remote_error.
+template <class E>
+static void check_throws(const ccxx::global_ptr<Counter> &c, int k);
 
 class Counter {
 public:
@@ -48,18 +101,140 @@ public:
     return r;
   }
   point shift(point p) { return point{p.x + 1, p.y * 2}; }
+  // Returns the order with each field changed, so both directions carry it.
+  order revise(order o) {
+    o.id++;
+    o.price *= 2;
+    o.c = o.c == colour::red ? colour::green : colour::red;
+    o.flags ^= 0xff;
+    o.who += "!";
+    o.lines.push_back({o.id, o.who});
+    o.dims[2] = static_cast<short>(o.dims[0] + o.dims[1]);
+    o.stock["new"] = static_cast<long>(o.stock.size());
+    std::get<0>(o.t) *= 3;
+    o.note = *o.note + "?";
+    o.in.n = -o.in.n;
+    o.in.tag += o.in.tag;
+    return o;
+  }
+  custom echo(custom c) { return c; }
+  long twice(long x) { return 2 * x; }
+  void touch() { touched_++; }
+  int touched() { return touched_; }
   ccxx::global_ptr<int> slot() { return &value_; }
   ccxx::global_ptr<point> where() { return &at_; }
   // Fills the caller's sync variable through a global pointer.
   void answer(ccxx::global_ptr<ccxx::sync<int>> to, int v) { *to = v * 10; }
   int fail() { throw std::runtime_error("deliberate"); }
+  // Throws standard exception number k (see check_throws), or one derived
+  // from std::out_of_range (k == 10), or an int (k == 11).
+  int throw_kind(int k) {
+    std::string w = "kind " + std::to_string(k);
+    switch (k) {
+    case 0: throw std::logic_error(w);
+    case 1: throw std::invalid_argument(w);
+    case 2: throw std::domain_error(w);
+    case 3: throw std::length_error(w);
+    case 4: throw std::out_of_range(w);
+    case 5: throw std::runtime_error(w);
+    case 6: throw std::range_error(w);
+    case 7: throw std::overflow_error(w);
+    case 8: throw std::underflow_error(w);
+    case 9: throw std::bad_alloc();
+    case 10: throw my_range(w);
+    default: throw k;
+    }
+  }
   int die() { _exit(3); }
 
 private:
   int value_;
   std::string name_;
   point at_{7, 2.5};
+  std::atomic<int> touched_{0};
 };
+
+template <class E>
+static void check_throws(const ccxx::global_ptr<Counter> &c, int k) {
+  std::string want = std::is_same_v<E, std::bad_alloc>
+                         ? std::bad_alloc().what()
+                         : "kind " + std::to_string(k);
+  bool caught = false;
+  try {
+    c.call<&Counter::throw_kind>(k);
+  } catch (const E &e) {
+    caught = typeid(e) == typeid(E) && want == e.what();
+  } catch (...) {
+  }
+  if (!caught)
+    fprintf(stderr, "exception kind %d did not arrive as %s\n", k,
+            typeid(E).name());
+  CHECK(caught);
+}
+
+// The number of threads of this process (/proc/self/status).
+static int threads_now() {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f != nullptr && fgets(line, sizeof(line), f) != nullptr)
+    if (std::sscanf(line, "Threads: %d", &n) == 1)
+      break;
+  if (f != nullptr)
+    fclose(f);
+  return n;
+}
+
+// Futures (ccxx::async): get, ready, wait, then, when_all, exceptions, a
+// void method, and 10,000 calls outstanding from one thread.
+static void check_futures(const ccxx::global_ptr<Counter> &c) {
+  ccxx::future<long> f = ccxx::async<&Counter::twice>(c, 21L);
+  f.wait();
+  CHECK(f.ready());
+  CHECK(f.get() == 42 && f.get() == 42);
+  ccxx::future<std::string> g = ccxx::async<&Counter::twice>(c, 5L).then(
+      [](long v) { return std::to_string(v); });
+  CHECK(g.get() == "10");
+  // then on a ready future runs at once.
+  CHECK(f.then([](long v) { return v + 1; }).get() == 43);
+  // An exception: get rethrows it; then passes it on.
+  ccxx::future<int> bad = ccxx::async<&Counter::throw_kind>(c, 4);
+  bool caught = false;
+  try {
+    bad.then([](int v) { return v + 1; }).get();
+  } catch (const std::out_of_range &e) {
+    caught = std::string(e.what()) == "kind 4";
+  }
+  CHECK(caught);
+  // A void method's future completes once it has run.
+  int before = c.call<&Counter::touched>();
+  ccxx::async<&Counter::touch>(c).get();
+  CHECK(c.call<&Counter::touched>() == before + 1);
+  // when_all of futures of different types.
+  auto both = ccxx::when_all(ccxx::async<&Counter::twice>(c, 1L),
+                             ccxx::async<&Counter::name>(c), bad);
+  auto t = both.get();
+  CHECK(std::get<0>(t).get() == 2 && std::get<1>(t).get() == "first");
+  CHECK(std::get<2>(t).ready());
+
+  // 10,000 calls outstanding from this thread, without a thread each.
+  const int n = 10000;
+  int threads_before = threads_now();
+  std::vector<ccxx::future<long>> many;
+  many.reserve(n);
+  for (int i = 0; i < n; i++)
+    many.push_back(ccxx::async<&Counter::twice>(c, static_cast<long>(i)));
+  int threads_after = threads_now();
+  auto all = ccxx::when_all(many);
+  all.wait();
+  long sum = 0;
+  for (const auto &x : all.get())
+    sum += x.get();
+  CHECK(sum == static_cast<long>(n) * (n - 1));
+  printf("10000 outstanding calls: %d threads before, %d after sending\n",
+         threads_before, threads_after);
+  CHECK(threads_after - threads_before < 100);
+}
 
 static int run(int argc, char **argv) {
   if (argc < 2) {
@@ -78,6 +253,32 @@ static int run(int argc, char **argv) {
   CHECK(w.size() == 2 && w[0] == "a" && w[1] == "aaa");
   point p = c.call<&Counter::shift>(point{4, 1.5});
   CHECK(p.x == 5 && p.y == 3.0);
+  order o{7,
+          1.25,
+          colour::red,
+          0x0f,
+          "ann",
+          {{1, "one"}},
+          {{3, -4, 0}},
+          {{"tea", 5}},
+          {-2, 'x', true},
+          std::string("hi"),
+          std::nullopt,
+          ccxx::global_ptr<int>(&failures),
+          {-9, "ab"}};
+  order r = c.call<&Counter::revise>(o);
+  CHECK(r.id == 8 && r.price == 2.5 && r.c == colour::green &&
+        r.flags == 0xf0 && r.who == "ann!");
+  CHECK(r.lines.size() == 2 && r.lines[0].second == "one" &&
+        r.lines[1].first == 8 && r.lines[1].second == "ann!");
+  CHECK(r.dims[0] == 3 && r.dims[1] == -4 && r.dims[2] == -1);
+  CHECK(r.stock.size() == 2 && r.stock["tea"] == 5 && r.stock["new"] == 1);
+  CHECK(std::get<0>(r.t) == -6 && std::get<1>(r.t) == 'x' && std::get<2>(r.t));
+  CHECK(r.note == std::string("hi?") && !r.none);
+  CHECK(r.where == o.where);
+  CHECK(r.in.n == 9 && r.in.tag == "abab");
+  // Each direction adds 999.
+  CHECK(c.call<&Counter::echo>(custom{1}).v == 1 + 2 * 999);
 
   // A global pointer into the object: remote read and write.
   ccxx::global_ptr<int> slot = c.call<&Counter::slot>();
@@ -113,15 +314,40 @@ static int run(int argc, char **argv) {
   CHECK(threw);
   CHECK(s.get() == 40);
 
-  // An exception in the method comes back as remote_error.
+  // A std::runtime_error in the method comes back as one.
   threw = false;
   try {
     c.call<&Counter::fail>();
-  } catch (const ccxx::remote_error &e) {
-    threw = std::strstr(e.what(), "deliberate") != nullptr &&
-            e.object().find("Counter") != std::string::npos;
+  } catch (const ccxx::remote_error &) {
+  } catch (const std::runtime_error &e) {
+    threw = std::strcmp(e.what(), "deliberate") == 0;
   }
   CHECK(threw);
+
+  check_throws<std::logic_error>(c, 0);
+  check_throws<std::invalid_argument>(c, 1);
+  check_throws<std::domain_error>(c, 2);
+  check_throws<std::length_error>(c, 3);
+  check_throws<std::out_of_range>(c, 4);
+  check_throws<std::runtime_error>(c, 5);
+  check_throws<std::range_error>(c, 6);
+  check_throws<std::overflow_error>(c, 7);
+  check_throws<std::underflow_error>(c, 8);
+  check_throws<std::bad_alloc>(c, 9);
+  // A class derived from a standard one, and a non-standard exception.
+  for (int k : {10, 11}) {
+    std::string msg;
+    try {
+      c.call<&Counter::throw_kind>(k);
+    } catch (const ccxx::remote_error &e) {
+      msg = e.cause();
+    } catch (...) {
+    }
+    CHECK(msg == (k == 10 ? "the method threw: kind 10"
+                          : "the method threw a non-standard exception"));
+  }
+
+  check_futures(c);
 
   // par and spawn.
   int a = 0, b = 0;
@@ -173,6 +399,15 @@ static int run(int argc, char **argv) {
     }
     printf("dead object again: %s\n", msg.c_str());
     CHECK(!msg.empty());
+    // An asynchronous call to it completes with the error too.
+    msg.clear();
+    try {
+      ccxx::async<&Counter::value>(d).get();
+    } catch (const ccxx::remote_error &e) {
+      msg = e.what();
+    }
+    printf("dead object, async: %s\n", msg.c_str());
+    CHECK(msg.find("Counter@") != std::string::npos);
     ccxx::destroy(d);
   } else {
     // An in-process object whose context was destroyed.
@@ -187,6 +422,14 @@ static int run(int argc, char **argv) {
       msg = e.what();
     }
     printf("destroyed object: %s\n", msg.c_str());
+    CHECK(msg.find("no longer exists") != std::string::npos);
+    msg.clear();
+    try {
+      ccxx::async<&Counter::value>(copy).get();
+    } catch (const ccxx::remote_error &e) {
+      msg = e.what();
+    }
+    printf("destroyed object, async: %s\n", msg.c_str());
     CHECK(msg.find("no longer exists") != std::string::npos);
   }
 

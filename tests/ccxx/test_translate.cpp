@@ -67,9 +67,93 @@ TEST_CASE("global class loses the keyword; new (where) C(args) creates") {
   CHECK(has(out, "class C { public:"));
   CHECK(!has(out, "global class"));
   CHECK(has(out, "ccxx::global_ptr<C> p = ccxx::create<C>(w, 3);"));
-  CHECK(has(out, "int r = p.call<&C::f>(4);"));
+  // The call is left to C++: global_ptr<C>::operator-> returns C's stub.
+  CHECK(has(out, "int r = p->f(4);"));
   CHECK(has(out, "ccxx::global_ptr<C> q = ccxx::create<C>(ccxx::here);"));
-  CHECK(has(out, "ccxx::destroy(p);"));
+  CHECK(has(out, "ccxx::delete_( p);"));
+}
+
+TEST_CASE("a global class gets a stub with its public functions' "
+          "signatures, on the line of its closing brace") {
+  std::string src = "global class C {\n"
+                    "  int hidden(int);\n"
+                    "public:\n"
+                    "  C(int a) : a_(a), b_{a} {}\n"
+                    "  int f(int a, std::string s = \"x\") const;\n"
+                    "  int g(int) noexcept;\n"
+                    "  int g(C *global o);\n"
+                    "  void h(sync int *global s) { *s = 1; }\n"
+                    "  static int st(int);\n"
+                    "  template <class T> int tm(T);\n"
+                    "  ~C();\n"
+                    "private:\n"
+                    "  int a_, b_;\n"
+                    "};\n";
+  std::string out = tr(src);
+  CHECK(lines(out) == lines(src) + 3);
+  CHECK(has(out, "public: struct ccxx_stub_ { const ccxx::global_ptr<C> "
+                 "&ccxx_p_; const ccxx_stub_ *operator->() const { return "
+                 "this; }"));
+  CHECK(has(out, "template <int ccxx_n_ = 0> ccxx::detail::result_t<&C::f> "
+                 "f(int a, std::string s = "
+                 "\"x\") const { return ccxx::detail::stub_call<&C::f, "
+                 "ccxx_n_>(ccxx_p_, std::move(a), std::move(s)); }"));
+  // Overloads name their member function pointer's type.
+  CHECK(has(out,
+            "g(int ccxx_a0_) const { return "
+            "ccxx::detail::stub_call<static_cast<int (C::*)(int) "
+            "noexcept>(&C::g), ccxx_n_>(ccxx_p_, std::move(ccxx_a0_)); }"));
+  CHECK(has(out, "g(ccxx::global_ptr<C> o) const { return "
+                 "ccxx::detail::stub_call<static_cast<int "
+                 "(C::*)(ccxx::global_ptr<C>)>(&C::g), ccxx_n_>(ccxx_p_, "
+                 "std::move(o)); }"));
+  CHECK(
+      has(out, "result_t<&C::h> h(ccxx::global_ptr<ccxx::sync<int>> s) const"));
+  // Not in the stub: private, static, template and special members, and
+  // the constructor's initialisers.
+  CHECK(!has(out, "> hidden("));
+  CHECK(!has(out, "> st("));
+  CHECK(!has(out, "> tm("));
+  CHECK(!has(out, "> C("));
+  CHECK(!has(out, "> a_("));
+  CHECK(!has(out, "> b_("));
+  CHECK(has(out, "}; };\n"));
+}
+
+TEST_CASE("ccxx::async(p, &C::f, args) names the method as a template "
+          "argument") {
+  std::string out = tr("void g(P p) { auto f = ccxx::async(p, &C::f, 1, "
+                       "h(2, 3)); auto v = ccxx::async(q(p, 1), &ns::C::v); "
+                       "}\n");
+  CHECK(has(out, "auto f = ccxx::async<&C::f>(p, 1, h(2, 3));"));
+  CHECK(has(out, "auto v = ccxx::async<&ns::C::v>(q(p, 1));"));
+  CHECK(bad("void g() {\n  ccxx::async(p, f);\n}\n") ==
+        "t.ccxx:2: error: ccxx::async needs the method as its second "
+        "argument: ccxx::async(p, &C::f, args...)\n");
+}
+
+TEST_CASE("several global pointers in one declaration") {
+  std::string out =
+      tr("global class C { public: int f(); };\n"
+         "void g(ccxx::proc_t w) {\n"
+         "  C *global a = new (w) C(), *global b = a, *global c;\n"
+         "  for (C *global x = a, *global y = b; x; ) {}\n"
+         "  delete b;\n"
+         "}\n");
+  CHECK(has(out, "ccxx::global_ptr<C> a = ccxx::create<C>(w), b = a, c;"));
+  CHECK(has(out, "for (ccxx::global_ptr<C> x = a, y = b; x; ) {}"));
+  CHECK(has(out, "ccxx::delete_( b);"));
+}
+
+TEST_CASE("delete of anything becomes ccxx::delete_, except delete[] and "
+          "deleted functions") {
+  std::string out = tr("struct S { S(const S &) = delete; };\n"
+                       "void f(int *p, int *q, S *s) { delete p; delete[] q; "
+                       "delete s; }\n");
+  CHECK(has(out, "S(const S &) = delete;"));
+  CHECK(has(out, "ccxx::delete_( p);"));
+  CHECK(has(out, "delete[] q;"));
+  CHECK(has(out, "ccxx::delete_( s);"));
 }
 
 TEST_CASE("placement new of an ordinary class is left alone") {
@@ -130,9 +214,17 @@ TEST_CASE("parfor adds each iteration to a group, capturing its variable") {
                  "ccxx_pf1_.run(); }"));
 }
 
-TEST_CASE("spawn runs the call in a new thread on copies") {
-  std::string out = tr("void g(int);\nvoid f(int x) { spawn g(x + 1); }\n");
-  CHECK(has(out, "ccxx::spawn([=]() mutable { g(x + 1); });"));
+TEST_CASE("spawn evaluates the arguments here and runs the call in a new "
+          "thread") {
+  std::string out = tr("void g(int);\nvoid h();\nvoid f(int x) { spawn g(x + "
+                       "1); spawn h(); spawn o.m(a, b(c)); }\n");
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "g(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, x + 1);"));
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "h(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); });"));
+  CHECK(has(out, "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "o.m(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, a, "
+                 "b(c));"));
 }
 
 TEST_CASE("main is renamed and a real main calls ccxx::start") {
@@ -146,7 +238,9 @@ TEST_CASE("constructs nest: par inside parfor, spawn inside par") {
   std::string out = tr("void f() { parfor (int i = 0; i < 2; i++) { par { "
                        "a(i); spawn b(i); } } }\n");
   CHECK(has(out, "ccxx_pf0_.add([&, i]() { ccxx::par( [&] { a(i); }, [&] { "
-                 "ccxx::spawn([=]() mutable { b(i); }); } ); });"));
+                 "ccxx::spawn([=](auto &&...ccxx_a_) mutable { "
+                 "b(std::forward<decltype(ccxx_a_)>(ccxx_a_)...); }, i); } ); "
+                 "});"));
 }
 
 TEST_CASE("keywords in strings, comments and qualified names are not touched") {
@@ -189,6 +283,17 @@ TEST_CASE("malformed constructs: file:line: error: ...") {
         "functions inside their class)\n");
   CHECK(bad("sync x;\n") ==
         "t.ccxx:1: error: 'sync' needs a type and then a name: sync T name;\n");
+  CHECK(bad("global class C { public: int f(); };\nvoid g() {\n"
+            "  C *global a, b;\n}\n") ==
+        "t.ccxx:3: error: 'b' would be a global pointer too: declare it "
+        "separately, or write *global before it\n");
+  CHECK(bad("void g() {\n  *global p;\n}\n") ==
+        "t.ccxx:2: error: '*global' needs a pointee type before it (T "
+        "*global p)\n");
+  CHECK(bad("global class C {\npublic:\n  int f(int);\n  auto f(long x) { "
+            "return x; }\n};\n") ==
+        "t.ccxx:4: error: overloaded remote method 'C::f' needs its return "
+        "type written (not auto)\n");
 }
 
 TEST_CASE("a public method of a global class with a local pointer or "

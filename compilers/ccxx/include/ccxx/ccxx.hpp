@@ -5,11 +5,16 @@
 
 #include <nexus.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -18,6 +23,11 @@
 #include <utility>
 #include <vector>
 
+// What libccxx exports: this header's non-template functions and classes
+// (detail:: included: its templates call them); everything else in the
+// library is hidden.
+#define CCXX_API __attribute__((visibility("default")))
+
 namespace ccxx {
 
 // ---------------------------------------------------------------- errors
@@ -25,7 +35,7 @@ namespace ccxx {
 // A remote operation failed: the object is dead or unreachable, the remote
 // code threw, or the data did not unpack. what() reads
 // "ccxx: remote call to <object> failed: <cause>".
-class remote_error : public std::runtime_error {
+class CCXX_API remote_error : public std::runtime_error {
 public:
   remote_error(const std::string &object, const std::string &cause, int code);
   const std::string &object() const noexcept { return object_; }
@@ -38,14 +48,14 @@ private:
 
 // A sync variable was written a second time. what() is exactly
 // "ccxx: sync variable written twice (a sync is single-assignment)".
-class sync_error : public std::logic_error {
+class CCXX_API sync_error : public std::logic_error {
 public:
   sync_error();
 };
 
 // A nexus call the runtime needed failed (start-up, creation). what() names
 // the call and the nexus error.
-class runtime_error : public std::runtime_error {
+class CCXX_API runtime_error : public std::runtime_error {
 public:
   runtime_error(const std::string &what, int code);
   int code() const noexcept { return code_; }
@@ -61,16 +71,16 @@ private:
 // by ccxx::create, it serves its objects and exits instead of returning.
 // Returns 0 when the program should run its main. Call it first in main, or
 // let ccxx::start call it.
-int init(int &argc, char **&argv);
+CCXX_API int init(int &argc, char **&argv);
 
 // Waits for spawned threads, then stops the runtime (nx_finalize).
 // Returns 0 or the nx_finalize error.
-int finalize();
+CCXX_API int finalize();
 
 // init, then main_fn, then finalize; an uncaught ccxx exception is printed
 // and gives exit status 1. The translator's main calls this.
-int start(int argc, char **argv, int (*main_fn)(int, char **));
-int start(int argc, char **argv, int (*main_fn)());
+CCXX_API int start(int argc, char **argv, int (*main_fn)(int, char **));
+CCXX_API int start(int argc, char **argv, int (*main_fn)());
 
 // ---------------------------------------------------------------- marshalling
 
@@ -81,7 +91,7 @@ template <class T> class global_ptr;
 // ccxx::stream::error).
 class stream {
 public:
-  struct error : std::runtime_error {
+  struct CCXX_API error : std::runtime_error {
     explicit error(int code);
     int code;
   };
@@ -140,19 +150,107 @@ inline stream &operator>>(stream &s, std::string &v) {
   return s;
 }
 
-namespace detail {
-// Types without their own operator<<: trivially copyable structs travel as
-// opaque bytes (same executable, same layout; no byte-order conversion).
-template <class T, class = void> struct has_put : std::false_type {};
-template <class T>
-struct has_put<T, std::void_t<decltype(std::declval<stream &>()
-                                       << std::declval<const T &>())>>
-    : std::true_type {};
-} // namespace detail
+// Enumerations travel as their underlying integer type.
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+stream &operator<<(stream &s, const E &v) {
+  return s << static_cast<std::underlying_type_t<E>>(v);
+}
+template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+stream &operator>>(stream &s, E &v) {
+  std::underlying_type_t<E> u;
+  s >> u;
+  v = static_cast<E>(u);
+  return s;
+}
 
+namespace detail {
+// The number of fields of an aggregate: the most initialisers T{...} takes
+// from values that convert to anything (which never brace-elide).
+struct any_field {
+  template <class T> operator T() const;
+};
+template <class T, class Seq, class = void>
+struct braces_take : std::false_type {};
+template <class T, std::size_t... I>
+struct braces_take<T, std::index_sequence<I...>,
+                   std::void_t<decltype(T{(void(I), any_field{})...})>>
+    : std::true_type {};
+template <class T, std::size_t N = 0> constexpr std::size_t field_count() {
+  if constexpr (N > 16)
+    return N; // more than the generated transfer handles (see below)
+  else if constexpr (braces_take<T, std::make_index_sequence<N + 1>>::value)
+    return field_count<T, N + 1>();
+  else
+    return N;
+}
+
+// Calls f on each field of the aggregate v in order (at most 16 fields).
+template <class F, class... A> void for_each_arg(F &f, A &...a) { (f(a), ...); }
+template <class T, class F> void for_each_field(T &v, F &&f) {
+  constexpr std::size_t n = field_count<std::remove_const_t<T>>();
+  static_assert(n <= 16,
+                "ccxx: generated data transfer handles aggregates of at "
+                "most 16 fields; write operator<< and operator>> for this "
+                "type");
+  // clang-format off
+#define CCXX_FIELDS(N, ...)                                                    \
+  else if constexpr (n == N) {                                                 \
+    auto &[__VA_ARGS__] = v;                                                   \
+    for_each_arg(f, __VA_ARGS__);                                              \
+  }
+  if constexpr (n == 0) {
+  }
+  CCXX_FIELDS(1, f1)
+  CCXX_FIELDS(2, f1, f2)
+  CCXX_FIELDS(3, f1, f2, f3)
+  CCXX_FIELDS(4, f1, f2, f3, f4)
+  CCXX_FIELDS(5, f1, f2, f3, f4, f5)
+  CCXX_FIELDS(6, f1, f2, f3, f4, f5, f6)
+  CCXX_FIELDS(7, f1, f2, f3, f4, f5, f6, f7)
+  CCXX_FIELDS(8, f1, f2, f3, f4, f5, f6, f7, f8)
+  CCXX_FIELDS(9, f1, f2, f3, f4, f5, f6, f7, f8, f9)
+  CCXX_FIELDS(10, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10)
+  CCXX_FIELDS(11, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11)
+  CCXX_FIELDS(12, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12)
+  CCXX_FIELDS(13, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13)
+  CCXX_FIELDS(14, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14)
+  CCXX_FIELDS(15, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15)
+  CCXX_FIELDS(16, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15, f16)
+#undef CCXX_FIELDS
+  // clang-format on
+}
+
+// A class whose data transfer ccxx generates: an aggregate (public fields,
+// no constructors, no virtual functions), not std::array.
+template <class T> struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+template <class T>
+constexpr bool generated_v =
+    std::is_class_v<T> &&std::is_aggregate_v<T> && !std::is_polymorphic_v<T> &&
+    !is_std_array<T>::value;
+} // namespace detail
+// Aggregates of transferable fields: each field in order, through its own
+// operator<< / operator>> (so every arithmetic value goes through nexus's
+// typed puts and the receiver converts byte order). A user's own pair for
+// the type is a better match and wins.
+template <class T, std::enable_if_t<detail::generated_v<T>, int> = 0>
+stream &operator<<(stream &s, const T &v) {
+  detail::for_each_field(v, [&s](const auto &f) { s << f; });
+  return s;
+}
+template <class T, std::enable_if_t<detail::generated_v<T>, int> = 0>
+stream &operator>>(stream &s, T &v) {
+  detail::for_each_field(v, [&s](auto &f) { s >> f; });
+  return s;
+}
+
+// Other trivially copyable classes (private fields, constructors) travel as
+// opaque bytes: same layout everywhere, no byte-order conversion.
 template <class T,
           std::enable_if_t<std::is_trivially_copyable_v<T> &&
-                               std::is_class_v<T> && !detail::has_put<T>::value,
+                               std::is_class_v<T> && !detail::generated_v<T> &&
+                               !detail::is_std_array<T>::value,
                            int> = 0>
 stream &operator<<(stream &s, const T &v) {
   stream::check(nx_put_bytes(s.buffer(), &v, sizeof(T)));
@@ -160,10 +258,83 @@ stream &operator<<(stream &s, const T &v) {
 }
 template <class T,
           std::enable_if_t<std::is_trivially_copyable_v<T> &&
-                               std::is_class_v<T> && !detail::has_put<T>::value,
+                               std::is_class_v<T> && !detail::generated_v<T> &&
+                               !detail::is_std_array<T>::value,
                            int> = 0>
 stream &operator>>(stream &s, T &v) {
   stream::check(nx_get_bytes(s.buffer(), &v, sizeof(T)));
+  return s;
+}
+
+template <class T, std::size_t N>
+stream &operator<<(stream &s, const std::array<T, N> &v) {
+  for (const T &x : v)
+    s << x;
+  return s;
+}
+template <class T, std::size_t N>
+stream &operator>>(stream &s, std::array<T, N> &v) {
+  for (T &x : v)
+    s >> x;
+  return s;
+}
+
+template <class A, class B>
+stream &operator<<(stream &s, const std::pair<A, B> &v) {
+  return s << v.first << v.second;
+}
+template <class A, class B> stream &operator>>(stream &s, std::pair<A, B> &v) {
+  return s >> v.first >> v.second;
+}
+
+template <class... T> stream &operator<<(stream &s, const std::tuple<T...> &v) {
+  std::apply([&s](const auto &...x) { (void)(s << ... << x); }, v);
+  return s;
+}
+template <class... T> stream &operator>>(stream &s, std::tuple<T...> &v) {
+  std::apply([&s](auto &...x) { (void)(s >> ... >> x); }, v);
+  return s;
+}
+
+template <class T> stream &operator<<(stream &s, const std::optional<T> &v) {
+  s << v.has_value();
+  if (v)
+    s << *v;
+  return s;
+}
+template <class T> stream &operator>>(stream &s, std::optional<T> &v) {
+  bool has;
+  s >> has;
+  if (!has) {
+    v.reset();
+    return s;
+  }
+  T x{};
+  s >> x;
+  v = std::move(x);
+  return s;
+}
+
+template <class K, class V, class C, class A>
+stream &operator<<(stream &s, const std::map<K, V, C, A> &m) {
+  stream::check(nx_put_uint64(s.buffer(), m.size()));
+  for (const auto &kv : m)
+    s << kv.first << kv.second;
+  return s;
+}
+template <class K, class V, class C, class A>
+stream &operator>>(stream &s, std::map<K, V, C, A> &m) {
+  uint64_t n;
+  stream::check(nx_get_uint64(s.buffer(), &n));
+  if (n > nx_buffer_remaining(s.buffer()))
+    throw stream::error(NX_ERANGE);
+  m.clear();
+  for (uint64_t i = 0; i < n; i++) {
+    K k{};
+    V v{};
+    s >> k >> v;
+    m.emplace(std::move(k), std::move(v));
+  }
   return s;
 }
 
@@ -196,28 +367,56 @@ namespace detail {
 // one-way operation).
 using op_fn = void (*)(void *address, stream &in, stream *out);
 
-// Registers an operation under the name the compiler gives its template
-// instance; every process of the executable computes the same id.
-uint32_t op_register(const char *name, op_fn fn, bool reply);
+// Registers an operation under the mangled name of its template instance
+// (typeid: it names the member function with its parameter types, so
+// overloads differ); every process of the executable computes the same id.
+CCXX_API uint32_t op_register(const char *name, op_fn fn, bool reply);
 
 // Sends op `id` to `target` with the arguments packed by `pack`; unless
 // `reply` is false, waits for the answer and lets `unpack` read it. Throws
 // remote_error, naming the object as object_name(type, target).
-void op_call(const nx_gp_t *target, uint32_t id, bool reply,
-             const std::function<void(stream &)> &pack,
-             const std::function<void(stream &)> &unpack,
-             const std::type_info &type);
+CCXX_API void op_call(const nx_gp_t *target, uint32_t id, bool reply,
+                      const std::function<void(stream &)> &pack,
+                      const std::function<void(stream &)> &unpack,
+                      const std::type_info &type);
+
+// Throws what a failed call's reply says: one of the standard exceptions
+// of kind `kind` with `what`, else remote_error(object, cause, status).
+[[noreturn]] CCXX_API void raise(const std::string &object, int status,
+                                 const std::string &cause, uint8_t kind,
+                                 const std::string &what);
+// Reads a failed reply's cause (and, for status -1, kind and what).
+CCXX_API void read_failure(stream &s, int status, std::string &cause,
+                           uint8_t &kind, std::string &what);
+
+// An asynchronous call's completion: (0, "", reply) with the reply buffer,
+// valid during the call (its token was read), or (error, cause, NULL).
+using reply_fn =
+    std::function<void(int status, const std::string &cause, nx_buffer_t *)>;
+// Sends op `id` to `target` with a reply and returns at once; `done` runs
+// when the reply or a failure arrives (in the runtime's reply handler, or
+// here when the send fails).
+CCXX_API void op_async(const nx_gp_t *target, uint32_t id,
+                       const std::function<void(stream &)> &pack,
+                       reply_fn done);
+// The exception a completion means (NULL when the reply says the call
+// succeeded; the reply's stream is then at the result).
+CCXX_API std::exception_ptr reply_error(const std::type_info &type,
+                                        uint64_t context, int status,
+                                        const std::string &cause,
+                                        nx_buffer_t *reply);
 
 // The readable name of a type (demangled).
-std::string type_name(const std::type_info &t);
+CCXX_API std::string type_name(const std::type_info &t);
 // "Counter@0x100000002": an object's type and context, for messages.
-std::string object_name(const std::type_info &t, const nx_gp_t *gp);
+CCXX_API std::string object_name(const std::type_info &t, const nx_gp_t *gp);
+CCXX_API std::string object_name(const std::type_info &t, uint64_t context);
 
 // The recursive lock behind an object's `atomic` methods. It waits on a
 // nexus condition variable, so a handler that waits for it on the progress
 // thread hands progress on (a std::mutex would stall every reply). Its owner
 // is an nx_thread_id: lazy threaded handlers share OS threads.
-class monitor {
+class CCXX_API monitor {
 public:
   monitor();
   ~monitor();
@@ -230,8 +429,8 @@ private:
   uint64_t owner_ = 0;
   int depth_ = 0;
 };
-monitor &atomic_lock(const void *object);
-void atomic_forget(const void *object);
+CCXX_API monitor &atomic_lock(const void *object);
+CCXX_API void atomic_forget(const void *object);
 
 template <class T> struct is_global_ptr : std::false_type {};
 template <class T> struct is_global_ptr<global_ptr<T>> : std::true_type {};
@@ -261,6 +460,14 @@ void read_tuple(stream &in, Tuple &t, std::index_sequence<I...>) {
   (void)(in >> ... >> std::get<I>(t));
 }
 
+// How a constructor's argument travels: by value; a C string as a
+// std::string (the pointer means nothing in another process).
+template <class A>
+using wire_t =
+    std::conditional_t<std::is_same_v<std::decay_t<A>, const char *> ||
+                           std::is_same_v<std::decay_t<A>, char *>,
+                       std::string, std::decay_t<A>>;
+
 template <class M> struct method_traits;
 template <class C, class R, class... A> struct method_traits<R (C::*)(A...)> {
   using cls = C;
@@ -271,6 +478,22 @@ template <class C, class R, class... A> struct method_traits<R (C::*)(A...)> {
 };
 template <class C, class R, class... A>
 struct method_traits<R (C::*)(A...) const> : method_traits<R (C::*)(A...)> {};
+template <class C, class R, class... A>
+struct method_traits<R (C::*)(A...) noexcept> : method_traits<R (C::*)(A...)> {
+};
+template <class C, class R, class... A>
+struct method_traits<R (C::*)(A...) const noexcept>
+    : method_traits<R (C::*)(A...)> {};
+
+// The result type of method M.
+template <auto M> using result_t = typename method_traits<decltype(M)>::ret;
+
+// The stub of a global class C: C::ccxx_stub_, which the translator nests in
+// every global class (void when there is none).
+template <class T, class = void> struct stub_of { using type = void; };
+template <class T> struct stub_of<T, std::void_t<typename T::ccxx_stub_>> {
+  using type = typename T::ccxx_stub_;
+};
 
 // One method as a remote operation; `name()` is unique per method.
 template <auto M> struct method_op {
@@ -294,7 +517,7 @@ template <auto M> struct method_op {
       *out << r;
     }
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(method_op).name(); }
   static inline const uint32_t id =
       op_register(name(), run, !std::is_void_v<R>);
 };
@@ -312,7 +535,7 @@ template <class C, class... Args> struct ctor_op {
     nx_gp_release(&gp);
     stream::check(r);
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(ctor_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
@@ -325,7 +548,7 @@ template <class C> struct delete_op {
     atomic_forget(address);
     *out << true;
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(delete_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
@@ -336,7 +559,7 @@ template <class T> struct get_op {
   static void run(void *address, stream &, stream *out) {
     *out << static_cast<const T &>(*static_cast<T *>(address));
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(get_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 template <class T> struct put_op {
@@ -346,17 +569,18 @@ template <class T> struct put_op {
     sync_assign<T>::assign(*static_cast<T *>(address), std::move(v));
     *out << true;
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(put_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 
 // Places an object: `make` runs in the new in-process context (proc_t here)
 // or the op `ctor` is sent to a new process context. Returns the object's gp.
-nx_gp_t place_local(const std::function<void *()> &make);
-nx_gp_t place_process(const std::string &spec, uint32_t ctor,
-                      const std::function<void(stream &)> &pack,
-                      const std::type_info &type);
-int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type);
+CCXX_API nx_gp_t place_local(const std::function<void *()> &make);
+CCXX_API nx_gp_t place_process(const std::string &spec, uint32_t ctor,
+                               const std::function<void(stream &)> &pack,
+                               const std::type_info &type);
+CCXX_API int destroy_context(nx_gp_t *gp, uint32_t del,
+                             const std::type_info &type);
 
 } // namespace detail
 
@@ -444,6 +668,23 @@ public:
     gp.address += static_cast<uint64_t>(
         reinterpret_cast<const unsigned char *>(&(base->*field)) - storage);
     return global_ptr<M>::adopt(gp);
+  }
+
+  // p->f(args): the pointee's stub (the translator nests one in every global
+  // class, C::ccxx_stub_), whose member functions have C's signatures and
+  // make the remote calls.
+  template <class U = T, class S = typename detail::stub_of<U>::type,
+            std::enable_if_t<!std::is_void_v<S>, int> = 0>
+  S operator->() const {
+    return S{*this};
+  }
+  template <class U = T, class S = typename detail::stub_of<U>::type,
+            std::enable_if_t<std::is_void_v<S>, int> = 0>
+  void operator->() const {
+    static_assert(!std::is_void_v<S>,
+                  "ccxx: p->f() needs the pointee to be a global class "
+                  "(declared 'global class' in a .ccxx file); otherwise "
+                  "call p.call<&C::f>(args) or read p.member(&C::m)");
   }
 
   // A synchronous remote call of method M (void methods are one-way: the
@@ -565,7 +806,7 @@ template <class T> struct get_op<sync<T>> {
   static void run(void *address, stream &, stream *out) {
     *out << static_cast<sync<T> *>(address)->get();
   }
-  static const char *name() { return __PRETTY_FUNCTION__; }
+  static const char *name() { return typeid(get_op).name(); }
   static inline const uint32_t id = op_register(name(), run, true);
 };
 } // namespace detail
@@ -587,7 +828,7 @@ private:
   friend const proc_t &here_();
   std::string spec_;
 };
-const proc_t &here_();
+CCXX_API const proc_t &here_();
 // A new in-process context (the paper's cheap context).
 static const proc_t &here = here_();
 
@@ -603,8 +844,8 @@ global_ptr<C> create(const proc_t &where, A &&...a) {
     });
     return global_ptr<C>::adopt(gp);
   }
-  using op = detail::ctor_op<C, std::decay_t<A>...>;
-  std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
+  using op = detail::ctor_op<C, detail::wire_t<A>...>;
+  std::tuple<detail::wire_t<A>...> args(std::forward<A>(a)...);
   nx_gp_t gp = detail::place_process(
       where.spec(), op::id,
       [&args](stream &s) {
@@ -623,15 +864,228 @@ template <class C> int destroy(global_ptr<C> &p) {
   return detail::destroy_context(&gp, detail::delete_op<C>::id, typeid(C));
 }
 
+// Registers the remote operations of methods M... in this process. A call
+// registers its operation in the caller, and every process of one
+// executable registers alike; a program serving objects to another
+// executable (a different program, or the same source built for another
+// machine or by another compiler) exposes the methods it serves.
+template <auto... M> void expose() { (void(detail::method_op<M>::id), ...); }
+
+// `delete e;` in a .ccxx file: destroys a global pointer's object (and
+// nulls the pointer), deletes a local pointer's.
+template <class C> void delete_(global_ptr<C> &p) { destroy(p); }
+template <class C> void delete_(global_ptr<C> &&p) { destroy(p); }
+template <class T> void delete_(T *p) { delete p; }
+
+namespace detail {
+// A stub's call (the translator's C::ccxx_stub_): N is the stub function's
+// template parameter, so nothing is compiled until the function is called.
+template <auto M, int N, class T, class... A>
+auto stub_call(const global_ptr<T> &p, A &&...a) {
+  return p.template call<M>(std::forward<A>(a)...);
+}
+} // namespace detail
+
 template <class T> std::string global_ptr<T>::describe() const {
   return detail::object_name(typeid(T), &gp_);
+}
+
+// ---------------------------------------------------------------- futures
+
+namespace detail {
+// A future's shared state, less its value: completion, the exception, and
+// the functions to run when it completes.
+class CCXX_API future_base {
+public:
+  future_base();
+  ~future_base();
+  future_base(const future_base &) = delete;
+  future_base &operator=(const future_base &) = delete;
+  bool ready();
+  void wait();
+  // Marks it complete (with `error`, or NULL), wakes the waiters and runs
+  // the on_ready functions in this thread.
+  void complete(std::exception_ptr error);
+  // Runs f when complete: now, in this thread, when it already is.
+  void on_ready(std::function<void()> f);
+  const std::exception_ptr &error() const { return error_; }
+  // The object an asynchronous call went to (its type and context), named
+  // in an error.
+  const std::type_info *type = nullptr;
+  uint64_t context = 0;
+
+private:
+  nx_mutex_t m_;
+  nx_cond_t c_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<std::function<void()>> then_;
+};
+
+template <class R> struct future_state : future_base {
+  std::optional<R> value;
+};
+template <> struct future_state<void> : future_base {};
+} // namespace detail
+
+template <class R> class future;
+
+namespace detail {
+template <class R> struct make_future;
+template <class F, class R> struct then_result {
+  using type = std::invoke_result_t<F, R>;
+};
+template <class F> struct then_result<F, void> {
+  using type = std::invoke_result_t<F>;
+};
+} // namespace detail
+
+// The result of ccxx::async: get() waits for it and returns the value or
+// throws what the call threw (as a synchronous call would); ready() and
+// wait() ask and wait; then(fn) makes the future of fn(value). Copies share
+// one state.
+template <class R> class future {
+public:
+  future() = default;
+  bool valid() const { return s_ != nullptr; }
+  bool ready() const { return s_->ready(); }
+  void wait() const { s_->wait(); }
+  // The value (a copy; get may be called again) or the call's exception.
+  R get() const {
+    s_->wait();
+    if (s_->error())
+      std::rethrow_exception(s_->error());
+    if constexpr (!std::is_void_v<R>)
+      return *s_->value;
+  }
+  // The future of fn(value) (fn() for a future<void>). fn runs in the
+  // thread that completes this future (the runtime's reply handler: keep it
+  // short), or in the caller when this one is ready already. An exception
+  // of this future or of fn goes to the new one.
+  template <class F>
+  future<typename detail::then_result<F, R>::type> then(F fn) const {
+    using U = typename detail::then_result<F, R>::type;
+    auto next = std::make_shared<detail::future_state<U>>();
+    auto mine = s_;
+    s_->on_ready([mine, next, fn = std::move(fn)]() mutable {
+      if (mine->error()) {
+        next->complete(mine->error());
+        return;
+      }
+      try {
+        if constexpr (std::is_void_v<R> && std::is_void_v<U>)
+          fn();
+        else if constexpr (std::is_void_v<R>)
+          next->value.emplace(fn());
+        else if constexpr (std::is_void_v<U>)
+          fn(*mine->value);
+        else
+          next->value.emplace(fn(*mine->value));
+      } catch (...) {
+        next->complete(std::current_exception());
+        return;
+      }
+      next->complete(nullptr);
+    });
+    return future<U>(next);
+  }
+
+  explicit future(std::shared_ptr<detail::future_state<R>> s)
+      : s_(std::move(s)) {}
+  const std::shared_ptr<detail::future_state<R>> &state() const { return s_; }
+
+private:
+  std::shared_ptr<detail::future_state<R>> s_;
+};
+
+// An asynchronous remote call of method M of *p with args (UPC++ rpc, HPX
+// async): sends the request and returns at once; the reply fulfils the
+// future (no thread waits for it), so one thread may have many calls
+// outstanding. A void method's future completes when the method has run.
+// In a .ccxx file, ccxx::async(p, &C::f, args...) is written so.
+template <auto M, class C, class... A>
+future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
+  using R = detail::result_t<M>;
+  using op = detail::method_op<M>;
+  typename detail::method_traits<decltype(M)>::args args(std::forward<A>(a)...);
+  auto st = std::make_shared<detail::future_state<R>>();
+  st->type = &typeid(C);
+  st->context = nx_gp_context(p.gp());
+  detail::op_async(
+      p.gp(), op::id,
+      [&args](stream &s) {
+        std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
+      },
+      // Only the state is captured: the completion fits in std::function
+      // without an allocation of its own.
+      [st](int status, const std::string &cause, nx_buffer_t *reply) {
+        std::exception_ptr e =
+            detail::reply_error(*st->type, st->context, status, cause, reply);
+        if (!e) {
+          if constexpr (!std::is_void_v<R>) {
+            try {
+              stream s(reply);
+              R r{};
+              s >> r;
+              st->value.emplace(std::move(r));
+            } catch (const stream::error &x) {
+              e = std::make_exception_ptr(
+                  remote_error(detail::object_name(*st->type, st->context),
+                               x.what(), x.code));
+            }
+          }
+        }
+        st->complete(e);
+      });
+  return future<R>(st);
+}
+
+// A future that is ready when all of `fs` are, holding them (each then
+// ready; its get() gives its value or throws its exception), as HPX's
+// when_all.
+template <class... R>
+future<std::tuple<future<R>...>> when_all(const future<R> &...fs) {
+  using T = std::tuple<future<R>...>;
+  auto all = std::make_shared<detail::future_state<T>>();
+  all->value.emplace(fs...);
+  constexpr std::size_t n = sizeof...(R);
+  if constexpr (n == 0) {
+    all->complete(nullptr);
+  } else {
+    auto left = std::make_shared<std::atomic<std::size_t>>(n);
+    auto one = [all, left] {
+      if (left->fetch_sub(1) == 1)
+        all->complete(nullptr);
+    };
+    (fs.state()->on_ready(one), ...);
+  }
+  return future<T>(all);
+}
+
+// The same for a vector of futures of one type.
+template <class R>
+future<std::vector<future<R>>> when_all(const std::vector<future<R>> &fs) {
+  using T = std::vector<future<R>>;
+  auto all = std::make_shared<detail::future_state<T>>();
+  all->value.emplace(fs);
+  if (fs.empty()) {
+    all->complete(nullptr);
+    return future<T>(all);
+  }
+  auto left = std::make_shared<std::atomic<std::size_t>>(fs.size());
+  for (const future<R> &f : fs)
+    f.state()->on_ready([all, left] {
+      if (left->fetch_sub(1) == 1)
+        all->complete(nullptr);
+    });
+  return future<T>(all);
 }
 
 // ---------------------------------------------------------------- threads
 
 // Runs each callable in its own thread and waits for all; the first
 // exception thrown is rethrown.
-void par_run(std::vector<std::function<void()>> &tasks);
+CCXX_API void par_run(std::vector<std::function<void()>> &tasks);
 template <class... F> void par(F &&...f) {
   std::vector<std::function<void()>> tasks{std::function<void()>(f)...};
   par_run(tasks);
@@ -641,14 +1095,15 @@ template <class... F> void par(F &&...f) {
 // CCXX_PARFOR_THREADS threads, default the number of processors, each
 // taking the next run of consecutive iterations, a sixteenth of its share)
 // and waits for all; the first exception thrown is rethrown.
-void parfor_run(long begin, long end, const std::function<void(long)> &body);
+CCXX_API void parfor_run(long begin, long end,
+                         const std::function<void(long)> &body);
 template <class F> void parfor(long begin, long end, F &&body) {
   parfor_run(begin, end, std::function<void(long)>(std::forward<F>(body)));
 }
 
 // Iterations collected one by one (the translation of a general parfor
 // header); run() executes them like par.
-class parfor_group {
+class CCXX_API parfor_group {
 public:
   void add(std::function<void()> f) { tasks_.push_back(std::move(f)); }
   void run();
@@ -658,7 +1113,7 @@ private:
 };
 
 // Runs `f` in a new thread without waiting; finalize waits for it.
-void spawn_run(std::function<void()> f);
+CCXX_API void spawn_run(std::function<void()> f);
 template <class F, class... A> void spawn(F &&f, A &&...a) {
   spawn_run([f = std::forward<F>(f),
              t = std::make_tuple(std::forward<A>(a)...)]() mutable {
