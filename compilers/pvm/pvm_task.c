@@ -49,7 +49,7 @@ static const char *const errtext[] = {
     [36] = "Master Host IP is Loopback",
 };
 
-static const char *pvm_errstr(int code) {
+const char *nxpvmi_errstr(int code) {
   int i = -code;
   if (i < 0 || i >= (int)(sizeof(errtext) / sizeof(errtext[0])) ||
       errtext[i] == NULL)
@@ -64,7 +64,7 @@ int nxpvmi_err(const char *fn, int code) {
     nxpvm.last_err = code;
     if (nxpvm.autoerr)
       fprintf(stderr, "libpvm [t%x]: %s(): %s\n", (unsigned)nxpvm.mytid, fn,
-              pvm_errstr(code));
+              nxpvmi_errstr(code));
   }
   return code;
 }
@@ -144,6 +144,7 @@ static void fire_notifies(int tid) {
       continue;
     b->src = tid;
     b->tag = n->tag;
+    b->ctx = n->ctx;
     b->data = malloc(sizeof(int));
     if (b->data == NULL || (b->segs = malloc(sizeof(struct seg))) == NULL) {
       nxpvmi_buf_free(b);
@@ -167,6 +168,7 @@ static void mark_dead(int tid) {
   p->dead = 1;
   fire_notifies(tid);
   nxpvmi_groups_forget(tid);
+  nxpvmi_mbox_forget(tid);
   nx_cond_broadcast(&nxpvm.c);
 }
 
@@ -274,7 +276,16 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
       *h = (struct held){seq, fn, ctx, addr, buf, p->held};
       p->held = h;
     } else {
+      /* An RSR that cannot be kept breaks the sender's order for good:
+       * every later one would wait for it. Say so and count the sender
+       * ended, so receives from it fail and its notifies fire, rather
+       * than wait for ever. */
       free(h);
+      fprintf(stderr,
+              "libpvm [t%x]: out of memory holding a message from t%x: "
+              "treating t%x as ended\n",
+              (unsigned)nxpvm.mytid, (unsigned)tid, (unsigned)tid);
+      mark_dead(tid);
     }
     nx_mutex_unlock(&nxpvm.m);
     return;
@@ -385,6 +396,7 @@ void nxpvmi_rpc_free(struct rpc *r) {
   nx_mutex_unlock(&nxpvm.m);
   if (r->has_gp)
     nx_gp_release(&r->gp);
+  nxpvmi_buf_free(r->b);
   free(r);
 }
 
@@ -393,13 +405,20 @@ static void on_rep(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
-  int32_t id, result, has_gp;
+  int32_t id, result, has_gp, has_buf;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0 ||
       nx_get_int32(buf, &result) < 0 || nx_get_int32(buf, &has_gp) < 0)
     return;
   nx_gp_t gp = NX_GP_NULL;
   if (has_gp && nx_get_gp(buf, &gp) < 0)
     return;
+  struct pvmbuf *mb = NULL;
+  if (nx_get_int32(buf, &has_buf) < 0 ||
+      (has_buf && nxpvmi_decode(buf, &mb) < 0)) {
+    /* A reply that cannot be read still ends the wait, with an error. */
+    result = PvmNoMem;
+    mb = NULL;
+  }
   nx_mutex_lock(&nxpvm.m);
   struct rpc *r = nxpvm.rpcs;
   while (r != NULL && r->id != id)
@@ -412,32 +431,53 @@ static void on_rep(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
       r->has_gp = 1;
       has_gp = 0;
     }
+    r->b = mb;
+    mb = NULL;
     nx_cond_broadcast(&nxpvm.c);
   }
   nx_mutex_unlock(&nxpvm.m);
   if (has_gp)
     nx_gp_release(&gp);
+  nxpvmi_buf_free(mb);
 }
 
-/* Sends a reply to `tid` (whose gp this task knows: it asked). */
-static void reply(int tid, int id, int result, const nx_gp_t *gp) {
+/* Sends a reply to `tid` (whose gp this task knows: it asked), with a gp
+ * or a message if given. */
+static void reply(int tid, int id, int result, const nx_gp_t *gp,
+                  const struct pvmbuf *m) {
   nx_gp_t to = NX_GP_NULL;
   if (nxpvmi_resolve(tid, &to) < 0)
     return;
   nx_buffer_t *b;
-  if (nxpvmi_rsr(tid, &to, H_REP, 64, &b) == 0) {
-    nx_put_int32(b, id);
-    nx_put_int32(b, result);
-    nx_put_int32(b, gp != NULL);
-    if (gp != NULL)
-      nx_put_gp(b, gp);
-    nx_rsr_send(b);
+  if (nxpvmi_rsr(tid, &to, H_REP, 64 + (m != NULL ? m->bytes : 0), &b) == 0) {
+    int rc = nx_put_int32(b, id);
+    if (rc == 0)
+      rc = nx_put_int32(b, result);
+    if (rc == 0)
+      rc = nx_put_int32(b, gp != NULL);
+    if (rc == 0 && gp != NULL)
+      rc = nx_put_gp(b, gp);
+    if (rc == 0)
+      rc = nx_put_int32(b, m != NULL);
+    if (rc == 0 && m != NULL)
+      rc = nxpvmi_encode(b, m);
+    if (rc == 0)
+      nx_rsr_send(b);
+    else
+      nx_buffer_release(b);
   }
   nx_gp_release(&to);
 }
 
 /* Sends the reply for request `id` of `tid`; used by pvm_group.c too. */
-void nxpvmi_reply(int tid, int id, int result) { reply(tid, id, result, NULL); }
+void nxpvmi_reply(int tid, int id, int result) {
+  reply(tid, id, result, NULL, NULL);
+}
+
+/* The same with a message (pvm_mbox.c). */
+void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b) {
+  reply(tid, id, result, NULL, b);
+}
 
 /* "nxpvm.who" (root): which gp has this tid? */
 static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -455,7 +495,7 @@ static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   if (p != NULL && p->has_gp && !p->dead)
     found = nx_gp_copy(&p->gp, &gp) == 0;
   nx_mutex_unlock(&nxpvm.m);
-  reply(from, id, found ? PvmOk : PvmNoTask, found ? &gp : NULL);
+  reply(from, id, found ? PvmOk : PvmNoTask, found ? &gp : NULL, NULL);
   if (found)
     nx_gp_release(&gp);
 }
@@ -482,14 +522,19 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
-  int32_t roottid;
+  int32_t roottid, mctx;
   nx_gp_t gp = NX_GP_NULL;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &roottid) < 0 ||
       nx_get_gp(buf, &gp) < 0)
     return;
+  if (nx_get_int32(buf, &mctx) < 0) {
+    nx_gp_release(&gp);
+    return;
+  }
   nx_mutex_lock(&nxpvm.m);
   learn(&gp);
   nxpvm.roottid = roottid;
+  nxpvm.ctx = mctx; /* a spawned task starts in its spawner's context */
   nxpvm.ptid = from;
   nx_cond_broadcast(&nxpvm.c);
   nx_mutex_unlock(&nxpvm.m);
@@ -515,7 +560,7 @@ static void on_bye(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   int32_t id;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0)
     return;
-  reply(from, id, PvmOk, NULL);
+  reply(from, id, PvmOk, NULL, NULL);
   nx_mutex_lock(&nxpvm.m);
   mark_dead(from);
   nx_mutex_unlock(&nxpvm.m);
@@ -587,16 +632,18 @@ TRAMPOLINE(on_rep)
 TRAMPOLINE(nxpvmi_on_grp)
 TRAMPOLINE(nxpvmi_on_gbc)
 TRAMPOLINE(nxpvmi_on_gtree)
+TRAMPOLINE(nxpvmi_on_mbox)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
     const char *name;
     nx_handler_fn fn;
-  } hs[] = {{H_MSG, tr_nxpvmi_on_msg}, {H_HELLO, tr_on_hello},
-            {H_KILL, tr_on_kill},      {H_BYE, tr_on_bye},
-            {H_WHO, tr_on_who},        {H_REG, tr_on_reg},
-            {H_REP, tr_on_rep},        {H_GRP, tr_nxpvmi_on_grp},
-            {H_GBC, tr_nxpvmi_on_gbc}, {H_GTREE, tr_nxpvmi_on_gtree}};
+  } hs[] = {{H_MSG, tr_nxpvmi_on_msg},  {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},       {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},         {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},         {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc},  {H_GTREE, tr_nxpvmi_on_gtree},
+            {H_MBOX, tr_nxpvmi_on_mbox}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -771,6 +818,12 @@ int pvm_exit(void) {
   nx_finalize();
   nxpvmi_buf_drop_all();
   nxpvmi_groups_free();
+  nxpvmi_mbox_free();
+  if (nxpvm.has_fds) {
+    close(nxpvm.fds[0]);
+    close(nxpvm.fds[1]);
+  }
+  free(nxpvm.mhfs);
   nxpvm.started = 0;
   free(nxpvm.peers);
   free(nxpvm.siblings);
@@ -785,17 +838,42 @@ int pvm_exit(void) {
 /* `where` is a host name (this host: "", ".", "localhost" or its name) or
  * any nexus node spec ("mpi", "mpi:host=a,b", ...). */
 static int node_for(int flag, const char *where, nx_node_t *node) {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
   const char *spec = "localhost";
-  if ((flag & PvmTaskHost) && where != NULL && where[0] != '\0' &&
-      strcmp(where, ".") != 0 && strcmp(where, "localhost") != 0 &&
-      strcmp(where, host) != 0)
+  if ((flag & PvmTaskHost) && where != NULL && !nxpvmi_is_this_host(where))
     spec = where;
+  /* PvmTaskArch: the one architecture there is. */
+  if (!(flag & PvmTaskHost) && (flag & PvmTaskArch) && where != NULL &&
+      where[0] != '\0' && strcmp(where, nxpvmi_arch()) != 0)
+    return PvmNoHost;
   int rc = nx_nodes_acquire(spec, 1, node);
   if (rc == NX_EINVAL || rc == NX_ENOTSUP)
     return PvmNoHost;
   return rc < 0 ? PvmSysErr : 0;
+}
+
+/* A task named without a '/' is looked for where PVM looks, in
+ * $PVM_ROOT/bin/$PVM_ARCH and $HOME/pvm3/bin/$PVM_ARCH, before `PATH` (which
+ * nexus searches). Returns a path to free, or NULL to use the name. */
+static char *find_task(const char *task) {
+  const char *arch = getenv("PVM_ARCH");
+  if (strchr(task, '/') != NULL || arch == NULL || arch[0] == '\0')
+    return NULL;
+  const char *roots[2] = {getenv("PVM_ROOT"), getenv("HOME")};
+  const char *subs[2] = {"bin", "pvm3/bin"};
+  for (int i = 0; i < 2; i++) {
+    if (roots[i] == NULL || roots[i][0] == '\0')
+      continue;
+    size_t n =
+        strlen(roots[i]) + strlen(subs[i]) + strlen(arch) + strlen(task) + 4;
+    char *p = malloc(n);
+    if (p == NULL)
+      return NULL;
+    snprintf(p, n, "%s/%s/%s/%s", roots[i], subs[i], arch, task);
+    if (access(p, X_OK) == 0)
+      return p;
+    free(p);
+  }
+  return NULL;
 }
 
 static int spawn_one(char *task, char **argv, int flag, char *where) {
@@ -803,12 +881,16 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   int rc = node_for(flag, where, &node);
   if (rc < 0)
     return rc;
+  char *found = find_task(task);
+  if (found != NULL)
+    task = found;
   int argc = 0;
   while (argv != NULL && argv[argc] != NULL)
     argc++;
   char **av = calloc((size_t)argc + 2, sizeof(char *));
   if (av == NULL) {
     nx_node_release(&node);
+    free(found);
     return PvmNoMem;
   }
   av[0] = task;
@@ -817,6 +899,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   nx_gp_t gp = NX_GP_NULL;
   rc = nx_context_create(&node, task, av, &gp);
   free(av);
+  free(found);
   nx_node_release(&node);
   if (rc == NX_ENOENT)
     return PvmNoFile;
@@ -839,6 +922,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   if (rc == 0) {
     nx_put_int32(b, nxpvm.roottid);
     nx_put_gp(b, &root);
+    nx_put_int32(b, nxpvm.ctx);
     rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
   }
   if (rc == 0 && !nxpvm.is_root &&
@@ -916,13 +1000,14 @@ int pvm_catchout(FILE *ff) {
 
 /* One host: this one. */
 int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp) {
-  static char name[256], arch[] = "NEXUS";
+  static char name[256], arch[32];
   static struct pvmhostinfo host;
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_config", PvmSysErr);
   if (name[0] == '\0')
     gethostname(name, sizeof(name) - 1);
-  host = (struct pvmhostinfo){0, name, arch, 1000, 0};
+  snprintf(arch, sizeof(arch), "%s", nxpvmi_arch());
+  host = (struct pvmhostinfo){nxpvmi_host_tid(), name, arch, 1000, 0};
   if (nhost != NULL)
     *nhost = 1;
   if (narch != NULL)
@@ -981,7 +1066,8 @@ int pvm_notify(int what, int msgtag, int cnt, int *tids) {
       nxpvm.notes = nn;
       nxpvm.notecap = cap;
     }
-    nxpvm.notes[nxpvm.nnotes++] = (struct notify){tids[i], msgtag, 0};
+    nxpvm.notes[nxpvm.nnotes++] =
+        (struct notify){tids[i], msgtag, nxpvm.ctx, 0};
     /* A task that is gone already (or never was) is reported at once. */
     if (!known && p != NULL)
       p->dead = 0, mark_dead(tids[i]);
@@ -1033,8 +1119,10 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
   int k = 0;
   for (int i = 0; info != NULL && i < nxpvm.npeers; i++) {
     struct peer *p = &nxpvm.peers[i];
-    if (p->dead || (which != 0 && p->tid != which))
+    if (p->dead ||
+        (which != 0 && which != nxpvmi_host_tid() && p->tid != which))
       continue;
+    info[k].ti_host = nxpvmi_host_tid();
     info[k].ti_tid = p->tid;
     info[k].ti_ptid = p->tid == nxpvm.mytid ? pvm_parent() : p->ptid;
     if (info[k].ti_ptid < 0)
@@ -1055,12 +1143,37 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
 
 int pvm_perror(char *msg) {
   fprintf(stderr, "libpvm [t%x]: %s: %s\n", (unsigned)nxpvm.mytid,
-          msg != NULL ? msg : "", pvm_errstr(nxpvm.last_err));
+          msg != NULL ? msg : "", nxpvmi_errstr(nxpvm.last_err));
   return PvmOk;
 }
 
-/* Options are per task and need no runtime. Routing is always direct:
- * PvmRoute is kept and reported back, it changes nothing. */
+static int noreset_index = -1;
+
+static int noreset_set(int on) {
+  if (!on) {
+    int rc = pvm_delinfo(PVMNORESETCLASS, noreset_index, 0);
+    nxpvm.noreset = 0;
+    noreset_index = -1;
+    return rc;
+  }
+  int me = pvm_mytid();
+  int id = pvm_mkbuf(PvmDataDefault);
+  if (me < 0 || id < 0)
+    return PvmSysErr;
+  int old = pvm_setsbuf(id);
+  pvm_pkint(&me, 1, 1);
+  int rc = pvm_putinfo(PVMNORESETCLASS, id, PvmMboxMultiInstance);
+  pvm_setsbuf(old);
+  pvm_freebuf(id);
+  if (rc < 0)
+    return rc;
+  noreset_index = rc;
+  nxpvm.noreset = 1;
+  return PvmOk;
+}
+
+/* Options are per task and need no runtime (but PvmNoReset). Routing is always
+ * direct: PvmRoute is kept and reported back, it changes nothing. */
 int pvm_setopt(int what, int val) {
   int old;
   switch (what) {
@@ -1078,8 +1191,14 @@ int pvm_setopt(int what, int val) {
   case PvmFragSize:
   case PvmShowTids:
   case PvmPollType:
-  case PvmPollTime:
-  case PvmNoReset: return 0;
+  case PvmPollTime: return 0;
+  case PvmNoReset:
+    /* As libpvm: the task is listed in the mailbox class PVMNORESETCLASS
+     * (pvm_getnoresets reads it) while the option is set. */
+    old = nxpvm.noreset;
+    if ((val != 0) != (old != 0) && noreset_set(val != 0) < 0)
+      return nxpvmi_err("pvm_setopt", PvmSysErr);
+    return old;
   default: return nxpvmi_err("pvm_setopt", PvmBadParam);
   }
 }
@@ -1089,8 +1208,8 @@ int pvm_getopt(int what) {
   case PvmRoute: return nxpvm.route;
   case PvmAutoErr: return nxpvm.autoerr;
   case PvmDebugMask:
-  case PvmShowTids:
-  case PvmNoReset: return 0;
+  case PvmShowTids: return 0;
+  case PvmNoReset: return nxpvm.noreset;
   case PvmFragSize: return 4096;
   default: return nxpvmi_err("pvm_getopt", PvmBadParam);
   }
