@@ -63,11 +63,23 @@ static int do_join(struct group *g, int tid) {
   return inst;
 }
 
+/* Takes `tid` out of `g`; a group left with no member and no barrier
+ * waiting ends, as with PVM's group server (later calls: PvmNoGroup). */
 static int do_leave(struct group *g, int tid) {
   struct member *m = member_of(g, tid);
   if (m == NULL)
     return PvmNotInGroup;
   *m = g->m[--g->n];
+  if (g->n > 0 || g->nw > 0)
+    return PvmOk;
+  for (struct group **pp = &nxpvm.groups; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == g) {
+      *pp = g->next;
+      free(g->m);
+      free(g->w);
+      free(g);
+      break;
+    }
   return PvmOk;
 }
 
@@ -424,8 +436,10 @@ void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 /* A task that ended leaves every group, as with PVM's group server. Called
  * with nxpvm.m held. */
 void nxpvmi_groups_forget(int tid) {
-  for (struct group *g = nxpvm.groups; g != NULL; g = g->next)
+  for (struct group *g = nxpvm.groups, *next; g != NULL; g = next) {
+    next = g->next;
     do_leave(g, tid);
+  }
 }
 
 void nxpvmi_groups_free(void) {
@@ -457,7 +471,7 @@ static int check_name(const char *group) {
  * with the rest). */
 static int grp_call(int op, const char *group, int arg) {
   nx_gp_t root = NX_GP_NULL;
-  int rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  int rc = nxpvmi_resolve_root(&root);
   if (rc < 0)
     return PvmSysErr;
   struct rpc *r = nxpvmi_rpc_new();
@@ -618,7 +632,7 @@ int pvm_bcast(char *group, int msgtag) {
     return PvmOk;
   }
   nx_gp_t root = NX_GP_NULL;
-  rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  rc = nxpvmi_resolve_root(&root);
   if (rc < 0)
     return nxpvmi_err("pvm_bcast", PvmSysErr);
   nx_buffer_t *o;

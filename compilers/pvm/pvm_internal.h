@@ -66,7 +66,9 @@ struct peer {
   nx_gp_t gp;
   int has_gp;
   int introduced;
-  int dead;
+  int dead;  /* the task has left PVM (pvm_exit) or its process ended */
+  int gone;  /* its process has ended (nexus said so) */
+  int child; /* this task spawned it */
   int ptid;
   uint32_t out_seq, in_seq;
   int busy; /* a thread is running this task's RSRs */
@@ -231,6 +233,7 @@ const char *nxpvmi_errstr(int code);
 struct peer *nxpvmi_peer(int tid, int create);
 int nxpvmi_tid_of_context(uint64_t ctx);
 int nxpvmi_resolve(int tid, nx_gp_t *gp);
+int nxpvmi_resolve_root(nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);

@@ -288,7 +288,7 @@ static int mbox_call(int op, const char *name, int index, int flags,
   if (!nxpvmi_started())
     return PvmSysErr;
   nx_gp_t root = NX_GP_NULL;
-  if (nxpvmi_resolve(nxpvm.roottid, &root) < 0)
+  if (nxpvmi_resolve_root(&root) < 0)
     return PvmSysErr;
   struct rpc *r = nxpvmi_rpc_new();
   if (r == NULL) {

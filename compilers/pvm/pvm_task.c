@@ -179,7 +179,14 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   if (err != NX_EPEERDEAD || handler != 0 || (context & 0xffffffffu) != 0)
     return;
   nx_mutex_lock(&nxpvm.m);
-  mark_dead(nxpvmi_tid_of_context(context));
+  if (!nxpvm.closing) {
+    int tid = nxpvmi_tid_of_context(context);
+    struct peer *p = nxpvmi_peer(tid, 1);
+    if (p != NULL)
+      p->gone = 1;
+    mark_dead(tid);
+    nx_cond_broadcast(&nxpvm.c);
+  }
   nx_mutex_unlock(&nxpvm.m);
 }
 
@@ -368,7 +375,7 @@ int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s) {
   nx_mutex_lock(&nxpvm.m);
   while (!r->done) {
     struct peer *root = nxpvmi_peer(nxpvm.roottid, 0);
-    if (root != NULL && root->dead && !grace) {
+    if (root != NULL && root->gone && !grace) {
       /* A barrier's release may still be on its way along the tree from
        * another member: give it `grace_s` more, not for ever. */
       grace = 1;
@@ -566,6 +573,19 @@ static void on_bye(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
+/* The root's gp, for the groups, mailboxes and task directory it keeps:
+ * valid while its process runs, also after its task has left PVM (its
+ * pvm_exit keeps serving until every task has left). */
+int nxpvmi_resolve_root(nx_gp_t *gp) {
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(nxpvm.roottid, 0);
+  int rc = PvmSysErr;
+  if (p != NULL && p->has_gp && !p->gone)
+    rc = nx_gp_copy(&p->gp, gp) == 0 ? PvmOk : PvmSysErr;
+  nx_mutex_unlock(&nxpvm.m);
+  return rc;
+}
+
 /* The gp of `tid`: from the peer table, else asked of the root. */
 int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   if (tid <= 0)
@@ -582,7 +602,7 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   if (!ask || nxpvm.is_root)
     return rc;
   nx_gp_t root = NX_GP_NULL;
-  if (nxpvmi_resolve(nxpvm.roottid, &root) < 0)
+  if (nxpvmi_resolve_root(&root) < 0)
     return PvmSysErr;
   /* A tid may reach us (in a message) before its spawner has told the
    * root about it: ask again for a while. */
@@ -742,20 +762,54 @@ int pvm_parent(void) {
   return nxpvm.ptid > 0 ? nxpvm.ptid : PvmNoParent;
 }
 
+/* A task runs until it ends, whatever its spawner does: nexus ends the
+ * process contexts a process made when it stops, so a task that leaves
+ * PVM keeps its runtime until the tasks it spawned have ended (nexus
+ * reports each process's end). The root also keeps serving the groups,
+ * mailboxes and task directory until every task it knows has left. Its
+ * handlers run meanwhile; the calling thread waits. */
+static void wait_for_tasks(void) {
+  nx_mutex_lock(&nxpvm.m);
+  for (;;) {
+    int waiting = 0;
+    for (int i = 0; i < nxpvm.npeers && !waiting; i++) {
+      struct peer *p = &nxpvm.peers[i];
+      if (p->tid == nxpvm.mytid)
+        continue;
+      waiting =
+          (p->child && !p->gone) || (nxpvm.is_root && p->has_gp && !p->dead);
+    }
+    if (!waiting)
+      break;
+    nxpvmi_wait(NULL);
+  }
+  nx_mutex_unlock(&nxpvm.m);
+}
+
 /* Tells every live task this one knows that it is leaving, so their
  * receives from it fail and their notifies fire, and waits (at most 5 s)
  * for their answers: nx_finalize drops RSRs not yet delivered, and an
- * answer means everything sent before it has arrived. Then stops nexus
- * (which also ends the process contexts this task spawned that still run). */
+ * answer means everything sent before it has arrived. Then waits for the
+ * tasks it spawned to end (and, at the root, for every task to leave) and
+ * stops nexus. */
 int pvm_exit(void) {
   if (!nxpvm.started)
     return PvmOk;
-  /* Finish forwarding our parts of broadcast and barrier trees first,
-   * while the root still answers our tid lookups: once it has our BYE it
-   * counts us gone, and a member below us in a tree would wait for ever.
-   * (A forward that arrives after this runs on a new sequencer thread,
-   * which the second nxpvmi_seq_stop below joins.) */
-  nxpvmi_seq_stop();
+  if (!nxpvm.is_root) {
+    /* Finish forwarding our parts of broadcast and barrier trees first,
+     * while the root still answers our tid lookups: once it has our BYE
+     * it counts us gone, and a member below us in a tree would wait for
+     * ever. (A forward that arrives after this runs on a new sequencer
+     * thread, which the second nxpvmi_seq_stop below joins.) */
+    nxpvmi_seq_stop();
+  } else {
+    /* The root's task leaves its groups and mailbox entries as any task
+     * does; the root goes on sequencing and serving the others. */
+    nx_mutex_lock(&nxpvm.m);
+    nxpvmi_groups_forget(nxpvm.mytid);
+    nxpvmi_mbox_forget(nxpvm.mytid);
+    nx_mutex_unlock(&nxpvm.m);
+  }
   nx_mutex_lock(&nxpvm.m);
   int n = nxpvm.npeers;
   int *tids = malloc((size_t)n * sizeof(int) + 1);
@@ -792,12 +846,13 @@ int pvm_exit(void) {
     }
   }
   nx_mutex_unlock(&nxpvm.m);
-  nxpvmi_seq_stop();
   for (int i = 0; i < k; i++)
     if (rs[i] != NULL)
       nxpvmi_rpc_free(rs[i]);
   free(rs);
   free(tids);
+  wait_for_tasks();
+  nxpvmi_seq_stop();
   /* From here a handler thread drops what arrives (a late RSR has no one
    * to read it) and stops taking held RSRs, so the peers can be freed. */
   nx_mutex_lock(&nxpvm.m);
@@ -910,13 +965,15 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   nx_gp_copy(&gp, &copy);
   nx_mutex_lock(&nxpvm.m);
   struct peer *p = learn(&copy);
-  if (p != NULL)
+  if (p != NULL) {
     p->ptid = nxpvm.mytid;
+    p->child = 1;
+  }
   nx_mutex_unlock(&nxpvm.m);
   /* The child waits in its pvm_mytid for the root's name. */
   nx_gp_t root = NX_GP_NULL;
   nx_buffer_t *b;
-  rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  rc = nxpvmi_resolve_root(&root);
   if (rc == 0)
     rc = nxpvmi_rsr(tid, &gp, H_HELLO, 64, &b);
   if (rc == 0) {

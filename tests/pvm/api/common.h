@@ -6,8 +6,9 @@
 #define NXPVM_API_COMMON_H
 
 #include <limits.h>
+#include <stdio.h> /* before pvm3.h: PVM's declares pvm_catchout with FILE */
+
 #include <pvm3.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
