@@ -194,6 +194,8 @@ struct pvmstate {
   int noreset;           /* this task set PvmNoReset */
   int fds[2];            /* pvm_getfds: readable while a message is queued */
   int has_fds;
+  int *gone_q; /* children whose end the root has not been told yet */
+  int ngone, gonecap;
 };
 
 extern struct pvmstate nxpvm;
@@ -210,6 +212,7 @@ extern struct pvmstate nxpvm;
 #define H_GBC "nxpvm.gbc"
 #define H_GTREE "nxpvm.gtree"
 #define H_MBOX "nxpvm.mbox"
+#define H_GONE "nxpvm.gone"
 
 /* Group requests to the root. */
 enum grp_op {
@@ -245,6 +248,7 @@ int nxpvmi_nx_to_pvm(int rc);
 int nxpvmi_put_name(nx_buffer_t *b, const char *s);
 int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len);
 void nxpvmi_deliver(struct pvmbuf *b);
+void nxpvmi_flush_gone(void);
 int nxpvmi_root_call(const char *handler, int op, const char *name, int arg,
                      int arg2, const struct pvmbuf *b, struct pvmbuf **reply);
 void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b);

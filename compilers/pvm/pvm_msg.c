@@ -261,6 +261,12 @@ static int receive(const char *fn, int tid, int tag, int wait,
         return nxpvmi_err(fn, rc);
     }
     nx_mutex_lock(&nxpvm.m);
+    if (nxpvm.ngone > 0) {
+      /* Children ended: tell the root (see pvm_task.c's on_error). */
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_flush_gone();
+      nx_mutex_lock(&nxpvm.m);
+    }
     for (struct pvmbuf *b = nxpvm.qhead; nxpvm.recvf == NULL && b != NULL;
          b = b->next)
       if (matches(b, tid, tag)) {

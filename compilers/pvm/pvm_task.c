@@ -184,6 +184,21 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
     struct peer *p = nxpvmi_peer(tid, 1);
     if (p != NULL)
       p->gone = 1;
+    /* The root may know the task (its spawner registered it) without
+     * hearing of its end: the spawner, which always does, tells it (from
+     * a PVM call: this callback must not block). */
+    if (p != NULL && p->child && !p->dead && !nxpvm.is_root) {
+      if (nxpvm.ngone == nxpvm.gonecap) {
+        int cap = nxpvm.gonecap ? 2 * nxpvm.gonecap : 8;
+        int *q = realloc(nxpvm.gone_q, (size_t)cap * sizeof(int));
+        if (q != NULL) {
+          nxpvm.gone_q = q;
+          nxpvm.gonecap = cap;
+        }
+      }
+      if (nxpvm.ngone < nxpvm.gonecap)
+        nxpvm.gone_q[nxpvm.ngone++] = tid;
+    }
     mark_dead(tid);
     nx_cond_broadcast(&nxpvm.c);
   }
@@ -586,6 +601,49 @@ int nxpvmi_resolve_root(nx_gp_t *gp) {
   return rc;
 }
 
+/* Tells the root of the children that ended (see on_error). */
+void nxpvmi_flush_gone(void) {
+  nx_mutex_lock(&nxpvm.m);
+  int n = nxpvm.ngone;
+  int *q = nxpvm.gone_q;
+  nxpvm.gone_q = NULL;
+  nxpvm.ngone = nxpvm.gonecap = 0;
+  nx_mutex_unlock(&nxpvm.m);
+  if (n == 0) {
+    free(q);
+    return;
+  }
+  nx_gp_t root = NX_GP_NULL;
+  if (nxpvmi_resolve_root(&root) == 0) {
+    for (int i = 0; i < n; i++) {
+      nx_buffer_t *b;
+      if (nxpvmi_rsr(nxpvm.roottid, &root, H_GONE, 8, &b) != 0)
+        continue;
+      if (nx_put_int32(b, q[i]) == 0)
+        nx_rsr_send(b);
+      else
+        nx_buffer_release(b);
+    }
+    nx_gp_release(&root);
+  }
+  free(q);
+}
+
+/* "nxpvm.gone" (root): a task's spawner says it has ended. */
+static void on_gone(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int32_t tid;
+  if (nx_get_int32(buf, &tid) < 0 || tid <= 0 || tid == nxpvm.mytid)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p != NULL)
+    p->gone = 1;
+  mark_dead(tid);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
 /* The gp of `tid`: from the peer table, else asked of the root. */
 int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   if (tid <= 0)
@@ -653,17 +711,18 @@ TRAMPOLINE(nxpvmi_on_grp)
 TRAMPOLINE(nxpvmi_on_gbc)
 TRAMPOLINE(nxpvmi_on_gtree)
 TRAMPOLINE(nxpvmi_on_mbox)
+TRAMPOLINE(on_gone)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
     const char *name;
     nx_handler_fn fn;
-  } hs[] = {{H_MSG, tr_nxpvmi_on_msg},  {H_HELLO, tr_on_hello},
-            {H_KILL, tr_on_kill},       {H_BYE, tr_on_bye},
-            {H_WHO, tr_on_who},         {H_REG, tr_on_reg},
-            {H_REP, tr_on_rep},         {H_GRP, tr_nxpvmi_on_grp},
-            {H_GBC, tr_nxpvmi_on_gbc},  {H_GTREE, tr_nxpvmi_on_gtree},
-            {H_MBOX, tr_nxpvmi_on_mbox}};
+  } hs[] = {{H_MSG, tr_nxpvmi_on_msg},   {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},        {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},          {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},          {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc},   {H_GTREE, tr_nxpvmi_on_gtree},
+            {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -781,9 +840,16 @@ static void wait_for_tasks(void) {
     }
     if (!waiting)
       break;
+    if (nxpvm.ngone > 0) { /* children ended: tell the root */
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_flush_gone();
+      nx_mutex_lock(&nxpvm.m);
+      continue;
+    }
     nxpvmi_wait(NULL);
   }
   nx_mutex_unlock(&nxpvm.m);
+  nxpvmi_flush_gone();
 }
 
 /* Tells every live task this one knows that it is leaving, so their
@@ -879,6 +945,7 @@ int pvm_exit(void) {
     close(nxpvm.fds[1]);
   }
   free(nxpvm.mhfs);
+  free(nxpvm.gone_q);
   nxpvm.started = 0;
   free(nxpvm.peers);
   free(nxpvm.siblings);
