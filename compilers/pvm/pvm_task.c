@@ -882,14 +882,18 @@ int pvm_exit(void) {
   struct rpc **rs = calloc((size_t)n + 1, sizeof(*rs));
   int k = 0;
   for (int i = 0; tids != NULL && rs != NULL && i < n; i++)
-    if (!nxpvm.peers[i].dead && nxpvm.peers[i].has_gp &&
-        nxpvm.peers[i].tid != nxpvm.mytid)
+    /* The root too once its task has left: it serves until all have. */
+    if ((!nxpvm.peers[i].dead ||
+         (nxpvm.peers[i].tid == nxpvm.roottid && !nxpvm.peers[i].gone)) &&
+        nxpvm.peers[i].has_gp && nxpvm.peers[i].tid != nxpvm.mytid)
       tids[k++] = nxpvm.peers[i].tid;
   nx_mutex_unlock(&nxpvm.m);
   for (int i = 0; i < k; i++) {
     nx_gp_t gp = NX_GP_NULL;
     nx_buffer_t *b;
-    if (nxpvmi_resolve(tids[i], &gp) < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
+    int rc = tids[i] == nxpvm.roottid ? nxpvmi_resolve_root(&gp)
+                                      : nxpvmi_resolve(tids[i], &gp);
+    if (rc < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
       continue;
     if (nxpvmi_rsr(tids[i], &gp, H_BYE, 8, &b) == 0) {
       nx_put_int32(b, rs[i]->id);
@@ -907,7 +911,8 @@ int pvm_exit(void) {
   for (int i = 0; i < k; i++) {
     while (rs[i] != NULL && !rs[i]->done) {
       struct peer *p = nxpvmi_peer(tids[i], 0);
-      if ((p != NULL && p->dead) || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+      int ended = p != NULL && (tids[i] == nxpvm.roottid ? p->gone : p->dead);
+      if (ended || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
         break;
     }
   }
