@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <nexus.h>
 
@@ -194,7 +195,10 @@ struct pvmstate {
   int noreset;           /* this task set PvmNoReset */
   int fds[2];            /* pvm_getfds: readable while a message is queued */
   int has_fds;
-  int *gone_q; /* children whose end the root has not been told yet */
+  FILE *catch_ff; /* pvm_catchout's file */
+  int out_tid;    /* where this task's output goes (0: its own stdout) */
+  int showtids;   /* PvmShowTids */
+  int *gone_q;    /* children whose end the root has not been told yet */
   int ngone, gonecap;
 };
 
@@ -213,6 +217,7 @@ extern struct pvmstate nxpvm;
 #define H_GTREE "nxpvm.gtree"
 #define H_MBOX "nxpvm.mbox"
 #define H_GONE "nxpvm.gone"
+#define H_OUT "nxpvm.out"
 
 /* Group requests to the root. */
 enum grp_op {
@@ -237,6 +242,7 @@ struct peer *nxpvmi_peer(int tid, int create);
 int nxpvmi_tid_of_context(uint64_t ctx);
 int nxpvmi_resolve(int tid, nx_gp_t *gp);
 int nxpvmi_resolve_root(nx_gp_t *gp);
+int nxpvmi_resolve_process(int tid, nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
@@ -289,6 +295,12 @@ void nxpvmi_groups_forget(int tid);
 int nxpvmi_host_tid(void);
 const char *nxpvmi_arch(void);
 int nxpvmi_is_this_host(const char *name);
+
+/* pvm_out.c */
+int nxpvmi_out_tid(void);
+int nxpvmi_out_start(int tid);
+void nxpvmi_out_stop(void);
+void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
 /* pvm_mbox.c */
 void nxpvmi_on_mbox(nx_context_t *ctx, void *addr, nx_buffer_t *buf);

@@ -11,7 +11,7 @@
 
 #include "pvm_internal.h"
 
-struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect};
+struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect, .showtids = 1};
 
 static const char *const errtext[] = {
     [0] = "Ok",
@@ -544,19 +544,20 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
-  int32_t roottid, mctx;
+  int32_t roottid, mctx, otid;
   nx_gp_t gp = NX_GP_NULL;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &roottid) < 0 ||
       nx_get_gp(buf, &gp) < 0)
     return;
-  if (nx_get_int32(buf, &mctx) < 0) {
+  if (nx_get_int32(buf, &mctx) < 0 || nx_get_int32(buf, &otid) < 0) {
     nx_gp_release(&gp);
     return;
   }
   nx_mutex_lock(&nxpvm.m);
   learn(&gp);
   nxpvm.roottid = roottid;
-  nxpvm.ctx = mctx; /* a spawned task starts in its spawner's context */
+  nxpvm.ctx = mctx;     /* a spawned task starts in its spawner's context */
+  nxpvm.out_tid = otid; /* and sends its output where it says */
   nxpvm.ptid = from;
   nx_cond_broadcast(&nxpvm.c);
   nx_mutex_unlock(&nxpvm.m);
@@ -592,8 +593,15 @@ static void on_bye(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
  * valid while its process runs, also after its task has left PVM (its
  * pvm_exit keeps serving until every task has left). */
 int nxpvmi_resolve_root(nx_gp_t *gp) {
+  return nxpvmi_resolve_process(nxpvm.roottid, gp);
+}
+
+/* The gp of `tid` while its process runs, also after its task has left
+ * PVM: a task that left waits in pvm_exit for its children, serving them
+ * (the root its groups, a catching task their output). */
+int nxpvmi_resolve_process(int tid, nx_gp_t *gp) {
   nx_mutex_lock(&nxpvm.m);
-  struct peer *p = nxpvmi_peer(nxpvm.roottid, 0);
+  struct peer *p = nxpvmi_peer(tid, 0);
   int rc = PvmSysErr;
   if (p != NULL && p->has_gp && !p->gone)
     rc = nx_gp_copy(&p->gp, gp) == 0 ? PvmOk : PvmSysErr;
@@ -712,6 +720,7 @@ TRAMPOLINE(nxpvmi_on_gbc)
 TRAMPOLINE(nxpvmi_on_gtree)
 TRAMPOLINE(nxpvmi_on_mbox)
 TRAMPOLINE(on_gone)
+TRAMPOLINE(nxpvmi_on_out)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
@@ -722,7 +731,8 @@ static int register_handlers(nx_context_t *ctx) {
             {H_WHO, tr_on_who},          {H_REG, tr_on_reg},
             {H_REP, tr_on_rep},          {H_GRP, tr_nxpvmi_on_grp},
             {H_GBC, tr_nxpvmi_on_gbc},   {H_GTREE, tr_nxpvmi_on_gtree},
-            {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone}};
+            {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone},
+            {H_OUT, tr_nxpvmi_on_out}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -801,6 +811,9 @@ static int start(void) {
     free(gps);
   }
   nxpvm.started = 1;
+  /* A task spawned while its spawner caught output sends its own there. */
+  if (nxpvm.out_tid > 0 && nxpvmi_out_start(nxpvm.out_tid) < 0)
+    nxpvm.out_tid = 0;
   return nxpvm.mytid;
 
 err_fini:
@@ -852,6 +865,11 @@ static void wait_for_tasks(void) {
   nxpvmi_flush_gone();
 }
 
+/* Whether task `tid` serves this one after its own pvm_exit. */
+static int serving(int tid) {
+  return tid == nxpvm.roottid || tid == nxpvm.out_tid;
+}
+
 /* Tells every live task this one knows that it is leaving, so their
  * receives from it fail and their notifies fire, and waits (at most 5 s)
  * for their answers: nx_finalize drops RSRs not yet delivered, and an
@@ -861,6 +879,8 @@ static void wait_for_tasks(void) {
 int pvm_exit(void) {
   if (!nxpvm.started)
     return PvmOk;
+  /* The last lines of caught output go before the goodbyes. */
+  nxpvmi_out_stop();
   if (!nxpvm.is_root) {
     /* Finish forwarding our parts of broadcast and barrier trees first,
      * while the root still answers our tid lookups: once it has our BYE
@@ -882,17 +902,19 @@ int pvm_exit(void) {
   struct rpc **rs = calloc((size_t)n + 1, sizeof(*rs));
   int k = 0;
   for (int i = 0; tids != NULL && rs != NULL && i < n; i++)
-    /* The root too once its task has left: it serves until all have. */
+    /* The root and the task catching our output too once their tasks
+     * have left: they serve until we have (and our goodbye's answer says
+     * our last lines have arrived). */
     if ((!nxpvm.peers[i].dead ||
-         (nxpvm.peers[i].tid == nxpvm.roottid && !nxpvm.peers[i].gone)) &&
+         (serving(nxpvm.peers[i].tid) && !nxpvm.peers[i].gone)) &&
         nxpvm.peers[i].has_gp && nxpvm.peers[i].tid != nxpvm.mytid)
       tids[k++] = nxpvm.peers[i].tid;
   nx_mutex_unlock(&nxpvm.m);
   for (int i = 0; i < k; i++) {
     nx_gp_t gp = NX_GP_NULL;
     nx_buffer_t *b;
-    int rc = tids[i] == nxpvm.roottid ? nxpvmi_resolve_root(&gp)
-                                      : nxpvmi_resolve(tids[i], &gp);
+    int rc = serving(tids[i]) ? nxpvmi_resolve_process(tids[i], &gp)
+                              : nxpvmi_resolve(tids[i], &gp);
     if (rc < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
       continue;
     if (nxpvmi_rsr(tids[i], &gp, H_BYE, 8, &b) == 0) {
@@ -911,7 +933,7 @@ int pvm_exit(void) {
   for (int i = 0; i < k; i++) {
     while (rs[i] != NULL && !rs[i]->done) {
       struct peer *p = nxpvmi_peer(tids[i], 0);
-      int ended = p != NULL && (tids[i] == nxpvm.roottid ? p->gone : p->dead);
+      int ended = p != NULL && (serving(tids[i]) ? p->gone : p->dead);
       if (ended || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
         break;
     }
@@ -955,9 +977,12 @@ int pvm_exit(void) {
   free(nxpvm.peers);
   free(nxpvm.siblings);
   free(nxpvm.notes);
-  int autoerr = nxpvm.autoerr;
+  int autoerr = nxpvm.autoerr, showtids = nxpvm.showtids;
+  FILE *catch_ff = nxpvm.catch_ff;
   memset(&nxpvm, 0, sizeof(nxpvm));
   nxpvm.autoerr = autoerr;
+  nxpvm.showtids = showtids;
+  nxpvm.catch_ff = catch_ff;
   nxpvm.route = PvmAllowDirect;
   return PvmOk;
 }
@@ -1052,6 +1077,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
     nx_put_int32(b, nxpvm.roottid);
     nx_put_gp(b, &root);
     nx_put_int32(b, nxpvm.ctx);
+    nx_put_int32(b, nxpvmi_out_tid());
     rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
   }
   if (rc == 0 && !nxpvm.is_root &&
@@ -1119,12 +1145,6 @@ int pvm_sendsig(int tid, int signum) {
   if (nxpvmi_started() && tid == nxpvm.mytid)
     return raise(signum) == 0 ? PvmOk : nxpvmi_err("pvm_sendsig", PvmSysErr);
   return signal_task("pvm_sendsig", tid, signum);
-}
-
-/* Spawned tasks inherit the spawner's stdout and stderr already. */
-int pvm_catchout(FILE *ff) {
-  (void)ff;
-  return PvmOk;
 }
 
 /* One host: this one. */
@@ -1316,9 +1336,19 @@ int pvm_setopt(int what, int val) {
     old = nxpvm.autoerr;
     nxpvm.autoerr = val;
     return old;
+  case PvmShowTids:
+    if (!nxpvm.started) {
+      old = nxpvm.showtids;
+      nxpvm.showtids = val;
+      return old;
+    }
+    nx_mutex_lock(&nxpvm.m); /* handlers read it */
+    old = nxpvm.showtids;
+    nxpvm.showtids = val;
+    nx_mutex_unlock(&nxpvm.m);
+    return old;
   case PvmDebugMask:
   case PvmFragSize:
-  case PvmShowTids:
   case PvmPollType:
   case PvmPollTime: return 0;
   case PvmNoReset:
@@ -1336,8 +1366,8 @@ int pvm_getopt(int what) {
   switch (what) {
   case PvmRoute: return nxpvm.route;
   case PvmAutoErr: return nxpvm.autoerr;
-  case PvmDebugMask:
-  case PvmShowTids: return 0;
+  case PvmDebugMask: return 0;
+  case PvmShowTids: return nxpvm.showtids;
   case PvmNoReset: return nxpvm.noreset;
   case PvmFragSize: return 4096;
   default: return nxpvmi_err("pvm_getopt", PvmBadParam);

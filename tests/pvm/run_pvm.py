@@ -7,6 +7,7 @@ reason when the program cannot run here."""
 import argparse
 import difflib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,10 @@ def main():
                     help="also run REAL_EXE (the same program built against "
                     "the real PVM) under a private pvmd: both must print the "
                     "same (and --expect's file, if given)")
+    ap.add_argument("--number-tids", action="store_true",
+                    help="write each tid in a [t<hex>] prefix (pvm_catchout's)"
+                    " as [t1], [t2], ... in order of appearance: tids differ "
+                    "from run to run")
     ap.add_argument("cmd", nargs=argparse.REMAINDER,
                     help="the program (and its launcher and arguments)")
     a = ap.parse_args()
@@ -140,6 +145,10 @@ def main():
         skip("%s could not start its PVM" % a.exe)
     if failed(a.exe, r):
         return 1
+    if a.number_tids:
+        r.stdout = number_tids(r.stdout)
+        if real is not None:
+            real.stdout = number_tids(real.stdout)
     if real is not None and r.stdout != real.stdout:
         print("%s and the real PVM's %s print differently:\n%s" % (
             a.exe, a.compare, "".join(difflib.unified_diff(
@@ -191,6 +200,14 @@ def run(cmd, real):
             pvmd.stop()
     sys.stderr.write(r.stderr)
     return r, None
+
+
+def number_tids(text):
+    seen = {}
+
+    def one(m):
+        return "[t%d]" % seen.setdefault(m.group(1), len(seen) + 1)
+    return re.sub(r"\[t([0-9a-f]+)\]", one, text)
 
 
 def failed(exe, r):

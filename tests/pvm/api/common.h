@@ -13,7 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-static const char *code(int rc) {
+static inline const char *code(int rc) {
   static char buf[32];
   switch (rc) {
   case PvmOk: return "PvmOk";
@@ -48,7 +48,7 @@ static const char *code(int rc) {
 }
 
 /* Spawns `n` copies of this program with `arg` as argv[1]. */
-static int spawn_self(const char *arg, int n, int *tids) {
+static inline int spawn_self(const char *arg, int n, int *tids) {
   char self[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0)
@@ -59,7 +59,7 @@ static int spawn_self(const char *arg, int n, int *tids) {
 }
 
 /* A receive that gives up after 20 s (0 then), so no run hangs. */
-static int recv_for(int tid, int tag) {
+static inline int recv_for(int tid, int tag) {
   struct timeval tv = {20, 0};
   return pvm_trecv(tid, tag, &tv);
 }
