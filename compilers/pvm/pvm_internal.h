@@ -218,6 +218,7 @@ extern struct pvmstate nxpvm;
 #define H_MBOX "nxpvm.mbox"
 #define H_GONE "nxpvm.gone"
 #define H_OUT "nxpvm.out"
+#define H_SIBS "nxpvm.sibs"
 
 /* Group requests to the root. */
 enum grp_op {

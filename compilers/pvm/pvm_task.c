@@ -704,6 +704,8 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   return rc;
 }
 
+static void on_sibs(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+
 #define TRAMPOLINE(fn)                                                         \
   static void tr_##fn(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {       \
     dispatch(fn, ctx, addr, buf);                                              \
@@ -721,6 +723,7 @@ TRAMPOLINE(nxpvmi_on_gtree)
 TRAMPOLINE(nxpvmi_on_mbox)
 TRAMPOLINE(on_gone)
 TRAMPOLINE(nxpvmi_on_out)
+TRAMPOLINE(on_sibs)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
@@ -732,7 +735,7 @@ static int register_handlers(nx_context_t *ctx) {
             {H_REP, tr_on_rep},          {H_GRP, tr_nxpvmi_on_grp},
             {H_GBC, tr_nxpvmi_on_gbc},   {H_GTREE, tr_nxpvmi_on_gtree},
             {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone},
-            {H_OUT, tr_nxpvmi_on_out}};
+            {H_OUT, tr_nxpvmi_on_out},   {H_SIBS, tr_on_sibs}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -1098,12 +1101,15 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_spawn", PvmSysErr);
   int started = 0;
+  int *got = malloc((size_t)ntask * sizeof(int));
+  if (got == NULL)
+    return nxpvmi_err("pvm_spawn", PvmNoMem);
   for (int i = 0; i < ntask; i++) {
     int tid = spawn_one(task, argv, flag, where);
     if (tids != NULL)
       tids[i] = tid;
     if (tid > 0)
-      started++;
+      got[started++] = tid;
     else if (tids != NULL)
       /* PVM stops at the first failure and fills the rest with it. */
       for (int j = i + 1; j < ntask; j++)
@@ -1111,7 +1117,48 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
     if (tid < 0)
       break;
   }
+  /* pvm_siblings: the tasks this call started, told to each of them. */
+  for (int i = 0; i < started; i++) {
+    nx_gp_t gp = NX_GP_NULL;
+    nx_buffer_t *b;
+    if (nxpvmi_resolve(got[i], &gp) < 0)
+      continue;
+    if (nxpvmi_rsr(got[i], &gp, H_SIBS, 4 * (size_t)started + 8, &b) == 0) {
+      int rc = nx_put_uint32(b, (uint32_t)started);
+      if (rc == 0)
+        rc = nx_put_int32_array(b, got, (size_t)started);
+      if (rc == 0)
+        nx_rsr_send(b);
+      else
+        nx_buffer_release(b);
+    }
+    nx_gp_release(&gp);
+  }
+  free(got);
   return started;
+}
+
+/* "nxpvm.sibs" (a spawned task): the tasks its spawner's call started. */
+static void on_sibs(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  uint32_t n;
+  if (nx_get_uint32(buf, &n) < 0 || n == 0 || n > nx_buffer_remaining(buf) / 4)
+    return;
+  int *t = malloc(n * sizeof(int));
+  if (t == NULL || nx_get_int32_array(buf, t, n) < 0) {
+    free(t);
+    return;
+  }
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.nsiblings == 0) {
+    nxpvm.siblings = t;
+    nxpvm.nsiblings = (int)n;
+    t = NULL;
+  }
+  nx_cond_broadcast(&nxpvm.c);
+  nx_mutex_unlock(&nxpvm.m);
+  free(t);
 }
 
 static int signal_task(const char *fn, int tid, int sig) {
@@ -1242,10 +1289,21 @@ int pvm_siblings(int **tids) {
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_siblings", PvmSysErr);
   static int self;
-  if (nxpvm.nsiblings > 0) {
+  /* A spawned task waits (at most 30 s) for its spawner's list, sent when
+   * the pvm_spawn call that started it has started them all. */
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 30;
+  nx_mutex_lock(&nxpvm.m);
+  while (nxpvm.nsiblings == 0 && nxpvm.ptid > 0)
+    if (nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+      break;
+  int n = nxpvm.nsiblings;
+  nx_mutex_unlock(&nxpvm.m);
+  if (n > 0) {
     if (tids != NULL)
       *tids = nxpvm.siblings;
-    return nxpvm.nsiblings;
+    return n;
   }
   self = nxpvm.mytid;
   if (tids != NULL)

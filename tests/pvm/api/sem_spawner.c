@@ -14,9 +14,13 @@ static int worker(int first) {
   int parent = pvm_parent();
   pvm_notify(PvmTaskExit, TAG_GONE, 1, &parent);
   int left = recv_for(-1, TAG_GONE) > 0;
-  int r[3] = {left ? 21 : 0, parent > 0, pvm_pstat(parent)};
+  int *sib = NULL;
+  int nsib = pvm_siblings(&sib), self = 0;
+  for (int i = 0; i < nsib; i++)
+    self += sib[i] == pvm_mytid();
+  int r[5] = {left ? 21 : 0, parent > 0, pvm_pstat(parent), nsib, self};
   pvm_initsend(PvmDataDefault);
-  pvm_pkint(r, 3, 1);
+  pvm_pkint(r, 5, 1);
   pvm_send(first, TAG_RESULT);
   pvm_exit();
   return 0;
@@ -63,17 +67,17 @@ int main(int argc, char **argv) {
   printf("it has left: %s\n", recv_for(-1, TAG_GONE) > 0 ? "yes" : "no");
   int sum = 0;
   for (int i = 0; i < n; i++) {
-    int r[3] = {0, 0, 0}, bytes, tag, src;
+    int r[5] = {0, 0, 0, 0, 0}, bytes, tag, src;
     if (recv_for(-1, TAG_RESULT) <= 0) {
       printf("a worker did not report\n");
       break;
     }
     pvm_bufinfo(pvm_getrbuf(), &bytes, &tag, &src);
-    pvm_upkint(r, 3, 1);
+    pvm_upkint(r, 5, 1);
     sum += r[0];
     printf("a worker reported: spawned by the middle task %s, which it "
-           "finds %s\n",
-           r[1] ? "yes" : "no", code(r[2]));
+           "finds %s; %d siblings, itself among them %d time(s)\n",
+           r[1] ? "yes" : "no", code(r[2]), r[3], r[4]);
   }
   printf("sum %d\n", sum);
   pvm_exit();
