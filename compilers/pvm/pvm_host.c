@@ -36,7 +36,20 @@ int nxpvmi_host_tid(void) { return HOST_TID; }
 const char *nxpvmi_arch(void) { return ARCH_NAME; }
 int nxpvmi_is_this_host(const char *name) { return is_this_host(name); }
 
-char *pvm_version(void) { return "3.4.6"; }
+char *pvm_version(void) { return PVM_VER; }
+
+/* PVM's directory for its files: $PVM_TMP, else /tmp. */
+char *pvmgettmp(void) {
+  char *t = getenv("PVM_TMP");
+  return t != NULL && t[0] != '\0' ? t : "/tmp";
+}
+
+/* The remote shell PVM would start a pvmd with: $PVM_RSH, else ssh (no
+ * pvmd is started here). */
+char *pvmgetrsh(void) {
+  char *r = getenv("PVM_RSH");
+  return r != NULL && r[0] != '\0' ? r : "ssh";
+}
 
 /* The text of the last error (PVM's declaration takes no argument). */
 char *pvm_strerror(void) { return (char *)nxpvmi_errstr(nxpvm.last_err); }

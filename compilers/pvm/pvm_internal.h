@@ -256,8 +256,6 @@ int nxpvmi_put_name(nx_buffer_t *b, const char *s);
 int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len);
 void nxpvmi_deliver(struct pvmbuf *b);
 void nxpvmi_flush_gone(void);
-int nxpvmi_root_call(const char *handler, int op, const char *name, int arg,
-                     int arg2, const struct pvmbuf *b, struct pvmbuf **reply);
 void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b);
 
 /* pvm_buf.c */

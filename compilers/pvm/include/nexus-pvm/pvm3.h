@@ -15,6 +15,7 @@ extern "C" {
 #define PVM_MAJOR_VERSION 3
 #define PVM_MINOR_VERSION 4
 #define PVM_PATCH_VERSION 6
+#define PVM_VER "3.4.6"
 
 /* Packing styles for pvm_initsend and pvm_mkbuf. */
 #define PvmDataDefault 0
@@ -72,6 +73,19 @@ extern "C" {
 #define PvmSelfOutputContext 23
 #define PvmSelfTraceContext 24
 #define PvmNoReset 25
+
+/* PvmTraceOptions values (nothing is traced: see docs/pvm.md). */
+#define PvmTraceFull 1
+#define PvmTraceTime 2
+#define PvmTraceCount 3
+
+/* Temporary file names, as PVM's header gives them. */
+#define PVMTMPNAMFUN(x) tmpnam(x)
+#ifdef L_tmpnam
+#define PVMTMPNAMLEN L_tmpnam
+#else
+#define PVMTMPNAMLEN 128
+#endif
 
 /* pvm_[sg]ettmask (tracing; see docs/pvm.md). */
 #define PvmTaskSelf 0
@@ -226,6 +240,8 @@ int pvm_getfds(int **fds);
 int pvm_getnoresets(int **tids, int *ntids);
 int pvm_tickle(int how, int *args, int *nres, int *results);
 char *pvm_strerror(void);
+char *pvmgettmp(void);
+char *pvmgetrsh(void);
 
 /* Hosts and the virtual machine: one host, this one (docs/pvm.md). */
 int pvm_addhosts(char **hosts, int nhost, int *infos);
