@@ -1,6 +1,10 @@
 /* PVM message buffers: the buffer table, packing with counts and strides
  * (copied, or left in place until the send), unpacking in pieces of any
  * size, and the typed encoding that carries a buffer in an RSR. */
+/* pvm_getmwid and pvm_setmwid are declared for PVM 3.3 programs only. */
+#define PVM33COMPAT 1
+#include <ctype.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +56,11 @@ struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b) {
                    s->count * ks / s->isize, s->isize);
   }
   c->bytes = b->bytes;
+  c->ctx = b->ctx;
+  c->src = b->src;
+  c->tag = b->tag;
+  c->dst = b->dst;
+  c->wid = b->wid;
   return c;
 }
 
@@ -148,7 +157,13 @@ static void copy_strided(void *dst, size_t dstride, const void *src,
 /* Appends `n` elements of `kind` (each `esize` bytes; complex values are
  * two) taken every `stride` elements from `p` to the active send buffer. */
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
-  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
+  return nxpvmi_pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride,
+                          esize);
+}
+
+/* The same into buffer `b`. */
+int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                     int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -202,7 +217,13 @@ int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
 /* Takes `n` elements of `kind` from the active receive buffer into `p`,
  * every `stride` elements, crossing packed runs as needed. */
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize) {
-  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.rbuf);
+  return nxpvmi_unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride,
+                            esize);
+}
+
+/* The same from buffer `b`. */
+int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
+                       size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -260,12 +281,15 @@ static int get_run(nx_buffer_t *in, int kind, void *v, size_t n) {
   }
 }
 
-/* A buffer on the wire: the number of runs, then per run its kind and
+/* A buffer on the wire: its message context, the number of runs, then per
+ * run its kind and
  * count in one u64 and the values as a typed nexus array, so the receiver
  * converts from the sender's format. In-place runs are read from the
  * program's memory now. */
 int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
-  int rc = nx_put_uint32(o, (uint32_t)b->nseg);
+  int rc = nx_put_int32(o, b->ctx);
+  if (rc == 0)
+    rc = nx_put_uint32(o, (uint32_t)b->nseg);
   for (int i = 0; rc == 0 && i < b->nseg; i++) {
     const struct seg *s = &b->segs[i];
     rc = nx_put_uint64(o, ((uint64_t)s->count << 8) | (uint64_t)s->kind);
@@ -296,7 +320,10 @@ int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
  * malformed message is refused (NX_EPROTO), never trusted. */
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
   uint32_t nseg;
-  int rc = nx_get_uint32(in, &nseg);
+  int32_t ctx;
+  int rc = nx_get_int32(in, &ctx);
+  if (rc == 0)
+    rc = nx_get_uint32(in, &nseg);
   if (rc < 0)
     return rc;
   if ((size_t)nseg > nx_buffer_remaining(in))
@@ -304,6 +331,7 @@ int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
   struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
   if (b == NULL)
     return NX_ENOMEM;
+  b->ctx = ctx;
   for (uint32_t i = 0; i < nseg; i++) {
     uint64_t h;
     rc = nx_get_uint64(in, &h);
@@ -548,4 +576,337 @@ int nxpvmi_unpack_type(int datatype, void *p, int n) {
   if (k == 0)
     return PvmBadParam;
   return nxpvmi_unpack(k, p, n, 1, (size_t)nxpvmi_type_size(datatype));
+}
+
+/* ---- message info, messages inside messages, formatted packing ---- */
+
+int pvm_getminfo(int bufid, struct pvmminfo *info) {
+  if (bufid <= 0 || info == NULL)
+    return nxpvmi_err("pvm_getminfo", PvmBadParam);
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (b == NULL)
+    return nxpvmi_err("pvm_getminfo", PvmNoSuchBuf);
+  *info = (struct pvmminfo){.len = (int)b->bytes,
+                            .ctx = b->ctx,
+                            .tag = b->tag,
+                            .wid = b->wid,
+                            .enc = b->encoding,
+                            .crc = 0,
+                            .src = b->src,
+                            .dst = b->dst};
+  return PvmOk;
+}
+
+/* Sets what PVM lets a program set: context, tag, wait id, source and
+ * destination (the length and encoding follow the contents). */
+int pvm_setminfo(int bufid, struct pvmminfo *info) {
+  if (bufid <= 0 || info == NULL)
+    return nxpvmi_err("pvm_setminfo", PvmBadParam);
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (b == NULL)
+    return nxpvmi_err("pvm_setminfo", PvmNoSuchBuf);
+  b->ctx = info->ctx;
+  b->tag = info->tag;
+  b->wid = info->wid;
+  b->src = info->src;
+  b->dst = info->dst;
+  return PvmOk;
+}
+
+int pvm_getmwid(int bufid) {
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (bufid < 0)
+    return nxpvmi_err("pvm_getmwid", PvmBadParam);
+  return b == NULL ? nxpvmi_err("pvm_getmwid", PvmNoSuchBuf) : b->wid;
+}
+
+int pvm_setmwid(int bufid, int wid) {
+  struct pvmbuf *b = nxpvmi_buf_get(bufid);
+  if (bufid < 0)
+    return nxpvmi_err("pvm_setmwid", PvmBadParam);
+  if (b == NULL)
+    return nxpvmi_err("pvm_setmwid", PvmNoSuchBuf);
+  b->wid = wid;
+  return PvmOk;
+}
+
+/* The header a packed message carries, in ints, before its runs' kinds and
+ * counts and then the runs themselves. */
+enum {
+  MH_LEN,
+  MH_CTX,
+  MH_TAG,
+  MH_WID,
+  MH_ENC,
+  MH_CRC,
+  MH_SRC,
+  MH_DST,
+  MH_NSEG,
+  MH_N
+};
+
+/* Appends message `bufid`'s runs (and, with `header`, its header) to the
+ * active send buffer. In-place runs are read now, through a copy. */
+static int pack_message(const char *fn, int bufid, int header) {
+  struct pvmbuf *sb = nxpvmi_buf_get(nxpvm.sbuf);
+  struct pvmbuf *m = nxpvmi_buf_get(bufid);
+  if (bufid <= 0)
+    return nxpvmi_err(fn, PvmBadParam);
+  if (m == NULL)
+    return nxpvmi_err(fn, PvmNoSuchBuf);
+  if (sb == NULL)
+    return nxpvmi_err(fn, PvmNoBuf);
+  if (m == sb)
+    return nxpvmi_err(fn, PvmBadParam);
+  struct pvmbuf *c = nxpvmi_buf_clone(m);
+  if (c == NULL)
+    return nxpvmi_err(fn, PvmNoMem);
+  int rc = PvmOk;
+  if (header) {
+    int h[MH_N] = {
+        [MH_LEN] = (int)m->bytes, [MH_CTX] = m->ctx,      [MH_TAG] = m->tag,
+        [MH_WID] = m->wid,        [MH_ENC] = m->encoding, [MH_SRC] = m->src,
+        [MH_DST] = m->dst,        [MH_NSEG] = c->nseg};
+    rc = nxpvmi_pack_into(sb, K_I32, h, MH_N, 1, sizeof(int));
+    for (int i = 0; rc == 0 && i < c->nseg; i++) {
+      int kc[2] = {c->segs[i].kind, (int)c->segs[i].count};
+      rc = nxpvmi_pack_into(sb, K_I32, kc, 2, 1, sizeof(int));
+    }
+  }
+  for (int i = 0; rc == 0 && i < c->nseg; i++) {
+    const struct seg *s = &c->segs[i];
+    size_t ks = kind_size[s->kind];
+    if (s->count > (size_t)0x7fffffff)
+      rc = PvmOverflow;
+    else
+      rc =
+          nxpvmi_pack_into(sb, s->kind, c->data + s->off, (int)s->count, 1, ks);
+  }
+  nxpvmi_buf_free(c);
+  return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
+}
+
+int pvm_pkmesg(int bufid) { return pack_message("pvm_pkmesg", bufid, 1); }
+
+int pvm_pkmesgbody(int bufid) {
+  return pack_message("pvm_pkmesgbody", bufid, 0);
+}
+
+/* Takes a message packed by pvm_pkmesg out of the active receive buffer
+ * into a new buffer, and returns its id. */
+int pvm_upkmesg(void) {
+  struct pvmbuf *rb = nxpvmi_buf_get(nxpvm.rbuf);
+  if (rb == NULL)
+    return nxpvmi_err("pvm_upkmesg", PvmNoBuf);
+  int h[MH_N];
+  int rc = nxpvmi_unpack_from(rb, K_I32, h, MH_N, 1, sizeof(int));
+  if (rc < 0)
+    return nxpvmi_err("pvm_upkmesg", rc);
+  if (h[MH_NSEG] < 0 || (size_t)h[MH_NSEG] > rb->bytes)
+    return nxpvmi_err("pvm_upkmesg", PvmBadMsg);
+  struct pvmbuf *m =
+      nxpvmi_buf_new(h[MH_ENC] == PvmDataInPlace ? PvmDataRaw : h[MH_ENC]);
+  int *kc = malloc(2 * (size_t)h[MH_NSEG] * sizeof(int) + 1);
+  if (m == NULL || kc == NULL) {
+    rc = PvmNoMem;
+    goto err;
+  }
+  rc = nxpvmi_unpack_from(rb, K_I32, kc, 2 * h[MH_NSEG], 1, sizeof(int));
+  for (int i = 0; rc == 0 && i < h[MH_NSEG]; i++) {
+    int kind = kc[2 * i], count = kc[2 * i + 1];
+    size_t off;
+    struct seg *s;
+    if (kind < K_I8 || kind >= K_MAX || count <= 0 ||
+        (size_t)count * kind_size[kind] > rb->bytes) {
+      rc = PvmBadMsg;
+      break;
+    }
+    if (arena_grow(m, (size_t)count * kind_size[kind], &off) < 0 ||
+        (s = seg_add(m)) == NULL) {
+      rc = PvmNoMem;
+      break;
+    }
+    *s = (struct seg){kind, (size_t)count, off, NULL, 1, kind_size[kind]};
+    rc = nxpvmi_unpack_from(rb, kind, m->data + off, count, 1, kind_size[kind]);
+    m->bytes += (size_t)count * kind_size[kind];
+  }
+  if (rc < 0)
+    goto err;
+  free(kc);
+  m->ctx = h[MH_CTX];
+  m->tag = h[MH_TAG];
+  m->wid = h[MH_WID];
+  m->src = h[MH_SRC];
+  m->dst = h[MH_DST];
+  rc = nxpvmi_buf_register(m);
+  if (rc < 0) {
+    nxpvmi_buf_free(m);
+    return nxpvmi_err("pvm_upkmesg", rc);
+  }
+  return rc;
+err:
+  free(kc);
+  nxpvmi_buf_free(m);
+  return nxpvmi_err("pvm_upkmesg", rc);
+}
+
+/* One conversion of a pvm_packf/pvm_unpackf format: `%[*|n][.*|.n][hlu]c`
+ * with c one of c d f x s. A count or a stride makes the argument an
+ * address; without either, pvm_packf takes a value. */
+struct fmtconv {
+  int cnt, std, isv, h, l;
+  char c;
+};
+
+static const char *fmt_next(const char *p, va_list *ap, struct fmtconv *f) {
+  *f = (struct fmtconv){.cnt = 1, .std = 1, .isv = 1};
+  if (*p == '*') {
+    f->cnt = va_arg(*ap, int);
+    f->isv = 0;
+    p++;
+  } else if (isdigit((unsigned char)*p)) {
+    f->cnt = (int)strtol(p, (char **)&p, 10);
+    f->isv = 0;
+  }
+  if (*p == '.') {
+    f->isv = 0;
+    p++;
+    if (*p == '*') {
+      f->std = va_arg(*ap, int);
+      p++;
+    } else if (isdigit((unsigned char)*p)) {
+      f->std = (int)strtol(p, (char **)&p, 10);
+    }
+  }
+  for (;; p++) {
+    if (*p == 'h')
+      f->h = 1;
+    else if (*p == 'l')
+      f->l = 1;
+    else if (*p != 'u')
+      break;
+  }
+  f->c = *p;
+  return *p != '\0' ? p + 1 : p;
+}
+
+int pvm_packf(const char *fmt, ...) {
+  if (fmt == NULL)
+    return nxpvmi_err("pvm_packf", PvmBadParam);
+  va_list ap;
+  va_start(ap, fmt);
+  const char *p = fmt;
+  int rc = PvmOk;
+  if (p[0] == '%' && p[1] == '+') {
+    rc = pvm_initsend(va_arg(ap, int));
+    p += 2;
+  }
+  if (rc >= 0 && nxpvmi_buf_get(nxpvm.sbuf) == NULL)
+    rc = PvmNoBuf;
+  while (rc >= 0 && *p != '\0') {
+    if (*p++ != '%')
+      continue;
+    struct fmtconv f;
+    p = fmt_next(p, &ap, &f);
+    char c;
+    short h;
+    int n;
+    long l;
+    float fl;
+    double d;
+    switch (f.c) {
+    case 'c':
+      c = f.isv ? (char)va_arg(ap, int) : 0;
+      rc = nxpvmi_pack(K_I8, f.isv ? &c : va_arg(ap, char *), f.cnt, f.std, 1);
+      break;
+    case 'd':
+      if (f.l) {
+        l = f.isv ? va_arg(ap, long) : 0;
+        rc = nxpvmi_pack(K_I64, f.isv ? &l : va_arg(ap, long *), f.cnt, f.std,
+                         sizeof(long));
+      } else if (f.h) {
+        h = f.isv ? (short)va_arg(ap, int) : 0;
+        rc = nxpvmi_pack(K_I16, f.isv ? &h : va_arg(ap, short *), f.cnt, f.std,
+                         sizeof(short));
+      } else {
+        n = f.isv ? va_arg(ap, int) : 0;
+        rc = nxpvmi_pack(K_I32, f.isv ? &n : va_arg(ap, int *), f.cnt, f.std,
+                         sizeof(int));
+      }
+      break;
+    case 'f':
+      if (f.l) {
+        d = f.isv ? va_arg(ap, double) : 0;
+        rc = nxpvmi_pack(K_F64, f.isv ? &d : va_arg(ap, double *), f.cnt, f.std,
+                         sizeof(double));
+      } else {
+        fl = f.isv ? (float)va_arg(ap, double) : 0;
+        rc = nxpvmi_pack(K_F32, f.isv ? &fl : va_arg(ap, float *), f.cnt, f.std,
+                         sizeof(float));
+      }
+      break;
+    case 'x': /* complex values are always passed by address */
+      if (f.l)
+        rc = nxpvmi_pack(K_F64, va_arg(ap, double *), f.cnt, f.std,
+                         2 * sizeof(double));
+      else
+        rc = nxpvmi_pack(K_F32, va_arg(ap, float *), f.cnt, f.std,
+                         2 * sizeof(float));
+      break;
+    case 's': rc = pvm_pkstr(va_arg(ap, char *)); break;
+    default: rc = PvmBadParam;
+    }
+  }
+  va_end(ap);
+  return rc < 0 ? nxpvmi_err("pvm_packf", rc) : PvmOk;
+}
+
+int pvm_unpackf(const char *fmt, ...) {
+  if (fmt == NULL)
+    return nxpvmi_err("pvm_unpackf", PvmBadParam);
+  va_list ap;
+  va_start(ap, fmt);
+  const char *p = fmt;
+  int rc = nxpvmi_buf_get(nxpvm.rbuf) == NULL ? PvmNoBuf : PvmOk;
+  while (rc >= 0 && *p != '\0') {
+    if (*p++ != '%')
+      continue;
+    struct fmtconv f;
+    p = fmt_next(p, &ap, &f);
+    switch (f.c) {
+    case 'c':
+      rc = nxpvmi_unpack(K_I8, va_arg(ap, char *), f.cnt, f.std, 1);
+      break;
+    case 'd':
+      if (f.l)
+        rc = nxpvmi_unpack(K_I64, va_arg(ap, long *), f.cnt, f.std,
+                           sizeof(long));
+      else if (f.h)
+        rc = nxpvmi_unpack(K_I16, va_arg(ap, short *), f.cnt, f.std,
+                           sizeof(short));
+      else
+        rc = nxpvmi_unpack(K_I32, va_arg(ap, int *), f.cnt, f.std, sizeof(int));
+      break;
+    case 'f':
+      if (f.l)
+        rc = nxpvmi_unpack(K_F64, va_arg(ap, double *), f.cnt, f.std,
+                           sizeof(double));
+      else
+        rc = nxpvmi_unpack(K_F32, va_arg(ap, float *), f.cnt, f.std,
+                           sizeof(float));
+      break;
+    case 'x':
+      if (f.l)
+        rc = nxpvmi_unpack(K_F64, va_arg(ap, double *), f.cnt, f.std,
+                           2 * sizeof(double));
+      else
+        rc = nxpvmi_unpack(K_F32, va_arg(ap, float *), f.cnt, f.std,
+                           2 * sizeof(float));
+      break;
+    case 's': rc = pvm_upkstr(va_arg(ap, char *)); break;
+    default: rc = PvmBadParam;
+    }
+  }
+  va_end(ap);
+  return rc < 0 ? nxpvmi_err("pvm_unpackf", rc) : PvmOk;
 }

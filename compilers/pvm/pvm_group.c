@@ -63,11 +63,23 @@ static int do_join(struct group *g, int tid) {
   return inst;
 }
 
+/* Takes `tid` out of `g`; a group left with no member and no barrier
+ * waiting ends, as with PVM's group server (later calls: PvmNoGroup). */
 static int do_leave(struct group *g, int tid) {
   struct member *m = member_of(g, tid);
   if (m == NULL)
     return PvmNotInGroup;
   *m = g->m[--g->n];
+  if (g->n > 0 || g->nw > 0)
+    return PvmOk;
+  for (struct group **pp = &nxpvm.groups; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == g) {
+      *pp = g->next;
+      free(g->m);
+      free(g->w);
+      free(g);
+      break;
+    }
   return PvmOk;
 }
 
@@ -87,8 +99,12 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   int result = PvmNoGroup;
   int *release = NULL, *release_rpc = NULL, nrelease = 0;
   nx_mutex_lock(&nxpvm.m);
-  struct group *g = group_find(name, op == G_JOIN);
-  if (g == NULL && op == G_JOIN)
+  struct group *g = op == G_NEWCTX ? NULL : group_find(name, op == G_JOIN);
+  if (op == G_NEWCTX)
+    /* Contexts are numbered by the root, never reused: unique in the
+     * computation, as PVM's are in the virtual machine. */
+    result = nxpvm.next_ctx < 0x7fffffff ? ++nxpvm.next_ctx : PvmOutOfRes;
+  else if (g == NULL && op == G_JOIN)
     result = PvmNoMem;
   else if (g != NULL) {
     struct member *m;
@@ -106,9 +122,14 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
         if (g->m[i].inst == arg)
           result = g->m[i].tid;
       break;
+    case G_FREEZE:
     case G_BARRIER:
       if (member_of(g, from) == NULL) {
         result = PvmNotInGroup;
+        break;
+      }
+      if (op == G_FREEZE && g->frozen) {
+        result = PvmDupGroup;
         break;
       }
       if (g->nw == g->wcap) {
@@ -130,6 +151,9 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
         id = 0; /* no reply yet */
         break;
       }
+      /* pvm_freezegroup is a barrier that leaves the group frozen. */
+      if (op == G_FREEZE)
+        g->frozen = 1;
       release = malloc((size_t)g->nw * sizeof(int));
       release_rpc = malloc((size_t)g->nw * sizeof(int));
       if (release != NULL && release_rpc != NULL)
@@ -412,8 +436,10 @@ void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 /* A task that ended leaves every group, as with PVM's group server. Called
  * with nxpvm.m held. */
 void nxpvmi_groups_forget(int tid) {
-  for (struct group *g = nxpvm.groups; g != NULL; g = g->next)
+  for (struct group *g = nxpvm.groups, *next; g != NULL; g = next) {
+    next = g->next;
     do_leave(g, tid);
+  }
 }
 
 void nxpvmi_groups_free(void) {
@@ -445,7 +471,7 @@ static int check_name(const char *group) {
  * with the rest). */
 static int grp_call(int op, const char *group, int arg) {
   nx_gp_t root = NX_GP_NULL;
-  int rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  int rc = nxpvmi_resolve_root(&root);
   if (rc < 0)
     return PvmSysErr;
   struct rpc *r = nxpvmi_rpc_new();
@@ -463,9 +489,9 @@ static int grp_call(int op, const char *group, int arg) {
     rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
   }
   /* A barrier waits as long as the slowest member takes. */
+  int bar = op == G_BARRIER || op == G_FREEZE;
   if (rc == 0)
-    rc = nxpvmi_rpc_wait(r, op == G_BARRIER ? 24 * 3600 : 60,
-                         op == G_BARRIER ? 2 : 0);
+    rc = nxpvmi_rpc_wait(r, bar ? 24 * 3600 : 60, bar ? 2 : 0);
   nxpvmi_rpc_free(r);
   nx_gp_release(&root);
   return rc;
@@ -539,6 +565,46 @@ int pvm_barrier(char *group, int count) {
   return rc < 0 ? nxpvmi_err("pvm_barrier", rc) : PvmOk;
 }
 
+int pvm_freezegroup(char *group, int size) {
+  int rc = check_name(group);
+  if (rc == PvmNullGroup)
+    rc = PvmBadParam;
+  if (rc == 0 && (size < -1 || size == 0))
+    rc = PvmBadParam;
+  if (rc == 0)
+    rc = grp_call(G_FREEZE, group, size);
+  /* As PVM's: the size the group was frozen at. */
+  if (rc == 0)
+    rc = size > 0 ? size : pvm_gsize(group);
+  return rc < 0 ? nxpvmi_err("pvm_freezegroup", rc) : rc;
+}
+
+int pvm_newcontext(void) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_newcontext", PvmSysErr);
+  int rc = grp_call(G_NEWCTX, "", 0);
+  return rc < 0 ? nxpvmi_err("pvm_newcontext", rc) : rc;
+}
+
+/* Contexts are never reused (there are 2^31 of them), so freeing one only
+ * checks it. */
+int pvm_freecontext(int ctx) {
+  if (ctx < 0)
+    return nxpvmi_err("pvm_freecontext", PvmBadParam);
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_freecontext", PvmSysErr);
+  return PvmOk;
+}
+
+/* Whether `group` exists: known if this task is a member, else asked. */
+static int group_exists(const char *group) {
+  for (struct mygroup *g = nxpvm.mygroups; g != NULL; g = g->next)
+    if (strcmp(g->name, group) == 0)
+      return PvmOk;
+  int rc = grp_call(G_SIZE, group, 0);
+  return rc < 0 ? rc : PvmOk;
+}
+
 int pvm_bcast(char *group, int msgtag) {
   int rc = check_name(group);
   if (rc == 0 && msgtag < 0)
@@ -546,8 +612,11 @@ int pvm_bcast(char *group, int msgtag) {
   struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
   if (rc == 0 && b == NULL)
     rc = PvmNoBuf;
+  if (rc == 0)
+    rc = group_exists(group);
   if (rc < 0)
     return nxpvmi_err("pvm_bcast", rc);
+  b->ctx = nxpvm.ctx;
   if (nxpvm.is_root) {
     /* The root hands its own broadcast to its sequencer directly. */
     struct seqitem *it = calloc(1, sizeof(*it));
@@ -563,7 +632,7 @@ int pvm_bcast(char *group, int msgtag) {
     return PvmOk;
   }
   nx_gp_t root = NX_GP_NULL;
-  rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  rc = nxpvmi_resolve_root(&root);
   if (rc < 0)
     return nxpvmi_err("pvm_bcast", PvmSysErr);
   nx_buffer_t *o;

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <nexus.h>
 
@@ -40,8 +41,9 @@ struct pvmbuf {
   int rseg;     /* unpack cursor: segment */
   size_t relem; /* and element inside it */
   int src, tag;
-  size_t bytes; /* payload bytes, for pvm_bufinfo */
-  int queued;   /* in the receive queue */
+  int ctx, dst, wid; /* message context, destination, wait id (minfo) */
+  size_t bytes;      /* payload bytes, for pvm_bufinfo */
+  int queued;        /* in the receive queue */
   struct pvmbuf *next;
 };
 
@@ -65,7 +67,9 @@ struct peer {
   nx_gp_t gp;
   int has_gp;
   int introduced;
-  int dead;
+  int dead;  /* the task has left PVM (pvm_exit) or its process ended */
+  int gone;  /* its process has ended (nexus said so) */
+  int child; /* this task spawned it */
   int ptid;
   uint32_t out_seq, in_seq;
   int busy; /* a thread is running this task's RSRs */
@@ -79,11 +83,31 @@ struct rpc {
   int result;
   nx_gp_t gp;
   int has_gp;
+  struct pvmbuf *b; /* a message in the reply (mailbox requests) */
   struct rpc *next;
 };
 
 struct notify {
-  int tid, tag, fired;
+  int tid, tag, ctx, fired;
+};
+
+/* A message handler (pvm_addmhf). */
+struct mhf {
+  int id, src, tag, ctx;
+  int (*fn)(int);
+};
+
+/* A mailbox entry and its class, as the root task holds them. */
+struct mentry {
+  int index, owner, flags;
+  struct pvmbuf *b;
+  struct mentry *next; /* in index order */
+};
+
+struct mclass {
+  char *name;
+  struct mentry *ents;
+  struct mclass *next;
 };
 
 struct member {
@@ -96,6 +120,7 @@ struct group {
   struct member *m;
   int n, cap;
   int bar_count, bar_arrived;
+  int frozen; /* pvm_freezegroup has completed */
   struct {
     int tid, rpc;
   } * w;
@@ -160,6 +185,21 @@ struct pvmstate {
   int tree_min; /* groups larger than this use the binomial tree */
   int autoerr, route, fake_format;
   int last_err;
+  int ctx;      /* the current message context */
+  int next_ctx; /* root: the last context handed out */
+  struct mhf *mhfs;
+  int nmhfs, mhfcap, next_mhf;
+  int in_mhf; /* a message handler is running */
+  int (*recvf)(int, int, int);
+  struct mclass *mboxes; /* root: the mailbox database */
+  int noreset;           /* this task set PvmNoReset */
+  int fds[2];            /* pvm_getfds: readable while a message is queued */
+  int has_fds;
+  FILE *catch_ff; /* pvm_catchout's file */
+  int out_tid;    /* where this task's output goes (0: its own stdout) */
+  int showtids;   /* PvmShowTids */
+  int *gone_q;    /* children whose end the root has not been told yet */
+  int ngone, gonecap;
 };
 
 extern struct pvmstate nxpvm;
@@ -175,16 +215,35 @@ extern struct pvmstate nxpvm;
 #define H_GRP "nxpvm.grp"
 #define H_GBC "nxpvm.gbc"
 #define H_GTREE "nxpvm.gtree"
+#define H_MBOX "nxpvm.mbox"
+#define H_GONE "nxpvm.gone"
+#define H_OUT "nxpvm.out"
+#define H_SIBS "nxpvm.sibs"
 
 /* Group requests to the root. */
-enum grp_op { G_JOIN = 1, G_LEAVE, G_SIZE, G_INST, G_TID, G_BARRIER };
+enum grp_op {
+  G_JOIN = 1,
+  G_LEAVE,
+  G_SIZE,
+  G_INST,
+  G_TID,
+  G_BARRIER,
+  G_NEWCTX,
+  G_FREEZE
+};
+
+/* Mailbox requests to the root. */
+enum mbox_op { M_PUT = 1, M_RECV, M_DEL, M_INFO };
 
 /* pvm_task.c */
 int nxpvmi_started(void);
 int nxpvmi_err(const char *fn, int code);
+const char *nxpvmi_errstr(int code);
 struct peer *nxpvmi_peer(int tid, int create);
 int nxpvmi_tid_of_context(uint64_t ctx);
 int nxpvmi_resolve(int tid, nx_gp_t *gp);
+int nxpvmi_resolve_root(nx_gp_t *gp);
+int nxpvmi_resolve_process(int tid, nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
@@ -196,6 +255,8 @@ int nxpvmi_nx_to_pvm(int rc);
 int nxpvmi_put_name(nx_buffer_t *b, const char *s);
 int nxpvmi_get_name(nx_buffer_t *b, char *s, size_t len);
 void nxpvmi_deliver(struct pvmbuf *b);
+void nxpvmi_flush_gone(void);
+void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b);
 
 /* pvm_buf.c */
 struct pvmbuf *nxpvmi_buf_new(int encoding);
@@ -211,6 +272,10 @@ int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
 int nxpvmi_pack_type(int datatype, const void *p, int n);
 int nxpvmi_unpack_type(int datatype, void *p, int n);
 int nxpvmi_type_size(int datatype);
+int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                     int stride, size_t esize);
+int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
+                       size_t esize);
 
 /* pvm_msg.c */
 void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
@@ -224,6 +289,22 @@ void nxpvmi_on_gtree(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_groups_free(void);
 void nxpvmi_seq_stop(void);
 void nxpvmi_groups_forget(int tid);
+
+/* pvm_host.c */
+int nxpvmi_host_tid(void);
+const char *nxpvmi_arch(void);
+int nxpvmi_is_this_host(const char *name);
+
+/* pvm_out.c */
+int nxpvmi_out_tid(void);
+int nxpvmi_out_start(int tid);
+void nxpvmi_out_stop(void);
+void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+
+/* pvm_mbox.c */
+void nxpvmi_on_mbox(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+void nxpvmi_mbox_forget(int tid);
+void nxpvmi_mbox_free(void);
 
 /* Sends the reply for request `id` of task `tid` (pvm_task.c). */
 void nxpvmi_reply(int tid, int id, int result);

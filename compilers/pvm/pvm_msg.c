@@ -2,9 +2,12 @@
  * "nxpvm.msg" handler, which queues the decoded message; receives match
  * the queue by sender and tag (-1: any) in arrival order, so the order
  * between two tasks is the order of their RSRs. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pvm_internal.h"
 
@@ -13,6 +16,13 @@
 static void enqueue_locked(struct pvmbuf *b) {
   b->queued = 1;
   b->next = NULL;
+  b->dst = nxpvm.mytid;
+  /* pvm_getfds's descriptor is readable while the queue holds a message. */
+  if (nxpvm.has_fds && nxpvm.qhead == NULL) {
+    char one = 1;
+    if (write(nxpvm.fds[1], &one, 1) < 0 && errno != EAGAIN)
+      nxpvm.has_fds = 0;
+  }
   if (nxpvm.qtail != NULL)
     nxpvm.qtail->next = b;
   else
@@ -90,6 +100,7 @@ int pvm_send(int tid, int msgtag) {
     return nxpvmi_err("pvm_send", PvmNoBuf);
   if (tid <= 0 || msgtag < 0)
     return nxpvmi_err("pvm_send", PvmBadParam);
+  b->ctx = nxpvm.ctx; /* a message travels in the sender's context */
   int rc = nxpvmi_send_buf(tid, msgtag, b);
   return rc < 0 ? nxpvmi_err("pvm_send", rc) : PvmOk;
 }
@@ -102,6 +113,7 @@ int pvm_mcast(int *tids, int ntask, int msgtag) {
     return nxpvmi_err("pvm_mcast", PvmNoBuf);
   if (ntask < 0 || msgtag < 0 || (ntask > 0 && tids == NULL))
     return nxpvmi_err("pvm_mcast", PvmBadParam);
+  b->ctx = nxpvm.ctx;
   int rc = PvmOk;
   for (int i = 0; i < ntask; i++) {
     int r = nxpvmi_send_buf(tids[i], msgtag, b);
@@ -111,8 +123,123 @@ int pvm_mcast(int *tids, int ntask, int msgtag) {
   return rc < 0 ? nxpvmi_err("pvm_mcast", rc) : PvmOk;
 }
 
+/* PVM's matcher: source and tag (-1: any), in the receiver's context. */
 static int matches(const struct pvmbuf *b, int tid, int tag) {
-  return (tid == -1 || b->src == tid) && (tag == -1 || b->tag == tag);
+  return (tid == -1 || b->src == tid) && (tag == -1 || b->tag == tag) &&
+         b->ctx == nxpvm.ctx;
+}
+
+/* Takes `b` out of the receive queue. Called with nxpvm.m held. */
+static void unqueue(struct pvmbuf *b) {
+  struct pvmbuf *prev = NULL;
+  for (struct pvmbuf *q = nxpvm.qhead; q != NULL; prev = q, q = q->next) {
+    if (q != b)
+      continue;
+    if (prev != NULL)
+      prev->next = b->next;
+    else
+      nxpvm.qhead = b->next;
+    if (nxpvm.qtail == b)
+      nxpvm.qtail = prev;
+    break;
+  }
+  b->queued = 0;
+  b->next = NULL;
+  if (nxpvm.has_fds && nxpvm.qhead == NULL) {
+    char drain[64];
+    while (read(nxpvm.fds[0], drain, sizeof(drain)) > 0)
+      ;
+  }
+}
+
+static int mhf_matches(const struct mhf *h, const struct pvmbuf *b) {
+  return (h->src == -1 || h->src == b->src) &&
+         (h->tag == -1 || h->tag == b->tag) &&
+         (h->ctx == -1 || h->ctx == b->ctx);
+}
+
+/* Runs the message handlers (pvm_addmhf) on every queued message one
+ * matches, as libpvm does when it takes messages in: the message becomes
+ * the receive buffer while its handler runs, the active buffers are put
+ * back after, and the message is freed unless the handler freed it. Not
+ * from inside a handler. */
+static void run_handlers(void) {
+  if (nxpvm.in_mhf || nxpvm.nmhfs == 0)
+    return;
+  for (;;) {
+    nx_mutex_lock(&nxpvm.m);
+    struct pvmbuf *got = NULL;
+    int (*fn)(int) = NULL;
+    for (struct pvmbuf *b = nxpvm.qhead; b != NULL && got == NULL; b = b->next)
+      for (int i = 0; i < nxpvm.nmhfs; i++)
+        if (mhf_matches(&nxpvm.mhfs[i], b)) {
+          got = b;
+          fn = nxpvm.mhfs[i].fn;
+          break;
+        }
+    if (got != NULL)
+      unqueue(got);
+    nx_mutex_unlock(&nxpvm.m);
+    if (got == NULL)
+      return;
+    int id = got->id > 0 ? got->id : nxpvmi_buf_register(got);
+    if (id < 0) {
+      nxpvmi_buf_free(got);
+      continue;
+    }
+    int sbuf = nxpvm.sbuf, rbuf = nxpvm.rbuf;
+    nxpvm.rbuf = id;
+    nxpvm.in_mhf = 1;
+    fn(id);
+    nxpvm.in_mhf = 0;
+    if (nxpvmi_buf_get(id) == got)
+      pvm_freebuf(id);
+    nxpvm.sbuf = nxpvmi_buf_get(sbuf) != NULL ? sbuf : 0;
+    nxpvm.rbuf = nxpvmi_buf_get(rbuf) != NULL ? rbuf : 0;
+  }
+}
+
+/* With a matcher set by pvm_recvf: asks it about each queued message in
+ * order (outside the lock: it may call PVM), and picks the first it
+ * answers 1, else the highest it ranks above 1. Returns the message (still
+ * queued), NULL, or sets *err for a negative answer. */
+static struct pvmbuf *user_match(int tid, int tag, int *err) {
+  nx_mutex_lock(&nxpvm.m);
+  int n = 0;
+  for (struct pvmbuf *b = nxpvm.qhead; b != NULL; b = b->next)
+    n++;
+  struct pvmbuf **v = malloc((size_t)n * sizeof(*v) + 1);
+  n = 0;
+  for (struct pvmbuf *b = nxpvm.qhead; v != NULL && b != NULL; b = b->next)
+    v[n++] = b;
+  nx_mutex_unlock(&nxpvm.m);
+  if (v == NULL) {
+    *err = PvmNoMem;
+    return NULL;
+  }
+  /* Only this thread takes messages out of the queue: these stay. */
+  struct pvmbuf *best = NULL;
+  int best_rank = 1;
+  for (int i = 0; i < n; i++) {
+    if (v[i]->id == 0 && nxpvmi_buf_register(v[i]) < 0)
+      continue;
+    int r = nxpvm.recvf(v[i]->id, tid, tag);
+    if (r < 0) {
+      *err = r;
+      best = NULL;
+      break;
+    }
+    if (r == 1) {
+      best = v[i];
+      break;
+    }
+    if (r > best_rank) {
+      best = v[i];
+      best_rank = r;
+    }
+  }
+  free(v);
+  return best;
 }
 
 /* The receive every variant shares. `wait`: 0 returns at once, 1 waits
@@ -126,25 +253,28 @@ static int receive(const char *fn, int tid, int tag, int wait,
     return nxpvmi_err(fn, PvmBadParam);
   struct pvmbuf *got = NULL;
   int rc = 0;
-  nx_mutex_lock(&nxpvm.m);
   for (;;) {
-    for (struct pvmbuf *b = nxpvm.qhead, *prev = NULL; b != NULL;
-         prev = b, b = b->next) {
-      if (!matches(b, tid, tag))
-        continue;
-      if (take) {
-        if (prev != NULL)
-          prev->next = b->next;
-        else
-          nxpvm.qhead = b->next;
-        if (nxpvm.qtail == b)
-          nxpvm.qtail = prev;
-        b->queued = 0;
-        b->next = NULL;
-      }
-      got = b;
-      break;
+    run_handlers();
+    if (nxpvm.recvf != NULL) {
+      got = user_match(tid, tag, &rc);
+      if (rc < 0)
+        return nxpvmi_err(fn, rc);
     }
+    nx_mutex_lock(&nxpvm.m);
+    if (nxpvm.ngone > 0) {
+      /* Children ended: tell the root (see pvm_task.c's on_error). */
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_flush_gone();
+      nx_mutex_lock(&nxpvm.m);
+    }
+    for (struct pvmbuf *b = nxpvm.qhead; nxpvm.recvf == NULL && b != NULL;
+         b = b->next)
+      if (matches(b, tid, tag)) {
+        got = b;
+        break;
+      }
+    if (got != NULL && take)
+      unqueue(got);
     if (got != NULL || !wait)
       break;
     /* A receive from one task that has ended fails instead of waiting for
@@ -164,6 +294,7 @@ static int receive(const char *fn, int tid, int tag, int wait,
           (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
         wait = 0;
     }
+    nx_mutex_unlock(&nxpvm.m);
   }
   nx_mutex_unlock(&nxpvm.m);
   if (rc < 0)
@@ -259,4 +390,96 @@ int pvm_precv(int tid, int msgtag, void *buf, int len, int datatype, int *rtid,
   if (rlen != NULL)
     *rlen = items;
   return PvmOk;
+}
+
+int (*pvm_recvf(int (*match)(int bufid, int tid, int tag)))(int, int, int) {
+  int (*old)(int, int, int) = nxpvm.recvf;
+  nxpvm.recvf = match;
+  return old;
+}
+
+int pvm_addmhf(int src, int tag, int ctx, int (*func)(int bufid)) {
+  if (func == NULL)
+    return nxpvmi_err("pvm_addmhf", PvmBadParam);
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_addmhf", PvmSysErr);
+  for (int i = 0; i < nxpvm.nmhfs; i++)
+    if (nxpvm.mhfs[i].src == src && nxpvm.mhfs[i].tag == tag &&
+        nxpvm.mhfs[i].ctx == ctx)
+      return nxpvmi_err("pvm_addmhf", PvmExists);
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.nmhfs == nxpvm.mhfcap) {
+    int cap = nxpvm.mhfcap ? 2 * nxpvm.mhfcap : 4;
+    struct mhf *m = realloc(nxpvm.mhfs, (size_t)cap * sizeof(*m));
+    if (m == NULL) {
+      nx_mutex_unlock(&nxpvm.m);
+      return nxpvmi_err("pvm_addmhf", PvmNoMem);
+    }
+    nxpvm.mhfs = m;
+    nxpvm.mhfcap = cap;
+  }
+  int id = ++nxpvm.next_mhf;
+  nxpvm.mhfs[nxpvm.nmhfs++] = (struct mhf){id, src, tag, ctx, func};
+  nx_mutex_unlock(&nxpvm.m);
+  return id;
+}
+
+int pvm_delmhf(int mhid) {
+  if (mhid < 0)
+    return nxpvmi_err("pvm_delmhf", PvmBadParam);
+  nx_mutex_lock(&nxpvm.m);
+  for (int i = 0; i < nxpvm.nmhfs; i++)
+    if (nxpvm.mhfs[i].id == mhid) {
+      nxpvm.mhfs[i] = nxpvm.mhfs[--nxpvm.nmhfs];
+      nx_mutex_unlock(&nxpvm.m);
+      return PvmOk;
+    }
+  nx_mutex_unlock(&nxpvm.m);
+  return nxpvmi_err("pvm_delmhf", PvmNotFound);
+}
+
+/* One descriptor, readable while a message waits in the receive queue (a
+ * pipe this library keeps): what select() on PVM's socket gives. */
+int pvm_getfds(int **fds) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_getfds", PvmSysErr);
+  nx_mutex_lock(&nxpvm.m);
+  if (!nxpvm.has_fds) {
+    if (pipe(nxpvm.fds) < 0) {
+      nx_mutex_unlock(&nxpvm.m);
+      return nxpvmi_err("pvm_getfds", PvmSysErr);
+    }
+    fcntl(nxpvm.fds[0], F_SETFL, O_NONBLOCK);
+    fcntl(nxpvm.fds[1], F_SETFL, O_NONBLOCK);
+    fcntl(nxpvm.fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(nxpvm.fds[1], F_SETFD, FD_CLOEXEC);
+    nxpvm.has_fds = 1;
+    char one = 1;
+    if (nxpvm.qhead != NULL) {
+      ssize_t w = write(nxpvm.fds[1], &one, 1);
+      (void)w; /* a new, empty pipe takes one byte */
+    }
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  if (fds != NULL)
+    *fds = &nxpvm.fds[0];
+  return 1;
+}
+
+/* ---- message contexts ---- */
+
+int pvm_getcontext(void) {
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_getcontext", PvmSysErr);
+  return nxpvm.ctx;
+}
+
+int pvm_setcontext(int ctx) {
+  if (ctx < 0)
+    return nxpvmi_err("pvm_setcontext", PvmBadParam);
+  if (!nxpvmi_started())
+    return nxpvmi_err("pvm_setcontext", PvmSysErr);
+  int old = nxpvm.ctx;
+  nxpvm.ctx = ctx;
+  return old;
 }

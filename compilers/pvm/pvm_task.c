@@ -11,7 +11,7 @@
 
 #include "pvm_internal.h"
 
-struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect};
+struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect, .showtids = 1};
 
 static const char *const errtext[] = {
     [0] = "Ok",
@@ -49,7 +49,7 @@ static const char *const errtext[] = {
     [36] = "Master Host IP is Loopback",
 };
 
-static const char *pvm_errstr(int code) {
+const char *nxpvmi_errstr(int code) {
   int i = -code;
   if (i < 0 || i >= (int)(sizeof(errtext) / sizeof(errtext[0])) ||
       errtext[i] == NULL)
@@ -64,7 +64,7 @@ int nxpvmi_err(const char *fn, int code) {
     nxpvm.last_err = code;
     if (nxpvm.autoerr)
       fprintf(stderr, "libpvm [t%x]: %s(): %s\n", (unsigned)nxpvm.mytid, fn,
-              pvm_errstr(code));
+              nxpvmi_errstr(code));
   }
   return code;
 }
@@ -144,6 +144,7 @@ static void fire_notifies(int tid) {
       continue;
     b->src = tid;
     b->tag = n->tag;
+    b->ctx = n->ctx;
     b->data = malloc(sizeof(int));
     if (b->data == NULL || (b->segs = malloc(sizeof(struct seg))) == NULL) {
       nxpvmi_buf_free(b);
@@ -167,6 +168,7 @@ static void mark_dead(int tid) {
   p->dead = 1;
   fire_notifies(tid);
   nxpvmi_groups_forget(tid);
+  nxpvmi_mbox_forget(tid);
   nx_cond_broadcast(&nxpvm.c);
 }
 
@@ -177,7 +179,29 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   if (err != NX_EPEERDEAD || handler != 0 || (context & 0xffffffffu) != 0)
     return;
   nx_mutex_lock(&nxpvm.m);
-  mark_dead(nxpvmi_tid_of_context(context));
+  if (!nxpvm.closing) {
+    int tid = nxpvmi_tid_of_context(context);
+    struct peer *p = nxpvmi_peer(tid, 1);
+    if (p != NULL)
+      p->gone = 1;
+    /* The root may know the task (its spawner registered it) without
+     * hearing of its end: the spawner, which always does, tells it (from
+     * a PVM call: this callback must not block). */
+    if (p != NULL && p->child && !p->dead && !nxpvm.is_root) {
+      if (nxpvm.ngone == nxpvm.gonecap) {
+        int cap = nxpvm.gonecap ? 2 * nxpvm.gonecap : 8;
+        int *q = realloc(nxpvm.gone_q, (size_t)cap * sizeof(int));
+        if (q != NULL) {
+          nxpvm.gone_q = q;
+          nxpvm.gonecap = cap;
+        }
+      }
+      if (nxpvm.ngone < nxpvm.gonecap)
+        nxpvm.gone_q[nxpvm.ngone++] = tid;
+    }
+    mark_dead(tid);
+    nx_cond_broadcast(&nxpvm.c);
+  }
   nx_mutex_unlock(&nxpvm.m);
 }
 
@@ -274,7 +298,16 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
       *h = (struct held){seq, fn, ctx, addr, buf, p->held};
       p->held = h;
     } else {
+      /* An RSR that cannot be kept breaks the sender's order for good:
+       * every later one would wait for it. Say so and count the sender
+       * ended, so receives from it fail and its notifies fire, rather
+       * than wait for ever. */
       free(h);
+      fprintf(stderr,
+              "libpvm [t%x]: out of memory holding a message from t%x: "
+              "treating t%x as ended\n",
+              (unsigned)nxpvm.mytid, (unsigned)tid, (unsigned)tid);
+      mark_dead(tid);
     }
     nx_mutex_unlock(&nxpvm.m);
     return;
@@ -357,7 +390,7 @@ int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s) {
   nx_mutex_lock(&nxpvm.m);
   while (!r->done) {
     struct peer *root = nxpvmi_peer(nxpvm.roottid, 0);
-    if (root != NULL && root->dead && !grace) {
+    if (root != NULL && root->gone && !grace) {
       /* A barrier's release may still be on its way along the tree from
        * another member: give it `grace_s` more, not for ever. */
       grace = 1;
@@ -385,6 +418,7 @@ void nxpvmi_rpc_free(struct rpc *r) {
   nx_mutex_unlock(&nxpvm.m);
   if (r->has_gp)
     nx_gp_release(&r->gp);
+  nxpvmi_buf_free(r->b);
   free(r);
 }
 
@@ -393,13 +427,20 @@ static void on_rep(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
-  int32_t id, result, has_gp;
+  int32_t id, result, has_gp, has_buf;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0 ||
       nx_get_int32(buf, &result) < 0 || nx_get_int32(buf, &has_gp) < 0)
     return;
   nx_gp_t gp = NX_GP_NULL;
   if (has_gp && nx_get_gp(buf, &gp) < 0)
     return;
+  struct pvmbuf *mb = NULL;
+  if (nx_get_int32(buf, &has_buf) < 0 ||
+      (has_buf && nxpvmi_decode(buf, &mb) < 0)) {
+    /* A reply that cannot be read still ends the wait, with an error. */
+    result = PvmNoMem;
+    mb = NULL;
+  }
   nx_mutex_lock(&nxpvm.m);
   struct rpc *r = nxpvm.rpcs;
   while (r != NULL && r->id != id)
@@ -412,32 +453,53 @@ static void on_rep(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
       r->has_gp = 1;
       has_gp = 0;
     }
+    r->b = mb;
+    mb = NULL;
     nx_cond_broadcast(&nxpvm.c);
   }
   nx_mutex_unlock(&nxpvm.m);
   if (has_gp)
     nx_gp_release(&gp);
+  nxpvmi_buf_free(mb);
 }
 
-/* Sends a reply to `tid` (whose gp this task knows: it asked). */
-static void reply(int tid, int id, int result, const nx_gp_t *gp) {
+/* Sends a reply to `tid` (whose gp this task knows: it asked), with a gp
+ * or a message if given. */
+static void reply(int tid, int id, int result, const nx_gp_t *gp,
+                  const struct pvmbuf *m) {
   nx_gp_t to = NX_GP_NULL;
   if (nxpvmi_resolve(tid, &to) < 0)
     return;
   nx_buffer_t *b;
-  if (nxpvmi_rsr(tid, &to, H_REP, 64, &b) == 0) {
-    nx_put_int32(b, id);
-    nx_put_int32(b, result);
-    nx_put_int32(b, gp != NULL);
-    if (gp != NULL)
-      nx_put_gp(b, gp);
-    nx_rsr_send(b);
+  if (nxpvmi_rsr(tid, &to, H_REP, 64 + (m != NULL ? m->bytes : 0), &b) == 0) {
+    int rc = nx_put_int32(b, id);
+    if (rc == 0)
+      rc = nx_put_int32(b, result);
+    if (rc == 0)
+      rc = nx_put_int32(b, gp != NULL);
+    if (rc == 0 && gp != NULL)
+      rc = nx_put_gp(b, gp);
+    if (rc == 0)
+      rc = nx_put_int32(b, m != NULL);
+    if (rc == 0 && m != NULL)
+      rc = nxpvmi_encode(b, m);
+    if (rc == 0)
+      nx_rsr_send(b);
+    else
+      nx_buffer_release(b);
   }
   nx_gp_release(&to);
 }
 
 /* Sends the reply for request `id` of `tid`; used by pvm_group.c too. */
-void nxpvmi_reply(int tid, int id, int result) { reply(tid, id, result, NULL); }
+void nxpvmi_reply(int tid, int id, int result) {
+  reply(tid, id, result, NULL, NULL);
+}
+
+/* The same with a message (pvm_mbox.c). */
+void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b) {
+  reply(tid, id, result, NULL, b);
+}
 
 /* "nxpvm.who" (root): which gp has this tid? */
 static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -455,7 +517,7 @@ static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   if (p != NULL && p->has_gp && !p->dead)
     found = nx_gp_copy(&p->gp, &gp) == 0;
   nx_mutex_unlock(&nxpvm.m);
-  reply(from, id, found ? PvmOk : PvmNoTask, found ? &gp : NULL);
+  reply(from, id, found ? PvmOk : PvmNoTask, found ? &gp : NULL, NULL);
   if (found)
     nx_gp_release(&gp);
 }
@@ -482,14 +544,20 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
   int from;
-  int32_t roottid;
+  int32_t roottid, mctx, otid;
   nx_gp_t gp = NX_GP_NULL;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &roottid) < 0 ||
       nx_get_gp(buf, &gp) < 0)
     return;
+  if (nx_get_int32(buf, &mctx) < 0 || nx_get_int32(buf, &otid) < 0) {
+    nx_gp_release(&gp);
+    return;
+  }
   nx_mutex_lock(&nxpvm.m);
   learn(&gp);
   nxpvm.roottid = roottid;
+  nxpvm.ctx = mctx;     /* a spawned task starts in its spawner's context */
+  nxpvm.out_tid = otid; /* and sends its output where it says */
   nxpvm.ptid = from;
   nx_cond_broadcast(&nxpvm.c);
   nx_mutex_unlock(&nxpvm.m);
@@ -515,9 +583,72 @@ static void on_bye(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   int32_t id;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0)
     return;
-  reply(from, id, PvmOk, NULL);
+  reply(from, id, PvmOk, NULL, NULL);
   nx_mutex_lock(&nxpvm.m);
   mark_dead(from);
+  nx_mutex_unlock(&nxpvm.m);
+}
+
+/* The root's gp, for the groups, mailboxes and task directory it keeps:
+ * valid while its process runs, also after its task has left PVM (its
+ * pvm_exit keeps serving until every task has left). */
+int nxpvmi_resolve_root(nx_gp_t *gp) {
+  return nxpvmi_resolve_process(nxpvm.roottid, gp);
+}
+
+/* The gp of `tid` while its process runs, also after its task has left
+ * PVM: a task that left waits in pvm_exit for its children, serving them
+ * (the root its groups, a catching task their output). */
+int nxpvmi_resolve_process(int tid, nx_gp_t *gp) {
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 0);
+  int rc = PvmSysErr;
+  if (p != NULL && p->has_gp && !p->gone)
+    rc = nx_gp_copy(&p->gp, gp) == 0 ? PvmOk : PvmSysErr;
+  nx_mutex_unlock(&nxpvm.m);
+  return rc;
+}
+
+/* Tells the root of the children that ended (see on_error). */
+void nxpvmi_flush_gone(void) {
+  nx_mutex_lock(&nxpvm.m);
+  int n = nxpvm.ngone;
+  int *q = nxpvm.gone_q;
+  nxpvm.gone_q = NULL;
+  nxpvm.ngone = nxpvm.gonecap = 0;
+  nx_mutex_unlock(&nxpvm.m);
+  if (n == 0) {
+    free(q);
+    return;
+  }
+  nx_gp_t root = NX_GP_NULL;
+  if (nxpvmi_resolve_root(&root) == 0) {
+    for (int i = 0; i < n; i++) {
+      nx_buffer_t *b;
+      if (nxpvmi_rsr(nxpvm.roottid, &root, H_GONE, 8, &b) != 0)
+        continue;
+      if (nx_put_int32(b, q[i]) == 0)
+        nx_rsr_send(b);
+      else
+        nx_buffer_release(b);
+    }
+    nx_gp_release(&root);
+  }
+  free(q);
+}
+
+/* "nxpvm.gone" (root): a task's spawner says it has ended. */
+static void on_gone(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int32_t tid;
+  if (nx_get_int32(buf, &tid) < 0 || tid <= 0 || tid == nxpvm.mytid)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p != NULL)
+    p->gone = 1;
+  mark_dead(tid);
   nx_mutex_unlock(&nxpvm.m);
 }
 
@@ -537,7 +668,7 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   if (!ask || nxpvm.is_root)
     return rc;
   nx_gp_t root = NX_GP_NULL;
-  if (nxpvmi_resolve(nxpvm.roottid, &root) < 0)
+  if (nxpvmi_resolve_root(&root) < 0)
     return PvmSysErr;
   /* A tid may reach us (in a message) before its spawner has told the
    * root about it: ask again for a while. */
@@ -573,6 +704,8 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
   return rc;
 }
 
+static void on_sibs(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
+
 #define TRAMPOLINE(fn)                                                         \
   static void tr_##fn(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {       \
     dispatch(fn, ctx, addr, buf);                                              \
@@ -587,16 +720,22 @@ TRAMPOLINE(on_rep)
 TRAMPOLINE(nxpvmi_on_grp)
 TRAMPOLINE(nxpvmi_on_gbc)
 TRAMPOLINE(nxpvmi_on_gtree)
+TRAMPOLINE(nxpvmi_on_mbox)
+TRAMPOLINE(on_gone)
+TRAMPOLINE(nxpvmi_on_out)
+TRAMPOLINE(on_sibs)
 
 static int register_handlers(nx_context_t *ctx) {
   static const struct {
     const char *name;
     nx_handler_fn fn;
-  } hs[] = {{H_MSG, tr_nxpvmi_on_msg}, {H_HELLO, tr_on_hello},
-            {H_KILL, tr_on_kill},      {H_BYE, tr_on_bye},
-            {H_WHO, tr_on_who},        {H_REG, tr_on_reg},
-            {H_REP, tr_on_rep},        {H_GRP, tr_nxpvmi_on_grp},
-            {H_GBC, tr_nxpvmi_on_gbc}, {H_GTREE, tr_nxpvmi_on_gtree}};
+  } hs[] = {{H_MSG, tr_nxpvmi_on_msg},   {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},        {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},          {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},          {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc},   {H_GTREE, tr_nxpvmi_on_gtree},
+            {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone},
+            {H_OUT, tr_nxpvmi_on_out},   {H_SIBS, tr_on_sibs}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
@@ -675,6 +814,9 @@ static int start(void) {
     free(gps);
   }
   nxpvm.started = 1;
+  /* A task spawned while its spawner caught output sends its own there. */
+  if (nxpvm.out_tid > 0 && nxpvmi_out_start(nxpvm.out_tid) < 0)
+    nxpvm.out_tid = 0;
   return nxpvm.mytid;
 
 err_fini:
@@ -695,34 +837,88 @@ int pvm_parent(void) {
   return nxpvm.ptid > 0 ? nxpvm.ptid : PvmNoParent;
 }
 
+/* A task runs until it ends, whatever its spawner does: nexus ends the
+ * process contexts a process made when it stops, so a task that leaves
+ * PVM keeps its runtime until the tasks it spawned have ended (nexus
+ * reports each process's end). The root also keeps serving the groups,
+ * mailboxes and task directory until every task it knows has left. Its
+ * handlers run meanwhile; the calling thread waits. */
+static void wait_for_tasks(void) {
+  nx_mutex_lock(&nxpvm.m);
+  for (;;) {
+    int waiting = 0;
+    for (int i = 0; i < nxpvm.npeers && !waiting; i++) {
+      struct peer *p = &nxpvm.peers[i];
+      if (p->tid == nxpvm.mytid)
+        continue;
+      waiting =
+          (p->child && !p->gone) || (nxpvm.is_root && p->has_gp && !p->dead);
+    }
+    if (!waiting)
+      break;
+    if (nxpvm.ngone > 0) { /* children ended: tell the root */
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_flush_gone();
+      nx_mutex_lock(&nxpvm.m);
+      continue;
+    }
+    nxpvmi_wait(NULL);
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  nxpvmi_flush_gone();
+}
+
+/* Whether task `tid` serves this one after its own pvm_exit. */
+static int serving(int tid) {
+  return tid == nxpvm.roottid || tid == nxpvm.out_tid;
+}
+
 /* Tells every live task this one knows that it is leaving, so their
  * receives from it fail and their notifies fire, and waits (at most 5 s)
  * for their answers: nx_finalize drops RSRs not yet delivered, and an
- * answer means everything sent before it has arrived. Then stops nexus
- * (which also ends the process contexts this task spawned that still run). */
+ * answer means everything sent before it has arrived. Then waits for the
+ * tasks it spawned to end (and, at the root, for every task to leave) and
+ * stops nexus. */
 int pvm_exit(void) {
   if (!nxpvm.started)
     return PvmOk;
-  /* Finish forwarding our parts of broadcast and barrier trees first,
-   * while the root still answers our tid lookups: once it has our BYE it
-   * counts us gone, and a member below us in a tree would wait for ever.
-   * (A forward that arrives after this runs on a new sequencer thread,
-   * which the second nxpvmi_seq_stop below joins.) */
-  nxpvmi_seq_stop();
+  /* The last lines of caught output go before the goodbyes. */
+  nxpvmi_out_stop();
+  if (!nxpvm.is_root) {
+    /* Finish forwarding our parts of broadcast and barrier trees first,
+     * while the root still answers our tid lookups: once it has our BYE
+     * it counts us gone, and a member below us in a tree would wait for
+     * ever. (A forward that arrives after this runs on a new sequencer
+     * thread, which the second nxpvmi_seq_stop below joins.) */
+    nxpvmi_seq_stop();
+  } else {
+    /* The root's task leaves its groups and mailbox entries as any task
+     * does; the root goes on sequencing and serving the others. */
+    nx_mutex_lock(&nxpvm.m);
+    nxpvmi_groups_forget(nxpvm.mytid);
+    nxpvmi_mbox_forget(nxpvm.mytid);
+    nx_mutex_unlock(&nxpvm.m);
+  }
   nx_mutex_lock(&nxpvm.m);
   int n = nxpvm.npeers;
   int *tids = malloc((size_t)n * sizeof(int) + 1);
   struct rpc **rs = calloc((size_t)n + 1, sizeof(*rs));
   int k = 0;
   for (int i = 0; tids != NULL && rs != NULL && i < n; i++)
-    if (!nxpvm.peers[i].dead && nxpvm.peers[i].has_gp &&
-        nxpvm.peers[i].tid != nxpvm.mytid)
+    /* The root and the task catching our output too once their tasks
+     * have left: they serve until we have (and our goodbye's answer says
+     * our last lines have arrived). */
+    if ((!nxpvm.peers[i].dead ||
+         (serving(nxpvm.peers[i].tid) && !nxpvm.peers[i].gone)) &&
+        nxpvm.peers[i].has_gp && nxpvm.peers[i].tid != nxpvm.mytid)
       tids[k++] = nxpvm.peers[i].tid;
   nx_mutex_unlock(&nxpvm.m);
   for (int i = 0; i < k; i++) {
     nx_gp_t gp = NX_GP_NULL;
     nx_buffer_t *b;
-    if (nxpvmi_resolve(tids[i], &gp) < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
+    int rc = serving(tids[i]) ? nxpvmi_resolve_process(tids[i], &gp)
+                              : nxpvmi_resolve(tids[i], &gp);
+    if (rc < 0 || (rs[i] = nxpvmi_rpc_new()) == NULL)
       continue;
     if (nxpvmi_rsr(tids[i], &gp, H_BYE, 8, &b) == 0) {
       nx_put_int32(b, rs[i]->id);
@@ -740,17 +936,19 @@ int pvm_exit(void) {
   for (int i = 0; i < k; i++) {
     while (rs[i] != NULL && !rs[i]->done) {
       struct peer *p = nxpvmi_peer(tids[i], 0);
-      if ((p != NULL && p->dead) || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+      int ended = p != NULL && (serving(tids[i]) ? p->gone : p->dead);
+      if (ended || nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
         break;
     }
   }
   nx_mutex_unlock(&nxpvm.m);
-  nxpvmi_seq_stop();
   for (int i = 0; i < k; i++)
     if (rs[i] != NULL)
       nxpvmi_rpc_free(rs[i]);
   free(rs);
   free(tids);
+  wait_for_tasks();
+  nxpvmi_seq_stop();
   /* From here a handler thread drops what arrives (a late RSR has no one
    * to read it) and stops taking held RSRs, so the peers can be freed. */
   nx_mutex_lock(&nxpvm.m);
@@ -771,13 +969,23 @@ int pvm_exit(void) {
   nx_finalize();
   nxpvmi_buf_drop_all();
   nxpvmi_groups_free();
+  nxpvmi_mbox_free();
+  if (nxpvm.has_fds) {
+    close(nxpvm.fds[0]);
+    close(nxpvm.fds[1]);
+  }
+  free(nxpvm.mhfs);
+  free(nxpvm.gone_q);
   nxpvm.started = 0;
   free(nxpvm.peers);
   free(nxpvm.siblings);
   free(nxpvm.notes);
-  int autoerr = nxpvm.autoerr;
+  int autoerr = nxpvm.autoerr, showtids = nxpvm.showtids;
+  FILE *catch_ff = nxpvm.catch_ff;
   memset(&nxpvm, 0, sizeof(nxpvm));
   nxpvm.autoerr = autoerr;
+  nxpvm.showtids = showtids;
+  nxpvm.catch_ff = catch_ff;
   nxpvm.route = PvmAllowDirect;
   return PvmOk;
 }
@@ -785,17 +993,42 @@ int pvm_exit(void) {
 /* `where` is a host name (this host: "", ".", "localhost" or its name) or
  * any nexus node spec ("mpi", "mpi:host=a,b", ...). */
 static int node_for(int flag, const char *where, nx_node_t *node) {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
   const char *spec = "localhost";
-  if ((flag & PvmTaskHost) && where != NULL && where[0] != '\0' &&
-      strcmp(where, ".") != 0 && strcmp(where, "localhost") != 0 &&
-      strcmp(where, host) != 0)
+  if ((flag & PvmTaskHost) && where != NULL && !nxpvmi_is_this_host(where))
     spec = where;
+  /* PvmTaskArch: the one architecture there is. */
+  if (!(flag & PvmTaskHost) && (flag & PvmTaskArch) && where != NULL &&
+      where[0] != '\0' && strcmp(where, nxpvmi_arch()) != 0)
+    return PvmNoHost;
   int rc = nx_nodes_acquire(spec, 1, node);
   if (rc == NX_EINVAL || rc == NX_ENOTSUP)
     return PvmNoHost;
   return rc < 0 ? PvmSysErr : 0;
+}
+
+/* A task named without a '/' is looked for where PVM looks, in
+ * $PVM_ROOT/bin/$PVM_ARCH and $HOME/pvm3/bin/$PVM_ARCH, before `PATH` (which
+ * nexus searches). Returns a path to free, or NULL to use the name. */
+static char *find_task(const char *task) {
+  const char *arch = getenv("PVM_ARCH");
+  if (strchr(task, '/') != NULL || arch == NULL || arch[0] == '\0')
+    return NULL;
+  const char *roots[2] = {getenv("PVM_ROOT"), getenv("HOME")};
+  const char *subs[2] = {"bin", "pvm3/bin"};
+  for (int i = 0; i < 2; i++) {
+    if (roots[i] == NULL || roots[i][0] == '\0')
+      continue;
+    size_t n =
+        strlen(roots[i]) + strlen(subs[i]) + strlen(arch) + strlen(task) + 4;
+    char *p = malloc(n);
+    if (p == NULL)
+      return NULL;
+    snprintf(p, n, "%s/%s/%s/%s", roots[i], subs[i], arch, task);
+    if (access(p, X_OK) == 0)
+      return p;
+    free(p);
+  }
+  return NULL;
 }
 
 static int spawn_one(char *task, char **argv, int flag, char *where) {
@@ -803,12 +1036,16 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   int rc = node_for(flag, where, &node);
   if (rc < 0)
     return rc;
+  char *found = find_task(task);
+  if (found != NULL)
+    task = found;
   int argc = 0;
   while (argv != NULL && argv[argc] != NULL)
     argc++;
   char **av = calloc((size_t)argc + 2, sizeof(char *));
   if (av == NULL) {
     nx_node_release(&node);
+    free(found);
     return PvmNoMem;
   }
   av[0] = task;
@@ -817,6 +1054,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   nx_gp_t gp = NX_GP_NULL;
   rc = nx_context_create(&node, task, av, &gp);
   free(av);
+  free(found);
   nx_node_release(&node);
   if (rc == NX_ENOENT)
     return PvmNoFile;
@@ -827,18 +1065,22 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   nx_gp_copy(&gp, &copy);
   nx_mutex_lock(&nxpvm.m);
   struct peer *p = learn(&copy);
-  if (p != NULL)
+  if (p != NULL) {
     p->ptid = nxpvm.mytid;
+    p->child = 1;
+  }
   nx_mutex_unlock(&nxpvm.m);
   /* The child waits in its pvm_mytid for the root's name. */
   nx_gp_t root = NX_GP_NULL;
   nx_buffer_t *b;
-  rc = nxpvmi_resolve(nxpvm.roottid, &root);
+  rc = nxpvmi_resolve_root(&root);
   if (rc == 0)
     rc = nxpvmi_rsr(tid, &gp, H_HELLO, 64, &b);
   if (rc == 0) {
     nx_put_int32(b, nxpvm.roottid);
     nx_put_gp(b, &root);
+    nx_put_int32(b, nxpvm.ctx);
+    nx_put_int32(b, nxpvmi_out_tid());
     rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
   }
   if (rc == 0 && !nxpvm.is_root &&
@@ -859,12 +1101,15 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_spawn", PvmSysErr);
   int started = 0;
+  int *got = malloc((size_t)ntask * sizeof(int));
+  if (got == NULL)
+    return nxpvmi_err("pvm_spawn", PvmNoMem);
   for (int i = 0; i < ntask; i++) {
     int tid = spawn_one(task, argv, flag, where);
     if (tids != NULL)
       tids[i] = tid;
     if (tid > 0)
-      started++;
+      got[started++] = tid;
     else if (tids != NULL)
       /* PVM stops at the first failure and fills the rest with it. */
       for (int j = i + 1; j < ntask; j++)
@@ -872,7 +1117,48 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
     if (tid < 0)
       break;
   }
+  /* pvm_siblings: the tasks this call started, told to each of them. */
+  for (int i = 0; i < started; i++) {
+    nx_gp_t gp = NX_GP_NULL;
+    nx_buffer_t *b;
+    if (nxpvmi_resolve(got[i], &gp) < 0)
+      continue;
+    if (nxpvmi_rsr(got[i], &gp, H_SIBS, 4 * (size_t)started + 8, &b) == 0) {
+      int rc = nx_put_uint32(b, (uint32_t)started);
+      if (rc == 0)
+        rc = nx_put_int32_array(b, got, (size_t)started);
+      if (rc == 0)
+        nx_rsr_send(b);
+      else
+        nx_buffer_release(b);
+    }
+    nx_gp_release(&gp);
+  }
+  free(got);
   return started;
+}
+
+/* "nxpvm.sibs" (a spawned task): the tasks its spawner's call started. */
+static void on_sibs(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  uint32_t n;
+  if (nx_get_uint32(buf, &n) < 0 || n == 0 || n > nx_buffer_remaining(buf) / 4)
+    return;
+  int *t = malloc(n * sizeof(int));
+  if (t == NULL || nx_get_int32_array(buf, t, n) < 0) {
+    free(t);
+    return;
+  }
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.nsiblings == 0) {
+    nxpvm.siblings = t;
+    nxpvm.nsiblings = (int)n;
+    t = NULL;
+  }
+  nx_cond_broadcast(&nxpvm.c);
+  nx_mutex_unlock(&nxpvm.m);
+  free(t);
 }
 
 static int signal_task(const char *fn, int tid, int sig) {
@@ -908,21 +1194,16 @@ int pvm_sendsig(int tid, int signum) {
   return signal_task("pvm_sendsig", tid, signum);
 }
 
-/* Spawned tasks inherit the spawner's stdout and stderr already. */
-int pvm_catchout(FILE *ff) {
-  (void)ff;
-  return PvmOk;
-}
-
 /* One host: this one. */
 int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp) {
-  static char name[256], arch[] = "NEXUS";
+  static char name[256], arch[32];
   static struct pvmhostinfo host;
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_config", PvmSysErr);
   if (name[0] == '\0')
     gethostname(name, sizeof(name) - 1);
-  host = (struct pvmhostinfo){0, name, arch, 1000, 0};
+  snprintf(arch, sizeof(arch), "%s", nxpvmi_arch());
+  host = (struct pvmhostinfo){nxpvmi_host_tid(), name, arch, 1000, 0};
   if (nhost != NULL)
     *nhost = 1;
   if (narch != NULL)
@@ -981,7 +1262,8 @@ int pvm_notify(int what, int msgtag, int cnt, int *tids) {
       nxpvm.notes = nn;
       nxpvm.notecap = cap;
     }
-    nxpvm.notes[nxpvm.nnotes++] = (struct notify){tids[i], msgtag, 0};
+    nxpvm.notes[nxpvm.nnotes++] =
+        (struct notify){tids[i], msgtag, nxpvm.ctx, 0};
     /* A task that is gone already (or never was) is reported at once. */
     if (!known && p != NULL)
       p->dead = 0, mark_dead(tids[i]);
@@ -1007,10 +1289,21 @@ int pvm_siblings(int **tids) {
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_siblings", PvmSysErr);
   static int self;
-  if (nxpvm.nsiblings > 0) {
+  /* A spawned task waits (at most 30 s) for its spawner's list, sent when
+   * the pvm_spawn call that started it has started them all. */
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 30;
+  nx_mutex_lock(&nxpvm.m);
+  while (nxpvm.nsiblings == 0 && nxpvm.ptid > 0)
+    if (nxpvmi_wait(&deadline) == NX_ETIMEDOUT)
+      break;
+  int n = nxpvm.nsiblings;
+  nx_mutex_unlock(&nxpvm.m);
+  if (n > 0) {
     if (tids != NULL)
       *tids = nxpvm.siblings;
-    return nxpvm.nsiblings;
+    return n;
   }
   self = nxpvm.mytid;
   if (tids != NULL)
@@ -1033,8 +1326,10 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
   int k = 0;
   for (int i = 0; info != NULL && i < nxpvm.npeers; i++) {
     struct peer *p = &nxpvm.peers[i];
-    if (p->dead || (which != 0 && p->tid != which))
+    if (p->dead ||
+        (which != 0 && which != nxpvmi_host_tid() && p->tid != which))
       continue;
+    info[k].ti_host = nxpvmi_host_tid();
     info[k].ti_tid = p->tid;
     info[k].ti_ptid = p->tid == nxpvm.mytid ? pvm_parent() : p->ptid;
     if (info[k].ti_ptid < 0)
@@ -1055,12 +1350,37 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
 
 int pvm_perror(char *msg) {
   fprintf(stderr, "libpvm [t%x]: %s: %s\n", (unsigned)nxpvm.mytid,
-          msg != NULL ? msg : "", pvm_errstr(nxpvm.last_err));
+          msg != NULL ? msg : "", nxpvmi_errstr(nxpvm.last_err));
   return PvmOk;
 }
 
-/* Options are per task and need no runtime. Routing is always direct:
- * PvmRoute is kept and reported back, it changes nothing. */
+static int noreset_index = -1;
+
+static int noreset_set(int on) {
+  if (!on) {
+    int rc = pvm_delinfo(PVMNORESETCLASS, noreset_index, 0);
+    nxpvm.noreset = 0;
+    noreset_index = -1;
+    return rc;
+  }
+  int me = pvm_mytid();
+  int id = pvm_mkbuf(PvmDataDefault);
+  if (me < 0 || id < 0)
+    return PvmSysErr;
+  int old = pvm_setsbuf(id);
+  pvm_pkint(&me, 1, 1);
+  int rc = pvm_putinfo(PVMNORESETCLASS, id, PvmMboxMultiInstance);
+  pvm_setsbuf(old);
+  pvm_freebuf(id);
+  if (rc < 0)
+    return rc;
+  noreset_index = rc;
+  nxpvm.noreset = 1;
+  return PvmOk;
+}
+
+/* Options are per task and need no runtime (but PvmNoReset). Routing is always
+ * direct: PvmRoute is kept and reported back, it changes nothing. */
 int pvm_setopt(int what, int val) {
   int old;
   switch (what) {
@@ -1074,12 +1394,28 @@ int pvm_setopt(int what, int val) {
     old = nxpvm.autoerr;
     nxpvm.autoerr = val;
     return old;
+  case PvmShowTids:
+    if (!nxpvm.started) {
+      old = nxpvm.showtids;
+      nxpvm.showtids = val;
+      return old;
+    }
+    nx_mutex_lock(&nxpvm.m); /* handlers read it */
+    old = nxpvm.showtids;
+    nxpvm.showtids = val;
+    nx_mutex_unlock(&nxpvm.m);
+    return old;
   case PvmDebugMask:
   case PvmFragSize:
-  case PvmShowTids:
   case PvmPollType:
-  case PvmPollTime:
-  case PvmNoReset: return 0;
+  case PvmPollTime: return 0;
+  case PvmNoReset:
+    /* As libpvm: the task is listed in the mailbox class PVMNORESETCLASS
+     * (pvm_getnoresets reads it) while the option is set. */
+    old = nxpvm.noreset;
+    if ((val != 0) != (old != 0) && noreset_set(val != 0) < 0)
+      return nxpvmi_err("pvm_setopt", PvmSysErr);
+    return old;
   default: return nxpvmi_err("pvm_setopt", PvmBadParam);
   }
 }
@@ -1088,9 +1424,9 @@ int pvm_getopt(int what) {
   switch (what) {
   case PvmRoute: return nxpvm.route;
   case PvmAutoErr: return nxpvm.autoerr;
-  case PvmDebugMask:
-  case PvmShowTids:
-  case PvmNoReset: return 0;
+  case PvmDebugMask: return 0;
+  case PvmShowTids: return nxpvm.showtids;
+  case PvmNoReset: return nxpvm.noreset;
   case PvmFragSize: return 4096;
   default: return nxpvmi_err("pvm_getopt", PvmBadParam);
   }

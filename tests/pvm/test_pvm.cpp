@@ -4,6 +4,10 @@
 
 #include <pvm3.h>
 
+#include <sys/select.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
 #include <chrono>
@@ -409,8 +413,9 @@ TEST_CASE("groups: join, instances, size, errors") {
   REQUIRE(pvm_reduce(PvmSum, sum, 2, PVM_INT, 81, g, 0) == PvmOk);
   CHECK(sum[0] == 3);
   CHECK(pvm_lvgroup(g) == PvmOk);
-  CHECK(pvm_lvgroup(g) == PvmNotInGroup);
-  CHECK(pvm_getinst(g, tid) == PvmNotInGroup);
+  // The group ended with its last member, as with PVM's group server.
+  CHECK(pvm_lvgroup(g) == PvmNoGroup);
+  CHECK(pvm_getinst(g, tid) == PvmNoGroup);
   struct timeval tv = {0, 100000};
   CHECK(pvm_trecv(-1, 80, &tv) == 0);
 }
@@ -529,6 +534,153 @@ TEST_CASE("misuse gets an error code, never a crash") {
 }
 
 // Last: leaving PVM and coming back gives a new task.
+TEST_CASE("one host: the host calls answer for this host only") {
+  int tid = me();
+  int nhost = 0, narch = 0;
+  struct pvmhostinfo *hi = nullptr;
+  REQUIRE(pvm_config(&nhost, &narch, &hi) == PvmOk);
+  int host = hi[0].hi_tid;
+  CHECK(host > 0);
+  CHECK(std::string(hi[0].hi_arch) == "NEXUS");
+  CHECK(pvm_tidtohost(tid) == host);
+  CHECK(pvm_tidtohost(0) == PvmBadParam);
+  CHECK(pvm_tidtohost(-5) == PvmBadParam);
+  char *hosts[] = {hi[0].hi_name, const_cast<char *>("localhost"),
+                   const_cast<char *>("nxt-no-such-host")};
+  int infos[3] = {0, 0, 0};
+  CHECK(pvm_addhosts(hosts, 3, infos) == 0);
+  CHECK(infos[0] == PvmDupHost);
+  CHECK(infos[1] == PvmDupHost);
+  CHECK(infos[2] == PvmCantStart);
+  CHECK(pvm_addhosts(hosts, 0, infos) == PvmBadParam);
+  CHECK(pvm_delhosts(hosts, 3, infos) == 0);
+  CHECK(infos[0] == PvmBadParam);
+  CHECK(infos[2] == PvmNoHost);
+  CHECK(pvm_mstat(hi[0].hi_name) == PvmOk);
+  CHECK(pvm_mstat(const_cast<char *>("nxt-no-such-host")) == PvmNoHost);
+  CHECK(pvm_mstat(nullptr) == PvmBadParam);
+  struct timeval clk, delta;
+  CHECK(pvm_hostsync(host, &clk, &delta) == PvmOk);
+  CHECK(delta.tv_sec == 0);
+  CHECK(pvm_hostsync(12345, &clk, &delta) == PvmNoHost);
+  CHECK(pvm_archcode(const_cast<char *>("NEXUS")) == 0);
+  CHECK(pvm_archcode(const_cast<char *>("LINUX64")) == PvmNotFound);
+  CHECK(pvm_start_pvmd(0, nullptr, 0) == PvmDupHost);
+  CHECK(std::string(pvm_version()) == "3.4.6");
+  struct pvmhostinfo *rm = nullptr;
+  CHECK(pvm_reg_rm(&rm) == PvmOk);
+  CHECK(rm != nullptr);
+  CHECK(pvm_reg_hoster() == PvmOk);
+  CHECK(pvm_reg_tasker() == PvmOk);
+  CHECK(pvm_reg_tracer(0, 0, 0, 0, nullptr, 0, 0) == PvmOk);
+  int args[1] = {0}, nres = -1, res[16];
+  CHECK(pvm_tickle(1, args, &nres, res) == PvmOk);
+  CHECK(nres == 0);
+  CHECK(pvm_tickle(0, nullptr, &nres, res) == PvmBadParam);
+  int n = 0;
+  struct pvmtaskinfo *ti = nullptr;
+  CHECK(pvm_tasks(host, &n, &ti) == PvmOk); // a host tid: all its tasks
+  CHECK(n >= 1);
+}
+
+TEST_CASE("spawn: PvmTaskArch, and the search in $PVM_ROOT/bin/$PVM_ARCH") {
+  me();
+  int tid = 0;
+  char *argv[] = {const_cast<char *>("echo"), nullptr};
+  CHECK(pvm_spawn(const_cast<char *>(PVM_CHILD), argv, PvmTaskArch,
+                  const_cast<char *>("NOSUCHARCH"), 1, &tid) == 0);
+  CHECK(tid == PvmNoHost);
+  // The child by its bare name, found in $PVM_ROOT/bin/$PVM_ARCH.
+  char dir[] = "/tmp/nxpvm-root-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string bin = std::string(dir) + "/bin";
+  std::string arch = bin + "/NXTEST";
+  REQUIRE(mkdir(bin.c_str(), 0700) == 0);
+  REQUIRE(mkdir(arch.c_str(), 0700) == 0);
+  std::string link = arch + "/nxt_child";
+  REQUIRE(symlink(PVM_CHILD, link.c_str()) == 0);
+  setenv("PVM_ROOT", dir, 1);
+  setenv("PVM_ARCH", "NXTEST", 1);
+  int n = pvm_spawn(const_cast<char *>("nxt_child"), argv, PvmTaskArch,
+                    const_cast<char *>("NEXUS"), 1, &tid);
+  unsetenv("PVM_ARCH");
+  unsetenv("PVM_ROOT");
+  unlink(link.c_str());
+  rmdir(arch.c_str());
+  rmdir(bin.c_str());
+  rmdir(dir);
+  REQUIRE(n == 1);
+  send_int(tid, 1, 99); // the echo child sends it back
+  CHECK(recv_int(tid, 1) == 99);
+  send_int(tid, 0, 0); // and ends
+}
+
+TEST_CASE("mailbox and message misuse gets error codes") {
+  me();
+  CHECK(pvm_putinfo(const_cast<char *>("nxt_m"), -1, 0) == PvmBadParam);
+  CHECK(pvm_putinfo(const_cast<char *>("nxt_m"), 999, 0) == PvmNoSuchBuf);
+  CHECK(pvm_putinfo(nullptr, 1, 0) == PvmBadParam);
+  CHECK(pvm_recvinfo(const_cast<char *>("nxt_m"), -1, 0) == PvmBadParam);
+  CHECK(pvm_recvinfo(const_cast<char *>("nxt_m"), 0, 0) == PvmNotFound);
+  CHECK(pvm_delinfo(const_cast<char *>("nxt_m"), 0, 0) == PvmNotFound);
+  int n = -1;
+  struct pvmmboxinfo *c = nullptr;
+  CHECK(pvm_getmboxinfo(const_cast<char *>("nxt_m"), &n, &c) == PvmOk);
+  CHECK(n == 0);
+  CHECK(pvm_getmboxinfo(const_cast<char *>("[unclosed"), &n, &c) ==
+        PvmBadParam);
+  CHECK(pvm_setcontext(-1) == PvmBadParam);
+  CHECK(pvm_freecontext(-1) == PvmBadParam);
+  CHECK(pvm_addmhf(-1, 1, 0, nullptr) == PvmBadParam);
+  CHECK(pvm_setminfo(0, nullptr) == PvmBadParam);
+  CHECK(pvm_packf(nullptr) == PvmBadParam);
+  REQUIRE(pvm_initsend(PvmDataDefault) > 0);
+  CHECK(pvm_packf("%q", 1) == PvmBadParam);
+  CHECK(pvm_upkmesg() >= PvmBadMsg - 100); // no crash, whatever it holds
+  CHECK(pvm_freezegroup(nullptr, 1) == PvmBadParam);
+  CHECK(pvm_freezegroup(const_cast<char *>("nxt_g"), 0) == PvmBadParam);
+  // A receive buffer holding no packed message.
+  int v = 5;
+  REQUIRE(pvm_pkint(&v, 1, 1) == PvmOk);
+  REQUIRE(pvm_send(me(), 91) == PvmOk);
+  REQUIRE(pvm_recv(me(), 91) > 0);
+  CHECK(pvm_upkmesg() == PvmNoData);
+}
+
+TEST_CASE("pvm_getfds: readable while a message waits") {
+  int tid = me();
+  int *fds = nullptr;
+  REQUIRE(pvm_getfds(&fds) == 1);
+  while (pvm_nrecv(-1, -1) > 0)
+    ;
+  fd_set r;
+  FD_ZERO(&r);
+  FD_SET(fds[0], &r);
+  struct timeval zero = {0, 0};
+  CHECK(select(fds[0] + 1, &r, nullptr, nullptr, &zero) == 0);
+  send_int(tid, 92, 1);
+  FD_ZERO(&r);
+  FD_SET(fds[0], &r);
+  struct timeval ten = {10, 0};
+  CHECK(select(fds[0] + 1, &r, nullptr, nullptr, &ten) == 1);
+  REQUIRE(pvm_recv(tid, 92) > 0);
+  FD_ZERO(&r);
+  FD_SET(fds[0], &r);
+  zero = {0, 0};
+  CHECK(select(fds[0] + 1, &r, nullptr, nullptr, &zero) == 0);
+}
+
+TEST_CASE("pvm_export and pvm_unexport edit PVM_EXPORT") {
+  setenv("PVM_EXPORT", "A:B", 1);
+  CHECK(pvm_export(const_cast<char *>("C")) == PvmOk);
+  CHECK(pvm_export(const_cast<char *>("A")) == PvmOk);
+  CHECK(std::string(getenv("PVM_EXPORT")) == "A:B:C");
+  CHECK(pvm_unexport(const_cast<char *>("B")) == PvmOk);
+  CHECK(pvm_unexport(const_cast<char *>("Z")) == PvmOk);
+  CHECK(std::string(getenv("PVM_EXPORT")) == "A:C");
+  unsetenv("PVM_EXPORT");
+}
+
 TEST_CASE("pvm_exit, then a PVM call starts a new task") {
   int old = me();
   CHECK(pvm_exit() == PvmOk);

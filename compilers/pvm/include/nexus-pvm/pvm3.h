@@ -15,6 +15,7 @@ extern "C" {
 #define PVM_MAJOR_VERSION 3
 #define PVM_MINOR_VERSION 4
 #define PVM_PATCH_VERSION 6
+#define PVM_VER "3.4.6"
 
 /* Packing styles for pvm_initsend and pvm_mkbuf. */
 #define PvmDataDefault 0
@@ -73,6 +74,54 @@ extern "C" {
 #define PvmSelfTraceContext 24
 #define PvmNoReset 25
 
+/* PvmTraceOptions values (nothing is traced: see docs/pvm.md). */
+#define PvmTraceFull 1
+#define PvmTraceTime 2
+#define PvmTraceCount 3
+
+/* Temporary file names, as PVM's header gives them. */
+#define PVMTMPNAMFUN(x) tmpnam(x)
+#ifdef L_tmpnam
+#define PVMTMPNAMLEN L_tmpnam
+#else
+#define PVMTMPNAMLEN 128
+#endif
+
+/* pvm_[sg]ettmask (tracing; see docs/pvm.md). */
+#define PvmTaskSelf 0
+#define PvmTaskChild 1
+
+/* Message contexts: the one every task starts in. */
+#define PvmBaseContext 0
+
+/* Message mailboxes: pvm_putinfo, pvm_recvinfo, pvm_delinfo. */
+#define PvmMboxDefault 0
+#define PvmMboxPersistent 1
+#define PvmMboxMultiInstance 2
+#define PvmMboxOverWritable 4
+#define PvmMboxFirstAvail 8
+#define PvmMboxReadAndDelete 16
+#define PvmMboxWaitForInfo 32
+#define PvmMboxMaxFlag 512
+#define PvmMboxDirectIndexShift 10
+#define PvmMboxMaxDirectIndex ((unsigned)1 << (31 - PvmMboxDirectIndexShift))
+#define PvmMboxDirectIndexOf(_flags)                                           \
+  (((_flags) & ((PvmMboxMaxDirectIndex - 1) << PvmMboxDirectIndexShift)) >>    \
+   PvmMboxDirectIndexShift)
+#define PvmMboxDirectIndex(_index)                                             \
+  (((_index) >= PvmMboxMaxDirectIndex)                                         \
+       ? (fprintf(stderr, "Mbox Direct Index Too Large: %d >= %d\n", (_index), \
+                  PvmMboxMaxDirectIndex),                                      \
+          0)                                                                   \
+       : ((_index) << PvmMboxDirectIndexShift))
+
+/* The system's mailbox classes. */
+#define PVMNORESETCLASS "###_PVM_NO_RESET_###"
+#define PVMHOSTERCLASS "###_PVM_HOSTER_###"
+#define PVMTASKERCLASS "###_PVM_TASKER_###"
+#define PVMTRACERCLASS "###_PVM_TRACER_###"
+#define PVMRMCLASS "###_PVM_RM_###"
+
 /* Error codes, as PVM 3.4. */
 #define PvmOk 0
 #define PvmBadParam -2
@@ -108,6 +157,10 @@ extern "C" {
 #define PvmParentNotSet -35
 #define PvmIPLoopback -36
 
+/* PVM 3.3's names, as PVM 3.4 redefines them. */
+#define PvmNoEntry PvmNotFound
+#define PvmDupEntry PvmDenied
+
 /* Data types for pvm_psend, pvm_precv, pvm_reduce, pvm_gather and
  * pvm_scatter. */
 #define PVM_STR 0
@@ -142,6 +195,27 @@ struct pvmtaskinfo {
   int ti_pid;
 };
 
+/* What pvm_getminfo gives and pvm_setminfo sets of a message. */
+struct pvmminfo {
+  int len;
+  int ctx;
+  int tag;
+  int wid;
+  int enc;
+  int crc;
+  int src;
+  int dst;
+};
+
+/* What pvm_getmboxinfo gives per mailbox class. */
+struct pvmmboxinfo {
+  char *mi_name;
+  int mi_nentries;
+  int *mi_indices;
+  int *mi_owners;
+  int *mi_flags;
+};
+
 /* Tasks. */
 int pvm_mytid(void);
 int pvm_parent(void);
@@ -159,6 +233,45 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp);
 int pvm_perror(char *msg);
 int pvm_setopt(int what, int val);
 int pvm_getopt(int what);
+char *pvm_version(void);
+int pvm_export(char *name);
+int pvm_unexport(char *name);
+int pvm_getfds(int **fds);
+int pvm_getnoresets(int **tids, int *ntids);
+int pvm_tickle(int how, int *args, int *nres, int *results);
+char *pvm_strerror(void);
+char *pvmgettmp(void);
+char *pvmgetrsh(void);
+
+/* Hosts and the virtual machine: one host, this one (docs/pvm.md). */
+int pvm_addhosts(char **hosts, int nhost, int *infos);
+int pvm_delhosts(char **hosts, int nhost, int *infos);
+int pvm_halt(void);
+int pvm_tidtohost(int tid);
+int pvm_mstat(char *host);
+int pvm_hostsync(int host, struct timeval *clk, struct timeval *delta);
+int pvm_archcode(char *arch);
+int pvm_start_pvmd(int argc, char **argv, int block);
+int pvm_reg_hoster(void);
+int pvm_reg_rm(struct pvmhostinfo **hip);
+int pvm_reg_tasker(void);
+int pvm_reg_tracer(int tctx, int ttag, int octx, int otag, char *tmask,
+                   int tbuf, int topt);
+
+/* Message contexts. */
+int pvm_newcontext(void);
+int pvm_setcontext(int ctx);
+int pvm_getcontext(void);
+int pvm_freecontext(int ctx);
+
+/* Message mailboxes. */
+int pvm_putinfo(char *name, int bufid, int flags);
+int pvm_recvinfo(char *name, int index, int flags);
+int pvm_delinfo(char *name, int index, int flags);
+int pvm_getmboxinfo(char *pattern, int *nclasses, struct pvmmboxinfo **classes);
+int pvm_delete(char *name, int req);
+int pvm_insert(char *name, int req, int data);
+int pvm_lookup(char *name, int req, int *datap);
 
 /* Buffers. */
 int pvm_initsend(int encoding);
@@ -169,6 +282,18 @@ int pvm_setsbuf(int bufid);
 int pvm_getrbuf(void);
 int pvm_setrbuf(int bufid);
 int pvm_bufinfo(int bufid, int *bytes, int *msgtag, int *tid);
+int pvm_getminfo(int bufid, struct pvmminfo *info);
+int pvm_setminfo(int bufid, struct pvmminfo *info);
+#ifdef PVM33COMPAT
+int pvm_getmwid(int bufid);
+int pvm_setmwid(int bufid, int wid);
+#endif
+
+int pvm_packf(const char *fmt, ...);
+int pvm_unpackf(const char *fmt, ...);
+int pvm_pkmesg(int bufid);
+int pvm_pkmesgbody(int bufid);
+int pvm_upkmesg(void);
 
 int pvm_pkbyte(char *xp, int nitem, int stride);
 int pvm_pkcplx(float *xp, int nitem, int stride);
@@ -206,6 +331,9 @@ int pvm_trecv(int tid, int msgtag, struct timeval *tmout);
 int pvm_probe(int tid, int msgtag);
 int pvm_precv(int tid, int msgtag, void *buf, int len, int datatype, int *rtid,
               int *rtag, int *rlen);
+int (*pvm_recvf(int (*match)(int bufid, int tid, int tag)))(int, int, int);
+int pvm_addmhf(int src, int tag, int ctx, int (*func)(int bufid));
+int pvm_delmhf(int mhid);
 
 /* Groups (libgpvm3's calls, in this library; no group server). */
 int pvm_joingroup(char *group);
@@ -221,6 +349,7 @@ int pvm_gather(void *result, void *data, int count, int datatype, int msgtag,
                char *group, int rootginst);
 int pvm_scatter(void *result, void *data, int count, int datatype, int msgtag,
                 char *group, int rootginst);
+int pvm_freezegroup(char *group, int size);
 
 /* The predefined pvm_reduce functions. */
 void PvmMax(int *datatype, void *x, void *y, int *num, int *info);

@@ -1,0 +1,176 @@
+/* pvm_catchout: a spawned task's stdout and stderr, sent line by line to
+ * the task that caught them, which writes each line with PVM's prefix
+ * ("[t<tid>] ", with a BEGIN and an EOF line per task) or, with
+ * PvmShowTids 0, as it came. A task started with an output tid sends its
+ * output through a pipe that a thread of its own reads; tasks it spawns
+ * send theirs to the same tid unless it calls pvm_catchout itself. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pvm_internal.h"
+
+enum out_kind { O_BEGIN = 1, O_LINE, O_END };
+
+static int out_fd = -1, saved_out = -1, saved_err = -1;
+static nx_thread_t out_thread;
+static int out_running;
+
+/* The tid a task spawned now sends its output to (0: none). */
+int nxpvmi_out_tid(void) {
+  nx_mutex_lock(&nxpvm.m);
+  int tid = nxpvm.catch_ff != NULL ? nxpvm.mytid : nxpvm.out_tid;
+  nx_mutex_unlock(&nxpvm.m);
+  return tid;
+}
+
+static void out_send(int kind, const char *s, size_t n) {
+  nx_gp_t gp = NX_GP_NULL;
+  nx_buffer_t *b;
+  /* The catching task may have left PVM: it waits for us, and prints. */
+  if (nxpvmi_resolve_process(nxpvm.out_tid, &gp) < 0)
+    return;
+  if (nxpvmi_rsr(nxpvm.out_tid, &gp, H_OUT, n + 16, &b) == 0) {
+    int rc = nx_put_int32(b, kind);
+    if (rc == 0)
+      rc = nx_put_uint32(b, (uint32_t)n);
+    if (rc == 0 && n > 0)
+      rc = nx_put_char_array(b, s, n);
+    if (rc == 0)
+      nx_rsr_send(b);
+    else
+      nx_buffer_release(b);
+  }
+  nx_gp_release(&gp);
+}
+
+/* Reads the pipe until every writer has closed it, sending each line. */
+static void *out_main(void *arg) {
+  (void)arg;
+  char *line = NULL;
+  size_t len = 0, cap = 0;
+  char buf[4096];
+  out_send(O_BEGIN, NULL, 0);
+  for (;;) {
+    ssize_t r = read(out_fd, buf, sizeof(buf));
+    if (r <= 0)
+      break;
+    for (ssize_t i = 0; i < r; i++) {
+      if (buf[i] == '\n') {
+        out_send(O_LINE, line, len);
+        len = 0;
+        continue;
+      }
+      if (len == cap) {
+        size_t c = cap ? 2 * cap : 256;
+        char *l = realloc(line, c);
+        if (l == NULL)
+          continue; /* the character is lost, not the line */
+        line = l;
+        cap = c;
+      }
+      line[len++] = buf[i];
+    }
+  }
+  if (len > 0)
+    out_send(O_LINE, line, len);
+  out_send(O_END, NULL, 0);
+  free(line);
+  return NULL;
+}
+
+/* Sends this task's stdout and stderr to `tid` from now on. */
+int nxpvmi_out_start(int tid) {
+  int fds[2];
+  if (tid <= 0 || out_running || pipe(fds) < 0)
+    return PvmSysErr;
+  fflush(stdout);
+  fflush(stderr);
+  saved_out = dup(1);
+  saved_err = dup(2);
+  if (saved_out < 0 || saved_err < 0 || dup2(fds[1], 1) < 0 ||
+      dup2(fds[1], 2) < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return PvmSysErr;
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(saved_out, F_SETFD, FD_CLOEXEC);
+  fcntl(saved_err, F_SETFD, FD_CLOEXEC);
+  /* Line by line, as on a terminal, so lines go out as they are written. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  out_fd = fds[0];
+  nxpvm.out_tid = tid;
+  if (nx_thread_create(&out_thread, out_main, NULL) != 0) {
+    nxpvmi_out_stop();
+    return PvmSysErr;
+  }
+  out_running = 1;
+  return PvmOk;
+}
+
+/* Puts stdout and stderr back and waits until the last line has been
+ * sent (before pvm_exit's goodbyes, which the lines must precede). */
+void nxpvmi_out_stop(void) {
+  if (out_fd < 0)
+    return;
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(saved_out);
+  close(saved_err);
+  if (out_running)
+    nx_thread_join(out_thread, NULL);
+  out_running = 0;
+  close(out_fd);
+  out_fd = saved_out = saved_err = -1;
+}
+
+/* "nxpvm.out": a line (or BEGIN, END) of a task whose output this one
+ * caught. */
+void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  int from;
+  int32_t kind;
+  uint32_t n;
+  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &kind) < 0 ||
+      nx_get_uint32(buf, &n) < 0 || n > nx_buffer_remaining(buf))
+    return;
+  char *s = malloc((size_t)n + 1);
+  if (s == NULL || (n > 0 && nx_get_char_array(buf, s, n) < 0)) {
+    free(s);
+    return;
+  }
+  s[n] = '\0';
+  nx_mutex_lock(&nxpvm.m);
+  FILE *ff = nxpvm.catch_ff != NULL ? nxpvm.catch_ff : stdout;
+  int tids = nxpvm.showtids;
+  nx_mutex_unlock(&nxpvm.m);
+  if (tids && kind == O_BEGIN)
+    fprintf(ff, "[t%x] BEGIN\n", (unsigned)from);
+  else if (tids && kind == O_END)
+    fprintf(ff, "[t%x] EOF\n", (unsigned)from);
+  else if (kind == O_LINE && tids)
+    fprintf(ff, "[t%x] %s\n", (unsigned)from, s);
+  else if (kind == O_LINE)
+    fprintf(ff, "%s\n", s);
+  fflush(ff);
+  free(s);
+}
+
+/* Output of tasks spawned from now on comes to `ff` (NULL: no more). */
+int pvm_catchout(FILE *ff) {
+  if (!nxpvm.started) {
+    nxpvm.catch_ff = ff;
+    return PvmOk;
+  }
+  nx_mutex_lock(&nxpvm.m); /* handlers read it */
+  nxpvm.catch_ff = ff;
+  nx_mutex_unlock(&nxpvm.m);
+  return PvmOk;
+}

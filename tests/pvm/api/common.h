@@ -1,0 +1,67 @@
+/* What the API programs share: error names, a spawn of this program as a
+ * child, and a bounded receive. Each program prints what the calls return,
+ * so its output is the same under the real PVM 3.4 and nexus-pvm exactly
+ * when they behave the same. */
+#ifndef NXPVM_API_COMMON_H
+#define NXPVM_API_COMMON_H
+
+#include <limits.h>
+#include <stdio.h> /* before pvm3.h: PVM's declares pvm_catchout with FILE */
+
+#include <pvm3.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static inline const char *code(int rc) {
+  static char buf[32];
+  switch (rc) {
+  case PvmOk: return "PvmOk";
+  case PvmBadParam: return "PvmBadParam";
+  case PvmMismatch: return "PvmMismatch";
+  case PvmNoData: return "PvmNoData";
+  case PvmNoHost: return "PvmNoHost";
+  case PvmNoFile: return "PvmNoFile";
+  case PvmDenied: return "PvmDenied";
+  case PvmNoMem: return "PvmNoMem";
+  case PvmBadMsg: return "PvmBadMsg";
+  case PvmSysErr: return "PvmSysErr";
+  case PvmNoBuf: return "PvmNoBuf";
+  case PvmNoSuchBuf: return "PvmNoSuchBuf";
+  case PvmNullGroup: return "PvmNullGroup";
+  case PvmDupGroup: return "PvmDupGroup";
+  case PvmNoGroup: return "PvmNoGroup";
+  case PvmNotInGroup: return "PvmNotInGroup";
+  case PvmNoInst: return "PvmNoInst";
+  case PvmNoParent: return "PvmNoParent";
+  case PvmNotImpl: return "PvmNotImpl";
+  case PvmOutOfRes: return "PvmOutOfRes";
+  case PvmDupHost: return "PvmDupHost";
+  case PvmCantStart: return "PvmCantStart";
+  case PvmAlready: return "PvmAlready";
+  case PvmNoTask: return "PvmNoTask";
+  case PvmNotFound: return "PvmNotFound";
+  case PvmExists: return "PvmExists";
+  default: snprintf(buf, sizeof(buf), "%s%d", rc < 0 ? "error " : "", rc);
+  }
+  return buf;
+}
+
+/* Spawns `n` copies of this program with `arg` as argv[1]. */
+static inline int spawn_self(const char *arg, int n, int *tids) {
+  char self[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0)
+    return -1;
+  self[len] = '\0';
+  char *argv[] = {(char *)arg, NULL};
+  return pvm_spawn(self, argv, PvmTaskDefault, "", n, tids);
+}
+
+/* A receive that gives up after 20 s (0 then), so no run hangs. */
+static inline int recv_for(int tid, int tag) {
+  struct timeval tv = {20, 0};
+  return pvm_trecv(tid, tag, &tv);
+}
+
+#endif
