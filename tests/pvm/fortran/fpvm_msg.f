@@ -1,5 +1,5 @@
 c     PVM 3.4's Fortran interface, tasks, buffers and messages: a master
-c     spawns four copies of this program and prints what comes back.
+c     spawns five copies of this program and prints what comes back.
 c     The same source builds against Debian's libfpvm3 and against
 c     nexus-fpvm; both must print tests/pvm/expected/fpvm_msg.txt.
       program fpvmmsg
@@ -19,13 +19,14 @@ c     nexus-fpvm; both must print tests/pvm/expected/fpvm_msg.txt.
       include 'fpvm3.h'
       integer mytid
       integer nkid
-      parameter (nkid = 4)
+      parameter (nkid = 5)
       character*512 self
       character*16 word, name, arch
       integer tids(nkid), bad(1), numt, info, i, k, old, val, bufid
       integer b, cur, bytes, tag, src, nhost, narch, dtid, speed
       integer*2 i2(3)
-      integer i4(6), got(6), ngot, ended(nkid)
+      integer i4(6), got(nkid), sib(nkid), ended(nkid), me
+      logical sawme, sawkid
       integer*8 i8(2)
       real r4(2)
       double precision r8(3), dsum, dbuf(4)
@@ -73,6 +74,20 @@ c     Buffers made, made active and freed by hand.
       write(*,'(a,i0)') 'notify ', info
       call pvmfpstat(tids(1), info)
       write(*,'(a,i0)') 'pstat of a live child ', info
+      sawme = .false.
+      sawkid = .false.
+c     The first call gives the first task; numt gets their number.
+      numt = -1
+      call pvmftasks(0, numt, me, k, dtid, val, name, info)
+      if (info .eq. 1) then
+         do 5 i = 1, 1000
+            if (me .eq. mytid) sawme = .true.
+            if (me .eq. tids(1) .and. k .eq. mytid) sawkid = .true.
+            if (i .ge. numt) go to 6
+            call pvmftasks(0, numt, me, k, dtid, val, name, info)
+    5    continue
+      end if
+    6 write(*,'(a,l1,1x,l1)') 'tasks list me, child 1 ', sawme, sawkid
 
 c     Each child learns its index (tag 5).
       do 10 i = 1, nkid
@@ -117,6 +132,8 @@ c     changed (tag 1, answer tag 11).
       write(*,'(a,i0)') 'send ', info
 
       call pvmfrecv(-1, 11, bufid)
+      call pvmfgetrbuf(cur)
+      write(*,'(a,l1)') 'getrbuf ', cur .eq. bufid
       call pvmfbufinfo(bufid, bytes, tag, src, info)
       write(*,'(a,i0,a,l1,a,i0)') 'answer tag ', tag,
      &     ' from child 1 ', src .eq. tids(1), ' info ', info
@@ -145,6 +162,11 @@ c     changed (tag 1, answer tag 11).
       write(*,'(a,a,a)') 'string [', word, ']'
       call pvmfunpack(INTEGER4, i4, 1, 1, info)
       write(*,'(a,i0)') 'unpack past the end ', info
+      call pvmfsetrbuf(0, old)
+      call pvmfgetrbuf(cur)
+      write(*,'(a,l1,1x,i0)') 'setrbuf 0 ', old .eq. bufid, cur
+      call pvmfperror('fpvm_msg', info)
+      write(*,'(a,i0)') 'perror ', info
 
 c     psend and precv with child 2 (tags 3 and 4), outside the buffers.
       call pvmfgetsbuf(cur)
@@ -163,28 +185,37 @@ c     man page and nexus-pvm the number of items (1).
       write(*,'(a,l1)') 'send buffer kept ', b .eq. cur
 
 c     A multicast to the first three (tag 2): each answers (tag 12)
-c     with its index and the value times the index.
+c     with its index, the value times the index, and 1 if it is among
+c     its siblings.
       call pvmfinitsend(PVMRAW, bufid)
       call pvmfpack(INTEGER4, 21, 1, 1, info)
-      call pvmfmcast(nkid - 1, tids, 2, info)
+      call pvmfmcast(3, tids, 2, info)
       write(*,'(a,i0)') 'mcast ', info
       do 40 i = 1, nkid
          got(i) = 0
+         sib(i) = 0
    40 continue
-      do 50 k = 1, nkid - 1
+      do 50 k = 1, 3
          call pvmfrecv(-1, 12, bufid)
          call pvmfunpack(INTEGER4, i, 1, 1, info)
          call pvmfunpack(INTEGER4, val, 1, 1, info)
-         if (i .ge. 1 .and. i .le. nkid) got(i) = val
+         if (i .ge. 1 .and. i .le. nkid) then
+            got(i) = val
+            call pvmfunpack(INTEGER4, sib(i), 1, 1, info)
+         end if
    50 continue
-      write(*,'(a,4(1x,i0))') 'mcast answers', (got(i), i = 1, nkid)
+      write(*,'(a,4(1x,i0))') 'mcast answers', (got(i), i = 1, 4)
+      write(*,'(a,3(1x,i0))') 'siblings list me', (sib(i), i = 1, 3)
 
-c     Child 4 waits for a message that never comes: kill it. The others
-c     are told to leave (tag 9). Every exit is notified (tag 99).
-      call pvmfkill(tids(nkid), info)
+c     Children 4 and 5 wait for a message that never comes: kill one,
+c     send SIGTERM to the other. The others are told to leave (tag 9).
+c     Every exit is notified (tag 99).
+      call pvmfkill(tids(4), info)
       write(*,'(a,i0)') 'kill ', info
+      call pvmfsendsig(tids(5), 15, info)
+      write(*,'(a,i0)') 'sendsig ', info
       call pvmfinitsend(PVMDATADEFAULT, bufid)
-      do 60 i = 1, nkid - 1
+      do 60 i = 1, 3
          call pvmfsend(tids(i), 9, info)
    60 continue
       do 70 i = 1, nkid
@@ -197,7 +228,7 @@ c     are told to leave (tag 9). Every exit is notified (tag 99).
             if (tids(i) .eq. val) ended(i) = 1
    80    continue
    90 continue
-      write(*,'(a,4(1x,i0))') 'exits notified', ended
+      write(*,'(a,5(1x,i0))') 'exits notified', ended
       call pvmfpstat(tids(1), info)
       write(*,'(a,i0)') 'pstat of an ended child ', info
       call pvmfexit(info)
@@ -207,7 +238,8 @@ c     are told to leave (tag 9). Every exit is notified (tag 99).
       subroutine child(ptid)
       include 'fpvm3.h'
       integer ptid
-      integer idx, bufid, info, bytes, tag, src, i, val
+      integer idx, bufid, info, bytes, tag, src, i, val, me, nsib, k
+      integer found
       integer*2 i2(3)
       integer i4(3)
       integer*8 i8(2)
@@ -229,7 +261,7 @@ c     are told to leave (tag 9). Every exit is notified (tag 99).
    10    continue
          call pvmfpsend(ptid, 4, dsum, 1, REAL8, info)
       end if
-      if (idx .eq. 4) then
+      if (idx .ge. 4) then
          call pvmfrecv(ptid, 1000, bufid)
       end if
 
@@ -272,6 +304,14 @@ c     are told to leave (tag 9). Every exit is notified (tag 99).
          call pvmfinitsend(PVMDATADEFAULT, bufid)
          call pvmfpack(INTEGER4, idx, 1, 1, info)
          call pvmfpack(INTEGER4, val * idx, 1, 1, info)
+         call pvmfmytid(me)
+         found = 0
+         call pvmfsiblings(nsib, -1, k)
+         do 40 i = 0, nsib - 1
+            call pvmfsiblings(nsib, i, k)
+            if (k .eq. me) found = 1
+   40    continue
+         call pvmfpack(INTEGER4, found, 1, 1, info)
          call pvmfsend(ptid, 12, info)
       else if (tag .eq. 9) then
          call pvmfexit(info)
