@@ -99,7 +99,8 @@ void pvmfhostsync_(int *host, int *sec, int *usec, int *dsec, int *dusec,
                    int *info);
 void pvmfarchcode_(char *arch, int *code, size_t arch_len);
 void pvmfstartpvmd_(char *args, int *block, int *info, size_t args_len);
-void pvmfaddmhf_(int *src, int *tag, int *ctx, int (*func)(int), int *info);
+void pvmfaddmhf_(int *src, int *tag, int *ctx, int *unused, int (*func)(int),
+                 int *info);
 void pvmfdelmhf_(int *mhid, int *info);
 void pvmfnewcontext_(int *ctx);
 void pvmfsetcontext_(int *ctx, int *oldctx);

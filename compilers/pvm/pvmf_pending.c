@@ -83,10 +83,13 @@ out:
 
 /* ---- Message handlers and contexts ---- */
 
-/* func is called as a C handler is, with the message id by value: a
- * Fortran handler declares it `integer, value :: mid` (or takes its
- * address as an integer), as with PVM's binding. */
-void pvmfaddmhf_(int *src, int *tag, int *ctx, int (*func)(int), int *info) {
+/* The arguments are PVM 3.4.6's: (src, tag, ctx, unused, func, info),
+ * the fourth neither read nor written (a program may pass a constant);
+ * info gets the handler's id or an error. func is called as a C handler
+ * is, with the message id by value: a Fortran handler declares it
+ * `integer, value :: mid`. */
+void pvmfaddmhf_(int *src, int *tag, int *ctx, int *unused, int (*func)(int),
+                 int *info) {
   *info = pvm_addmhf(*src, *tag, *ctx, func);
 }
 
