@@ -2,8 +2,11 @@
  * over libnxpvm's C calls, with gfortran's calling conventions (pvmf.h). */
 #include "pvmf.h"
 
-#include <pvm3.h>
+/* Before pvm3.h: PVM 3.4.6's declares pvm_catchout only after <stdio.h>
+ * (tests/pvm/fortran builds this file over Debian's libpvm3 too). */
 #include <stdio.h>
+
+#include <pvm3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

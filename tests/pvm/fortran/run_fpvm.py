@@ -2,7 +2,8 @@
 """Runs one Fortran PVM program built twice from the same source, against
 nexus-fpvm (over the modules NX_PROTOCOLS names) and, with --real, against
 Debian's libfpvm3 under a private pvmd (run_pvm.py's Pvmd, started and
-halted by its pid), and checks that each prints the expected output
+halted by its pid), and with --binding built with libnxfpvm's pvmf.c over
+Debian's libpvm3 under the same pvmd, and checks that each prints the expected output
 (recorded from the real PVM), so that the two print the same. The nexus
 half runs first; if it fails the test fails. If the real half cannot run
 here (--no-real, or no pvmd), the test is a skip (77) with the reason,
@@ -44,6 +45,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--expect", required=True)
     ap.add_argument("--real", help="the program built against libfpvm3")
+    ap.add_argument("--binding", help="the program built with libnxfpvm's "
+                    "pvmf.c over libpvm3, run under the same pvmd")
     ap.add_argument("--no-real", metavar="REASON",
                     help="why there is no real half: a skip after the nexus "
                     "half")
@@ -72,6 +75,10 @@ def main():
         if why is not None:
             run_pvm.skip("the real PVM half: " + why)
         why = run(a.real, pvmd.env, expect)
+        if why is None and a.binding is not None:
+            why = run(a.binding, pvmd.env, expect)
+            if why is not None:
+                why = "libnxfpvm's binding over libpvm3: " + why
     finally:
         pvmd.stop()
     if why == SKIP:
@@ -80,6 +87,9 @@ def main():
         print("real PVM: " + why)
         return 1
     print("real PVM: %s printed the same" % os.path.basename(a.real))
+    if a.binding is not None:
+        print("real PVM: %s (pvmf.c over libpvm3) printed the same" %
+              os.path.basename(a.binding))
     return 0
 
 
