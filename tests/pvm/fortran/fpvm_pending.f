@@ -1,7 +1,7 @@
 c     PVM 3.4's Fortran interface, the routines of pvmf_pending.c:
 c     contexts, mailboxes, message handlers, hosts and pvmffreezegroup,
-c     in one task. Not built yet (meson.build): libnxpvm lacks their C
-c     calls. tests/pvm/expected/fpvm_pending.txt is what it prints with
+c     in one task. Built against nexus-fpvm once libnxpvm has their C
+c     calls (meson.build). expected/fpvm_pending.txt is what it prints on
 c     the real PVM, built against Debian's libfpvm3 and also with
 c     pvmf_pending.c and pvmf.c in its place over Debian's libpvm3.
       program fpvmpending
