@@ -196,6 +196,12 @@ static int flush(uint32_t only, int timeout_ms) {
 
 int nxi_confirm_flush(int timeout_ms) { return flush(0, timeout_ms); }
 
+void nxi_confirm_drain(int timeout_ms) {
+  uint64_t deadline = nxu_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  while (atomic_load(&nxi_ledger_ctl_inflight) > 0 && nxu_now_ns() < deadline)
+    nxi_progress_help();
+}
+
 int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms) {
   return flush(proc, timeout_ms);
 }

@@ -15,6 +15,10 @@ int nxi_confirm_flush(int timeout_ms);
 int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms);
 /* Tells every peer whose RSRs ran here since it last heard its count. */
 void nxi_confirm_tell_all(void);
+/* Drives progress until the modules completed every confirmation message
+ * they accepted, or `timeout_ms` passed: the last counts leave before the
+ * modules go. */
+void nxi_confirm_drain(int timeout_ms);
 /* Removes the hooks (the ledger itself goes with nxi_ledger_finalize). */
 void nxi_confirm_finalize(void);
 

@@ -524,6 +524,25 @@ static void fail_list(struct nxi_dlist *dl, int status) {
     report_lost(status, p);
 }
 
+struct nxi_dlist *nxi_dlist_of_proc(uint32_t proc) {
+  struct nxi_dlist *found = NULL;
+  pthread_mutex_lock(&intern_lock);
+  for (int i = 0; i < BUCKETS && found == NULL; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      if (atomic_load(&d->proc) != proc || atomic_load(&d->failed) != 0)
+        continue;
+      unsigned r = atomic_load(&d->refs);
+      while (r != 0 && !atomic_compare_exchange_weak(&d->refs, &r, r + 1))
+        ;
+      if (r != 0) {
+        found = d;
+        break;
+      }
+    }
+  pthread_mutex_unlock(&intern_lock);
+  return found;
+}
+
 void nxi_dlist_peer_failed(void *state, void *ep, int status) {
   fail_lists(state, ep, 0, status);
 }

@@ -81,6 +81,9 @@ extern atomic_int nxi_dlist_fallback_due;
 static inline int nxi_dlist_fallbacks_due(void) {
   return atomic_load_explicit(&nxi_dlist_fallback_due, memory_order_relaxed);
 }
+/* A list of process `proc`'s that is alive (a reference), or NULL: the
+ * ledger's way back to a process that sent here but never asked. */
+struct nxi_dlist *nxi_dlist_of_proc(uint32_t proc);
 /* Process `proc` ended (or was destroyed): RSRs to it fail with `status`. */
 void nxi_dlist_proc_failed(uint32_t proc, int status);
 /* Called once per process found lost, before the program hears of it: the

@@ -51,6 +51,7 @@ static atomic_int full_logged;
  * nxi_ledger_finalize. */
 static struct nxi_peer *_Atomic senders;
 atomic_uint_fast64_t nxi_ledger_next_tick;
+atomic_long nxi_ledger_ctl_inflight;
 static _Atomic nxi_ledger_ask_fn asker;
 static _Atomic nxi_ledger_wake_fn waker;
 
@@ -398,6 +399,8 @@ int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
       continue;
     pthread_mutex_lock(&p->lock);
     uint64_t h = atomic_load(&p->handled);
+    if (h > p->told && p->dl == NULL && !p->dead)
+      p->dl = nxi_dlist_of_proc(p->proc); /* it sent, but never asked */
     if (h > p->told && p->dl != NULL && !p->dead) {
       nxi_dlist_retain(p->dl);
       procs[n] = p->proc;

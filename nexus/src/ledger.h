@@ -13,6 +13,10 @@
  * entered in the ledger (they would need confirming in turn). */
 #define NXI_FRAME_F_CTL 1u
 
+/* Confirmation messages a module accepted and has not yet completed
+ * (send_done): nx_finalize lets its last ones out before the modules go. */
+extern atomic_long nxi_ledger_ctl_inflight;
+
 /* RSRs to one process after which its sender asks for confirmation. */
 #define NXI_LEDGER_WINDOW 256u
 

@@ -120,6 +120,8 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
                 (hflags & NXI_FRAME_F_CTL) ? &ctl_sent
                 : forwarding               ? &nxi_rt.rsr_forwarded
                                            : &nxi_rt.rsr_sent);
+    if (r >= 0 && (hflags & NXI_FRAME_F_CTL) && !forwarding)
+      atomic_fetch_add(&nxi_ledger_ctl_inflight, 1);
     if (r >= 0 || r == NX_EAGAIN || !nxi_route_fail(hop, r))
       break;
   }

@@ -228,6 +228,7 @@ int nx_finalize(void) {
       result = NX_ETIMEDOUT;
     }
     nxi_confirm_tell_all();
+    nxi_confirm_drain(1000);
   }
   if (atomic_fetch_sub(&nxi_rt.refs, 1) > 1) {
     pthread_mutex_unlock(&init_lock);

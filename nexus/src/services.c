@@ -55,6 +55,8 @@ static void core_frame_free(nx_frame_t *frame) {
  * ledger did already (the process was found lost first). */
 static void core_send_done(nx_frame_t *frame, int status) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  if (b->ctl)
+    atomic_fetch_sub(&nxi_ledger_ctl_inflight, 1);
   if (status < 0) {
     nxi_buffer_refs_status(b, status);
     if (nxi_ledger_void(b) && !b->ctl)
