@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -392,7 +393,15 @@ void bench_child_stop(struct bench_child *ch) {
   nx_buffer_t *b;
   if (nx_rsr_init_name(&b, &ch->gp, "quit", 0) == 0)
     nx_rsr_send(b);
-  waitpid(ch->pid, NULL, 0);
+  /* The child's nx_finalize waits until its pongs are confirmed handled
+   * here: under NX_PROGRESS=poll only this thread's polling answers it
+   * (docs/design.md section 9). */
+  while (waitpid(ch->pid, NULL, WNOHANG) == 0) {
+    if (nx_poll() <= 0) {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+  }
   nx_gp_release(&ch->gp);
   nx_gp_release(&ch->me);
 }

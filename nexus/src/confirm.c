@@ -105,6 +105,7 @@ int nxi_confirm_init(void) {
                             NX_HANDLER_NONTHREADED, NULL);
   if (r < 0)
     goto err_cond;
+  nxi_ledger_tell_id = nx_handler_id(TELL);
   nxi_ledger_set_wake(wake);
   nxi_ledger_set_asker(ask);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);

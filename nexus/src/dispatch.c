@@ -16,13 +16,14 @@
 
 void nxi_run(struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
-  uint32_t origin = nxi_ledger_origin(b);
+  /* Counted as its handler starts: what the handler does (wake the thread
+   * that then finalizes, say) comes after its sender can hear of it. */
+  nxi_ledger_handled(nxi_ledger_origin(b));
   nx_context_t *old = nxi_context_swap(ctx);
   nxi_eng_me.handlers++;
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   nxi_eng_me.handlers--;
   nxi_context_swap(old);
-  nxi_ledger_handled(origin);
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
 }
@@ -251,11 +252,17 @@ static void enqueue_ctl(struct nx_buffer *b) {
  * Frames of other threads (sends to local contexts, say) always queue. */
 void nxi_deliver(struct nx_buffer *b) {
   struct nx_buffer **direct = nxi_eng_me.direct;
-  if ((nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) &&
-      atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
-          atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
-    enqueue_ctl(b); /* ahead of the backlog */
-    return;
+  if (nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) {
+    /* An answer for this process (a gateway passes others on). */
+    if (b->handler == nxi_ledger_tell_id &&
+        nxi_ctxid_proc(b->context) == nxi_rt.proc_id && nxi_ledger_take_tell(b))
+      return;
+    if (atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
+        atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+      b->pos = 0;
+      enqueue_ctl(b); /* ahead of the backlog */
+      return;
+    }
   }
   if (direct != NULL) {
     if (*direct == NULL &&

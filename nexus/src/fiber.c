@@ -270,9 +270,8 @@ static void fiber_main(struct fctx_transfer t) {
   for (;;) {
     struct nx_buffer *b = f->job;
     struct nx_context *ctx = b->ctx;
-    uint32_t origin = nxi_ledger_origin(b);
+    nxi_ledger_handled(nxi_ledger_origin(b)); /* as it starts (nxi_run) */
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
-    nxi_ledger_handled(origin); /* its sender's ledger settles it */
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
     switch_out(f, REQ_DONE);
@@ -382,7 +381,6 @@ void nxi_fiber_exit(void) {
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;
-  nxi_ledger_handled(nxi_ledger_origin(b)); /* it ended its handler */
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
   switch_out(f, REQ_EXIT);

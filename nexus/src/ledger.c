@@ -229,6 +229,20 @@ void nxi_ledger_ask(struct nxi_peer *p) {
   nxi_dlist_release(dl);
 }
 
+uint32_t nxi_ledger_tell_id;
+
+int nxi_ledger_take_tell(struct nx_buffer *b) {
+  uint32_t proc;
+  uint64_t count;
+  if (nx_get_uint32(b, &proc) < 0 || nx_get_uint64(b, &count) < 0) {
+    b->pos = 0; /* its handler reads it again, and refuses it */
+    return 0;
+  }
+  nxi_ledger_confirm(proc, count);
+  nxi_buffer_handler_done(b);
+  return 1;
+}
+
 void nxi_ledger_tick_run(uint64_t now) {
   atomic_store_explicit(&nxi_ledger_next_tick, now + NXI_LEDGER_TICK_NS,
                         memory_order_relaxed);

@@ -52,6 +52,12 @@ void nxi_ledger_set_asker(nxi_ledger_ask_fn fn);
 /* Process `proc` says it has handled `count` of this process's RSRs: the
  * oldest entries are settled. */
 void nxi_ledger_confirm(uint32_t proc, uint64_t count);
+/* The handler id of that answer (confirm.c sets it). A received answer is
+ * taken where it is delivered (nxi_deliver): it settles entries before
+ * the module reports its sender gone, when that was the sender's last
+ * word. Returns 1 if it took (and released) `b`. */
+extern uint32_t nxi_ledger_tell_id;
+int nxi_ledger_take_tell(struct nx_buffer *b);
 /* Process `proc` is gone: every entry it has not confirmed is reported to
  * the error callback with `status`, one RSR at a time. */
 void nxi_ledger_lost(uint32_t proc, int status);
