@@ -178,7 +178,12 @@ static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   free(peers);
   peers = NULL;
   /* Both ranks finalize together: the quit RSR has arrived once rank 1
-   * gets here, and the barrier keeps rank 0 from leaving before. */
+   * gets here, and the barrier keeps rank 0 from leaving before. First
+   * each waits, driving progress, until what it sent was handled: the
+   * other answers only while it drives progress too, which MPI_Barrier
+   * does not do under NX_PROGRESS=poll (docs/design.md section 9). */
+  if ((rc = nx_flush(30000)) != 0)
+    die("nx_flush", rc);
   MPI_Barrier(MPI_COMM_WORLD);
   if ((rc = nx_finalize()) != 0)
     die("nx_finalize", rc);

@@ -16,6 +16,7 @@
 
 #define ASK "nx.ledger.ask"
 #define TELL "nx.ledger.tell"
+#define GONE "nx.ledger.gone"
 /* Most peers one round of nx_flush asks; the rest wait a round. */
 #define ROUND_MAX 64
 
@@ -43,8 +44,9 @@ static void send_tell(uint32_t proc, struct nxi_dlist *dl, uint64_t count) {
     nxi_ledger_told(proc, count);
 }
 
-/* The ledger's hook: ask `proc` for its count. */
-static void ask(uint32_t proc, struct nxi_dlist *dl) {
+/* Asks `proc` for its count; `flags` NX_RSR_NONBLOCK where the asker
+ * must not wait for room (the driver's tick, a sender's window). */
+static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned flags) {
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nx_gp_t to = initial_gp(proc, dl);
   nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
@@ -56,7 +58,14 @@ static void ask(uint32_t proc, struct nxi_dlist *dl) {
     nx_buffer_release(b);
     return;
   }
-  nx_rsr_send(b); /* a failed route reports the process lost */
+  /* A request that finds the queue full is asked again later. A failed
+   * route reports the process lost. */
+  nx_rsr_send_flags(b, flags);
+}
+
+/* The ledger's hook: never waits for room (the driver's tick asks too). */
+static void ask(uint32_t proc, struct nxi_dlist *dl) {
+  ask_flags(proc, dl, NX_RSR_NONBLOCK);
 }
 
 static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
@@ -71,6 +80,35 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
     send_tell(proc, reply.protos, nxi_ledger_handled_from(proc));
   }
   nx_gp_release(&reply);
+}
+
+/* The ledger's hook: `b` is a confirmation message for a process that is
+ * not this one. A question gets "gone" back: that process ended (this
+ * one runs at its address now), and what it did not confirm is lost. */
+static void answer_gone(struct nx_buffer *b) {
+  uint32_t proc;
+  nx_gp_t reply;
+  if (b->handler != nx_handler_id(ASK) || nx_get_uint32(b, &proc) < 0 ||
+      proc == 0 || nx_get_gp(b, &reply) < 0)
+    return;
+  nx_buffer_t *out;
+  if (nxi_ctxid_proc(reply.context) == proc &&
+      nx_rsr_init_name(&out, &reply, GONE, 16) == 0) {
+    out->ctl = 1;
+    if (nx_put_uint32(out, nxi_ctxid_proc(b->context)) == 0)
+      nx_rsr_send_flags(out, NX_RSR_NONBLOCK);
+    else
+      nx_buffer_release(out);
+  }
+  nx_gp_release(&reply);
+}
+
+static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
+  (void)ctx;
+  (void)address;
+  uint32_t proc;
+  if (nx_get_uint32(b, &proc) == 0 && proc != 0 && proc != nxi_rt.proc_id)
+    nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
 }
 
 static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
@@ -103,11 +141,15 @@ int nxi_confirm_init(void) {
   if (r == 0)
     r = nx_handler_register(nxi_rt.initial, TELL, on_tell,
                             NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(nxi_rt.initial, GONE, on_gone,
+                            NX_HANDLER_NONTHREADED, NULL);
   if (r < 0)
     goto err_cond;
   nxi_ledger_tell_id = nx_handler_id(TELL);
   nxi_ledger_set_wake(wake);
   nxi_ledger_set_asker(ask);
+  nxi_ledger_set_gone(answer_gone);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);
   return 0;
 
@@ -220,6 +262,7 @@ int nx_flush(int timeout_ms) {
 void nxi_confirm_finalize(void) {
   nxi_dlist_set_lost_hook(NULL);
   nxi_ledger_set_asker(NULL);
+  nxi_ledger_set_gone(NULL);
   nxi_ledger_set_wake(NULL);
   nx_cond_destroy(&flush_c);
   nx_mutex_destroy(&flush_m);

@@ -56,6 +56,14 @@ static void dispatch(struct nx_buffer *b) {
         atomic_load_explicit(&forward_fn, memory_order_acquire);
     if (fwd != NULL && nxi_ctxid_proc(b->context) != nxi_rt.proc_id && fwd(b))
       return;
+    if (nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) {
+      /* A question for an earlier run of this process (its id changes
+       * with each nx_init, the transport's address may not): the asker
+       * hears that process is gone (ledger.h). Nothing is reported. */
+      nxi_ledger_gone(b);
+      nxi_buffer_handler_done(b);
+      return;
+    }
     /* Reported here: its sender's ledger counts it as settled. */
     uint32_t origin = nxi_ledger_origin(b);
     nxi_ledger_handled(origin);

@@ -230,6 +230,15 @@ void nxi_ledger_ask(struct nxi_peer *p) {
 }
 
 uint32_t nxi_ledger_tell_id;
+static _Atomic nxi_ledger_gone_fn goner;
+
+void nxi_ledger_set_gone(nxi_ledger_gone_fn fn) { atomic_store(&goner, fn); }
+
+void nxi_ledger_gone(struct nx_buffer *b) {
+  nxi_ledger_gone_fn fn = atomic_load(&goner);
+  if (fn != NULL)
+    fn(b);
+}
 
 int nxi_ledger_take_tell(struct nx_buffer *b) {
   uint32_t proc;

@@ -58,6 +58,12 @@ void nxi_ledger_confirm(uint32_t proc, uint64_t count);
  * word. Returns 1 if it took (and released) `b`. */
 extern uint32_t nxi_ledger_tell_id;
 int nxi_ledger_take_tell(struct nx_buffer *b);
+/* A confirmation message `b` for a process that is not (or no longer)
+ * this one: a question is answered "gone" through the hook confirm.c
+ * installs; anything else is dropped unreported. */
+void nxi_ledger_gone(struct nx_buffer *b);
+typedef void (*nxi_ledger_gone_fn)(struct nx_buffer *b);
+void nxi_ledger_set_gone(nxi_ledger_gone_fn fn);
 /* Process `proc` is gone: every entry it has not confirmed is reported to
  * the error callback with `status`, one RSR at a time. */
 void nxi_ledger_lost(uint32_t proc, int status);
