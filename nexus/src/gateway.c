@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "frame.h"
 #include "gateway.h"
+#include "ledger.h"
 #include "send.h"
 
 #define JOIN "nx.gw.join"     /* member -> gateway: u32 seq, gp to reply to */
@@ -121,9 +122,11 @@ static int forward(struct nx_buffer *b) {
   uint64_t context = b->context;
   uint32_t handler = b->handler;
   b->dl = dl;
+  int ctl = nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL;
   int r = nxi_route_send(b, 0, 1);
   if (r < 0) {
-    nxi_drop(r, context, handler);
+    if (!ctl) /* the runtime's own messages are not the program's RSRs */
+      nxi_drop(r, context, handler);
     tell_lost(origin, proc, r);
   }
   nxi_dlist_release(dl);

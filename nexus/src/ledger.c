@@ -14,6 +14,8 @@
  * are added under `table_lock` and never removed before nxi_ledger_finalize,
  * so a lookup needs no lock. */
 #define SLOTS 4096u
+/* The driver's tick asks a peer about RSRs unconfirmed for this long. */
+#define QUIET_NS (200 * 1000 * 1000ull)
 /* An unanswered request is sent again after this long. */
 #define ASK_AGAIN_NS (200 * 1000 * 1000ull)
 
@@ -30,15 +32,16 @@ struct nxi_peer {
   /* Sending: entries [base, base + count) in a ring of `cap`. */
   struct entry *ring;
   size_t head, count, cap;
-  uint64_t base;        /* sequence of the oldest entry */
-  uint64_t confirmed;   /* entries settled by the peer's counts */
-  uint64_t pending;     /* entries neither voided nor settled */
-  uint64_t asked_at;    /* `pending` when last asked */
-  uint64_t ask_ns;      /* when last asked, 0 if no request is out */
-  int listed;           /* on the `senders` list */
-  int dead;             /* lost: its entries were reported */
-  int closed;           /* nx_finalize reported its entries */
-  struct nxi_dlist *dl; /* a list that reaches it (a reference) */
+  uint64_t base;          /* sequence of the oldest entry */
+  uint64_t confirmed;     /* entries settled by the peer's counts */
+  uint64_t pending;       /* entries neither voided nor settled */
+  uint64_t asked_at;      /* `pending` when last asked */
+  uint64_t ask_ns;        /* when last asked, 0 if no request is out */
+  uint64_t pending_since; /* the tick first saw RSRs unconfirmed, or 0 */
+  int listed;             /* on the `senders` list */
+  int dead;               /* lost: its entries were reported */
+  int closed;             /* nx_finalize reported its entries */
+  struct nxi_dlist *dl;   /* a list that reaches it (a reference) */
   /* Receiving: its RSRs handled here, and the count it was last told. */
   atomic_uint_fast64_t handled;
   uint64_t told;
@@ -258,7 +261,16 @@ void nxi_ledger_tick_run(uint64_t now) {
   for (struct nxi_peer *p = atomic_load(&senders); p != NULL;
        p = p->next_sender) {
     pthread_mutex_lock(&p->lock);
+    /* Only a peer whose RSRs stayed unconfirmed for QUIET_NS: right after
+     * a send, a peer that just died may not be known dead yet, and a send
+     * to it can hang inside a backend (libfabric's shm, a killed peer
+     * holding a lock in the shared region). */
+    if (p->pending == 0 || p->dead)
+      p->pending_since = 0;
+    else if (p->pending_since == 0)
+      p->pending_since = now;
     int due = p->pending > 0 && !p->dead &&
+              now - p->pending_since >= QUIET_NS &&
               (p->ask_ns == 0 || now - p->ask_ns > ASK_AGAIN_NS);
     pthread_mutex_unlock(&p->lock);
     if (due)

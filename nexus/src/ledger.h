@@ -33,9 +33,9 @@ int nxi_ledger_note(struct nx_buffer *b);
 int nxi_ledger_void(struct nx_buffer *b);
 
 /* The driver's clock tick (dispatch.c, every poll round): every
- * NXI_LEDGER_TICK_NS, peers with unconfirmed RSRs and no request out are
- * asked, so that what a peer handled is known here soon, even when this
- * process sends nothing more. */
+ * NXI_LEDGER_TICK_NS, peers whose RSRs stayed unconfirmed for 200 ms with
+ * no request out are asked, so that what a peer handled is known here
+ * soon, even when this process sends nothing more. */
 #define NXI_LEDGER_TICK_NS (10 * 1000 * 1000ull)
 extern atomic_uint_fast64_t nxi_ledger_next_tick;
 void nxi_ledger_tick_run(uint64_t now);

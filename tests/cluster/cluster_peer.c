@@ -781,11 +781,18 @@ static int loss_phase(const nx_gp_t *hub) {
   printf("forwarded by the gateway meanwhile: %llu\n",
          (unsigned long long)(after.rsr_forwarded - before.rsr_forwarded));
   int bad = 0;
+  /* The witness may hear of the loss before it sends: its ledger asks the
+   * victim, through the gateway, about RSRs of the pair exchange it has
+   * not seen confirmed (docs/design.md section 9), and the gateway answers
+   * that it is lost. Then its first send fails at once. */
   if (rep[0] != 0) {
-    printf("FAIL %s had heard of the loss before it sent\n", WITNESS);
-    bad++;
-  }
-  if (rep[1] != 0) {
+    printf("%s heard of the loss before it sent (its ledger's question)\n",
+           WITNESS);
+    if (rep[1] >= 0) {
+      printf("FAIL %s's first send was accepted after the loss\n", WITNESS);
+      bad++;
+    }
+  } else if (rep[1] != 0) {
     printf("FAIL %s's first send failed; it goes to the gateway\n", WITNESS);
     bad++;
   }
