@@ -107,8 +107,9 @@ static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
   uint32_t proc;
-  if (nx_get_uint32(b, &proc) == 0 && proc != 0 && proc != nxi_rt.proc_id)
+  if (nx_get_uint32(b, &proc) == 0 && proc != 0 && proc != nxi_rt.proc_id) {
     nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
+  }
 }
 
 static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {

@@ -14,6 +14,8 @@
  * are added under `table_lock` and never removed before nxi_ledger_finalize,
  * so a lookup needs no lock. */
 #define SLOTS 4096u
+/* A lost peer's last answers are waited for this long (nxi_ledger_lost). */
+#define LOST_GRACE_NS (50 * 1000 * 1000ull)
 /* The driver's tick asks a peer about RSRs unconfirmed for this long. */
 #define QUIET_NS (200 * 1000 * 1000ull)
 /* An unanswered request is sent again after this long. */
@@ -39,9 +41,12 @@ struct nxi_peer {
   uint64_t ask_ns;        /* when last asked, 0 if no request is out */
   uint64_t pending_since; /* the tick first saw RSRs unconfirmed, or 0 */
   int listed;             /* on the `senders` list */
-  int dead;               /* lost: its entries were reported */
-  int closed;             /* nx_finalize reported its entries */
-  struct nxi_dlist *dl;   /* a list that reaches it (a reference) */
+  int dying;              /* lost: its entries are reported at `lost_at` */
+  int lost_status;
+  uint64_t lost_at;
+  int dead;             /* lost: its entries were reported */
+  int closed;           /* nx_finalize reported its entries */
+  struct nxi_dlist *dl; /* a list that reaches it (a reference) */
   /* Receiving: its RSRs handled here, and the count it was last told. */
   atomic_uint_fast64_t handled;
   uint64_t told;
@@ -145,7 +150,7 @@ int nxi_ledger_note(struct nx_buffer *b) {
     return 0;
   int ask = 0;
   pthread_mutex_lock(&p->lock);
-  if (!p->dead && !p->closed && grow(p) == 0) {
+  if (!p->dead && !p->dying && !p->closed && grow(p) == 0) {
     *at(p, p->count) = (struct entry){b->context, b->handler, 0};
     b->seq = p->base + p->count;
     b->peer = p;
@@ -255,6 +260,8 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   return 1;
 }
 
+static void report_dead(struct nxi_peer *p, int status);
+
 void nxi_ledger_tick_run(uint64_t now) {
   atomic_store_explicit(&nxi_ledger_next_tick, now + NXI_LEDGER_TICK_NS,
                         memory_order_relaxed);
@@ -265,11 +272,16 @@ void nxi_ledger_tick_run(uint64_t now) {
      * a send, a peer that just died may not be known dead yet, and a send
      * to it can hang inside a backend (libfabric's shm, a killed peer
      * holding a lock in the shared region). */
+    if (p->dying && now >= p->lost_at)
+      report_dead(p, p->lost_status);
+    else if (p->dying)
+      atomic_store_explicit(&nxi_ledger_next_tick, p->lost_at,
+                            memory_order_relaxed);
     if (p->pending == 0 || p->dead)
       p->pending_since = 0;
     else if (p->pending_since == 0)
       p->pending_since = now;
-    int due = p->pending > 0 && !p->dead &&
+    int due = p->pending > 0 && !p->dead && !p->dying &&
               now - p->pending_since >= QUIET_NS &&
               (p->ask_ns == 0 || now - p->ask_ns > ASK_AGAIN_NS);
     pthread_mutex_unlock(&p->lock);
@@ -331,22 +343,38 @@ static void report(uint32_t proc, struct entry *e, size_t n, uint64_t missing,
   free(e);
 }
 
-void nxi_ledger_lost(uint32_t proc, int status) {
-  struct nxi_peer *p = peer_get(proc, 0);
-  if (p == NULL)
-    return;
-  pthread_mutex_lock(&p->lock);
+/* Peer lock held: reports what `p` left unconfirmed and marks it dead. */
+static void report_dead(struct nxi_peer *p, int status) {
   p->dead = 1;
+  p->dying = 0;
   uint64_t pending = p->pending;
   size_t n;
   struct entry *e = take_open(p, &n);
   p->pending = 0;
   pthread_mutex_unlock(&p->lock);
   if (pending > 0)
-    report(proc, e, n, pending - n, status);
+    report(p->proc, e, n, pending - n, status);
   else
     free(e);
   wake();
+  pthread_mutex_lock(&p->lock);
+}
+
+void nxi_ledger_lost(uint32_t proc, int status) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return;
+  pthread_mutex_lock(&p->lock);
+  if (!p->dead && !p->dying) {
+    /* Its last answers may still be on their way (over another of the
+     * transport's connections than the one that closed): the driver's
+     * tick reports what is still unconfirmed after LOST_GRACE_NS. */
+    p->dying = 1;
+    p->lost_status = status;
+    p->lost_at = nxu_now_ns() + LOST_GRACE_NS;
+    atomic_store_explicit(&nxi_ledger_next_tick, 0, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&p->lock);
 }
 
 uint32_t nxi_ledger_origin(const struct nx_buffer *b) {

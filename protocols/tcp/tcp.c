@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -387,6 +389,37 @@ static int tcp_progress(void *state);
  * endpoint. Frames still queued get up to TCP_LINGER_MS to leave (a last
  * reply is often sent just before nx_finalize); frames that arrive meanwhile
  * are dropped, peers that fail are not reported. Then everything closes. */
+/* Before the sockets close: our side says it is done (FIN after what was
+ * written), what peers sent meanwhile is read and dropped, and the kernel
+ * gets a moment to have our last bytes acknowledged. A socket closed with
+ * unread data sends a reset, and a reset can make the peer's kernel drop
+ * what it had not read yet: the last frames (the ledger's final counts,
+ * docs/design.md section 9) would be lost. At most TCP_LINGER_CLOSE_MS. */
+#define TCP_LINGER_CLOSE_MS 100
+static void linger_close(struct tcp *t) {
+  for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
+    if (c->fd >= 0)
+      shutdown(c->fd, SHUT_WR);
+  uint64_t deadline = nxu_now_ms() + TCP_LINGER_CLOSE_MS;
+  for (;;) {
+    int busy = 0;
+    char sink[4096];
+    for (struct tcp_conn *c = t->conns; c != NULL; c = c->next) {
+      if (c->fd < 0)
+        continue;
+      while (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+      int unacked = 0;
+      if (ioctl(c->fd, SIOCOUTQ, &unacked) == 0 && unacked > 0)
+        busy = 1;
+    }
+    if (!busy || nxu_now_ms() >= deadline)
+      break;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static void tcp_finalize(void *state) {
   struct tcp *t = state;
   t->finalizing = 1;
@@ -410,6 +443,7 @@ static void tcp_finalize(void *state) {
   }
   pthread_mutex_unlock(&t->peers_lock);
   service_all(t); /* drops the references the stack holds */
+  linger_close(t);
   /* Closing frees nothing yet (libuv calls back later), so the list stays
    * walkable. */
   for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
