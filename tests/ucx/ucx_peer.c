@@ -2,6 +2,7 @@
  * serving the handlers of ucx_common.h ("echo" and "stall" from
  * tests/common/peer_handlers.h); in "parent" mode it first starts a second
  * peer of its own. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 static uint64_t stat[STAT_COUNT];
 static uint64_t next_index[SEQ_STREAMS];
 static nx_gp_t child = NX_GP_NULL; /* "parent" mode: the second peer */
+/* A "pid" RSR may run while main is still creating the child. */
+static pthread_mutex_t child_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
@@ -53,11 +56,13 @@ static void on_pid(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   nx_gp_t reply = NX_GP_NULL, me = NX_GP_NULL;
   nx_buffer_t *out;
-  const nx_gp_t *who = &child;
-  if (nx_gp_is_null(&child)) {
+  pthread_mutex_lock(&child_lock);
+  if (!nx_gp_is_null(&child))
+    nx_gp_copy(&child, &me);
+  pthread_mutex_unlock(&child_lock);
+  if (nx_gp_is_null(&me))
     nx_gp_make(NULL, &me);
-    who = &me;
-  }
+  const nx_gp_t *who = &me;
   if (nx_get_gp(buf, &reply) == 0 &&
       nx_rsr_init_name(&out, &reply, "pid",
                        nx_sizeof_int64(1) + nx_sizeof_gp(who)) == 0) {
@@ -88,18 +93,26 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "parent") == 0) {
     nx_node_t node;
     char *const child_argv[] = {argv[0], (char *)"serve", NULL};
+    nx_gp_t made = NX_GP_NULL;
     if (nx_nodes_acquire("localhost", 1, &node) != 0 ||
-        nx_context_create(&node, argv[0], child_argv, &child) != 0) {
+        nx_context_create(&node, argv[0], child_argv, &made) != 0) {
       peer_fail("cannot start the second peer");
       return 4;
     }
+    pthread_mutex_lock(&child_lock);
+    child = made;
+    pthread_mutex_unlock(&child_lock);
   }
   int r = nx_context_serve();
   /* The second peer may be dead already (a test kills it): then this
    * fails, and nx_finalize reaps it. */
-  if (!nx_gp_is_null(&child)) {
-    nx_context_destroy(&child);
-    nx_gp_release(&child);
+  pthread_mutex_lock(&child_lock);
+  nx_gp_t last = child, none = NX_GP_NULL;
+  child = none;
+  pthread_mutex_unlock(&child_lock);
+  if (!nx_gp_is_null(&last)) {
+    nx_context_destroy(&last);
+    nx_gp_release(&last);
   }
   nx_finalize();
   peer_handlers_done();
