@@ -51,7 +51,8 @@ static struct board *board;
 static unsigned count;
 static nx_mutex_t m;
 static nx_cond_t c;
-static int done_from[MAX_RANKS], dead[MAX_RANKS];
+static int done_from[MAX_RANKS];
+static atomic_int dead[MAX_RANKS]; /* read by main without the mutex */
 static _Atomic long flood_seen;
 static unsigned char *flood_seq;
 static int stopped;
