@@ -24,14 +24,8 @@ static nx_mutex_t flush_m;
 static nx_cond_t flush_c;
 static unsigned settled_gen;
 
-/* A gp to process `proc`'s initial context (index 1, where the handlers
- * are registered), over `dl`. */
-static nx_gp_t initial_gp(uint32_t proc, struct nxi_dlist *dl) {
-  return (nx_gp_t){nxi_ctxid(proc, 1), 0, dl};
-}
-
 static void send_tell(uint32_t proc, struct nxi_dlist *dl, uint64_t count) {
-  nx_gp_t to = initial_gp(proc, dl);
+  nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_buffer_t *b;
   if (nx_rsr_init_name(&b, &to, TELL, 32) < 0)
     return;
@@ -48,8 +42,8 @@ static void send_tell(uint32_t proc, struct nxi_dlist *dl, uint64_t count) {
  * must not wait for room (the driver's tick, a sender's window). */
 static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned flags) {
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
-  nx_gp_t to = initial_gp(proc, dl);
-  nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
+  nx_gp_t to = nxi_initial_gp(proc, dl);
+  nx_gp_t me = nxi_initial_gp(nxi_rt.proc_id, self);
   nx_buffer_t *b;
   if (nx_rsr_init_name(&b, &to, ASK, 64 + self->len) < 0)
     return;

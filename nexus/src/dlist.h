@@ -61,6 +61,12 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out);
  * failed so that the next nxi_dlist_route falls back. Returns 1 if it may
  * (the status is not the program's fault), 0 if not. */
 int nxi_route_fail(struct nxi_route *rt, int status);
+/* A gp to process `proc`'s initial context (index 1, where the runtime's
+ * own handlers are registered), over `dl` (not a reference of its own). */
+static inline nx_gp_t nxi_initial_gp(uint32_t proc, struct nxi_dlist *dl) {
+  return (nx_gp_t){nxi_ctxid(proc, 1), 0, dl};
+}
+
 /* The gateway descriptor of `dl` with no data: its process forwards. */
 int nxi_dlist_is_gateway(const struct nxi_dlist *dl);
 /* This process's list gains a descriptor `name` with `data`: gps made

@@ -92,17 +92,12 @@ static int member_add(uint32_t proc, struct nxi_dlist *dl) {
   return 0;
 }
 
-/* A gp to process `proc`'s initial context (index 1), with its list. */
-static nx_gp_t initial_gp(uint32_t proc, struct nxi_dlist *dl) {
-  return (nx_gp_t){nxi_ctxid(proc, 1), 0, dl};
-}
-
 /* Tells `origin` (if it is a member) that `proc` is lost with `status`. */
 static void tell_lost(uint32_t origin, uint32_t proc, int status) {
   struct nxi_dlist *dl = origin != 0 ? member_get(origin) : NULL;
   if (dl == NULL)
     return;
-  nx_gp_t to = initial_gp(origin, dl);
+  nx_gp_t to = nxi_initial_gp(origin, dl);
   nx_buffer_t *b;
   if (nx_rsr_init_name(&b, &to, LOST, 16) == 0) {
     nx_put_uint32(b, proc);
@@ -232,8 +227,8 @@ int nx_gateway_use(const nx_gp_t *gw) {
   uint32_t seq = ++join_seq; /* nx_gateway_use calls are serialized */
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nxi_dlist_retain(self);
-  nx_gp_t me = initial_gp(nxi_rt.proc_id, self);
-  nx_gp_t to = initial_gp(gproc, gw->protos); /* where JOIN is registered */
+  nx_gp_t me = nxi_initial_gp(nxi_rt.proc_id, self);
+  nx_gp_t to = nxi_initial_gp(gproc, gw->protos); /* where JOIN is registered */
   nx_buffer_t *b;
   r = nx_rsr_init_name(&b, &to, JOIN, 64 + self->len);
   if (r == 0 && (r = nx_put_uint32(b, seq)) == 0 &&
