@@ -81,7 +81,8 @@ struct nx_buffer {
   uint8_t kind;
   uint8_t fmt;
   uint8_t data_heap; /* data was reallocated outside the block */
-  uint8_t ctl;       /* SEND: the runtime's own message, outside the ledger */
+  uint8_t ctl;       /* SEND: the runtime's own message, outside the ledger:
+                      * its header flags (NXI_FRAME_F_*, ledger.h), or 0 */
   uint32_t handler;
   uint64_t context;
   uint64_t address;
@@ -96,6 +97,7 @@ struct nx_buffer {
   struct nxi_side *side;   /* copies made by gets in place, or NULL */
   struct nxi_peer *peer;   /* SEND: its entry in the ledger (ledger.h) */
   uint64_t seq;            /* ... and that entry's place there */
+  uint8_t gen;             /* ... and the generation of its route */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };

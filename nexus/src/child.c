@@ -69,8 +69,8 @@ static void *watch(void *arg) {
       break;
     }
     case NXI_CTL_DESTROY:
-      if (n >= NXI_CTL_DESTROY_LEN)
-        nxi_ledger_confirm(nxu_rd32(buf + 1), nxu_rd64(buf + 5));
+      for (unsigned g = 0; n >= NXI_CTL_DESTROY_LEN && g < NXI_LEDGER_GENS; g++)
+        nxi_ledger_confirm(nxu_rd32(buf + 1), g, nxu_rd64(buf + 5 + 8 * g));
       nx_mutex_lock(&up.m);
       up.destroyed = 1;
       nx_cond_broadcast(&up.c);

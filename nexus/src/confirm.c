@@ -1,10 +1,11 @@
 /* Confirmations: the runtime's own messages that settle the ledger
  * (ledger.h). A sender asks a peer how many of its RSRs ran there
- * ("nx.ledger.ask", carrying a gp to answer to); the peer answers with the
- * count ("nx.ledger.tell"). nx_flush asks until every RSR this process
- * accepted for another is settled, and nx_finalize flushes, then tells its
- * peers their final counts unasked. Both messages travel outside the
- * ledger (NXI_FRAME_F_CTL). */
+ * ("nx.ledger.ask": u32 process, u8 route generations, u8 fence, a gp to
+ * answer to); the peer answers with a count per generation
+ * ("nx.ledger.tell": u32 process, u8 generations, u8 fence, u64 each). nx_flush
+ * asks until every RSR this process accepted for another is settled, and
+ * nx_finalize flushes, then tells its peers their final counts unasked. Both
+ * messages travel outside the ledger (NXI_FRAME_F_CTL). */
 #include <time.h>
 
 #include "confirm.h"
@@ -24,31 +25,52 @@ static nx_mutex_t flush_m;
 static nx_cond_t flush_c;
 static unsigned settled_gen;
 
-static void send_tell(uint32_t proc, struct nxi_dlist *dl, uint64_t count) {
+/* Tells `proc` how many of its RSRs of generations `gens` ran here; they
+ * count as told once sent, or in any case if `always`. */
+static void send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
+                      int fence, int always) {
   nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_buffer_t *b;
-  if (nx_rsr_init_name(&b, &to, TELL, 32) < 0)
-    return;
-  b->ctl = 1;
-  if (nx_put_uint32(b, nxi_rt.proc_id) < 0 || nx_put_uint64(b, count) < 0) {
-    nx_buffer_release(b);
-    return;
+  uint64_t counts[NXI_LEDGER_GENS];
+  for (unsigned g = 0; g < NXI_LEDGER_GENS; g++)
+    counts[g] = nxi_ledger_handled_from(proc, g);
+  int r = nx_rsr_init_name(&b, &to, TELL, 16 + 8 * NXI_LEDGER_GENS);
+  if (r == 0) {
+    b->ctl = NXI_FRAME_F_CTL;
+    r = nx_put_uint32(b, nxi_rt.proc_id);
+    if (r == 0)
+      r = nx_put_uint8(b, (uint8_t)gens);
+    if (r == 0)
+      r = nx_put_uint8(b, (uint8_t)(fence != 0));
+    for (unsigned g = 0; r == 0 && g < NXI_LEDGER_GENS; g++)
+      if (gens & 1u << g)
+        r = nx_put_uint64(b, counts[g]);
+    if (r == 0)
+      r = nx_rsr_send(b);
+    else
+      nx_buffer_release(b);
   }
-  if (nx_rsr_send(b) == 0)
-    nxi_ledger_told(proc, count);
+  for (unsigned g = 0; g < NXI_LEDGER_GENS && (r == 0 || always); g++)
+    if (gens & 1u << g)
+      nxi_ledger_told(proc, g, counts[g]);
 }
 
-/* Asks `proc` for its count; `flags` NX_RSR_NONBLOCK where the asker
- * must not wait for room (the driver's tick, a sender's window). */
-static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned flags) {
+/* Asks `proc` for its counts of generations `gens`, with a fence if
+ * `fence` (answered after the RSRs that arrived before the question);
+ * `flags` NX_RSR_NONBLOCK where the asker must not wait for room (the
+ * driver's tick, a sender's window). */
+static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
+                      int fence, unsigned flags) {
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_gp_t me = nxi_initial_gp(nxi_rt.proc_id, self);
   nx_buffer_t *b;
   if (nx_rsr_init_name(&b, &to, ASK, 64 + self->len) < 0)
     return;
-  b->ctl = 1;
-  if (nx_put_uint32(b, nxi_rt.proc_id) < 0 || nx_put_gp(b, &me) < 0) {
+  b->ctl = NXI_FRAME_F_CTL | (fence ? NXI_FRAME_F_FENCE : 0);
+  if (nx_put_uint32(b, nxi_rt.proc_id) < 0 ||
+      nx_put_uint8(b, (uint8_t)gens) < 0 ||
+      nx_put_uint8(b, (uint8_t)(fence != 0)) < 0 || nx_put_gp(b, &me) < 0) {
     nx_buffer_release(b);
     return;
   }
@@ -58,20 +80,22 @@ static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned flags) {
 }
 
 /* The ledger's hook: never waits for room (the driver's tick asks too). */
-static void ask(uint32_t proc, struct nxi_dlist *dl) {
-  ask_flags(proc, dl, NX_RSR_NONBLOCK);
+static void ask(uint32_t proc, struct nxi_dlist *dl, unsigned gens, int fence) {
+  ask_flags(proc, dl, gens, fence, NX_RSR_NONBLOCK);
 }
 
 static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
   uint32_t proc;
+  uint8_t gens, fence;
   nx_gp_t reply;
-  if (nx_get_uint32(b, &proc) < 0 || proc == 0 || nx_get_gp(b, &reply) < 0)
+  if (nx_get_uint32(b, &proc) < 0 || proc == 0 || nx_get_uint8(b, &gens) < 0 ||
+      nx_get_uint8(b, &fence) < 0 || nx_get_gp(b, &reply) < 0)
     return;
   if (nxi_ctxid_proc(reply.context) == proc) {
     nxi_ledger_route(proc, reply.protos);
-    send_tell(proc, reply.protos, nxi_ledger_handled_from(proc));
+    send_tell(proc, reply.protos, gens, fence, 0);
   }
   nx_gp_release(&reply);
 }
@@ -81,14 +105,16 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
  * one runs at its address now), and what it did not confirm is lost. */
 static void answer_gone(struct nx_buffer *b) {
   uint32_t proc;
+  uint8_t gens, fence;
   nx_gp_t reply;
   if (b->handler != nx_handler_id(ASK) || nx_get_uint32(b, &proc) < 0 ||
-      proc == 0 || nx_get_gp(b, &reply) < 0)
+      proc == 0 || nx_get_uint8(b, &gens) < 0 || nx_get_uint8(b, &fence) < 0 ||
+      nx_get_gp(b, &reply) < 0)
     return;
   nx_buffer_t *out;
   if (nxi_ctxid_proc(reply.context) == proc &&
       nx_rsr_init_name(&out, &reply, GONE, 16) == 0) {
-    out->ctl = 1;
+    out->ctl = NXI_FRAME_F_CTL;
     if (nx_put_uint32(out, nxi_ctxid_proc(b->context)) == 0)
       nx_rsr_send_flags(out, NX_RSR_NONBLOCK);
     else
@@ -106,14 +132,12 @@ static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   }
 }
 
+/* Answers are taken as they are delivered (nxi_ledger_take_tell); one
+ * that reaches its handler after all (malformed) is dropped here. */
 static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
-  uint32_t proc;
-  uint64_t count;
-  if (nx_get_uint32(b, &proc) < 0 || nx_get_uint64(b, &count) < 0)
-    return;
-  nxi_ledger_confirm(proc, count);
+  (void)b;
 }
 
 /* The ledger's hook: entries settled; flushing threads look again. */
@@ -146,6 +170,7 @@ int nxi_confirm_init(void) {
   nxi_ledger_set_asker(ask);
   nxi_ledger_set_gone(answer_gone);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);
+  nxi_dlist_set_reroute_hook(nxi_ledger_rerouted);
   return 0;
 
 err_cond:
@@ -157,16 +182,15 @@ err_mutex:
 
 void nxi_confirm_tell_all(void) {
   uint32_t procs[ROUND_MAX];
-  uint64_t counts[ROUND_MAX];
+  unsigned gens[ROUND_MAX];
   struct nxi_dlist *dls[ROUND_MAX];
   int n;
   /* Each round marks its peers told: the next finds the others. */
   for (int round = 0; round < 1024; round++) {
-    if ((n = nxi_ledger_untold(procs, counts, dls, ROUND_MAX)) == 0)
+    if ((n = nxi_ledger_untold(procs, gens, dls, ROUND_MAX)) == 0)
       break;
     for (int i = 0; i < n; i++) {
-      send_tell(procs[i], dls[i], counts[i]);
-      nxi_ledger_told(procs[i], counts[i]); /* even if the send failed */
+      send_tell(procs[i], dls[i], gens[i], 0, 1);
       nxi_dlist_release(dls[i]);
     }
   }
@@ -184,18 +208,19 @@ static int flush(uint32_t only, int timeout_ms) {
   for (;;) {
     uint32_t procs[ROUND_MAX];
     struct nxi_dlist *dls[ROUND_MAX];
+    unsigned gens[ROUND_MAX];
     uint64_t pending;
     nx_mutex_lock(&flush_m);
     unsigned gen = settled_gen;
     nx_mutex_unlock(&flush_m);
-    int n = nxi_ledger_unsettled(procs, dls, ROUND_MAX, &pending);
+    int n = nxi_ledger_unsettled(procs, dls, gens, ROUND_MAX, &pending);
     if (only != 0)
       pending = nxi_ledger_pending_of(only);
     uint64_t now = nxu_now_ns();
     int asking = pending > 0 && now >= next_ask && now < deadline;
     for (int i = 0; i < n; i++) {
       if (asking && (only == 0 || procs[i] == only))
-        ask(procs[i], dls[i]);
+        ask(procs[i], dls[i], gens[i], 0);
       nxi_dlist_release(dls[i]);
     }
     if (pending == 0)
@@ -256,6 +281,7 @@ int nx_flush(int timeout_ms) {
 
 void nxi_confirm_finalize(void) {
   nxi_dlist_set_lost_hook(NULL);
+  nxi_dlist_set_reroute_hook(NULL);
   nxi_ledger_set_asker(NULL);
   nxi_ledger_set_gone(NULL);
   nxi_ledger_set_wake(NULL);

@@ -31,8 +31,8 @@ enum {
 #define NXI_CTL_PEERS_HEAD 9  /* a PEERS message's bytes before its entries */
 #define NXI_CTL_PEER_DEAD_LEN 9
 /* DESTROY: the type, the creator's process id (u32 LE) and how many of the
- * child's RSRs it handled (u64 LE). */
-#define NXI_CTL_DESTROY_LEN 13
+ * child's RSRs it handled (u64 LE per route generation, ledger.h). */
+#define NXI_CTL_DESTROY_LEN (5 + 8 * 8)
 
 /* One peer entry, pointing into the message. */
 struct nxi_ctl_peer {

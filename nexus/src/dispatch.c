@@ -18,7 +18,7 @@ void nxi_run(struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
   /* Counted as its handler starts: what the handler does (wake the thread
    * that then finalizes, say) comes after its sender can hear of it. */
-  nxi_ledger_handled(nxi_ledger_origin(b));
+  nxi_ledger_handled(b);
   nx_context_t *old = nxi_context_swap(ctx);
   nxi_eng_me.handlers++;
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
@@ -65,16 +65,14 @@ static void dispatch(struct nx_buffer *b) {
       return;
     }
     /* Reported here: its sender's ledger counts it as settled. */
-    uint32_t origin = nxi_ledger_origin(b);
-    nxi_ledger_handled(origin);
+    nxi_ledger_handled(b);
     nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
     nxi_buffer_handler_done(b);
     return;
   }
   const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
   if (h == NULL) {
-    uint32_t origin = nxi_ledger_origin(b);
-    nxi_ledger_handled(origin);
+    nxi_ledger_handled(b);
     nxi_drop(NX_ENOHANDLER, b->context, b->handler);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
@@ -260,13 +258,16 @@ static void enqueue_ctl(struct nx_buffer *b) {
  * Frames of other threads (sends to local contexts, say) always queue. */
 void nxi_deliver(struct nx_buffer *b) {
   struct nx_buffer **direct = nxi_eng_me.direct;
-  if (nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) {
-    /* An answer for this process (a gateway passes others on). */
+  uint16_t hflags = nxi_frame_hdr_flags(b->hdr);
+  if (hflags & NXI_FRAME_F_CTL) {
+    /* An answer for this process (a gateway passes others on). A fence
+     * takes its turn behind what arrived before it (ledger.h). */
     if (b->handler == nxi_ledger_tell_id &&
         nxi_ctxid_proc(b->context) == nxi_rt.proc_id && nxi_ledger_take_tell(b))
       return;
-    if (atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
-        atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+    if (!(hflags & NXI_FRAME_F_FENCE) &&
+        atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
+            atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
       b->pos = 0;
       enqueue_ctl(b); /* ahead of the backlog */
       return;

@@ -30,9 +30,14 @@ static size_t self_old_count;
  * (dlist.h, nxi_dlist_fallbacks_due). */
 atomic_int nxi_dlist_fallback_due;
 static _Atomic nxi_proc_lost_fn lost_hook;
+static _Atomic nxi_reroute_fn reroute_hook;
 
 void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn) {
   atomic_store(&lost_hook, fn);
+}
+
+void nxi_dlist_set_reroute_hook(nxi_reroute_fn fn) {
+  atomic_store(&reroute_hook, fn);
 }
 
 /* Process `proc` is lost: its RSRs, then the process itself. */
@@ -342,6 +347,11 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
   rt->via = c[i].via;
   rt->didx = c[i].didx;
   rt->alts = n - i - 1;
+  /* One more for each route of this list that failed: the generation
+   * its frames carry, so that the receiver counts them apart (ledger.h). */
+  rt->gen = (unsigned)__builtin_popcount(broken);
+  if (rt->gen > NXI_ROUTE_GEN_MAX)
+    rt->gen = NXI_ROUTE_GEN_MAX;
   atomic_init(&rt->failed, 0);
   /* Which module carries the frames to whom: the first thing to ask
    * when a destination is slow or unreachable. */
@@ -376,6 +386,9 @@ static int fall_back(struct nxi_dlist *dl, struct nxi_route *old) {
     return 1;
   }
   atomic_fetch_add(&nxi_rt.route_fallbacks, 1);
+  nxi_reroute_fn hook = atomic_load(&reroute_hook);
+  if (hook != NULL && old->gen != rt->gen)
+    hook(atomic_load(&dl->proc), old->gen, status);
   nxi_log(1, NULL, "route to process %#x: %s failed (%s); now %s",
           (unsigned)atomic_load(&dl->proc),
           old->mod != NULL ? old->mod->name : NXI_GW_NAME, nx_strerror(status),

@@ -14,6 +14,9 @@
 #define NXI_DESC_MAX_LEN                                                       \
   (1 + NX_PROTO_NAME_MAX + 2 + 1 + NX_DESC_SCOPE_MAX + 2 + NX_DESC_DATA_MAX)
 
+/* Generations a frame header has room for (ledger.h). */
+#define NXI_ROUTE_GEN_MAX 7u
+
 struct nxi_route {
   struct nxi_module *mod; /* NULL for a route through a gateway */
   void *ep;
@@ -21,6 +24,8 @@ struct nxi_route {
   struct nxi_route *older; /* routes this one replaced (freed with the list) */
   int didx;                /* the descriptor it came from */
   int alts;                /* candidates left to fall back to */
+  unsigned gen;            /* routes of its list that failed before it (0-7):
+                            * its frames carry it (ledger.h) */
   atomic_int failed;       /* the NX_E* code the endpoint failed with, or 0 */
 };
 
@@ -96,5 +101,10 @@ void nxi_dlist_proc_failed(uint32_t proc, int status);
  * ledger (ledger.h, installed by confirm.c) reports the RSRs it held. */
 typedef void (*nxi_proc_lost_fn)(uint32_t proc, int status);
 void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn);
+/* Called when a route to process `proc` failed with `status` and another
+ * replaced it: the RSRs sent on the failed one (generation `gen`) may be
+ * lost with it, and the ledger finds out which (ledger.h). */
+typedef void (*nxi_reroute_fn)(uint32_t proc, unsigned gen, int status);
+void nxi_dlist_set_reroute_hook(nxi_reroute_fn fn);
 
 #endif /* NXI_DLIST_H */

@@ -270,7 +270,7 @@ static void fiber_main(struct fctx_transfer t) {
   for (;;) {
     struct nx_buffer *b = f->job;
     struct nx_context *ctx = b->ctx;
-    nxi_ledger_handled(nxi_ledger_origin(b)); /* as it starts (nxi_run) */
+    nxi_ledger_handled(b); /* as it starts (nxi_run) */
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);

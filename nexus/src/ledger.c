@@ -1,7 +1,10 @@
 /* The ledger (ledger.h): per peer process, the accepted RSRs it has not yet
  * confirmed handled, oldest first, and the count of its RSRs handled here.
  * A confirmation is a count (the peer has handled its first N RSRs from
- * here), so an entry needs no number on the wire: the oldest ones settle. */
+ * here), so an entry needs no number on the wire: the oldest ones settle.
+ * Counts are kept per route generation (ledger.h): when a route fails, the
+ * RSRs it carried are settled by their own count, which the RSRs sent on
+ * its successor do not swell, and what that count leaves is reported. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -20,11 +23,19 @@
 #define QUIET_NS (200 * 1000 * 1000ull)
 /* An unanswered request is sent again after this long. */
 #define ASK_AGAIN_NS (200 * 1000 * 1000ull)
+/* After a route failed: the fence question waits this long (for what the
+ * old route still delivers), and without an answer its RSRs are reported
+ * this long after the failure. */
+#define FENCE_WAIT_NS (100 * 1000 * 1000ull)
+#define FENCE_GIVE_UP_NS (2000 * 1000 * 1000ull)
+#define GENS NXI_LEDGER_GENS
 
 struct entry {
   uint64_t context;
   uint32_t handler;
-  uint32_t voided; /* reported already, or never accepted */
+  uint8_t voided; /* VOIDED (reported, or never accepted) or SETTLED */
+  uint8_t gen;    /* of the route it was sent on */
+  uint16_t unused;
 };
 
 struct nxi_peer {
@@ -34,22 +45,28 @@ struct nxi_peer {
   /* Sending: entries [base, base + count) in a ring of `cap`. */
   struct entry *ring;
   size_t head, count, cap;
-  uint64_t base;          /* sequence of the oldest entry */
-  uint64_t confirmed;     /* entries settled by the peer's counts */
-  uint64_t pending;       /* entries neither voided nor settled */
-  uint64_t asked_at;      /* `pending` when last asked */
-  uint64_t ask_ns;        /* when last asked, 0 if no request is out */
-  uint64_t pending_since; /* the tick first saw RSRs unconfirmed, or 0 */
-  int listed;             /* on the `senders` list */
-  int dying;              /* lost: its entries are reported at `lost_at` */
+  uint64_t base;            /* sequence of the oldest entry */
+  uint64_t confirmed[GENS]; /* entries settled by the peer's counts */
+  uint64_t open[GENS];      /* entries neither voided nor settled */
+  uint64_t pending;         /* their sum */
+  uint64_t asked_at;        /* `pending` when last asked */
+  uint64_t ask_ns;          /* when last asked, 0 if no request is out */
+  uint64_t pending_since;   /* the tick first saw RSRs unconfirmed, or 0 */
+  int listed;               /* on the `senders` list */
+  int dying;                /* lost: its entries are reported at `lost_at` */
   int lost_status;
   uint64_t lost_at;
-  int dead;             /* lost: its entries were reported */
-  int closed;           /* nx_finalize reported its entries */
+  int dead;   /* lost: its entries were reported */
+  int closed; /* nx_finalize reported its entries */
+  /* Generations whose route failed (a bit each), and when to ask about
+   * them with a fence and when to give up on the answer. */
+  unsigned suspect;
+  int suspect_status;
+  uint64_t fence_at, fence_asked, give_up_at;
   struct nxi_dlist *dl; /* a list that reaches it (a reference) */
-  /* Receiving: its RSRs handled here, and the count it was last told. */
-  atomic_uint_fast64_t handled;
-  uint64_t told;
+  /* Receiving: its RSRs handled here, and the counts it was last told. */
+  atomic_uint_fast64_t handled[GENS];
+  uint64_t told[GENS];
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -123,6 +140,21 @@ static struct entry *at(struct nxi_peer *p, size_t i) {
   return &p->ring[(p->head + i) % p->cap];
 }
 
+enum { OPEN = 0, VOIDED = 1, SETTLED = 2 };
+
+/* Peer lock held. Entry `e` leaves the open ones (`how`: VOIDED or
+ * SETTLED); the closed ones at the front leave the ring. */
+static void close_entry(struct nxi_peer *p, struct entry *e, int how) {
+  e->voided = (uint8_t)how;
+  p->open[e->gen]--;
+  p->pending--;
+}
+
+static void pop_closed(struct nxi_peer *p) {
+  while (p->count > 0 && at(p, 0)->voided)
+    pop(p);
+}
+
 /* Peer lock held. Room for one more entry. */
 static int grow(struct nxi_peer *p) {
   if (p->count < p->cap)
@@ -140,8 +172,10 @@ static int grow(struct nxi_peer *p) {
   return 0;
 }
 
-int nxi_ledger_note(struct nx_buffer *b) {
+int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
   b->peer = NULL;
+  gen &= GENS - 1;
+  b->gen = (uint8_t)gen;
   uint32_t proc = nxi_ctxid_proc(b->context);
   if (proc == nxi_rt.proc_id || proc == 0)
     return 0;
@@ -151,7 +185,8 @@ int nxi_ledger_note(struct nx_buffer *b) {
   int ask = 0;
   pthread_mutex_lock(&p->lock);
   if (!p->dead && !p->dying && !p->closed && grow(p) == 0) {
-    *at(p, p->count) = (struct entry){b->context, b->handler, 0};
+    *at(p, p->count) =
+        (struct entry){b->context, b->handler, 0, (uint8_t)gen, 0};
     b->seq = p->base + p->count;
     b->peer = p;
     if (!p->listed) {
@@ -162,6 +197,7 @@ int nxi_ledger_note(struct nx_buffer *b) {
         ;
     }
     p->count++;
+    p->open[gen]++;
     p->pending++;
     if (p->dl == NULL && b->dl != NULL) {
       nxi_dlist_retain(b->dl);
@@ -187,29 +223,26 @@ int nxi_ledger_void(struct nx_buffer *b) {
   pthread_mutex_lock(&p->lock);
   if (p->dead || p->closed) {
     /* Reported with the rest of the peer's entries already. */
-  } else if (b->seq >= p->base && b->seq - p->base < p->count) {
-    struct entry *e = at(p, (size_t)(b->seq - p->base));
-    if (!e->voided) {
-      e->voided = 1;
-      p->pending--;
-      open = 1;
-    }
-  } else if (b->seq < p->base && p->count > 0) {
+  } else if (b->seq >= p->base && b->seq - p->base < p->count &&
+             at(p, (size_t)(b->seq - p->base))->voided == OPEN) {
+    close_entry(p, at(p, (size_t)(b->seq - p->base)), VOIDED);
+    open = 1;
+  } else if (b->seq < p->base ||
+             (b->seq - p->base < p->count &&
+              at(p, (size_t)(b->seq - p->base))->voided == SETTLED)) {
     /* Settled already by a count that did not include it (it never
-     * arrived): that count covered the oldest entry still open. */
+     * arrived): that count covered the oldest entry of its generation
+     * still open, which is settled instead. */
     for (size_t i = 0; i < p->count; i++) {
       struct entry *e = at(p, i);
-      if (!e->voided) {
-        e->voided = 1;
-        p->pending--;
-        p->confirmed++;
+      if (e->voided == OPEN && e->gen == b->gen) {
+        close_entry(p, e, SETTLED);
         break;
       }
     }
     open = 1;
   }
-  while (p->count > 0 && at(p, 0)->voided)
-    pop(p);
+  pop_closed(p);
   int settled = p->pending == 0;
   pthread_mutex_unlock(&p->lock);
   if (settled)
@@ -220,7 +253,17 @@ int nxi_ledger_void(struct nx_buffer *b) {
 void nxi_ledger_set_asker(nxi_ledger_ask_fn fn) { atomic_store(&asker, fn); }
 void nxi_ledger_set_wake(nxi_ledger_wake_fn fn) { atomic_store(&waker, fn); }
 
-void nxi_ledger_ask(struct nxi_peer *p) {
+/* Peer lock held: the generations with open entries. */
+static unsigned open_gens(const struct nxi_peer *p) {
+  unsigned gens = 0;
+  for (unsigned g = 0; g < GENS; g++)
+    if (p->open[g] > 0)
+      gens |= 1u << g;
+  return gens;
+}
+
+/* Asks `p` about `gens` (all with open entries if 0). */
+static void ask(struct nxi_peer *p, unsigned gens, int fence) {
   nxi_ledger_ask_fn fn = atomic_load(&asker);
   if (fn == NULL || p == NULL)
     return;
@@ -228,14 +271,21 @@ void nxi_ledger_ask(struct nxi_peer *p) {
   struct nxi_dlist *dl = p->dl;
   if (dl != NULL)
     nxi_dlist_retain(dl);
-  p->asked_at = p->pending;
-  p->ask_ns = nxu_now_ns();
+  if (gens == 0)
+    gens = open_gens(p);
+  if (!fence) {
+    p->asked_at = p->pending;
+    p->ask_ns = nxu_now_ns();
+  }
   pthread_mutex_unlock(&p->lock);
   if (dl == NULL)
     return;
-  fn(p->proc, dl);
+  if (gens != 0)
+    fn(p->proc, dl, gens, fence);
   nxi_dlist_release(dl);
 }
+
+void nxi_ledger_ask(struct nxi_peer *p) { ask(p, 0, 0); }
 
 uint32_t nxi_ledger_tell_id;
 static _Atomic nxi_ledger_gone_fn goner;
@@ -249,18 +299,30 @@ void nxi_ledger_gone(struct nx_buffer *b) {
 }
 
 int nxi_ledger_take_tell(struct nx_buffer *b) {
+  /* proc, generations (a bit each), fence, then a count per generation. */
   uint32_t proc;
-  uint64_t count;
-  if (nx_get_uint32(b, &proc) < 0 || nx_get_uint64(b, &count) < 0) {
+  uint8_t gens, fence;
+  uint64_t counts[GENS];
+  int ok = nx_get_uint32(b, &proc) == 0 && nx_get_uint8(b, &gens) == 0 &&
+           nx_get_uint8(b, &fence) == 0;
+  for (unsigned g = 0; ok && g < GENS; g++)
+    if (gens & 1u << g)
+      ok = nx_get_uint64(b, &counts[g]) == 0;
+  if (!ok) {
     b->pos = 0; /* its handler reads it again, and refuses it */
     return 0;
   }
-  nxi_ledger_confirm(proc, count);
+  for (unsigned g = 0; g < GENS; g++)
+    if (gens & 1u << g)
+      nxi_ledger_confirm(proc, g, counts[g]);
+  if (fence)
+    nxi_ledger_fenced(proc, gens);
   nxi_buffer_handler_done(b);
   return 1;
 }
 
 static void report_dead(struct nxi_peer *p, int status);
+static void report_gens(struct nxi_peer *p, unsigned gens, int status);
 
 void nxi_ledger_tick_run(uint64_t now) {
   atomic_store_explicit(&nxi_ledger_next_tick, now + NXI_LEDGER_TICK_NS,
@@ -277,6 +339,18 @@ void nxi_ledger_tick_run(uint64_t now) {
     else if (p->dying)
       atomic_store_explicit(&nxi_ledger_next_tick, p->lost_at,
                             memory_order_relaxed);
+    /* A failed route's RSRs: a fence once what it still carried has had
+     * time to arrive, and a report when no answer comes. */
+    unsigned fence = 0;
+    if (p->suspect != 0 && !p->dead && !p->dying) {
+      if (now >= p->give_up_at) {
+        report_gens(p, p->suspect, p->suspect_status);
+      } else if (now >= p->fence_at &&
+                 (p->fence_asked == 0 || now - p->fence_asked > ASK_AGAIN_NS)) {
+        fence = p->suspect;
+        p->fence_asked = now;
+      }
+    }
     if (p->pending == 0 || p->dead)
       p->pending_since = 0;
     else if (p->pending_since == 0)
@@ -285,32 +359,64 @@ void nxi_ledger_tick_run(uint64_t now) {
               now - p->pending_since >= QUIET_NS &&
               (p->ask_ns == 0 || now - p->ask_ns > ASK_AGAIN_NS);
     pthread_mutex_unlock(&p->lock);
+    if (fence)
+      ask(p, fence, 1);
     if (due)
       nxi_ledger_ask(p);
   }
 }
 
-void nxi_ledger_confirm(uint32_t proc, uint64_t count) {
+void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count) {
   struct nxi_peer *p = peer_get(proc, 0);
-  if (p == NULL)
+  if (p == NULL || gen >= GENS)
     return;
   pthread_mutex_lock(&p->lock);
   p->ask_ns = 0;
-  while (p->count > 0) {
-    struct entry *e = at(p, 0);
-    if (!e->voided) {
-      if (p->confirmed >= count)
-        break;
-      p->confirmed++;
-      p->pending--;
+  /* The oldest open entries of that generation; those of others (a failed
+   * route's, waiting for their fence) are stepped over. */
+  for (size_t i = 0;
+       i < p->count && p->confirmed[gen] < count && p->open[gen] > 0; i++) {
+    struct entry *e = at(p, i);
+    if (!e->voided && e->gen == gen) {
+      close_entry(p, e, SETTLED);
+      p->confirmed[gen]++;
     }
-    pop(p);
   }
+  pop_closed(p);
   p->asked_at = p->pending < p->asked_at ? p->pending : p->asked_at;
   int settled = p->pending == 0;
   pthread_mutex_unlock(&p->lock);
   if (settled)
     wake();
+}
+
+void nxi_ledger_fenced(uint32_t proc, unsigned gens) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return;
+  pthread_mutex_lock(&p->lock);
+  gens &= p->suspect;
+  if (gens != 0 && !p->dead && !p->dying)
+    report_gens(p, gens, p->suspect_status);
+  pthread_mutex_unlock(&p->lock);
+}
+
+void nxi_ledger_rerouted(uint32_t proc, unsigned gen, int status) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL || gen >= GENS)
+    return;
+  pthread_mutex_lock(&p->lock);
+  if (!p->dead && !p->dying && !p->closed && p->open[gen] > 0) {
+    uint64_t now = nxu_now_ns();
+    if (p->suspect == 0) {
+      p->fence_at = now + FENCE_WAIT_NS;
+      p->give_up_at = now + FENCE_GIVE_UP_NS;
+      p->fence_asked = 0;
+    }
+    p->suspect |= 1u << gen;
+    p->suspect_status = status;
+  }
+  pthread_mutex_unlock(&p->lock);
 }
 
 /* Peer lock held. Moves its open entries into a new array for reporting
@@ -327,6 +433,9 @@ static struct entry *take_open(struct nxi_peer *p, size_t *n) {
     k = 0; /* no memory: reported below as a count */
   p->base += p->count;
   p->head = p->count = 0;
+  for (unsigned g = 0; g < GENS; g++)
+    p->open[g] = 0;
+  p->suspect = 0;
   *n = k;
   return out;
 }
@@ -341,6 +450,39 @@ static void report(uint32_t proc, struct entry *e, size_t n, uint64_t missing,
   if (missing > 0)
     nxi_drop(status, nxi_ctxid(proc, 0), 0);
   free(e);
+}
+
+/* Peer lock held (released while it reports): reports the open entries of
+ * generations `gens`, lost with their route. */
+static void report_gens(struct nxi_peer *p, unsigned gens, int status) {
+  p->suspect &= ~gens;
+  uint64_t n = 0;
+  for (unsigned g = 0; g < GENS; g++)
+    if (gens & 1u << g)
+      n += p->open[g];
+  struct entry *out = n > 0 ? malloc(n * sizeof(*out)) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < p->count; i++) {
+    struct entry *e = at(p, i);
+    if (!e->voided && (gens & 1u << e->gen)) {
+      if (out != NULL)
+        out[k++] = *e;
+      close_entry(p, e, VOIDED);
+    }
+  }
+  pop_closed(p);
+  if (n > 0)
+    nxi_log(1, NULL,
+            "ledger: %llu RSR(s) to process %#x were sent on a route that "
+            "failed and not confirmed handled: reported lost",
+            (unsigned long long)n, (unsigned)p->proc);
+  pthread_mutex_unlock(&p->lock);
+  if (n > 0)
+    report(p->proc, out, k, n - k, status);
+  else
+    free(out);
+  wake();
+  pthread_mutex_lock(&p->lock);
 }
 
 /* Peer lock held: reports what `p` left unconfirmed and marks it dead. */
@@ -377,29 +519,25 @@ void nxi_ledger_lost(uint32_t proc, int status) {
   pthread_mutex_unlock(&p->lock);
 }
 
-uint32_t nxi_ledger_origin(const struct nx_buffer *b) {
+void nxi_ledger_handled(const struct nx_buffer *b) {
   uint32_t origin = nxi_frame_hdr_origin(b->hdr);
-  if (origin == nxi_rt.proc_id ||
-      (nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL))
-    return 0;
-  return origin;
-}
-
-void nxi_ledger_handled(uint32_t origin) {
-  if (origin == 0)
+  uint16_t flags = nxi_frame_hdr_flags(b->hdr);
+  if (origin == 0 || origin == nxi_rt.proc_id || (flags & NXI_FRAME_F_CTL))
     return;
   struct nxi_peer *p = peer_get(origin, 1);
   if (p != NULL)
-    atomic_fetch_add_explicit(&p->handled, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(
+        &p->handled[(flags >> NXI_FRAME_GEN_SHIFT) & (GENS - 1)], 1,
+        memory_order_relaxed);
 }
 
-uint64_t nxi_ledger_handled_from(uint32_t proc) {
+uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen) {
   struct nxi_peer *p = peer_get(proc, 0);
-  return p != NULL ? atomic_load(&p->handled) : 0;
+  return p != NULL && gen < GENS ? atomic_load(&p->handled[gen]) : 0;
 }
 
-int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls, int max,
-                         uint64_t *pending) {
+int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
+                         unsigned *gens, int max, uint64_t *pending) {
   int n = 0;
   uint64_t total = 0;
   for (unsigned i = 0; i < SLOTS; i++) {
@@ -412,6 +550,7 @@ int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls, int max,
       if (n < max && p->dl != NULL) {
         nxi_dlist_retain(p->dl);
         procs[n] = p->proc;
+        gens[n] = open_gens(p);
         dls[n++] = p->dl;
       }
     }
@@ -453,7 +592,7 @@ uint64_t nxi_ledger_report_all(int status) {
   return total;
 }
 
-int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
+int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max) {
   int n = 0;
   for (unsigned i = 0; i < SLOTS && n < max; i++) {
@@ -461,13 +600,16 @@ int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
     if (p == NULL)
       continue;
     pthread_mutex_lock(&p->lock);
-    uint64_t h = atomic_load(&p->handled);
-    if (h > p->told && p->dl == NULL && !p->dead)
+    unsigned grew = 0;
+    for (unsigned g = 0; g < GENS; g++)
+      if (atomic_load(&p->handled[g]) > p->told[g])
+        grew |= 1u << g;
+    if (grew && p->dl == NULL && !p->dead)
       p->dl = nxi_dlist_of_proc(p->proc); /* it sent, but never asked */
-    if (h > p->told && p->dl != NULL && !p->dead) {
+    if (grew && p->dl != NULL && !p->dead) {
       nxi_dlist_retain(p->dl);
       procs[n] = p->proc;
-      counts[n] = h;
+      gens[n] = grew;
       dls[n++] = p->dl;
     }
     pthread_mutex_unlock(&p->lock);
@@ -475,13 +617,13 @@ int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
   return n;
 }
 
-void nxi_ledger_told(uint32_t proc, uint64_t count) {
+void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count) {
   struct nxi_peer *p = peer_get(proc, 0);
-  if (p == NULL)
+  if (p == NULL || gen >= GENS)
     return;
   pthread_mutex_lock(&p->lock);
-  if (count > p->told)
-    p->told = count;
+  if (count > p->told[gen])
+    p->told[gen] = count;
   pthread_mutex_unlock(&p->lock);
 }
 

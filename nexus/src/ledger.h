@@ -12,6 +12,16 @@
 /* Header flag of the runtime's own confirmation messages: they are not
  * entered in the ledger (they would need confirming in turn). */
 #define NXI_FRAME_F_CTL 1u
+/* ... and of a question about a failed route's RSRs (a fence): the
+ * receiver answers it after the RSRs it received before it, not ahead of
+ * them as other confirmation messages. */
+#define NXI_FRAME_F_FENCE 2u
+/* Bits 8-10 of the flags: the generation of the sender's route (dlist.h,
+ * struct nxi_route): how many routes to that process failed before it.
+ * The receiver counts each generation apart, so that RSRs a failed route
+ * lost are told from those its successor carries. */
+#define NXI_FRAME_GEN_SHIFT 8
+#define NXI_LEDGER_GENS 8u
 
 /* Confirmation messages a module accepted and has not yet completed
  * (send_done): nx_finalize lets its last ones out before the modules go. */
@@ -22,12 +32,12 @@ extern atomic_long nxi_ledger_ctl_inflight;
 
 struct nxi_peer;
 
-/* Sending. An RSR `b` for another process is entered before its send
- * (b->peer, b->seq); returns 1 when the peer should be asked for its count
- * now (call nxi_ledger_ask after the send). The entry is voided when the
- * RSR is not accepted after all (the caller got the error) or its module
- * reported it failed (send_done: reported there). */
-int nxi_ledger_note(struct nx_buffer *b);
+/* Sending. An RSR `b` for another process is entered before its send on a
+ * route of generation `gen` (b->peer, b->seq, b->gen); returns 1 when the peer
+ * should be asked for its count now (call nxi_ledger_ask after the send). The
+ * entry is voided when the RSR is not accepted after all (the caller got the
+ * error) or its module reported it failed (send_done: reported there). */
+int nxi_ledger_note(struct nx_buffer *b, unsigned gen);
 /* Returns 1 if the caller should report the RSR (its entry was open, or it
  * had none), 0 if the ledger reported it already. */
 int nxi_ledger_void(struct nx_buffer *b);
@@ -44,14 +54,25 @@ static inline void nxi_ledger_tick(uint64_t now) {
     nxi_ledger_tick_run(now);
 }
 
-/* Asks `p` for its count, through the hook confirm.c installs. */
+/* Asks `p` for its counts, through the hook confirm.c installs: of the
+ * generations in `gens` (a bit each), as a fence if `fence`. */
 void nxi_ledger_ask(struct nxi_peer *p);
-typedef void (*nxi_ledger_ask_fn)(uint32_t proc, struct nxi_dlist *dl);
+typedef void (*nxi_ledger_ask_fn)(uint32_t proc, struct nxi_dlist *dl,
+                                  unsigned gens, int fence);
 void nxi_ledger_set_asker(nxi_ledger_ask_fn fn);
 
-/* Process `proc` says it has handled `count` of this process's RSRs: the
- * oldest entries are settled. */
-void nxi_ledger_confirm(uint32_t proc, uint64_t count);
+/* Process `proc` says it has handled `count` of this process's RSRs of
+ * generation `gen`: the oldest entries of that generation are settled. */
+void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count);
+/* ... in answer to a fence about `gens`: what of those generations is
+ * still unconfirmed was lost with its route, and is reported. */
+void nxi_ledger_fenced(uint32_t proc, unsigned gens);
+/* A route to `proc` of generation `gen` failed with `status` and another
+ * replaced it (dlist.h's hook): 100 ms later its unconfirmed RSRs are
+ * asked about with a fence over the new route, and what the answer does
+ * not confirm (or all of it, when no answer came within 2 s) is reported
+ * with `status`. */
+void nxi_ledger_rerouted(uint32_t proc, unsigned gen, int status);
 /* The handler id of that answer (confirm.c sets it). A received answer is
  * taken where it is delivered (nxi_deliver): it settles entries before
  * the module reports its sender gone, when that was the sender's last
@@ -69,30 +90,32 @@ void nxi_ledger_set_gone(nxi_ledger_gone_fn fn);
 void nxi_ledger_lost(uint32_t proc, int status);
 
 /* Receiving: the received RSR `b` was handled (or dropped, and reported
- * here) in this process. Counted for its origin, unless it came from this
- * process or is the runtime's own. Read the origin before the handler
- * runs (it may release `b`): nxi_ledger_origin, then nxi_ledger_handled. */
-uint32_t nxi_ledger_origin(const struct nx_buffer *b);
-void nxi_ledger_handled(uint32_t origin);
-/* How many of process `proc`'s RSRs were handled here. */
-uint64_t nxi_ledger_handled_from(uint32_t proc);
+ * here) in this process. Counted for its origin and generation, unless it
+ * came from this process or is the runtime's own. Call it before the
+ * handler runs (the handler may release `b`). */
+void nxi_ledger_handled(const struct nx_buffer *b);
+/* How many of process `proc`'s RSRs of generation `gen` were handled
+ * here. */
+uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen);
 
 /* Flushing. Writes up to `max` processes that have unconfirmed RSRs into
- * procs (with a list to reach each, retained: release them) and returns
- * their number; the total of unconfirmed RSRs goes to *pending. */
-int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls, int max,
-                         uint64_t *pending);
+ * procs (with a list to reach each, retained: release them, and the
+ * generations to ask about) and returns their number; the total of
+ * unconfirmed RSRs goes to *pending. */
+int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
+                         unsigned *gens, int max, uint64_t *pending);
 /* Unconfirmed RSRs to process `proc`. */
 uint64_t nxi_ledger_pending_of(uint32_t proc);
 /* Reports every unconfirmed RSR with `status` and settles it; returns how
  * many. */
 uint64_t nxi_ledger_report_all(int status);
 /* Up to `max` processes whose RSRs ran here since this process last told
- * them (with a list to reach each, retained), their counts, and notes them
- * told. */
-int nxi_ledger_untold(uint32_t *procs, uint64_t *counts, struct nxi_dlist **dls,
+ * them (with a list to reach each, retained, and the generations whose
+ * counts grew). */
+int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max);
-void nxi_ledger_told(uint32_t proc, uint64_t count);
+/* Process `proc` was told `count` for generation `gen`. */
+void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
 /* A list that reaches `proc` is `dl` (from a request it sent): kept, so
  * that this process can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);

@@ -416,7 +416,8 @@ static void kill_and_reap(struct child *c, int grace_ms) {
    * creator in MPI's disconnect may not answer; ledger.h). */
   uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
   nxu_le32(msg + 1, nxi_rt.proc_id);
-  nxu_le64(msg + 5, nxi_ledger_handled_from(c->proc));
+  for (unsigned g = 0; g < NXI_LEDGER_GENS; g++)
+    nxu_le64(msg + 5 + 8 * g, nxi_ledger_handled_from(c->proc, g));
   nxi_chan_send(&c->chan, msg, sizeof(msg));
   if (c->pid == 0 || reap_within(c, grace_ms))
     return;

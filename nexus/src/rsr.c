@@ -73,18 +73,14 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
   int r = 0;
   struct nxi_route *hop = NULL;
   uint32_t origin = nxi_rt.proc_id;
-  uint16_t hflags = b->ctl ? NXI_FRAME_F_CTL : 0;
-  int ask = 0;
+  uint16_t hflags = b->ctl;
+  int ask = 0, note = !forwarding && !b->ctl;
   if (forwarding) {
     origin = nxi_frame_hdr_origin(b->hdr);
     hflags = nxi_frame_hdr_flags(b->hdr);
-    b->peer = NULL;
-  } else if (!b->ctl) {
-    ask = nxi_ledger_note(b);
-  } else {
-    b->peer = NULL;
   }
-  struct nxi_peer *peer = b->peer;
+  b->peer = NULL;
+  struct nxi_peer *peer = NULL;
   for (int tries = 0; tries < 2 * NXI_MAX_MODULES + 2; tries++) {
     struct nxi_route *rt;
     if ((r = nxi_dlist_route(b->dl, &rt)) < 0)
@@ -109,9 +105,15 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
         break;
       nxi_buffer_seal(b);
     }
-    /* The receiver counts what it handled per origin (ledger.h); a
-     * gateway tells the origin of losses. */
+    /* The receiver counts what it handled per origin and route
+     * generation (ledger.h); a gateway tells the origin of losses. Entered
+     * in the ledger with the generation of the route it goes on. */
     nxi_frame_hdr_set_origin(b->hdr, origin);
+    if (note) {
+      ask = nxi_ledger_note(b, rt->gen);
+      peer = b->peer;
+      hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
+    }
     if (hflags != 0)
       nxi_frame_hdr_set_flags(b->hdr, hflags);
     /* The runtime's own messages count in no counter of the program's. */
@@ -124,6 +126,7 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
       atomic_fetch_add(&nxi_ledger_ctl_inflight, 1);
     if (r >= 0 || r == NX_EAGAIN || !nxi_route_fail(hop, r))
       break;
+    nxi_ledger_void(b); /* entered again for the next route */
   }
   if (r < 0) {
     nxi_ledger_void(b); /* not accepted: the caller has the error */

@@ -129,8 +129,8 @@ struct ofi_desc {
 
 /* Addresses go to fi_av_insert, which trusts them: only formats whose
  * shape can be checked here are accepted. */
-static int addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,
-                   size_t len) {
+int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,
+                size_t len) {
   if (format != r->addr_format || len == 0)
     return 0;
   sa_family_t family = 0; /* native byte order, as fi_getname wrote it */
@@ -205,8 +205,8 @@ static int desc_decode(const struct ofi *o, const struct nx_desc *d,
         continue;
       for (int j = 0; j < out->nrails; j++)
         if (strcmp(out->rail[j].name, r->prov) == 0 &&
-            addr_ok(r, out->rail[j].format, out->rail[j].addr,
-                    out->rail[j].addr_len)) {
+            ofi_addr_ok(r, out->rail[j].format, out->rail[j].addr,
+                        out->rail[j].addr_len)) {
           out->t.rail = (struct ofi_rail *)r;
           out->t.addr = out->rail[j].addr;
           out->t.addr_len = out->rail[j].addr_len;

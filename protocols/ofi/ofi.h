@@ -72,7 +72,14 @@
 #define OFI_PRE_SIZE (OFI_HDR_SIZE + NX_FRAME_HDR_SIZE)
 #define OFI_RTS_SIZE (OFI_PRE_SIZE + 8u)
 #define OFI_HELLO_SIZE (OFI_HDR_SIZE + NX_KEY_SIZE)
-enum ofi_kind { OFI_EAGER = 1, OFI_RTS = 2, OFI_HELLO = 3 };
+/* A HELLO then carries the sender's address on that rail (u16 length and
+ * the bytes), so that a receiver that refuses its key can say so. */
+#define OFI_HELLO_ADDR (OFI_HELLO_SIZE + 2u)
+/* A REFUSE carries the refused sender's id. */
+#define OFI_REFUSE_SIZE (OFI_HDR_SIZE + 8u)
+/* Refusals one process sends at most: each puts an address in the AV. */
+#define OFI_REFUSALS_MAX 64
+enum ofi_kind { OFI_EAGER = 1, OFI_RTS = 2, OFI_HELLO = 3, OFI_REFUSE = 4 };
 /* Fragments of one frame: at most 2^16, each at most OFI_FRAG_CAP bytes.
  * The cap keeps the buffer that receives a dropped frame's fragments
  * bounded: shm (libfabric 1.17) spins forever on a truncated receive of
@@ -103,7 +110,8 @@ enum ofi_ctx_kind {
   CTX_RXBUF,  /* an eager receive buffer */
   CTX_TX,     /* one part of a send: the message or a fragment */
   CTX_INJECT, /* an injected send (only its errors complete) */
-  CTX_RXFRAG  /* one fragment of a large frame being received */
+  CTX_RXFRAG, /* one fragment of a large frame being received */
+  CTX_REFUSE  /* an injected refusal of a sender's key (nothing to do) */
 };
 
 struct ofi_ctx {
@@ -166,10 +174,11 @@ struct ofi_rail {
 
   struct ofi_rxbuf *rxbufs[OFI_RX_BUFS];
   int nrxbufs;
-  struct ofi_rxbuf *repost; /* buffers to post again (EAGAIN) */
-  struct ofi_rx *unposted;  /* large receives with fragments to post */
-  int frag_recvs;           /* fragment receives posted, not completed */
-  uint8_t *scratch;         /* OFI_FRAG_CAP bytes where dropped fragments go */
+  struct ofi_rxbuf *repost;  /* buffers to post again (EAGAIN) */
+  struct ofi_rx *unposted;   /* large receives with fragments to post */
+  int frag_recvs;            /* fragment receives posted, not completed */
+  uint8_t *scratch;          /* OFI_FRAG_CAP bytes where dropped fragments go */
+  struct ofi_ctx refuse_ctx; /* of refusals (CTX_REFUSE) */
 };
 
 /* Another process: the endpoint connect() returns, one per process uuid,
@@ -188,6 +197,7 @@ struct ofi_peer {
   struct ofi_op *qhead, *qtail; /* ops with parts still to post */
   int dead;
   const char *why; /* why it died, for the log */
+  int status;      /* the NX_E* it is reported with (0: NX_EPEERDEAD) */
 
   /* Waiting for the driver: under ofi.attn_lock. */
   int attn;
@@ -287,7 +297,8 @@ struct ofi_wake_page {
 /* The module's state, one per nx_init. */
 struct ofi {
   const struct nx_core_api *core;
-  uint64_t id; /* this process's sender id */
+  uint64_t id;  /* this process's sender id */
+  int refusals; /* of wrong keys, sent (driver only) */
   uint32_t pid;
   uint64_t start_time, pidns;
   size_t queue_max;
@@ -399,6 +410,13 @@ void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err);
 void ofi_service(struct ofi *o);
 /* Marks a peer dead; the driver reports it and fails its frames. */
 void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why);
+/* The process whose sender id is `id` refused our key: its peer is
+ * reported failed with NX_EACCES. */
+void ofi_peer_refused(struct ofi *o, uint64_t id);
+/* Whether `a` (`len` bytes, `format`) is an address of rail `r`'s format
+ * that fi_av_insert may be given. */
+int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,
+                size_t len);
 /* Whether any live peer still has frames queued or in flight. */
 int ofi_sends_pending(struct ofi *o);
 /* Finalize: fails every frame still held and frees the peers. */

@@ -478,10 +478,64 @@ static void frag_done(struct ofi *o, struct ofi_rx *rx, int err) {
   rx_settle(o, rx);
 }
 
+/* Whether the HELLO `m` of `len` bytes has the right shape: the key, and
+ * the sender's address or (a raw sender) none. */
+static int hello_shape(const uint8_t *m, size_t len) {
+  return len == OFI_HELLO_SIZE ||
+         (len >= OFI_HELLO_ADDR &&
+          len == OFI_HELLO_ADDR + ofi_get16(m + OFI_HELLO_SIZE));
+}
+
+/* A sender presented the wrong key in its HELLO `m`: it is told (a
+ * REFUSE, injected to the address its HELLO gave), so that its RSRs are
+ * reported lost at once (NX_EACCES) rather than never confirmed. At most
+ * OFI_REFUSALS_MAX per process: each takes a place in the AV. */
+static void refuse(struct ofi_rail *r, const uint8_t *m, size_t len) {
+  struct ofi *o = r->o;
+  size_t alen = len > OFI_HELLO_ADDR ? len - OFI_HELLO_ADDR : 0;
+  const uint8_t *a = m + OFI_HELLO_ADDR;
+  if (alen == 0 || !r->can_inject || OFI_REFUSE_SIZE > r->inject_max ||
+      o->refusals >= OFI_REFUSALS_MAX ||
+      !ofi_addr_ok(r, r->addr_format, a, alen))
+    return;
+  o->refusals++;
+  fi_addr_t to;
+  uint8_t msg[OFI_REFUSE_SIZE];
+  ofi_put16(msg, OFI_MAGIC);
+  msg[2] = OFI_REFUSE;
+  msg[3] = 0;
+  ofi_put32(msg + 4, 0);
+  ofi_put64(msg + 8, o->id);
+  memcpy(msg + OFI_HDR_SIZE, m + 8, 8); /* the refused sender's id */
+  r->refuse_ctx.kind = CTX_REFUSE;
+  ofi_rail_lock(r);
+  if (fi_av_insert(r->av, a, 1, &to, 0, NULL) == 1) {
+    struct iovec iov = {msg, sizeof(msg)};
+    struct fi_msg fm = {
+        .msg_iov = &iov, .iov_count = 1, .addr = to, .context = &r->refuse_ctx};
+    ssize_t rc = fi_sendmsg(r->ep, &fm, FI_INJECT);
+    if (rc != 0)
+      OFI_LOG(o, 1, "%s: cannot tell a sender its key is wrong: %s", r->prov,
+              fi_strerror((int)-rc));
+  }
+  ofi_rail_unlock(r);
+}
+
 /* An eager buffer completed: one message from some sender. */
 static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   struct ofi *o = r->o;
   const uint8_t *m = b->data;
+  if (len >= OFI_REFUSE_SIZE && len <= b->size && ofi_get16(m) == OFI_MAGIC &&
+      m[2] == OFI_REFUSE) {
+    /* A peer refused our key: a REFUSE naming us. */
+    if (len == OFI_REFUSE_SIZE && m[3] == 0 &&
+        ofi_get64(m + OFI_HDR_SIZE) == o->id)
+      ofi_peer_refused(o, ofi_get64(m + 8));
+    else
+      o->core->bad_peer(OFI_NAME, "a malformed refusal");
+    post_rxbuf(r, b);
+    return;
+  }
   if (len < OFI_HELLO_SIZE || len > b->size || ofi_get16(m) != OFI_MAGIC ||
       m[2] < OFI_EAGER || m[2] > OFI_HELLO || m[3] != 0 ||
       (m[2] != OFI_HELLO && len < OFI_PRE_SIZE)) {
@@ -499,9 +553,11 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   }
   if (m[2] == OFI_HELLO || !s->authed) {
     /* Only the HELLO with our key, first, opens the door. */
-    int ok = m[2] == OFI_HELLO && !s->authed && !s->banned && seq == 0 &&
-             len == OFI_HELLO_SIZE &&
+    int hello = m[2] == OFI_HELLO && seq == 0 && hello_shape(m, len);
+    int ok = hello && !s->authed && !s->banned &&
              nxu_key_equal(m + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
+    if (hello && !ok && !s->authed && !s->banned)
+      refuse(r, m, len);
     post_rxbuf(r, b);
     if (ok) {
       s->authed = 1;

@@ -75,17 +75,29 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
   o->all = p;
   /* The HELLO goes first: frames queue behind it until the driver posts
    * it (connect usually comes well before the first send). */
+  /* The key, then our address on that rail (ofi.h, OFI_HELLO_ADDR). */
   struct ofi_op *hello = calloc(1, sizeof(*hello) + sizeof(struct ofi_ctx));
+  struct ofi_rail *hr = t->rail;
+  uint8_t *hm = malloc(OFI_HELLO_ADDR + hr->addr_len);
+  if (hello == NULL || hm == NULL) {
+    free(hello);
+    free(hm);
+    hello = NULL;
+  }
   pthread_mutex_lock(&p->lock);
   if (hello != NULL) {
     hello->peer = p;
     hello->nparts = 1;
     hello->seq = p->seq++;
-    ofi_put16(hello->pre, OFI_MAGIC);
-    hello->pre[2] = OFI_HELLO;
-    ofi_put32(hello->pre + 4, hello->seq);
-    ofi_put64(hello->pre + 8, o->id);
-    memcpy(hello->pre + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
+    ofi_put16(hm, OFI_MAGIC);
+    hm[2] = OFI_HELLO;
+    hm[3] = 0;
+    ofi_put32(hm + 4, hello->seq);
+    ofi_put64(hm + 8, o->id);
+    memcpy(hm + OFI_HDR_SIZE, o->core->key, NX_KEY_SIZE);
+    ofi_put16(hm + OFI_HELLO_SIZE, (unsigned)hr->addr_len);
+    memcpy(hm + OFI_HELLO_ADDR, hr->addr, hr->addr_len);
+    hello->bounce = hm;
     live_add(p, hello);
     enqueue_locked(p, hello);
   } else {
@@ -127,12 +139,33 @@ void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why) {
     attend(o, p, 1);
 }
 
+void ofi_peer_refused(struct ofi *o, uint64_t id) {
+  struct ofi_peer *found = NULL;
+  pthread_mutex_lock(&o->peers_lock);
+  for (struct ofi_peer *p = o->all; p != NULL && found == NULL;
+       p = p->all_next) {
+    uint64_t pid = 0;
+    for (int i = 0; i < 8; i++)
+      pid = pid << 8 | p->link.uuid[i];
+    if (pid == id)
+      found = p;
+  }
+  pthread_mutex_unlock(&o->peers_lock);
+  if (found == NULL)
+    return;
+  pthread_mutex_lock(&found->lock);
+  if (!found->dead)
+    found->status = NX_EACCES;
+  pthread_mutex_unlock(&found->lock);
+  ofi_peer_kill(o, found, "it refused our key (another computation's)");
+}
+
 static void report(struct ofi *o, struct ofi_peer *p) {
   if (atomic_exchange(&p->reported, 1))
     return;
   OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
           p->link.uuid[2], p->link.uuid[3], p->why != NULL ? p->why : "failed");
-  o->core->peer_failed(o, p, NX_EPEERDEAD);
+  o->core->peer_failed(o, p, p->status != 0 ? p->status : NX_EPEERDEAD);
 }
 
 /* Ops. */
@@ -361,7 +394,9 @@ static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
       struct iovec iov[NX_FRAME_IOV_MAX];
       size_t n = 1, len;
       if (f == NULL) {
-        iov[0] = (struct iovec){op->pre, OFI_HELLO_SIZE};
+        iov[0] = (struct iovec){op->bounce,
+                                OFI_HELLO_ADDR +
+                                    ofi_get16(op->bounce + OFI_HELLO_SIZE)};
       } else if (op->large) {
         iov[0] = (struct iovec){op->pre, OFI_RTS_SIZE};
       } else if (op->bounce != NULL) {

@@ -155,6 +155,7 @@ enum fb_report_field {
   FB_R_RX_PING, // ... and of its "ping"s
   FB_R_RX_PING_BAD_ORDER,
   FB_R_RX_PING_BAD_DATA,
+  FB_R_FLUSH, // -nx_flush()'s result before the report: 0 when all settled
   FB_R_COUNT
 };
 const size_t FB_PROTO_LEN = 16;

@@ -54,12 +54,14 @@ struct stub_log {
   long eproto = 0, bad_peer = 0, freed = 0;
   long sent_ok = 0, sent_failed = 0;
   std::vector<void *> failed_eps;
+  std::vector<int> failed_status;
   std::string last_bad;
   void clear() {
     std::lock_guard<std::mutex> g(m);
     delivered.clear();
     eproto = bad_peer = freed = sent_ok = sent_failed = 0;
     failed_eps.clear();
+    failed_status.clear();
   }
 };
 stub_log the_log;
@@ -128,9 +130,10 @@ void stub_send_done(nx_frame_t *, int status) {
 
 void stub_handover(nx_frame_t *) {}
 
-void stub_peer_failed(void *, void *ep, int) {
+void stub_peer_failed(void *, void *ep, int status) {
   std::lock_guard<std::mutex> g(the_log.m);
   the_log.failed_eps.push_back(ep);
+  the_log.failed_status.push_back(status);
 }
 
 void stub_bad_peer(const char *, const char *why) {
@@ -179,7 +182,7 @@ struct instance {
   int rc = -1;
   char why[256] = "";
 
-  explicit instance(uint8_t seed) {
+  explicit instance(uint8_t seed, const uint8_t *k = key) {
     for (int i = 0; i < 16; i++)
       uuid[i] = (uint8_t)(seed * 31 + i * 7 + 1);
     core = nx_core_api{};
@@ -195,7 +198,7 @@ struct instance {
     core.bad_peer = stub_bad_peer;
     core.wake = stub_wake;
     core.log = stub_log_fn;
-    core.key = key;
+    core.key = k;
     rc = ops()->init(&core, &state, why, sizeof(why));
     std::memset(&desc, 0, sizeof(desc));
     if (rc == 0)
@@ -708,6 +711,40 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   REQUIRE(drive(a, b, [&] { return delivered_count() == 2; }));
   std::lock_guard<std::mutex> g(the_log.m);
   CHECK(the_log.delivered[1].second == after.data);
+}
+
+TEST_CASE("a sender with another computation's key is told at once: its "
+          "peer fails with NX_EACCES, nothing is delivered",
+          "[ofi][module]") {
+  the_log.clear();
+  static const uint8_t other_key[NX_KEY_SIZE] = {
+      0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55,
+      0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55};
+  instance a(1, other_key), b(2);
+  REQUIRE_INSTANCE(a);
+  REQUIRE_INSTANCE(b);
+  nx_desc bd = b.view();
+  void *ep = nullptr;
+  REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
+  tx_frame f(7, pattern(100, 7));
+  int r;
+  while ((r = ops()->send(a.state, ep, &f.f, 0)) == NX_EAGAIN)
+    a.progress(), b.progress();
+  REQUIRE(r == 0);
+  // b refuses the HELLO and says so; a reports its peer failed with
+  // NX_EACCES (the core then reports the RSRs to it, docs/design.md
+  // section 9), well before any finalize bound.
+  REQUIRE(drive(a, b, [&] {
+    std::lock_guard<std::mutex> g(the_log.m);
+    return !the_log.failed_eps.empty();
+  }));
+  std::lock_guard<std::mutex> g(the_log.m);
+  REQUIRE(the_log.failed_eps.size() == 1);
+  CHECK(the_log.failed_eps[0] == ep);
+  CHECK(the_log.failed_status[0] == NX_EACCES);
+  CHECK(the_log.delivered.empty());
+  CHECK(the_log.bad_peer >= 1);
+  CHECK(the_log.last_bad == "a sender presented the wrong key");
 }
 
 TEST_CASE("threads sending to one peer while another drives: each frame "
