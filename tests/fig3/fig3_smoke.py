@@ -3,8 +3,9 @@
 tree: the CSV holds a row for every system and both sizes (the zero-copy
 RSR rows rsr-zc/<module>/nonthreaded and both raw TCP rows, blocking and
 busy-polled, included), the systems that exist everywhere were measured,
-the ratio table shows them, every goal printed divides two rows of this
-run's CSV with the verdict its limit gives, the plot's script draws the
+the ratio table shows them (its 8 B times and /TCPbest ratios from this
+run's CSV), every goal printed divides two rows of this run's CSV with the
+verdict its limit gives, the plot's script draws the
 paper's view, the ratios and one panel per module without a colour used
 twice in a panel, and the private pvmd was started and halted, leaving no
 pvmd behind, also when the run is stopped with Ctrl-C. Usage: fig3_smoke.py BUILD_ROOT SOURCE_ROOT."""
@@ -157,6 +158,30 @@ def check_goals(out, median, must):
                   "(%s), not %s" % (text, group, best[1], name))
 
 
+def check_table(out, median):
+    """The ratio table's rows at 8 B: each RSR row's time is its CSV
+    median, and its /TCPbest ratio divides it by the faster raw TCP row of
+    the same run."""
+    section = out.split("\n-- 8 B\n", 1)[-1].split("\n-- ", 1)[0]
+    tcp = [median[(n, 8)] for n in ["tcp/tcp/busy-polled",
+                                   "tcp/tcp/blocking"] if (n, 8) in median]
+    rows = 0
+    for line in section.splitlines():
+        f = line.split()
+        if len(f) < 6 or not f[0].startswith(("rsr/", "rsr-zc/")):
+            continue
+        rows += 1
+        t = median.get((f[0], 8))
+        check(t is not None and abs(float(f[1]) - t) <= 0.006,
+              "ratio table: %s at 8 B is its CSV median" % f[0])
+        if t is not None and tcp and f[5] != "-":
+            want = t / min(tcp)
+            check(abs(float(f[5]) - want) <= 0.006 * want,
+                  "ratio table: %s /TCPbest %s is %g / %g" % (
+                      f[0], f[5], t, min(tcp)))
+    check(rows > 0, "the ratio table has RSR rows at 8 B")
+
+
 PANELS = ["The paper's view", "The ratios the goals use",
           "RSR over local", "RSR over ucx", "RSR over ofi", "RSR over mpi",
           "RSR over tcp", "PVM 3.4"]
@@ -289,6 +314,7 @@ try:
         for n in ["tcp/tcp/blocking", "tcp/tcp/busy-polled"]:
             check(re.search(r"^%s +[0-9.]+\s*$" % n, r.stdout, re.M)
                   is not None, "the ratio table has %s" % n)
+        check_table(r.stdout, median)
         check_goals(r.stdout, median, must)
         check_plot(outdir, median)
     # 2. Ctrl-C while it measures: pvmd is halted all the same. The run
