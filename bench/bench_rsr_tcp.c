@@ -72,7 +72,8 @@ static char send_buf[MAX_PAYLOAD];
  * two processes on the same two cores, this one on pin_cpu[0] and the
  * peer on pin_cpu[1] (-1: not pinned). Unpinned, the scheduler of a busy
  * machine often stacks both busy-polling processes on one core, and every
- * round trip then waits for a time slice. */
+ * round trip then waits for a time slice: --no-pin runs this benchmark
+ * unpinned, which shows what pinning buys. */
 static int pin_cpu[2] = {-1, -1};
 static cpu_set_t all_cpus;
 static char recv_buf[MAX_PAYLOAD];

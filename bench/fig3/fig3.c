@@ -55,7 +55,9 @@ double fig3_now_us(void) {
 
 /* Makes up to `n` round trips, stopping after `limit_us`; returns how many
  * were made. The clock is read every 16 round trips: reading it costs
- * about 20 ns, a tenth of the fastest round trip. */
+ * about 20 ns, a tenth of the fastest round trip bench/run times
+ * (rsr/local/nonthreaded, 0.28-0.32 us in docs/performance.md), so every
+ * 16th costs about 1 ns per round trip. */
 static int loop(void (*round_trip)(void *), void *arg, int n, double limit_us,
                 double *elapsed_us) {
   double t0 = fig3_now_us(), t = t0;

@@ -1,10 +1,13 @@
-/* The raw TCP floor of the Figure 3 run: a length-prefixed array of doubles
+/* The raw TCP floors of the Figure 3 run: a length-prefixed array of doubles
  * back and forth over a loopback connection between this process and a forked
- * child, both blocking in recv. */
+ * child, both blocking in recv or (--busy) both busy-polling a non-blocking
+ * socket, each on a core of its own (as bench_rsr_tcp's raw-busy anchor). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,21 +21,34 @@
 
 #include "fig3.h"
 
-/* Usage: fig3_tcp [--size N] [--iters N] [--warm N] [--reps N]
- * Every message is an 8-byte length and the payload, sent with one writev
- * and read with MSG_WAITALL (one wake-up per message), TCP_NODELAY on both
- * ends: the least any message-passing system over TCP has to do. */
+/* Usage: fig3_tcp [--busy] [--size N] [--iters N] [--warm N] [--reps N]
+ *                 [--max-ms N]
+ * Every message is an 8-byte length and the payload, sent with one writev,
+ * TCP_NODELAY on both ends: the least any message-passing system over TCP
+ * has to do. Blocking (the default), each read is a recv with MSG_WAITALL
+ * (one wake-up per message). With --busy both sockets are non-blocking and
+ * both processes spin on recv's EAGAIN, this one pinned to the first CPU it
+ * may run on and the child to the second (when there are two): the best
+ * raw TCP round trip, which bench_rsr_tcp's raw-busy anchor also measures.
+ * Whether busy-polling pays is what bench/run shows, printing the two rows
+ * side by side (tcp/tcp/busy-polled against tcp/tcp/blocking, same run), as
+ * bench_rsr_tcp does (raw-busy against raw-blocking): about 10 us against
+ * 90 us at 8 B on an idle machine; on a loaded one the spinning pair can
+ * lose, so the goals divide by the faster of the two. */
 
 static char out_buf[FIG3_MAX_BYTES];
 static char in_buf[FIG3_MAX_BYTES];
+static int busy;                  /* --busy: spin on EAGAIN */
+static int pin_cpu[2] = {-1, -1}; /* --busy: this process's, the child's */
 
+/* Reads `n` bytes: blocking with MSG_WAITALL, or spinning on EAGAIN. */
 static void recv_all(int fd, char *buf, size_t n) {
   while (n > 0) {
-    ssize_t r = recv(fd, buf, n, MSG_WAITALL);
+    ssize_t r = recv(fd, buf, n, busy ? 0 : MSG_WAITALL);
     if (r > 0) {
       buf += r;
       n -= (size_t)r;
-    } else if (r == 0 || errno != EINTR) {
+    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
       fig3_die("recv: %s", r == 0 ? "connection closed" : strerror(errno));
     }
   }
@@ -46,7 +62,7 @@ static void send_msg(int fd, const char *buf, size_t n) {
   int first = 0;
   while (left > 0) {
     ssize_t r = writev(fd, iov + first, 2 - first);
-    if (r < 0 && errno == EINTR)
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (r <= 0)
       fig3_die("writev: %s", strerror(errno));
@@ -73,6 +89,20 @@ static size_t recv_msg(int fd, char *buf) {
   return (size_t)len;
 }
 
+/* The echo peer's read of a length: 0 once the connection closed. */
+static int recv_len(int fd, uint64_t *len) {
+  size_t got = 0;
+  while (got < sizeof(*len)) {
+    ssize_t r =
+        recv(fd, (char *)len + got, sizeof(*len) - got, busy ? 0 : MSG_WAITALL);
+    if (r > 0)
+      got += (size_t)r;
+    else if (r == 0 || (errno != EINTR && errno != EAGAIN))
+      return 0;
+  }
+  return 1;
+}
+
 struct ping {
   int fd;
   size_t size;
@@ -88,6 +118,34 @@ static void ping_once(void *arg) {
 static void tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (busy)
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* --busy: the first two CPUs this process may run on, one per process, as
+ * bench_rsr_tcp pins its raw and RSR pairs (and mpirun binds its two
+ * ranks). Unpinned, a busy machine's scheduler often puts both spinning
+ * processes on one core, and every round trip then waits for a time slice.
+ * With one CPU nothing is pinned. */
+static void choose_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return;
+  for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < 2; cpu++)
+    if (CPU_ISSET(cpu, &set))
+      pin_cpu[k++] = cpu;
+  if (pin_cpu[1] < 0)
+    pin_cpu[0] = -1;
+}
+
+static void pin_to(int cpu) {
+  if (cpu < 0)
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    fig3_die("pinning to CPU %d: %s", cpu, strerror(errno));
 }
 
 int main(int argc, char **argv) {
@@ -95,12 +153,16 @@ int main(int argc, char **argv) {
   struct fig3_opts o = {
       .size = 8, .iters = 1000, .warm = 100, .reps = 1, .max_ms = 1000};
   for (int i = 1; i < argc; i++) {
-    if (fig3_common_option(argc, argv, &i, &o) <= 0) {
-      fprintf(stderr, "usage: fig3_tcp [--size BYTES] [--iters N] "
-                      "[--warm N] [--reps N]\n");
+    if (strcmp(argv[i], "--busy") == 0) {
+      busy = 1;
+    } else if (fig3_common_option(argc, argv, &i, &o) <= 0) {
+      fprintf(stderr, "usage: fig3_tcp [--busy] [--size BYTES] [--iters N] "
+                      "[--warm N] [--reps N] [--max-ms N]\n");
       return 2;
     }
   }
+  if (busy)
+    choose_cpus();
   signal(SIGPIPE, SIG_IGN);
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in in = {.sin_family = AF_INET,
@@ -115,6 +177,7 @@ int main(int argc, char **argv) {
   if (pid == 0) {
     /* The echo peer: ends when the connection does. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    pin_to(pin_cpu[1]);
     close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&in, sizeof(in)) < 0)
@@ -122,7 +185,7 @@ int main(int argc, char **argv) {
     tune(fd);
     for (;;) {
       uint64_t len;
-      if (recv(fd, &len, sizeof(len), MSG_WAITALL) != sizeof(len))
+      if (!recv_len(fd, &len))
         _exit(0);
       if (len > FIG3_MAX_BYTES)
         _exit(1);
@@ -130,6 +193,7 @@ int main(int argc, char **argv) {
       send_msg(fd, in_buf, (size_t)len);
     }
   }
+  pin_to(pin_cpu[0]);
   int fd = accept(lfd, NULL, NULL);
   if (fd < 0)
     fig3_die("accept: %s", strerror(errno));
