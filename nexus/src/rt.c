@@ -8,6 +8,51 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The error callbacks: slot 0 is nx_error_cb_set's, slots 1.. those
+ * nx_error_cb_add installed, in the order added. Calls hold `errcb_lock`
+ * to read, so that a change (which takes it to write) returns only when no
+ * call of a removed callback is running. A callback that adds or sets one
+ * gets NX_EBUSY; one that removes one empties its slot without waiting
+ * (the calls running now finish). */
+#define ERRCBS 16
+static pthread_rwlock_t errcb_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct {
+  _Atomic nx_error_cb cb;
+  void *arg;
+  int handle;
+} errcbs[ERRCBS];
+static int errcb_end = 1; /* slots in use are below it */
+static unsigned errcb_serial;
+static _Thread_local int in_errcb;
+
+static void errcbs_clear(void) {
+  pthread_rwlock_wrlock(&errcb_lock);
+  for (int i = 0; i < ERRCBS; i++)
+    atomic_store(&errcbs[i].cb, NULL);
+  errcb_end = 1;
+  pthread_rwlock_unlock(&errcb_lock);
+}
+
+/* Calls every installed callback; 0 if there is none. */
+static int errcbs_call(int err, uint64_t context, uint32_t handler) {
+  int nested = in_errcb > 0; /* a callback's own drop: the lock is held */
+  if (!nested)
+    pthread_rwlock_rdlock(&errcb_lock);
+  in_errcb++;
+  int called = 0;
+  for (int i = 0; i < errcb_end; i++) {
+    nx_error_cb cb = atomic_load(&errcbs[i].cb);
+    if (cb != NULL) {
+      cb(err, context, handler, errcbs[i].arg);
+      called = 1;
+    }
+  }
+  in_errcb--;
+  if (!nested)
+    pthread_rwlock_unlock(&errcb_lock);
+  return called;
+}
+
 struct nxi_runtime nxi_rt;
 
 #define DROPS_LOGGED_MAX 10
@@ -44,7 +89,7 @@ void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.lazy_parked, 0);
   atomic_store(&nxi_rt.rsr_forwarded, 0);
   atomic_store(&nxi_rt.route_fallbacks, 0);
-  nxi_rt.error_cb = NULL;
+  errcbs_clear();
 }
 
 /* Handler names registered in any context of this process, by id, so that a
@@ -96,12 +141,8 @@ void nxi_drop(int err, uint64_t context, uint32_t handler) {
                                       ? &nxi_rt.drop_no_context
                                       : &nxi_rt.rsr_failed;
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
-  nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
-  if (cb != NULL) {
-    cb(err, context, handler,
-       __atomic_load_n(&nxi_rt.error_arg, __ATOMIC_RELAXED));
+  if (errcbs_call(err, context, handler))
     return;
-  }
   if (atomic_fetch_add(&nxi_rt.drops_logged, 1) < DROPS_LOGGED_MAX) {
     char name[NAME_MAX_LEN + 24];
     handler_name(handler, name, sizeof(name));
@@ -113,10 +154,7 @@ void nxi_drop(int err, uint64_t context, uint32_t handler) {
 void nxi_report_proc(int status, uint32_t proc) {
   atomic_fetch_add(&nxi_rt.peers_failed, 1);
   nxi_log(1, NULL, "peer process %#x: %s", proc, nx_strerror(status));
-  nx_error_cb cb = __atomic_load_n(&nxi_rt.error_cb, __ATOMIC_ACQUIRE);
-  if (cb != NULL)
-    cb(status, nxi_ctxid(proc, 0), 0,
-       __atomic_load_n(&nxi_rt.error_arg, __ATOMIC_RELAXED));
+  errcbs_call(status, nxi_ctxid(proc, 0), 0);
 }
 
 int nx_stats_get(nx_stats_t *s) {
@@ -142,7 +180,66 @@ int nx_stats_get(nx_stats_t *s) {
 int nx_error_cb_set(nx_error_cb cb, void *arg) {
   if (!nxi_ready())
     return NX_ENOTINIT;
-  __atomic_store_n(&nxi_rt.error_arg, arg, __ATOMIC_RELAXED);
-  __atomic_store_n(&nxi_rt.error_cb, cb, __ATOMIC_RELEASE);
+  if (in_errcb > 0)
+    return NX_EBUSY;
+  pthread_rwlock_wrlock(&errcb_lock);
+  errcbs[0].arg = arg;
+  atomic_store(&errcbs[0].cb, cb);
+  pthread_rwlock_unlock(&errcb_lock);
   return 0;
+}
+
+int nx_error_cb_add(nx_error_cb cb, void *arg) {
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (cb == NULL)
+    return NX_EINVAL;
+  if (in_errcb > 0)
+    return NX_EBUSY;
+  int r = NX_ENOMEM;
+  pthread_rwlock_wrlock(&errcb_lock);
+  if (errcb_end == ERRCBS) {
+    /* Full at the end: close the gaps removals left, keeping the order. */
+    int k = 1;
+    for (int i = 1; i < ERRCBS; i++)
+      if (atomic_load(&errcbs[i].cb) != NULL) {
+        errcbs[k].arg = errcbs[i].arg;
+        errcbs[k].handle = errcbs[i].handle;
+        atomic_store(&errcbs[k++].cb, atomic_load(&errcbs[i].cb));
+      }
+    for (int i = k; i < ERRCBS; i++)
+      atomic_store(&errcbs[i].cb, NULL);
+    errcb_end = k;
+  }
+  if (errcb_end < ERRCBS) {
+    /* A handle names one installation: a serial number, never 0. */
+    errcb_serial = errcb_serial % 0x7fffffu + 1;
+    int i = errcb_end++;
+    errcbs[i].arg = arg;
+    errcbs[i].handle = r = (int)(errcb_serial << 8);
+    atomic_store(&errcbs[i].cb, cb);
+  }
+  pthread_rwlock_unlock(&errcb_lock);
+  return r;
+}
+
+int nx_error_cb_remove(int handle) {
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (handle <= 0)
+    return NX_ENOENT;
+  /* From inside a callback this thread holds the lock to read: the slot
+   * is emptied without waiting (the calls running now finish). */
+  int inside = in_errcb > 0;
+  if (!inside)
+    pthread_rwlock_wrlock(&errcb_lock);
+  int r = NX_ENOENT;
+  for (int i = 1; i < errcb_end && r != 0; i++)
+    if (atomic_load(&errcbs[i].cb) != NULL && errcbs[i].handle == handle) {
+      atomic_store(&errcbs[i].cb, NULL);
+      r = 0;
+    }
+  if (!inside)
+    pthread_rwlock_unlock(&errcb_lock);
+  return r;
 }

@@ -46,8 +46,6 @@ struct nxi_runtime {
   atomic_uint_fast64_t rsr_sent, rsr_handled, drop_no_handler, drop_no_context,
       drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_started,
       lazy_parked, rsr_forwarded, route_fallbacks;
-  nx_error_cb error_cb;
-  void *error_arg;
   atomic_int drops_logged;
 };
 

@@ -3,6 +3,9 @@
 // NX_E* codes; nothing crashes or hangs.
 #include <catch2/catch.hpp>
 
+#include <mutex>
+#include <string>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -87,6 +90,116 @@ TEST_CASE("an RSR for an unknown handler is dropped, counted and reported",
   CHECK(h2.n.get() == 0);
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&other);
+  nx_gp_release(&gp);
+}
+
+namespace {
+// Records the order in which callbacks ran (a digit per callback).
+struct call_order {
+  std::mutex m;
+  std::string seen;
+  latch n;
+};
+template <char Tag> void on_drop_tagged(int, uint64_t, uint32_t, void *arg) {
+  auto *o = static_cast<call_order *>(arg);
+  {
+    std::lock_guard<std::mutex> g(o->m);
+    o->seen += Tag;
+  }
+  o->n.add();
+}
+std::atomic<int> removed_inside{1}, add_inside{0}, set_inside{0};
+std::atomic<int> inner_handle{0};
+// Removes another callback from inside a call, and tries to add one.
+void on_drop_remover(int, uint64_t, uint32_t, void *arg) {
+  auto *o = static_cast<call_order *>(arg);
+  if (inner_handle > 0) {
+    removed_inside = nx_error_cb_remove(inner_handle);
+    inner_handle = 0;
+  }
+  // Checked by the test's thread (Catch2 asserts on one thread only).
+  add_inside = nx_error_cb_add(on_drop_tagged<'x'>, arg);
+  set_inside = nx_error_cb_set(on_drop_tagged<'x'>, arg);
+  {
+    std::lock_guard<std::mutex> g(o->m);
+    o->seen += 'r';
+  }
+  o->n.add();
+}
+} // namespace
+
+TEST_CASE("several error callbacks: each is called, in order; removed ones "
+          "are not; misuse gets a code",
+          "[badinput]") {
+  CHECK(nx_error_cb_add(on_drop_tagged<'a'>, nullptr) == NX_ENOTINIT);
+  CHECK(nx_error_cb_remove(1) == NX_ENOTINIT);
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  call_order o;
+  CHECK(nx_error_cb_add(nullptr, &o) == NX_EINVAL);
+  int ha = nx_error_cb_add(on_drop_tagged<'a'>, &o);
+  int hb = nx_error_cb_add(on_drop_tagged<'b'>, &o);
+  REQUIRE(ha > 0);
+  REQUIRE(hb > 0);
+  CHECK(ha != hb);
+  REQUIRE(nx_error_cb_set(on_drop_tagged<'s'>, &o) == 0);
+  hits h;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &h, &gp) == 0);
+  send(&gp, "no-such-handler");
+  REQUIRE(o.n.wait_for(3) == 3);
+  {
+    std::lock_guard<std::mutex> g(o.m);
+    CHECK(o.seen == "sab"); // the program's first, then in the order added
+    o.seen.clear();
+  }
+  // Removed: not called again; a second removal and a made-up handle fail.
+  REQUIRE(nx_error_cb_remove(ha) == 0);
+  CHECK(nx_error_cb_remove(ha) == NX_ENOENT);
+  CHECK(nx_error_cb_remove(0) == NX_ENOENT);
+  CHECK(nx_error_cb_remove(-5) == NX_ENOENT);
+  CHECK(nx_error_cb_remove(ha + 1) == NX_ENOENT);
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
+  send(&gp, "no-such-handler");
+  REQUIRE(o.n.wait_for(4) == 4);
+  {
+    std::lock_guard<std::mutex> g(o.m);
+    CHECK(o.seen == "b");
+    o.seen.clear();
+  }
+  // From inside a callback: another is removed at once (this call still
+  // reaches the callbacks before it only), adding and setting are refused.
+  int hr = nx_error_cb_add(on_drop_remover, &o);
+  REQUIRE(hr > 0);
+  inner_handle = nx_error_cb_add(on_drop_tagged<'c'>, &o);
+  REQUIRE(inner_handle > 0);
+  send(&gp, "no-such-handler");
+  REQUIRE(o.n.wait_for(6) == 6);
+  CHECK(removed_inside == 0);
+  CHECK(add_inside == NX_EBUSY);
+  CHECK(set_inside == NX_EBUSY);
+  send(&gp, "no-such-handler");
+  REQUIRE(o.n.wait_for(8) == 8);
+  {
+    std::lock_guard<std::mutex> g(o.m);
+    CHECK(o.seen == "brbr");
+  }
+  // 15 may be added; the 16th is refused, and removals make room again.
+  std::vector<int> more;
+  for (;;) {
+    int hh = nx_error_cb_add(on_drop_tagged<'m'>, &o);
+    if (hh < 0) {
+      CHECK(hh == NX_ENOMEM);
+      break;
+    }
+    more.push_back(hh);
+  }
+  CHECK(more.size() == 13); // b and the remover hold two of the 15
+  REQUIRE(nx_error_cb_remove(more.back()) == 0);
+  CHECK(nx_error_cb_add(on_drop_tagged<'m'>, &o) > 0);
+  nx_stats_t s;
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.drop_no_handler == 4);
   nx_gp_release(&gp);
 }
 

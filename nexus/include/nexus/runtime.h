@@ -103,9 +103,27 @@ NX_EXTERN int nx_stats_get(nx_stats_t *stats);
 typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
                             void *arg);
 
-/* Installs `cb` (NULL restores the default: one line on stderr for each of
- * the first few drops). Returns 0 or NX_ENOTINIT. */
+/* Installs `cb` as the program's callback, replacing the one installed
+ * before with this call (NULL removes it). Callbacks added with
+ * nx_error_cb_add stay; when none is installed at all, the default is one
+ * line on stderr for each of the first few drops. Returns 0, NX_ENOTINIT,
+ * or NX_EBUSY when called from inside an error callback. */
 NX_EXTERN int nx_error_cb_set(nx_error_cb cb, void *arg);
+
+/* Adds `cb` beside the callbacks already installed, for libraries and
+ * frontends that must not replace the program's: every installed callback
+ * is called for each report, nx_error_cb_set's first, then these in the
+ * order they were added. Returns a handle (> 0) for nx_error_cb_remove, or
+ * NX_ENOTINIT, NX_EINVAL (cb NULL), NX_ENOMEM (15 added already), NX_EBUSY
+ * (called from inside an error callback). */
+NX_EXTERN int nx_error_cb_add(nx_error_cb cb, void *arg);
+
+/* Removes the callback that nx_error_cb_add returned `handle` for. When it
+ * returns, no call of that callback is running on another thread (so its
+ * `arg` may be freed); from inside an error callback it returns at once
+ * and the calls running finish. Returns 0, NX_ENOTINIT, or NX_ENOENT (no
+ * such handle, or removed already). Handles end with nx_finalize. */
+NX_EXTERN int nx_error_cb_remove(int handle);
 
 /* What the loader did with one protocol module (for nxinfo and tests). */
 typedef struct nx_module_info {
