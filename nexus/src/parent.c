@@ -195,14 +195,28 @@ static void key_var(char *buf, size_t cap) {
   nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, buf + 7);
 }
 
-/* The child's environment: ours, without launcher variables, plus its
+/* Whether `var` ("NAME=...") sets a name that is in `vars` (NULL-ended
+ * "NAME=value" entries, or NULL). */
+static int var_in(const char *var, char *const *vars) {
+  size_t len = strcspn(var, "=");
+  for (size_t i = 0; vars != NULL && vars[i] != NULL; i++)
+    if (strncmp(vars[i], var, len) == 0 && vars[i][len] == '=')
+      return 1;
+  return 0;
+}
+
+/* The child's environment: ours (unless NX_CREATE_ENV_ONLY), without
+ * launcher variables and those `extra` sets, then `extra`, plus its
  * channel and the computation's key. Built before fork: the child may only
  * call async-signal-safe functions. */
-static char **child_env(int fd) {
-  size_t n = 0;
-  while (environ[n] != NULL)
+static char **child_env(int fd, const nx_context_attr_t *attr) {
+  char *const *extra = attr->env;
+  size_t n = 0, x = 0;
+  while (!(attr->flags & NX_CREATE_ENV_ONLY) && environ[n] != NULL)
     n++;
-  char **env = calloc(n + 3, sizeof(char *));
+  while (extra != NULL && extra[x] != NULL)
+    x++;
+  char **env = calloc(n + x + 3, sizeof(char *));
   if (env == NULL)
     return NULL;
   size_t k = 0;
@@ -210,8 +224,10 @@ static char **child_env(int fd) {
     if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
         strncmp(environ[i], "NX_KEY=", 7) != 0 &&
         strncmp(environ[i], "NX_RANK=", 8) != 0 &&
-        strncmp(environ[i], "NX_SIZE=", 8) != 0)
+        strncmp(environ[i], "NX_SIZE=", 8) != 0 && !var_in(environ[i], extra))
       env[k++] = environ[i];
+  for (size_t i = 0; i < x; i++)
+    env[k++] = extra[i];
   static char fd_var[32];
   static char key[8 + 2 * NX_KEY_SIZE];
   snprintf(fd_var, sizeof(fd_var), "NX_CTL_FD=%d", fd);
@@ -230,7 +246,8 @@ static int create_timeout_ms(void) {
 }
 
 /* Starts a child with fork/exec and a socket pair as its channel. */
-static int fork_child(const char *exe, char *const argv[], struct child *c) {
+static int fork_child(const char *exe, char *const argv[],
+                      const nx_context_attr_t *attr, struct child *c) {
   static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&create_lock); /* child_env's static strings */
   int sv[2];
@@ -238,7 +255,7 @@ static int fork_child(const char *exe, char *const argv[], struct child *c) {
     pthread_mutex_unlock(&create_lock);
     return NX_EAGAIN;
   }
-  char **env = child_env(sv[1]);
+  char **env = child_env(sv[1], attr);
   int r = env != NULL ? ensure_monitor() : NX_ENOMEM;
   if (r < 0)
     goto err_free;
@@ -275,14 +292,24 @@ err_free:
 /* Starts a child through module m's launcher; its channel is the
  * module's. Besides what the launcher gives it, it gets the key. */
 static int spawn_child(struct nxi_module *m, const nx_node_t *node,
-                       const char *exe, char *const argv[], int timeout_ms,
+                       const char *exe, char *const argv[],
+                       const nx_context_attr_t *attr, int timeout_ms,
                        struct child *c) {
   char key[8 + 2 * NX_KEY_SIZE];
   key_var(key, sizeof(key));
-  const char *const env[] = {key, NULL};
+  size_t x = 0;
+  while (attr->env != NULL && attr->env[x] != NULL)
+    x++;
+  const char **env = calloc(x + 2, sizeof(*env));
+  if (env == NULL)
+    return NX_ENOMEM;
+  for (size_t i = 0; i < x; i++)
+    env[i] = attr->env[i];
+  env[x] = key;
   void *ctl = NULL;
   int r = m->launch->spawn(m->state, node->host, node->id, exe, argv, env,
                            timeout_ms, &ctl);
+  free(env);
   if (r < 0)
     return r;
   c->pid = 0;
@@ -327,15 +354,41 @@ static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
 
 static void kill_and_reap(struct child *c, int grace_ms);
 
+/* Whether `attr` is well formed (nx_context_create_attr). */
+static int attr_ok(const nx_context_attr_t *attr) {
+  if ((attr->flags & ~NX_CREATE_ENV_ONLY) != 0 || attr->timeout_ms < 0)
+    return 0;
+  for (size_t i = 0; attr->env != NULL && attr->env[i] != NULL; i++) {
+    const char *v = attr->env[i];
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v || strchr(v, '\n') != NULL ||
+        strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0)
+      return 0;
+  }
+  return 1;
+}
+
 int nx_context_create(const nx_node_t *node, const char *exe,
                       char *const argv[], nx_gp_t *gp) {
-  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL)
+  return nx_context_create_attr(node, exe, argv, NULL, gp);
+}
+
+int nx_context_create_attr(const nx_node_t *node, const char *exe,
+                           char *const argv[], const nx_context_attr_t *attr,
+                           nx_gp_t *gp) {
+  static const nx_context_attr_t defaults = {NULL, 0, 0};
+  if (attr == NULL)
+    attr = &defaults;
+  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL ||
+      !attr_ok(attr))
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
   struct nxi_module *m = NULL;
   if (!nxi_node_is_local(node) && (m = nxi_module_launcher(node->host)) == NULL)
     return NX_ENOTSUP;
+  if (m != NULL && (attr->flags & NX_CREATE_ENV_ONLY))
+    return NX_ENOTSUP; /* a launcher gives its processes its environment */
   char *const default_argv[] = {(char *)exe, NULL};
   if (argv == NULL || argv[0] == NULL)
     argv = default_argv;
@@ -343,10 +396,11 @@ int nx_context_create(const nx_node_t *node, const char *exe,
   if (c == NULL)
     return NX_ENOMEM;
   c->chan.fd = -1;
-  int timeout_ms = create_timeout_ms();
+  int timeout_ms =
+      attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
   uint64_t start = nxu_now_ms();
-  int r = m != NULL ? spawn_child(m, node, exe, argv, timeout_ms, c)
-                    : fork_child(exe, argv, c);
+  int r = m != NULL ? spawn_child(m, node, exe, argv, attr, timeout_ms, c)
+                    : fork_child(exe, argv, attr, c);
   if (r < 0) {
     free(c);
     return r;

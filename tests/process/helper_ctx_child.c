@@ -157,6 +157,16 @@ int main(int argc, char **argv) {
       nx_gp_release(&gps[i]);
     free(gps);
   }
+  if (strcmp(mode, "env") == 0 && argc > 2) {
+    /* What nx_context_create_attr set: NXT_A, NXT_B, and whether the
+     * creator's NXT_PARENT came along ("-" when unset). */
+    const char *a = getenv("NXT_A"), *b = getenv("NXT_B"),
+               *p = getenv("NXT_PARENT");
+    char text[256];
+    snprintf(text, sizeof(text), "%s %s %s\n", a ? a : "-", b ? b : "-",
+             p ? p : "-");
+    write_result(argv[2], -1, text);
+  }
   if (strcmp(mode, "die-hang") == 0) {
     /* Under nxrun: rank 1 dies once all are ready; the others hang (only
      * nxrun --stop-on-death ends them soon). */

@@ -125,6 +125,79 @@ TEST_CASE("a process context that cannot start, or never gets ready",
   CHECK(no_children());
 }
 
+namespace {
+// Starts ctx_child "env" with `attr`; returns what it wrote ("" if none).
+std::string child_env(const nx_node_t &node, const nx_context_attr_t *attr,
+                      int *rc) {
+  char path[] = "/tmp/nx_env_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  nx_gp_t gp = NX_GP_NULL;
+  char *const argv[] = {(char *)"ctx_child", (char *)"env", path, nullptr};
+  *rc = nx_context_create_attr(&node, CHILD_EXE, argv, attr, &gp);
+  std::string line;
+  if (*rc == 0) {
+    REQUIRE(nx_context_destroy(&gp) == 0); // it wrote the file before serving
+    std::ifstream in(path);
+    std::getline(in, line);
+    nx_gp_release(&gp);
+  }
+  unlink(path);
+  return line;
+}
+} // namespace
+
+TEST_CASE("nx_context_create_attr: an environment for the child, only it if "
+          "asked, and misuse refused",
+          "[process][badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  setenv("NXT_PARENT", "p", 1);
+  setenv("NXT_B", "parent-b", 1);
+  int rc = -1;
+  // No attributes: nx_context_create's environment.
+  CHECK(child_env(node, nullptr, &rc) == "- parent-b p");
+  CHECK(rc == 0);
+  // Entries set over the inherited ones.
+  char *const env[] = {(char *)"NXT_A=1", (char *)"NXT_B=two words", nullptr};
+  nx_context_attr_t attr = {env, 0, 0};
+  CHECK(child_env(node, &attr, &rc) == "1 two words p");
+  CHECK(rc == 0);
+  // Only them (the child still starts: nexus adds what it needs).
+  attr.flags = NX_CREATE_ENV_ONLY;
+  CHECK(child_env(node, &attr, &rc) == "1 two words -");
+  CHECK(rc == 0);
+  // A timeout of its own: a child that never gets ready.
+  char *const stuck[] = {(char *)"ctx_child", (char *)"no-ready", nullptr};
+  nx_context_attr_t quick = {nullptr, 0, 300};
+  nx_gp_t gp = NX_GP_NULL;
+  CHECK(nx_context_create_attr(&node, CHILD_EXE, stuck, &quick, &gp) ==
+        NX_ETIMEDOUT);
+  // Misuse.
+  char *const no_eq[] = {(char *)"NXT_A", nullptr};
+  char *const empty_name[] = {(char *)"=1", nullptr};
+  char *const newline[] = {(char *)"NXT_A=1\nNXT_C=2", nullptr};
+  char *const key[] = {(char *)"NX_KEY=00", nullptr};
+  char *const fd[] = {(char *)"NX_CTL_FD=3", nullptr};
+  for (char *const *bad : {no_eq, empty_name, newline, key, fd}) {
+    nx_context_attr_t b = {bad, 0, 0};
+    CHECK(nx_context_create_attr(&node, CHILD_EXE, nullptr, &b, &gp) ==
+          NX_EINVAL);
+  }
+  nx_context_attr_t flags = {nullptr, 0x80, 0};
+  CHECK(nx_context_create_attr(&node, CHILD_EXE, nullptr, &flags, &gp) ==
+        NX_EINVAL);
+  nx_context_attr_t negative = {nullptr, 0, -1};
+  CHECK(nx_context_create_attr(&node, CHILD_EXE, nullptr, &negative, &gp) ==
+        NX_EINVAL);
+  CHECK(nx_gp_is_null(&gp));
+  unsetenv("NXT_PARENT");
+  unsetenv("NXT_B");
+  CHECK(no_children());
+}
+
 TEST_CASE("a created process context knows its creator", "[process]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);

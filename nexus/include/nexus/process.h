@@ -44,6 +44,32 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
 NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
                                 char *const argv[], nx_gp_t *gp);
 
+/* Attributes of a new process context for nx_context_create_attr; all
+ * zero gives what nx_context_create does. */
+typedef struct nx_context_attr {
+  /* "NAME=value" entries (NULL-ended), or NULL: set in the child's
+   * environment, over the variables it would get otherwise. NX_KEY and
+   * NX_CTL_FD are nexus's own (NX_EINVAL). */
+  char *const *env;
+  unsigned flags; /* NX_CREATE_* */
+  int timeout_ms; /* how long to wait for it; 0: NX_CREATE_TIMEOUT */
+} nx_context_attr_t;
+
+/* The child's environment is `env` alone (plus what nexus gives it), not
+ * a copy of the creator's. Local nodes only: a launcher's node ("mpi")
+ * gives its processes its own environment (NX_ENOTSUP). */
+#define NX_CREATE_ENV_ONLY 1u
+
+/* nx_context_create with attributes (`attr` may be NULL). Besides its
+ * codes: NX_EINVAL for an unknown flag, a negative timeout, or an env
+ * entry without '=' (or with a newline: launchers pass them a line each)
+ * or naming NX_KEY or NX_CTL_FD; NX_ENOTSUP for NX_CREATE_ENV_ONLY on a
+ * launcher's node. */
+NX_EXTERN int nx_context_create_attr(const nx_node_t *node, const char *exe,
+                                     char *const argv[],
+                                     const nx_context_attr_t *attr,
+                                     nx_gp_t *gp);
+
 /* In a program started as a process context (by nx_context_create, on
  * any kind of node, or nxrun): its initial context is initialised; the
  * creator gets its gp now.
