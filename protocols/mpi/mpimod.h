@@ -211,7 +211,8 @@ static inline void mpimod_unlock(struct mpimod *m) {
     pthread_mutex_unlock(&m->big);
 }
 
-/* mpi_spawn.c: the ABI 5 launching slots (docs/mpi.md, "Spawning"). */
+/* mpi_spawn.c: the launcher table's spawning slots (docs/mpi.md, "Spawning").
+ */
 int mpimod_node_spec(void *state, const char *spec, char *why, size_t why_len);
 int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
                  char *const argv[], const char *const env[], int timeout_ms,

@@ -415,7 +415,7 @@ void ofi_wake_after_send(struct ofi *o, struct ofi_peer *p);
 /* progress(): `events` were handled in this call; returns more events
  * (peer deaths found, work seen while arming). */
 int ofi_wake_progress(struct ofi *o, int events);
-/* The core is about to sleep (ABI 7 `arm`): arms every wake-up source now;
+/* The core is about to sleep (the `arm` slot): arms every wake-up source now;
  * returns the events found meanwhile (then the core polls again). */
 int ofi_wake_arm(struct ofi *o);
 /* Reads /proc for this process's identity (pid, start time, pid ns). */

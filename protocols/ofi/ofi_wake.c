@@ -46,7 +46,7 @@
  *    then loads `armed`. Either our read sees the message, or its load
  *    sees armed = 1 and the byte makes our epoll set readable.
  *
- *    The core calls ofi_wake_arm (the ABI 7 `arm` slot) right before a
+ *    The core calls ofi_wake_arm (the `arm` slot) right before a
  *    driver sleeps, so the thread that sleeps has always armed.
  *
  * 3. A pidfd per peer on this host (same host id and pid namespace), that

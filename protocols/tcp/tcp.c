@@ -594,13 +594,8 @@ static const char *tcp_backend_version(void *state) {
   return t->version;
 }
 
-#ifdef TCP_LEGACY_ABI7
-NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp7 = {
-    .abi_version = 7,
-#else
 NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
     .abi_version = NX_PROTOCOL_ABI_VERSION,
-#endif
     .name = TCP_NAME,
     .wire_version = TCP_WIRE_VERSION,
     .cost = TCP_COST,
@@ -614,7 +609,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
     .progress = tcp_progress,
     .wait_fd = tcp_wait_fd,
     .backend_version = tcp_backend_version,
-#ifndef TCP_LEGACY_ABI7
     .iov_max = NX_FRAME_IOV_MAX, /* sendmsg gathers */
-#endif
 };

@@ -24,14 +24,7 @@
  * "Driver only" means: called from progress() (or init/finalize), which the
  * core runs on one thread at a time. Only driver-only code calls libuv. */
 
-/* TCP_LEGACY_ABI7 builds the module as it was for ABI 7, named "tcp7":
- * the conformance suite runs it to show that such a module still loads and
- * gets frames of two iovecs (values put by reference copied once). */
-#ifdef TCP_LEGACY_ABI7
-#define TCP_NAME "tcp7"
-#else
 #define TCP_NAME "tcp"
-#endif
 #define TCP_COST 40
 #define TCP_WIRE_VERSION 2 /* 2: the key no longer crosses the wire */
 

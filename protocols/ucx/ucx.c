@@ -396,7 +396,7 @@ static int ucx_progress(void *state) {
   return n;
 }
 
-/* The core is about to sleep (ABI 7): arm now, whatever the idle time.
+/* The core is about to sleep (the arm slot): arm now, whatever the idle time.
  * Events found meanwhile count as work, so the core polls again. */
 static int ucx_arm(void *state) {
   struct ucx *u = state;
