@@ -11,7 +11,9 @@
 #include <time.h>
 #include <netinet/in.h>
 
-#include "ofi.h"
+#include "ofi_rail.h"
+#include "ofi_send.h"
+#include "ofi_wake.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
 
@@ -27,59 +29,6 @@
  *    sender by sequence number and delivered, sends completed;
  *  - the wait fd is an epoll set of the providers' fds, a wake-up socket
  *    for shm (which has no fd) and pidfds of peers on this host. */
-
-int ofi_status_to_nx(int status) {
-  switch (status) {
-  case 0: return 0;
-  case -FI_EAGAIN: return NX_EAGAIN;
-  case -FI_ENOMEM:
-  case -FI_ENOBUFS:
-  case -FI_ENOSPC: return NX_ENOMEM;
-  case -FI_EINVAL:
-  case -FI_EBADFLAGS: return NX_EINVAL;
-  case -FI_EACCES:
-  case -FI_EPERM:
-  case -FI_EKEYREJECTED: return NX_EACCES;
-  case -FI_EBUSY:
-  case -FI_EADDRINUSE: return NX_EBUSY;
-  case -FI_ENODATA:
-  case -FI_ENODEV:
-  case -FI_ENOENT:
-  case -FI_EADDRNOTAVAIL:
-  case -FI_ENETDOWN:
-  case -FI_ENETUNREACH:
-  case -FI_EHOSTUNREACH:
-  case -FI_EHOSTDOWN: return NX_EUNREACH;
-  case -FI_ENOSYS:
-  case -FI_EOPNOTSUPP:
-  case -FI_ENOPROTOOPT: return NX_ENOTSUP;
-  case -FI_ETIMEDOUT: return NX_ETIMEDOUT;
-  case -FI_ECONNRESET: return NX_ECONNRESET;
-  case -FI_ECONNREFUSED:
-  case -FI_ECONNABORTED:
-  case -FI_ENOTCONN:
-  case -FI_ESHUTDOWN:
-  case -FI_EREMOTEIO: return NX_EPEERDEAD;
-  case -FI_EMSGSIZE:
-  case -FI_ETOOSMALL:
-  case -FI_ETRUNC: return NX_EMSGSIZE;
-  case -FI_ECANCELED: return NX_EFINALIZED;
-  default: return NX_EIO;
-  }
-}
-
-/* splitmix64's finaliser over the sender id and the frame's (sequence,
- * fragment) pair: for one sender, distinct pairs give distinct tags (every
- * step is a bijection); across senders, tags look random, so two frames
- * being received at once share a tag with probability about 2^-64. */
-uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag) {
-  uint64_t x = ((uint64_t)seq << 24 | (frag & (OFI_FRAGS_MAX - 1))) *
-               0x9e3779b97f4a7c15ull;
-  uint64_t z = id ^ x;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 /* The descriptor. */
 
@@ -313,6 +262,8 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
   if (o == NULL)
     return NX_ENOMEM;
   o->core = core;
+  o->send_completed = ofi_send_completed;
+  o->peer_kill = ofi_peer_kill;
   o->epfd = o->wake_sock = o->send_sock = -1;
   for (int i = 0; i < 8; i++)
     o->id = o->id << 8 | core->process_uuid[i];

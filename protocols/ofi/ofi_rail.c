@@ -5,8 +5,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ofi.h"
+#include "ofi_rail.h"
 #include "nxu_key.h"
+
+int ofi_status_to_nx(int status) {
+  switch (status) {
+  case 0: return 0;
+  case -FI_EAGAIN: return NX_EAGAIN;
+  case -FI_ENOMEM:
+  case -FI_ENOBUFS:
+  case -FI_ENOSPC: return NX_ENOMEM;
+  case -FI_EINVAL:
+  case -FI_EBADFLAGS: return NX_EINVAL;
+  case -FI_EACCES:
+  case -FI_EPERM:
+  case -FI_EKEYREJECTED: return NX_EACCES;
+  case -FI_EBUSY:
+  case -FI_EADDRINUSE: return NX_EBUSY;
+  case -FI_ENODATA:
+  case -FI_ENODEV:
+  case -FI_ENOENT:
+  case -FI_EADDRNOTAVAIL:
+  case -FI_ENETDOWN:
+  case -FI_ENETUNREACH:
+  case -FI_EHOSTUNREACH:
+  case -FI_EHOSTDOWN: return NX_EUNREACH;
+  case -FI_ENOSYS:
+  case -FI_EOPNOTSUPP:
+  case -FI_ENOPROTOOPT: return NX_ENOTSUP;
+  case -FI_ETIMEDOUT: return NX_ETIMEDOUT;
+  case -FI_ECONNRESET: return NX_ECONNRESET;
+  case -FI_ECONNREFUSED:
+  case -FI_ECONNABORTED:
+  case -FI_ENOTCONN:
+  case -FI_ESHUTDOWN:
+  case -FI_EREMOTEIO: return NX_EPEERDEAD;
+  case -FI_EMSGSIZE:
+  case -FI_ETOOSMALL:
+  case -FI_ETRUNC: return NX_EMSGSIZE;
+  case -FI_ECANCELED: return NX_EFINALIZED;
+  default: return NX_EIO;
+  }
+}
+
+/* splitmix64's finaliser over the sender id and the frame's (sequence,
+ * fragment) pair: for one sender, distinct pairs give distinct tags (every
+ * step is a bijection); across senders, tags look random, so two frames
+ * being received at once share a tag with probability about 2^-64. */
+uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag) {
+  uint64_t x = ((uint64_t)seq << 24 | (frag & (OFI_FRAGS_MAX - 1))) *
+               0x9e3779b97f4a7c15ull;
+  uint64_t z = id ^ x;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 /* Receiving. Every rail keeps OFI_RX_BUFS eager buffers posted with
  * fi_recvmsg, each large enough for the module header, the frame header
@@ -607,10 +660,10 @@ static void handle(struct ofi_rail *r, void *context, size_t len, int err) {
     post_rxbuf(r, b);
     return;
   }
-  case CTX_TX: ofi_send_completed(o, c->obj, err); return;
+  case CTX_TX: o->send_completed(o, c->obj, err); return;
   case CTX_INJECT:
     if (err != 0 && err != FI_ECANCELED)
-      ofi_peer_kill(o, c->obj, fi_strerror(err));
+      o->peer_kill(o, c->obj, fi_strerror(err));
     return;
   case CTX_RXFRAG: frag_done(o, c->obj, err); return;
   default: return;
