@@ -1,7 +1,6 @@
 /* The protocol module loader: finds libnx_proto_<name>.so files, checks their
  * ABI and slots once, initialises them, and orders them. */
 #include <dirent.h>
-#include <stddef.h>
 #include <dlfcn.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -14,41 +13,10 @@
 #define PREFIX "libnx_proto_"
 #define SUFFIX ".so"
 
-/* The ops table of ABI 4 and 5 modules: the launcher's slots sat at the
- * end of it (job_peers since ABI 4, the rest since ABI 5) where ABI 6 has
- * the `launch` pointer. Kept here only to load such modules. */
-struct ops_v5 {
-  uint32_t abi_version;
-  const char *name;
-  uint16_t wire_version;
-  uint16_t cost;
-  int (*init)(const struct nx_core_api *, void **, char *, size_t);
-  void (*finalize)(void *);
-  int (*descriptor)(void *, struct nx_desc_buf *);
-  int (*reachable)(void *, const struct nx_desc *);
-  int (*connect)(void *, const struct nx_desc *, void **);
-  void (*disconnect)(void *, void *);
-  int (*send)(void *, void *, nx_frame_t *, unsigned);
-  int (*progress)(void *);
-  int (*wait_fd)(void *);
-  const char *(*backend_version)(void *);
-  int (*endpoint_info)(void *, void *, char *, size_t);
-  int (*job_peers)(void *, const void *, size_t, void **, size_t **, int *,
-                   int *);
-  int (*node_spec)(void *, const char *, char *, size_t);
-  int (*spawn)(void *, const char *, uint32_t, const char *, char *const[],
-               const char *const[], int, void **);
-  int (*ctl_send)(void *, void *, const void *, size_t);
-  long (*ctl_recv)(void *, void *, void *, size_t, int);
-  void (*ctl_close)(void *, void *, unsigned);
-  int (*ctl_parent)(void *, void **);
-};
-
 static struct nxi_module mods[MAX_MODULES];
-/* Each module's tables as this core's version: an older module's are
- * translated from its layout (ops_v5), the slots it lacks left NULL. */
+/* Each module's ops table as the core uses it: a copy, with iov_max
+ * clamped to what the core can build. */
 static struct nx_protocol_ops tables[MAX_MODULES];
-static struct nx_launch_ops launch_tables[MAX_MODULES];
 static int nmods;
 static struct nxi_module *loaded[MAX_MODULES];
 static int nloaded;
@@ -167,47 +135,6 @@ static int fail(struct nxi_module *m, int err, const char *fmt,
   return err;
 }
 
-/* Loads and validates one module: ABI version, name and every mandatory
- * slot are checked here, once, so the rest of the core can call slots
- * without checking. */
-/* Copies a module's tables into this core's layout; returns 1 if it has
- * a launcher table. */
-static int translate(const struct nx_protocol_ops *ops,
-                     struct nx_protocol_ops *table,
-                     struct nx_launch_ops *launch) {
-  memset(table, 0, sizeof(*table));
-  memset(launch, 0, sizeof(*launch));
-  if (ops->abi_version >= 6) {
-    /* An ABI 6 table ends before `arm`, an ABI 7 one before `iov_max`:
-     * copy no more than it has. */
-    memcpy(table, ops,
-           ops->abi_version >= 8   ? sizeof(*table)
-           : ops->abi_version >= 7 ? offsetof(struct nx_protocol_ops, iov_max)
-                                   : offsetof(struct nx_protocol_ops, arm));
-    if (table->iov_max > NX_FRAME_IOV_MAX)
-      table->iov_max = NX_FRAME_IOV_MAX;
-    table->launch = NULL;
-    if (ops->launch == NULL)
-      return 0;
-    *launch = *ops->launch;
-    return 1;
-  }
-  /* The prefix up to endpoint_info is the same in every version. */
-  memcpy(table, ops, offsetof(struct nx_protocol_ops, launch));
-  const struct ops_v5 *old = (const struct ops_v5 *)(const void *)ops;
-  launch->job_peers = old->job_peers;
-  if (ops->abi_version >= 5) {
-    launch->node_spec = old->node_spec;
-    launch->spawn = old->spawn;
-    launch->ctl_send = old->ctl_send;
-    launch->ctl_recv = old->ctl_recv;
-    launch->ctl_close = old->ctl_close;
-    launch->ctl_parent = old->ctl_parent;
-  }
-  static const struct nx_launch_ops none;
-  return memcmp(launch, &none, sizeof(none)) != 0;
-}
-
 /* The launcher table's rules; NULL when they hold, else the reason. */
 static const char *check_launch(const struct nx_launch_ops *l) {
   int spawning = (l->node_spec != NULL) + (l->spawn != NULL) +
@@ -222,6 +149,9 @@ static const char *check_launch(const struct nx_launch_ops *l) {
   return NULL;
 }
 
+/* Loads and validates one module: ABI version, name and every mandatory
+ * slot are checked here, once, so the rest of the core can call slots
+ * without checking. */
 static int load(struct nxi_module *m, const struct nx_core_api *api) {
   if (m->path[0] == '\0') {
     nxi_log(1, m->name, "skipped: %s", m->reason);
@@ -238,16 +168,18 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
   const struct nx_protocol_ops *ops = dlsym(m->dl_handle, sym);
   if (ops == NULL)
     return fail(m, NX_EMODULE, "no symbol %s", sym);
-  if (ops->abi_version < NX_PROTOCOL_ABI_MIN ||
-      ops->abi_version > NX_PROTOCOL_ABI_VERSION) {
+  /* One ABI: a table of any other version has another layout, and
+   * reading it as this one would call garbage. */
+  if (ops->abi_version != NX_PROTOCOL_ABI_VERSION) {
     char v[64];
-    snprintf(v, sizeof(v), "%u, this core speaks %u to %u", ops->abi_version,
-             NX_PROTOCOL_ABI_MIN, NX_PROTOCOL_ABI_VERSION);
+    snprintf(v, sizeof(v), "%u, this core speaks only %u", ops->abi_version,
+             NX_PROTOCOL_ABI_VERSION);
     return fail(m, NX_EABI, "wrong ABI version %s", v);
   }
   struct nx_protocol_ops *table = &tables[m - mods];
-  struct nx_launch_ops *launch = &launch_tables[m - mods];
-  int has_launch = translate(ops, table, launch);
+  *table = *ops;
+  if (table->iov_max > NX_FRAME_IOV_MAX)
+    table->iov_max = NX_FRAME_IOV_MAX;
   ops = table;
   if (ops->name == NULL || strcmp(ops->name, m->name) != 0)
     return fail(m, NX_EMODULE, "table names another module (%s)",
@@ -263,7 +195,7 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
                                            : NULL;
   if (missing != NULL)
     return fail(m, NX_EMODULE, "mandatory slot %s is NULL", missing);
-  const char *bad = has_launch ? check_launch(launch) : NULL;
+  const char *bad = ops->launch != NULL ? check_launch(ops->launch) : NULL;
   if (bad != NULL)
     return fail(m, NX_EMODULE, "%s", bad);
   char why[256] = "init failed";
@@ -279,7 +211,7 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
   }
   m->wait_fd = ops->wait_fd != NULL ? ops->wait_fd(m->state) : -1;
   m->ops = ops;
-  m->launch = has_launch ? launch : NULL;
+  m->launch = ops->launch;
   m->loaded = 1;
   m->error = 0;
   m->reason[0] = '\0';

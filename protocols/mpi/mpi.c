@@ -11,6 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mpi_peer.h"
+#include "mpi_rx.h"
+#include "mpi_spawn.h"
+#include "mpi_tx.h"
 #include "mpimod.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
@@ -26,54 +30,6 @@
  * messages, so that the header and payload messages of one frame are
  * never interleaved with another frame's to the same rank. Lock order:
  * ring_lock, then a peer's lock, then tx_lock, then big. */
-
-int mpimod_status_to_nx(int mpi_error) {
-  int cls = MPI_ERR_OTHER;
-  if (mpi_error == MPI_SUCCESS)
-    return 0;
-  if (MPI_Error_class(mpi_error, &cls) != MPI_SUCCESS)
-    return NX_EIO;
-  switch (cls) {
-  case MPI_SUCCESS: return 0;
-  case MPI_ERR_NO_MEM: return NX_ENOMEM;
-  case MPI_ERR_BUFFER:
-  case MPI_ERR_COUNT:
-  case MPI_ERR_TYPE:
-  case MPI_ERR_TAG:
-  case MPI_ERR_COMM:
-  case MPI_ERR_RANK:
-  case MPI_ERR_ROOT:
-  case MPI_ERR_GROUP:
-  case MPI_ERR_ARG:
-  case MPI_ERR_REQUEST: return NX_EINVAL;
-  case MPI_ERR_TRUNCATE: return NX_EMSGSIZE;
-  case MPI_ERR_PENDING: return NX_EAGAIN;
-  case MPI_ERR_UNSUPPORTED_OPERATION: return NX_ENOTSUP;
-  default: return NX_EIO;
-  }
-}
-
-/* Peers. */
-
-struct mpimod_peer *mpimod_peer_find(struct mpimod *m, int rank) {
-  if (rank < 0 || rank >= m->size)
-    return NULL;
-  pthread_mutex_lock(&m->peers_lock);
-  struct mpimod_peer *p = m->peers[rank];
-  pthread_mutex_unlock(&m->peers_lock);
-  return p;
-}
-
-void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p,
-                      const char *why) {
-  pthread_mutex_lock(&p->lock);
-  p->dead = 1;
-  pthread_mutex_unlock(&p->lock);
-  if (atomic_exchange(&p->reported, 1) || m->finalizing)
-    return;
-  MPIMOD_LOG(m, 1, "rank %d: %s", p->rank, why);
-  m->core->peer_failed(m, p, NX_EPEERDEAD);
-}
 
 /* Settings. */
 

@@ -6,7 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "mpimod.h"
+#include "mpi_rx.h"
+#include "mpi_peer.h"
 #include "nxu_time.h"
 
 /* MPIMOD_SLOTS receives for FRAME messages from any rank stay posted, and

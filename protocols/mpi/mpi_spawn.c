@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "mpimod.h"
+#include "mpi_spawn.h"
+#include "mpi_peer.h"
 #include "nxu_time.h"
 
 /* Threads. Every slot here runs on a program thread (nx_nodes_acquire,

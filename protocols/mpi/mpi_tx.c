@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpimod.h"
+#include "mpi_tx.h"
+#include "mpi_peer.h"
 
 /* A frame the module accepted and has not finished with keeps, in
  * module_data[0], the stage it was copied into (or NULL), and in

@@ -1,5 +1,7 @@
-/* Private declarations of the mpi protocol module, shared by its three source
- * files. */
+/* The mpi protocol module's shared types: its state, peers, frames in
+ * flight, and the big lock. Each source file's functions are in its own
+ * header (mpi_peer.h, mpi_tx.h, mpi_rx.h, mpi_spawn.h); mpi.c, the ops
+ * table, has none. */
 #ifndef NX_PROTO_MPIMOD_H
 #define NX_PROTO_MPIMOD_H
 
@@ -25,7 +27,10 @@
  *   mpi_rx.c  receiving: matching arrivals, payloads, in-order delivery
  *             (driver only);
  *   mpi_spawn.c  process contexts started with MPI_Comm_spawn and the
- *             control channel to them (program threads).
+ *             control channel to them (program threads);
+ *   mpi_peer.c   status conversion, finding and failing a peer.
+ * mpi.c calls the others; mpi_tx.c, mpi_rx.c and mpi_spawn.c call only
+ * mpi_peer.c, which calls none: the files form no circle.
  * "Driver only" means: called from progress() (or init/finalize), which the
  * core runs on one thread at a time. */
 
@@ -194,13 +199,6 @@ struct mpimod {
   atomic_int stuck; /* spawns given up on while inside MPI_Comm_spawn */
 };
 
-/* mpi.c */
-int mpimod_status_to_nx(int mpi_error);
-/* Marks a peer dead (no more sends) and reports it once. */
-void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p, const char *why);
-/* The peer for `rank` if connect made one, else NULL. */
-struct mpimod_peer *mpimod_peer_find(struct mpimod *m, int rank);
-
 static inline void mpimod_lock(struct mpimod *m) {
   if (m->serialized)
     pthread_mutex_lock(&m->big);
@@ -210,41 +208,6 @@ static inline void mpimod_unlock(struct mpimod *m) {
   if (m->serialized)
     pthread_mutex_unlock(&m->big);
 }
-
-/* mpi_spawn.c: the ABI 5 launching slots (docs/mpi.md, "Spawning"). */
-int mpimod_node_spec(void *state, const char *spec, char *why, size_t why_len);
-int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
-                 char *const argv[], const char *const env[], int timeout_ms,
-                 void **ctl);
-int mpimod_ctl_send(void *state, void *ctl, const void *msg, size_t len);
-long mpimod_ctl_recv(void *state, void *ctl, void *buf, size_t cap,
-                     int timeout_ms);
-void mpimod_ctl_close(void *state, void *ctl, unsigned flags);
-int mpimod_ctl_parent(void *state, void **ctl);
-/* Init, once MPI is up: keeps the intercommunicator to a spawning parent. */
-void mpimod_spawn_attach(struct mpimod *m);
-
-/* mpi_tx.c */
-int mpimod_tx_init(struct mpimod *m);
-int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p,
-                      nx_frame_t *frame);
-/* Driver only: completes finished sends; returns how many frames. */
-int mpimod_tx_progress(struct mpimod *m);
-/* Finalize: what is still in flight after the linger. */
-void mpimod_tx_abandon(struct mpimod *m);
-void mpimod_tx_fini(struct mpimod *m);
-
-/* mpi_rx.c */
-int mpimod_rx_init(struct mpimod *m);
-/* Driver only: takes arrived FRAME messages, matches and completes
- * payloads, delivers (nothing new while finalizing); returns the events
- * handled. */
-int mpimod_rx_progress(struct mpimod *m);
-/* The watcher: whether a FRAME message waits in the head slot. */
-int mpimod_rx_ready(struct mpimod *m);
-/* Finalize: receives still in flight after the linger. */
-void mpimod_rx_abandon(struct mpimod *m);
-void mpimod_rx_fini(struct mpimod *m);
 
 #define MPIMOD_LOG(m, level, ...)                                              \
   (m)->core->log((level), MPIMOD_NAME, __VA_ARGS__)

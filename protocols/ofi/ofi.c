@@ -11,7 +11,9 @@
 #include <time.h>
 #include <netinet/in.h>
 
-#include "ofi.h"
+#include "ofi_rail.h"
+#include "ofi_send.h"
+#include "ofi_wake.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
 
@@ -27,59 +29,6 @@
  *    sender by sequence number and delivered, sends completed;
  *  - the wait fd is an epoll set of the providers' fds, a wake-up socket
  *    for shm (which has no fd) and pidfds of peers on this host. */
-
-int ofi_status_to_nx(int status) {
-  switch (status) {
-  case 0: return 0;
-  case -FI_EAGAIN: return NX_EAGAIN;
-  case -FI_ENOMEM:
-  case -FI_ENOBUFS:
-  case -FI_ENOSPC: return NX_ENOMEM;
-  case -FI_EINVAL:
-  case -FI_EBADFLAGS: return NX_EINVAL;
-  case -FI_EACCES:
-  case -FI_EPERM:
-  case -FI_EKEYREJECTED: return NX_EACCES;
-  case -FI_EBUSY:
-  case -FI_EADDRINUSE: return NX_EBUSY;
-  case -FI_ENODATA:
-  case -FI_ENODEV:
-  case -FI_ENOENT:
-  case -FI_EADDRNOTAVAIL:
-  case -FI_ENETDOWN:
-  case -FI_ENETUNREACH:
-  case -FI_EHOSTUNREACH:
-  case -FI_EHOSTDOWN: return NX_EUNREACH;
-  case -FI_ENOSYS:
-  case -FI_EOPNOTSUPP:
-  case -FI_ENOPROTOOPT: return NX_ENOTSUP;
-  case -FI_ETIMEDOUT: return NX_ETIMEDOUT;
-  case -FI_ECONNRESET: return NX_ECONNRESET;
-  case -FI_ECONNREFUSED:
-  case -FI_ECONNABORTED:
-  case -FI_ENOTCONN:
-  case -FI_ESHUTDOWN:
-  case -FI_EREMOTEIO: return NX_EPEERDEAD;
-  case -FI_EMSGSIZE:
-  case -FI_ETOOSMALL:
-  case -FI_ETRUNC: return NX_EMSGSIZE;
-  case -FI_ECANCELED: return NX_EFINALIZED;
-  default: return NX_EIO;
-  }
-}
-
-/* splitmix64's finaliser over the sender id and the frame's (sequence,
- * fragment) pair: for one sender, distinct pairs give distinct tags (every
- * step is a bijection); across senders, tags look random, so two frames
- * being received at once share a tag with probability about 2^-64. */
-uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag) {
-  uint64_t x = ((uint64_t)seq << 24 | (frag & (OFI_FRAGS_MAX - 1))) *
-               0x9e3779b97f4a7c15ull;
-  uint64_t z = id ^ x;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 /* The descriptor. */
 
@@ -126,32 +75,6 @@ struct ofi_desc {
     size_t addr_len;
   } rail[4];
 };
-
-/* Addresses go to fi_av_insert, which trusts them: only formats whose
- * shape can be checked here are accepted. */
-int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,
-                size_t len) {
-  if (format != r->addr_format || len == 0)
-    return 0;
-  sa_family_t family = 0; /* native byte order, as fi_getname wrote it */
-  if (len >= sizeof(family))
-    memcpy(&family, a, sizeof(family));
-  switch (format) {
-  case FI_ADDR_STR:
-    /* One NUL, at the end. */
-    return len <= 256 && memchr(a, '\0', len) == a + len - 1;
-  case FI_SOCKADDR_IN:
-    return len == sizeof(struct sockaddr_in) && family == AF_INET;
-  case FI_SOCKADDR_IN6:
-    return len == sizeof(struct sockaddr_in6) && family == AF_INET6;
-  case FI_SOCKADDR:
-    return (len == sizeof(struct sockaddr_in) && family == AF_INET) ||
-           (len == sizeof(struct sockaddr_in6) && family == AF_INET6);
-  default:
-    /* A provider's own binary format: the same length as ours. */
-    return len == r->addr_len;
-  }
-}
 
 static int desc_decode(const struct ofi *o, const struct nx_desc *d,
                        struct ofi_desc *out) {
@@ -313,6 +236,9 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
   if (o == NULL)
     return NX_ENOMEM;
   o->core = core;
+  o->send_completed = ofi_send_completed;
+  o->peer_kill = ofi_peer_kill;
+  o->peer_refused = ofi_peer_refused;
   o->epfd = o->wake_sock = o->send_sock = -1;
   for (int i = 0; i < 8; i++)
     o->id = o->id << 8 | core->process_uuid[i];

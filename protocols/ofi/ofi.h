@@ -1,5 +1,7 @@
-/* Private declarations of the ofi protocol module, shared by its source files.
- */
+/* The ofi protocol module's shared types: its state, rails, peers and
+ * operations, and the wire helpers. Each source file's functions are in its
+ * own header (ofi_rail.h, ofi_send.h, ofi_wake.h); ofi.c, the ops table,
+ * has none. */
 #ifndef NX_PROTO_OFI_H
 #define NX_PROTO_OFI_H
 
@@ -24,14 +26,17 @@
 /* The files:
  *   ofi.c       the ops table, settings, init/finalize, descriptors,
  *               connect, progress;
- *   ofi_rail.c  rails (one opened provider each: fabric, domain, address
- *               vector, completion queue, endpoint), receive buffers and
- *               the receive path with its per-sender reordering; driver
- *               only;
+ *   ofi_rail.c  status conversion and tags; rails (one opened provider
+ *               each: fabric, domain, address vector, completion queue,
+ *               endpoint), receive buffers and the receive path with its
+ *               per-sender reordering; driver only;
  *   ofi_send.c  peers and the send path (any thread), send completions,
  *               peer failure;
  *   ofi_wake.c  the module's wait fd: the providers' wait fds, the wake-up
  *               channel for shm, and same-host peer liveness (pidfds).
+ * Calls go one way, ofi.c -> ofi_send.c -> ofi_wake.c -> ofi_rail.c (and
+ * from ofi.c to each); the lower files reach ofi_send.c only through the
+ * hooks in struct ofi.
  * "Driver only" means: called from progress() (or init/finalize), which
  * the core runs on one thread at a time. docs/ofi.md has the design. */
 
@@ -333,6 +338,15 @@ struct ofi {
   char wake_path[96];
   _Atomic int armed;
   uint64_t last_check;
+
+  /* Hooks ofi.c installs at init: how the rails (a send's completion
+   * read from a completion queue, a failed inject) and the wake-up code
+   * (a peer's pidfd) reach ofi_send.c, which is above them. So the files
+   * form no circle: ofi.c, then ofi_send.c, ofi_wake.c, ofi_rail.c. */
+  void (*send_completed)(struct ofi *o, struct ofi_op *op, int err);
+  void (*peer_kill)(struct ofi *o, struct ofi_peer *p, const char *why);
+  /* A REFUSE from the process whose sender id is `id` (ofi_rail.c). */
+  void (*peer_refused)(struct ofi *o, uint64_t id);
 };
 
 /* Little-endian fields of the descriptor and the message headers. */
@@ -368,76 +382,6 @@ static inline uint64_t ofi_get64(const uint8_t *p) {
     v = v << 8 | p[i];
   return v;
 }
-
-/* ofi.c */
-int ofi_status_to_nx(int status);
-/* The tag of fragment `frag` of frame `seq` from sender `id`. */
-uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag);
-/* Every libfabric call on a rail's domain is bracketed by these: they take
- * the rail's lock when the provider needs it (FI_THREAD_DOMAIN). */
-static inline void ofi_rail_lock(struct ofi_rail *r) {
-  if (r->serialize)
-    pthread_mutex_lock(&r->lock);
-}
-
-static inline void ofi_rail_unlock(struct ofi_rail *r) {
-  if (r->serialize)
-    pthread_mutex_unlock(&r->lock);
-}
-
-/* ofi_rail.c */
-/* Opens the rails fi_getinfo offers (shm and the first other provider
- * that works). Returns 0 with at least one rail, or a negative code with
- * the reason in `why`. */
-int ofi_rails_open(struct ofi *o, char *why, size_t why_len);
-void ofi_rails_close(struct ofi *o);
-/* Reads completions and handles them; returns the events handled. */
-int ofi_rail_poll(struct ofi_rail *r);
-/* Posts what could not be posted before (EAGAIN). */
-void ofi_rail_retry(struct ofi_rail *r);
-/* Frees every frame still held for reordering (finalize). */
-void ofi_srcs_free(struct ofi *o);
-
-/* ofi_send.c */
-/* Finds the peer with the target's uuid or adds one (address vector,
- * liveness, wake-up); NULL with the code in `*err`. */
-struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
-                              int *err);
-int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *frame);
-/* A completion (or its error) for a part of a send. */
-void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err);
-/* Driver only: posts queued ops and reports dead peers. */
-void ofi_service(struct ofi *o);
-/* Marks a peer dead; the driver reports it and fails its frames. */
-void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why);
-/* The process whose sender id is `id` refused our key: its peer is
- * reported failed with NX_EACCES. */
-void ofi_peer_refused(struct ofi *o, uint64_t id);
-/* Whether `a` (`len` bytes, `format`) is an address of rail `r`'s format
- * that fi_av_insert may be given. */
-int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,
-                size_t len);
-/* Whether any live peer still has frames queued or in flight. */
-int ofi_sends_pending(struct ofi *o);
-/* Finalize: fails every frame still held and frees the peers. */
-void ofi_peers_free(struct ofi *o);
-
-/* ofi_wake.c */
-int ofi_wake_init(struct ofi *o, char *why, size_t why_len);
-void ofi_wake_fini(struct ofi *o);
-/* Connect: liveness (same host) and the wake-up channel (shm). */
-void ofi_wake_peer(struct ofi *o, struct ofi_peer *p);
-void ofi_wake_peer_fini(struct ofi_peer *p);
-/* After a message to `p` is posted: wakes it if it sleeps. */
-void ofi_wake_after_send(struct ofi *o, struct ofi_peer *p);
-/* progress(): `events` were handled in this call; returns more events
- * (peer deaths found, work seen while arming). */
-int ofi_wake_progress(struct ofi *o, int events);
-/* The core is about to sleep (ABI 7 `arm`): arms every wake-up source now;
- * returns the events found meanwhile (then the core polls again). */
-int ofi_wake_arm(struct ofi *o);
-/* Reads /proc for this process's identity (pid, start time, pid ns). */
-void ofi_self_identity(uint32_t *pid, uint64_t *start, uint64_t *pidns);
 
 #define OFI_LOG(o, level, ...) (o)->core->log((level), OFI_NAME, __VA_ARGS__)
 

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ofi.h"
+#include "ofi_send.h"
+#include "ofi_rail.h"
+#include "ofi_wake.h"
 
 /* Threads. send() runs on any thread, concurrently with other sends and
  * with progress. A peer's `lock` guards its send side: the next sequence

@@ -14,7 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "ofi.h"
+#include "ofi_wake.h"
+#include "ofi_rail.h"
 #include "nxu_time.h"
 #include "nxu_key.h"
 
@@ -46,7 +47,7 @@
  *    then loads `armed`. Either our read sees the message, or its load
  *    sees armed = 1 and the byte makes our epoll set readable.
  *
- *    The core calls ofi_wake_arm (the ABI 7 `arm` slot) right before a
+ *    The core calls ofi_wake_arm (the `arm` slot) right before a
  *    driver sleeps, so the thread that sleeps has always armed.
  *
  * 3. A pidfd per peer on this host (same host id and pid namespace), that
@@ -362,7 +363,7 @@ static int check(struct ofi *o) {
     } else if (kind == WATCH_PEER) {
       struct ofi_peer *p = obj;
       epoll_ctl(o->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
-      ofi_peer_kill(o, p, "its process has ended");
+      o->peer_kill(o, p, "its process has ended");
       deaths++;
     }
     /* WATCH_RAIL: the completion queue is read by every progress call. */

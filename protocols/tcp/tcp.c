@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tcp.h"
+#include "tcp_addr.h"
+#include "tcp_conn.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
 
@@ -30,34 +31,6 @@
  * connection to open, a dead connection to close) pushes the peer on an
  * "attention" stack and wakes the core. Lock order: peers_lock, then a
  * peer's lock; nothing takes peers_lock while holding a peer's lock. */
-
-int tcp_status_to_nx(int status) {
-  switch (status) {
-  case 0: return 0;
-  case -EAGAIN: return NX_EAGAIN;
-  case -ENOMEM:
-  case -ENOBUFS: return NX_ENOMEM;
-  case -EINVAL: return NX_EINVAL;
-  case -EACCES:
-  case -EPERM: return NX_EACCES;
-  case -EADDRINUSE: return NX_EBUSY;
-  case -EADDRNOTAVAIL:
-  case -EAFNOSUPPORT:
-  case -EPROTONOSUPPORT:
-  case -ENETUNREACH:
-  case -EHOSTUNREACH: return NX_EUNREACH;
-  case -ETIMEDOUT: return NX_ETIMEDOUT;
-  case -ECONNRESET: return NX_ECONNRESET;
-  case -EPIPE:
-  case -ECONNREFUSED:
-  case -ECONNABORTED:
-  case -ENOTCONN:
-  case UV_EOF: return NX_EPEERDEAD;
-  case -EMFILE:
-  case -ENFILE: return NX_EAGAIN;
-  default: return NX_EIO;
-  }
-}
 
 /* Frames: module_data[0] links the queue, module_data[1] counts the bytes
  * already written. */
@@ -175,14 +148,29 @@ static void report(struct tcp *t, struct tcp_peer *p, const char *why) {
   t->core->peer_failed(t, p, NX_EPEERDEAD);
 }
 
-/* Peers. */
+/* Peers. tcp_conn.c reaches these through the hooks in struct tcp, which
+ * tcp_init installs. */
+
+/* Finds the peer with `uuid` or adds one; returns it with a reference, or
+ * NULL when out of memory. */
+static struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid);
+static void tcp_peer_release(struct tcp *t, struct tcp_peer *p);
+/* Driver only: `c` (the peer's, answered or accepted) now carries the
+ * peer's frames; flushes what was queued. */
+static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
+                          struct tcp_conn *c);
+/* Driver only: writes queued frames after the socket became writable. */
+static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p);
+/* Driver only: the peer is dead; fails its queue, closes its connections,
+ * reports it once. */
+static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why);
 
 /* The link is a peer's first member. */
 static struct tcp_peer *peer_of(struct nxu_uuid_link *l) {
   return (struct tcp_peer *)(void *)l;
 }
 
-struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
+static struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
   pthread_mutex_lock(&t->peers_lock);
   for (struct nxu_uuid_link *l = nxu_uuid_find(&t->peers, uuid, NULL);
        l != NULL; l = nxu_uuid_find(&t->peers, uuid, l)) {
@@ -212,7 +200,7 @@ struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
 
 /* Whoever drops the last reference frees the peer. By then it has no
  * connection (each holds a reference) and so nothing queued. */
-void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
+static void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
   if (atomic_fetch_sub(&p->refs, 1) != 1)
     return;
   pthread_mutex_lock(&t->peers_lock);
@@ -235,7 +223,8 @@ static void attend(struct tcp *t, struct tcp_peer *p) {
   t->core->wake();
 }
 
-void tcp_peer_open(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c) {
+static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
+                          struct tcp_conn *c) {
   c->state = CONN_OPEN;
   uv_timer_stop(&c->timer);
   p->conn = c;
@@ -253,7 +242,7 @@ void tcp_peer_open(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c) {
   tcp_conn_poll(c, UV_READABLE | (more ? UV_WRITABLE : 0));
 }
 
-void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
+static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
   nx_frame_t *done = NULL;
   int r = 0, more = 0;
   pthread_mutex_lock(&p->lock);
@@ -273,7 +262,7 @@ void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
     tcp_conn_poll(p->conn, UV_READABLE | (more ? UV_WRITABLE : 0));
 }
 
-void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
+static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
   pthread_mutex_lock(&p->lock);
   nx_frame_t *q = mark_dead_locked(p);
   pthread_mutex_unlock(&p->lock);
@@ -330,6 +319,12 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
   if (t == NULL)
     return NX_ENOMEM;
   t->core = core;
+  t->peer_get = tcp_peer_get;
+  t->peer_release = tcp_peer_release;
+  t->peer_open = tcp_peer_open;
+  t->peer_flush = tcp_peer_flush;
+  t->peer_fail = tcp_peer_fail;
+  t->on_listen = tcp_conn_on_listen;
   size_t ms;
   int r = nxu_opt_size("NX_TCP_QUEUE_MAX", &t->queue_max, why, why_len);
   if (r == 0)
@@ -594,13 +589,8 @@ static const char *tcp_backend_version(void *state) {
   return t->version;
 }
 
-#ifdef TCP_LEGACY_ABI7
-NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp7 = {
-    .abi_version = 7,
-#else
 NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
     .abi_version = NX_PROTOCOL_ABI_VERSION,
-#endif
     .name = TCP_NAME,
     .wire_version = TCP_WIRE_VERSION,
     .cost = TCP_COST,
@@ -614,7 +604,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_tcp = {
     .progress = tcp_progress,
     .wait_fd = tcp_wait_fd,
     .backend_version = tcp_backend_version,
-#ifndef TCP_LEGACY_ABI7
     .iov_max = NX_FRAME_IOV_MAX, /* sendmsg gathers */
-#endif
 };

@@ -1,5 +1,7 @@
-/* Private declarations of the tcp protocol module, shared by its three source
- * files. */
+/* The tcp protocol module's shared types: its state, peers, connections,
+ * addresses and the hooks between its files. Each source file's functions
+ * are in its own header (tcp_conn.h, tcp_addr.h); tcp.c, the ops table,
+ * has none. */
 #ifndef NX_PROTO_TCP_H
 #define NX_PROTO_TCP_H
 
@@ -19,19 +21,15 @@
  *               path, which any thread may take;
  *   tcp_conn.c  connections: connect, accept, handshake, reading frames,
  *               closing; driver only;
- *   tcp_addr.c  addresses: NX_TCP_LISTEN, the listening sockets and the
- *               descriptor encoding.
+ *   tcp_addr.c  status conversion and addresses: NX_TCP_LISTEN, the
+ *               listening sockets and the descriptor encoding.
+ * Calls go one way, tcp.c -> tcp_conn.c -> tcp_addr.c (and tcp.c to
+ * tcp_addr.c); the lower files reach the higher ones only through the
+ * hooks in struct tcp.
  * "Driver only" means: called from progress() (or init/finalize), which the
  * core runs on one thread at a time. Only driver-only code calls libuv. */
 
-/* TCP_LEGACY_ABI7 builds the module as it was for ABI 7, named "tcp7":
- * the conformance suite runs it to show that such a module still loads and
- * gets frames of two iovecs (values put by reference copied once). */
-#ifdef TCP_LEGACY_ABI7
-#define TCP_NAME "tcp7"
-#else
 #define TCP_NAME "tcp"
-#endif
 #define TCP_COST 40
 #define TCP_WIRE_VERSION 2 /* 2: the key no longer crosses the wire */
 
@@ -218,44 +216,20 @@ struct tcp {
   int hot_idle;         /* reads of it in a row that found nothing */
   uint8_t *stage;       /* TCP_STAGE_SIZE bytes of read-ahead */
   char version[64];
+
+  /* Hooks tcp_init installs: how the files below tcp.c reach what is
+   * above them, so that the files form no circle (tcp.c -> tcp_conn.c ->
+   * tcp_addr.c). tcp_conn.c reaches the peers (tcp.c) through the peer_
+   * ones, the listening sockets of tcp_addr.c accept through on_listen
+   * (tcp_conn_on_listen). Each peer_ hook is documented at its
+   * implementation, tcp_peer_<name> in tcp.c. */
+  struct tcp_peer *(*peer_get)(struct tcp *t, const uint8_t *uuid);
+  void (*peer_release)(struct tcp *t, struct tcp_peer *p);
+  void (*peer_open)(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c);
+  void (*peer_flush)(struct tcp *t, struct tcp_peer *p);
+  void (*peer_fail)(struct tcp *t, struct tcp_peer *p, const char *why);
+  uv_poll_cb on_listen;
 };
-
-/* tcp.c */
-int tcp_status_to_nx(int status);
-/* Finds the peer with `uuid` or adds one; returns it with a reference, or
- * NULL when out of memory. */
-struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid);
-void tcp_peer_release(struct tcp *t, struct tcp_peer *p);
-/* Driver only: `c` (the peer's, answered or accepted) now carries the
- * peer's frames; flushes what was queued. */
-void tcp_peer_open(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c);
-/* Driver only: writes queued frames after the socket became writable. */
-void tcp_peer_flush(struct tcp *t, struct tcp_peer *p);
-/* Driver only: the peer is dead; fails its queue, closes its connections,
- * reports it once. */
-void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why);
-
-/* tcp_conn.c */
-void tcp_conn_on_listen(uv_poll_t *handle, int status, int events);
-/* Starts connecting to the peer; fails the peer if no address works. */
-void tcp_conn_start(struct tcp *t, struct tcp_peer *p);
-void tcp_conn_close(struct tcp_conn *c);
-void tcp_conn_poll(struct tcp_conn *c, int events);
-/* Reads the hot connection without asking libuv; returns 1 if it
- * delivered something. */
-int tcp_conn_read_hot(struct tcp *t);
-/* Delivers read-ahead that a connection kept when the budget ran out. */
-void tcp_conn_read_left(struct tcp *t);
-
-/* tcp_addr.c */
-int tcp_listeners_open(struct tcp *t, char *why, size_t why_len);
-void tcp_listeners_close(struct tcp *t);
-void tcp_desc_encode(const struct tcp *t, struct nx_desc_buf *out);
-int tcp_desc_decode(const struct tcp *t, const struct nx_desc *d,
-                    struct tcp_desc *out);
-socklen_t tcp_addr_sockaddr(const struct tcp_addr *a,
-                            struct sockaddr_storage *ss);
-void tcp_addr_format(const struct tcp_addr *a, char *buf, size_t len);
 
 #define TCP_LOG(t, level, ...) (t)->core->log((level), TCP_NAME, __VA_ARGS__)
 

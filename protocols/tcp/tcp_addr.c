@@ -10,7 +10,35 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tcp.h"
+#include "tcp_addr.h"
+
+int tcp_status_to_nx(int status) {
+  switch (status) {
+  case 0: return 0;
+  case -EAGAIN: return NX_EAGAIN;
+  case -ENOMEM:
+  case -ENOBUFS: return NX_ENOMEM;
+  case -EINVAL: return NX_EINVAL;
+  case -EACCES:
+  case -EPERM: return NX_EACCES;
+  case -EADDRINUSE: return NX_EBUSY;
+  case -EADDRNOTAVAIL:
+  case -EAFNOSUPPORT:
+  case -EPROTONOSUPPORT:
+  case -ENETUNREACH:
+  case -EHOSTUNREACH: return NX_EUNREACH;
+  case -ETIMEDOUT: return NX_ETIMEDOUT;
+  case -ECONNRESET: return NX_ECONNRESET;
+  case -EPIPE:
+  case -ECONNREFUSED:
+  case -ECONNABORTED:
+  case -ENOTCONN:
+  case UV_EOF: return NX_EPEERDEAD;
+  case -EMFILE:
+  case -ENFILE: return NX_EAGAIN;
+  default: return NX_EIO;
+  }
+}
 
 /* What to listen on: an address (a wildcard one stands for every address
  * of its family) and a port (0: any). */
@@ -271,7 +299,7 @@ static int open_listener(struct tcp *t, const struct listen_req *req,
     return r;
   }
   l->poll.data = l;
-  uv_poll_start(&l->poll, UV_READABLE, tcp_conn_on_listen);
+  uv_poll_start(&l->poll, UV_READABLE, t->on_listen);
   return 0;
 err:;
   int err = -errno;

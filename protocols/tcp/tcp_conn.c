@@ -10,7 +10,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "tcp.h"
+#include "tcp_conn.h"
+#include "tcp_addr.h"
 #include "nxu_key.h"
 
 /* Who keeps which connection. Each pair of processes uses one connection,
@@ -43,7 +44,7 @@ static void on_closed(uv_handle_t *handle) {
   if (c->next != NULL)
     c->next->prev = c->prev;
   if (c->peer != NULL)
-    tcp_peer_release(t, c->peer);
+    t->peer_release(t, c->peer);
   free(c);
 }
 
@@ -166,9 +167,9 @@ static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
       a = p->addr[index];
     pthread_mutex_unlock(&p->lock);
     if (!have) {
-      tcp_peer_fail(t, p,
-                    index == 0 ? "no address to connect to"
-                               : "cannot connect to any of its addresses");
+      t->peer_fail(t, p,
+                   index == 0 ? "no address to connect to"
+                              : "cannot connect to any of its addresses");
       return;
     }
     char text[64];
@@ -188,7 +189,7 @@ static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
     }
     struct tcp_conn *c = conn_new(t, fd, CONN_CONNECTING);
     if (c == NULL) {
-      tcp_peer_fail(t, p, "out of memory");
+      t->peer_fail(t, p, "out of memory");
       return;
     }
     atomic_fetch_add(&p->refs, 1);
@@ -225,7 +226,7 @@ static void write_hello(struct tcp_conn *c) {
       return;
     }
     if (n < 0) {
-      tcp_peer_fail(c->t, c->peer, strerror(errno));
+      c->t->peer_fail(c->t, c->peer, strerror(errno));
       return;
     }
     c->hs_out_off += (size_t)n;
@@ -244,7 +245,7 @@ static void connected(struct tcp_conn *c) {
   }
   struct tcp *t = c->t;
   if (nxu_auth_nonce(c->nonce_c) < 0) {
-    tcp_peer_fail(t, c->peer, "no random bytes for the handshake");
+    t->peer_fail(t, c->peer, "no random bytes for the handshake");
     return;
   }
   uint8_t *h = c->hs_out;
@@ -282,12 +283,12 @@ static void conn_lost(struct tcp_conn *c, const char *why) {
              "connection lost during the handshake (a wrong key, or a peer "
              "older than handshake version %u?): %s",
              TCP_HS_VERSION, why);
-    tcp_peer_fail(t, c->peer, line);
+    t->peer_fail(t, c->peer, line);
     return;
   case CONN_OPEN:
     if (c->rx != NULL || c->hdr_len > 0)
       t->core->bad_peer(TCP_NAME, "connection lost in the middle of a frame");
-    tcp_peer_fail(t, c->peer, why);
+    t->peer_fail(t, c->peer, why);
     return;
   default: tcp_conn_close(c);
   }
@@ -394,7 +395,7 @@ static void proof_received(struct tcp_conn *c) {
     drop_bad(c, "handshake: wrong key (the peer's proof does not match)");
     return;
   }
-  struct tcp_peer *p = tcp_peer_get(t, uuid);
+  struct tcp_peer *p = t->peer_get(t, uuid);
   if (p == NULL) {
     tcp_conn_close(c);
     return;
@@ -437,7 +438,7 @@ static void proof_received(struct tcp_conn *c) {
   TCP_LOG(t, 2, "accepted a connection from peer %02x%02x%02x%02x", uuid[0],
           uuid[1], uuid[2], uuid[3]);
   t->handshaking--;
-  tcp_peer_open(t, p, c);
+  t->peer_open(t, p, c);
 }
 
 /* Client: the server's challenge is in. Checks its proof, then sends
@@ -447,7 +448,7 @@ static int challenge_received(struct tcp_conn *c) {
   struct tcp_peer *p = c->peer;
   const uint8_t *m = c->hs_in;
   if (memcmp(m + 6, p->link.uuid, TCP_UUID_SIZE) != 0) {
-    tcp_peer_fail(t, p, "another process answers at its address");
+    t->peer_fail(t, p, "another process answers at its address");
     return -1;
   }
   memcpy(c->nonce_s, m + 6 + TCP_UUID_SIZE, NXU_NONCE_SIZE);
@@ -455,20 +456,20 @@ static int challenge_received(struct tcp_conn *c) {
                       c->nonce_s, c->ids, sizeof(c->ids),
                       m + 6 + TCP_UUID_SIZE + NXU_NONCE_SIZE)) {
     t->core->bad_peer(TCP_NAME, "handshake: the peer does not hold the key");
-    tcp_peer_fail(t, p,
-                  "handshake: wrong key (the peer's proof does not match)");
+    t->peer_fail(t, p,
+                 "handshake: wrong key (the peer's proof does not match)");
     return -1;
   }
   uint8_t proof[TCP_PROOF_SIZE];
   if (nxu_auth_mac(t->core->key, NX_KEY_SIZE, "client", c->nonce_c, c->nonce_s,
                    c->ids, sizeof(c->ids), proof) < 0) {
-    tcp_peer_fail(t, p, "cannot compute a handshake proof");
+    t->peer_fail(t, p, "cannot compute a handshake proof");
     return -1;
   }
   /* The hello left long ago: the socket buffer takes 32 bytes at once. */
   ssize_t n = send(c->fd, proof, sizeof(proof), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != (ssize_t)sizeof(proof)) {
-    tcp_peer_fail(t, p, n < 0 ? strerror(errno) : "short write");
+    t->peer_fail(t, p, n < 0 ? strerror(errno) : "short write");
     return -1;
   }
   c->hs_proved = 1;
@@ -484,11 +485,11 @@ static void answer_received(struct tcp_conn *c) {
   if (memcmp(a, TCP_MAGIC, 4) != 0 || get_le16(a + 4) != TCP_HS_VERSION ||
       get_le16(a + 6) > TCP_ANSWER_GONE) {
     t->core->bad_peer(TCP_NAME, "malformed handshake answer");
-    tcp_peer_fail(t, p, "malformed handshake answer");
+    t->peer_fail(t, p, "malformed handshake answer");
     return;
   }
   if (memcmp(a + 8, p->link.uuid, TCP_UUID_SIZE) != 0) {
-    tcp_peer_fail(t, p, "another process answers at its address");
+    t->peer_fail(t, p, "another process answers at its address");
     return;
   }
   switch (get_le16(a + 6)) {
@@ -500,7 +501,7 @@ static void answer_received(struct tcp_conn *c) {
       tcp_conn_close(c); /* cannot happen with a peer that follows the rules */
       return;
     }
-    tcp_peer_open(t, p, c);
+    t->peer_open(t, p, c);
     return;
   case TCP_ANSWER_RETRY: {
     tcp_conn_close(c);
@@ -508,7 +509,7 @@ static void answer_received(struct tcp_conn *c) {
       return; /* its connection is here already */
     struct tcp_conn *w = conn_new(t, -1, CONN_WAIT_PEER);
     if (w == NULL) {
-      tcp_peer_fail(t, p, "out of memory");
+      t->peer_fail(t, p, "out of memory");
       return;
     }
     atomic_fetch_add(&p->refs, 1);
@@ -516,7 +517,7 @@ static void answer_received(struct tcp_conn *c) {
     p->out = w;
     return;
   }
-  default: tcp_peer_fail(t, p, "the peer refused the connection");
+  default: t->peer_fail(t, p, "the peer refused the connection");
   }
 }
 
@@ -566,7 +567,7 @@ static void read_answer(struct tcp_conn *c) {
                  "(%u; this nexus speaks %u)",
                  get_le16(c->hs_in + 4), TCP_HS_VERSION);
         c->t->core->bad_peer(TCP_NAME, line);
-        tcp_peer_fail(c->t, c->peer, line);
+        c->t->peer_fail(c->t, c->peer, line);
         return;
       }
       read_answer(c);
@@ -626,9 +627,9 @@ static int header_done(struct tcp_conn *c) {
   int r = t->core->frame_alloc(c->hdr, &f);
   if (r < 0) {
     /* NX_EPROTO is counted by the core already: no bad_peer. */
-    tcp_peer_fail(t, c->peer,
-                  r == NX_EPROTO ? "sent a malformed frame header"
-                                 : "no memory for a frame it sent");
+    t->peer_fail(t, c->peer,
+                 r == NX_EPROTO ? "sent a malformed frame header"
+                                : "no memory for a frame it sent");
     return -1;
   }
   if (f->iov[1].iov_len == 0) {
@@ -686,7 +687,7 @@ static ssize_t rx_copy(struct tcp_conn *c, const uint8_t *p, size_t n) {
 static int keep_left(struct tcp_conn *c, const uint8_t *p, size_t n) {
   uint8_t *copy = malloc(n);
   if (copy == NULL) {
-    tcp_peer_fail(c->t, c->peer, "no memory for read-ahead");
+    c->t->peer_fail(c->t, c->peer, "no memory for read-ahead");
     return -1;
   }
   memcpy(copy, p, n);
@@ -785,7 +786,7 @@ static void on_io(uv_poll_t *handle, int status, int events) {
     else if (c->state == CONN_HELLO_SENT)
       write_hello(c);
     else if (c->state == CONN_OPEN)
-      tcp_peer_flush(c->t, c->peer);
+      c->t->peer_flush(c->t, c->peer);
   }
   if (c->state == CONN_CLOSING || !(events & UV_READABLE))
     return;
@@ -811,11 +812,11 @@ static void on_timer(uv_timer_t *handle) {
   case CONN_HELLO_SENT:
     snprintf(line, sizeof(line), "no answer to the handshake within %u ms",
              t->handshake_ms);
-    tcp_peer_fail(t, c->peer, line);
+    t->peer_fail(t, c->peer, line);
     return;
   case CONN_WAIT_PEER:
-    tcp_peer_fail(t, c->peer,
-                  "refused our connection and did not open its own in time");
+    t->peer_fail(t, c->peer,
+                 "refused our connection and did not open its own in time");
     return;
   default: return;
   }

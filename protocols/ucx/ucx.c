@@ -8,78 +8,10 @@
 #include <time.h>
 
 #include "ucx.h"
+#include "ucx_ep.h"
+#include "ucx_rx.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
-
-int ucx_status_to_nx(ucs_status_t status) {
-  if (status >= UCS_ERR_LAST_ENDPOINT_FAILURE &&
-      status <= UCS_ERR_FIRST_LINK_FAILURE)
-    return NX_EPEERDEAD; /* link and endpoint failures: the peer is gone */
-  switch (status) {
-  case UCS_OK: return 0;
-  case UCS_INPROGRESS:
-  case UCS_ERR_NO_RESOURCE: return NX_EAGAIN;
-  case UCS_ERR_BUSY: return NX_EBUSY;
-  case UCS_ERR_NO_MEMORY:
-  case UCS_ERR_EXCEEDS_LIMIT: return NX_ENOMEM;
-  case UCS_ERR_INVALID_PARAM:
-  case UCS_ERR_INVALID_ADDR: return NX_EINVAL;
-  case UCS_ERR_UNREACHABLE:
-  case UCS_ERR_NO_DEVICE:
-  case UCS_ERR_UNSUPPORTED:
-  case UCS_ERR_NOT_IMPLEMENTED: return NX_EUNREACH;
-  case UCS_ERR_CONNECTION_RESET:
-  case UCS_ERR_NOT_CONNECTED:
-  case UCS_ERR_REJECTED:
-  case UCS_ERR_CANCELED: return NX_EPEERDEAD;
-  case UCS_ERR_TIMED_OUT: return NX_ETIMEDOUT;
-  case UCS_ERR_MESSAGE_TRUNCATED: return NX_EMSGSIZE;
-  default: return NX_EIO;
-  }
-}
-
-/* The lock and the hand-over to the core. */
-
-void ucx_lock(struct ucx *u) { pthread_mutex_lock(&u->lock); }
-
-void ucx_unlock(struct ucx *u, int deliver) {
-  struct ucx_batch b = {NULL, NULL, NULL, NULL};
-  b.done = u->done;
-  b.dropped = u->dropped;
-  b.reports = u->reports;
-  u->done = u->done_tail = NULL;
-  u->dropped = NULL;
-  u->reports = NULL;
-  if (deliver) {
-    b.ready = u->ready;
-    u->ready = u->ready_tail = NULL;
-  }
-  int finalizing = u->finalizing;
-  pthread_mutex_unlock(&u->lock);
-  /* The peer first, then its RSRs: whoever hears of a lost RSR can find
-   * its destination failed already. */
-  if (b.reports != NULL)
-    ucx_peers_report(u, b.reports);
-  while (b.done != NULL) {
-    nx_frame_t *f = b.done;
-    b.done = f->module_data[0];
-    u->core->send_done(f, (int)(intptr_t)f->module_data[1]);
-  }
-  while (b.dropped != NULL) {
-    nx_frame_t *f = b.dropped;
-    b.dropped = f->module_data[0];
-    u->core->frame_free(f);
-  }
-  while (b.ready != NULL) {
-    nx_frame_t *f = b.ready;
-    b.ready = f->module_data[0];
-    /* The engine has stopped once finalize runs: nobody would dispatch. */
-    if (finalizing)
-      u->core->frame_free(f);
-    else
-      u->core->frame_deliver(f);
-  }
-}
 
 /* Settings. */
 
@@ -396,7 +328,7 @@ static int ucx_progress(void *state) {
   return n;
 }
 
-/* The core is about to sleep (ABI 7): arm now, whatever the idle time.
+/* The core is about to sleep (the arm slot): arm now, whatever the idle time.
  * Events found meanwhile count as work, so the core polls again. */
 static int ucx_arm(void *state) {
   struct ucx *u = state;

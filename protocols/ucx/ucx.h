@@ -1,5 +1,6 @@
-/* Private declarations of the ucx protocol module, shared by its three source
- * files. */
+/* The ucx protocol module's shared types: its state, peers and the records
+ * its callbacks leave for the core. Each source file's functions are in its
+ * own header (ucx_ep.h, ucx_rx.h); ucx.c, the ops table, has none. */
 #ifndef NX_PROTO_UCX_H
 #define NX_PROTO_UCX_H
 
@@ -16,10 +17,14 @@
 /* The files:
  *   ucx.c     the ops table, init and finalize, the descriptor, progress
  *             and the arming of the worker's event fd;
- *   ucx_ep.c  peers (one UCP endpoint per remote process): connect, the
+ *   ucx_ep.c  the lock and the hand-over to the core, status conversion,
+ *             peers (one UCP endpoint per remote process): connect, the
  *             send path, peer failure, endpoint_info;
  *   ucx_rx.c  receiving: the active-message handler, rendezvous fetches
  *             and the per-sender order of deliveries.
+ * ucx.c calls the other two; ucx_ep.c and ucx_rx.c call neither each other
+ * nor ucx.c, so the files form no circle. (What ucx_rx.c hands the core
+ * goes through the lists below, which ucx_unlock empties.)
  * Threads (docs/ucx.md): the worker is created UCS_THREAD_MODE_SINGLE and
  * every UCP call on it is made holding `ucx.lock`, from whichever thread
  * sends or drives progress. UCX runs our callbacks only inside those calls,
@@ -161,52 +166,6 @@ struct ucx_batch {
   struct ucx_peer *reports;
 };
 
-/* ucx.c */
-int ucx_status_to_nx(ucs_status_t status);
-void ucx_lock(struct ucx *u);
-/* Takes what the callbacks recorded (the deliveries only when `deliver`:
- * only progress and finalize deliver, so frames reach the core in order),
- * unlocks, and hands it to the core. */
-void ucx_unlock(struct ucx *u, int deliver);
 #define UCX_LOG(u, level, ...) (u)->core->log((level), UCX_NAME, __VA_ARGS__)
-
-/* ucx_ep.c */
-int ucx_connect(void *state, const struct nx_desc *peer, void **ep);
-void ucx_disconnect(void *state, void *ep);
-int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags);
-int ucx_endpoint_info(void *state, void *ep, char *buf, size_t len);
-/* Parses a descriptor's data; returns 0 and points *addr into it, or
- * NX_EUNREACH. */
-int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
-                   const uint8_t **uuid, const uint8_t **addr,
-                   size_t *addr_len);
-uint64_t ucx_hash(const uint8_t *p, size_t n);
-/* Lock held: marks peers the error handler pushed dead and closes their
- * endpoints. */
-void ucx_peers_service(struct ucx *u);
-/* Lock held: starts closing every endpoint (finalize); `force` cancels
- * what they still send instead of letting it finish. */
-void ucx_peers_close_all(struct ucx *u, int force);
-/* Lock held: lets go of the closes that did not complete (finalize, just
- * before the worker goes: UCX requires every request released then). */
-void ucx_peers_release_closes(struct ucx *u);
-/* Lock held: takes every send still in flight from UCX (which will not
- * call back for it) and fails it with `status` (finalize). */
-void ucx_peers_detach_all(struct ucx *u, int status);
-/* Lock held: sends not yet completed, over all peers. */
-unsigned ucx_peers_pending(struct ucx *u);
-/* Frees every peer (finalize, after the worker is gone). */
-void ucx_peers_free_all(struct ucx *u);
-/* After unlocking: reports the failed peers to the core. */
-void ucx_peers_report(struct ucx *u, struct ucx_peer *list);
-
-/* ucx_rx.c */
-ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
-                         void *data, size_t length,
-                         const ucp_am_recv_param_t *param);
-/* Lock held: takes the fetches still in progress from UCX (finalize). */
-void ucx_rx_cancel_all(struct ucx *u);
-/* After the worker is gone: frees frames still waiting (finalize). */
-void ucx_rx_free_all(struct ucx *u);
 
 #endif /* NX_PROTO_UCX_H */

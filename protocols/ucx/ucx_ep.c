@@ -1,11 +1,82 @@
 /* Peers of the ucx module: one UCP endpoint per remote process, created by the
  * first connect and shared; the send path any thread may take; peer failure;
- * endpoint_info. */
+ * endpoint_info; and the module's lock, whose unlock hands what callbacks
+ * recorded (sends done, frames, failed peers) to the core. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ucx.h"
+#include "ucx_ep.h"
+
+int ucx_status_to_nx(ucs_status_t status) {
+  if (status >= UCS_ERR_LAST_ENDPOINT_FAILURE &&
+      status <= UCS_ERR_FIRST_LINK_FAILURE)
+    return NX_EPEERDEAD; /* link and endpoint failures: the peer is gone */
+  switch (status) {
+  case UCS_OK: return 0;
+  case UCS_INPROGRESS:
+  case UCS_ERR_NO_RESOURCE: return NX_EAGAIN;
+  case UCS_ERR_BUSY: return NX_EBUSY;
+  case UCS_ERR_NO_MEMORY:
+  case UCS_ERR_EXCEEDS_LIMIT: return NX_ENOMEM;
+  case UCS_ERR_INVALID_PARAM:
+  case UCS_ERR_INVALID_ADDR: return NX_EINVAL;
+  case UCS_ERR_UNREACHABLE:
+  case UCS_ERR_NO_DEVICE:
+  case UCS_ERR_UNSUPPORTED:
+  case UCS_ERR_NOT_IMPLEMENTED: return NX_EUNREACH;
+  case UCS_ERR_CONNECTION_RESET:
+  case UCS_ERR_NOT_CONNECTED:
+  case UCS_ERR_REJECTED:
+  case UCS_ERR_CANCELED: return NX_EPEERDEAD;
+  case UCS_ERR_TIMED_OUT: return NX_ETIMEDOUT;
+  case UCS_ERR_MESSAGE_TRUNCATED: return NX_EMSGSIZE;
+  default: return NX_EIO;
+  }
+}
+
+/* The lock and the hand-over to the core. */
+
+void ucx_lock(struct ucx *u) { pthread_mutex_lock(&u->lock); }
+
+void ucx_unlock(struct ucx *u, int deliver) {
+  struct ucx_batch b = {NULL, NULL, NULL, NULL};
+  b.done = u->done;
+  b.dropped = u->dropped;
+  b.reports = u->reports;
+  u->done = u->done_tail = NULL;
+  u->dropped = NULL;
+  u->reports = NULL;
+  if (deliver) {
+    b.ready = u->ready;
+    u->ready = u->ready_tail = NULL;
+  }
+  int finalizing = u->finalizing;
+  pthread_mutex_unlock(&u->lock);
+  /* The peer first, then its RSRs: whoever hears of a lost RSR can find
+   * its destination failed already. */
+  if (b.reports != NULL)
+    ucx_peers_report(u, b.reports);
+  while (b.done != NULL) {
+    nx_frame_t *f = b.done;
+    b.done = f->module_data[0];
+    u->core->send_done(f, (int)(intptr_t)f->module_data[1]);
+  }
+  while (b.dropped != NULL) {
+    nx_frame_t *f = b.dropped;
+    b.dropped = f->module_data[0];
+    u->core->frame_free(f);
+  }
+  while (b.ready != NULL) {
+    nx_frame_t *f = b.ready;
+    b.ready = f->module_data[0];
+    /* The engine has stopped once finalize runs: nobody would dispatch. */
+    if (finalizing)
+      u->core->frame_free(f);
+    else
+      u->core->frame_deliver(f);
+  }
+}
 
 /* Lifetime. A peer is created by the first connect() for its process and
  * freed only by finalize: its endpoint stays open when the last gp to the

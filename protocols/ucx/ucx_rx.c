@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ucx.h"
+#include "ucx_rx.h"
 
 /* Order. UCX runs the handler for one endpoint's messages in the order they
  * were sent, but a large message (rendezvous) is complete only when its

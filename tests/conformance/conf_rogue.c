@@ -458,8 +458,8 @@ static int main_job(const char *so, const char *module) {
   const struct nx_protocol_ops *ops = load(so, module);
   if (ops == NULL)
     return 2;
-  /* The modules of this tree are ABI 6: the job is in the launcher table. */
-  if (ops->abi_version < 6 || ops->launch == NULL ||
+  /* The job is in the launcher table. */
+  if (ops->abi_version != NX_PROTOCOL_ABI_VERSION || ops->launch == NULL ||
       ops->launch->job_peers == NULL) {
     fprintf(stderr, "conf_rogue: %s knows no job\n", module);
     return 2;

@@ -39,7 +39,7 @@
 #include "nexus.h"
 #include "nxu_auth.h"
 #include "services.h"
-#include "tcp.h"
+#include "tcp_conn.h"
 
 extern const struct nx_protocol_ops nx_protocol_tcp;
 
@@ -193,11 +193,11 @@ static void open_as_accepted(void) {
   memset(uuid, 0xcd, sizeof(uuid));
   memcpy(uuid, &conns, sizeof(conns));
   struct tcp_conn *c = t->conns;
-  struct tcp_peer *p = tcp_peer_get(t, uuid);
+  struct tcp_peer *p = t->peer_get(t, uuid);
   NXT_ASSERT(p != NULL);
   c->peer = p;
   t->handshaking--;
-  tcp_peer_open(t, p, c);
+  t->peer_open(t, p, c);
 }
 
 /* Drives the module until it closed every connection. One that never

@@ -4,7 +4,12 @@ calls between the files of nexus/src (from the symbols each object file
 defines and uses, read with nm), no circle of includes between its headers,
 and no file under nexus/ that includes a protocol's header.
 
-Usage: check_layers.py OBJECT_DIR SOURCE_ROOT"""
+With --protocols, checks each protocol module's folder the same way: no
+circle of calls between its object files, no circle of includes between
+its files (docs/modules.md, "Inside a module").
+
+Usage: check_layers.py OBJECT_DIR SOURCE_ROOT
+       check_layers.py --protocols BUILD_ROOT SOURCE_ROOT NAME..."""
 import collections
 import glob
 import os
@@ -77,7 +82,34 @@ def include_graph(srcdir):
     return graph
 
 
+def check_protocols(build, root, names):
+    """Each module folder: no circle of calls between its object files,
+    none of includes between its .c and .h files."""
+    failed = 0
+    for m in names:
+        objdir = os.path.join(build, 'protocols', m, f'libnx_proto_{m}.so.p')
+        calls, nobjs = call_graph(objdir)
+        if nobjs == 0:
+            print(f'{m}: no object files in {objdir}')
+            failed = 1
+            continue
+        incs = include_graph(os.path.join(root, 'protocols', m))
+        bad = 0
+        for c in circles(calls):
+            print(f'{m}: circle of calls:', ' <-> '.join(c))
+            bad = 1
+        for c in circles(incs):
+            print(f'{m}: circle of includes:', ' <-> '.join(c))
+            bad = 1
+        print(f'{m}: {nobjs} object files, {len(incs)} sources: ' +
+              ('circles' if bad else 'no circles'))
+        failed |= bad
+    return failed
+
+
 def main():
+    if sys.argv[1] == '--protocols':
+        return check_protocols(sys.argv[2], sys.argv[3], sys.argv[4:])
     objdir, root = sys.argv[1], sys.argv[2]
     failed = 0
     calls, nobjs = call_graph(objdir)

@@ -22,11 +22,10 @@ extern "C" {
  * visibility). */
 #define NX_PROTOCOL_EXPORT __attribute__((visibility("default")))
 
-/* Bumped whenever a slot is added to either table below. */
+/* Bumped whenever either table below changes. The core loads only a
+ * module built for this version and refuses any other with NX_EABI: no
+ * older ABI ever shipped, so none is kept loadable. */
 #define NX_PROTOCOL_ABI_VERSION 8u
-/* The oldest version the core still loads: a table of an older version is
- * shorter, and the core treats the slots it lacks as NULL. */
-#define NX_PROTOCOL_ABI_MIN 4u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -72,14 +71,14 @@ struct nx_desc_buf {
  * on receive frame_alloc returns a frame whose iov[1] is where the payload
  * goes. `module_data` is scratch space for whoever owns the frame now.
  *
- * ABI 8: a frame to send may have more than two iovecs, when the program
+ * A frame to send may have more than two iovecs, when the program
  * put values by reference (nx_put_*_ref): `iovs` holds all `iovcnt` of
  * them, iovs[0] the header, the rest the payload pieces in order, each
  * non-empty; `len` is their sum. The core gives such a frame only to a
  * module whose ops table sets `iov_max` >= iovcnt; any other module gets
  * the payload copied into one piece, as before. For frames of at most two
- * iovecs `iovs` points at `iov`, on send and on receive, so an ABI 8
- * module may read every frame through `iovs`. */
+ * iovecs `iovs` points at `iov`, on send and on receive, so a module may
+ * read every frame through `iovs`. */
 #define NX_FRAME_IOV_MAX                                                       \
   (2 + 2 * 8) /* header, then refs and the bytes between */
 typedef struct nx_frame {
@@ -87,7 +86,7 @@ typedef struct nx_frame {
   int iovcnt;
   size_t len;
   void *module_data[2];
-  const struct iovec *iovs; /* ABI 8 */
+  const struct iovec *iovs;
 } nx_frame_t;
 
 /* A frame's iovecs, for a module that takes more than two: reads `iovs`
@@ -138,14 +137,14 @@ struct nx_core_api {
    * (always for level 0). */
   void (*log)(int level, const char *module, const char *fmt, ...);
 
-  /* ABI 2: the computation's key (NX_KEY_SIZE bytes). Modules that accept
+  /* The computation's key (NX_KEY_SIZE bytes). Modules that accept
    * connections make every peer present it before any frame. */
   const uint8_t *key;
 };
 
 #define NX_KEY_SIZE 16u
 
-/* The launcher table (ABI 6): what a module that also starts processes or
+/* The launcher table: what a module that also starts processes or
  * knows a job of processes offers (the mpi module: mpirun's ranks, and
  * MPI_Comm_spawn). Hung off the ops table's `launch` slot. node_spec,
  * spawn, ctl_send, ctl_recv and ctl_close come together or not at all;
@@ -239,17 +238,16 @@ struct nx_protocol_ops {
   /* Information (optional): the backend library and its version. */
   const char *(*backend_version)(void *state);
 
-  /* ABI 3, optional: what carries endpoint `ep` underneath (for example
+  /* Optional: what carries endpoint `ep` underneath (for example
    * the UCX transports it uses), written into buf as one line; returns 0
    * or a negative code. */
   int (*endpoint_info)(void *state, void *ep, char *buf, size_t len);
 
-  /* ABI 6, optional: the launcher table (NULL for a module that only
-   * moves frames). Modules built for ABI 4 and 5 carried these slots in
-   * this table itself; the core still loads them. */
+  /* Optional: the launcher table (NULL for a module that only moves
+   * frames). */
   const struct nx_launch_ops *launch;
 
-  /* ABI 7, optional, for a module with a wait fd that signals only once
+  /* Optional, for a module with a wait fd that signals only once
    * armed (UCX's ucp_worker_arm, libfabric's fi_trywait): a driver thread
    * found no work in any module and is about to sleep in epoll on the wait
    * fds. Make the fd signal the next event, now. Returns 0 (armed: sleep),
@@ -261,7 +259,7 @@ struct nx_protocol_ops {
    * itself (section 7 of docs/design.md). */
   int (*arm)(void *state);
 
-  /* ABI 8, optional: the most iovecs (header included) a frame given to
+  /* Optional: the most iovecs (header included) a frame given to
    * send may have, up to NX_FRAME_IOV_MAX; a module that sends from
    * several places at once (writev, UCP_DATATYPE_IOV, fi_sendmsg, an MPI
    * datatype) says so here. 0 (or 2) means two: the core then copies a
