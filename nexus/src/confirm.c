@@ -23,7 +23,7 @@
 
 static nx_mutex_t flush_m;
 static nx_cond_t flush_c;
-static unsigned settled_gen;
+static atomic_uint settled_gen;
 
 /* Tells `proc` how many of its RSRs of generations `gens` ran here; they
  * count as told once sent, or in any case if `always`. */
@@ -140,12 +140,15 @@ static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)b;
 }
 
-/* The ledger's hook: entries settled; flushing threads look again. */
+/* The ledger's hook: entries settled; flushing threads look again. It
+ * runs where an answer is delivered, inside a module's progress, so it
+ * takes no nexus mutex: one that is contended hands the driver's role to
+ * another thread, which would then enter the module's progress while
+ * this one is still inside it. A waiter that looked just before the
+ * count moved sleeps until its next question is due (100 ms at most). */
 static void wake(void) {
-  nx_mutex_lock(&flush_m);
-  settled_gen++;
+  atomic_fetch_add(&settled_gen, 1);
   nx_cond_broadcast(&flush_c);
-  nx_mutex_unlock(&flush_m);
 }
 
 int nxi_confirm_init(void) {
@@ -210,9 +213,7 @@ static int flush(uint32_t only, int timeout_ms) {
     struct nxi_dlist *dls[ROUND_MAX];
     unsigned gens[ROUND_MAX];
     uint64_t pending;
-    nx_mutex_lock(&flush_m);
-    unsigned gen = settled_gen;
-    nx_mutex_unlock(&flush_m);
+    unsigned gen = atomic_load(&settled_gen);
     int n = nxi_ledger_unsettled(procs, dls, gens, ROUND_MAX, &pending);
     if (only != 0)
       pending = nxi_ledger_pending_of(only);
@@ -249,7 +250,7 @@ static int flush(uint32_t only, int timeout_ms) {
       ts.tv_nsec -= 1000000000L;
     }
     nx_mutex_lock(&flush_m);
-    while (settled_gen == gen &&
+    while (atomic_load(&settled_gen) == gen &&
            nx_cond_timedwait(&flush_c, &flush_m, &ts) == 0)
       ;
     nx_mutex_unlock(&flush_m);

@@ -360,7 +360,11 @@ int nxi_fiber_start(struct nx_buffer *b) {
 }
 
 int nxi_fiber_can_park(void) {
-  return cur_get() != NULL && nxi_thread_locks_held() == 0;
+  /* Not from inside a module's progress (waiter.c, hook_block): the
+   * thread would go on driving with that module's call still open on the
+   * parked stack. */
+  return cur_get() != NULL && nxi_thread_locks_held() == 0 &&
+         nxi_eng_me.direct == NULL;
 }
 
 int nxi_fiber_park(const uint32_t *word, uint32_t old) {

@@ -121,8 +121,14 @@ static int hook_wait(const uint32_t *word, uint32_t old,
 
 /* A thread is about to sleep in the kernel: if it drives progress, it lets
  * go; if it is the primary (a threaded handler blocking), another thread
- * becomes primary and this one keeps running the handler. */
+ * becomes primary and this one keeps running the handler. Not from inside
+ * a module's progress (an error callback run by send_done or by an answer
+ * taken where it is delivered, that waits for a nexus mutex): another
+ * driver would enter that module's progress while this one is still in
+ * it, so this one sleeps holding the driver's role. */
 static void hook_block(void) {
+  if (nxi_eng_me.direct != NULL)
+    return;
   nxi_drive_lose();
   if (nxi_eng_me.primary) {
     nxi_eng_me.primary = 0;
