@@ -232,8 +232,20 @@ enum grp_op {
   G_FREEZE
 };
 
-/* Mailbox requests to the root. */
-enum mbox_op { M_PUT = 1, M_RECV, M_DEL, M_INFO };
+/* Mailbox requests to the root, and the host requests that travel the
+ * same way (pvm_host.c). */
+enum mbox_op {
+  M_PUT = 1,
+  M_RECV,
+  M_DEL,
+  M_INFO,
+  M_HADD,   /* add a host: name, its node spec in the message */
+  M_HDEL,   /* delete a host */
+  M_HLIST,  /* the hosts, in a message */
+  M_HNOTE,  /* a PvmHostAdd/PvmHostDelete notify (or its cancel) */
+  M_HWHERE, /* the host of a task (index) */
+  M_HTASK   /* a task (index) was started on a host (name) */
+};
 
 /* pvm_task.c */
 int nxpvmi_started(void);
@@ -292,6 +304,13 @@ void nxpvmi_groups_forget(int tid);
 
 /* pvm_host.c */
 int nxpvmi_host_tid(void);
+int nxpvmi_host_spec(const char *name, char *spec, size_t len);
+void nxpvmi_on_host(int from, int id, int op, const char *name, int index,
+                    int flags, const struct pvmbuf *in);
+void nxpvmi_hosts_forget(int tid);
+int nxpvmi_host_notify(int what, int tag, int cnt, const int *tids);
+void nxpvmi_host_placed(int tid, const char *where);
+void nxpvmi_hosts_free(void);
 const char *nxpvmi_arch(void);
 int nxpvmi_is_this_host(const char *name);
 
@@ -302,6 +321,8 @@ void nxpvmi_out_stop(void);
 void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
 /* pvm_mbox.c */
+int nxpvmi_mbox_call(int op, const char *name, int index, int flags,
+                     const struct pvmbuf *b, struct pvmbuf **reply);
 void nxpvmi_on_mbox(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_mbox_forget(int tid);
 void nxpvmi_mbox_free(void);
