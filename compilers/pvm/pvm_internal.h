@@ -277,6 +277,7 @@ struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b);
 int nxpvmi_buf_register(struct pvmbuf *b);
 struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
+void nxpvmi_buf_cache_drain(void);
 int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);

@@ -972,6 +972,7 @@ int pvm_exit(void) {
   nxpvmi_groups_free();
   nxpvmi_mbox_free();
   nxpvmi_hosts_free();
+  nxpvmi_buf_cache_drain();
   if (nxpvm.has_fds) {
     close(nxpvm.fds[0]);
     close(nxpvm.fds[1]);
