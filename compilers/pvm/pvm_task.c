@@ -145,16 +145,10 @@ static void fire_notifies(int tid) {
     b->src = tid;
     b->tag = n->tag;
     b->ctx = n->ctx;
-    b->data = malloc(sizeof(int));
-    if (b->data == NULL || (b->segs = malloc(sizeof(struct seg))) == NULL) {
+    if (nxpvmi_pack_into(b, K_I32, &tid, 1, 1, sizeof(int)) < 0) {
       nxpvmi_buf_free(b);
       continue;
     }
-    memcpy(b->data, &tid, sizeof(int));
-    b->len = b->cap = sizeof(int);
-    b->segs[0] = (struct seg){K_I32, 1, 0, NULL, 1, sizeof(int)};
-    b->nseg = b->segcap = 1;
-    b->bytes = sizeof(int);
     nxpvmi_deliver(b);
   }
 }
