@@ -67,9 +67,10 @@ struct peer {
   nx_gp_t gp;
   int has_gp;
   int introduced;
-  int dead;  /* the task has left PVM (pvm_exit) or its process ended */
-  int gone;  /* its process has ended (nexus said so) */
-  int child; /* this task spawned it */
+  int dead;   /* the task has left PVM (pvm_exit) or its process ended */
+  int gone;   /* its process has ended (nexus said so) */
+  int child;  /* this task spawned it */
+  int remote; /* on a module's node (an added host): see wait_for_tasks */
   int ptid;
   uint32_t out_seq, in_seq;
   int busy; /* a thread is running this task's RSRs */

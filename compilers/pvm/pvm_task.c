@@ -846,8 +846,11 @@ static void wait_for_tasks(void) {
       struct peer *p = &nxpvm.peers[i];
       if (p->tid == nxpvm.mytid)
         continue;
-      waiting =
-          (p->child && !p->gone) || (nxpvm.is_root && p->has_gp && !p->dead);
+      /* A child on a module's node ("mpi") ends only once this process
+       * lets it go: its nx_finalize waits for ours to disconnect. It has
+       * done with PVM once it has left. */
+      waiting = (p->child && !p->gone && !(p->remote && p->dead)) ||
+                (nxpvm.is_root && p->has_gp && !p->dead);
     }
     if (!waiting)
       break;
@@ -1051,6 +1054,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   for (int i = 0; i < argc; i++)
     av[i + 1] = argv[i];
   nx_gp_t gp = NX_GP_NULL;
+  int remote = strcmp(node.host, "localhost") != 0;
   rc = nx_context_create(&node, task, av, &gp);
   free(av);
   free(found);
@@ -1067,6 +1071,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   if (p != NULL) {
     p->ptid = nxpvm.mytid;
     p->child = 1;
+    p->remote = remote;
   }
   nx_mutex_unlock(&nxpvm.m);
   /* The child waits in its pvm_mytid for the root's name. */
