@@ -5,6 +5,7 @@
 #define PVM33COMPAT 1
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,19 +20,58 @@ static struct seg *seg_add(struct pvmbuf *b);
 static void copy_strided(void *dst, size_t dstride, const void *src,
                          size_t sstride, size_t n, size_t esize);
 
+/* Freed buffers kept for the next ones, with their arena and run table:
+ * a message costs no malloc or free once the cache is warm (every send's
+ * pvm_initsend, every arrival's decode, every pvm_freebuf). Each slot is
+ * taken and filled with one atomic exchange, so the handlers' thread and
+ * the program's may both use it without a lock. */
+#define CACHE_SLOTS 4
+#define CACHE_MAX_BYTES (64 << 10) /* a larger arena goes back to malloc */
+static _Atomic(struct pvmbuf *) cache[CACHE_SLOTS];
+
+static void buf_release(struct pvmbuf *b) {
+  free(b->data);
+  free(b->segs);
+  free(b);
+}
+
 struct pvmbuf *nxpvmi_buf_new(int encoding) {
-  struct pvmbuf *b = calloc(1, sizeof(*b));
-  if (b != NULL)
-    b->encoding = encoding;
+  struct pvmbuf *b = NULL;
+  for (int i = 0; i < CACHE_SLOTS && b == NULL; i++)
+    if (atomic_load_explicit(&cache[i], memory_order_relaxed) != NULL)
+      b = atomic_exchange_explicit(&cache[i], NULL, memory_order_acquire);
+  if (b != NULL) {
+    char *data = b->data;
+    struct seg *segs = b->segs;
+    size_t cap = b->cap;
+    int segcap = b->segcap;
+    *b = (struct pvmbuf){
+        .data = data, .cap = cap, .segs = segs, .segcap = segcap};
+  } else if ((b = calloc(1, sizeof(*b))) == NULL) {
+    return NULL;
+  }
+  b->encoding = encoding;
   return b;
 }
 
 void nxpvmi_buf_free(struct pvmbuf *b) {
   if (b == NULL)
     return;
-  free(b->data);
-  free(b->segs);
-  free(b);
+  if (b->cap <= CACHE_MAX_BYTES && b->segcap <= 64)
+    for (int i = 0; i < CACHE_SLOTS && b != NULL; i++)
+      if (atomic_load_explicit(&cache[i], memory_order_relaxed) == NULL)
+        b = atomic_exchange_explicit(&cache[i], b, memory_order_acq_rel);
+  if (b != NULL)
+    buf_release(b); /* the cache is full (or the slot was just filled) */
+}
+
+/* pvm_exit: the cache goes too, once nothing is freed after. */
+void nxpvmi_buf_cache_drain(void) {
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    struct pvmbuf *b = atomic_exchange(&cache[i], NULL);
+    if (b != NULL)
+      buf_release(b);
+  }
 }
 
 /* A copy with every run in its own arena (in-place runs read now), for a

@@ -67,9 +67,10 @@ struct peer {
   nx_gp_t gp;
   int has_gp;
   int introduced;
-  int dead;  /* the task has left PVM (pvm_exit) or its process ended */
-  int gone;  /* its process has ended (nexus said so) */
-  int child; /* this task spawned it */
+  int dead;   /* the task has left PVM (pvm_exit) or its process ended */
+  int gone;   /* its process has ended (nexus said so) */
+  int child;  /* this task spawned it */
+  int remote; /* on a module's node (an added host): see wait_for_tasks */
   int ptid;
   uint32_t out_seq, in_seq;
   int busy; /* a thread is running this task's RSRs */
@@ -232,8 +233,20 @@ enum grp_op {
   G_FREEZE
 };
 
-/* Mailbox requests to the root. */
-enum mbox_op { M_PUT = 1, M_RECV, M_DEL, M_INFO };
+/* Mailbox requests to the root, and the host requests that travel the
+ * same way (pvm_host.c). */
+enum mbox_op {
+  M_PUT = 1,
+  M_RECV,
+  M_DEL,
+  M_INFO,
+  M_HADD,   /* add a host: name, its node spec in the message */
+  M_HDEL,   /* delete a host */
+  M_HLIST,  /* the hosts, in a message */
+  M_HNOTE,  /* a PvmHostAdd/PvmHostDelete notify (or its cancel) */
+  M_HWHERE, /* the host of a task (index) */
+  M_HTASK   /* a task (index) was started on a host (name) */
+};
 
 /* pvm_task.c */
 int nxpvmi_started(void);
@@ -265,6 +278,7 @@ struct pvmbuf *nxpvmi_buf_clone(const struct pvmbuf *b);
 int nxpvmi_buf_register(struct pvmbuf *b);
 struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
+void nxpvmi_buf_cache_drain(void);
 int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
@@ -292,6 +306,13 @@ void nxpvmi_groups_forget(int tid);
 
 /* pvm_host.c */
 int nxpvmi_host_tid(void);
+int nxpvmi_host_spec(const char *name, char *spec, size_t len);
+void nxpvmi_on_host(int from, int id, int op, const char *name, int index,
+                    int flags, const struct pvmbuf *in);
+void nxpvmi_hosts_forget(int tid);
+int nxpvmi_host_notify(int what, int tag, int cnt, const int *tids);
+void nxpvmi_host_placed(int tid, const char *where);
+void nxpvmi_hosts_free(void);
 const char *nxpvmi_arch(void);
 int nxpvmi_is_this_host(const char *name);
 
@@ -302,6 +323,8 @@ void nxpvmi_out_stop(void);
 void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
 /* pvm_mbox.c */
+int nxpvmi_mbox_call(int op, const char *name, int index, int flags,
+                     const struct pvmbuf *b, struct pvmbuf **reply);
 void nxpvmi_on_mbox(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 void nxpvmi_mbox_forget(int tid);
 void nxpvmi_mbox_free(void);

@@ -224,6 +224,12 @@ void nxpvmi_on_mbox(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     free(name);
     return;
   }
+  if (op >= M_HADD) {
+    nxpvmi_on_host(from, id, op, name, index, flags, in);
+    nxpvmi_buf_free(in);
+    free(name);
+    return;
+  }
   nx_mutex_lock(&nxpvm.m);
   switch (op) {
   case M_PUT:
@@ -281,9 +287,9 @@ void nxpvmi_mbox_free(void) {
 
 /* ---- the tasks' side ---- */
 
-/* One mailbox request to the root; `*reply` gets the message the reply
- * carries, if any. */
-static int mbox_call(int op, const char *name, int index, int flags,
+/* One mailbox (or host) request to the root; `*reply` gets the message
+ * the reply carries, if any. */
+int nxpvmi_mbox_call(int op, const char *name, int index, int flags,
                      const struct pvmbuf *b, struct pvmbuf **reply) {
   if (!nxpvmi_started())
     return PvmSysErr;
@@ -349,7 +355,7 @@ int pvm_putinfo(char *name, int bufid, int flags) {
   if (rc == 0 && b == NULL)
     rc = PvmNoSuchBuf;
   if (rc == 0)
-    rc = mbox_call(M_PUT, name, -1, flags, b, NULL);
+    rc = nxpvmi_mbox_call(M_PUT, name, -1, flags, b, NULL);
   return rc < 0 ? nxpvmi_err("pvm_putinfo", rc) : rc;
 }
 
@@ -361,7 +367,7 @@ int pvm_recvinfo(char *name, int index, int flags) {
     rc = PvmBadParam;
   struct pvmbuf *b = NULL;
   for (int pause_us = 1000; rc == 0;) {
-    rc = mbox_call(M_RECV, name, index, flags, NULL, &b);
+    rc = nxpvmi_mbox_call(M_RECV, name, index, flags, NULL, &b);
     if (rc != PvmNotFound || !(flags & PvmMboxWaitForInfo))
       break;
     usleep((useconds_t)pause_us);
@@ -388,7 +394,7 @@ int pvm_delinfo(char *name, int index, int flags) {
   if (rc == 0 && index < 0)
     rc = PvmBadParam;
   if (rc == 0)
-    rc = mbox_call(M_DEL, name, index, 0, NULL, NULL);
+    rc = nxpvmi_mbox_call(M_DEL, name, index, 0, NULL, NULL);
   return rc < 0 ? nxpvmi_err("pvm_delinfo", rc) : PvmOk;
 }
 
@@ -412,7 +418,7 @@ int pvm_getmboxinfo(char *pattern, int *nclasses,
   if (rc < 0)
     return nxpvmi_err("pvm_getmboxinfo", rc);
   struct pvmbuf *b = NULL;
-  rc = mbox_call(M_INFO, pattern, 0, 0, NULL, &b);
+  rc = nxpvmi_mbox_call(M_INFO, pattern, 0, 0, NULL, &b);
   if (rc == 0 && b == NULL)
     rc = PvmBadMsg;
   mbinfo_free();
@@ -479,10 +485,10 @@ int pvm_insert(char *name, int req, int data) {
   if (rc == 0)
     rc = nxpvmi_pack_into(b, K_I32, &data, 1, 1, sizeof(int));
   if (rc == 0)
-    rc = mbox_call(M_PUT, name, req,
-                   req == -1 ? PvmMboxMultiInstance | PvmMboxPersistent
-                             : PvmMboxPersistent,
-                   b, NULL);
+    rc = nxpvmi_mbox_call(M_PUT, name, req,
+                          req == -1 ? PvmMboxMultiInstance | PvmMboxPersistent
+                                    : PvmMboxPersistent,
+                          b, NULL);
   nxpvmi_buf_free(b);
   return rc < 0 ? nxpvmi_err("pvm_insert", rc) : rc;
 }
@@ -493,8 +499,8 @@ int pvm_lookup(char *name, int req, int *datap) {
     rc = PvmBadParam;
   struct pvmbuf *b = NULL;
   if (rc == 0)
-    rc = mbox_call(M_RECV, name, req == -1 ? 0 : req,
-                   req == -1 ? PvmMboxFirstAvail : 0, NULL, &b);
+    rc = nxpvmi_mbox_call(M_RECV, name, req == -1 ? 0 : req,
+                          req == -1 ? PvmMboxFirstAvail : 0, NULL, &b);
   int data = 0;
   if (rc >= 0 && b == NULL)
     rc = PvmBadMsg;
@@ -516,7 +522,7 @@ int pvm_delete(char *name, int req) {
   if (rc == 0 && req < 0)
     rc = PvmBadParam;
   if (rc == 0)
-    rc = mbox_call(M_DEL, name, req, 0, NULL, NULL);
+    rc = nxpvmi_mbox_call(M_DEL, name, req, 0, NULL, NULL);
   /* As PVM 3.4's: the index of the entry deleted. */
   return rc < 0 ? nxpvmi_err("pvm_delete", rc) : req;
 }

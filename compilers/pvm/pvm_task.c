@@ -145,16 +145,10 @@ static void fire_notifies(int tid) {
     b->src = tid;
     b->tag = n->tag;
     b->ctx = n->ctx;
-    b->data = malloc(sizeof(int));
-    if (b->data == NULL || (b->segs = malloc(sizeof(struct seg))) == NULL) {
+    if (nxpvmi_pack_into(b, K_I32, &tid, 1, 1, sizeof(int)) < 0) {
       nxpvmi_buf_free(b);
       continue;
     }
-    memcpy(b->data, &tid, sizeof(int));
-    b->len = b->cap = sizeof(int);
-    b->segs[0] = (struct seg){K_I32, 1, 0, NULL, 1, sizeof(int)};
-    b->nseg = b->segcap = 1;
-    b->bytes = sizeof(int);
     nxpvmi_deliver(b);
   }
 }
@@ -169,6 +163,7 @@ static void mark_dead(int tid) {
   fire_notifies(tid);
   nxpvmi_groups_forget(tid);
   nxpvmi_mbox_forget(tid);
+  nxpvmi_hosts_forget(tid);
   nx_cond_broadcast(&nxpvm.c);
 }
 
@@ -851,8 +846,11 @@ static void wait_for_tasks(void) {
       struct peer *p = &nxpvm.peers[i];
       if (p->tid == nxpvm.mytid)
         continue;
-      waiting =
-          (p->child && !p->gone) || (nxpvm.is_root && p->has_gp && !p->dead);
+      /* A child on a module's node ("mpi") ends only once this process
+       * lets it go: its nx_finalize waits for ours to disconnect. It has
+       * done with PVM once it has left. */
+      waiting = (p->child && !p->gone && !(p->remote && p->dead)) ||
+                (nxpvm.is_root && p->has_gp && !p->dead);
     }
     if (!waiting)
       break;
@@ -970,6 +968,8 @@ int pvm_exit(void) {
   nxpvmi_buf_drop_all();
   nxpvmi_groups_free();
   nxpvmi_mbox_free();
+  nxpvmi_hosts_free();
+  nxpvmi_buf_cache_drain();
   if (nxpvm.has_fds) {
     close(nxpvm.fds[0]);
     close(nxpvm.fds[1]);
@@ -990,12 +990,14 @@ int pvm_exit(void) {
   return PvmOk;
 }
 
-/* `where` is a host name (this host: "", ".", "localhost" or its name) or
- * any nexus node spec ("mpi", "mpi:host=a,b", ...). */
+/* `where` is a host name (this host: "", ".", "localhost" or its name;
+ * another: "mpi:host=<name>"), or any nexus node spec ("mpi",
+ * "mpi:host=a,b", ...). */
 static int node_for(int flag, const char *where, nx_node_t *node) {
-  const char *spec = "localhost";
-  if ((flag & PvmTaskHost) && where != NULL && !nxpvmi_is_this_host(where))
-    spec = where;
+  char spec[64] = "localhost";
+  if ((flag & PvmTaskHost) && where != NULL && !nxpvmi_is_this_host(where) &&
+      nxpvmi_host_spec(where, spec, sizeof(spec)) < 0)
+    return PvmNoHost;
   /* PvmTaskArch: the one architecture there is. */
   if (!(flag & PvmTaskHost) && (flag & PvmTaskArch) && where != NULL &&
       where[0] != '\0' && strcmp(where, nxpvmi_arch()) != 0)
@@ -1052,6 +1054,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   for (int i = 0; i < argc; i++)
     av[i + 1] = argv[i];
   nx_gp_t gp = NX_GP_NULL;
+  int remote = strcmp(node.host, "localhost") != 0;
   rc = nx_context_create(&node, task, av, &gp);
   free(av);
   free(found);
@@ -1068,6 +1071,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   if (p != NULL) {
     p->ptid = nxpvm.mytid;
     p->child = 1;
+    p->remote = remote;
   }
   nx_mutex_unlock(&nxpvm.m);
   /* The child waits in its pvm_mytid for the root's name. */
@@ -1091,6 +1095,8 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   }
   nx_gp_release(&root);
   nx_gp_release(&gp);
+  if (rc == 0 && (flag & PvmTaskHost))
+    nxpvmi_host_placed(tid, where);
   return rc < 0 ? rc : tid;
 }
 
@@ -1194,25 +1200,6 @@ int pvm_sendsig(int tid, int signum) {
   return signal_task("pvm_sendsig", tid, signum);
 }
 
-/* One host: this one. */
-int pvm_config(int *nhost, int *narch, struct pvmhostinfo **hostp) {
-  static char name[256], arch[32];
-  static struct pvmhostinfo host;
-  if (!nxpvmi_started())
-    return nxpvmi_err("pvm_config", PvmSysErr);
-  if (name[0] == '\0')
-    gethostname(name, sizeof(name) - 1);
-  snprintf(arch, sizeof(arch), "%s", nxpvmi_arch());
-  host = (struct pvmhostinfo){nxpvmi_host_tid(), name, arch, 1000, 0};
-  if (nhost != NULL)
-    *nhost = 1;
-  if (narch != NULL)
-    *narch = 1;
-  if (hostp != NULL)
-    *hostp = &host;
-  return PvmOk;
-}
-
 int pvm_pstat(int tid) {
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_pstat", PvmSysErr);
@@ -1230,9 +1217,12 @@ int pvm_notify(int what, int msgtag, int cnt, int *tids) {
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_notify", PvmSysErr);
   int kind = what & ~PvmNotifyCancel;
-  if (kind == PvmHostDelete || kind == PvmHostAdd || kind == PvmRouteAdd ||
-      kind == PvmRouteDelete)
-    return PvmOk; /* one host, no routes: nothing will ever happen */
+  if (kind == PvmRouteAdd || kind == PvmRouteDelete)
+    return PvmOk; /* no routes: nothing will ever happen */
+  if (kind == PvmHostDelete || kind == PvmHostAdd) {
+    int rc = nxpvmi_host_notify(what, msgtag, cnt, tids);
+    return rc < 0 ? nxpvmi_err("pvm_notify", rc) : PvmOk;
+  }
   if (kind != PvmTaskExit || cnt < 0 || (cnt > 0 && tids == NULL))
     return nxpvmi_err("pvm_notify", PvmBadParam);
   for (int i = 0; i < cnt; i++) {

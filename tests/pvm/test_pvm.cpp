@@ -534,7 +534,7 @@ TEST_CASE("misuse gets an error code, never a crash") {
 }
 
 // Last: leaving PVM and coming back gives a new task.
-TEST_CASE("one host: the host calls answer for this host only") {
+TEST_CASE("host calls on a machine of this host alone") {
   int tid = me();
   int nhost = 0, narch = 0;
   struct pvmhostinfo *hi = nullptr;

@@ -12,12 +12,12 @@ static int put_int(const char *name, int v, int flags) {
   return pvm_putinfo((char *)name, id, flags);
 }
 
-/* The entry's value, or the error. */
-static void show(const char *name, int index, int flags) {
+/* Prints the entry's value, or the error, and returns it. */
+static int show(const char *name, int index, int flags) {
   int id = pvm_recvinfo((char *)name, index, flags);
   if (id < 0) {
     printf("recvinfo %s %d: %s\n", name, index, code(id));
-    return;
+    return id;
   }
   int old = pvm_setrbuf(id);
   int v = -1;
@@ -25,15 +25,18 @@ static void show(const char *name, int index, int flags) {
   pvm_setrbuf(old);
   pvm_freebuf(id);
   printf("recvinfo %s %d: %d\n", name, index, v);
+  return v;
 }
 
-static void info(const char *name, int child) {
+/* Prints the class's entries; returns their number (-1: no such class),
+ * or the error. */
+static int info(const char *name, int child) {
   int n = 0;
   struct pvmmboxinfo *c = NULL;
   int rc = pvm_getmboxinfo((char *)name, &n, &c);
   if (rc < 0) {
     printf("getmboxinfo %s: %s\n", name, code(rc));
-    return;
+    return rc;
   }
   for (int i = 0; i < n; i++) {
     if (strcmp(c[i].mi_name, name) != 0)
@@ -49,9 +52,10 @@ static void info(const char *name, int child) {
              c[i].mi_flags[j] & 0x3ff);
     }
     printf("\n");
-    return;
+    return c[i].mi_nentries;
   }
   printf("class %s: absent\n", name);
+  return -1;
 }
 
 /* The child's results go to the parent, which prints them: a spawned
@@ -80,10 +84,13 @@ int main(int argc, char **argv) {
   pvm_setopt(PvmAutoErr, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0)
     return child();
-  printf("put locked: %s\n", code(put_int("nxt_locked", 1, PvmMboxDefault)));
-  printf("put locked again: %s\n",
-         code(put_int("nxt_locked", 11, PvmMboxDefault)));
-  printf("put ow: %s\n", code(put_int("nxt_ow", 30, PvmMboxOverWritable)));
+  /* The owner may replace its own entry. */
+  NXT_EXPECT(said("put locked", put_int("nxt_locked", 1, PvmMboxDefault), 0),
+             1);
+  NXT_EXPECT(
+      said("put locked again", put_int("nxt_locked", 11, PvmMboxDefault), 0),
+      1);
+  NXT_EXPECT(said("put ow", put_int("nxt_ow", 30, PvmMboxOverWritable), 0), 1);
   int tid;
   if (spawn_self("child", 1, &tid) != 1)
     return 1;
@@ -94,58 +101,74 @@ int main(int argc, char **argv) {
     printf("child did not report\n");
     return 1;
   }
-  static const char *what[] = {
-      "put persist",      "put plain",     "put multi",   "put multi",
-      "overwrite locked", "delete locked", "overwrite ow"};
+  static const char *what[] = {"child put persist",      "child put plain",
+                               "child put multi",        "child put multi",
+                               "child overwrite locked", "child delete locked",
+                               "child overwrite ow"};
+  /* A second instance goes at the next index; another's entry may be
+   * neither replaced nor deleted unless it is overwritable. */
+  static const int want[] = {0, 0, 0, 1, PvmDenied, PvmDenied, 0};
   for (int i = 0; i < 7; i++)
-    printf("child %s: %s\n", what[i], code(r[i]));
+    NXT_EXPECT(said(what[i], r[i], want[i]), 1);
   /* The child has ended: its plain entry left with it, the persistent one
    * stays with no owner. */
-  show("nxt_locked", 0, PvmMboxDefault);
-  show("nxt_ow", 0, PvmMboxDefault);
-  show("nxt_persist", 0, PvmMboxDefault);
-  show("nxt_plain", 0, PvmMboxDefault);
-  show("nxt_multi", 0, PvmMboxDefault);
-  show("nxt_multi", 1, PvmMboxDefault);
-  show("nxt_multi", 2, PvmMboxDefault);
-  show("nxt_multi", 1, PvmMboxFirstAvail);
-  show("nxt_nothing", 0, PvmMboxDefault);
-  info("nxt_persist", tid);
-  info("nxt_multi", tid);
-  info("nxt_plain", tid);
-  info("nxt_locked", tid);
-  printf("delinfo persist: %s\n", code(pvm_delinfo("nxt_persist", 0, 0)));
-  printf("delinfo locked 3: %s\n", code(pvm_delinfo("nxt_locked", 3, 0)));
-  printf("delinfo nothing: %s\n", code(pvm_delinfo("nxt_nothing", 0, 0)));
-  printf("put ow over: %s\n", code(put_int("nxt_ow", 32, PvmMboxOverWritable)));
-  show("nxt_ow", 0, PvmMboxReadAndDelete);
-  show("nxt_ow", 0, PvmMboxDefault);
-  printf("put direct 3: %s\n",
-         code(put_int("nxt_direct", 40,
-                      PvmMboxDirectIndex(3) | PvmMboxOverWritable)));
-  show("nxt_direct", 3, PvmMboxDefault);
-  show("nxt_direct", 0, PvmMboxFirstAvail);
-  printf("delinfo locked: %s\n", code(pvm_delinfo("nxt_locked", 0, 0)));
-  show("nxt_locked", 0, PvmMboxDefault);
+  NXT_EXPECT(show("nxt_locked", 0, PvmMboxDefault) == 11, 1);
+  NXT_EXPECT(show("nxt_ow", 0, PvmMboxDefault) == PvmNotFound, 1);
+  NXT_EXPECT(show("nxt_persist", 0, PvmMboxDefault) == 7, 1);
+  NXT_EXPECT(show("nxt_plain", 0, PvmMboxDefault) == PvmNotFound, 1);
+  NXT_EXPECT(show("nxt_multi", 0, PvmMboxDefault) == 20, 1);
+  NXT_EXPECT(show("nxt_multi", 1, PvmMboxDefault) == 21, 1);
+  NXT_EXPECT(show("nxt_multi", 2, PvmMboxDefault) == PvmNotFound, 1);
+  NXT_EXPECT(show("nxt_multi", 1, PvmMboxFirstAvail) == 21, 1);
+  NXT_EXPECT(show("nxt_nothing", 0, PvmMboxDefault) == PvmNotFound, 1);
+  NXT_EXPECT(info("nxt_persist", tid) == 1, 1);
+  NXT_EXPECT(info("nxt_multi", tid) == 2, 1);
+  NXT_EXPECT(info("nxt_plain", tid) == -1, 1);
+  NXT_EXPECT(info("nxt_locked", tid) == 1, 1);
+  NXT_EXPECT(
+      said("delinfo persist", pvm_delinfo("nxt_persist", 0, 0), PvmDenied), 1);
+  NXT_EXPECT(
+      said("delinfo locked 3", pvm_delinfo("nxt_locked", 3, 0), PvmNotFound),
+      1);
+  NXT_EXPECT(
+      said("delinfo nothing", pvm_delinfo("nxt_nothing", 0, 0), PvmNotFound),
+      1);
+  NXT_EXPECT(said("put ow over", put_int("nxt_ow", 32, PvmMboxOverWritable), 0),
+             1);
+  NXT_EXPECT(show("nxt_ow", 0, PvmMboxReadAndDelete) == 32, 1);
+  NXT_EXPECT(show("nxt_ow", 0, PvmMboxDefault) == PvmNotFound, 1);
+  NXT_EXPECT(said("put direct 3",
+                  put_int("nxt_direct", 40,
+                          PvmMboxDirectIndex(3) | PvmMboxOverWritable),
+                  3),
+             1);
+  NXT_EXPECT(show("nxt_direct", 3, PvmMboxDefault) == 40, 1);
+  NXT_EXPECT(show("nxt_direct", 0, PvmMboxFirstAvail) == 40, 1);
+  NXT_EXPECT(said("delinfo locked", pvm_delinfo("nxt_locked", 0, 0), 0), 1);
+  NXT_EXPECT(show("nxt_locked", 0, PvmMboxDefault) == PvmNotFound, 1);
   int d = 0;
-  printf("insert: %s\n", code(pvm_insert("nxt_ins", -1, 5)));
-  printf("insert: %s\n", code(pvm_insert("nxt_ins", -1, 6)));
-  printf("insert at 4: %s\n", code(pvm_insert("nxt_ins", 4, 9)));
-  printf("insert at 4 again: %s\n", code(pvm_insert("nxt_ins", 4, 10)));
+  NXT_EXPECT(said("insert", pvm_insert("nxt_ins", -1, 5), 0), 1);
+  NXT_EXPECT(said("insert", pvm_insert("nxt_ins", -1, 6), 1), 1);
+  NXT_EXPECT(said("insert at 4", pvm_insert("nxt_ins", 4, 9), 4), 1);
+  NXT_EXPECT(said("insert at 4 again", pvm_insert("nxt_ins", 4, 10), PvmDenied),
+             1);
   int rc = pvm_lookup("nxt_ins", 4, &d);
   printf("lookup 4: %s %d\n", code(rc), d);
+  NXT_EXPECT(rc == 4 && d == 9, 1);
   rc = pvm_lookup("nxt_ins", -1, &d);
   printf("lookup first: %s %d\n", code(rc), d);
-  printf("lookup 7: %s\n", code(pvm_lookup("nxt_ins", 7, &d)));
-  printf("delete 4: %s\n", code(pvm_delete("nxt_ins", 4)));
-  printf("delete 4 again: %s\n", code(pvm_delete("nxt_ins", 4)));
-  printf("noreset: %s\n", code(pvm_setopt(PvmNoReset, 1)));
+  NXT_EXPECT(rc == 0 && d == 5, 1);
+  NXT_EXPECT(said("lookup 7", pvm_lookup("nxt_ins", 7, &d), PvmNotFound), 1);
+  NXT_EXPECT(said("delete 4", pvm_delete("nxt_ins", 4), 4), 1);
+  NXT_EXPECT(said("delete 4 again", pvm_delete("nxt_ins", 4), PvmNotFound), 1);
+  NXT_EXPECT(said("noreset", pvm_setopt(PvmNoReset, 1), 0), 1);
   int *nr = NULL, nnr = -1;
   rc = pvm_getnoresets(&nr, &nnr);
   int mine = 0;
   for (int i = 0; rc == 0 && i < nnr; i++)
     mine += nr[i] == pvm_mytid();
   printf("getnoresets: %s, lists me %d time(s)\n", code(rc), mine);
+  NXT_EXPECT(rc == 0 && mine == 1, 1);
   pvm_exit();
   return 0;
 }

@@ -1,7 +1,9 @@
 /* What the API programs share: error names, a spawn of this program as a
- * child, and a bounded receive. Each program prints what the calls return,
- * so its output is the same under the real PVM 3.4 and nexus-pvm exactly
- * when they behave the same. */
+ * child, a bounded receive, and checks. Each program prints what the calls
+ * return, so its output is the same under the real PVM 3.4 and nexus-pvm
+ * exactly when they behave the same; each also checks what PVM 3.4's
+ * manual promises (NXT_EXPECT, tests/common/expect.h), so it fails by
+ * itself, whichever PVM it is built against, when a call answers wrong. */
 #ifndef NXPVM_API_COMMON_H
 #define NXPVM_API_COMMON_H
 
@@ -12,6 +14,8 @@
 #include <string.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#include "../../common/expect.h"
 
 static inline const char *code(int rc) {
   static char buf[32];
@@ -45,6 +49,17 @@ static inline const char *code(int rc) {
   default: snprintf(buf, sizeof(buf), "%s%d", rc < 0 ? "error " : "", rc);
   }
   return buf;
+}
+
+/* Prints "what: <rc's name>" and says whether rc is `want` (on stderr when
+ * it is not): NXT_EXPECT(said("put", rc, PvmOk), 1). */
+static inline int said(const char *what, int rc, int want) {
+  printf("%s: %s\n", what, code(rc));
+  if (rc == want)
+    return 1;
+  fprintf(stderr, "%s: got %s, ", what, code(rc));
+  fprintf(stderr, "expected %s\n", code(want));
+  return 0;
 }
 
 /* Spawns `n` copies of this program with `arg` as argv[1]. */

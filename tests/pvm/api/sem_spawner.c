@@ -64,7 +64,10 @@ int main(int argc, char **argv) {
   pvm_upkint(&n, 1, 1);
   pvm_upkint(tids, 2, 1);
   printf("the middle task spawned %d workers\n", n);
-  printf("it has left: %s\n", recv_for(-1, TAG_GONE) > 0 ? "yes" : "no");
+  NXT_EXPECT(n == 2, 1);
+  int left = recv_for(-1, TAG_GONE) > 0;
+  printf("it has left: %s\n", left ? "yes" : "no");
+  NXT_EXPECT(left, 1);
   int sum = 0;
   for (int i = 0; i < n; i++) {
     int r[5] = {0, 0, 0, 0, 0}, bytes, tag, src;
@@ -78,8 +81,14 @@ int main(int argc, char **argv) {
     printf("a worker reported: spawned by the middle task %s, which it "
            "finds %s; %d siblings, itself among them %d time(s)\n",
            r[1] ? "yes" : "no", code(r[2]), r[3], r[4]);
+    /* It saw its spawner leave, and still knows its spawner's tid (which
+     * no longer names a task) and its siblings. */
+    NXT_EXPECT(src == tids[0] || src == tids[1], 1);
+    NXT_EXPECT(r[0] == 21 && r[1] && r[2] == PvmNoTask, 1);
+    NXT_EXPECT(r[3] == 2 && r[4] == 1, 1);
   }
   printf("sum %d\n", sum);
+  NXT_EXPECT(sum == 42, 1);
   pvm_exit();
   return 0;
 }
