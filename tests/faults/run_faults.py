@@ -5,6 +5,9 @@ every RSR nx_rsr_send accepted was handled exactly once or reported to its
 sender's error callback.
 
 Usage: run_faults.py NXRUN FAULTS_PEER MODULE SCENARIO [--minutes N]
+                    [--mpirun MPIRUN]
+The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
+(given by --mpirun; skipped without it).
   flood  rank 0 floods a slow rank 1 (20,000 RSRs of 1 KiB, 100 us per
          handler), then nx_finalize at once: it must deliver them all.
   bound  the same flood under NX_FINALIZE_MS=300: nx_finalize returns
@@ -12,6 +15,9 @@ Usage: run_faults.py NXRUN FAULTS_PEER MODULE SCENARIO [--minutes N]
          not confirm.
   kill   4 ranks all-to-all with numbered RSRs; rank 1 is stopped
          (SIGSTOP) and resumed, rank 3 is killed (SIGKILL) halfway.
+  stop   the same traffic; rank 1 is stopped (SIGSTOP) for 1 s and
+         resumed, nothing is killed: for mpi, where Open MPI's mpirun ends
+         the whole job when a rank dies (docs/mpi.md, "Peer failure").
   close  the same traffic; the ranks' tcp connections are closed under it
          (ss -K), for tcp only: a closed connection loses its peer (tcp
          does not reconnect), so what was lost must have been reported.
@@ -51,35 +57,87 @@ def run_env(module, kill=False):
     return env
 
 
-def module_usable(nxrun, module):
-    """nxinfo (beside nxrun) tells whether the module loads here."""
-    nxinfo = os.path.join(os.path.dirname(nxrun), 'nxinfo')
-    p = subprocess.run([nxinfo], env=run_env(module), capture_output=True,
+class Launcher:
+    """Starts N ranks of faults_peer: nxrun, or mpirun for the mpi module
+    (its ranks must be one MPI job). Each run is a session of its own, so
+    that a hang ends every process of it."""
+
+    def __init__(self, nxrun, peer, module, mpirun):
+        self.nxrun, self.peer, self.module = nxrun, peer, module
+        self.mpirun = mpirun if module == 'mpi' else None
+
+    def cmd(self, n, args):
+        if self.mpirun:
+            # --oversubscribe: more ranks than cores; as root in containers.
+            return [self.mpirun, '--allow-run-as-root', '--oversubscribe',
+                    '-np', str(n), self.peer] + args
+        return [self.nxrun, '-n', str(n), '--timeout', '240',
+                self.peer] + args
+
+    def start(self, n, args, env):
+        return subprocess.Popen(self.cmd(n, args), env=env,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+
+def finish(proc, timeout):
+    """proc's output, or None (after ending its whole session) on a hang."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        sys.stdout.write(out[-2000:] + err[-3000:])
+        return None
+
+
+def module_usable(launch, module):
+    """nxinfo (beside nxrun) tells whether the module loads here; for mpi,
+    run as a rank under mpirun (outside it the module is spawn-only)."""
+    nxinfo = os.path.join(os.path.dirname(launch.nxrun), 'nxinfo')
+    cmd = [nxinfo]
+    if module == 'mpi':
+        if not launch.mpirun:
+            skip('no mpirun (Open MPI) here')
+        cmd = [launch.mpirun, '--allow-run-as-root', '-np', '1', nxinfo]
+    p = subprocess.run(cmd, env=run_env(module), capture_output=True,
                        text=True, timeout=60)
-    for line in p.stdout.splitlines():
+    lines = p.stdout.splitlines()
+    for i, line in enumerate(lines):
         f = line.split()
         if len(f) >= 2 and f[0] == module:
-            if f[1] == 'loaded':
-                return
-            skip('%s does not load here: %s' % (module, line.strip()))
+            if f[1] != 'loaded':
+                skip('%s does not load here: %s' % (module, line.strip()))
+            detail = lines[i + 1] if i + 1 < len(lines) else ''
+            if module == 'mpi' and 'spawning only' in detail:
+                skip('the mpi module knows no job under this mpirun: ' +
+                     detail.strip())
+            return
     skip('%s does not load here: %s' %
          (module, (p.stdout + p.stderr).strip().splitlines()[-1:]))
 
 
-def flood(nxrun, peer, module, bound=False):
+def flood(launch, module, bound=False):
     t0 = time.time()
     env = run_env(module)
     extra = []
     if bound:
         env['NX_FINALIZE_MS'] = '300'
         extra = ['bound']
-    p = subprocess.run([nxrun, '-n', '2', '--timeout', '300', peer, 'flood',
-                        '20000', '1024', '100'] + extra, env=env,
-                       capture_output=True, text=True, timeout=360)
-    sys.stdout.write(p.stdout)
+    p = launch.start(2, ['flood', '20000', '1024', '100'] + extra, env)
+    res = finish(p, 300)
+    if res is None:
+        print('FAIL: flood over %s: no end within 300 s' % module)
+        return 1
+    sys.stdout.write(res[0])
     if p.returncode != 0:
-        sys.stdout.write(p.stderr[-4000:])
-        print('FAIL: flood over %s: nxrun exited %d' % (module, p.returncode))
+        sys.stdout.write(res[1][-4000:])
+        print('FAIL: flood over %s: %s exited %d' %
+              (module, os.path.basename(launch.cmd(2, [])[0]), p.returncode))
         return 1
     if bound:
         print('flood over %s: nx_finalize gave up after NX_FINALIZE_MS and '
@@ -131,16 +189,14 @@ class Board:
         return data[off:off + self.count]
 
 
-def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
+def one_round(launch, module, count, victim, stalled, kill_at, closing,
+              stop_s=0.3):
     fd, path = tempfile.mkstemp(prefix='nx-faults-')
     os.ftruncate(fd, HDR + MAX_RANKS * MAX_RANKS * count)
     os.close(fd)
     board = Board(path, count)
-    proc = subprocess.Popen([nxrun, '-n', str(NRANKS), '--timeout', '240',
-                             peer, 'alltoall', path, str(count)],
-                            env=run_env(module, victim >= 0),
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = launch.start(NRANKS, ['alltoall', path, str(count)],
+                        run_env(module, victim >= 0))
     injected = []
     try:
         deadline = time.time() + 120
@@ -156,9 +212,10 @@ def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
         if proc.poll() is None and all(pids[:NRANKS]):
             if stalled >= 0:
                 os.kill(pids[stalled], signal.SIGSTOP)
-                time.sleep(0.3)
+                time.sleep(stop_s)
                 os.kill(pids[stalled], signal.SIGCONT)
-                injected.append('stopped rank %d for 300 ms' % stalled)
+                injected.append('stopped rank %d for %d ms' %
+                                (stalled, stop_s * 1000))
             if closing:
                 ports = rank_ports(pids[:NRANKS])
                 for port in ports:
@@ -167,16 +224,18 @@ def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
                 injected.append('closed the ranks\' %d tcp connections '
                                 '(ss -K)' % len(ports))
             if victim >= 0:
-                os.kill(pids[victim], signal.SIGKILL)
-                injected.append('killed rank %d' % victim)
-        out, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+                try:
+                    os.kill(pids[victim], signal.SIGKILL)
+                    injected.append('killed rank %d' % victim)
+                except ProcessLookupError:
+                    print('rank %d had ended before the kill' % victim)
+    finally:
+        res = finish(proc, 300)
+    if res is None:
         print('FAIL: the ranks hung (no end within the bound)')
-        sys.stdout.write(err[-3000:])
         os.unlink(path)
         return 1, injected
+    out, err = res
     data = board.read()
     os.unlink(path)
     bad = []
@@ -216,6 +275,8 @@ def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
                                 totals['lost'], totals['reported']))
     if victim >= 0 and not any('killed' in i for i in injected):
         bad.append('the victim was never killed (the run ended first)')
+    if stalled >= 0 and not any('stopped' in i for i in injected):
+        bad.append('no rank was ever stopped (the run ended first)')
     for b in bad:
         print('FAIL: ' + b)
     if bad:
@@ -230,25 +291,34 @@ def main():
         i = args.index('--minutes')
         minutes = float(args[i + 1])
         del args[i:i + 2]
+    mpirun = None
+    if '--mpirun' in args:
+        i = args.index('--mpirun')
+        mpirun = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 4:
         print(__doc__)
         return 2
     nxrun, peer, module, scenario = args
-    module_usable(nxrun, module)
+    launch = Launcher(nxrun, peer, module, mpirun)
+    module_usable(launch, module)
     if scenario in ('flood', 'bound'):
-        return flood(nxrun, peer, module, scenario == 'bound')
+        return flood(launch, module, scenario == 'bound')
+    if scenario == 'stop':
+        rc, _ = one_round(launch, module, 5000, -1, 1, 0.5, False, 1.0)
+        return rc
     if scenario == 'close':
         if os.geteuid() != 0:
             skip('ss -K needs root')
         if module != 'tcp':
             skip('closing connections applies to tcp only')
-        rc, _ = one_round(nxrun, peer, module, 20000, -1, -1, 0.3, True)
+        rc, _ = one_round(launch, module, 20000, -1, -1, 0.3, True)
         return rc
     if scenario != 'kill':
         print('unknown scenario ' + scenario)
         return 2
     if minutes <= 0:
-        rc, _ = one_round(nxrun, peer, module, 5000, 3, 1, 0.5, False)
+        rc, _ = one_round(launch, module, 5000, 3, 1, 0.5, False)
         return rc
     end = time.time() + minutes * 60
     rounds = failed = 0
@@ -256,7 +326,7 @@ def main():
     while time.time() < end:
         victim = rng.randrange(NRANKS)
         stalled = (victim + 1 + rng.randrange(NRANKS - 1)) % NRANKS
-        rc, _ = one_round(nxrun, peer, module, 20000, victim, stalled,
+        rc, _ = one_round(launch, module, 20000, victim, stalled,
                           rng.uniform(0.1, 0.9), False)
         rounds += 1
         failed += rc
