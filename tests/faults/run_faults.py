@@ -18,6 +18,14 @@ The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
   stop   the same traffic; rank 1 is stopped (SIGSTOP) for 1 s and
          resumed, nothing is killed: for mpi, where Open MPI's mpirun ends
          the whole job when a rank dies (docs/mpi.md, "Peer failure").
+  gw-flood, gw-kill, gw-killgw
+         with a gateway in the path (faults_peer --gw MODULE, under nxrun;
+         MODULE ucx or ofi): rank 0 is the gateway, odd ranks load MODULE
+         alone, even ranks tcp alone. gw-flood: the flood from rank 1 to
+         rank 2, through the gateway. gw-kill: 4 members all-to-all, rank
+         3 stopped and rank 4 killed halfway. gw-killgw: the same traffic,
+         the gateway killed halfway: what crossed it must have been
+         handled or reported; what did not cross it must all arrive.
   close  the same traffic; the ranks' tcp connections are closed under it
          (ss -K), for tcp only: a closed connection loses its peer (tcp
          does not reconnect), so what was lost must have been reported.
@@ -121,14 +129,16 @@ def module_usable(launch, module):
          (module, (p.stdout + p.stderr).strip().splitlines()[-1:]))
 
 
-def flood(launch, module, bound=False):
+def flood(launch, module, bound=False, gw=False):
     t0 = time.time()
     env = run_env(module)
     extra = []
     if bound:
         env['NX_FINALIZE_MS'] = '300'
         extra = ['bound']
-    p = launch.start(2, ['flood', '20000', '1024', '100'] + extra, env)
+    pre = ['--gw', module] if gw else []
+    p = launch.start(3 if gw else 2,
+                     pre + ['flood', '20000', '1024', '100'] + extra, env)
     res = finish(p, 300)
     if res is None:
         print('FAIL: flood over %s: no end within 300 s' % module)
@@ -144,8 +154,9 @@ def flood(launch, module, bound=False):
               'reported what it could not confirm (%.1f s)' %
               (module, time.time() - t0))
     else:
-        print('flood over %s: 20000 RSRs handled before nx_finalize returned '
-              '(%.1f s)' % (module, time.time() - t0))
+        print('flood over %s%s: 20000 RSRs handled before nx_finalize '
+              'returned (%.1f s)' % (module, ' through a gateway to tcp'
+                                     if gw else '', time.time() - t0))
     return 0
 
 
@@ -190,12 +201,19 @@ class Board:
 
 
 def one_round(launch, module, count, victim, stalled, kill_at, closing,
-              stop_s=0.3):
+              stop_s=0.3, gw=False):
+    """One run of N ranks all-to-all (4; with a gateway, rank 0 and 4
+    members) with the faults injected when the pace rank (the victim, or
+    the first member) has sent kill_at of its RSRs; then the check."""
+    n = NRANKS + 1 if gw else NRANKS
+    first = 1 if gw else 0
+    pace = victim if victim >= first else first
     fd, path = tempfile.mkstemp(prefix='nx-faults-')
     os.ftruncate(fd, HDR + MAX_RANKS * MAX_RANKS * count)
     os.close(fd)
     board = Board(path, count)
-    proc = launch.start(NRANKS, ['alltoall', path, str(count)],
+    pre = ['--gw', module] if gw else []
+    proc = launch.start(n, pre + ['alltoall', path, str(count)],
                         run_env(module, victim >= 0))
     injected = []
     try:
@@ -203,13 +221,12 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
         while time.time() < deadline and proc.poll() is None:
             data = board.read()
             pids = board.pids(data)
-            sent = sum(board.accepted(data, victim if victim >= 0 else 0, d)
-                       for d in range(NRANKS))
-            if all(pids[:NRANKS]) and sent >= kill_at * (NRANKS - 1) * count:
+            sent = sum(board.accepted(data, pace, d) for d in range(n))
+            if all(pids[:n]) and sent >= kill_at * (n - first - 1) * count:
                 break
             time.sleep(0.002)
         pids = board.pids(board.read())
-        if proc.poll() is None and all(pids[:NRANKS]):
+        if proc.poll() is None and all(pids[:n]):
             if stalled >= 0:
                 os.kill(pids[stalled], signal.SIGSTOP)
                 time.sleep(stop_s)
@@ -217,7 +234,7 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
                 injected.append('stopped rank %d for %d ms' %
                                 (stalled, stop_s * 1000))
             if closing:
-                ports = rank_ports(pids[:NRANKS])
+                ports = rank_ports(pids[:n])
                 for port in ports:
                     subprocess.run(['ss', '-K', 'sport', '=', ':%d' % port],
                                    capture_output=True)
@@ -226,7 +243,9 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
             if victim >= 0:
                 try:
                     os.kill(pids[victim], signal.SIGKILL)
-                    injected.append('killed rank %d' % victim)
+                    injected.append('killed %s' % ('the gateway (rank 0)'
+                                                    if gw and victim == 0 else
+                                                    'rank %d' % victim))
                 except ProcessLookupError:
                     print('rank %d had ended before the kill' % victim)
     finally:
@@ -240,7 +259,10 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     os.unlink(path)
     bad = []
     totals = {'accepted': 0, 'handled': 0, 'reported': 0, 'lost': 0}
-    for s in range(NRANKS):
+    if gw and victim != 0 and board.finalized(data, 0) != 1000:
+        bad.append('the gateway: nx_finalize returned %s' %
+                   board.finalized(data, 0))
+    for s in range(first, n):
         if s == victim:
             continue  # a dead sender hears of nothing: not counted
         fin = board.finalized(data, s)
@@ -248,9 +270,11 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
             bad.append('rank %d: nx_finalize returned %s' %
                        (s, 'nothing (did not reach it)' if fin == 0
                         else fin - 1000))
-        for d in range(NRANKS):
+        for d in range(first, n):
             if d == s:
                 continue
+            # Through a gateway that was killed: lost with it, reported.
+            cut = closing or (gw and victim == 0 and s % 2 != d % 2)
             acc = board.accepted(data, s, d)
             rep = board.reported(data, s, d)
             h = board.handled(data, s, d)
@@ -263,10 +287,10 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
             totals['lost'] += lost
             if twice:
                 bad.append('%d->%d: %d RSRs handled twice' % (s, d, twice))
-            if d != victim and not closing and (lost or rep):
+            if d != victim and not cut and (lost or rep):
                 bad.append('%d->%d (both alive): %d lost, %d reported' %
                            (s, d, lost, rep))
-            if (d == victim or closing) and lost > rep:
+            if (d == victim or cut) and lost > rep:
                 bad.append('%d->%d: %d accepted RSRs neither handled nor '
                            'reported (%d reported)' % (s, d, lost - rep, rep))
     print('injected: %s; counted: %d accepted, %d handled, %d not handled, '
@@ -307,6 +331,19 @@ def main():
     if scenario == 'stop':
         rc, _ = one_round(launch, module, 5000, -1, 1, 0.5, False, 1.0)
         return rc
+    if scenario.startswith('gw-'):
+        if module not in ('ucx', 'ofi'):
+            skip('the gateway scenarios join ucx or ofi to tcp')
+        module_usable(launch, 'tcp')
+        if scenario == 'gw-flood':
+            return flood(launch, module, gw=True)
+        if scenario == 'gw-kill':
+            rc, _ = one_round(launch, module, 5000, 4, 3, 0.5, False, gw=True)
+            return rc
+        if scenario == 'gw-killgw':
+            rc, _ = one_round(launch, module, 5000, 0, -1, 0.5, False,
+                              gw=True)
+            return rc
     if scenario == 'close':
         if os.geteuid() != 0:
             skip('ss -K needs root')
