@@ -26,15 +26,27 @@ The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
          3 stopped and rank 4 killed halfway. gw-killgw: the same traffic,
          the gateway killed halfway: what crossed it must have been
          handled or reported; what did not cross it must all arrive.
+  netem, partition
+         over tcp between two "hosts": network namespaces joined by a veth
+         pair, as tests/cluster/cluster.sh makes them; even ranks on host
+         A, odd ranks on host B (needs root, ip and tc). netem: the link
+         loses 2%, delays 10 ms +- 5 ms and reorders 25% of the packets
+         each way (tc netem) for the whole run. partition: halfway the
+         link drops every packet each way for 1.5 s, then heals (tc netem
+         loss 100%; where the kernel has no netem, a pfifo qdisc of length
+         0 drops them just as well). RSRs between the hosts must be handled
+         once or reported; RSRs within a host must all arrive.
   close  the same traffic; the ranks' tcp connections are closed under it
          (ss -K), for tcp only: a closed connection loses its peer (tcp
          does not reconnect), so what was lost must have been reported.
-With --minutes N the kill scenario repeats for N minutes (soak), a
-different rank killed at a random time each round, and every round prints
-what it injected and counted.
+With --minutes N the scenario repeats for N minutes (soak), kill with a
+different rank killed and another stopped at a random time each round,
+and every round prints what it injected and counted.
 Exit: 0 passed, 1 failed, 77 skipped (the module cannot start here)."""
 import os
 import random
+import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -73,12 +85,17 @@ class Launcher:
     def __init__(self, nxrun, peer, module, mpirun):
         self.nxrun, self.peer, self.module = nxrun, peer, module
         self.mpirun = mpirun if module == 'mpi' else None
+        self.hosts = None  # Hosts: nxrun runs in host A, ranks on both
 
     def cmd(self, n, args):
         if self.mpirun:
             # --oversubscribe: more ranks than cores; as root in containers.
             return [self.mpirun, '--allow-run-as-root', '--oversubscribe',
                     '-np', str(n), self.peer] + args
+        if self.hosts:
+            return (['ip', 'netns', 'exec', self.hosts.ns['A'], self.nxrun,
+                     '-n', str(n), '--timeout', '240'] +
+                    self.hosts.wrapper() + [self.peer] + args)
         return [self.nxrun, '-n', str(n), '--timeout', '240',
                 self.peer] + args
 
@@ -160,6 +177,117 @@ def flood(launch, module, bound=False, gw=False):
     return 0
 
 
+class Hosts:
+    """Two hosts, A and B: network namespaces joined by a veth pair (as
+    tests/cluster/cluster.sh makes them). Skips (77) where that cannot be
+    done here."""
+    IP = {'A': '169.254.79.1', 'B': '169.254.79.2'}
+
+    def __init__(self):
+        self.ns = {'A': 'nxfA-%d' % os.getpid(), 'B': 'nxfB-%d' % os.getpid()}
+        self.dev = {'A': 'nxfa%d' % os.getpid(), 'B': 'nxfb%d' % os.getpid()}
+        self.made = []
+
+    def ip(self, *args):
+        return subprocess.run(['ip'] + list(args), capture_output=True,
+                              text=True, timeout=30)
+
+    def tc(self, host, *args):
+        return subprocess.run(['ip', 'netns', 'exec', self.ns[host], 'tc'] +
+                              list(args), capture_output=True, text=True,
+                              timeout=30)
+
+    def setup(self):
+        if os.geteuid() != 0:
+            skip('needs root to make network namespaces')
+        for tool in ('ip', 'tc'):
+            if shutil.which(tool) is None:
+                skip('%s (iproute2) is not installed' % tool)
+        for h in 'AB':
+            p = self.ip('netns', 'add', self.ns[h])
+            if p.returncode != 0:
+                skip('ip netns add failed: ' + p.stderr.strip())
+            self.made.append(self.ns[h])
+        p = self.ip('netns', 'exec', self.ns['A'], 'true')
+        if p.returncode != 0:
+            skip('ip netns exec failed: ' + p.stderr.strip())
+        p = self.ip('link', 'add', self.dev['A'], 'type', 'veth', 'peer',
+                    'name', self.dev['B'])
+        if p.returncode != 0:
+            skip('cannot make a veth pair: ' + p.stderr.strip())
+        for h in 'AB':
+            for args in (('link', 'set', self.dev[h], 'netns', self.ns[h]),
+                         ('-n', self.ns[h], 'addr', 'add',
+                          self.IP[h] + '/30', 'dev', self.dev[h]),
+                         ('-n', self.ns[h], 'link', 'set', 'lo', 'up'),
+                         ('-n', self.ns[h], 'link', 'set', self.dev[h],
+                          'up')):
+                p = self.ip(*args)
+                if p.returncode != 0:
+                    raise RuntimeError('ip %s: %s' % (' '.join(args),
+                                                      p.stderr.strip()))
+
+    def has_netem(self):
+        p = self.tc('A', 'qdisc', 'add', 'dev', self.dev['A'], 'root',
+                    'netem', 'delay', '1ms')
+        if p.returncode != 0:
+            return False, p.stderr.strip()
+        self.tc('A', 'qdisc', 'del', 'dev', self.dev['A'], 'root')
+        return True, ''
+
+    def qdisc(self, *spec):
+        """Both ends' root qdisc becomes spec (none: the default)."""
+        for h in 'AB':
+            self.tc(h, 'qdisc', 'del', 'dev', self.dev[h], 'root')
+            if spec:
+                p = self.tc(h, 'qdisc', 'add', 'dev', self.dev[h], 'root',
+                            *spec)
+                if p.returncode != 0:
+                    raise RuntimeError('tc qdisc add %s: %s' %
+                                       (' '.join(spec), p.stderr.strip()))
+
+    def dropped(self):
+        """Packets the root qdiscs of both ends dropped."""
+        n = 0
+        for h in 'AB':
+            out = self.tc(h, '-s', 'qdisc', 'show', 'dev', self.dev[h]).stdout
+            for w in re.findall(r'dropped (\d+)', out):
+                n += int(w)
+        return n
+
+    def link_bytes(self):
+        """Bytes host A's end sent and received."""
+        got = []
+        for what in ('tx_bytes', 'rx_bytes'):
+            p = self.ip('netns', 'exec', self.ns['A'], 'cat',
+                        '/sys/class/net/%s/statistics/%s' %
+                        (self.dev['A'], what))
+            got.append(int(p.stdout.strip() or 0))
+        return got
+
+    def wrapper(self):
+        """What nxrun starts: each rank enters its host (odd ranks B) and
+        listens for tcp on that host's address only, so that RSRs between
+        the hosts cross the veth pair and those within a host do not."""
+        return ['/bin/sh', '-c',
+                'if [ $((NX_RANK %% 2)) = 1 ]; then '
+                'exec ip netns exec %s env NX_HOST_ID=hostB '
+                'NX_TCP_LISTEN=%s "$@"; else '
+                'exec env NX_HOST_ID=hostA NX_TCP_LISTEN=%s "$@"; fi'
+                % (self.ns['B'], self.IP['B'], self.IP['A']), 'rank']
+
+    def cleanup(self):
+        for ns in self.made:
+            p = self.ip('netns', 'pids', ns)
+            for pid in p.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            self.ip('netns', 'del', ns)
+        self.ip('link', 'del', self.dev['A'])
+
+
 def rank_ports(pids):
     """The local ports of the established tcp sockets the ranks own (only
     theirs are closed: other tests may run beside this one)."""
@@ -201,7 +329,7 @@ class Board:
 
 
 def one_round(launch, module, count, victim, stalled, kill_at, closing,
-              stop_s=0.3, gw=False):
+              stop_s=0.3, gw=False, inject=None):
     """One run of N ranks all-to-all (4; with a gateway, rank 0 and 4
     members) with the faults injected when the pace rank (the victim, or
     the first member) has sent kill_at of its RSRs; then the check."""
@@ -240,6 +368,8 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
                                    capture_output=True)
                 injected.append('closed the ranks\' %d tcp connections '
                                 '(ss -K)' % len(ports))
+            if inject:
+                injected.append(inject())
             if victim >= 0:
                 try:
                     os.kill(pids[victim], signal.SIGKILL)
@@ -273,8 +403,10 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
         for d in range(first, n):
             if d == s:
                 continue
-            # Through a gateway that was killed: lost with it, reported.
-            cut = closing or (gw and victim == 0 and s % 2 != d % 2)
+            # Through a gateway that was killed, or between the hosts
+            # over a faulty link: lost with it, reported.
+            cut = closing or (s % 2 != d % 2 and
+                              ((gw and victim == 0) or launch.hosts))
             acc = board.accepted(data, s, d)
             rep = board.reported(data, s, d)
             h = board.handled(data, s, d)
@@ -308,24 +440,52 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     return (1 if bad else 0), injected
 
 
-def main():
-    args = sys.argv[1:]
-    minutes = 0.0
-    if '--minutes' in args:
-        i = args.index('--minutes')
-        minutes = float(args[i + 1])
-        del args[i:i + 2]
-    mpirun = None
-    if '--mpirun' in args:
-        i = args.index('--mpirun')
-        mpirun = args[i + 1]
-        del args[i:i + 2]
-    if len(args) != 4:
-        print(__doc__)
-        return 2
-    nxrun, peer, module, scenario = args
-    launch = Launcher(nxrun, peer, module, mpirun)
-    module_usable(launch, module)
+def link_faults(launch, module, scenario):
+    hosts = Hosts()
+    try:
+        hosts.setup()
+        netem, why = hosts.has_netem()
+        if scenario == 'netem' and not netem:
+            skip('the kernel has no netem qdisc (tc: %s)' % why)
+        launch.hosts = hosts
+        if scenario == 'netem':
+            spec = ['netem', 'loss', '2%', 'delay', '10ms', '5ms',
+                    'reorder', '25%', '50%']
+            hosts.qdisc(*spec)
+            print('link A<->B: tc qdisc %s, each way, for the whole run' %
+                  ' '.join(spec))
+            rc, _ = one_round(launch, module, 2000, -1, -1, 0, False)
+            print('link A<->B: %d packets dropped, %d bytes carried' %
+                  (hosts.dropped(), sum(hosts.link_bytes())))
+            return rc
+
+        def partition():
+            t0 = time.time()
+            before = hosts.link_bytes()
+            if netem:
+                hosts.qdisc('netem', 'loss', '100%')
+                how = 'tc netem loss 100%'
+            else:
+                hosts.qdisc('pfifo', 'limit', '0')
+                how = 'tc pfifo limit 0 (no netem here)'
+            time.sleep(1.5)
+            dropped = hosts.dropped()
+            hosts.qdisc()
+            return ('partitioned the hosts for %.1f s (%s, each way; %d '
+                    'packets dropped; %d bytes had crossed the link before)' %
+                    (time.time() - t0, how, dropped, sum(before)))
+        rc, _ = one_round(launch, module, 5000, -1, -1, 0.3, False,
+                          inject=partition)
+        return rc
+    finally:
+        hosts.cleanup()
+
+
+SCENARIOS = ('flood', 'bound', 'stop', 'gw-flood', 'gw-kill', 'gw-killgw',
+             'netem', 'partition', 'close')
+
+
+def scenario_once(launch, module, scenario):
     if scenario in ('flood', 'bound'):
         return flood(launch, module, scenario == 'bound')
     if scenario == 'stop':
@@ -344,6 +504,10 @@ def main():
             rc, _ = one_round(launch, module, 5000, 0, -1, 0.5, False,
                               gw=True)
             return rc
+    if scenario in ('netem', 'partition'):
+        if module != 'tcp':
+            skip('the link faults apply to tcp between hosts')
+        return link_faults(launch, module, scenario)
     if scenario == 'close':
         if os.geteuid() != 0:
             skip('ss -K needs root')
@@ -351,9 +515,49 @@ def main():
             skip('closing connections applies to tcp only')
         rc, _ = one_round(launch, module, 20000, -1, -1, 0.3, True)
         return rc
-    if scenario != 'kill':
+    return 2
+
+
+def main():
+    args = sys.argv[1:]
+    minutes = 0.0
+    if '--minutes' in args:
+        i = args.index('--minutes')
+        minutes = float(args[i + 1])
+        del args[i:i + 2]
+    mpirun = None
+    if '--mpirun' in args:
+        i = args.index('--mpirun')
+        mpirun = args[i + 1]
+        del args[i:i + 2]
+    if len(args) != 4:
+        print(__doc__)
+        return 2
+    nxrun, peer, module, scenario = args
+    launch = Launcher(nxrun, peer, module, mpirun)
+    module_usable(launch, module)
+    if scenario == 'kill':
+        return kill_soak(launch, module, minutes)
+    if scenario not in SCENARIOS:
         print('unknown scenario ' + scenario)
         return 2
+    if minutes <= 0:
+        return scenario_once(launch, module, scenario)
+    # Soak: the scenario again and again.
+    end = time.time() + minutes * 60
+    rounds = failed = 0
+    while time.time() < end:
+        rc = scenario_once(launch, module, scenario)
+        rounds += 1
+        failed += rc != 0
+        print('round %d: %s' % (rounds, 'ok' if rc == 0 else 'FAILED'))
+        sys.stdout.flush()
+    print('soak of %s over %s: %d rounds, %d failed' %
+          (scenario, module, rounds, failed))
+    return 1 if failed else 0
+
+
+def kill_soak(launch, module, minutes):
     if minutes <= 0:
         rc, _ = one_round(launch, module, 5000, 3, 1, 0.5, False)
         return rc
