@@ -211,8 +211,10 @@ static void on_hello(nx_context_t *ctx, void *a, nx_buffer_t *b) {
   (void)a;
   uint32_t from, pid;
   nx_gp_t gp;
+  /* MAX_RANKS, not nranks: a hello may come before this process's
+   * nx_context_peers has returned. */
   if (nx_get_uint32(b, &from) < 0 || nx_get_uint32(b, &pid) < 0 || from == 0 ||
-      from >= (uint32_t)nranks || nx_get_gp(b, &gp) < 0)
+      from >= MAX_RANKS || nx_get_gp(b, &gp) < 0)
     return;
   nx_mutex_lock(&m);
   member_pid[from] = (pid_t)pid;
@@ -228,11 +230,15 @@ static void on_table(nx_context_t *ctx, void *a, nx_buffer_t *b) {
   (void)ctx;
   (void)a;
   nx_gp_t gp[MAX_RANKS];
-  for (int i = 1; i < nranks; i++)
+  uint32_t n;
+  if (nx_get_uint32(b, &n) < 0 || n > MAX_RANKS)
+    return;
+  for (uint32_t i = 1; i < n; i++)
     if (nx_get_gp(b, &gp[i]) < 0)
       return;
+  /* main published peers and nranks under m after nx_context_peers. */
   nx_mutex_lock(&m);
-  for (int i = 1; i < nranks; i++) {
+  for (uint32_t i = 1; i < n && (int)i < nranks; i++) {
     nx_gp_release(&peers[i]);
     peers[i] = gp[i];
   }
@@ -252,12 +258,15 @@ static int gateway_serve(void) {
   for (int d = 1; d < nranks; d++) {
     nx_buffer_t *buf;
     int r = nx_rsr_init_name(&buf, &peers[d], "table", 4096);
-    for (int i = 1; i < nranks && r == 0; i++)
-      r = nx_put_gp(buf, &member_gp[i]);
-    if (r == 0)
-      r = nx_rsr_send(buf);
-    else
-      nx_buffer_release(buf);
+    if (r == 0) {
+      r = nx_put_uint32(buf, (uint32_t)nranks);
+      for (int i = 1; i < nranks && r == 0; i++)
+        r = nx_put_gp(buf, &member_gp[i]);
+      if (r == 0)
+        r = nx_rsr_send(buf);
+      else
+        nx_buffer_release(buf);
+    }
     if (r < 0 && r != NX_EPEERDEAD) {
       fprintf(stderr, "gateway: table to %d: %s\n", d, nx_err_name(r));
       return r;
@@ -464,6 +473,9 @@ int main(int argc, char **argv) {
     NXT_EXPECT(count <= (1u << 20), 1);
   }
   NXT_EXPECT(nx_context_peers(&peers, &nranks, &rank) == 0, 1);
+  /* Publishes peers and nranks to the handlers that take m (on_table). */
+  nx_mutex_lock(&m);
+  nx_mutex_unlock(&m);
   if (strcmp(argv[1], "flood") == 0) {
     if (gw && rank == 0)
       return gateway_serve() == 0 ? 0 : 1;

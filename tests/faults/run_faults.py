@@ -106,6 +106,13 @@ class Launcher:
                                 start_new_session=True)
 
 
+def excerpt(text, n=3000):
+    """The start (where a sanitizer's report begins) and the end of text."""
+    if len(text) <= 2 * n:
+        return text
+    return text[:n] + '\n[...]\n' + text[-n:]
+
+
 def finish(proc, timeout):
     """proc's output, or None (after ending its whole session) on a hang."""
     try:
@@ -116,7 +123,7 @@ def finish(proc, timeout):
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        sys.stdout.write(out[-2000:] + err[-3000:])
+        sys.stdout.write(excerpt(out, 1000) + excerpt(err))
         return None
 
 
@@ -162,7 +169,7 @@ def flood(launch, module, bound=False, gw=False):
         return 1
     sys.stdout.write(res[0])
     if p.returncode != 0:
-        sys.stdout.write(res[1][-4000:])
+        sys.stdout.write(excerpt(res[1]))
         print('FAIL: flood over %s: %s exited %d' %
               (module, os.path.basename(launch.cmd(2, [])[0]), p.returncode))
         return 1
@@ -356,11 +363,14 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
         pids = board.pids(board.read())
         if proc.poll() is None and all(pids[:n]):
             if stalled >= 0:
-                os.kill(pids[stalled], signal.SIGSTOP)
-                time.sleep(stop_s)
-                os.kill(pids[stalled], signal.SIGCONT)
-                injected.append('stopped rank %d for %d ms' %
-                                (stalled, stop_s * 1000))
+                try:
+                    os.kill(pids[stalled], signal.SIGSTOP)
+                    time.sleep(stop_s)
+                    os.kill(pids[stalled], signal.SIGCONT)
+                    injected.append('stopped rank %d for %d ms' %
+                                    (stalled, stop_s * 1000))
+                except ProcessLookupError:
+                    print('rank %d had ended before the stop' % stalled)
             if closing:
                 ports = rank_ports(pids[:n])
                 for port in ports:
@@ -436,7 +446,7 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     for b in bad:
         print('FAIL: ' + b)
     if bad:
-        sys.stdout.write(out[-2000:] + err[-3000:])
+        sys.stdout.write(excerpt(out, 1000) + excerpt(err))
     return (1 if bad else 0), injected
 
 
