@@ -68,7 +68,7 @@ static atomic_int dead[MAX_RANKS]; /* read by main without the mutex */
 static _Atomic long flood_seen;
 static unsigned char *flood_seq;
 static int stopped;
-static int readies;
+static int ready_from[MAX_RANKS];
 static atomic_long flood_reported;
 static unsigned handler_us;
 /* Gateway mode: the first member rank (1; 0 without a gateway), the
@@ -138,11 +138,13 @@ static void on_seq(nx_context_t *ctx, void *a, nx_buffer_t *b) {
 static void on_ready(nx_context_t *ctx, void *a, nx_buffer_t *b) {
   (void)ctx;
   (void)a;
-  (void)b;
-  nx_mutex_lock(&m);
-  readies++;
-  nx_cond_broadcast(&c);
-  nx_mutex_unlock(&m);
+  uint32_t from;
+  if (nx_get_uint32(b, &from) == 0 && from < MAX_RANKS) {
+    nx_mutex_lock(&m);
+    ready_from[from] = 1;
+    nx_cond_broadcast(&c);
+    nx_mutex_unlock(&m);
+  }
 }
 
 static void on_done(nx_context_t *ctx, void *a, nx_buffer_t *b) {
@@ -382,7 +384,13 @@ static int all_done(void) {
   return 1;
 }
 
-static int all_ready(void) { return readies == nranks - first - 1; }
+/* A rank killed before it said "ready" is waited for no longer. */
+static int all_ready(void) {
+  for (int i = first; i < nranks; i++)
+    if (i != rank && !ready_from[i] && !dead[i])
+      return 0;
+  return 1;
+}
 
 static int alltoall(int argc, char **argv) {
   NXT_EXPECT(argc == 4 && nranks <= MAX_RANKS, 1);

@@ -439,6 +439,15 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
           '%d reported lost' % ('; '.join(injected) or 'nothing',
                                 totals['accepted'], totals['handled'],
                                 totals['lost'], totals['reported']))
+    if victim >= first:
+        # Not checked (a dead sender hears of nothing), but said: how far
+        # the killed rank's RSRs got.
+        print('the killed rank %d\'s RSRs: %s' % (victim, ', '.join(
+            'to %d %d accepted, %d handled' % (
+                d, board.accepted(data, victim, d),
+                sum(1 for x in board.handled(data, victim, d)[
+                    :board.accepted(data, victim, d)] if x >= 1))
+            for d in range(first, n) if d != victim)))
     if victim >= 0 and not any('killed' in i for i in injected):
         bad.append('the victim was never killed (the run ended first)')
     if stalled >= 0 and not any('stopped' in i for i in injected):
