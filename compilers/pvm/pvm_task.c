@@ -169,6 +169,9 @@ static void mark_dead(int tid) {
 
 /* nexus reports a dead peer process with its process part and low 32 bits
  * 0: that is the task's tid. */
+/* The handle of on_error (nx_error_cb_add), or 0. */
+static int errcb;
+
 static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   (void)arg;
   if (err != NX_EPEERDEAD || handler != 0 || (context & 0xffffffffu) != 0)
@@ -760,7 +763,8 @@ static int start(void) {
   if (register_handlers(nx_context_self()) < 0 ||
       nx_gp_make(NULL, &nxpvm.self_gp) < 0)
     goto err_fini;
-  nx_error_cb_set(on_error, NULL);
+  /* Beside the program's own callback, if it installed one. */
+  errcb = nx_error_cb_add(on_error, NULL);
   nxpvm.mytid = nxpvmi_tid_of_context(nx_gp_context(&nxpvm.self_gp));
   nx_gp_t selfcopy;
   nx_gp_copy(&nxpvm.self_gp, &selfcopy);
@@ -815,6 +819,7 @@ static int start(void) {
   return nxpvm.mytid;
 
 err_fini:
+  errcb = 0; /* nx_init removes it with the rest */
   nx_finalize();
   return PvmSysErr;
 }
@@ -964,6 +969,9 @@ int pvm_exit(void) {
   }
   nx_mutex_unlock(&nxpvm.m);
   nx_gp_release(&nxpvm.self_gp);
+  if (errcb > 0)
+    nx_error_cb_remove(errcb);
+  errcb = 0;
   nx_finalize();
   nxpvmi_buf_drop_all();
   nxpvmi_groups_free();

@@ -5,6 +5,9 @@ every RSR nx_rsr_send accepted was handled exactly once or reported to its
 sender's error callback.
 
 Usage: run_faults.py NXRUN FAULTS_PEER MODULE SCENARIO [--minutes N]
+                    [--mpirun MPIRUN]
+The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
+(given by --mpirun; skipped without it).
   flood  rank 0 floods a slow rank 1 (20,000 RSRs of 1 KiB, 100 us per
          handler), then nx_finalize at once: it must deliver them all.
   bound  the same flood under NX_FINALIZE_MS=300: nx_finalize returns
@@ -12,15 +15,38 @@ Usage: run_faults.py NXRUN FAULTS_PEER MODULE SCENARIO [--minutes N]
          not confirm.
   kill   4 ranks all-to-all with numbered RSRs; rank 1 is stopped
          (SIGSTOP) and resumed, rank 3 is killed (SIGKILL) halfway.
+  stop   the same traffic; rank 1 is stopped (SIGSTOP) for 1 s and
+         resumed, nothing is killed: for mpi, where Open MPI's mpirun ends
+         the whole job when a rank dies (docs/mpi.md, "Peer failure").
+  gw-flood, gw-kill, gw-killgw
+         with a gateway in the path (faults_peer --gw MODULE, under nxrun;
+         MODULE ucx or ofi): rank 0 is the gateway, odd ranks load MODULE
+         alone, even ranks tcp alone. gw-flood: the flood from rank 1 to
+         rank 2, through the gateway. gw-kill: 4 members all-to-all, rank
+         3 stopped and rank 4 killed halfway. gw-killgw: the same traffic,
+         the gateway killed halfway: what crossed it must have been
+         handled or reported; what did not cross it must all arrive.
+  netem, partition
+         over tcp between two "hosts": network namespaces joined by a veth
+         pair, as tests/cluster/cluster.sh makes them; even ranks on host
+         A, odd ranks on host B (needs root, ip and tc). netem: the link
+         loses 2%, delays 10 ms +- 5 ms and reorders 25% of the packets
+         each way (tc netem) for the whole run. partition: halfway the
+         link drops every packet each way for 1.5 s, then heals (tc netem
+         loss 100%; where the kernel has no netem, a pfifo qdisc of length
+         0 drops them just as well). RSRs between the hosts must be handled
+         once or reported; RSRs within a host must all arrive.
   close  the same traffic; the ranks' tcp connections are closed under it
          (ss -K), for tcp only: a closed connection loses its peer (tcp
          does not reconnect), so what was lost must have been reported.
-With --minutes N the kill scenario repeats for N minutes (soak), a
-different rank killed at a random time each round, and every round prints
-what it injected and counted.
+With --minutes N the scenario repeats for N minutes (soak), kill with a
+different rank killed and another stopped at a random time each round,
+and every round prints what it injected and counted.
 Exit: 0 passed, 1 failed, 77 skipped (the module cannot start here)."""
 import os
 import random
+import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -51,44 +77,222 @@ def run_env(module, kill=False):
     return env
 
 
-def module_usable(nxrun, module):
-    """nxinfo (beside nxrun) tells whether the module loads here."""
-    nxinfo = os.path.join(os.path.dirname(nxrun), 'nxinfo')
-    p = subprocess.run([nxinfo], env=run_env(module), capture_output=True,
+class Launcher:
+    """Starts N ranks of faults_peer: nxrun, or mpirun for the mpi module
+    (its ranks must be one MPI job). Each run is a session of its own, so
+    that a hang ends every process of it."""
+
+    def __init__(self, nxrun, peer, module, mpirun):
+        self.nxrun, self.peer, self.module = nxrun, peer, module
+        self.mpirun = mpirun if module == 'mpi' else None
+        self.hosts = None  # Hosts: nxrun runs in host A, ranks on both
+
+    def cmd(self, n, args):
+        if self.mpirun:
+            # --oversubscribe: more ranks than cores; as root in containers.
+            return [self.mpirun, '--allow-run-as-root', '--oversubscribe',
+                    '-np', str(n), self.peer] + args
+        if self.hosts:
+            return (['ip', 'netns', 'exec', self.hosts.ns['A'], self.nxrun,
+                     '-n', str(n), '--timeout', '240'] +
+                    self.hosts.wrapper() + [self.peer] + args)
+        return [self.nxrun, '-n', str(n), '--timeout', '240',
+                self.peer] + args
+
+    def start(self, n, args, env):
+        return subprocess.Popen(self.cmd(n, args), env=env,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+
+def excerpt(text, n=3000):
+    """The start (where a sanitizer's report begins) and the end of text."""
+    if len(text) <= 2 * n:
+        return text
+    return text[:n] + '\n[...]\n' + text[-n:]
+
+
+def finish(proc, timeout):
+    """proc's output, or None (after ending its whole session) on a hang."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        sys.stdout.write(excerpt(out, 1000) + excerpt(err))
+        return None
+
+
+def module_usable(launch, module):
+    """nxinfo (beside nxrun) tells whether the module loads here; for mpi,
+    run as a rank under mpirun (outside it the module is spawn-only)."""
+    nxinfo = os.path.join(os.path.dirname(launch.nxrun), 'nxinfo')
+    cmd = [nxinfo]
+    if module == 'mpi':
+        if not launch.mpirun:
+            skip('no mpirun (Open MPI) here')
+        cmd = [launch.mpirun, '--allow-run-as-root', '-np', '1', nxinfo]
+    p = subprocess.run(cmd, env=run_env(module), capture_output=True,
                        text=True, timeout=60)
-    for line in p.stdout.splitlines():
+    lines = p.stdout.splitlines()
+    for i, line in enumerate(lines):
         f = line.split()
         if len(f) >= 2 and f[0] == module:
-            if f[1] == 'loaded':
-                return
-            skip('%s does not load here: %s' % (module, line.strip()))
+            if f[1] != 'loaded':
+                skip('%s does not load here: %s' % (module, line.strip()))
+            detail = lines[i + 1] if i + 1 < len(lines) else ''
+            if module == 'mpi' and 'spawning only' in detail:
+                skip('the mpi module knows no job under this mpirun: ' +
+                     detail.strip())
+            return
     skip('%s does not load here: %s' %
          (module, (p.stdout + p.stderr).strip().splitlines()[-1:]))
 
 
-def flood(nxrun, peer, module, bound=False):
+def flood(launch, module, bound=False, gw=False):
     t0 = time.time()
     env = run_env(module)
     extra = []
     if bound:
         env['NX_FINALIZE_MS'] = '300'
         extra = ['bound']
-    p = subprocess.run([nxrun, '-n', '2', '--timeout', '300', peer, 'flood',
-                        '20000', '1024', '100'] + extra, env=env,
-                       capture_output=True, text=True, timeout=360)
-    sys.stdout.write(p.stdout)
+    pre = ['--gw', module] if gw else []
+    p = launch.start(3 if gw else 2,
+                     pre + ['flood', '20000', '1024', '100'] + extra, env)
+    res = finish(p, 300)
+    if res is None:
+        print('FAIL: flood over %s: no end within 300 s' % module)
+        return 1
+    sys.stdout.write(res[0])
     if p.returncode != 0:
-        sys.stdout.write(p.stderr[-4000:])
-        print('FAIL: flood over %s: nxrun exited %d' % (module, p.returncode))
+        sys.stdout.write(excerpt(res[1]))
+        print('FAIL: flood over %s: %s exited %d' %
+              (module, os.path.basename(launch.cmd(2, [])[0]), p.returncode))
         return 1
     if bound:
         print('flood over %s: nx_finalize gave up after NX_FINALIZE_MS and '
               'reported what it could not confirm (%.1f s)' %
               (module, time.time() - t0))
     else:
-        print('flood over %s: 20000 RSRs handled before nx_finalize returned '
-              '(%.1f s)' % (module, time.time() - t0))
+        print('flood over %s%s: 20000 RSRs handled before nx_finalize '
+              'returned (%.1f s)' % (module, ' through a gateway to tcp'
+                                     if gw else '', time.time() - t0))
     return 0
+
+
+class Hosts:
+    """Two hosts, A and B: network namespaces joined by a veth pair (as
+    tests/cluster/cluster.sh makes them). Skips (77) where that cannot be
+    done here."""
+    IP = {'A': '169.254.79.1', 'B': '169.254.79.2'}
+
+    def __init__(self):
+        self.ns = {'A': 'nxfA-%d' % os.getpid(), 'B': 'nxfB-%d' % os.getpid()}
+        self.dev = {'A': 'nxfa%d' % os.getpid(), 'B': 'nxfb%d' % os.getpid()}
+        self.made = []
+
+    def ip(self, *args):
+        return subprocess.run(['ip'] + list(args), capture_output=True,
+                              text=True, timeout=30)
+
+    def tc(self, host, *args):
+        return subprocess.run(['ip', 'netns', 'exec', self.ns[host], 'tc'] +
+                              list(args), capture_output=True, text=True,
+                              timeout=30)
+
+    def setup(self):
+        if os.geteuid() != 0:
+            skip('needs root to make network namespaces')
+        for tool in ('ip', 'tc'):
+            if shutil.which(tool) is None:
+                skip('%s (iproute2) is not installed' % tool)
+        for h in 'AB':
+            p = self.ip('netns', 'add', self.ns[h])
+            if p.returncode != 0:
+                skip('ip netns add failed: ' + p.stderr.strip())
+            self.made.append(self.ns[h])
+        p = self.ip('netns', 'exec', self.ns['A'], 'true')
+        if p.returncode != 0:
+            skip('ip netns exec failed: ' + p.stderr.strip())
+        p = self.ip('link', 'add', self.dev['A'], 'type', 'veth', 'peer',
+                    'name', self.dev['B'])
+        if p.returncode != 0:
+            skip('cannot make a veth pair: ' + p.stderr.strip())
+        for h in 'AB':
+            for args in (('link', 'set', self.dev[h], 'netns', self.ns[h]),
+                         ('-n', self.ns[h], 'addr', 'add',
+                          self.IP[h] + '/30', 'dev', self.dev[h]),
+                         ('-n', self.ns[h], 'link', 'set', 'lo', 'up'),
+                         ('-n', self.ns[h], 'link', 'set', self.dev[h],
+                          'up')):
+                p = self.ip(*args)
+                if p.returncode != 0:
+                    raise RuntimeError('ip %s: %s' % (' '.join(args),
+                                                      p.stderr.strip()))
+
+    def has_netem(self):
+        p = self.tc('A', 'qdisc', 'add', 'dev', self.dev['A'], 'root',
+                    'netem', 'delay', '1ms')
+        if p.returncode != 0:
+            return False, p.stderr.strip()
+        self.tc('A', 'qdisc', 'del', 'dev', self.dev['A'], 'root')
+        return True, ''
+
+    def qdisc(self, *spec):
+        """Both ends' root qdisc becomes spec (none: the default)."""
+        for h in 'AB':
+            self.tc(h, 'qdisc', 'del', 'dev', self.dev[h], 'root')
+            if spec:
+                p = self.tc(h, 'qdisc', 'add', 'dev', self.dev[h], 'root',
+                            *spec)
+                if p.returncode != 0:
+                    raise RuntimeError('tc qdisc add %s: %s' %
+                                       (' '.join(spec), p.stderr.strip()))
+
+    def dropped(self):
+        """Packets the root qdiscs of both ends dropped."""
+        n = 0
+        for h in 'AB':
+            out = self.tc(h, '-s', 'qdisc', 'show', 'dev', self.dev[h]).stdout
+            for w in re.findall(r'dropped (\d+)', out):
+                n += int(w)
+        return n
+
+    def link_bytes(self):
+        """Bytes host A's end sent and received."""
+        got = []
+        for what in ('tx_bytes', 'rx_bytes'):
+            p = self.ip('netns', 'exec', self.ns['A'], 'cat',
+                        '/sys/class/net/%s/statistics/%s' %
+                        (self.dev['A'], what))
+            got.append(int(p.stdout.strip() or 0))
+        return got
+
+    def wrapper(self):
+        """What nxrun starts: each rank enters its host (odd ranks B) and
+        listens for tcp on that host's address only, so that RSRs between
+        the hosts cross the veth pair and those within a host do not."""
+        return ['/bin/sh', '-c',
+                'if [ $((NX_RANK %% 2)) = 1 ]; then '
+                'exec ip netns exec %s env NX_HOST_ID=hostB '
+                'NX_TCP_LISTEN=%s "$@"; else '
+                'exec env NX_HOST_ID=hostA NX_TCP_LISTEN=%s "$@"; fi'
+                % (self.ns['B'], self.IP['B'], self.IP['A']), 'rank']
+
+    def cleanup(self):
+        for ns in self.made:
+            p = self.ip('netns', 'pids', ns)
+            for pid in p.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            self.ip('netns', 'del', ns)
+        self.ip('link', 'del', self.dev['A'])
 
 
 def rank_ports(pids):
@@ -131,57 +335,74 @@ class Board:
         return data[off:off + self.count]
 
 
-def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
+def one_round(launch, module, count, victim, stalled, kill_at, closing,
+              stop_s=0.3, gw=False, inject=None):
+    """One run of N ranks all-to-all (4; with a gateway, rank 0 and 4
+    members) with the faults injected when the pace rank (the victim, or
+    the first member) has sent kill_at of its RSRs; then the check."""
+    n = NRANKS + 1 if gw else NRANKS
+    first = 1 if gw else 0
+    pace = victim if victim >= first else first
     fd, path = tempfile.mkstemp(prefix='nx-faults-')
     os.ftruncate(fd, HDR + MAX_RANKS * MAX_RANKS * count)
     os.close(fd)
     board = Board(path, count)
-    proc = subprocess.Popen([nxrun, '-n', str(NRANKS), '--timeout', '240',
-                             peer, 'alltoall', path, str(count)],
-                            env=run_env(module, victim >= 0),
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    pre = ['--gw', module] if gw else []
+    proc = launch.start(n, pre + ['alltoall', path, str(count)],
+                        run_env(module, victim >= 0))
     injected = []
     try:
         deadline = time.time() + 120
         while time.time() < deadline and proc.poll() is None:
             data = board.read()
             pids = board.pids(data)
-            sent = sum(board.accepted(data, victim if victim >= 0 else 0, d)
-                       for d in range(NRANKS))
-            if all(pids[:NRANKS]) and sent >= kill_at * (NRANKS - 1) * count:
+            sent = sum(board.accepted(data, pace, d) for d in range(n))
+            if all(pids[:n]) and sent >= kill_at * (n - first - 1) * count:
                 break
             time.sleep(0.002)
         pids = board.pids(board.read())
-        if proc.poll() is None and all(pids[:NRANKS]):
+        if proc.poll() is None and all(pids[:n]):
             if stalled >= 0:
-                os.kill(pids[stalled], signal.SIGSTOP)
-                time.sleep(0.3)
-                os.kill(pids[stalled], signal.SIGCONT)
-                injected.append('stopped rank %d for 300 ms' % stalled)
+                try:
+                    os.kill(pids[stalled], signal.SIGSTOP)
+                    time.sleep(stop_s)
+                    os.kill(pids[stalled], signal.SIGCONT)
+                    injected.append('stopped rank %d for %d ms' %
+                                    (stalled, stop_s * 1000))
+                except ProcessLookupError:
+                    print('rank %d had ended before the stop' % stalled)
             if closing:
-                ports = rank_ports(pids[:NRANKS])
+                ports = rank_ports(pids[:n])
                 for port in ports:
                     subprocess.run(['ss', '-K', 'sport', '=', ':%d' % port],
                                    capture_output=True)
                 injected.append('closed the ranks\' %d tcp connections '
                                 '(ss -K)' % len(ports))
+            if inject:
+                injected.append(inject())
             if victim >= 0:
-                os.kill(pids[victim], signal.SIGKILL)
-                injected.append('killed rank %d' % victim)
-        out, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+                try:
+                    os.kill(pids[victim], signal.SIGKILL)
+                    injected.append('killed %s' % ('the gateway (rank 0)'
+                                                    if gw and victim == 0 else
+                                                    'rank %d' % victim))
+                except ProcessLookupError:
+                    print('rank %d had ended before the kill' % victim)
+    finally:
+        res = finish(proc, 300)
+    if res is None:
         print('FAIL: the ranks hung (no end within the bound)')
-        sys.stdout.write(err[-3000:])
         os.unlink(path)
         return 1, injected
+    out, err = res
     data = board.read()
     os.unlink(path)
     bad = []
     totals = {'accepted': 0, 'handled': 0, 'reported': 0, 'lost': 0}
-    for s in range(NRANKS):
+    if gw and victim != 0 and board.finalized(data, 0) != 1000:
+        bad.append('the gateway: nx_finalize returned %s' %
+                   board.finalized(data, 0))
+    for s in range(first, n):
         if s == victim:
             continue  # a dead sender hears of nothing: not counted
         fin = board.finalized(data, s)
@@ -189,9 +410,13 @@ def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
             bad.append('rank %d: nx_finalize returned %s' %
                        (s, 'nothing (did not reach it)' if fin == 0
                         else fin - 1000))
-        for d in range(NRANKS):
+        for d in range(first, n):
             if d == s:
                 continue
+            # Through a gateway that was killed, or between the hosts
+            # over a faulty link: lost with it, reported.
+            cut = closing or (s % 2 != d % 2 and
+                              ((gw and victim == 0) or launch.hosts))
             acc = board.accepted(data, s, d)
             rep = board.reported(data, s, d)
             h = board.handled(data, s, d)
@@ -204,23 +429,112 @@ def one_round(nxrun, peer, module, count, victim, stalled, kill_at, closing):
             totals['lost'] += lost
             if twice:
                 bad.append('%d->%d: %d RSRs handled twice' % (s, d, twice))
-            if d != victim and not closing and (lost or rep):
+            if d != victim and not cut and (lost or rep):
                 bad.append('%d->%d (both alive): %d lost, %d reported' %
                            (s, d, lost, rep))
-            if (d == victim or closing) and lost > rep:
+            if (d == victim or cut) and lost > rep:
                 bad.append('%d->%d: %d accepted RSRs neither handled nor '
                            'reported (%d reported)' % (s, d, lost - rep, rep))
     print('injected: %s; counted: %d accepted, %d handled, %d not handled, '
           '%d reported lost' % ('; '.join(injected) or 'nothing',
                                 totals['accepted'], totals['handled'],
                                 totals['lost'], totals['reported']))
+    if victim >= first:
+        # Not checked (a dead sender hears of nothing), but said: how far
+        # the killed rank's RSRs got.
+        print('the killed rank %d\'s RSRs: %s' % (victim, ', '.join(
+            'to %d %d accepted, %d handled' % (
+                d, board.accepted(data, victim, d),
+                sum(1 for x in board.handled(data, victim, d)[
+                    :board.accepted(data, victim, d)] if x >= 1))
+            for d in range(first, n) if d != victim)))
     if victim >= 0 and not any('killed' in i for i in injected):
         bad.append('the victim was never killed (the run ended first)')
+    if stalled >= 0 and not any('stopped' in i for i in injected):
+        bad.append('no rank was ever stopped (the run ended first)')
     for b in bad:
         print('FAIL: ' + b)
     if bad:
-        sys.stdout.write(out[-2000:] + err[-3000:])
+        sys.stdout.write(excerpt(out, 1000) + excerpt(err))
     return (1 if bad else 0), injected
+
+
+def link_faults(launch, module, scenario):
+    hosts = Hosts()
+    try:
+        hosts.setup()
+        netem, why = hosts.has_netem()
+        if scenario == 'netem' and not netem:
+            skip('the kernel has no netem qdisc (tc: %s)' % why)
+        launch.hosts = hosts
+        if scenario == 'netem':
+            spec = ['netem', 'loss', '2%', 'delay', '10ms', '5ms',
+                    'reorder', '25%', '50%']
+            hosts.qdisc(*spec)
+            print('link A<->B: tc qdisc %s, each way, for the whole run' %
+                  ' '.join(spec))
+            rc, _ = one_round(launch, module, 2000, -1, -1, 0, False)
+            print('link A<->B: %d packets dropped, %d bytes carried' %
+                  (hosts.dropped(), sum(hosts.link_bytes())))
+            return rc
+
+        def partition():
+            t0 = time.time()
+            before = hosts.link_bytes()
+            if netem:
+                hosts.qdisc('netem', 'loss', '100%')
+                how = 'tc netem loss 100%'
+            else:
+                hosts.qdisc('pfifo', 'limit', '0')
+                how = 'tc pfifo limit 0 (no netem here)'
+            time.sleep(1.5)
+            dropped = hosts.dropped()
+            hosts.qdisc()
+            return ('partitioned the hosts for %.1f s (%s, each way; %d '
+                    'packets dropped; %d bytes had crossed the link before)' %
+                    (time.time() - t0, how, dropped, sum(before)))
+        rc, _ = one_round(launch, module, 5000, -1, -1, 0.3, False,
+                          inject=partition)
+        return rc
+    finally:
+        hosts.cleanup()
+
+
+SCENARIOS = ('flood', 'bound', 'stop', 'gw-flood', 'gw-kill', 'gw-killgw',
+             'netem', 'partition', 'close')
+
+
+def scenario_once(launch, module, scenario):
+    if scenario in ('flood', 'bound'):
+        return flood(launch, module, scenario == 'bound')
+    if scenario == 'stop':
+        rc, _ = one_round(launch, module, 5000, -1, 1, 0.5, False, 1.0)
+        return rc
+    if scenario.startswith('gw-'):
+        if module not in ('ucx', 'ofi'):
+            skip('the gateway scenarios join ucx or ofi to tcp')
+        module_usable(launch, 'tcp')
+        if scenario == 'gw-flood':
+            return flood(launch, module, gw=True)
+        if scenario == 'gw-kill':
+            rc, _ = one_round(launch, module, 5000, 4, 3, 0.5, False, gw=True)
+            return rc
+        if scenario == 'gw-killgw':
+            rc, _ = one_round(launch, module, 5000, 0, -1, 0.5, False,
+                              gw=True)
+            return rc
+    if scenario in ('netem', 'partition'):
+        if module != 'tcp':
+            skip('the link faults apply to tcp between hosts')
+        return link_faults(launch, module, scenario)
+    if scenario == 'close':
+        if os.geteuid() != 0:
+            skip('ss -K needs root')
+        if module != 'tcp':
+            skip('closing connections applies to tcp only')
+        rc, _ = one_round(launch, module, 20000, -1, -1, 0.3, True)
+        return rc
+    return 2
 
 
 def main():
@@ -230,25 +544,41 @@ def main():
         i = args.index('--minutes')
         minutes = float(args[i + 1])
         del args[i:i + 2]
+    mpirun = None
+    if '--mpirun' in args:
+        i = args.index('--mpirun')
+        mpirun = args[i + 1]
+        del args[i:i + 2]
     if len(args) != 4:
         print(__doc__)
         return 2
     nxrun, peer, module, scenario = args
-    module_usable(nxrun, module)
-    if scenario in ('flood', 'bound'):
-        return flood(nxrun, peer, module, scenario == 'bound')
-    if scenario == 'close':
-        if os.geteuid() != 0:
-            skip('ss -K needs root')
-        if module != 'tcp':
-            skip('closing connections applies to tcp only')
-        rc, _ = one_round(nxrun, peer, module, 20000, -1, -1, 0.3, True)
-        return rc
-    if scenario != 'kill':
+    launch = Launcher(nxrun, peer, module, mpirun)
+    module_usable(launch, module)
+    if scenario == 'kill':
+        return kill_soak(launch, module, minutes)
+    if scenario not in SCENARIOS:
         print('unknown scenario ' + scenario)
         return 2
     if minutes <= 0:
-        rc, _ = one_round(nxrun, peer, module, 5000, 3, 1, 0.5, False)
+        return scenario_once(launch, module, scenario)
+    # Soak: the scenario again and again.
+    end = time.time() + minutes * 60
+    rounds = failed = 0
+    while time.time() < end:
+        rc = scenario_once(launch, module, scenario)
+        rounds += 1
+        failed += rc != 0
+        print('round %d: %s' % (rounds, 'ok' if rc == 0 else 'FAILED'))
+        sys.stdout.flush()
+    print('soak of %s over %s: %d rounds, %d failed' %
+          (scenario, module, rounds, failed))
+    return 1 if failed else 0
+
+
+def kill_soak(launch, module, minutes):
+    if minutes <= 0:
+        rc, _ = one_round(launch, module, 5000, 3, 1, 0.5, False)
         return rc
     end = time.time() + minutes * 60
     rounds = failed = 0
@@ -256,7 +586,7 @@ def main():
     while time.time() < end:
         victim = rng.randrange(NRANKS)
         stalled = (victim + 1 + rng.randrange(NRANKS - 1)) % NRANKS
-        rc, _ = one_round(nxrun, peer, module, 20000, victim, stalled,
+        rc, _ = one_round(launch, module, 20000, victim, stalled,
                           rng.uniform(0.1, 0.9), False)
         rounds += 1
         failed += rc
