@@ -78,7 +78,8 @@ int nxi_boot_init(void) {
    * Its children inherit the PMIx variables of a process that runs under
    * a PMIx server, and must not join it as that process. */
   const char *fd = getenv("NX_CTL_FD");
-  if (fd != NULL && fd[0] != '\0') {
+  const char *tcp = getenv("NX_CTL_TCP"); /* a creator's, through PMIx */
+  if ((fd != NULL && fd[0] != '\0') || (tcp != NULL && tcp[0] != '\0')) {
     const char *rank = getenv("NX_RANK");
     boot = rank != NULL && rank[0] != '\0' ? BOOT_NXRUN : BOOT_CREATOR;
     return 0;
@@ -115,5 +116,7 @@ int nxi_boot_gather(const void *mine, size_t len, void **all, size_t **lens,
     return nxi_pmix_gather(mine, len, all, lens, count, rank);
   return job_gather(mine, len, all, lens, count, rank);
 }
+
+int nxi_boot_pmix(void) { return boot == BOOT_PMIX; }
 
 const char *nx_bootstrap(void) { return nxi_ready() ? boot_names[boot] : NULL; }

@@ -43,5 +43,16 @@ int nxi_pmix_key(uint8_t *key, size_t len);
 int nxi_pmix_gather(const void *mine, size_t len, void **all, size_t **lens,
                     int *count, int *rank);
 void nxi_pmix_leave(void);
+/* Starts `exe` with `argv` (NULL-ended) and the variables `env`
+ * ("NAME=value", NULL-ended) as one process of a new job of the PMIx
+ * server this process joined (PMIx_Spawn), on `host` if not NULL, in this
+ * process's working directory. Returns 0 once the server started it, or
+ * NX_ENOTSUP (no PMIx server joined, or nexus built without PMIx) or the
+ * server's error. */
+int nxi_pmix_spawn(const char *exe, char *const argv[], char *const env[],
+                   const char *host);
+
+/* Whether this process joined a PMIx server in its bootstrap ("pmix"). */
+int nxi_boot_pmix(void);
 
 #endif /* NXI_BOOT_H */

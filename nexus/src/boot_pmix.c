@@ -6,6 +6,7 @@
 #include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "boot.h"
@@ -102,6 +103,44 @@ int nxi_pmix_join(void) {
   if (atexit(leave_at_exit) != 0)
     nxi_log(1, NULL, "PMIx bootstrap: no atexit slot for PMIx_Finalize");
   return 1;
+}
+
+int nxi_pmix_spawn(const char *exe, char *const argv[], char *const env[],
+                   const char *host) {
+  if (!joined)
+    return NX_ENOTSUP;
+  pmix_app_t app;
+  PMIX_APP_CONSTRUCT(&app);
+  char cwd[4096];
+  app.cmd = strdup(exe);
+  app.argv = pmix_argv_copy((char **)argv);
+  app.env = pmix_argv_copy((char **)env);
+  if (getcwd(cwd, sizeof(cwd)) != NULL)
+    app.cwd = strdup(cwd);
+  app.maxprocs = 1;
+  pmix_info_t *info = NULL;
+  size_t ninfo = 0;
+  if (host != NULL) {
+    PMIX_INFO_CREATE(info, 1);
+    if (info != NULL) {
+      PMIX_INFO_LOAD(&info[0], PMIX_HOST, host, PMIX_STRING);
+      ninfo = 1;
+    }
+  }
+  int r = app.cmd != NULL && app.argv != NULL && app.env != NULL &&
+                  (host == NULL || info != NULL)
+              ? 0
+              : NX_ENOMEM;
+  if (r == 0) {
+    char nspace[PMIX_MAX_NSLEN + 1];
+    pmix_status_t s = PMIx_Spawn(info, ninfo, &app, 1, nspace);
+    if (s != PMIX_SUCCESS)
+      r = fail("PMIx_Spawn", s);
+  }
+  PMIX_APP_DESTRUCT(&app);
+  if (info != NULL)
+    PMIX_INFO_FREE(info, ninfo);
+  return r;
 }
 
 void nxi_pmix_leave(void) {

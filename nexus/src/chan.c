@@ -10,13 +10,15 @@
 
 int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len) {
   if (ch->fd >= 0)
-    return nxi_ctl_send(ch->fd, msg, len);
+    return ch->stream ? nxi_ctl_send_stream(ch->fd, msg, len)
+                      : nxi_ctl_send(ch->fd, msg, len);
   return ch->mod->launch->ctl_send(ch->mod->state, ch->ctl, msg, len);
 }
 
 long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms) {
   if (ch->fd >= 0)
-    return nxi_ctl_recv(ch->fd, buf, timeout_ms);
+    return ch->stream ? nxi_ctl_recv_stream(ch->fd, buf, timeout_ms)
+                      : nxi_ctl_recv(ch->fd, buf, timeout_ms);
   return ch->mod->launch->ctl_recv(ch->mod->state, ch->ctl, buf, NXI_CTL_MAX,
                                    timeout_ms);
 }
@@ -34,6 +36,7 @@ void nxi_chan_close(struct nxi_chan *ch, unsigned flags) {
   else if (ch->mod != NULL)
     ch->mod->launch->ctl_close(ch->mod->state, ch->ctl, flags);
   ch->fd = -1;
+  ch->stream = 0;
   ch->mod = NULL;
   ch->ctl = NULL;
 }

@@ -1,5 +1,6 @@
-/* A control channel of either kind: a socket (fork/exec children, nxrun) or a
- * module's launcher channel (MPI_Comm_spawn children). */
+/* A control channel of either kind: a socket (fork/exec children, nxrun;
+ * a TCP stream for children started through PMIx) or a module's launcher
+ * channel (MPI_Comm_spawn children). */
 #ifndef NXI_CHAN_H
 #define NXI_CHAN_H
 
@@ -8,6 +9,7 @@
 
 struct nxi_chan {
   int fd;                 /* >= 0: a socket */
+  int stream;             /* ... a stream socket (ctl.h: NX_CTL_TCP) */
   struct nxi_module *mod; /* else the module's channel `ctl` */
   void *ctl;
 };

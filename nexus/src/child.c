@@ -3,14 +3,22 @@
  * learns its peers, and ends when told to. */
 #include "child.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "boot.h"
 #include "chan.h"
 #include "dlist.h"
 #include "ledger.h"
+#include "nxu_key.h"
 
 /* How long the watcher waits on a module's channel before it looks whether
  * it should stop (a socket's wait is ended by shutdown at once). */
@@ -89,10 +97,76 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-/* The channel a launcher gave this process: a socket in NX_CTL_FD, or
- * a module's channel (a process the mpi module's spawn started). */
+/* Connects to `ip`:`port` within 2 s; the socket, or -1. */
+static int connect_within(const char *ip, int port) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+  if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1)
+    return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return -1;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (errno != EINPROGRESS || poll(&p, 1, 2000) <= 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+      close(fd);
+      return -1;
+    }
+  }
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+/* NX_CTL_TCP (parent.c, a creator that started this process through
+ * PMIx): "<token>:<port>:<ip>,<ip>...". Connects to the first address
+ * that answers and proves itself with the token. */
+static int tcp_chan(const char *v) {
+  uint8_t token[16];
+  char addrs[4096], hex[33];
+  int port = 0;
+  if (strlen(v) < 34 || strlen(v) >= sizeof(addrs) || v[32] != ':')
+    return -1;
+  memcpy(hex, v, 32);
+  hex[32] = '\0';
+  if (nxu_hex_decode(hex, token, sizeof(token)) != 0 ||
+      sscanf(v + 33, "%d:%4095s", &port, addrs) != 2 || port <= 0 ||
+      port > 65535)
+    return -1;
+  for (char *ip = strtok(addrs, ","); ip != NULL; ip = strtok(NULL, ",")) {
+    int fd = connect_within(ip, port);
+    if (fd < 0)
+      continue;
+    if (nxi_ctl_send_stream(fd, token, sizeof(token)) == 0)
+      return fd;
+    close(fd);
+  }
+  return -1;
+}
+
+/* The channel a launcher gave this process: a socket in NX_CTL_FD, a TCP
+ * connection back to the creator named in NX_CTL_TCP, or a module's
+ * channel (a process the mpi module's spawn started). */
 static struct nxi_chan creator_chan(void) {
   struct nxi_chan ch = {.fd = -1};
+  const char *tcp = getenv("NX_CTL_TCP");
+  if (tcp != NULL && tcp[0] != '\0') {
+    char v[4200];
+    snprintf(v, sizeof(v), "%s", tcp);
+    /* Children this process starts get a channel of their own. */
+    unsetenv("NX_CTL_TCP");
+    ch.fd = tcp_chan(v);
+    if (ch.fd < 0) {
+      nxi_log(0, NULL,
+              "NX_CTL_TCP: cannot reach the creator (or a malformed value); "
+              "starting without one");
+      return ch;
+    }
+    ch.stream = 1;
+    return ch;
+  }
   const char *s = getenv("NX_CTL_FD");
   if (s != NULL && s[0] != '\0') {
     char *end;

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "nexus/errors.h"
 #include "nxu_wire.h"
@@ -37,6 +38,88 @@ long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms) {
   if (n < 0)
     return errno == ECONNRESET ? 0 : NX_EIO;
   return n;
+}
+
+int nxi_ctl_send_stream(int fd, const void *msg, size_t len) {
+  if (len > NXI_CTL_MAX)
+    return NX_EINVAL;
+  uint8_t head[4];
+  nxu_le32(head, (uint32_t)len);
+  struct iovec iov[2] = {{head, 4}, {(void *)msg, len}};
+  size_t left = 4 + len;
+  while (left > 0) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      if (poll(&p, 1, 10000) <= 0)
+        return NX_EIO;
+      continue;
+    }
+    if (n < 0)
+      return errno == EPIPE || errno == ECONNRESET ? NX_EPEERDEAD : NX_EIO;
+    left -= (size_t)n;
+    for (int i = 0; i < 2 && n > 0; i++) {
+      size_t k = (size_t)n < iov[i].iov_len ? (size_t)n : iov[i].iov_len;
+      iov[i].iov_base = (uint8_t *)iov[i].iov_base + k;
+      iov[i].iov_len -= k;
+      n -= (ssize_t)k;
+    }
+  }
+  return 0;
+}
+
+/* Reads exactly `len` bytes, waiting at most `ms` for each part. Returns
+ * 1, 0 at end of file, or a negative code. */
+static int read_full(int fd, uint8_t *p, size_t len, int ms) {
+  while (len > 0) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int r = poll(&pf, 1, ms);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r == 0)
+      return NX_ETIMEDOUT;
+    if (r < 0)
+      return NX_EIO;
+    ssize_t n = recv(fd, p, len, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      return 0;
+    if (n < 0)
+      return NX_EIO;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 1;
+}
+
+long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  int r;
+  do
+    r = poll(&p, 1, timeout_ms);
+  while (r < 0 && errno == EINTR);
+  if (r == 0)
+    return NX_ETIMEDOUT;
+  if (r < 0)
+    return NX_EIO;
+  int rest_ms = timeout_ms < 0 ? 10000 : timeout_ms;
+  uint8_t head[4];
+  r = read_full(fd, head, 4, rest_ms);
+  if (r <= 0)
+    return r;
+  uint32_t len = nxu_rd32(head);
+  if (len > NXI_CTL_MAX)
+    return NX_EPROTO;
+  if (len == 0)
+    return NX_EPROTO; /* no message is empty */
+  r = read_full(fd, buf, len, rest_ms);
+  if (r == 0)
+    return NX_EPROTO; /* cut short */
+  return r < 0 ? r : (long)len;
 }
 
 size_t nxi_ctl_put_peer(uint8_t *p, size_t cap, uint64_t context,

@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 /* For a child started with fork/exec: one AF_UNIX SOCK_SEQPACKET socket
- * pair, the child finding its end in NX_CTL_FD. For a child a module
- * started (the mpi module's MPI_Comm_spawn): the module's channel
- * (chan.h hides which). Messages (integers little-endian):
+ * pair, the child finding its end in NX_CTL_FD. For a child started
+ * through PMIx (PMIx_Spawn): a TCP connection the child makes back to its
+ * creator, named in NX_CTL_TCP, messages framed by their length. For a
+ * child a module started (the mpi module's MPI_Comm_spawn): the module's
+ * channel (chan.h hides which). Messages (integers little-endian):
  *   READY     1, one peer entry (this process's initial context)
  *   PEERS     2, u32 rank (UINT32_MAX: not among them), u32 count,
  *             count peer entries
@@ -48,6 +50,13 @@ int nxi_ctl_send(int fd, const void *msg, size_t len);
  * 0 at end of file, or a negative code. Waits at most timeout_ms (-1:
  * forever). */
 long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms);
+/* The same on a stream socket (a TCP channel to a process started through
+ * PMIx, which may run on another host): each message is a u32 length and
+ * its bytes. A length above NXI_CTL_MAX is NX_EPROTO. Once a message has
+ * begun, its rest is waited for at most timeout_ms more (10 s when
+ * timeout_ms is -1). */
+int nxi_ctl_send_stream(int fd, const void *msg, size_t len);
+long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms);
 
 /* Writes a peer entry at `p`; returns its length, 0 if it does not fit in
  * `cap`. */

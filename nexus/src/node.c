@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "boot.h"
 #include "module.h"
 
 static int spec_is_local(const char *spec) {
@@ -22,17 +23,28 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
     if (!nxi_ready())
       return NX_ENOTINIT;
     struct nxi_module *m = nxi_module_launcher(spec);
-    if (m == NULL && strcspn(spec, ":") == 4 && strncmp(spec, "pmix", 4) == 0) {
-      /* The PMIx bootstrap (boot_pmix.c) joins a job; it does not start
-       * processes (docs/pmix.md). */
-      nxi_log(0, NULL,
-              "nodes \"%s\": starting processes through PMIx (PMIx_Spawn) "
-              "is not built yet; \"mpi\" nodes (MPI_Comm_spawn) or "
-              "\"localhost\" start process contexts",
-              spec);
-      return NX_ENOTSUP;
-    }
-    if (m == NULL) {
+    if (m == NULL && nxi_node_spec_pmix(spec)) {
+      /* Processes started through the PMIx server this process joined
+       * (parent.c, PMIx_Spawn): "pmix" or "pmix:host=NAME". */
+      if (!nxi_boot_pmix()) {
+        nxi_log(0, NULL,
+                "nodes \"%s\": this process runs under no PMIx server (its "
+                "bootstrap is \"%s\"): PMIx starts no process for it",
+                spec, nx_bootstrap());
+        return NX_ENOTSUP;
+      }
+      if (strcmp(spec, "pmix") != 0 &&
+          (strncmp(spec, "pmix:host=", 10) != 0 || spec[10] == '\0' ||
+           strchr(spec + 10, ',') != NULL)) {
+        nxi_log(0, NULL,
+                "nodes \"%s\": a PMIx node is \"pmix\" or "
+                "\"pmix:host=NAME\"",
+                spec);
+        return NX_EINVAL;
+      }
+      if (strlen(spec) >= sizeof(nodes[0].host))
+        return NX_EINVAL;
+    } else if (m == NULL) {
       nxi_log(0, NULL,
               "nodes \"%s\": no loaded protocol module named \"%.*s\" starts "
               "processes (nxinfo tells which loaded and why not)",
@@ -40,7 +52,8 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
       return NX_ENOTSUP;
     }
     char why[256] = "not accepted by the module";
-    int r = strlen(spec) < sizeof(nodes[0].host)
+    int r = m == NULL ? 0
+            : strlen(spec) < sizeof(nodes[0].host)
                 ? m->launch->node_spec(m->state, spec, why, sizeof(why))
                 : NX_EINVAL;
     if (strlen(spec) >= sizeof(nodes[0].host))
@@ -71,6 +84,10 @@ int nx_node_self(nx_node_t *node) {
   gethostname(node->host, sizeof(node->host) - 1);
   node->id = 0;
   return 0;
+}
+
+int nxi_node_spec_pmix(const char *spec) {
+  return strncmp(spec, "pmix", 4) == 0 && (spec[4] == '\0' || spec[4] == ':');
 }
 
 int nxi_node_is_local(const nx_node_t *node) {

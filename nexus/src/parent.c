@@ -3,18 +3,24 @@
  * gp, watching it, and ending it. */
 #include "parent.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "boot.h"
 #include "chan.h"
 #include "confirm.h"
 #include "context.h"
@@ -319,6 +325,144 @@ static int spawn_child(struct nxi_module *m, const nx_node_t *node,
   return 0;
 }
 
+/* Where `exe` is on this host (a name without '/' is searched in PATH),
+ * into `out`. Open MPI's mpirun ends the whole job when a program it is
+ * asked to spawn cannot be run, so a PMIx child's program is looked for
+ * here first. */
+static int find_exe(const char *exe, char *out, size_t cap) {
+  if (strchr(exe, '/') != NULL) {
+    if (strlen(exe) >= cap || access(exe, X_OK) != 0)
+      return NX_ENOENT;
+    strcpy(out, exe);
+    return 0;
+  }
+  const char *path = getenv("PATH");
+  if (path == NULL || path[0] == '\0')
+    path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path != '\0') {
+    size_t len = strcspn(path, ":");
+    if (len > 0 && len + 1 + strlen(exe) < cap) {
+      snprintf(out, cap, "%.*s/%s", (int)len, path, exe);
+      if (access(out, X_OK) == 0)
+        return 0;
+    }
+    path += len + (path[len] == ':');
+  }
+  return NX_ENOENT;
+}
+
+/* "NX_CTL_TCP=<token>:<port>:<ip>,<ip>...": where a child started through
+ * PMIx connects back to (every IPv4 address of this host that is up) and
+ * the 16-byte token (hex) it proves itself with. */
+static int tcp_var(char *buf, size_t cap, const uint8_t *token, int port) {
+  int n = snprintf(buf, cap, "NX_CTL_TCP=");
+  nxu_hex_encode(token, 16, buf + n);
+  n += 32;
+  n += snprintf(buf + n, cap - (size_t)n, ":%d:", port);
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0)
+    return NX_EIO;
+  int count = 0;
+  for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+        !(i->ifa_flags & IFF_UP))
+      continue;
+    char ip[INET_ADDRSTRLEN];
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+    if (inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip)) == NULL ||
+        (size_t)n + strlen(ip) + 2 >= cap)
+      continue;
+    n += snprintf(buf + n, cap - (size_t)n, "%s%s", count ? "," : "", ip);
+    count++;
+  }
+  freeifaddrs(ifs);
+  return count > 0 ? 0 : NX_EUNREACH;
+}
+
+/* Starts a child through the PMIx server this process joined
+ * (PMIx_Spawn); its channel is a TCP connection it makes back to us,
+ * proven by a token that only its environment holds. */
+static int pmix_child(const nx_node_t *node, const char *exe,
+                      char *const argv[], const nx_context_attr_t *attr,
+                      int timeout_ms, struct child *c) {
+  char path[4096];
+  int r = find_exe(exe, path, sizeof(path));
+  if (r < 0)
+    return r;
+  uint8_t token[16];
+  if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
+    return NX_EIO;
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t salen = sizeof(sa);
+  if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+      listen(ls, 8) != 0 || getsockname(ls, (struct sockaddr *)&sa, &salen)) {
+    if (ls >= 0)
+      close(ls);
+    return NX_EAGAIN;
+  }
+  static char tcp[4096];
+  static char key[8 + 2 * NX_KEY_SIZE];
+  static pthread_mutex_t vars_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&vars_lock);
+  key_var(key, sizeof(key));
+  r = tcp_var(tcp, sizeof(tcp), token, ntohs(sa.sin_port));
+  size_t x = 0;
+  while (attr->env != NULL && attr->env[x] != NULL)
+    x++;
+  char **env = r == 0 ? calloc(x + 3, sizeof(*env)) : NULL;
+  if (r == 0 && env == NULL)
+    r = NX_ENOMEM;
+  if (r == 0) {
+    for (size_t i = 0; i < x; i++)
+      env[i] = attr->env[i];
+    env[x] = key;
+    env[x + 1] = tcp;
+    const char *host =
+        strncmp(node->host, "pmix:host=", 10) == 0 ? node->host + 10 : NULL;
+    r = nxi_pmix_spawn(path, argv, env, host);
+  }
+  free(env);
+  pthread_mutex_unlock(&vars_lock);
+  /* Its connection, with the token first; anything else is turned away. */
+  uint64_t deadline = nxu_now_ms() + (uint64_t)timeout_ms;
+  int conn = -1;
+  while (r == 0 && conn < 0) {
+    uint64_t now = nxu_now_ms();
+    if (now >= deadline) {
+      r = NX_ETIMEDOUT;
+      break;
+    }
+    struct pollfd p = {.fd = ls, .events = POLLIN};
+    if (poll(&p, 1, (int)(deadline - now)) <= 0)
+      continue;
+    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+      continue;
+    uint8_t *buf = malloc(NXI_CTL_MAX);
+    long n = buf != NULL ? nxi_ctl_recv_stream(fd, buf, 2000) : NX_ENOMEM;
+    if (n == (long)sizeof(token) && memcmp(buf, token, sizeof(token)) == 0)
+      conn = fd;
+    else
+      close(fd);
+    free(buf);
+  }
+  close(ls);
+  if (r < 0)
+    return r;
+  c->pid = 0;
+  c->reaped = 1; /* its launcher reaps it */
+  c->chan.fd = conn;
+  c->chan.stream = 1;
+  r = ensure_monitor();
+  if (r < 0) {
+    close(conn);
+    c->chan.fd = -1;
+  }
+  return r;
+}
+
 /* Waits for the child's READY, makes its gp, and tells the child who its
  * creator is (its one peer). The same for every kind of channel. */
 static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
@@ -362,7 +506,8 @@ static int attr_ok(const nx_context_attr_t *attr) {
     const char *v = attr->env[i];
     const char *eq = strchr(v, '=');
     if (eq == NULL || eq == v || strchr(v, '\n') != NULL ||
-        strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0)
+        strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0 ||
+        strncmp(v, "NX_CTL_TCP=", 11) == 0)
       return 0;
   }
   return 1;
@@ -385,9 +530,14 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   if (!nxi_ready())
     return NX_ENOTINIT;
   struct nxi_module *m = NULL;
-  if (!nxi_node_is_local(node) && (m = nxi_module_launcher(node->host)) == NULL)
-    return NX_ENOTSUP;
-  if (m != NULL && (attr->flags & NX_CREATE_ENV_ONLY))
+  int pmix = 0;
+  if (!nxi_node_is_local(node) &&
+      (m = nxi_module_launcher(node->host)) == NULL) {
+    if (!nxi_node_spec_pmix(node->host) || !nxi_boot_pmix())
+      return NX_ENOTSUP;
+    pmix = 1;
+  }
+  if ((m != NULL || pmix) && (attr->flags & NX_CREATE_ENV_ONLY))
     return NX_ENOTSUP; /* a launcher gives its processes its environment */
   char *const default_argv[] = {(char *)exe, NULL};
   if (argv == NULL || argv[0] == NULL)
@@ -400,6 +550,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
       attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
   uint64_t start = nxu_now_ms();
   int r = m != NULL ? spawn_child(m, node, exe, argv, attr, timeout_ms, c)
+          : pmix    ? pmix_child(node, exe, argv, attr, timeout_ms, c)
                     : fork_child(exe, argv, attr, c);
   if (r < 0) {
     free(c);

@@ -32,11 +32,13 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
  * context on `node`. The program calls nx_init, registers its handlers and
  * calls nx_context_ready (or nx_context_serve); only then is `*gp` written,
  * naming the new process's initial context. Waits at most NX_CREATE_TIMEOUT
- * seconds (default 30). On an "mpi" node the mpi module spawns the
- * program (docs/mpi.md: its environment is what Open MPI gives it plus
- * NX_KEY; a missing program is found only without host/hostfile, a child
- * that dies early is reported only by NX_ETIMEDOUT). Returns 0; NX_EINVAL;
- * NX_ENOTSUP (a node that is neither local nor a loaded module's);
+ * seconds (default 30). On a "pmix" node the PMIx server this process
+ * joined spawns it (docs/pmix.md: the program must be on this host; a
+ * child that never connects back is NX_ETIMEDOUT). On an "mpi" node the mpi
+ * module spawns the program (docs/mpi.md: its environment is what Open MPI
+ * gives it plus NX_KEY; a missing program is found only without host/hostfile,
+ * a child that dies early is reported only by NX_ETIMEDOUT). Returns 0;
+ * NX_EINVAL; NX_ENOTSUP (a node that is neither local nor a loaded module's);
  * NX_ENOENT (the program could not be started); NX_EPEERDEAD (it ended
  * before it was ready, or said something malformed); NX_ETIMEDOUT;
  * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
@@ -49,7 +51,7 @@ NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
 typedef struct nx_context_attr {
   /* "NAME=value" entries (NULL-ended), or NULL: set in the child's
    * environment, over the variables it would get otherwise. NX_KEY and
-   * NX_CTL_FD are nexus's own (NX_EINVAL). */
+   * NX_CTL_FD and NX_CTL_TCP are nexus's own (NX_EINVAL). */
   char *const *env;
   unsigned flags; /* NX_CREATE_* */
   int timeout_ms; /* how long to wait for it; 0: NX_CREATE_TIMEOUT */
@@ -63,8 +65,8 @@ typedef struct nx_context_attr {
 /* nx_context_create with attributes (`attr` may be NULL). Besides its
  * codes: NX_EINVAL for an unknown flag, a negative timeout, or an env
  * entry without '=' (or with a newline: launchers pass them a line each)
- * or naming NX_KEY or NX_CTL_FD; NX_ENOTSUP for NX_CREATE_ENV_ONLY on a
- * launcher's node. */
+ * or naming NX_KEY, NX_CTL_FD or NX_CTL_TCP; NX_ENOTSUP for
+ * NX_CREATE_ENV_ONLY on a launcher's node ("mpi", "pmix"). */
 NX_EXTERN int nx_context_create_attr(const nx_node_t *node, const char *exe,
                                      char *const argv[],
                                      const nx_context_attr_t *attr,
