@@ -86,6 +86,8 @@ struct fm_global {
   struct fm_queue *queues;
   nx_gp_t **gps; /* outport destinations: stable, freed by fm_finalize */
   size_t ngps, capgps;
+  nx_gp_t **retired; /* destinations replaced by gp_resolve, ditto */
+  size_t nretired, capretired;
   uint64_t serial;
   atomic_int dead; /* processes of the computation found dead */
   uint32_t *ended; /* processes we ended ourselves (not deaths) */
