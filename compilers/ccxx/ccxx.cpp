@@ -161,7 +161,22 @@ struct pending_entry {
   explicit operator bool() const { return sync != nullptr || async; }
 };
 
-static std::mutex pending_mu;
+// The table's lock: held for a few instructions (a vector's growth aside),
+// so a waiter spins, yielding the processor while the holder may be off it.
+class table_lock {
+public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire))
+      while (held_.load(std::memory_order_relaxed))
+        std::this_thread::yield();
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+private:
+  std::atomic<bool> held_{false};
+};
+
+static table_lock pending_mu;
 static std::vector<pending_slot> slots;
 static uint32_t free_slots = 0; // index + 1 of the first free slot, or 0
 static const nx_handler_id_t op_handler_id = nx_handler_id(OP_HANDLER);
@@ -169,7 +184,7 @@ static const nx_handler_id_t reply_handler_id = nx_handler_id(REPLY_HANDLER);
 
 static uint64_t pending_add(uint64_t context, pending_call *sync,
                             std::shared_ptr<future_base> async) {
-  std::lock_guard<std::mutex> g(pending_mu);
+  std::lock_guard<table_lock> g(pending_mu);
   uint32_t i;
   if (free_slots != 0) {
     i = free_slots - 1;
@@ -203,7 +218,7 @@ static pending_entry slot_take(uint32_t i) {
 // ended (or the token is not one of ours: it came off the wire).
 static pending_entry pending_take(uint64_t token) {
   uint32_t i = static_cast<uint32_t>(token);
-  std::lock_guard<std::mutex> g(pending_mu);
+  std::lock_guard<table_lock> g(pending_mu);
   if (i >= slots.size() || slots[i].gen != token >> 32 || !slots[i].used())
     return pending_entry();
   return slot_take(i);
@@ -230,7 +245,7 @@ static void finish(pending_entry &p, int status, const std::string &cause,
 static void fail_calls(uint64_t context, bool whole_process, int err) {
   std::vector<pending_entry> hit;
   {
-    std::lock_guard<std::mutex> g(pending_mu);
+    std::lock_guard<table_lock> g(pending_mu);
     for (uint32_t i = 0; i < slots.size(); i++) {
       if (!slots[i].used())
         continue;
@@ -391,8 +406,9 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
       nx_get_gp(buf, &reply_to) < 0)
     return;
   bool want_reply = !nx_gp_is_null(&reply_to);
-  auto it = ops().find(id);
-  if (it == ops().end()) {
+  auto &table = ops();
+  auto it = table.find(id);
+  if (it == table.end()) {
     if (want_reply)
       send_error_reply(&reply_to, token, NX_ENOHANDLER,
                        "the object's process does not know this operation "
@@ -548,27 +564,39 @@ void op_async(const nx_gp_t *target, uint32_t id,
   }
 }
 
-std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
-                               int status, const std::string &cause,
-                               nx_buffer_t *reply) {
+std::exception_ptr reply_failed(const std::type_info &type, uint64_t context,
+                                int st, nx_buffer_t *reply) {
   // The object's name is built only for an error.
   auto object = [&type, context] { return object_name(type, context); };
   try {
-    if (reply == nullptr)
-      throw remote_error(object(), cause, status);
     stream s(reply);
-    int st = 0;
     uint8_t kind = K_NONE;
     std::string c, w;
     try {
-      s >> st;
-      if (st == 0)
-        return nullptr;
       read_failure(s, st, c, kind, w);
     } catch (const stream::error &e) {
       throw remote_error(object(), e.what(), e.code);
     }
     raise(object(), st, c, kind, w);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
+                               int status, const std::string &cause,
+                               nx_buffer_t *reply) {
+  try {
+    if (reply == nullptr)
+      throw remote_error(object_name(type, context), cause, status);
+    stream s(reply);
+    int st = 0;
+    try {
+      s >> st;
+    } catch (const stream::error &e) {
+      throw remote_error(object_name(type, context), e.what(), e.code);
+    }
+    return st == 0 ? nullptr : reply_failed(type, context, st, reply);
   } catch (...) {
     return std::current_exception();
   }

@@ -399,6 +399,10 @@ CCXX_API void op_async(const nx_gp_t *target, uint32_t id,
                        std::shared_ptr<future_base> state);
 // The exception a completion means (NULL when the reply says the call
 // succeeded; the reply's stream is then at the result).
+// The same for a reply whose status `st` (not 0) was read already.
+CCXX_API std::exception_ptr reply_failed(const std::type_info &type,
+                                         uint64_t context, int st,
+                                         nx_buffer_t *reply);
 CCXX_API std::exception_ptr reply_error(const std::type_info &type,
                                         uint64_t context, int status,
                                         const std::string &cause,
@@ -959,8 +963,14 @@ template <class T> struct state_allocator {
 template <class R> struct async_state : future_state<R> {
   void deliver(int status, const std::string &cause,
                nx_buffer_t *reply) override {
-    std::exception_ptr e =
-        reply_error(*this->type, this->context, status, cause, reply);
+    // The common case, a reply that says the call succeeded, is read here;
+    // reply_error makes the exception of anything else.
+    int st = 1;
+    std::exception_ptr e;
+    if (status != 0 || reply == nullptr || nx_get_int32(reply, &st) != 0)
+      e = reply_error(*this->type, this->context, status, cause, reply);
+    else if (st != 0)
+      e = reply_failed(*this->type, this->context, st, reply);
     if (!e) {
       try {
         stream s(reply);
