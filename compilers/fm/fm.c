@@ -157,8 +157,10 @@ static const nx_gp_t *gp_at(uint64_t index) {
  * whichever way they came. The replaced gp stays valid (a sender may hold
  * it) until fm_finalize. Returns the destination to use. */
 static const nx_gp_t *gp_resolve(uint64_t index, const nx_gp_t *to) {
+  if (to == NULL || atomic_load(&fm_g.forwarding) == 0)
+    return to; /* no queue of this process forwards */
   uint64_t self = nx_context_id(nx_context_self());
-  if (to == NULL || nx_gp_context(to) >> 32 != self >> 32)
+  if (nx_gp_context(to) >> 32 != self >> 32)
     return to; /* not a queue of this process */
   void *addr = nx_gp_address(to);
   struct fm_queue *q = NULL;
@@ -526,6 +528,7 @@ static void h_moved(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     return;
   }
   q->state = FM_Q_FORWARD;
+  atomic_fetch_add(&fm_g.forwarding, 1);
   nx_gp_copy(&to, &q->fwd);
   struct fm_msg *held = q->held;
   q->held = q->held_tail = NULL;
@@ -1143,6 +1146,7 @@ int fm_init(int *argc, char ***argv) {
     return r;
   nx_mutex_init(&fm_g.m);
   atomic_store(&fm_g.dead, 0);
+  atomic_store(&fm_g.forwarding, 0);
   fm_g.h_enq = nx_handler_id("fm.enq");
   fm_g.h_fwd = nx_handler_id("fm.fwd");
   fm_g.h_moved = nx_handler_id("fm.moved");
