@@ -613,10 +613,15 @@ static const std::size_t STATE_STEP = 64, STATE_CLASSES = 8,
 struct state_block {
   state_block *next;
 };
+// Set when the thread's cache is gone: a state freed later in the thread's
+// exit (by another thread_local's destructor, or at exit by a static's,
+// such as the table of pending calls) goes straight to operator delete.
+static thread_local bool states_gone = false;
 struct state_cache {
   state_block *head[STATE_CLASSES] = {};
   std::size_t count[STATE_CLASSES] = {};
   ~state_cache() {
+    states_gone = true;
     for (std::size_t c = 0; c < STATE_CLASSES; c++)
       while (head[c] != nullptr) {
         state_block *b = head[c];
@@ -635,18 +640,21 @@ void *state_alloc(std::size_t bytes) {
   std::size_t c = state_class(bytes);
   if (bytes == 0 || c >= STATE_CLASSES)
     return ::operator new(bytes);
-  state_cache &sc = states;
-  if (state_block *b = sc.head[c]) {
-    sc.head[c] = b->next;
-    sc.count[c]--;
-    return b;
+  if (!states_gone) {
+    state_cache &sc = states;
+    if (state_block *b = sc.head[c]) {
+      sc.head[c] = b->next;
+      sc.count[c]--;
+      return b;
+    }
   }
+  // The whole class's size: the block may join any thread's cache.
   return ::operator new((c + 1) * STATE_STEP);
 }
 
 void state_free(void *p, std::size_t bytes) noexcept {
   std::size_t c = state_class(bytes);
-  if (bytes == 0 || c >= STATE_CLASSES) {
+  if (bytes == 0 || c >= STATE_CLASSES || states_gone) {
     ::operator delete(p);
     return;
   }
