@@ -100,68 +100,165 @@ std::string type_name(const std::type_info &t) {
 // ---------------------------------------------------------------- pending
 // calls
 
-// A caller waiting for its reply. Replies and failures find it by token in
-// `pending`, so a late reply for a call that already failed is dropped.
-struct pending_call {
+// The locks that callers waiting for a reply and future states use: each
+// the one its address picks, so a call or a state needs no mutex of its own
+// to create or destroy, and completing a future that nobody waits on takes
+// no lock at all.
+struct state_lock {
   nx_mutex_t m;
   nx_cond_t c;
+};
+static const std::size_t STATE_LOCKS = 64;
+
+static state_lock &lock_of(const void *state) {
+  static state_lock *locks = [] {
+    static state_lock l[STATE_LOCKS];
+    for (state_lock &x : l) {
+      nx_mutex_init(&x.m);
+      nx_cond_init(&x.c);
+    }
+    return l;
+  }();
+  auto a = reinterpret_cast<std::uintptr_t>(state);
+  return locks[(a >> 6) % STATE_LOCKS];
+}
+
+// A synchronous caller waiting for its reply (on its stack), on
+// lock_of(itself).
+struct pending_call {
   bool done = false;
   int status = 0;
   std::string cause;
-  uint64_t context = 0; // the target's context
-  // A synchronous call's result reader, run by the reply handler (the
-  // caller waits, so what it writes to is alive); the kind and what() of a
-  // standard exception the method threw.
+  // The result reader, run by the reply handler (the caller waits, so what
+  // it writes to is alive); the kind and what() of a standard exception
+  // the method threw.
   const std::function<void(stream &)> *unpack = nullptr;
   uint8_t kind = 0; // std_kind, K_NONE
   std::string thrown;
-  // An asynchronous call's completion (ccxx::async): called instead of
-  // waking a waiter, then the pending_call is deleted.
-  reply_fn async;
 };
 
-static std::mutex pending_mu;
-static std::unordered_map<uint64_t, pending_call *> pending;
-static std::atomic<uint64_t> next_token{1};
-static nx_handler_id_t op_handler_id;
+// The calls waiting for replies, in a table of slots that a call's token
+// names: the low 32 bits are the slot's index, the high 32 bits its
+// generation, bumped whenever the slot is freed, so a late reply for a call
+// that already ended (failed, or its slot reused) finds nothing. A slot
+// holds a waiting caller or an asynchronous call's future state. No
+// allocation per call (the table grows to the most calls outstanding at
+// once), no hashing.
+struct pending_slot {
+  uint32_t gen = 1;
+  uint32_t next_free = 0; // free list: index + 1, 0 ends it
+  uint64_t context = 0;   // the target's context, for fail_calls
+  pending_call *sync = nullptr;
+  std::shared_ptr<future_base> async;
+  bool used() const { return sync != nullptr || async != nullptr; }
+};
 
-static void finish(pending_call *p, int status, const std::string &cause,
+// What a token named: its caller or its future state, taken out of the
+// table.
+struct pending_entry {
+  pending_call *sync = nullptr;
+  std::shared_ptr<future_base> async;
+  explicit operator bool() const { return sync != nullptr || async; }
+};
+
+// The table's lock: held for a few instructions (a vector's growth aside),
+// so a waiter spins, yielding the processor while the holder may be off it.
+class table_lock {
+public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire))
+      while (held_.load(std::memory_order_relaxed))
+        std::this_thread::yield();
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+private:
+  std::atomic<bool> held_{false};
+};
+
+static table_lock pending_mu;
+static std::vector<pending_slot> slots;
+static uint32_t free_slots = 0; // index + 1 of the first free slot, or 0
+static const nx_handler_id_t op_handler_id = nx_handler_id(OP_HANDLER);
+static const nx_handler_id_t reply_handler_id = nx_handler_id(REPLY_HANDLER);
+
+static uint64_t pending_add(uint64_t context, pending_call *sync,
+                            std::shared_ptr<future_base> async) {
+  std::lock_guard<table_lock> g(pending_mu);
+  uint32_t i;
+  if (free_slots != 0) {
+    i = free_slots - 1;
+    free_slots = slots[i].next_free;
+  } else {
+    i = static_cast<uint32_t>(slots.size());
+    slots.emplace_back();
+  }
+  pending_slot &s = slots[i];
+  s.context = context;
+  s.sync = sync;
+  s.async = std::move(async);
+  return (static_cast<uint64_t>(s.gen) << 32) | i;
+}
+
+// Under pending_mu: empties slot i and returns what it held.
+static pending_entry slot_take(uint32_t i) {
+  pending_slot &s = slots[i];
+  pending_entry e;
+  e.sync = s.sync;
+  e.async = std::move(s.async);
+  s.sync = nullptr;
+  s.async = nullptr;
+  s.gen++;
+  s.next_free = free_slots;
+  free_slots = i + 1;
+  return e;
+}
+
+// The call `token` names, taken out of the table; empty when it already
+// ended (or the token is not one of ours: it came off the wire).
+static pending_entry pending_take(uint64_t token) {
+  uint32_t i = static_cast<uint32_t>(token);
+  std::lock_guard<table_lock> g(pending_mu);
+  if (i >= slots.size() || slots[i].gen != token >> 32 || !slots[i].used())
+    return pending_entry();
+  return slot_take(i);
+}
+
+static void finish(pending_entry &p, int status, const std::string &cause,
                    nx_buffer_t *reply) {
-  if (p->async) {
-    p->async(status, cause, reply);
-    delete p;
+  if (p.async) {
+    p.async->deliver(status, cause, reply);
     return;
   }
-  nx_mutex_lock(&p->m);
-  p->done = true;
-  p->status = status;
-  p->cause = cause;
-  nx_cond_broadcast(&p->c);
-  nx_mutex_unlock(&p->m);
+  pending_call *c = p.sync;
+  state_lock &l = lock_of(c);
+  nx_mutex_lock(&l.m);
+  c->done = true;
+  c->status = status;
+  c->cause = cause;
+  nx_cond_broadcast(&l.c);
+  nx_mutex_unlock(&l.m);
 }
 
 // Fails every call to `context` (or, when `whole_process`, to any context
 // of its process).
 static void fail_calls(uint64_t context, bool whole_process, int err) {
-  std::vector<pending_call *> hit;
+  std::vector<pending_entry> hit;
   {
-    std::lock_guard<std::mutex> g(pending_mu);
-    for (auto it = pending.begin(); it != pending.end();) {
-      bool match = whole_process
-                       ? (it->second->context >> 32) == (context >> 32)
-                       : it->second->context == context;
-      if (match) {
-        hit.push_back(it->second);
-        it = pending.erase(it);
-      } else {
-        ++it;
-      }
+    std::lock_guard<table_lock> g(pending_mu);
+    for (uint32_t i = 0; i < slots.size(); i++) {
+      if (!slots[i].used())
+        continue;
+      uint64_t c = slots[i].context;
+      bool match = whole_process ? (c >> 32) == (context >> 32) : c == context;
+      if (match)
+        hit.push_back(slot_take(i));
     }
   }
   const char *why = err == NX_EPEERDEAD
                         ? "the object's process died"
                         : "the object's context no longer exists";
-  for (pending_call *p : hit)
+  for (pending_entry &p : hit)
     finish(p, err, why, nullptr);
 }
 
@@ -184,22 +281,18 @@ void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
 // the result or the failure) and wakes it; an asynchronous call's
 // completion gets the buffer.
 static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
+  static const std::string none;
   uint64_t token;
   if (nx_get_uint64(buf, &token) < 0)
     return;
-  pending_call *p = nullptr;
-  {
-    std::lock_guard<std::mutex> g(pending_mu);
-    auto it = pending.find(token);
-    if (it == pending.end())
-      return;
-    p = it->second;
-    pending.erase(it);
-  }
-  if (p->async) {
-    finish(p, 0, "", buf);
+  pending_entry e = pending_take(token);
+  if (!e)
+    return;
+  if (e.async) {
+    finish(e, 0, none, buf);
     return;
   }
+  pending_call *p = e.sync;
   stream s(buf);
   int status = 0;
   std::string cause;
@@ -214,7 +307,7 @@ static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
     cause = e.what();
     p->kind = 0;
   }
-  finish(p, status, cause, nullptr);
+  finish(e, status, cause, nullptr);
 }
 
 // The standard exceptions that reach the caller with their type and what()
@@ -313,8 +406,9 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
       nx_get_gp(buf, &reply_to) < 0)
     return;
   bool want_reply = !nx_gp_is_null(&reply_to);
-  auto it = ops().find(id);
-  if (it == ops().end()) {
+  auto &table = ops();
+  auto it = table.find(id);
+  if (it == table.end()) {
     if (want_reply)
       send_error_reply(&reply_to, token, NX_ENOHANDLER,
                        "the object's process does not know this operation "
@@ -325,7 +419,7 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   }
   stream in(buf);
   nx_buffer_t *out = nullptr;
-  if (want_reply && nx_rsr_init_name(&out, &reply_to, REPLY_HANDLER, 64) < 0) {
+  if (want_reply && nx_rsr_init(&out, &reply_to, reply_handler_id, 64) < 0) {
     nx_gp_release(&reply_to);
     return;
   }
@@ -366,12 +460,47 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
 }
 
 static int register_handlers(nx_context_t *ctx) {
-  int r = nx_handler_register(ctx, OP_HANDLER, on_op, NX_HANDLER_THREADED,
-                              &op_handler_id);
+  int r =
+      nx_handler_register(ctx, OP_HANDLER, on_op, NX_HANDLER_THREADED, nullptr);
   if (r == 0)
     r = nx_handler_register(ctx, REPLY_HANDLER, on_reply,
                             NX_HANDLER_NONTHREADED, nullptr);
   return r;
+}
+
+// The request of op `id` to `target`: the op id, the token, the gp the reply
+// goes to (null for a one-way call), then the arguments. Returns 0, or an
+// error and its cause.
+static int make_request(const nx_gp_t *target, uint32_t id, uint64_t token,
+                        bool reply, const std::function<void(stream &)> &pack,
+                        nx_buffer_t **out, std::string &cause) {
+  nx_buffer_t *buf;
+  int r = nx_rsr_init(&buf, target, op_handler_id, 64);
+  if (r < 0) {
+    cause = nx_strerror(r);
+    return r;
+  }
+  nx_gp_t me = NX_GP_NULL;
+  if (reply && (r = nx_gp_make(nullptr, &me)) < 0) {
+    nx_buffer_release(buf);
+    cause = nx_strerror(r);
+    return r;
+  }
+  try {
+    stream s(buf);
+    s << id << token;
+    stream::check(nx_put_gp(buf, &me));
+    if (pack)
+      pack(s);
+  } catch (const stream::error &e) {
+    nx_buffer_release(buf);
+    nx_gp_release(&me);
+    cause = e.what();
+    return e.code;
+  }
+  nx_gp_release(&me);
+  *out = buf;
+  return 0;
 }
 
 void op_call(const nx_gp_t *target, uint32_t id, bool reply,
@@ -383,131 +512,67 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply,
   if (nx_gp_is_null(target))
     throw remote_error(what(), "null global pointer", NX_EINVAL);
   nx_buffer_t *buf;
-  int r = nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
-  if (r < 0)
-    throw remote_error(what(), nx_strerror(r), r);
-  nx_gp_t me = NX_GP_NULL;
-  if (reply && (r = nx_gp_make(nullptr, &me)) < 0) {
-    nx_buffer_release(buf);
-    throw remote_error(what(), nx_strerror(r), r);
-  }
-  uint64_t token = next_token.fetch_add(1);
-  try {
-    stream s(buf);
-    s << id << token;
-    stream::check(nx_put_gp(buf, &me));
-    if (pack)
-      pack(s);
-  } catch (const stream::error &e) {
-    nx_buffer_release(buf);
-    nx_gp_release(&me);
-    throw remote_error(what(), e.what(), e.code);
-  }
-  nx_gp_release(&me);
+  std::string cause;
+  int r;
   if (!reply) {
-    r = nx_rsr_send(buf);
-    if (r < 0)
-      throw remote_error(what(), nx_strerror(r), r);
+    if ((r = make_request(target, id, 0, false, pack, &buf, cause)) < 0 ||
+        (r = nx_rsr_send(buf)) < 0)
+      throw remote_error(what(), cause.empty() ? nx_strerror(r) : cause, r);
     return;
   }
   pending_call p;
-  nx_mutex_init(&p.m);
-  nx_cond_init(&p.c);
-  p.context = nx_gp_context(target);
   p.unpack = &unpack;
-  {
-    std::lock_guard<std::mutex> g(pending_mu);
-    pending[token] = &p;
-  }
-  r = nx_rsr_send(buf);
+  uint64_t token = pending_add(nx_gp_context(target), &p, nullptr);
+  r = make_request(target, id, token, true, pack, &buf, cause);
+  if (r == 0 && (r = nx_rsr_send(buf)) < 0)
+    cause = nx_strerror(r);
   if (r < 0) {
-    std::lock_guard<std::mutex> g(pending_mu);
-    if (pending.erase(token) == 1)
-      finish(&p, r, nx_strerror(r), nullptr);
+    // Failed before the request left: unless fail_calls took it meanwhile
+    // (and finishes it), it fails here.
+    pending_entry e = pending_take(token);
+    if (e)
+      finish(e, r, cause, nullptr);
   }
-  nx_mutex_lock(&p.m);
+  state_lock &l = lock_of(&p);
+  nx_mutex_lock(&l.m);
   while (!p.done)
-    nx_cond_wait(&p.c, &p.m);
-  nx_mutex_unlock(&p.m);
-  nx_cond_destroy(&p.c);
-  nx_mutex_destroy(&p.m);
+    nx_cond_wait(&l.c, &l.m);
+  nx_mutex_unlock(&l.m);
   // The reply handler read the result, or the failure.
   if (p.status != 0)
     raise(what(), p.status, p.cause, p.kind, p.thrown);
 }
 
-// Sends op `id` like op_call and returns at once; `done` gets the reply
-// (or the failure) when it arrives, in the thread that receives it.
 void op_async(const nx_gp_t *target, uint32_t id,
-              const std::function<void(stream &)> &pack, reply_fn done) {
+              const std::function<void(stream &)> &pack,
+              std::shared_ptr<future_base> state) {
+  if (nx_gp_is_null(target)) {
+    state->deliver(NX_EINVAL, "null global pointer", nullptr);
+    return;
+  }
+  uint64_t token =
+      pending_add(nx_gp_context(target), nullptr, std::move(state));
   nx_buffer_t *buf;
-  int r = nx_gp_is_null(target)
-              ? NX_EINVAL
-              : nx_rsr_init_name(&buf, target, OP_HANDLER, 64);
+  std::string cause;
+  int r = make_request(target, id, token, true, pack, &buf, cause);
+  if (r == 0 && (r = nx_rsr_send(buf)) < 0)
+    cause = nx_strerror(r);
   if (r < 0) {
-    done(r, nx_gp_is_null(target) ? "null global pointer" : nx_strerror(r),
-         nullptr);
-    return;
-  }
-  nx_gp_t me = NX_GP_NULL;
-  if ((r = nx_gp_make(nullptr, &me)) < 0) {
-    nx_buffer_release(buf);
-    done(r, nx_strerror(r), nullptr);
-    return;
-  }
-  uint64_t token = next_token.fetch_add(1);
-  try {
-    stream s(buf);
-    s << id << token;
-    stream::check(nx_put_gp(buf, &me));
-    if (pack)
-      pack(s);
-  } catch (const stream::error &e) {
-    nx_buffer_release(buf);
-    nx_gp_release(&me);
-    done(e.code, e.what(), nullptr);
-    return;
-  }
-  nx_gp_release(&me);
-  auto *p = new pending_call;
-  p->context = nx_gp_context(target);
-  p->async = std::move(done);
-  {
-    std::lock_guard<std::mutex> g(pending_mu);
-    pending[token] = p;
-  }
-  r = nx_rsr_send(buf);
-  if (r < 0) {
-    pending_call *mine = nullptr;
-    {
-      std::lock_guard<std::mutex> g(pending_mu);
-      auto it = pending.find(token);
-      if (it != pending.end()) {
-        mine = it->second;
-        pending.erase(it);
-      }
-    }
-    if (mine != nullptr)
-      finish(mine, r, nx_strerror(r), nullptr);
+    pending_entry e = pending_take(token);
+    if (e)
+      finish(e, r, cause, nullptr);
   }
 }
 
-std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
-                               int status, const std::string &cause,
-                               nx_buffer_t *reply) {
+std::exception_ptr reply_failed(const std::type_info &type, uint64_t context,
+                                int st, nx_buffer_t *reply) {
   // The object's name is built only for an error.
   auto object = [&type, context] { return object_name(type, context); };
   try {
-    if (reply == nullptr)
-      throw remote_error(object(), cause, status);
     stream s(reply);
-    int st = 0;
     uint8_t kind = K_NONE;
     std::string c, w;
     try {
-      s >> st;
-      if (st == 0)
-        return nullptr;
       read_failure(s, st, c, kind, w);
     } catch (const stream::error &e) {
       throw remote_error(object(), e.what(), e.code);
@@ -518,52 +583,157 @@ std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
   }
 }
 
+std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
+                               int status, const std::string &cause,
+                               nx_buffer_t *reply) {
+  try {
+    if (reply == nullptr)
+      throw remote_error(object_name(type, context), cause, status);
+    stream s(reply);
+    int st = 0;
+    try {
+      s >> st;
+    } catch (const stream::error &e) {
+      throw remote_error(object_name(type, context), e.what(), e.code);
+    }
+    return st == 0 ? nullptr : reply_failed(type, context, st, reply);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 // ---------------------------------------------------------------- futures
 
-future_base::future_base() {
-  nx_mutex_init(&m_);
-  nx_cond_init(&c_);
+// The per-thread cache of state_alloc: freed blocks by size class (64-byte
+// steps up to 512 bytes), at most STATE_CACHE_MAX each; a block may be freed
+// by another thread than the one that took it, and joins that thread's
+// cache. What a thread holds at its exit goes back to operator delete.
+static const std::size_t STATE_STEP = 64, STATE_CLASSES = 8,
+                         STATE_CACHE_MAX = 4096;
+struct state_block {
+  state_block *next;
+};
+// Set when the thread's cache is gone: a state freed later in the thread's
+// exit (by another thread_local's destructor, or at exit by a static's,
+// such as the table of pending calls) goes straight to operator delete.
+static thread_local bool states_gone = false;
+struct state_cache {
+  state_block *head[STATE_CLASSES] = {};
+  std::size_t count[STATE_CLASSES] = {};
+  ~state_cache() {
+    states_gone = true;
+    for (std::size_t c = 0; c < STATE_CLASSES; c++)
+      while (head[c] != nullptr) {
+        state_block *b = head[c];
+        head[c] = b->next;
+        ::operator delete(b);
+      }
+  }
+};
+static thread_local state_cache states;
+
+static std::size_t state_class(std::size_t bytes) {
+  return (bytes + STATE_STEP - 1) / STATE_STEP - 1;
 }
 
-future_base::~future_base() {
-  nx_cond_destroy(&c_);
-  nx_mutex_destroy(&m_);
+void *state_alloc(std::size_t bytes) {
+  std::size_t c = state_class(bytes);
+  if (bytes == 0 || c >= STATE_CLASSES)
+    return ::operator new(bytes);
+  if (!states_gone) {
+    state_cache &sc = states;
+    if (state_block *b = sc.head[c]) {
+      sc.head[c] = b->next;
+      sc.count[c]--;
+      return b;
+    }
+  }
+  // The whole class's size: the block may join any thread's cache.
+  return ::operator new((c + 1) * STATE_STEP);
 }
 
+void state_free(void *p, std::size_t bytes) noexcept {
+  std::size_t c = state_class(bytes);
+  if (bytes == 0 || c >= STATE_CLASSES || states_gone) {
+    ::operator delete(p);
+    return;
+  }
+  state_cache &sc = states;
+  if (sc.count[c] >= STATE_CACHE_MAX) {
+    ::operator delete(p);
+    return;
+  }
+  auto *b = static_cast<state_block *>(p);
+  b->next = sc.head[c];
+  sc.head[c] = b;
+  sc.count[c]++;
+}
+
+enum : unsigned { F_DONE = 1, F_WAITERS = 2, F_THEN = 4 };
+
+// F_DONE is set (release) after the value and error_ are written: a reader
+// that sees it (acquire) sees them.
 bool future_base::ready() {
-  nx_mutex_lock(&m_);
-  bool d = done_;
-  nx_mutex_unlock(&m_);
-  return d;
+  return flags_.load(std::memory_order_acquire) & F_DONE;
 }
 
 void future_base::wait() {
-  nx_mutex_lock(&m_);
-  while (!done_)
-    nx_cond_wait(&c_, &m_);
-  nx_mutex_unlock(&m_);
+  unsigned f = flags_.load(std::memory_order_acquire);
+  if (f & F_DONE)
+    return;
+  state_lock &l = lock_of(this);
+  nx_mutex_lock(&l.m);
+  // Announce the waiter under the lock, unless it completed meanwhile: a
+  // completion after this takes the lock to wake us, so it cannot slip
+  // between the check and the sleep.
+  while (!(f & F_DONE) && !flags_.compare_exchange_weak(
+                              f, f | F_WAITERS, std::memory_order_acquire))
+    ;
+  while (!(flags_.load(std::memory_order_acquire) & F_DONE))
+    nx_cond_wait(&l.c, &l.m);
+  nx_mutex_unlock(&l.m);
+}
+
+void future_base::deliver(int status, const std::string &cause,
+                          nx_buffer_t *reply) {
+  complete(reply_error(*type, context, status, cause, reply));
 }
 
 void future_base::complete(std::exception_ptr error) {
-  std::vector<std::function<void()>> then;
-  nx_mutex_lock(&m_);
   error_ = std::move(error);
-  done_ = true;
+  unsigned f = flags_.fetch_or(F_DONE, std::memory_order_acq_rel);
+  if (!(f & (F_WAITERS | F_THEN)))
+    return;
+  std::vector<std::function<void()>> then;
+  state_lock &l = lock_of(this);
+  nx_mutex_lock(&l.m);
   then.swap(then_);
-  nx_cond_broadcast(&c_);
-  nx_mutex_unlock(&m_);
-  for (auto &f : then)
-    f();
+  if (f & F_WAITERS)
+    nx_cond_broadcast(&l.c);
+  nx_mutex_unlock(&l.m);
+  for (auto &fn : then)
+    fn();
 }
 
 void future_base::on_ready(std::function<void()> f) {
-  nx_mutex_lock(&m_);
-  if (!done_) {
+  state_lock &l = lock_of(this);
+  nx_mutex_lock(&l.m);
+  unsigned fl = flags_.load(std::memory_order_acquire);
+  if (!(fl & F_DONE)) {
     then_.push_back(std::move(f));
-    nx_mutex_unlock(&m_);
-    return;
+    // Unless it completed meanwhile, complete will take the lock and run
+    // then_; if it did, complete did not look at then_: run f here.
+    while (!(fl & F_DONE) && !flags_.compare_exchange_weak(
+                                 fl, fl | F_THEN, std::memory_order_acq_rel))
+      ;
+    if (!(fl & F_DONE)) {
+      nx_mutex_unlock(&l.m);
+      return;
+    }
+    f = std::move(then_.back());
+    then_.pop_back();
   }
-  nx_mutex_unlock(&m_);
+  nx_mutex_unlock(&l.m);
   f();
 }
 

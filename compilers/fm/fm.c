@@ -148,6 +148,65 @@ static const nx_gp_t *gp_at(uint64_t index) {
   return g;
 }
 
+/* The destination of outports whose channel's inport left this process.
+ * Their queue here forwards every message to the inport's new place, which
+ * costs a copy of the message on each side and a hop. Once the queue knows
+ * that place (it is FM_Q_FORWARD), the outports' destination entry `index`
+ * is pointed there, for every outport of the channel in this process: the
+ * receiving queue orders messages by their outport's sequence numbers,
+ * whichever way they came. The replaced gp stays valid (a sender may hold
+ * it) until fm_finalize. Returns the destination to use. */
+static const nx_gp_t *gp_resolve(uint64_t index, const nx_gp_t *to) {
+  if (to == NULL || atomic_load(&fm_g.forwarding) == 0)
+    return to; /* no queue of this process forwards */
+  uint64_t self = nx_context_id(nx_context_self());
+  if (nx_gp_context(to) >> 32 != self >> 32)
+    return to; /* not a queue of this process */
+  void *addr = nx_gp_address(to);
+  struct fm_queue *q = NULL;
+  nx_mutex_lock(&fm_g.m);
+  /* Only an address in the list is read as a queue: a gp may come from a
+   * peer. Queues are freed only by fm_finalize. */
+  for (struct fm_queue *x = fm_g.queues; x != NULL && q == NULL;
+       x = x->all_next)
+    if ((void *)x == addr)
+      q = x;
+  nx_mutex_unlock(&fm_g.m);
+  if (q == NULL)
+    return to;
+  nx_gp_t *fwd = malloc(sizeof(*fwd));
+  if (fwd == NULL)
+    return to;
+  nx_mutex_lock(&q->m);
+  int moved = q->magic == FM_QUEUE_MAGIC && q->state == FM_Q_FORWARD &&
+              nx_gp_copy(&q->fwd, fwd) == 0;
+  nx_mutex_unlock(&q->m);
+  if (!moved) {
+    free(fwd);
+    return to;
+  }
+  nx_mutex_lock(&fm_g.m);
+  nx_gp_t **keep = NULL;
+  if (index < fm_g.ngps && fm_g.gps[index] == to &&
+      (fm_g.nretired < fm_g.capretired ||
+       (keep = realloc(fm_g.retired,
+                       (fm_g.capretired * 2 + 8) * sizeof(*keep))) != NULL)) {
+    if (keep != NULL) {
+      fm_g.retired = keep;
+      fm_g.capretired = fm_g.capretired * 2 + 8;
+    }
+    fm_g.retired[fm_g.nretired++] = fm_g.gps[index];
+    fm_g.gps[index] = fwd;
+    nx_mutex_unlock(&fm_g.m);
+    return fwd;
+  }
+  nx_mutex_unlock(&fm_g.m);
+  /* Another sender redirected it meanwhile (or no memory): next time. */
+  nx_gp_release(fwd);
+  free(fwd);
+  return to;
+}
+
 /* ---- writers: one per outport ------------------------------------------- */
 
 /* Finds (or makes, expecting `seq` next) this process's record of the
@@ -416,16 +475,12 @@ static nx_buffer_t *blob_get(nx_buffer_t *buf, int8_t *kind, uint64_t *a,
   if (nx_get_int32(buf, &fmt) != 0 || nx_get_uint64(buf, &len) != 0 ||
       len > nx_buffer_remaining(buf))
     return NULL;
-  void *data = malloc(len ? len : 1);
+  /* Read in place: the only copy is the new buffer's. */
+  const void *data;
   nx_buffer_t *nb = NULL;
-  if (data == NULL)
+  if (nx_get_bytes_ptr(buf, &data, len) != 0 ||
+      nx_buffer_from_bytes(data, len, fmt, &nb) != 0)
     return NULL;
-  if (nx_get_bytes(buf, data, len) != 0 ||
-      nx_buffer_from_bytes(data, len, fmt, &nb) != 0) {
-    free(data);
-    return NULL;
-  }
-  free(data);
   if (header_get(nb, kind, a, b, seq) != 0) {
     nx_buffer_release(nb);
     return NULL;
@@ -473,6 +528,7 @@ static void h_moved(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     return;
   }
   q->state = FM_Q_FORWARD;
+  atomic_fetch_add(&fm_g.forwarding, 1);
   nx_gp_copy(&to, &q->fwd);
   struct fm_msg *held = q->held;
   q->held = q->held_tail = NULL;
@@ -590,7 +646,7 @@ static int start(fm_port_t *out, int8_t kind, size_t hint, nx_buffer_t **msg) {
   if (r != 0)
     return r;
   struct fm_port_impl *p = impl(out);
-  const nx_gp_t *to = gp_at(p->ref);
+  const nx_gp_t *to = gp_resolve(p->ref, gp_at(p->ref));
   if (to == NULL)
     return FM_EUNDEFINED;
   uint32_t proc = (uint32_t)(nx_gp_context(to) >> 32);
@@ -811,7 +867,7 @@ int fm_put_port(nx_buffer_t *msg, fm_port_t *port) {
     return FM_EUNDEFINED;
   struct fm_port_impl *p = impl(port);
   if (k == FM_OUTPORT) {
-    const nx_gp_t *to = gp_at(p->ref);
+    const nx_gp_t *to = gp_resolve(p->ref, gp_at(p->ref));
     if (to == NULL)
       return FM_EUNDEFINED;
     if ((r = writer_take(p, 1)) != 0) {
@@ -1053,6 +1109,13 @@ static void cleanup(void) {
   free(fm_g.gps);
   fm_g.gps = NULL;
   fm_g.ngps = fm_g.capgps = 0;
+  for (size_t i = 0; i < fm_g.nretired; i++) {
+    nx_gp_release(fm_g.retired[i]);
+    free(fm_g.retired[i]);
+  }
+  free(fm_g.retired);
+  fm_g.retired = NULL;
+  fm_g.nretired = fm_g.capretired = 0;
 }
 
 static void free_queues(void) {
@@ -1083,6 +1146,7 @@ int fm_init(int *argc, char ***argv) {
     return r;
   nx_mutex_init(&fm_g.m);
   atomic_store(&fm_g.dead, 0);
+  atomic_store(&fm_g.forwarding, 0);
   fm_g.h_enq = nx_handler_id("fm.enq");
   fm_g.h_fwd = nx_handler_id("fm.fwd");
   fm_g.h_moved = nx_handler_id("fm.moved");

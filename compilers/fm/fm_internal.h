@@ -86,9 +86,12 @@ struct fm_global {
   struct fm_queue *queues;
   nx_gp_t **gps; /* outport destinations: stable, freed by fm_finalize */
   size_t ngps, capgps;
+  nx_gp_t **retired; /* destinations replaced by gp_resolve, ditto */
+  size_t nretired, capretired;
   uint64_t serial;
-  atomic_int dead; /* processes of the computation found dead */
-  uint32_t *ended; /* processes we ended ourselves (not deaths) */
+  atomic_int dead;       /* processes of the computation found dead */
+  atomic_int forwarding; /* queues here that forward (FM_Q_FORWARD) */
+  uint32_t *ended;       /* processes we ended ourselves (not deaths) */
   size_t nended, capended;
   uint32_t *deadl; /* processes found dead */
   size_t ndead, capdead;

@@ -33,6 +33,26 @@ static void sender(fm_args_t *args) {
   fm_endchannel(out);
 }
 
+/* Receives count values in order on its inport, acknowledging the first
+ * (its value) on its outport; then the end. Writes how many followed their
+ * predecessor, the last value and the code after them. */
+static void acker(fm_args_t *args) {
+  fm_port_t in, *ack = arg(args, 1);
+  int32_t *count = arg(args, 2), *res = arg(args, 3);
+  fm_moveport(arg(args, 0), &in);
+  int32_t expect = 0, ok = 0, last = -1, v;
+  for (int32_t i = 0; i < *count && fm_receive_int32(&in, &v) == 0; i++) {
+    if (i == 0)
+      fm_send_int32(ack, v);
+    ok += v == expect;
+    expect = v + 1;
+    last = v;
+  }
+  res[0] = ok;
+  res[1] = last;
+  res[2] = fm_receive_int32(&in, &v);
+}
+
 /* Sends 7 on its outport and ends the channel. */
 static void send7(fm_args_t *args) {
   fm_port_t *out = arg(args, 0);
@@ -224,6 +244,34 @@ static int check_migrate(fm_place_t *place) {
   EXPECT(res[1][0] == k2 && res[1][1] == k1 + k2 - 1);
   EXPECT(res[2][0] == k3 && res[2][1] == TRAFFIC - 1);
   EXPECT(res[2][2] == FM_END);
+
+  /* The parent sends on a channel whose inport it passed to a process. The
+   * first messages reach the parent's own queue while the inport moves and
+   * are forwarded; after the process's acknowledgement (it has the inport,
+   * so that queue knows the new place) the parent sends there directly
+   * (docs/fm.md, "Moving an inport"), while forwarded ones may still be on
+   * their way. All arrive once, in order, then the end. */
+  fm_port_t ackin, ackout;
+  int32_t count = TRAFFIC, got[3] = {-1, -1, -1};
+  EXPECT(fm_channel(&in, &out) == 0);
+  EXPECT(fm_channel(&ackin, &ackout) == 0);
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &in) == 0);
+  EXPECT(fm_args_add_port(a, &ackout) == 0);
+  EXPECT(fm_args_add(a, FM_TYPE_INT32, &count, 1, FM_IN) == 0);
+  EXPECT(fm_args_add(a, FM_TYPE_INT32, got, 3, FM_OUT) == 0);
+  EXPECT(fm_processcall(b, "acker", place, a) == 0);
+  int32_t i = 0, ack = -1;
+  for (; i < TRAFFIC / 4; i++)
+    EXPECT(fm_send_int32(&out, i) == 0);
+  EXPECT(fm_receive_int32(&ackin, &ack) == 0 && ack == 0);
+  for (; i < TRAFFIC; i++)
+    EXPECT(fm_send_int32(&out, i) == 0);
+  EXPECT(fm_endchannel(&out) == 0);
+  EXPECT(fm_processes_end(b) == 0);
+  EXPECT(got[0] == TRAFFIC && got[1] == TRAFFIC - 1);
+  EXPECT(got[2] == FM_END);
   return failures;
 }
 
@@ -291,6 +339,7 @@ int main(int argc, char **argv) {
   fm_register("die", die);
   fm_register("where", where);
   fm_register("send7", send7);
+  fm_register("acker", acker);
   fm_register("copier", copier);
   int r = fm_init(&argc, &argv);
   if (r != 0) {

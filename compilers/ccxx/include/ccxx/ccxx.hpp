@@ -389,18 +389,20 @@ CCXX_API void op_call(const nx_gp_t *target, uint32_t id, bool reply,
 CCXX_API void read_failure(stream &s, int status, std::string &cause,
                            uint8_t &kind, std::string &what);
 
-// An asynchronous call's completion: (0, "", reply) with the reply buffer,
-// valid during the call (its token was read), or (error, cause, NULL).
-using reply_fn =
-    std::function<void(int status, const std::string &cause, nx_buffer_t *)>;
-// Sends op `id` to `target` with a reply and returns at once; `done` runs
-// when the reply or a failure arrives (in the runtime's reply handler, or
-// here when the send fails).
+class future_base;
+// Sends op `id` to `target` with a reply and returns at once; the reply or
+// a failure goes to state->deliver (in the runtime's reply handler, or here
+// when the send fails). The runtime holds `state` until then, so the call
+// costs no allocation beyond the state itself.
 CCXX_API void op_async(const nx_gp_t *target, uint32_t id,
                        const std::function<void(stream &)> &pack,
-                       reply_fn done);
+                       std::shared_ptr<future_base> state);
 // The exception a completion means (NULL when the reply says the call
 // succeeded; the reply's stream is then at the result).
+// The same for a reply whose status `st` (not 0) was read already.
+CCXX_API std::exception_ptr reply_failed(const std::type_info &type,
+                                         uint64_t context, int st,
+                                         nx_buffer_t *reply);
 CCXX_API std::exception_ptr reply_error(const std::type_info &type,
                                         uint64_t context, int status,
                                         const std::string &cause,
@@ -897,8 +899,8 @@ namespace detail {
 // the functions to run when it completes.
 class CCXX_API future_base {
 public:
-  future_base();
-  ~future_base();
+  future_base() = default;
+  virtual ~future_base() = default;
   future_base(const future_base &) = delete;
   future_base &operator=(const future_base &) = delete;
   bool ready();
@@ -909,23 +911,81 @@ public:
   // Runs f when complete: now, in this thread, when it already is.
   void on_ready(std::function<void()> f);
   const std::exception_ptr &error() const { return error_; }
+  // An asynchronous call's completion: (0, "", reply) with the reply
+  // buffer, valid during the call and positioned after its token, or
+  // (error, cause, NULL). Reads the result (async_state) and completes.
+  virtual void deliver(int status, const std::string &cause,
+                       nx_buffer_t *reply);
   // The object an asynchronous call went to (its type and context), named
   // in an error.
   const std::type_info *type = nullptr;
   uint64_t context = 0;
 
 private:
-  nx_mutex_t m_;
-  nx_cond_t c_;
-  bool done_ = false;
+  // Completion (1), and whether a thread waits (2) or on_ready functions
+  // wait (4): then complete takes the lock (one of a fixed set of
+  // mutexes and condition variables, chosen by the state's address), else
+  // it is one atomic exchange.
+  std::atomic<unsigned> flags_{0};
   std::exception_ptr error_;
-  std::vector<std::function<void()>> then_;
+  std::vector<std::function<void()>> then_; // under the lock
 };
 
 template <class R> struct future_state : future_base {
   std::optional<R> value;
 };
 template <> struct future_state<void> : future_base {};
+
+// Memory for future states: a per-thread cache of freed blocks of each
+// size up to 512 bytes (malloc's own per-thread cache holds 7 of a size,
+// fewer than a burst of calls leaves), else operator new.
+CCXX_API void *state_alloc(std::size_t bytes);
+CCXX_API void state_free(void *p, std::size_t bytes) noexcept;
+template <class T> struct state_allocator {
+  using value_type = T;
+  state_allocator() = default;
+  template <class U> state_allocator(const state_allocator<U> &) {}
+  T *allocate(std::size_t n) {
+    return static_cast<T *>(state_alloc(n * sizeof(T)));
+  }
+  void deallocate(T *p, std::size_t n) noexcept {
+    state_free(p, n * sizeof(T));
+  }
+  template <class U> bool operator==(const state_allocator<U> &) const {
+    return true;
+  }
+  template <class U> bool operator!=(const state_allocator<U> &) const {
+    return false;
+  }
+};
+
+// The state of ccxx::async's future: it reads the result from the reply.
+template <class R> struct async_state : future_state<R> {
+  void deliver(int status, const std::string &cause,
+               nx_buffer_t *reply) override {
+    // The common case, a reply that says the call succeeded, is read here;
+    // reply_error makes the exception of anything else.
+    int st = 1;
+    std::exception_ptr e;
+    if (status != 0 || reply == nullptr || nx_get_int32(reply, &st) != 0)
+      e = reply_error(*this->type, this->context, status, cause, reply);
+    else if (st != 0)
+      e = reply_failed(*this->type, this->context, st, reply);
+    if (!e) {
+      try {
+        stream s(reply);
+        R r{};
+        s >> r;
+        this->value.emplace(std::move(r));
+      } catch (const stream::error &x) {
+        e = std::make_exception_ptr(remote_error(
+            object_name(*this->type, this->context), x.what(), x.code));
+      }
+    }
+    this->complete(e);
+  }
+};
+template <> struct async_state<void> : future_state<void> {};
 } // namespace detail
 
 template <class R> class future;
@@ -1008,7 +1068,8 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
   using R = detail::result_t<M>;
   using op = detail::method_op<M>;
   typename detail::method_traits<decltype(M)>::args args(std::forward<A>(a)...);
-  auto st = std::make_shared<detail::future_state<R>>();
+  auto st = std::allocate_shared<detail::async_state<R>>(
+      detail::state_allocator<detail::async_state<R>>());
   st->type = &typeid(C);
   st->context = nx_gp_context(p.gp());
   detail::op_async(
@@ -1016,27 +1077,7 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
       [&args](stream &s) {
         std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
       },
-      // Only the state is captured: the completion fits in std::function
-      // without an allocation of its own.
-      [st](int status, const std::string &cause, nx_buffer_t *reply) {
-        std::exception_ptr e =
-            detail::reply_error(*st->type, st->context, status, cause, reply);
-        if (!e) {
-          if constexpr (!std::is_void_v<R>) {
-            try {
-              stream s(reply);
-              R r{};
-              s >> r;
-              st->value.emplace(std::move(r));
-            } catch (const stream::error &x) {
-              e = std::make_exception_ptr(
-                  remote_error(detail::object_name(*st->type, st->context),
-                               x.what(), x.code));
-            }
-          }
-        }
-        st->complete(e);
-      });
+      st);
   return future<R>(st);
 }
 
