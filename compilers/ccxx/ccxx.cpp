@@ -871,6 +871,8 @@ void atomic_forget(const void *object) {
 // ---------------------------------------------------------------- start-up
 
 static int init_depth = 0;
+// The handle of detail::on_error (nx_error_cb_add), beside the program's.
+static int error_cb = 0;
 
 int init(int &argc, char **&argv) {
   if (init_depth++ > 0)
@@ -883,8 +885,10 @@ int init(int &argc, char **&argv) {
     return r;
   }
   r = detail::register_handlers(nx_context_self());
-  if (r == 0)
-    r = nx_error_cb_set(detail::on_error, nullptr);
+  if (r == 0 && (r = nx_error_cb_add(detail::on_error, nullptr)) > 0) {
+    error_cb = r;
+    r = 0;
+  }
   if (r < 0) {
     fprintf(stderr, "ccxx: registering handlers: %s\n", nx_strerror(r));
     nx_finalize();
@@ -912,6 +916,9 @@ int finalize() {
   }
   if (init_depth == 0 || --init_depth > 0)
     return 0;
+  if (error_cb > 0)
+    nx_error_cb_remove(error_cb);
+  error_cb = 0;
   return nx_finalize();
 }
 

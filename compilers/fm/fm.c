@@ -1158,7 +1158,9 @@ int fm_init(int *argc, char ***argv) {
     nx_finalize();
     return r;
   }
-  nx_error_cb_set(on_error, NULL);
+  /* Beside the program's own callback, if it installed one. */
+  int h = nx_error_cb_add(on_error, NULL);
+  fm_g.error_cb = h > 0 ? h : 0;
   __atomic_store_n(&fm_g.init, 1, __ATOMIC_RELEASE);
   if (ctx_is_child(argc, argv)) {
     /* A process context started by a process block: serve its process
@@ -1176,7 +1178,9 @@ int fm_finalize(void) {
     return FM_ENOTINIT;
   if (__atomic_sub_fetch(&fm_g.init, 1, __ATOMIC_ACQ_REL) > 0)
     return nx_finalize();
-  nx_error_cb_set(NULL, NULL);
+  if (fm_g.error_cb > 0)
+    nx_error_cb_remove(fm_g.error_cb);
+  fm_g.error_cb = 0;
   fm_process_data_free(); /* the main program's */
   cleanup();
   int r = nx_finalize();

@@ -98,6 +98,7 @@ struct fm_global {
   struct fm_block *blocks; /* open blocks, to wake on a death */
   struct fm_writer *writers[FM_WRITER_BUCKETS]; /* under m */
   char exe[4096];
+  int error_cb; /* the handle of fm's error callback (nx_error_cb_add) */
 };
 
 extern struct fm_global fm_g;
