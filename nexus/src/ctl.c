@@ -21,16 +21,21 @@ int nxi_ctl_send(int fd, const void *msg, size_t len) {
   return (size_t)n == len ? 0 : NX_EIO;
 }
 
-long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms) {
+/* Waits at most timeout_ms (-1: forever) for `fd` to be readable: 0,
+ * NX_ETIMEDOUT or NX_EIO. */
+static int wait_readable(int fd, int timeout_ms) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
   int r;
   do
     r = poll(&p, 1, timeout_ms);
   while (r < 0 && errno == EINTR);
-  if (r == 0)
-    return NX_ETIMEDOUT;
+  return r > 0 ? 0 : r == 0 ? NX_ETIMEDOUT : NX_EIO;
+}
+
+long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms) {
+  int r = wait_readable(fd, timeout_ms);
   if (r < 0)
-    return NX_EIO;
+    return r;
   ssize_t n;
   do
     n = recv(fd, buf, NXI_CTL_MAX, 0);
@@ -75,14 +80,9 @@ int nxi_ctl_send_stream(int fd, const void *msg, size_t len) {
  * 1, 0 at end of file, or a negative code. */
 static int read_full(int fd, uint8_t *p, size_t len, int ms) {
   while (len > 0) {
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = poll(&pf, 1, ms);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r == 0)
-      return NX_ETIMEDOUT;
+    int r = wait_readable(fd, ms);
     if (r < 0)
-      return NX_EIO;
+      return r;
     ssize_t n = recv(fd, p, len, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
@@ -97,15 +97,9 @@ static int read_full(int fd, uint8_t *p, size_t len, int ms) {
 }
 
 long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  int r;
-  do
-    r = poll(&p, 1, timeout_ms);
-  while (r < 0 && errno == EINTR);
-  if (r == 0)
-    return NX_ETIMEDOUT;
+  int r = wait_readable(fd, timeout_ms);
   if (r < 0)
-    return NX_EIO;
+    return r;
   int rest_ms = timeout_ms < 0 ? 10000 : timeout_ms;
   uint8_t head[4];
   r = read_full(fd, head, 4, rest_ms);

@@ -452,6 +452,19 @@ static void report(uint32_t proc, struct entry *e, size_t n, uint64_t missing,
   free(e);
 }
 
+/* Peer lock held, released while it reports `total` entries of `p` (the
+ * first `n` listed in `e`, which it frees) and wakes flushing threads. */
+static void report_unlocked(struct nxi_peer *p, struct entry *e, size_t n,
+                            uint64_t total, int status) {
+  pthread_mutex_unlock(&p->lock);
+  if (total > 0)
+    report(p->proc, e, n, total - n, status);
+  else
+    free(e);
+  wake();
+  pthread_mutex_lock(&p->lock);
+}
+
 /* Peer lock held (released while it reports): reports the open entries of
  * generations `gens`, lost with their route. */
 static void report_gens(struct nxi_peer *p, unsigned gens, int status) {
@@ -476,13 +489,7 @@ static void report_gens(struct nxi_peer *p, unsigned gens, int status) {
             "ledger: %llu RSR(s) to process %#x were sent on a route that "
             "failed and not confirmed handled: reported lost",
             (unsigned long long)n, (unsigned)p->proc);
-  pthread_mutex_unlock(&p->lock);
-  if (n > 0)
-    report(p->proc, out, k, n - k, status);
-  else
-    free(out);
-  wake();
-  pthread_mutex_lock(&p->lock);
+  report_unlocked(p, out, k, n, status);
 }
 
 /* Peer lock held: reports what `p` left unconfirmed and marks it dead. */
@@ -493,13 +500,7 @@ static void report_dead(struct nxi_peer *p, int status) {
   size_t n;
   struct entry *e = take_open(p, &n);
   p->pending = 0;
-  pthread_mutex_unlock(&p->lock);
-  if (pending > 0)
-    report(p->proc, e, n, pending - n, status);
-  else
-    free(e);
-  wake();
-  pthread_mutex_lock(&p->lock);
+  report_unlocked(p, e, n, pending, status);
 }
 
 void nxi_ledger_lost(uint32_t proc, int status) {
