@@ -931,10 +931,12 @@ std::vector<bad_case> bad_cases(const frame_traits &t) {
   // listener prove first: the rogue, which runs the real module, refuses
   // the victim before it sends a proof of its own, so the victim counts
   // nothing and delivers nothing; tests/handshake checks a client that
-  // sends a wrong proof anyway. ofi's peer presents the key and is counted.
+  // sends a wrong proof anyway. ofi's peer presents the key and is
+  // counted, and the victim tells it so (a REFUSE, docs/ofi.md): the
+  // rogue's module fails its peer, as a hang-up.
   if (t.keyed)
-    v.push_back({"the wrong key", "good", t.stream ? 0 : 1, 0, 0, 0, 0,
-                 t.stream, true});
+    v.push_back(
+        {"the wrong key", "good", t.stream ? 0 : 1, 0, 0, 0, 0, true, true});
   if (t.lie_drops_sender) {
     // A sender that is dropped for good sends nothing more: one lie per
     // run (NX_CONF_JOB_LIE, meson runs each), last, the good frame after
