@@ -18,11 +18,17 @@
 #define ASK "nx.ledger.ask"
 #define TELL "nx.ledger.tell"
 #define GONE "nx.ledger.gone"
+#define ACK "nx.ledger.ack"
 /* Most peers one round of nx_flush asks; the rest wait a round. */
 #define ROUND_MAX 64
 
 static nx_mutex_t flush_m;
 static nx_cond_t flush_c;
+/* Processes told their final counts that have not acknowledged them
+ * (nx_finalize waits a while for them): under flush_m. */
+#define AWAIT_MAX 1024
+static uint32_t awaiting[AWAIT_MAX];
+static int nawaiting;
 static atomic_uint settled_gen;
 
 /* Tells `proc` how many of its RSRs of generations `gens` ran here; they
@@ -140,6 +146,35 @@ static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)b;
 }
 
+/* The ledger's hook: `proc` told this process its final counts. */
+static void send_ack(uint32_t proc, struct nxi_dlist *dl) {
+  nx_gp_t to = nxi_initial_gp(proc, dl);
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, &to, ACK, 16) < 0)
+    return;
+  b->ctl = NXI_FRAME_F_CTL;
+  if (nx_put_uint32(b, nxi_rt.proc_id) == 0)
+    nx_rsr_send_flags(b, NX_RSR_NONBLOCK);
+  else
+    nx_buffer_release(b);
+}
+
+static void on_ack(nx_context_t *ctx, void *address, nx_buffer_t *b) {
+  (void)ctx;
+  (void)address;
+  uint32_t proc;
+  if (nx_get_uint32(b, &proc) < 0)
+    return;
+  nx_mutex_lock(&flush_m);
+  for (int i = 0; i < nawaiting; i++)
+    if (awaiting[i] == proc) {
+      awaiting[i] = awaiting[--nawaiting];
+      break;
+    }
+  nx_mutex_unlock(&flush_m);
+  nx_cond_broadcast(&flush_c);
+}
+
 /* The ledger's hook: entries settled; flushing threads look again. It
  * runs where an answer is delivered, inside a module's progress, so it
  * takes no nexus mutex: one that is contended hands the driver's role to
@@ -166,11 +201,16 @@ int nxi_confirm_init(void) {
   if (r == 0)
     r = nx_handler_register(nxi_rt.initial, GONE, on_gone,
                             NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(nxi_rt.initial, ACK, on_ack, NX_HANDLER_NONTHREADED,
+                            NULL);
   if (r < 0)
     goto err_cond;
   nxi_ledger_tell_id = nx_handler_id(TELL);
   nxi_ledger_set_wake(wake);
   nxi_ledger_set_asker(ask);
+  nxi_ledger_set_acker(send_ack);
+  nawaiting = 0;
   nxi_ledger_set_gone(answer_gone);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);
   nxi_dlist_set_reroute_hook(nxi_ledger_rerouted);
@@ -183,7 +223,7 @@ err_mutex:
   return r;
 }
 
-void nxi_confirm_tell_all(void) {
+void nxi_confirm_tell_all(int final) {
   uint32_t procs[ROUND_MAX];
   unsigned gens[ROUND_MAX];
   struct nxi_dlist *dls[ROUND_MAX];
@@ -193,10 +233,47 @@ void nxi_confirm_tell_all(void) {
     if ((n = nxi_ledger_untold(procs, gens, dls, ROUND_MAX)) == 0)
       break;
     for (int i = 0; i < n; i++) {
-      send_tell(procs[i], dls[i], gens[i], 0, 1);
+      if (final) {
+        nx_mutex_lock(&flush_m);
+        if (nawaiting < AWAIT_MAX)
+          awaiting[nawaiting++] = procs[i];
+        nx_mutex_unlock(&flush_m);
+      }
+      send_tell(procs[i], dls[i], gens[i], final ? NXI_LEDGER_TELL_FINAL : 0,
+                1);
       nxi_dlist_release(dls[i]);
     }
   }
+}
+
+void nxi_confirm_wait_acks(int timeout_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += timeout_ms / 1000;
+  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  /* Waiting here drives progress (waiter.c). */
+  nx_mutex_lock(&flush_m);
+  for (;;) {
+    /* A process found lost meanwhile acknowledges nothing. */
+    for (int i = 0; i < nawaiting;)
+      if (nxi_ledger_is_lost(awaiting[i]))
+        awaiting[i] = awaiting[--nawaiting];
+      else
+        i++;
+    if (nawaiting == 0 || nx_cond_timedwait(&flush_c, &flush_m, &ts) != 0)
+      break;
+  }
+  if (nawaiting > 0)
+    nxi_log(1, NULL,
+            "nx_finalize: %d process(es) did not acknowledge their final "
+            "counts within %d ms",
+            nawaiting, timeout_ms);
+  nawaiting = 0;
+  nx_mutex_unlock(&flush_m);
 }
 
 /* Flushes every process's RSRs, or `only`'s (when it is not 0). */
@@ -284,6 +361,7 @@ void nxi_confirm_finalize(void) {
   nxi_dlist_set_lost_hook(NULL);
   nxi_dlist_set_reroute_hook(NULL);
   nxi_ledger_set_asker(NULL);
+  nxi_ledger_set_acker(NULL);
   nxi_ledger_set_gone(NULL);
   nxi_ledger_set_wake(NULL);
   nx_cond_destroy(&flush_c);

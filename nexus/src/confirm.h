@@ -13,8 +13,11 @@ int nxi_confirm_init(void);
 int nxi_confirm_flush(int timeout_ms);
 /* The same for the RSRs to process `proc` alone (nx_context_destroy). */
 int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms);
-/* Tells every peer whose RSRs ran here since it last heard its count. */
-void nxi_confirm_tell_all(void);
+/* Tells every peer whose RSRs ran here since it last heard its count;
+ * `final` (the last time, in nx_finalize): they acknowledge, and
+ * nxi_confirm_wait_acks waits up to `timeout_ms` for that. */
+void nxi_confirm_tell_all(int final);
+void nxi_confirm_wait_acks(int timeout_ms);
 /* Drives progress until the modules completed every confirmation message
  * they accepted, or `timeout_ms` passed: the last counts leave before the
  * modules go. */

@@ -63,6 +63,7 @@ struct nxi_peer {
   unsigned suspect;
   int suspect_status;
   uint64_t fence_at, fence_asked, give_up_at;
+  int ack_owed; /* it told its final counts: the tick acknowledges them */
   struct nxi_dlist *dl; /* a list that reaches it (a reference) */
   /* Receiving: its RSRs handled here, and the counts it was last told. */
   atomic_uint_fast64_t handled[GENS];
@@ -79,6 +80,9 @@ atomic_uint_fast64_t nxi_ledger_next_tick;
 atomic_long nxi_ledger_ctl_inflight;
 static _Atomic nxi_ledger_ask_fn asker;
 static _Atomic nxi_ledger_wake_fn waker;
+static _Atomic nxi_ledger_ack_fn acker;
+
+void nxi_ledger_set_acker(nxi_ledger_ack_fn fn) { atomic_store(&acker, fn); }
 
 static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
 
@@ -315,8 +319,17 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   for (unsigned g = 0; g < GENS; g++)
     if (gens & 1u << g)
       nxi_ledger_confirm(proc, g, counts[g]);
-  if (fence)
+  if (fence == 1)
     nxi_ledger_fenced(proc, gens);
+  if (fence == NXI_LEDGER_TELL_FINAL) {
+    struct nxi_peer *p = peer_get(proc, 0);
+    if (p != NULL) {
+      pthread_mutex_lock(&p->lock);
+      p->ack_owed = 1;
+      pthread_mutex_unlock(&p->lock);
+      atomic_store_explicit(&nxi_ledger_next_tick, 0, memory_order_relaxed);
+    }
+  }
   nxi_buffer_handler_done(b);
   return 1;
 }
@@ -358,11 +371,23 @@ void nxi_ledger_tick_run(uint64_t now) {
     int due = p->pending > 0 && !p->dead && !p->dying &&
               now - p->pending_since >= QUIET_NS &&
               (p->ask_ns == 0 || now - p->ask_ns > ASK_AGAIN_NS);
+    int ack = p->ack_owed && p->dl != NULL;
+    struct nxi_dlist *dl = ack ? p->dl : NULL;
+    if (ack) {
+      p->ack_owed = 0;
+      nxi_dlist_retain(dl);
+    }
     pthread_mutex_unlock(&p->lock);
     if (fence)
       ask(p, fence, 1);
     if (due)
       nxi_ledger_ask(p);
+    if (ack) {
+      nxi_ledger_ack_fn fn = atomic_load(&acker);
+      if (fn != NULL)
+        fn(p->proc, dl);
+      nxi_dlist_release(dl);
+    }
   }
 }
 
@@ -518,6 +543,7 @@ void nxi_ledger_lost(uint32_t proc, int status) {
     atomic_store_explicit(&nxi_ledger_next_tick, 0, memory_order_relaxed);
   }
   pthread_mutex_unlock(&p->lock);
+  wake(); /* a finalizing process stops waiting for its acknowledgement */
 }
 
 void nxi_ledger_handled(const struct nx_buffer *b) {
@@ -559,6 +585,16 @@ int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
   }
   *pending = total;
   return n;
+}
+
+int nxi_ledger_is_lost(uint32_t proc) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return 0;
+  pthread_mutex_lock(&p->lock);
+  int lost = p->dead || p->dying;
+  pthread_mutex_unlock(&p->lock);
+  return lost;
 }
 
 uint64_t nxi_ledger_pending_of(uint32_t proc) {
@@ -605,9 +641,9 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
     for (unsigned g = 0; g < GENS; g++)
       if (atomic_load(&p->handled[g]) > p->told[g])
         grew |= 1u << g;
-    if (grew && p->dl == NULL && !p->dead)
+    if (grew && p->dl == NULL && !p->dead && !p->dying)
       p->dl = nxi_dlist_of_proc(p->proc); /* it sent, but never asked */
-    if (grew && p->dl != NULL && !p->dead) {
+    if (grew && p->dl != NULL && !p->dead && !p->dying) {
       nxi_dlist_retain(p->dl);
       procs[n] = p->proc;
       gens[n] = grew;

@@ -67,6 +67,13 @@ void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count);
 /* ... in answer to a fence about `gens`: what of those generations is
  * still unconfirmed was lost with its route, and is reported. */
 void nxi_ledger_fenced(uint32_t proc, unsigned gens);
+/* The fence byte of an answer: 0 asked, 1 a fence's, 2 the final counts a
+ * process tells as it finalizes, which the receiver acknowledges
+ * ("nx.ledger.ack", sent by the driver's tick through the hook confirm.c
+ * installs), so that the finalizing process waits until they arrived. */
+#define NXI_LEDGER_TELL_FINAL 2
+typedef void (*nxi_ledger_ack_fn)(uint32_t proc, struct nxi_dlist *dl);
+void nxi_ledger_set_acker(nxi_ledger_ack_fn fn);
 /* A route to `proc` of generation `gen` failed with `status` and another
  * replaced it (dlist.h's hook): 100 ms later its unconfirmed RSRs are
  * asked about with a fence over the new route, and what the answer does
@@ -104,6 +111,8 @@ uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen);
  * unconfirmed RSRs goes to *pending. */
 int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
                          unsigned *gens, int max, uint64_t *pending);
+/* Whether process `proc` was found lost. */
+int nxi_ledger_is_lost(uint32_t proc);
 /* Unconfirmed RSRs to process `proc`. */
 uint64_t nxi_ledger_pending_of(uint32_t proc);
 /* Reports every unconfirmed RSR with `status` and settles it; returns how

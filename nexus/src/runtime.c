@@ -218,7 +218,7 @@ int nx_finalize(void) {
               finalize_ms);
     /* Then those sent to other processes are handled there, or reported
      * (docs/design.md section 9). The peers hear what ran here. */
-    nxi_confirm_tell_all();
+    nxi_confirm_tell_all(0);
     if (nxi_confirm_flush((int)finalize_ms) < 0) {
       uint64_t lost = nxi_ledger_report_all(NX_ETIMEDOUT);
       nxi_log(0, NULL,
@@ -227,7 +227,11 @@ int nx_finalize(void) {
               (unsigned long long)lost, finalize_ms);
       result = NX_ETIMEDOUT;
     }
-    nxi_confirm_tell_all();
+    /* The last counts, acknowledged: a peer that gets them no more (this
+     * process gone, its transport's last bytes lost with it) would report
+     * RSRs that ran here. */
+    nxi_confirm_tell_all(1);
+    nxi_confirm_wait_acks(1000);
     nxi_confirm_drain(1000);
   }
   if (atomic_fetch_sub(&nxi_rt.refs, 1) > 1) {
