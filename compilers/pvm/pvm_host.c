@@ -3,6 +3,7 @@
  * a machine of one host where the subject of the call is absent (no other
  * host, no resource manager, no tracer); docs/pvm.md says so per call. */
 #include <signal.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,14 +338,27 @@ void nxpvmi_hosts_free(void) {
 /* ---- the tasks' side ---- */
 
 /* The nexus node spec a host name stands for: a spec already ("mpi",
- * "mpi:host=a", "local"), else "mpi:host=<name>". */
+ * "mpi:host=a", "local"), else the host through the launcher this task
+ * has: "pmix:host=<name>" in a task a PMIx server started (nexus starts
+ * processes through it, docs/pmix.md), "mpi:host=<name>" otherwise. A
+ * bare name that does not resolve is PvmNoHost, as in PVM. */
 int nxpvmi_host_spec(const char *name, char *spec, size_t len) {
   if (name == NULL || name[0] == '\0')
     return PvmBadParam;
   int bare = strchr(name, ':') == NULL && strcmp(name, "mpi") != 0 &&
              strcmp(name, "pmix") != 0 && strcmp(name, "local") != 0 &&
              strcmp(name, "localhost") != 0;
-  int n = snprintf(spec, len, bare ? "mpi:host=%s" : "%s", name);
+  if (bare) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(name, NULL, &hints, &ai) != 0)
+      return PvmNoHost;
+    freeaddrinfo(ai);
+  }
+  const char *boot = nx_bootstrap();
+  int pmix = boot != NULL && strcmp(boot, "pmix") == 0;
+  int n = bare
+              ? snprintf(spec, len, pmix ? "pmix:host=%s" : "mpi:host=%s", name)
+              : snprintf(spec, len, "%s", name);
   return n > 0 && (size_t)n < len ? 0 : PvmBadParam;
 }
 
@@ -352,9 +366,11 @@ int nxpvmi_host_spec(const char *name, char *spec, size_t len) {
 static int host_check(const char *name) {
   char spec[HOST_NAME_LEN];
   nx_node_t node;
-  int rc = nxpvmi_host_spec(name, spec, sizeof(spec));
-  if (rc < 0 || strlen(name) >= HOST_NAME_LEN)
+  if (strlen(name) >= HOST_NAME_LEN)
     return PvmBadParam;
+  int rc = nxpvmi_host_spec(name, spec, sizeof(spec));
+  if (rc < 0)
+    return rc;
   rc = nx_nodes_acquire(spec, 1, &node);
   if (rc == 0) {
     nx_node_release(&node);

@@ -61,8 +61,14 @@ static int node_host(int me) {
   NXT_EXPECT(pvm_mstat(node[0]) == PvmNoHost, 1);
   NXT_EXPECT(pvm_config(&nhost, &narch, &hi) == PvmOk && nhost == 1, 1);
   NXT_EXPECT(pvm_delhosts(node, 1, &info) == 0 && info == PvmNoHost, 1);
-  /* A bare name stands for "mpi:host=<name>"; once is enough (cnt 1). */
-  char *bare[] = {"nxt-bare-host"};
+  /* A name that is not on the network: PvmNoHost, as the man page says
+   * (the real PVM here answers PvmIPLoopback to any add: its master's
+   * address is the loopback, so this is not compared). */
+  char *nowhere[] = {"nxt-no-such-host.invalid"};
+  NXT_EXPECT(pvm_addhosts(nowhere, 1, &info) == 0 && info == PvmNoHost, 1);
+  /* A bare name that resolves stands for "mpi:host=<name>"; once is
+   * enough (cnt 1). */
+  char *bare[] = {"127.0.0.2"};
   NXT_EXPECT(pvm_addhosts(bare, 1, &info) == 1 && info > 0, 1);
   NXT_EXPECT(notified(TAG_ADD, v, 4, 0) == 0, 1);
   NXT_EXPECT(pvm_delhosts(bare, 1, &info) == 1 && info == 0, 1);
