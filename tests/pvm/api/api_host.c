@@ -37,19 +37,23 @@ int main(int argc, char **argv) {
     return child();
 
   printf("version: %s\n", pvm_version());
+  NXT_EXPECT(strcmp(pvm_version(), "3.4.6") == 0, 1);
   int nhost = 0, narch = 0;
   struct pvmhostinfo *hi = NULL;
   int rc = pvm_config(&nhost, &narch, &hi);
   printf("config: %s, %d host(s), %d arch(s)\n", code(rc), nhost, narch);
+  NXT_EXPECT(rc == PvmOk && nhost == 1 && narch == 1 && hi != NULL, 1);
   int host = hi[0].hi_tid;
   char name[256];
   snprintf(name, sizeof(name), "%s", hi[0].hi_name);
   printf("tidtohost of me is the host: %s\n",
          pvm_tidtohost(me) == host ? "yes" : "no");
+  NXT_EXPECT(pvm_tidtohost(me) == host, 1);
   /* (The real PVM does not check the tid given to pvm_tidtohost;
    * tests/pvm/test_pvm.cpp checks that nexus-pvm refuses a bad one.) */
-  printf("mstat of the host: %s\n", code(pvm_mstat(name)));
-  printf("mstat of another: %s\n", code(pvm_mstat("nxt-no-such-host")));
+  NXT_EXPECT(said("mstat of the host", pvm_mstat(name), PvmOk), 1);
+  NXT_EXPECT(said("mstat of another", pvm_mstat("nxt-no-such-host"), PvmNoHost),
+             1);
   /* (pvm_addhosts of this host: the real PVM answers PvmDupHost, or
    * PvmIPLoopback where the host's name resolves to a loopback address;
    * tests/pvm/test_pvm.cpp checks nexus-pvm's PvmDupHost.) */
@@ -57,39 +61,53 @@ int main(int argc, char **argv) {
   rc = pvm_hostsync(host, &clk, &delta);
   printf("hostsync: %s, clock set %s\n", code(rc),
          clk.tv_sec > 0 ? "yes" : "no");
+  NXT_EXPECT(rc == PvmOk && clk.tv_sec > 0, 1);
   printf("archcode of the host's arch: %s\n",
          pvm_archcode(hi[0].hi_arch) >= 0 ? "a code" : "an error");
-  printf("archcode of no arch: %s\n", code(pvm_archcode("NXT_NO_ARCH")));
-  printf("start_pvmd: %s\n", code(pvm_start_pvmd(0, NULL, 0)));
+  NXT_EXPECT(pvm_archcode(hi[0].hi_arch) >= 0, 1);
+  NXT_EXPECT(
+      said("archcode of no arch", pvm_archcode("NXT_NO_ARCH"), PvmNotFound), 1);
+  /* A pvmd runs already (the real one, or nexus-pvm's stand-in). */
+  NXT_EXPECT(said("start_pvmd", pvm_start_pvmd(0, NULL, 0), PvmDupHost), 1);
 
   unsetenv("PVM_EXPORT");
   pvm_export("NXT_A");
   pvm_export("NXT_B");
   pvm_export("NXT_A");
   printf("PVM_EXPORT %s\n", getenv("PVM_EXPORT"));
+  NXT_EXPECT(strcmp(getenv("PVM_EXPORT"), "NXT_A:NXT_B") == 0, 1);
   pvm_unexport("NXT_A");
   pvm_unexport("NXT_C");
   printf("PVM_EXPORT %s\n", getenv("PVM_EXPORT"));
+  NXT_EXPECT(strcmp(getenv("PVM_EXPORT"), "NXT_B") == 0, 1);
 
   /* Groups: freeze, then what a frozen group and a missing one answer. */
   pvm_initsend(PvmDataDefault);
-  printf("bcast to no group: %s\n", code(pvm_bcast("nxt_nogroup", 3)));
-  printf("freeze when not in it: %s\n", code(pvm_freezegroup(group, 1)));
-  printf("join: %d\n", pvm_joingroup(group));
+  NXT_EXPECT(said("bcast to no group", pvm_bcast("nxt_nogroup", 3), PvmNoGroup),
+             1);
+  NXT_EXPECT(
+      said("freeze when not in it", pvm_freezegroup(group, 1), PvmNoGroup), 1);
+  int inst = pvm_joingroup(group);
+  printf("join: %d\n", inst);
+  NXT_EXPECT(inst == 0, 1);
   int tids[NCHILD];
   if (spawn_self("child", NCHILD, tids) != NCHILD)
     return 1;
-  printf("freeze: %s\n", code(pvm_freezegroup(group, NCHILD + 1)));
+  rc = pvm_freezegroup(group, NCHILD + 1);
+  printf("freeze: %s\n", code(rc));
+  NXT_EXPECT(rc == NCHILD + 1, 1); /* the size it froze at */
   for (int i = 0; i < NCHILD; i++) {
     int r[3] = {0, 0, 0};
-    recv_for(tids[i], 1);
+    NXT_EXPECT(recv_for(tids[i], 1) > 0, 1);
     pvm_upkint(r, 3, 1);
     printf("member %d: joined %s, freeze %s, size %d\n", i, r[0] ? "yes" : "no",
            code(r[1]), r[2]);
+    NXT_EXPECT(r[0] && r[1] == NCHILD + 1 && r[2] == NCHILD + 1, 1);
   }
-  printf("freeze again: %s\n", code(pvm_freezegroup(group, -1)));
+  NXT_EXPECT(said("freeze again", pvm_freezegroup(group, -1), PvmDupGroup), 1);
   printf("size: %d\n", pvm_gsize(group));
-  printf("bcast: %s\n", code(pvm_bcast(group, 3)));
+  NXT_EXPECT(pvm_gsize(group) == NCHILD + 1, 1);
+  NXT_EXPECT(said("bcast", pvm_bcast(group, 3), PvmOk), 1);
   pvm_initsend(PvmDataDefault);
   pvm_mcast(tids, NCHILD, 2);
   pvm_exit();

@@ -74,21 +74,35 @@ static int member(void) {
   pvm_bufinfo(pvm_getrbuf(), &bytes, &tag, &other);
   pvm_upkint(o, 6, 1);
   int *rs[2] = {o, r};
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     printf("member %d: size %d, tid of its instance %s, instance 0 %s, "
            "barrier %s, broadcast %d\n",
            rs[i][1], rs[i][0], rs[i][2] ? "its own" : "another", code(rs[i][3]),
            code(rs[i][4]), rs[i][5]);
-  printf("a new group: instance %d\n", pvm_joingroup("nxt_leave_2"));
+    /* The group outlives the first task: its two members, each its own
+     * instance (the first task's 0 is free), a barrier and a broadcast. */
+    NXT_EXPECT(rs[i][0] == NMEMBER && rs[i][2] && rs[i][3] == PvmNoInst &&
+                   rs[i][4] == PvmOk && rs[i][5] == 42,
+               1);
+  }
+  NXT_EXPECT(rs[0][1] != rs[1][1] && rs[0][1] >= 1 && rs[1][1] >= 1, 1);
+  int inst2 = pvm_joingroup("nxt_leave_2");
+  printf("a new group: instance %d\n", inst2);
+  NXT_EXPECT(inst2 == 0, 1);
   pvm_barrier(group, NMEMBER);
   int rc = pvm_lvgroup(group);
-  printf("leave %s, then size %d\n", code(rc), pvm_gsize(group));
-  printf("barrier when not in it: %s\n", code(pvm_barrier(group, 1)));
+  int size = pvm_gsize(group);
+  printf("leave %s, then size %d\n", code(rc), size);
+  NXT_EXPECT(rc == PvmOk && size == 1, 1);
+  NXT_EXPECT(
+      said("barrier when not in it", pvm_barrier(group, 1), PvmNotInGroup), 1);
   pvm_initsend(PvmDataDefault);
   pvm_send(other, TAG_REPORT);
-  recv_for(other, TAG_REPORT); /* it has left too */
-  printf("when the last has left: size %s\n", code(pvm_gsize(group)));
-  printf("leave again: %s\n", code(pvm_lvgroup(group)));
+  NXT_EXPECT(recv_for(other, TAG_REPORT) > 0, 1); /* it has left too */
+  rc = pvm_gsize(group);
+  printf("when the last has left: size %s\n", code(rc));
+  NXT_EXPECT(rc == PvmNoGroup, 1);
+  NXT_EXPECT(said("leave again", pvm_lvgroup(group), PvmNoGroup), 1);
   pvm_lvgroup(group);
   pvm_exit();
   return 0;
