@@ -17,8 +17,9 @@ int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len) {
 
 long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms) {
   if (ch->fd >= 0)
-    return ch->stream ? nxi_ctl_recv_stream(ch->fd, buf, timeout_ms)
-                      : nxi_ctl_recv(ch->fd, buf, timeout_ms);
+    return ch->stream
+               ? nxi_ctl_recv_stream(ch->fd, buf, NXI_CTL_MAX, timeout_ms)
+               : nxi_ctl_recv(ch->fd, buf, timeout_ms);
   return ch->mod->launch->ctl_recv(ch->mod->state, ch->ctl, buf, NXI_CTL_MAX,
                                    timeout_ms);
 }

@@ -135,7 +135,9 @@ static int tcp_chan(const char *v) {
       sscanf(v + 33, "%d:%4095s", &port, addrs) != 2 || port <= 0 ||
       port > 65535)
     return -1;
-  for (char *ip = strtok(addrs, ","); ip != NULL; ip = strtok(NULL, ",")) {
+  char *save = NULL;
+  for (char *ip = strtok_r(addrs, ",", &save); ip != NULL;
+       ip = strtok_r(NULL, ",", &save)) {
     int fd = connect_within(ip, port);
     if (fd < 0)
       continue;

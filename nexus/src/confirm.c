@@ -247,14 +247,7 @@ void nxi_confirm_tell_all(int final) {
 }
 
 void nxi_confirm_wait_acks(int timeout_ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += timeout_ms / 1000;
-  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  struct timespec ts = nxu_realtime_in((uint64_t)timeout_ms * 1000000u);
   /* Waiting here drives progress (waiter.c). */
   nx_mutex_lock(&flush_m);
   for (;;) {
@@ -317,15 +310,7 @@ static int flush(uint32_t only, int timeout_ms) {
     /* Until an answer settles something, the next request is due, or the
      * deadline: waiting here drives progress (waiter.c). */
     uint64_t until = next_ask < deadline ? next_ask : deadline;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t wait_ns = until > now ? until - now : 0;
-    ts.tv_sec += (time_t)(wait_ns / 1000000000u);
-    ts.tv_nsec += (long)(wait_ns % 1000000000u);
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = nxu_realtime_in(until > now ? until - now : 0);
     nx_mutex_lock(&flush_m);
     while (atomic_load(&settled_gen) == gen &&
            nx_cond_timedwait(&flush_c, &flush_m, &ts) == 0)

@@ -96,7 +96,7 @@ static int read_full(int fd, uint8_t *p, size_t len, int ms) {
   return 1;
 }
 
-long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms) {
+long nxi_ctl_recv_stream(int fd, uint8_t *buf, size_t cap, int timeout_ms) {
   int r = wait_readable(fd, timeout_ms);
   if (r < 0)
     return r;
@@ -106,7 +106,7 @@ long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms) {
   if (r <= 0)
     return r;
   uint32_t len = nxu_rd32(head);
-  if (len > NXI_CTL_MAX)
+  if (len > NXI_CTL_MAX || len > cap)
     return NX_EPROTO;
   if (len == 0)
     return NX_EPROTO; /* no message is empty */

@@ -52,11 +52,12 @@ int nxi_ctl_send(int fd, const void *msg, size_t len);
 long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms);
 /* The same on a stream socket (a TCP channel to a process started through
  * PMIx, which may run on another host): each message is a u32 length and
- * its bytes. A length above NXI_CTL_MAX is NX_EPROTO. Once a message has
+ * its bytes, received into `buf` of `cap` bytes. A length above
+ * NXI_CTL_MAX or `cap` is NX_EPROTO. Once a message has
  * begun, its rest is waited for at most timeout_ms more (10 s when
  * timeout_ms is -1). */
 int nxi_ctl_send_stream(int fd, const void *msg, size_t len);
-long nxi_ctl_recv_stream(int fd, uint8_t *buf, int timeout_ms);
+long nxi_ctl_recv_stream(int fd, uint8_t *buf, size_t cap, int timeout_ms);
 
 /* Writes a peer entry at `p`; returns its length, 0 if it does not fit in
  * `cap`. */

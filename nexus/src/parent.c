@@ -297,24 +297,34 @@ err_free:
 
 /* Starts a child through module m's launcher; its channel is the
  * module's. Besides what the launcher gives it, it gets the key. */
+/* What a launcher passes on to a child (NULL-ended): the entries of
+ * `attr`, then `a` and `b` (either may be NULL). Free the array only. */
+static char **launcher_env(const nx_context_attr_t *attr, char *a, char *b) {
+  size_t x = 0;
+  while (attr->env != NULL && attr->env[x] != NULL)
+    x++;
+  char **env = calloc(x + 3, sizeof(*env));
+  if (env == NULL)
+    return NULL;
+  for (size_t i = 0; i < x; i++)
+    env[i] = attr->env[i];
+  env[x] = a;
+  env[x + (a != NULL)] = b;
+  return env;
+}
+
 static int spawn_child(struct nxi_module *m, const nx_node_t *node,
                        const char *exe, char *const argv[],
                        const nx_context_attr_t *attr, int timeout_ms,
                        struct child *c) {
   char key[8 + 2 * NX_KEY_SIZE];
   key_var(key, sizeof(key));
-  size_t x = 0;
-  while (attr->env != NULL && attr->env[x] != NULL)
-    x++;
-  const char **env = calloc(x + 2, sizeof(*env));
+  char **env = launcher_env(attr, key, NULL);
   if (env == NULL)
     return NX_ENOMEM;
-  for (size_t i = 0; i < x; i++)
-    env[i] = attr->env[i];
-  env[x] = key;
   void *ctl = NULL;
-  int r = m->launch->spawn(m->state, node->host, node->id, exe, argv, env,
-                           timeout_ms, &ctl);
+  int r = m->launch->spawn(m->state, node->host, node->id, exe, argv,
+                           (const char *const *)env, timeout_ms, &ctl);
   free(env);
   if (r < 0)
     return r;
@@ -402,29 +412,19 @@ static int pmix_child(const nx_node_t *node, const char *exe,
       close(ls);
     return NX_EAGAIN;
   }
-  static char tcp[4096];
-  static char key[8 + 2 * NX_KEY_SIZE];
-  static pthread_mutex_t vars_lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&vars_lock);
+  /* PMIx_Spawn copies the variables: they may live on this stack. */
+  char tcp[4096], key[8 + 2 * NX_KEY_SIZE];
   key_var(key, sizeof(key));
   r = tcp_var(tcp, sizeof(tcp), token, ntohs(sa.sin_port));
-  size_t x = 0;
-  while (attr->env != NULL && attr->env[x] != NULL)
-    x++;
-  char **env = r == 0 ? calloc(x + 3, sizeof(*env)) : NULL;
+  char **env = r == 0 ? launcher_env(attr, key, tcp) : NULL;
   if (r == 0 && env == NULL)
     r = NX_ENOMEM;
   if (r == 0) {
-    for (size_t i = 0; i < x; i++)
-      env[i] = attr->env[i];
-    env[x] = key;
-    env[x + 1] = tcp;
     const char *host =
         strncmp(node->host, "pmix:host=", 10) == 0 ? node->host + 10 : NULL;
     r = nxi_pmix_spawn(path, argv, env, host);
   }
   free(env);
-  pthread_mutex_unlock(&vars_lock);
   /* Its connection, with the token first; anything else is turned away. */
   uint64_t deadline = nxu_now_ms() + (uint64_t)timeout_ms;
   int conn = -1;
@@ -440,13 +440,12 @@ static int pmix_child(const nx_node_t *node, const char *exe,
     int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
       continue;
-    uint8_t *buf = malloc(NXI_CTL_MAX);
-    long n = buf != NULL ? nxi_ctl_recv_stream(fd, buf, 2000) : NX_ENOMEM;
-    if (n == (long)sizeof(token) && memcmp(buf, token, sizeof(token)) == 0)
+    uint8_t got[sizeof(token)];
+    long n = nxi_ctl_recv_stream(fd, got, sizeof(got), 2000);
+    if (n == (long)sizeof(token) && memcmp(got, token, sizeof(token)) == 0)
       conn = fd;
     else
       close(fd);
-    free(buf);
   }
   close(ls);
   if (r < 0)

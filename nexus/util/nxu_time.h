@@ -15,6 +15,19 @@ static inline uint64_t nxu_now_ns(void) {
 
 static inline uint64_t nxu_now_ms(void) { return nxu_now_ns() / 1000000u; }
 
+/* The CLOCK_REALTIME time `ns` from now (the timed waits' clock). */
+static inline struct timespec nxu_realtime_in(uint64_t ns) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(ns / 1000000000u);
+  ts.tv_nsec += (long)(ns % 1000000000u);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
 /* Whether CLOCK_REALTIME has reached `abstime` (the timed waits' clock). */
 static inline int nxu_realtime_past(const struct timespec *abstime) {
   struct timespec ts;
