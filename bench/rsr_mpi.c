@@ -33,11 +33,12 @@ static const char *const label[NSYSTEMS] = {
 static int quick;
 static int runs = 5;
 static int rank;
+static const char *phase = "MPI"; /* what runs now, for die() */
 static char send_buf[MAX_PAYLOAD];
 static char recv_buf[MAX_PAYLOAD];
 
 static void die(const char *what, int rc) {
-  fprintf(stderr, "bench_rsr_mpi (rank %d): %s: %s\n", rank, what,
+  fprintf(stderr, "bench_rsr_mpi (rank %d, %s): %s: %s\n", rank, phase, what,
           rc != 0 ? nx_strerror(rc) : "failed");
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
@@ -104,6 +105,7 @@ static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
  * the end. */
 static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
+  phase = mode;
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die("nx_init", rc);
@@ -179,12 +181,20 @@ static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   peers = NULL;
   /* Both ranks finalize together: the quit RSR has arrived once rank 1
    * gets here, and the barrier keeps rank 0 from leaving before. First
-   * each waits, driving progress, until what it sent was handled: the
-   * other answers only while it drives progress too, which MPI_Barrier
-   * does not do under NX_PROGRESS=poll (docs/design.md section 9). */
+   * each waits, driving progress, until what it sent was handled. The
+   * other answers only while it drives progress too, and under
+   * NX_PROGRESS=poll MPI_Barrier does not: the rank whose flush ends first
+   * polls in the barrier until the other's has ended too (docs/design.md
+   * section 9). */
   if ((rc = nx_flush(30000)) != 0)
     die("nx_flush", rc);
-  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Request barrier;
+  MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
+  for (int done = 0; !done;) {
+    MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    if (!done)
+      nx_poll();
+  }
   if ((rc = nx_finalize()) != 0)
     die("nx_finalize", rc);
   return t;
