@@ -32,10 +32,11 @@ extern "C" {
  *     0    4 magic       0x3152584e ("NXR1" read as bytes N X R 1)
  *     4    1 version     1
  *     5    1 format      data-format tag of the payload (NX_FORMAT_*)
- *     6    2 flags       reserved, 0
+ *     6    2 flags       the core's (docs/design.md section 4): a module
+ *                         passes them on unread
  *     8    4 handler     handler id
- *    12    4 origin      the sending process's id on a frame sent through a
- *                         gateway (docs/design.md, "Gateways"), else 0
+ *    12    4 origin      the sending process's id, passed on unchanged by
+ *                         a gateway (0 from a sender that does not count)
  *    16    8 context     destination context id
  *    24    8 address     address within that context
  *    32    8 length      payload bytes that follow */
