@@ -48,11 +48,22 @@ static void report_lost(int status, uint32_t proc) {
   nxi_report_proc(status, proc);
 }
 
-static uint64_t fnv64(const uint8_t *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
+/* The intern table's hash of an encoding: eight bytes a step (callgrind:
+ * a byte-wise FNV-1a was 600 of the 1,000 instructions of an nx_get_gp of
+ * a two-module list). Only this process compares it, and a match is
+ * confirmed byte by byte. */
+static uint64_t blob_hash(const uint8_t *p, size_t n) {
+  const uint64_t k = 0x9e3779b97f4a7c15ull;
+  uint64_t h = n * k, w;
+  for (; n >= 8; n -= 8, p += 8) {
+    memcpy(&w, p, 8);
+    h = (h ^ w) * k;
+    h ^= h >> 32;
+  }
+  w = 0;
+  memcpy(&w, p, n);
+  h = (h ^ w) * k;
+  return h ^ h >> 29;
 }
 
 /* Walks the encoding at `p`, checking every field against `avail` and the
@@ -113,13 +124,9 @@ int nxi_dlist_parse_len(const uint8_t *p, size_t avail, size_t *len) {
 }
 
 int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out) {
-  size_t check;
-  int r = parse(blob, len, &check, NULL);
-  if (r < 0)
-    return r;
-  if (check != len)
-    return NX_EPROTO;
-  uint64_t h = fnv64(blob, len);
+  /* An encoding equal to an interned one is valid: only a new one is
+   * parsed. */
+  uint64_t h = blob_hash(blob, len);
   pthread_mutex_lock(&intern_lock);
   for (struct nxi_dlist *d = intern_table[h % BUCKETS]; d; d = d->next) {
     if (d->hash != h || d->len != len || memcmp(d->blob, blob, len) != 0)
@@ -136,6 +143,14 @@ int nxi_dlist_intern(const uint8_t *blob, size_t len, struct nxi_dlist **out) {
       *out = d;
       return 0;
     }
+  }
+  size_t check;
+  int r = parse(blob, len, &check, NULL);
+  if (r == 0 && check != len)
+    r = NX_EPROTO;
+  if (r < 0) {
+    pthread_mutex_unlock(&intern_lock);
+    return r;
   }
   struct nxi_dlist *d = calloc(1, sizeof(*d) + len);
   if (d == NULL) {
