@@ -13,14 +13,15 @@
 
 #include "bench_util.h"
 #include "nexus.h"
+#include "nexus/protocol.h"
 
 /* Usage: bench_rsr_ucx [scale [runs]] or bench_rsr_ucx --quick. `scale`
  * multiplies the round trips per run (default 1: 20,000 at 8 B down to 250
  * at 4 MiB); --quick makes a tenth of them in 3 runs (a smoke test).
  *
- * Two raw anchors, each a ping-pong of UCP active messages with a 40-byte
- * header (a frame header's size) between this process and a forked child,
- * both busy-polling ucp_worker_progress:
+ * Two raw anchors, each a ping-pong of UCP active messages with a header
+ * of a frame header's size (NX_FRAME_HDR_SIZE) between this process and a
+ * forked child, both busy-polling ucp_worker_progress:
  *   - "UCX defaults": endpoints without peer-failure handling, the fastest
  *     UCX offers here (shared memory, CMA for large messages);
  *   - "as the module": what the ucx module asks of UCX: peer-failure
@@ -39,7 +40,7 @@ static const size_t sizes[NSIZES] = {8, 1024, 65536, 1u << 20, 4u << 20};
 static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000, 250};
 #define MAX_PAYLOAD (4u << 20)
 #define MAX_RUNS 15
-#define HDR 40
+#define HDR NX_FRAME_HDR_SIZE
 
 static int scale = 1;
 static int quick; /* a tenth of the round trips */
@@ -405,10 +406,10 @@ int main(int argc, char **argv) {
       bench_rsr("thread", 1, t[ZC_THREAD], r);
   }
 
-  printf("round trip between two processes over UCX %s (40-byte header + "
+  printf("round trip between two processes over UCX %s (%u-byte header + "
          "payload), median of %d runs, one launch each, the systems taking "
          "turns (fastest); ratios of medians\n",
-         ucp_get_version_string(), runs);
+         ucp_get_version_string(), NX_FRAME_HDR_SIZE, runs);
   printf("RSR: nx_put_bytes, copied out and in by the echo; zero copy: "
          "nx_put_bytes_ref, read in place (nx_get_bytes_ptr), echoed by "
          "reference\n");

@@ -86,6 +86,7 @@ struct nx_buffer {
   uint32_t handler;
   uint64_t context;
   uint64_t address;
+  uint64_t source;      /* the sending context's id (header), or 0 */
   struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
   union {
     struct nx_context *ctx;     /* RECV, queued for a thread: target (ref) */

@@ -13,7 +13,8 @@ void nxi_buffer_seal(struct nx_buffer *b) {
                             .handler = b->handler,
                             .context = b->context,
                             .address = b->address,
-                            .len = nxi_buffer_wire_len(b)};
+                            .len = nxi_buffer_wire_len(b),
+                            .source = b->source};
   nxi_frame_hdr_encode(b->hdr, &f);
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
@@ -120,6 +121,10 @@ int nx_buffer_set_format(nx_buffer_t *b, int format) {
 
 int nx_buffer_format(const nx_buffer_t *b) {
   return b != NULL ? b->fmt : NX_EINVAL;
+}
+
+uint64_t nx_buffer_source(const nx_buffer_t *b) {
+  return b != NULL && b->kind == NXI_BUF_RECV ? b->source : 0;
 }
 
 int nx_buffer_rewind(nx_buffer_t *b) {

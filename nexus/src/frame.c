@@ -15,7 +15,8 @@ enum {
   OFF_ORIGIN = 12,
   OFF_CONTEXT = 16,
   OFF_ADDRESS = 24,
-  OFF_LENGTH = 32
+  OFF_LENGTH = 32,
+  OFF_SOURCE = 40
 };
 
 /* The largest frame a peer may announce. Computed once: sysconf
@@ -46,6 +47,7 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f) {
   nxu_le64(h + OFF_CONTEXT, f->context);
   nxu_le64(h + OFF_ADDRESS, f->address);
   nxu_le64(h + OFF_LENGTH, f->len);
+  nxu_le64(h + OFF_SOURCE, f->source);
 }
 
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
@@ -62,6 +64,7 @@ int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
   out->context = nxu_rd64(h + OFF_CONTEXT);
   out->address = nxu_rd64(h + OFF_ADDRESS);
   out->len = len;
+  out->source = nxu_rd64(h + OFF_SOURCE);
   return 0;
 }
 

@@ -12,6 +12,7 @@ struct nxi_frame_hdr {
   uint64_t context;
   uint64_t address;
   uint64_t len;
+  uint64_t source; /* the sending context's id, or 0 */
 };
 
 /* Computes the largest payload a peer may announce (this machine's

@@ -146,6 +146,7 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   /* From here on the buffer is the runtime's. */
   atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);
   atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
+  b->source = nx_context_id(nx_context_self());
   if (!nxi_ready()) {
     nxi_buffer_refs_status(b, NX_ENOTINIT);
     nxi_buffer_free(b);

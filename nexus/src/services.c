@@ -29,6 +29,7 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   b->handler = f.handler;
   b->context = f.context;
   b->address = f.address;
+  b->source = f.source;
   b->len = (size_t)f.len;
   memcpy(b->hdr, hdr, NX_FRAME_HDR_SIZE);
   b->frame.iov[0].iov_base = b->hdr;

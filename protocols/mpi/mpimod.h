@@ -48,7 +48,7 @@
 
 /* Messages on the private communicator (docs/mpi.md). A frame whose
  * payload is at most the inline size travels as one FRAME message: its
- * header and payload. A larger one sends its 40 header bytes alone as a
+ * header and payload. A larger one sends its 48 header bytes alone as a
  * FRAME message (its length field then exceeds what came with it) and its
  * payload in BODY messages of MPIMOD_CHUNK bytes (the last one shorter),
  * straight from the frame. FRAME messages arrive in receives posted in

@@ -65,7 +65,7 @@
 /* Every untagged message starts with this 16-byte header:
  *   u16 magic, u8 kind, u8 flags (0), u32 sequence number (per pair of
  *   processes), u64 sender id (the first 8 bytes of its process uuid);
- * then, for a frame, the 40-byte frame header. An EAGER message carries
+ * then, for a frame, the 48-byte frame header. An EAGER message carries
  * the payload after it; an RTS (ready to send) carries u64 fragment size,
  * and the payload follows as tagged messages, one per fragment, with the
  * tags ofi_tag(sender id, sequence, fragment index). The first message

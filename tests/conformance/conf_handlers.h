@@ -187,14 +187,14 @@ static void conf_types(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
 }
 
 /* "third": makes an in-process context here and sends its gp back in a
- * "third_is" RSR; that context answers "ping" like this one. */
+ * "third_is" RSR, with the sender this handler saw (nx_buffer_source) and
+ * its own context's id; that context answers "ping" like this one. */
 static int conf_register(nx_context_t *ctx);
 static int conf_third_init(nx_context_t *ctx, void *arg) {
   (void)arg;
   return conf_register(ctx);
 }
 static void conf_third(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
-  (void)ctx;
   (void)addr;
   nx_gp_t reply = NX_GP_NULL, third = NX_GP_NULL;
   nx_buffer_t *o;
@@ -202,6 +202,8 @@ static void conf_third(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
       nx_context_create_local(conf_third_init, NULL, &third) == 0 &&
       nx_rsr_init_name(&o, &reply, "third_is", 256) == 0) {
     nx_put_gp(o, &third);
+    nx_put_uint64(o, nx_buffer_source(b));
+    nx_put_uint64(o, nx_context_id(ctx));
     nx_rsr_send(o);
   }
   nx_gp_release(&third);

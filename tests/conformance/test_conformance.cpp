@@ -84,6 +84,9 @@ struct inbox {
   long typed = 0;
   int typed_bad = -1;
   nx_gp_t third = NX_GP_NULL;
+  // nx_buffer_source of the last "pong" and of "third_is", and what the
+  // peer's "third" handler said: the sender it saw and its own context.
+  uint64_t pong_source = 0, third_source = 0, peer_saw = 0, peer_self = 0;
   long counts_in = 0;
   uint64_t counts[4] = {0, 0, 0, 0};
   std::atomic<int> deaths{0};
@@ -106,6 +109,7 @@ struct inbox {
     pongs = typed = counts_in = hits = hits_bad = lies = 0;
     cb_no_handler = cb_no_context = rogue_done = 0;
     last_tag = 0;
+    pong_source = third_source = peer_saw = peer_self = 0;
     typed_bad = -1;
     last_bytes.clear();
     nx_gp_release(&third);
@@ -143,6 +147,7 @@ void on_pong(nx_context_t *, void *, nx_buffer_t *b) {
   nx_mutex_lock(&box->m);
   box->last_tag = tag;
   box->last_bytes.swap(bytes);
+  box->pong_source = nx_buffer_source(b);
   box->pongs++;
   nx_cond_broadcast(&box->c);
   nx_mutex_unlock(&box->m);
@@ -184,9 +189,15 @@ void on_typed(nx_context_t *, void *, nx_buffer_t *b) {
 
 void on_third_is(nx_context_t *, void *, nx_buffer_t *b) {
   nx_gp_t g = NX_GP_NULL;
+  uint64_t saw = 0, self = 0;
   nx_get_gp(b, &g);
+  nx_get_uint64(b, &saw);
+  nx_get_uint64(b, &self);
   nx_mutex_lock(&box->m);
   box->third = g;
+  box->third_source = nx_buffer_source(b);
+  box->peer_saw = saw;
+  box->peer_self = self;
   nx_cond_broadcast(&box->c);
   nx_mutex_unlock(&box->m);
 }
@@ -537,7 +548,8 @@ TEST_CASE("every put/get type and a gp inside the buffer", "[conformance]") {
   }
 }
 
-TEST_CASE("a gp to a third context, made by the peer, travels back and works",
+TEST_CASE("a gp to a third context, made by the peer, travels back and works; "
+          "each handler learns its sender's context (nx_buffer_source)",
           "[conformance]") {
   session s;
   nx_buffer_t *b;
@@ -546,10 +558,20 @@ TEST_CASE("a gp to a third context, made by the peer, travels back and works",
   REQUIRE(nx_rsr_send(b) == 0);
   REQUIRE(s.in.wait([&] { return !nx_gp_is_null(&s.in.third); }));
   CHECK(std::string(nx_gp_protocol(&s.in.third)) == module_under_test());
+  uint64_t me = nx_context_id(nx_context_self()), peer = nx_gp_context(&s.peer);
+  CHECK(me == nx_gp_context(&s.me));
+  nx_mutex_lock(&s.in.m);
+  CHECK(s.in.peer_saw == me);
+  CHECK(s.in.peer_self == peer);
+  CHECK(s.in.third_source == peer);
+  nx_mutex_unlock(&s.in.m);
   long before = s.in.pongs;
   ping(s, &s.in.third, "ping", 7, std::vector<uint8_t>(100, 9));
   REQUIRE(s.in.wait([&] { return s.in.pongs > before; }));
   CHECK(s.in.last_tag == 7);
+  nx_mutex_lock(&s.in.m);
+  CHECK(s.in.pong_source == nx_gp_context(&s.in.third));
+  nx_mutex_unlock(&s.in.m);
 }
 
 TEST_CASE("many senders to one receiver: each RSR exactly once, each "

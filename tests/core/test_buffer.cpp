@@ -334,9 +334,11 @@ TEST_CASE("a fresh buffer is empty, in the native format", "[buffer]") {
     CHECK(nx_buffer_length(b) == 0);
     CHECK(nx_buffer_remaining(b) == 0);
     CHECK(nx_buffer_format(b) == nx_format_native());
+    CHECK(nx_buffer_source(b) == 0); // not delivered to a handler
     CHECK(nx_buffer_rewind(b) == 0);
     CHECK(nx_buffer_length(b) == 0);
   }
+  CHECK(nx_buffer_source(nullptr) == 0);
   CHECK(rt.finalize() == 0);
 }
 

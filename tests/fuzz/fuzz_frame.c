@@ -1,5 +1,5 @@
 /* libFuzzer target: the frame header check (nexus/src/frame.c) on arbitrary
- * 40-byte headers; a header it accepts must encode back to the same fields. */
+ * 48-byte headers; a header it accepts must encode back to the same fields. */
 #include "fuzz.h"
 
 #include <stdint.h>
@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     NXT_ASSERT(nxi_frame_hdr_decode(again, &g) == 0);
     NXT_ASSERT(g.fmt == f.fmt && g.handler == f.handler &&
                g.context == f.context && g.address == f.address &&
-               g.len == f.len);
+               g.len == f.len && g.source == f.source);
   }
   return 0;
 }

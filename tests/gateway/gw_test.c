@@ -11,7 +11,8 @@
  *      "gw", nx_gp_protocol_info "via gw (MOD) then tcp" (A) and "via gw
  *      (tcp) then MOD" (B).
  *   2. Each sends the other N numbered RSRs of 0 B to 1 MiB; the receiver
- *      checks that all arrive, once, in order, with their contents.
+ *      checks that all arrive, once, in order, with their contents, and
+ *      that nx_buffer_source names the sender's context.
  *   3. G's rsr_forwarded counts exactly those 2N RSRs.
  *   4. "dead-peer": B is killed. A's sends to B then fail, and A's error
  *      callback hears that B's process is lost (the gateway tells A).
@@ -79,7 +80,8 @@ static uint8_t byte_of(int i, size_t k) { return (uint8_t)(i * 7 + k * 13); }
 
 static nx_gp_t checker, gateway, peer;
 static atomic_int have_gateway, have_peer, go_phase;
-static atomic_int received, out_of_order, bad_contents;
+static atomic_int received, out_of_order, bad_contents, wrong_source;
+static atomic_uint_fast64_t source; /* nx_buffer_source of the first "seq" */
 static _Atomic uint32_t lost_procs[8];
 static atomic_int nlost, lost_code;
 
@@ -131,6 +133,12 @@ static void on_seq(nx_context_t *c, void *a, nx_buffer_t *b) {
   }
   if (i != atomic_load(&received))
     atomic_fetch_add(&out_of_order, 1);
+  /* The gateway passes the sender's context on in the header: every RSR
+   * names the same one, checked against the peer's gp at the end (this
+   * may run before that gp arrived). */
+  uint_fast64_t none = 0, src = nx_buffer_source(b);
+  if (!atomic_compare_exchange_strong(&source, &none, src) && none != src)
+    atomic_fetch_add(&wrong_source, 1);
   for (size_t k = 0; k < len; k++)
     if (data[k] != byte_of(i, k)) {
       atomic_fetch_add(&bad_contents, 1);
@@ -240,6 +248,11 @@ static int member(const char *url) {
         atomic_load(&out_of_order));
   CHECK(atomic_load(&bad_contents) == 0, "%d with bad contents",
         atomic_load(&bad_contents));
+  CHECK(atomic_load(&wrong_source) == 0 &&
+            atomic_load(&source) == nx_gp_context(&peer),
+        "nx_buffer_source %#llx (%d others), the sender's context %#llx",
+        (unsigned long long)atomic_load(&source), atomic_load(&wrong_source),
+        (unsigned long long)nx_gp_context(&peer));
   say("done", info, failures);
 
   /* 4. The peer (or the gateway) is killed: A's sends to B fail, and A

@@ -53,6 +53,14 @@ NX_EXTERN int nx_buffer_set_format(nx_buffer_t *buf, int format);
 /* The format tag the buffer's contents are in. */
 NX_EXTERN int nx_buffer_format(const nx_buffer_t *buf);
 
+/* The id (as nx_context_id gives it) of the context that sent the RSR
+ * whose buffer this is: the context the sending thread ran in at
+ * nx_rsr_send (nx_context_self), carried in the frame header, so a
+ * handler need not pack it; through a gateway too. 0 for a buffer that
+ * was not delivered to a handler (stand-alone, not yet sent) and for NULL.
+ * Only an id: a reply still needs a gp to the sender. */
+NX_EXTERN uint64_t nx_buffer_source(const nx_buffer_t *buf);
+
 /* Moves the read position back to the first value. */
 NX_EXTERN int nx_buffer_rewind(nx_buffer_t *buf);
 

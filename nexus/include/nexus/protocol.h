@@ -25,7 +25,7 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 8u
+#define NX_PROTOCOL_ABI_VERSION 9u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -39,10 +39,11 @@ extern "C" {
  *                         a gateway (0 from a sender that does not count)
  *    16    8 context     destination context id
  *    24    8 address     address within that context
- *    32    8 length      payload bytes that follow */
-#define NX_FRAME_HDR_SIZE 40u
+ *    32    8 length      payload bytes that follow
+ *    40    8 source      the sending context's id (0: not known) */
+#define NX_FRAME_HDR_SIZE 48u
 #define NX_FRAME_MAGIC 0x3152584eu
-#define NX_FRAME_VERSION 1u
+#define NX_FRAME_VERSION 2u
 
 /* Largest scope and module bytes a descriptor may carry. */
 #define NX_DESC_SCOPE_MAX 32u
