@@ -580,6 +580,9 @@ bool desc_rail(const nx_desc_buf &d, std::string *prov,
 
 // A module message: header (u16 magic, u8 kind, u8 0, u32 seq, u64 sender
 // id), then the frame header and what follows.
+// Where a message's bytes after the frame header start.
+const size_t MSG_BODY = 16 + NX_FRAME_HDR_SIZE;
+
 std::vector<uint8_t> message(int kind, uint32_t seq, uint64_t id,
                              const uint8_t *frame_hdr, size_t extra) {
   std::vector<uint8_t> m(16 + NX_FRAME_HDR_SIZE + extra, 0);
@@ -630,7 +633,7 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   const uint64_t id = 0x1122334455667788ull;
   tx_frame good(7, pattern(30, 7));
   std::vector<uint8_t> good_msg = message(1, 1, 0, good.hdr, 30);
-  std::memcpy(good_msg.data() + 56, good.data.data(), 30);
+  std::memcpy(good_msg.data() + MSG_BODY, good.data.data(), 30);
 
   // 0. Senders must present the computation's key first: one without a
   //    HELLO and one with the wrong key are dropped, with all they send.
@@ -669,7 +672,7 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   // 5. An announcement of a large frame with an absurd fragment size.
   tx_frame large(8, pattern(100000, 8));
   m = message(2, seq++, id, large.hdr, 8);
-  wr64(m.data() + 56, 3);
+  wr64(m.data() + MSG_BODY, 3);
   REQUIRE(raw.send(m, b));
   // 6. A sequence number from the past.
   REQUIRE(raw.send(message(1, 1, id, good.hdr, 0), b));
@@ -678,13 +681,13 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   wr64(badhdr.data() + 32, 100000);
   uint32_t large_seq = seq++;
   m = message(2, large_seq, id, badhdr.data(), 8);
-  wr64(m.data() + 56, 1 << 20);
+  wr64(m.data() + MSG_BODY, 1 << 20);
   REQUIRE(raw.send(m, b));
   REQUIRE(raw.send(std::vector<uint8_t>(100000, 1), b,
                    frag_tag(id, large_seq, 0), true));
   // 8. Then a good one from the raw sender, in sequence: delivered.
   std::vector<uint8_t> ok = message(1, seq++, id, good.hdr, 30);
-  std::memcpy(ok.data() + 56, good.data.data(), 30);
+  std::memcpy(ok.data() + MSG_BODY, good.data.data(), 30);
   REQUIRE(raw.send(ok, b));
   // 9. Last (ofi_rxm closes the connection it came on): a message larger
   //    than the receive buffers.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nexus/protocol.h"
 #include "nxu_auth.h"
 #include "runtime_guard.h"
 #define NX_HARNESS_TCP
@@ -151,13 +152,13 @@ bool closed_within(int fd, int timeout_ms) {
 std::vector<uint8_t> frame_header(uint32_t handler, uint64_t context,
                                   uint64_t length,
                                   uint32_t magic = 0x3152584e) {
-  std::vector<uint8_t> h(40, 0);
+  std::vector<uint8_t> h(NX_FRAME_HDR_SIZE, 0);
   auto put = [&](size_t off, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++)
       h[off + i] = (uint8_t)(v >> (8 * i));
   };
   put(0, magic, 4);
-  h[4] = 1; // version
+  h[4] = NX_FRAME_VERSION;
   h[5] = 1; // NX_FORMAT_LITTLE
   put(8, handler, 4);
   put(16, context, 8);
