@@ -58,24 +58,58 @@ struct op_entry {
   std::string name;
 };
 
-// Filled by static initialisers (before main, in every process of the
-// executable), read-only afterwards.
-static std::unordered_map<uint32_t, op_entry> &ops() {
-  static std::unordered_map<uint32_t, op_entry> table;
+// The operations by id. Filled by static initialisers (before main, in
+// every process of the executable), read-only afterwards.
+struct op_table {
+  std::unordered_map<uint32_t, op_entry> by_id;
+  // What a request looks up: open addressing on the id (a hash already) in
+  // a power of two of places, at least twice the operations; no division,
+  // no node to follow.
+  std::vector<std::pair<uint32_t, const op_entry *>> index =
+      std::vector<std::pair<uint32_t, const op_entry *>>(16);
+
+  void index_add(uint32_t id, const op_entry *e) {
+    std::size_t mask = index.size() - 1;
+    std::size_t i = id & mask;
+    while (index[i].second != nullptr && index[i].first != id)
+      i = (i + 1) & mask;
+    index[i] = {id, e};
+  }
+  const op_entry *find(uint32_t id) const {
+    std::size_t mask = index.size() - 1;
+    for (std::size_t i = id & mask; index[i].second != nullptr;
+         i = (i + 1) & mask)
+      if (index[i].first == id)
+        return index[i].second;
+    return nullptr;
+  }
+};
+
+static op_table &ops() {
+  static op_table table;
   return table;
 }
 
 uint32_t op_register(const char *name, op_fn fn, bool reply) {
   uint32_t id = nx_handler_id(name);
-  auto it = ops().find(id);
-  if (it != ops().end() && it->second.name != name) {
+  op_table &t = ops();
+  auto it = t.by_id.find(id);
+  if (it != t.by_id.end() && it->second.name != name) {
     // Two operations would share a wire id: refuse to run rather than call
     // the wrong one.
     fprintf(stderr, "ccxx: operations '%s' and '%s' hash to the same id\n",
             name, it->second.name.c_str());
     abort();
   }
-  ops()[id] = op_entry{fn, reply, name};
+  op_entry &e = t.by_id[id];
+  e = op_entry{fn, reply, name};
+  if (2 * t.by_id.size() > t.index.size()) {
+    t.index.assign(2 * t.index.size(), {0, nullptr});
+    for (auto &kv : t.by_id)
+      t.index_add(kv.first, &kv.second);
+  } else {
+    t.index_add(id, &e);
+  }
   return id;
 }
 
@@ -450,16 +484,15 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   nx_gp_t reply_to = NX_GP_NULL;
   if (nx_get_uint32(buf, &id) < 0 || nx_get_gp(buf, &reply_to) < 0)
     return;
-  bool want_reply = !nx_gp_is_null(&reply_to);
-  auto &table = ops();
-  auto it = table.find(id);
-  if (it == table.end() || (it->second.reply && !want_reply)) {
+  bool want_reply = nx_gp_context(&reply_to) != 0; // else one-way
+  const op_entry *op = ops().find(id);
+  if (op == nullptr || (op->reply && !want_reply)) {
     if (want_reply)
       send_failure(&reply_to, NX_ENOHANDLER,
                    "the object's process does not know this operation "
                    "(another executable?)",
                    K_NONE, "");
-    else if (it != table.end())
+    else if (op != nullptr)
       fprintf(stderr, "ccxx: refused a one-way request of an operation "
                       "with a result\n");
     nx_gp_release(&reply_to);
@@ -477,9 +510,9 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   try {
     if (out != nullptr) {
       stream s(out);
-      it->second.fn(address, in, &s);
+      op->fn(address, in, &s);
     } else {
-      it->second.fn(address, in, nullptr);
+      op->fn(address, in, nullptr);
     }
   } catch (const stream::error &e) {
     status = e.code;
@@ -559,7 +592,8 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
              stream_fn unpack, const std::type_info &type) {
   // The object's name is built only for an error.
   auto what = [&type, target] { return object_name(type, target); };
-  if (nx_gp_is_null(target))
+  uint64_t context = nx_gp_context(target); // 0: a null gp
+  if (context == 0)
     throw remote_error(what(), "null global pointer", NX_EINVAL);
   nx_buffer_t *buf;
   std::string cause;
@@ -572,7 +606,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
   }
   pending_call p;
   p.unpack = unpack;
-  std::uintptr_t token = pending_add(nx_gp_context(target), &p, nullptr);
+  std::uintptr_t token = pending_add(context, &p, nullptr);
   if (token == 0)
     throw remote_error(what(), TOO_MANY, NX_ENOMEM);
   r = make_request(target, id, token, pack, &buf, cause);
@@ -597,15 +631,15 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
 
 void op_async(const nx_gp_t *target, uint32_t id, stream_fn pack,
               std::shared_ptr<future_base> state) {
-  if (nx_gp_is_null(target)) {
+  uint64_t context = nx_gp_context(target); // 0: a null gp
+  if (context == 0) {
     state->complete(std::make_exception_ptr(
         remote_error(object_name(*state->type, state->context),
                      "null global pointer", NX_EINVAL)));
     return;
   }
   future_base *st = state.get();
-  std::uintptr_t token =
-      pending_add(nx_gp_context(target), nullptr, std::move(state));
+  std::uintptr_t token = pending_add(context, nullptr, std::move(state));
   if (token == 0) {
     st->complete(std::make_exception_ptr(remote_error(
         object_name(*st->type, st->context), TOO_MANY, NX_ENOMEM)));
@@ -634,24 +668,43 @@ static const std::size_t STATE_STEP = 64, STATE_CLASSES = 8,
 struct state_block {
   state_block *next;
 };
-// Set when the thread's cache is gone: a state freed later in the thread's
-// exit (by another thread_local's destructor, or at exit by a static's,
-// such as the table of pending calls) goes straight to operator delete.
-static thread_local bool states_gone = false;
+// Plain data with a constant initialiser, in the initial-exec TLS model:
+// reaching it is one load, where a thread_local with a destructor costs a
+// call to __tls_get_addr and a guard per access. (Initial-exec takes these
+// hundred bytes from the static TLS block, whose reserve holds them also
+// when a program loads libccxx with dlopen.)
 struct state_cache {
-  state_block *head[STATE_CLASSES] = {};
-  std::size_t count[STATE_CLASSES] = {};
-  ~state_cache() {
-    states_gone = true;
+  state_block *head[STATE_CLASSES];
+  uint32_t count[STATE_CLASSES];
+  bool owned; // a state_cache_owner empties it at the thread's exit
+  // Emptied at the thread's exit: a state freed later in the exit (by
+  // another thread_local's destructor, or at exit by a static's, such as
+  // the table of pending calls) goes straight to operator delete.
+  bool gone;
+};
+static thread_local state_cache states
+    __attribute__((tls_model("initial-exec"))) = {};
+
+struct state_cache_owner {
+  ~state_cache_owner() {
+    state_cache &sc = states;
+    sc.gone = true;
     for (std::size_t c = 0; c < STATE_CLASSES; c++)
-      while (head[c] != nullptr) {
-        state_block *b = head[c];
-        head[c] = b->next;
+      while (sc.head[c] != nullptr) {
+        state_block *b = sc.head[c];
+        sc.head[c] = b->next;
         ::operator delete(b);
       }
   }
 };
-static thread_local state_cache states;
+
+// The first block a thread keeps makes its owner (whose destructor runs at
+// the thread's exit).
+static void own_states() {
+  static thread_local state_cache_owner owner;
+  (void)owner;
+  states.owned = true;
+}
 
 static std::size_t state_class(std::size_t bytes) {
   return (bytes + STATE_STEP - 1) / STATE_STEP - 1;
@@ -661,13 +714,11 @@ void *state_alloc(std::size_t bytes) {
   std::size_t c = state_class(bytes);
   if (bytes == 0 || c >= STATE_CLASSES)
     return ::operator new(bytes);
-  if (!states_gone) {
-    state_cache &sc = states;
-    if (state_block *b = sc.head[c]) {
-      sc.head[c] = b->next;
-      sc.count[c]--;
-      return b;
-    }
+  state_cache &sc = states;
+  if (state_block *b = sc.head[c]) {
+    sc.head[c] = b->next;
+    sc.count[c]--;
+    return b;
   }
   // The whole class's size: the block may join any thread's cache.
   return ::operator new((c + 1) * STATE_STEP);
@@ -675,15 +726,14 @@ void *state_alloc(std::size_t bytes) {
 
 void state_free(void *p, std::size_t bytes) noexcept {
   std::size_t c = state_class(bytes);
-  if (bytes == 0 || c >= STATE_CLASSES || states_gone) {
-    ::operator delete(p);
-    return;
-  }
   state_cache &sc = states;
-  if (sc.count[c] >= STATE_CACHE_MAX) {
+  if (bytes == 0 || c >= STATE_CLASSES || sc.gone ||
+      sc.count[c] >= STATE_CACHE_MAX) {
     ::operator delete(p);
     return;
   }
+  if (!sc.owned)
+    own_states();
   auto *b = static_cast<state_block *>(p);
   b->next = sc.head[c];
   sc.head[c] = b;
