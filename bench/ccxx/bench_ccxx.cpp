@@ -5,10 +5,21 @@
 // nx_context_create_local, printed as ratios with the goals.
 //
 //   bench_ccxx [MODULE...]     (default: tcp ucx ofi; "here" always runs)
+//   bench_ccxx --profile PATH N
 //
 // Each placement runs in a fresh copy of this program with NX_PROTOCOLS set
 // to MODULE,local, so one command covers every module; a module that does
 // not load is reported and skipped.
+//
+// --profile runs N of one in-process path after the same warm-up, and
+// nothing else, for an instruction count per call that the timed rows'
+// noise does not blur: PATH is raw (the raw round trip), call (p->f(x)),
+// rawburst (raw requests with counted replies, N a multiple of 2,000) or
+// async (ccxx::async, the same). The count per call is the difference of
+// two runs over the difference of their N:
+//   NX_PROTOCOLS=local valgrind --tool=callgrind bench_ccxx --profile call
+//   20000 NX_PROTOCOLS=local valgrind --tool=callgrind bench_ccxx --profile
+//   call 0
 #include <ccxx/ccxx.hpp>
 
 #include <pthread.h>
@@ -183,7 +194,11 @@ static int bench_calls(const char *label, const ccxx::proc_t &where) {
   }
   nx_gp_t me;
   nx_gp_make(nullptr, &me);
-  const int n = 1000, reps = 7;
+  // Many short alternating runs: on a loaded machine (other builds on the
+  // same two cores) a run of either side that loses the processor is
+  // slow; the best of many finds a clean one of each. A round-trip run is
+  // 100 calls (a millisecond over tcp), an asynchronous one a burst.
+  const int n = 100, reps = 101, burst_reps = 41;
   int bad = 0;
   // Warm both paths (connections, buffer caches, handler threads).
   for (int i = 0; i < 200; i++) {
@@ -214,7 +229,7 @@ static int bench_calls(const char *label, const ccxx::proc_t &where) {
   async_burst();
   double ta, tb;
   best_us(
-      reps, 1, [&](int) { raw_burst(p.gp(), &me, burst); },
+      burst_reps, 1, [&](int) { raw_burst(p.gp(), &me, burst); },
       [&](int) { async_burst(); }, ta, tb);
   double raw_rate = burst / ta * 1e6, async_rate = burst / tb * 1e6;
   printf("%-22s raw RSR requests %9.0f /s   ccxx::async %9.0f /s   ratio "
@@ -228,6 +243,54 @@ static int bench_calls(const char *label, const ccxx::proc_t &where) {
     return 1;
   }
   return 0;
+}
+
+// --profile PATH N (see the header).
+static int profile(const std::string &path, long n) {
+  ccxx::global_ptr<Echo> p = ccxx::create<Echo>(ccxx::here);
+  if (p.call<&Echo::install>() < 0)
+    return 1;
+  nx_gp_t me;
+  nx_gp_make(nullptr, &me);
+  const long burst = 2000;
+  int bad = 0;
+  std::vector<ccxx::future<long>> fs;
+  fs.reserve(burst);
+  auto async_burst = [&] {
+    fs.clear();
+    for (long i = 0; i < burst; i++)
+      fs.push_back(ccxx::async<&Echo::g>(p, i));
+    for (long i = 0; i < burst; i++)
+      bad += fs[i].get() != i + 1;
+  };
+  // The warm-up: the same whatever the path, so it cancels out.
+  for (int i = 0; i < 200; i++) {
+    bad += p.call<&Echo::f>(i) != i + 1;
+    bad += raw_call(p.gp(), &me, i) != i + 1;
+  }
+  raw_burst(p.gp(), &me, burst);
+  async_burst();
+  if (path == "raw") {
+    for (long i = 0; i < n; i++)
+      bad += raw_call(p.gp(), &me, static_cast<int>(i)) != i + 1;
+  } else if (path == "call") {
+    for (long i = 0; i < n; i++)
+      bad += p.call<&Echo::f>(static_cast<int>(i)) != i + 1;
+  } else if (path == "rawburst") {
+    for (long k = 0; k < n / burst; k++)
+      raw_burst(p.gp(), &me, burst);
+  } else if (path == "async") {
+    for (long k = 0; k < n / burst; k++)
+      async_burst();
+  } else {
+    fprintf(stderr, "bench: --profile raw|call|rawburst|async N\n");
+    bad = -1;
+  }
+  nx_gp_release(&me);
+  ccxx::destroy(p);
+  if (bad > 0)
+    fprintf(stderr, "bench: %d wrong answers\n", bad);
+  return bad != 0;
 }
 
 // ------------------------------------------------------------ parfor
@@ -306,8 +369,8 @@ static void bench_create() {
 // ------------------------------------------------------------ driver
 
 static int one(int argc, char **argv) {
-  // argv: --one MODULE
-  std::string m = argv[2];
+  // argv: --one MODULE, or --profile PATH N
+  std::string m = strcmp(argv[1], "--profile") == 0 ? argv[1] : argv[2];
   nx_mutex_init(&raw.m);
   nx_cond_init(&raw.c);
   nx_mutex_init(&counted.m);
@@ -317,6 +380,8 @@ static int one(int argc, char **argv) {
       nx_handler_register(nx_context_self(), "bench.count", on_count,
                           NX_HANDLER_NONTHREADED, nullptr) < 0)
     return 1;
+  if (m == "--profile")
+    return profile(argv[2], argc > 3 ? atol(argv[3]) : 0);
   if (m == "here") {
     int r = bench_calls("ccxx::here (local)", ccxx::here);
     bench_parfor();
@@ -350,7 +415,8 @@ static int run_child(const char *self, const std::string &module) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--ccxx-serve") == 0)
     return ccxx::start(argc, argv, [](int, char **) { return 0; });
-  if (argc > 2 && strcmp(argv[1], "--one") == 0)
+  if (argc > 2 &&
+      (strcmp(argv[1], "--one") == 0 || strcmp(argv[1], "--profile") == 0))
     return ccxx::start(argc, argv, one);
   std::vector<std::string> modules = {"here"};
   if (argc > 1)

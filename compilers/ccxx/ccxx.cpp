@@ -22,6 +22,7 @@ namespace ccxx {
 static const char SERVE_FLAG[] = "--ccxx-serve";
 static const char OP_HANDLER[] = "ccxx.op";
 static const char REPLY_HANDLER[] = "ccxx.reply";
+static const char FAIL_HANDLER[] = "ccxx.fail";
 
 remote_error::remote_error(const std::string &object, const std::string &cause,
                            int code)
@@ -57,24 +58,58 @@ struct op_entry {
   std::string name;
 };
 
-// Filled by static initialisers (before main, in every process of the
-// executable), read-only afterwards.
-static std::unordered_map<uint32_t, op_entry> &ops() {
-  static std::unordered_map<uint32_t, op_entry> table;
+// The operations by id. Filled by static initialisers (before main, in
+// every process of the executable), read-only afterwards.
+struct op_table {
+  std::unordered_map<uint32_t, op_entry> by_id;
+  // What a request looks up: open addressing on the id (a hash already) in
+  // a power of two of places, at least twice the operations; no division,
+  // no node to follow.
+  std::vector<std::pair<uint32_t, const op_entry *>> index =
+      std::vector<std::pair<uint32_t, const op_entry *>>(16);
+
+  void index_add(uint32_t id, const op_entry *e) {
+    std::size_t mask = index.size() - 1;
+    std::size_t i = id & mask;
+    while (index[i].second != nullptr && index[i].first != id)
+      i = (i + 1) & mask;
+    index[i] = {id, e};
+  }
+  const op_entry *find(uint32_t id) const {
+    std::size_t mask = index.size() - 1;
+    for (std::size_t i = id & mask; index[i].second != nullptr;
+         i = (i + 1) & mask)
+      if (index[i].first == id)
+        return index[i].second;
+    return nullptr;
+  }
+};
+
+static op_table &ops() {
+  static op_table table;
   return table;
 }
 
 uint32_t op_register(const char *name, op_fn fn, bool reply) {
   uint32_t id = nx_handler_id(name);
-  auto it = ops().find(id);
-  if (it != ops().end() && it->second.name != name) {
+  op_table &t = ops();
+  auto it = t.by_id.find(id);
+  if (it != t.by_id.end() && it->second.name != name) {
     // Two operations would share a wire id: refuse to run rather than call
     // the wrong one.
     fprintf(stderr, "ccxx: operations '%s' and '%s' hash to the same id\n",
             name, it->second.name.c_str());
     abort();
   }
-  ops()[id] = op_entry{fn, reply, name};
+  op_entry &e = t.by_id[id];
+  e = op_entry{fn, reply, name};
+  if (2 * t.by_id.size() > t.index.size()) {
+    t.index.assign(2 * t.index.size(), {0, nullptr});
+    for (auto &kv : t.by_id)
+      t.index_add(kv.first, &kv.second);
+  } else {
+    t.index_add(id, &e);
+  }
   return id;
 }
 
@@ -107,45 +142,53 @@ std::string type_name(const std::type_info &t) {
 struct state_lock {
   nx_mutex_t m;
   nx_cond_t c;
+  state_lock() {
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+  }
 };
 static const std::size_t STATE_LOCKS = 64;
+// Used only once the runtime runs, after every static initialiser.
+static state_lock state_locks[STATE_LOCKS];
 
 static state_lock &lock_of(const void *state) {
-  static state_lock *locks = [] {
-    static state_lock l[STATE_LOCKS];
-    for (state_lock &x : l) {
-      nx_mutex_init(&x.m);
-      nx_cond_init(&x.c);
-    }
-    return l;
-  }();
   auto a = reinterpret_cast<std::uintptr_t>(state);
-  return locks[(a >> 6) % STATE_LOCKS];
+  return state_locks[(a >> 6) % STATE_LOCKS];
 }
 
 // A synchronous caller waiting for its reply (on its stack), on
-// lock_of(itself).
+// lock_of(itself). Whoever takes its slot out of the table (the reply
+// handlers, fail_calls, the caller itself when the send fails) fills it and
+// wakes it.
 struct pending_call {
   bool done = false;
-  int status = 0;
-  std::string cause;
+  int status = 0; // 0, or the failure's NX_E* code (-1: the method threw)
   // The result reader, run by the reply handler (the caller waits, so what
-  // it writes to is alive); the kind and what() of a standard exception
-  // the method threw.
-  const std::function<void(stream &)> *unpack = nullptr;
-  uint8_t kind = 0; // std_kind, K_NONE
+  // it writes to is alive).
+  stream_fn unpack;
+  // A failure's cause, and the kind (std_kind) and what() of a standard
+  // exception the method threw.
+  std::string cause;
+  uint8_t kind = 0;
   std::string thrown;
 };
 
 // The calls waiting for replies, in a table of slots that a call's token
-// names: the low 32 bits are the slot's index, the high 32 bits its
-// generation, bumped whenever the slot is freed, so a late reply for a call
-// that already ended (failed, or its slot reused) finds nothing. A slot
-// holds a waiting caller or an asynchronous call's future state. No
-// allocation per call (the table grows to the most calls outstanding at
-// once), no hashing.
+// names. A token travels as the address of the gp the reply goes to, so a
+// reply handler receives it as its `address` argument: it costs the request
+// and the reply no put or get of their own. Its low INDEX_BITS bits are the
+// slot's index, the bits above them its generation, bumped whenever the
+// slot is freed, so a late reply for a call that already ended (failed, or
+// its slot reused) finds nothing. A slot holds a waiting caller or an
+// asynchronous call's future state. No allocation per call (the table grows
+// to the most calls outstanding at once), no hashing.
+static const unsigned INDEX_BITS = sizeof(std::uintptr_t) >= 8 ? 32 : 20;
+static const std::uintptr_t INDEX_MASK = (std::uintptr_t(1) << INDEX_BITS) - 1;
+static const uint32_t GEN_MASK =
+    sizeof(std::uintptr_t) >= 8 ? 0xffffffffu : 0xfffu;
+
 struct pending_slot {
-  uint32_t gen = 1;
+  uint32_t gen = 1;       // never 0: no token is 0
   uint32_t next_free = 0; // free list: index + 1, 0 ends it
   uint64_t context = 0;   // the target's context, for fail_calls
   pending_call *sync = nullptr;
@@ -181,15 +224,20 @@ static std::vector<pending_slot> slots;
 static uint32_t free_slots = 0; // index + 1 of the first free slot, or 0
 static const nx_handler_id_t op_handler_id = nx_handler_id(OP_HANDLER);
 static const nx_handler_id_t reply_handler_id = nx_handler_id(REPLY_HANDLER);
+static const nx_handler_id_t fail_handler_id = nx_handler_id(FAIL_HANDLER);
 
-static uint64_t pending_add(uint64_t context, pending_call *sync,
-                            std::shared_ptr<future_base> async) {
+// Puts a call in the table; returns its token, or 0 when the table is full
+// (INDEX_MASK + 1 calls outstanding).
+static std::uintptr_t pending_add(uint64_t context, pending_call *sync,
+                                  std::shared_ptr<future_base> &&async) {
   std::lock_guard<table_lock> g(pending_mu);
   uint32_t i;
   if (free_slots != 0) {
     i = free_slots - 1;
     free_slots = slots[i].next_free;
   } else {
+    if (slots.size() > INDEX_MASK)
+      return 0;
     i = static_cast<uint32_t>(slots.size());
     slots.emplace_back();
   }
@@ -197,7 +245,7 @@ static uint64_t pending_add(uint64_t context, pending_call *sync,
   s.context = context;
   s.sync = sync;
   s.async = std::move(async);
-  return (static_cast<uint64_t>(s.gen) << 32) | i;
+  return static_cast<std::uintptr_t>(s.gen) << INDEX_BITS | i;
 }
 
 // Under pending_mu: empties slot i and returns what it held.
@@ -207,8 +255,9 @@ static pending_entry slot_take(uint32_t i) {
   e.sync = s.sync;
   e.async = std::move(s.async);
   s.sync = nullptr;
-  s.async = nullptr;
-  s.gen++;
+  s.gen = (s.gen + 1) & GEN_MASK;
+  if (s.gen == 0)
+    s.gen = 1;
   s.next_free = free_slots;
   free_slots = i + 1;
   return e;
@@ -216,28 +265,35 @@ static pending_entry slot_take(uint32_t i) {
 
 // The call `token` names, taken out of the table; empty when it already
 // ended (or the token is not one of ours: it came off the wire).
-static pending_entry pending_take(uint64_t token) {
-  uint32_t i = static_cast<uint32_t>(token);
+static pending_entry pending_take(std::uintptr_t token) {
+  auto i = static_cast<uint32_t>(token & INDEX_MASK);
   std::lock_guard<table_lock> g(pending_mu);
-  if (i >= slots.size() || slots[i].gen != token >> 32 || !slots[i].used())
+  if (i >= slots.size() || slots[i].gen != token >> INDEX_BITS ||
+      !slots[i].used())
     return pending_entry();
   return slot_take(i);
 }
 
-static void finish(pending_entry &p, int status, const std::string &cause,
-                   nx_buffer_t *reply) {
-  if (p.async) {
-    p.async->deliver(status, cause, reply);
-    return;
-  }
-  pending_call *c = p.sync;
+// Wakes a synchronous caller whose pending_call is filled in.
+static void wake(pending_call *c) {
   state_lock &l = lock_of(c);
   nx_mutex_lock(&l.m);
   c->done = true;
-  c->status = status;
-  c->cause = cause;
   nx_cond_broadcast(&l.c);
   nx_mutex_unlock(&l.m);
+}
+
+// Ends a call that failed before or without a reply: remote_error(object,
+// cause, status) for its caller or its future.
+static void fail(pending_entry &p, int status, const std::string &cause) {
+  if (p.async) {
+    p.async->complete(std::make_exception_ptr(remote_error(
+        object_name(*p.async->type, p.async->context), cause, status)));
+    return;
+  }
+  p.sync->status = status;
+  p.sync->cause = cause;
+  wake(p.sync);
 }
 
 // Fails every call to `context` (or, when `whole_process`, to any context
@@ -259,7 +315,7 @@ static void fail_calls(uint64_t context, bool whole_process, int err) {
                         ? "the object's process died"
                         : "the object's context no longer exists";
   for (pending_entry &p : hit)
-    finish(p, err, why, nullptr);
+    fail(p, err, why);
 }
 
 // The runtime drops an RSR or finds a peer dead: wake whoever waits for it.
@@ -272,42 +328,6 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *) {
     fail_calls(context, true, err);
   else if (err == NX_ENOCONTEXT && handler == op_handler_id)
     fail_calls(context, false, err);
-}
-
-void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
-                  std::string &what);
-
-// "ccxx.reply" (non-threaded): reads the reply for its caller (status, then
-// the result or the failure) and wakes it; an asynchronous call's
-// completion gets the buffer.
-static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
-  static const std::string none;
-  uint64_t token;
-  if (nx_get_uint64(buf, &token) < 0)
-    return;
-  pending_entry e = pending_take(token);
-  if (!e)
-    return;
-  if (e.async) {
-    finish(e, 0, none, buf);
-    return;
-  }
-  pending_call *p = e.sync;
-  stream s(buf);
-  int status = 0;
-  std::string cause;
-  try {
-    s >> status;
-    if (status != 0)
-      read_failure(s, status, cause, p->kind, p->thrown);
-    else if (p->unpack != nullptr && *p->unpack)
-      (*p->unpack)(s);
-  } catch (const stream::error &e) {
-    status = e.code;
-    cause = e.what();
-    p->kind = 0;
-  }
-  finish(e, status, cause, nullptr);
 }
 
 // The standard exceptions that reach the caller with their type and what()
@@ -351,8 +371,11 @@ static uint8_t std_kind_of(const std::exception &e) {
   return K_NONE;
 }
 
-void raise(const std::string &object, int status, const std::string &cause,
-           uint8_t kind, const std::string &what) {
+// Throws what a failed call's reply says: one of the standard exceptions
+// of kind `kind` with `what`, else remote_error(object, cause, status).
+[[noreturn]] static void raise(const std::string &object, int status,
+                               const std::string &cause, uint8_t kind,
+                               const std::string &what) {
   switch (kind) {
   case K_LOGIC: throw std::logic_error(what);
   case K_INVALID_ARGUMENT: throw std::invalid_argument(what);
@@ -368,26 +391,81 @@ void raise(const std::string &object, int status, const std::string &cause,
   }
 }
 
-void read_failure(stream &s, int status, std::string &cause, uint8_t &kind,
-                  std::string &what) {
-  s >> cause;
-  if (status == -1)
-    s >> kind >> what;
+// "ccxx.reply" (non-threaded), to the token as its address: the call
+// succeeded and the buffer holds its result, which the caller's unpack
+// reads here (then it is woken) or an asynchronous call's state reads.
+static void on_reply(nx_context_t *, void *address, nx_buffer_t *buf) {
+  pending_entry e = pending_take(reinterpret_cast<std::uintptr_t>(address));
+  if (!e)
+    return;
+  if (e.async) {
+    e.async->deliver(buf);
+    return;
+  }
+  pending_call *p = e.sync;
+  if (p->unpack) {
+    stream s(buf);
+    try {
+      p->unpack(s);
+    } catch (const stream::error &x) {
+      p->status = x.code;
+      p->cause = x.what();
+    }
+  }
+  wake(p);
 }
 
-// Replies carry: token, status (0 or an error), when status != 0 the cause
-// and, for an exception in the method (-1), its kind (std_kind) and what();
-// then the result.
-static void send_error_reply(const nx_gp_t *to, uint64_t token, int status,
-                             const std::string &cause, uint8_t kind,
-                             const std::string &what) {
+// "ccxx.fail" (non-threaded), to the token as its address: the call
+// failed. It carries the status (an NX_E* code, or -1 when the method
+// threw), the cause and, for -1, the kind (std_kind) and what() of the
+// exception.
+static void on_fail(nx_context_t *, void *address, nx_buffer_t *buf) {
+  pending_entry e = pending_take(reinterpret_cast<std::uintptr_t>(address));
+  if (!e)
+    return;
+  stream s(buf);
+  int status = 0;
+  uint8_t kind = K_NONE;
+  std::string cause, what;
+  try {
+    s >> status >> cause;
+    if (status == 0)
+      throw stream::error(NX_EPROTO); // a failure must say what failed
+    if (status == -1)
+      s >> kind >> what;
+  } catch (const stream::error &x) {
+    status = x.code;
+    cause = x.what();
+    kind = K_NONE;
+  }
+  if (e.async) {
+    future_base &st = *e.async;
+    try {
+      raise(object_name(*st.type, st.context), status, cause, kind, what);
+    } catch (...) {
+      st.complete(std::current_exception());
+    }
+    return;
+  }
+  pending_call *p = e.sync;
+  p->status = status;
+  p->cause = std::move(cause);
+  p->kind = kind;
+  p->thrown = std::move(what);
+  wake(p);
+}
+
+// Sends a failure to the caller's reply gp (see on_fail).
+static void send_failure(const nx_gp_t *to, int status,
+                         const std::string &cause, uint8_t kind,
+                         const std::string &what) {
   nx_buffer_t *out;
-  if (nx_rsr_init_name(&out, to, REPLY_HANDLER,
-                       64 + cause.size() + what.size()) < 0)
+  if (nx_rsr_init(&out, to, fail_handler_id, 64 + cause.size() + what.size()) <
+      0)
     return;
   stream s(out);
   try {
-    s << token << status << cause;
+    s << status << cause;
     if (status == -1)
       s << kind << what;
   } catch (const stream::error &) {
@@ -397,23 +475,26 @@ static void send_error_reply(const nx_gp_t *to, uint64_t token, int status,
   nx_rsr_send(out);
 }
 
-// "ccxx.op" (threaded): runs one operation on the object at `address`.
+// "ccxx.op" (threaded): runs one operation on the object at `address`. The
+// request carries the op's id, the gp the reply goes to (null for a one-way
+// call; its address is the caller's token), then the arguments. A reply to
+// "ccxx.reply" carries the result alone; a failure goes to "ccxx.fail".
 static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   uint32_t id;
-  uint64_t token;
   nx_gp_t reply_to = NX_GP_NULL;
-  if (nx_get_uint32(buf, &id) < 0 || nx_get_uint64(buf, &token) < 0 ||
-      nx_get_gp(buf, &reply_to) < 0)
+  if (nx_get_uint32(buf, &id) < 0 || nx_get_gp(buf, &reply_to) < 0)
     return;
-  bool want_reply = !nx_gp_is_null(&reply_to);
-  auto &table = ops();
-  auto it = table.find(id);
-  if (it == table.end()) {
+  bool want_reply = nx_gp_context(&reply_to) != 0; // else one-way
+  const op_entry *op = ops().find(id);
+  if (op == nullptr || (op->reply && !want_reply)) {
     if (want_reply)
-      send_error_reply(&reply_to, token, NX_ENOHANDLER,
-                       "the object's process does not know this operation "
-                       "(another executable?)",
-                       K_NONE, "");
+      send_failure(&reply_to, NX_ENOHANDLER,
+                   "the object's process does not know this operation "
+                   "(another executable?)",
+                   K_NONE, "");
+    else if (op != nullptr)
+      fprintf(stderr, "ccxx: refused a one-way request of an operation "
+                      "with a result\n");
     nx_gp_release(&reply_to);
     return;
   }
@@ -429,10 +510,9 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
   try {
     if (out != nullptr) {
       stream s(out);
-      s << token << 0;
-      it->second.fn(address, in, &s);
+      op->fn(address, in, &s);
     } else {
-      it->second.fn(address, in, nullptr);
+      op->fn(address, in, nullptr);
     }
   } catch (const stream::error &e) {
     status = e.code;
@@ -452,7 +532,7 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     if (out != nullptr)
       nx_buffer_release(out);
     if (want_reply)
-      send_error_reply(&reply_to, token, status, cause, kind, what);
+      send_failure(&reply_to, status, cause, kind, what);
     else if (status != 0)
       fprintf(stderr, "ccxx: one-way call failed: %s\n", cause.c_str());
   }
@@ -465,15 +545,17 @@ static int register_handlers(nx_context_t *ctx) {
   if (r == 0)
     r = nx_handler_register(ctx, REPLY_HANDLER, on_reply,
                             NX_HANDLER_NONTHREADED, nullptr);
+  if (r == 0)
+    r = nx_handler_register(ctx, FAIL_HANDLER, on_fail, NX_HANDLER_NONTHREADED,
+                            nullptr);
   return r;
 }
 
-// The request of op `id` to `target`: the op id, the token, the gp the reply
-// goes to (null for a one-way call), then the arguments. Returns 0, or an
-// error and its cause.
-static int make_request(const nx_gp_t *target, uint32_t id, uint64_t token,
-                        bool reply, const std::function<void(stream &)> &pack,
-                        nx_buffer_t **out, std::string &cause) {
+// The request of op `id` to `target` (see on_op); `token` 0 makes it
+// one-way. Returns 0, or an error and its cause.
+static int make_request(const nx_gp_t *target, uint32_t id,
+                        std::uintptr_t token, stream_fn pack, nx_buffer_t **out,
+                        std::string &cause) {
   nx_buffer_t *buf;
   int r = nx_rsr_init(&buf, target, op_handler_id, 64);
   if (r < 0) {
@@ -481,14 +563,15 @@ static int make_request(const nx_gp_t *target, uint32_t id, uint64_t token,
     return r;
   }
   nx_gp_t me = NX_GP_NULL;
-  if (reply && (r = nx_gp_make(nullptr, &me)) < 0) {
+  if (token != 0 &&
+      (r = nx_gp_make(reinterpret_cast<void *>(token), &me)) < 0) {
     nx_buffer_release(buf);
     cause = nx_strerror(r);
     return r;
   }
   try {
     stream s(buf);
-    s << id << token;
+    s << id;
     stream::check(nx_put_gp(buf, &me));
     if (pack)
       pack(s);
@@ -503,102 +586,74 @@ static int make_request(const nx_gp_t *target, uint32_t id, uint64_t token,
   return 0;
 }
 
-void op_call(const nx_gp_t *target, uint32_t id, bool reply,
-             const std::function<void(stream &)> &pack,
-             const std::function<void(stream &)> &unpack,
-             const std::type_info &type) {
+static const char TOO_MANY[] = "too many calls outstanding";
+
+void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
+             stream_fn unpack, const std::type_info &type) {
   // The object's name is built only for an error.
   auto what = [&type, target] { return object_name(type, target); };
-  if (nx_gp_is_null(target))
+  uint64_t context = nx_gp_context(target); // 0: a null gp
+  if (context == 0)
     throw remote_error(what(), "null global pointer", NX_EINVAL);
   nx_buffer_t *buf;
   std::string cause;
   int r;
   if (!reply) {
-    if ((r = make_request(target, id, 0, false, pack, &buf, cause)) < 0 ||
+    if ((r = make_request(target, id, 0, pack, &buf, cause)) < 0 ||
         (r = nx_rsr_send(buf)) < 0)
       throw remote_error(what(), cause.empty() ? nx_strerror(r) : cause, r);
     return;
   }
   pending_call p;
-  p.unpack = &unpack;
-  uint64_t token = pending_add(nx_gp_context(target), &p, nullptr);
-  r = make_request(target, id, token, true, pack, &buf, cause);
+  p.unpack = unpack;
+  std::uintptr_t token = pending_add(context, &p, nullptr);
+  if (token == 0)
+    throw remote_error(what(), TOO_MANY, NX_ENOMEM);
+  r = make_request(target, id, token, pack, &buf, cause);
   if (r == 0 && (r = nx_rsr_send(buf)) < 0)
     cause = nx_strerror(r);
   if (r < 0) {
     // Failed before the request left: unless fail_calls took it meanwhile
-    // (and finishes it), it fails here.
+    // (and fails it), it fails here.
     pending_entry e = pending_take(token);
     if (e)
-      finish(e, r, cause, nullptr);
+      fail(e, r, cause);
   }
   state_lock &l = lock_of(&p);
   nx_mutex_lock(&l.m);
   while (!p.done)
     nx_cond_wait(&l.c, &l.m);
   nx_mutex_unlock(&l.m);
-  // The reply handler read the result, or the failure.
+  // A reply handler read the result, or the failure.
   if (p.status != 0)
     raise(what(), p.status, p.cause, p.kind, p.thrown);
 }
 
-void op_async(const nx_gp_t *target, uint32_t id,
-              const std::function<void(stream &)> &pack,
+void op_async(const nx_gp_t *target, uint32_t id, stream_fn pack,
               std::shared_ptr<future_base> state) {
-  if (nx_gp_is_null(target)) {
-    state->deliver(NX_EINVAL, "null global pointer", nullptr);
+  uint64_t context = nx_gp_context(target); // 0: a null gp
+  if (context == 0) {
+    state->complete(std::make_exception_ptr(
+        remote_error(object_name(*state->type, state->context),
+                     "null global pointer", NX_EINVAL)));
     return;
   }
-  uint64_t token =
-      pending_add(nx_gp_context(target), nullptr, std::move(state));
+  future_base *st = state.get();
+  std::uintptr_t token = pending_add(context, nullptr, std::move(state));
+  if (token == 0) {
+    st->complete(std::make_exception_ptr(remote_error(
+        object_name(*st->type, st->context), TOO_MANY, NX_ENOMEM)));
+    return;
+  }
   nx_buffer_t *buf;
   std::string cause;
-  int r = make_request(target, id, token, true, pack, &buf, cause);
+  int r = make_request(target, id, token, pack, &buf, cause);
   if (r == 0 && (r = nx_rsr_send(buf)) < 0)
     cause = nx_strerror(r);
   if (r < 0) {
     pending_entry e = pending_take(token);
     if (e)
-      finish(e, r, cause, nullptr);
-  }
-}
-
-std::exception_ptr reply_failed(const std::type_info &type, uint64_t context,
-                                int st, nx_buffer_t *reply) {
-  // The object's name is built only for an error.
-  auto object = [&type, context] { return object_name(type, context); };
-  try {
-    stream s(reply);
-    uint8_t kind = K_NONE;
-    std::string c, w;
-    try {
-      read_failure(s, st, c, kind, w);
-    } catch (const stream::error &e) {
-      throw remote_error(object(), e.what(), e.code);
-    }
-    raise(object(), st, c, kind, w);
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-std::exception_ptr reply_error(const std::type_info &type, uint64_t context,
-                               int status, const std::string &cause,
-                               nx_buffer_t *reply) {
-  try {
-    if (reply == nullptr)
-      throw remote_error(object_name(type, context), cause, status);
-    stream s(reply);
-    int st = 0;
-    try {
-      s >> st;
-    } catch (const stream::error &e) {
-      throw remote_error(object_name(type, context), e.what(), e.code);
-    }
-    return st == 0 ? nullptr : reply_failed(type, context, st, reply);
-  } catch (...) {
-    return std::current_exception();
+      fail(e, r, cause);
   }
 }
 
@@ -613,24 +668,43 @@ static const std::size_t STATE_STEP = 64, STATE_CLASSES = 8,
 struct state_block {
   state_block *next;
 };
-// Set when the thread's cache is gone: a state freed later in the thread's
-// exit (by another thread_local's destructor, or at exit by a static's,
-// such as the table of pending calls) goes straight to operator delete.
-static thread_local bool states_gone = false;
+// Plain data with a constant initialiser, in the initial-exec TLS model:
+// reaching it is one load, where a thread_local with a destructor costs a
+// call to __tls_get_addr and a guard per access. (Initial-exec takes these
+// hundred bytes from the static TLS block, whose reserve holds them also
+// when a program loads libccxx with dlopen.)
 struct state_cache {
-  state_block *head[STATE_CLASSES] = {};
-  std::size_t count[STATE_CLASSES] = {};
-  ~state_cache() {
-    states_gone = true;
+  state_block *head[STATE_CLASSES];
+  uint32_t count[STATE_CLASSES];
+  bool owned; // a state_cache_owner empties it at the thread's exit
+  // Emptied at the thread's exit: a state freed later in the exit (by
+  // another thread_local's destructor, or at exit by a static's, such as
+  // the table of pending calls) goes straight to operator delete.
+  bool gone;
+};
+static thread_local state_cache states
+    __attribute__((tls_model("initial-exec"))) = {};
+
+struct state_cache_owner {
+  ~state_cache_owner() {
+    state_cache &sc = states;
+    sc.gone = true;
     for (std::size_t c = 0; c < STATE_CLASSES; c++)
-      while (head[c] != nullptr) {
-        state_block *b = head[c];
-        head[c] = b->next;
+      while (sc.head[c] != nullptr) {
+        state_block *b = sc.head[c];
+        sc.head[c] = b->next;
         ::operator delete(b);
       }
   }
 };
-static thread_local state_cache states;
+
+// The first block a thread keeps makes its owner (whose destructor runs at
+// the thread's exit).
+static void own_states() {
+  static thread_local state_cache_owner owner;
+  (void)owner;
+  states.owned = true;
+}
 
 static std::size_t state_class(std::size_t bytes) {
   return (bytes + STATE_STEP - 1) / STATE_STEP - 1;
@@ -640,13 +714,11 @@ void *state_alloc(std::size_t bytes) {
   std::size_t c = state_class(bytes);
   if (bytes == 0 || c >= STATE_CLASSES)
     return ::operator new(bytes);
-  if (!states_gone) {
-    state_cache &sc = states;
-    if (state_block *b = sc.head[c]) {
-      sc.head[c] = b->next;
-      sc.count[c]--;
-      return b;
-    }
+  state_cache &sc = states;
+  if (state_block *b = sc.head[c]) {
+    sc.head[c] = b->next;
+    sc.count[c]--;
+    return b;
   }
   // The whole class's size: the block may join any thread's cache.
   return ::operator new((c + 1) * STATE_STEP);
@@ -654,15 +726,14 @@ void *state_alloc(std::size_t bytes) {
 
 void state_free(void *p, std::size_t bytes) noexcept {
   std::size_t c = state_class(bytes);
-  if (bytes == 0 || c >= STATE_CLASSES || states_gone) {
-    ::operator delete(p);
-    return;
-  }
   state_cache &sc = states;
-  if (sc.count[c] >= STATE_CACHE_MAX) {
+  if (bytes == 0 || c >= STATE_CLASSES || sc.gone ||
+      sc.count[c] >= STATE_CACHE_MAX) {
     ::operator delete(p);
     return;
   }
+  if (!sc.owned)
+    own_states();
   auto *b = static_cast<state_block *>(p);
   b->next = sc.head[c];
   sc.head[c] = b;
@@ -694,10 +765,7 @@ void future_base::wait() {
   nx_mutex_unlock(&l.m);
 }
 
-void future_base::deliver(int status, const std::string &cause,
-                          nx_buffer_t *reply) {
-  complete(reply_error(*type, context, status, cause, reply));
-}
+void future_base::deliver(nx_buffer_t *) { complete(nullptr); }
 
 void future_base::complete(std::exception_ptr error) {
   error_ = std::move(error);
@@ -772,8 +840,7 @@ static std::string self_exe() {
   return path;
 }
 
-nx_gp_t place_process(const std::string &spec, uint32_t ctor,
-                      const std::function<void(stream &)> &pack,
+nx_gp_t place_process(const std::string &spec, uint32_t ctor, stream_fn pack,
                       const std::type_info &type) {
   nx_node_t node;
   int r = nx_nodes_acquire(spec.c_str(), 1, &node);

@@ -367,6 +367,20 @@ static int run(int argc, char **argv) {
   }
   CHECK(threw);
 
+  // A request off the wire that wants no reply for an operation with a
+  // result is refused: the object's process lives on (the method wrote its
+  // result through a null reply stream before).
+  {
+    nx_buffer_t *b;
+    nx_gp_t none = NX_GP_NULL;
+    CHECK(nx_rsr_init_name(&b, c.gp(), "ccxx.op", 64) == 0);
+    CHECK(nx_put_uint32(b, ccxx::detail::method_op<&Counter::value>::id) == 0);
+    CHECK(nx_put_gp(b, &none) == 0);
+    CHECK(nx_rsr_send(b) == 0);
+    for (int i = 0; i < 3; i++)
+      CHECK(c.call<&Counter::value>() == 56);
+  }
+
   CHECK(ccxx::destroy(c) == 0);
   CHECK(!c);
 

@@ -372,41 +372,45 @@ using op_fn = void (*)(void *address, stream &in, stream *out);
 // overloads differ); every process of the executable computes the same id.
 CCXX_API uint32_t op_register(const char *name, op_fn fn, bool reply);
 
+// A reference to a callable that packs into or unpacks from a stream:
+// what a call's pack and unpack are, valid while the call runs. Calling it
+// is one indirect call; std::function would add its manager's calls.
+class stream_fn {
+public:
+  stream_fn() = default;
+  stream_fn(std::nullptr_t) {}
+  template <class F, class D = std::remove_cv_t<std::remove_reference_t<F>>,
+            std::enable_if_t<!std::is_same_v<D, stream_fn> &&
+                                 !std::is_same_v<D, std::nullptr_t>,
+                             int> = 0>
+  stream_fn(F &&f)
+      : obj_(const_cast<void *>(static_cast<const void *>(&f))),
+        call_([](void *o, stream &s) {
+          (*static_cast<std::remove_reference_t<F> *>(o))(s);
+        }) {}
+  explicit operator bool() const { return call_ != nullptr; }
+  void operator()(stream &s) const { call_(obj_, s); }
+
+private:
+  void *obj_ = nullptr;
+  void (*call_)(void *, stream &) = nullptr;
+};
+
 // Sends op `id` to `target` with the arguments packed by `pack`; unless
 // `reply` is false, waits for the answer and lets `unpack` read it. Throws
 // remote_error, naming the object as object_name(type, target).
 CCXX_API void op_call(const nx_gp_t *target, uint32_t id, bool reply,
-                      const std::function<void(stream &)> &pack,
-                      const std::function<void(stream &)> &unpack,
+                      stream_fn pack, stream_fn unpack,
                       const std::type_info &type);
 
-// Throws what a failed call's reply says: one of the standard exceptions
-// of kind `kind` with `what`, else remote_error(object, cause, status).
-[[noreturn]] CCXX_API void raise(const std::string &object, int status,
-                                 const std::string &cause, uint8_t kind,
-                                 const std::string &what);
-// Reads a failed reply's cause (and, for status -1, kind and what).
-CCXX_API void read_failure(stream &s, int status, std::string &cause,
-                           uint8_t &kind, std::string &what);
-
 class future_base;
-// Sends op `id` to `target` with a reply and returns at once; the reply or
-// a failure goes to state->deliver (in the runtime's reply handler, or here
-// when the send fails). The runtime holds `state` until then, so the call
-// costs no allocation beyond the state itself.
-CCXX_API void op_async(const nx_gp_t *target, uint32_t id,
-                       const std::function<void(stream &)> &pack,
+// Sends op `id` to `target` with a reply and returns at once; a reply that
+// says the call succeeded goes to state->deliver, a failure completes the
+// state with its exception (in the runtime's reply handlers, or here when
+// the send fails). The runtime holds `state` until then, so the call costs
+// no allocation beyond the state itself.
+CCXX_API void op_async(const nx_gp_t *target, uint32_t id, stream_fn pack,
                        std::shared_ptr<future_base> state);
-// The exception a completion means (NULL when the reply says the call
-// succeeded; the reply's stream is then at the result).
-// The same for a reply whose status `st` (not 0) was read already.
-CCXX_API std::exception_ptr reply_failed(const std::type_info &type,
-                                         uint64_t context, int st,
-                                         nx_buffer_t *reply);
-CCXX_API std::exception_ptr reply_error(const std::type_info &type,
-                                        uint64_t context, int status,
-                                        const std::string &cause,
-                                        nx_buffer_t *reply);
 
 // The readable name of a type (demangled).
 CCXX_API std::string type_name(const std::type_info &t);
@@ -579,8 +583,7 @@ template <class T> struct put_op {
 // or the op `ctor` is sent to a new process context. Returns the object's gp.
 CCXX_API nx_gp_t place_local(const std::function<void *()> &make);
 CCXX_API nx_gp_t place_process(const std::string &spec, uint32_t ctor,
-                               const std::function<void(stream &)> &pack,
-                               const std::type_info &type);
+                               stream_fn pack, const std::type_info &type);
 CCXX_API int destroy_context(nx_gp_t *gp, uint32_t del,
                              const std::type_info &type);
 
@@ -911,11 +914,10 @@ public:
   // Runs f when complete: now, in this thread, when it already is.
   void on_ready(std::function<void()> f);
   const std::exception_ptr &error() const { return error_; }
-  // An asynchronous call's completion: (0, "", reply) with the reply
-  // buffer, valid during the call and positioned after its token, or
-  // (error, cause, NULL). Reads the result (async_state) and completes.
-  virtual void deliver(int status, const std::string &cause,
-                       nx_buffer_t *reply);
+  // An asynchronous call's reply that says it succeeded, valid during the
+  // call and positioned at the result: reads the result (async_state) and
+  // completes. A failed call completes with its exception instead.
+  virtual void deliver(nx_buffer_t *reply);
   // The object an asynchronous call went to (its type and context), named
   // in an error.
   const std::type_info *type = nullptr;
@@ -961,26 +963,16 @@ template <class T> struct state_allocator {
 
 // The state of ccxx::async's future: it reads the result from the reply.
 template <class R> struct async_state : future_state<R> {
-  void deliver(int status, const std::string &cause,
-               nx_buffer_t *reply) override {
-    // The common case, a reply that says the call succeeded, is read here;
-    // reply_error makes the exception of anything else.
-    int st = 1;
+  void deliver(nx_buffer_t *reply) override {
     std::exception_ptr e;
-    if (status != 0 || reply == nullptr || nx_get_int32(reply, &st) != 0)
-      e = reply_error(*this->type, this->context, status, cause, reply);
-    else if (st != 0)
-      e = reply_failed(*this->type, this->context, st, reply);
-    if (!e) {
-      try {
-        stream s(reply);
-        R r{};
-        s >> r;
-        this->value.emplace(std::move(r));
-      } catch (const stream::error &x) {
-        e = std::make_exception_ptr(remote_error(
-            object_name(*this->type, this->context), x.what(), x.code));
-      }
+    try {
+      stream s(reply);
+      R r{};
+      s >> r;
+      this->value.emplace(std::move(r));
+    } catch (const stream::error &x) {
+      e = std::make_exception_ptr(remote_error(
+          object_name(*this->type, this->context), x.what(), x.code));
     }
     this->complete(e);
   }
@@ -1072,13 +1064,11 @@ future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
       detail::state_allocator<detail::async_state<R>>());
   st->type = &typeid(C);
   st->context = nx_gp_context(p.gp());
-  detail::op_async(
-      p.gp(), op::id,
-      [&args](stream &s) {
-        std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
-      },
-      st);
-  return future<R>(st);
+  auto pack = [&args](stream &s) {
+    std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
+  };
+  detail::op_async(p.gp(), op::id, pack, st);
+  return future<R>(std::move(st));
 }
 
 // A future that is ready when all of `fs` are, holding them (each then
