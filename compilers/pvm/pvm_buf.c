@@ -17,6 +17,10 @@ static const size_t kind_size[K_MAX] = {
 
 static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off);
 static struct seg *seg_add(struct pvmbuf *b);
+static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                            int stride, size_t esize);
+static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
+                              int stride, size_t esize);
 static int seg_reserve(struct pvmbuf *b, int n);
 static inline void copy_strided(void *dst, size_t dstride, const void *src,
                                 size_t sstride, size_t n, size_t esize);
@@ -202,13 +206,12 @@ static inline void copy_strided(void *dst, size_t dstride, const void *src,
 /* Appends `n` elements of `kind` (each `esize` bytes; complex values are
  * two) taken every `stride` elements from `p` to the active send buffer. */
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
-  return nxpvmi_pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride,
-                          esize);
+  return pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride, esize);
 }
 
 /* The same into buffer `b`. */
-int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
-                     int stride, size_t esize) {
+static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                            int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -262,13 +265,12 @@ int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
 /* Takes `n` elements of `kind` from the active receive buffer into `p`,
  * every `stride` elements, crossing packed runs as needed. */
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize) {
-  return nxpvmi_unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride,
-                            esize);
+  return unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride, esize);
 }
 
 /* The same from buffer `b`. */
-int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
-                       size_t esize) {
+static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
+                              int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -298,6 +300,18 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
     }
   }
   return PvmOk;
+}
+
+/* pack_into and unpack_from are inline so that the pvm_pk and pvm_upk
+ * calls, whose kind and item size are constants, get them folded in. */
+int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                     int stride, size_t esize) {
+  return pack_into(b, kind, p, n, stride, esize);
+}
+
+int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
+                       size_t esize) {
+  return unpack_from(b, kind, p, n, stride, esize);
 }
 
 /* A buffer on the wire is one byte array, the last value of its RSR:
@@ -625,11 +639,13 @@ int pvm_bufinfo(int bufid, int *bytes, int *msgtag, int *tid) {
 
 #define PK(name, ctype, kind)                                                  \
   int pvm_pk##name(ctype *xp, int nitem, int stride) {                         \
-    int rc = nxpvmi_pack(kind, xp, nitem, stride, sizeof(ctype));              \
+    int rc = pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, xp, nitem, stride,    \
+                       sizeof(ctype));                                         \
     return rc < 0 ? nxpvmi_err("pvm_pk" #name, rc) : rc;                       \
   }                                                                            \
   int pvm_upk##name(ctype *xp, int nitem, int stride) {                        \
-    int rc = nxpvmi_unpack(kind, xp, nitem, stride, sizeof(ctype));            \
+    int rc = unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, xp, nitem, stride,  \
+                         sizeof(ctype));                                       \
     return rc < 0 ? nxpvmi_err("pvm_upk" #name, rc) : rc;                      \
   }
 
