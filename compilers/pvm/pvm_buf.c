@@ -17,8 +17,13 @@ static const size_t kind_size[K_MAX] = {
 
 static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off);
 static struct seg *seg_add(struct pvmbuf *b);
-static void copy_strided(void *dst, size_t dstride, const void *src,
-                         size_t sstride, size_t n, size_t esize);
+static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                            int stride, size_t esize);
+static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
+                              int stride, size_t esize);
+static int seg_reserve(struct pvmbuf *b, int n);
+static inline void copy_strided(void *dst, size_t dstride, const void *src,
+                                size_t sstride, size_t n, size_t esize);
 
 /* Freed buffers kept for the next ones, with their arena and run table:
  * a message costs no malloc or free once the cache is warm (every send's
@@ -171,20 +176,24 @@ static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off) {
   return 0;
 }
 
+/* Room for `n` runs in all. */
+static int seg_reserve(struct pvmbuf *b, int n) {
+  struct seg *s = realloc(b->segs, (size_t)n * sizeof(*s));
+  if (s == NULL)
+    return PvmNoMem;
+  b->segs = s;
+  b->segcap = n;
+  return 0;
+}
+
 static struct seg *seg_add(struct pvmbuf *b) {
-  if (b->nseg == b->segcap) {
-    int cap = b->segcap ? 2 * b->segcap : 4;
-    struct seg *s = realloc(b->segs, (size_t)cap * sizeof(*s));
-    if (s == NULL)
-      return NULL;
-    b->segs = s;
-    b->segcap = cap;
-  }
+  if (b->nseg == b->segcap && seg_reserve(b, b->segcap ? 2 * b->segcap : 4) < 0)
+    return NULL;
   return &b->segs[b->nseg++];
 }
 
-static void copy_strided(void *dst, size_t dstride, const void *src,
-                         size_t sstride, size_t n, size_t esize) {
+static inline void copy_strided(void *dst, size_t dstride, const void *src,
+                                size_t sstride, size_t n, size_t esize) {
   if (dstride == 1 && sstride == 1) {
     memcpy(dst, src, n * esize);
     return;
@@ -197,13 +206,12 @@ static void copy_strided(void *dst, size_t dstride, const void *src,
 /* Appends `n` elements of `kind` (each `esize` bytes; complex values are
  * two) taken every `stride` elements from `p` to the active send buffer. */
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
-  return nxpvmi_pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride,
-                          esize);
+  return pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride, esize);
 }
 
 /* The same into buffer `b`. */
-int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
-                     int stride, size_t esize) {
+static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                            int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -226,7 +234,7 @@ int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
   size_t bytes = count * kind_size[kind];
   size_t off;
   if (last != NULL && kind != K_STR && last->kind == kind &&
-      last->ref == NULL &&
+      last->ref == NULL && last->count + count <= UINT32_MAX &&
       last->off + last->count * kind_size[kind] == b->len) {
     if (b->len + bytes > b->cap) {
       size_t cap = b->cap ? b->cap : 64;
@@ -257,13 +265,12 @@ int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
 /* Takes `n` elements of `kind` from the active receive buffer into `p`,
  * every `stride` elements, crossing packed runs as needed. */
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize) {
-  return nxpvmi_unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride,
-                            esize);
+  return unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride, esize);
 }
 
 /* The same from buffer `b`. */
-int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
-                       size_t esize) {
+static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
+                              int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -295,113 +302,213 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
   return PvmOk;
 }
 
-static int put_run(nx_buffer_t *o, int kind, const void *v, size_t n) {
-  switch (kind) {
-  case K_I8: return nx_put_int8_array(o, v, n);
-  case K_I16: return nx_put_int16_array(o, v, n);
-  case K_I32: return nx_put_int32_array(o, v, n);
-  case K_I64: return nx_put_int64_array(o, v, n);
-  case K_F32: return nx_put_float_array(o, v, n);
-  case K_F64: return nx_put_double_array(o, v, n);
-  case K_STR: return nx_put_char_array(o, v, n);
-  default: return NX_EINVAL;
-  }
+/* pack_into and unpack_from are inline so that the pvm_pk and pvm_upk
+ * calls, whose kind and item size are constants, get them folded in. */
+int nxpvmi_pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                     int stride, size_t esize) {
+  return pack_into(b, kind, p, n, stride, esize);
 }
 
-static int get_run(nx_buffer_t *in, int kind, void *v, size_t n) {
-  switch (kind) {
-  case K_I8: return nx_get_int8_array(in, v, n);
-  case K_I16: return nx_get_int16_array(in, v, n);
-  case K_I32: return nx_get_int32_array(in, v, n);
-  case K_I64: return nx_get_int64_array(in, v, n);
-  case K_F32: return nx_get_float_array(in, v, n);
-  case K_F64: return nx_get_double_array(in, v, n);
-  case K_STR: return nx_get_char_array(in, v, n);
-  default: return NX_EINVAL;
-  }
+int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
+                       size_t esize) {
+  return unpack_from(b, kind, p, n, stride, esize);
 }
 
-/* A buffer on the wire: its message context, the number of runs, then per
- * run its kind and
- * count in one u64 and the values as a typed nexus array, so the receiver
- * converts from the sender's format. In-place runs are read from the
- * program's memory now. */
-int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
-  int rc = nx_put_int32(o, b->ctx);
-  if (rc == 0)
-    rc = nx_put_uint32(o, (uint32_t)b->nseg);
-  for (int i = 0; rc == 0 && i < b->nseg; i++) {
-    const struct seg *s = &b->segs[i];
-    rc = nx_put_uint64(o, ((uint64_t)s->count << 8) | (uint64_t)s->kind);
-    if (rc < 0)
-      break;
-    if (s->ref == NULL) {
-      rc = put_run(o, s->kind, b->data + s->off, s->count);
-    } else if (s->stride == 1) {
-      rc = put_run(o, s->kind, s->ref, s->count);
-    } else {
-      /* An in-place strided run: gather its items now. */
-      size_t is = s->isize;
-      size_t items = s->count * kind_size[s->kind] / is;
-      char *tmp = malloc(items * is);
-      if (tmp == NULL)
-        return NX_ENOMEM;
-      for (size_t k = 0; k < items; k++)
-        memcpy(tmp + k * is, (const char *)s->ref + k * (size_t)s->stride * is,
-               is);
-      rc = put_run(o, s->kind, tmp, s->count);
-      free(tmp);
+/* A buffer on the wire is one byte array, the last value of its RSR:
+ *
+ *   u8 flags (F_SRC: a source tid follows; F_CTX: a message context)
+ *   varint tag, [varint src], [varint ctx], varint nseg
+ *   nseg times: u8 kind, varint count
+ *   the runs' values, one after the other, in the sender's byte order
+ *
+ * (varints: unsigned LEB128 of the 32-bit value). Byte arrays are never
+ * converted, so the receiver reverses the values itself when the RSR's
+ * format (nx_buffer_format) is not its own: receiver makes right, as with
+ * nexus's typed values. One array instead of a typed nexus value per
+ * field and run keeps an 8-byte message's RSR small enough for the
+ * modules' short-message paths (UCX's inline send) and costs one put and
+ * one get. A small array is the rest of the RSR (its length is what
+ * remains); a larger one is preceded by its length (u64) and put by
+ * reference from a block freed when nexus is done with it. Without
+ * F_SRC the source is the sending task (nx_buffer_source). */
+enum { F_SRC = 1, F_CTX = 2 };
+#define BLOB_INLINE 1024 /* larger arrays are put by reference */
+
+static size_t put_varint(uint8_t *p, uint32_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v) {
+  uint32_t x = 0;
+  for (int shift = 0; shift < 35; shift += 7) {
+    if (*p == end)
+      return -1;
+    uint8_t c = *(*p)++;
+    x |= (uint32_t)(c & 0x7f) << shift;
+    if ((c & 0x80) == 0) {
+      *v = x;
+      return 0;
     }
   }
+  return -1;
+}
+
+/* Copies `count` elements of `size` bytes, reversing each when `swap`. */
+static void copy_swapped(uint8_t *dst, const uint8_t *src, size_t size,
+                         size_t count, int swap) {
+  if (!swap || size == 1) {
+    memcpy(dst, src, size * count);
+    return;
+  }
+  for (size_t i = 0; i < count; i++, dst += size, src += size)
+    for (size_t k = 0; k < size; k++)
+      dst[k] = src[size - 1 - k];
+}
+
+static void blob_release(void *arg, const void *v, int status) {
+  (void)v;
+  (void)status;
+  free(arg);
+}
+
+/* The values of run `s` of `b` into `dst` (in-place runs read now). */
+static void run_values(uint8_t *dst, const struct pvmbuf *b,
+                       const struct seg *s, int swap) {
+  size_t ks = kind_size[s->kind];
+  if (s->ref == NULL) {
+    copy_swapped(dst, (const uint8_t *)b->data + s->off, ks, s->count, swap);
+  } else if (s->stride == 1) {
+    copy_swapped(dst, s->ref, ks, s->count, swap);
+  } else {
+    /* An in-place strided run: gather its items now. */
+    size_t is = s->isize, items = s->count * ks / is;
+    for (size_t k = 0; k < items; k++)
+      copy_swapped(dst + k * is,
+                   (const uint8_t *)s->ref + k * (size_t)s->stride * is, ks,
+                   is / ks, swap);
+  }
+}
+
+/* Puts buffer `b` as message (`src`, `tag`) into `o`, last. */
+int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
+                      int tag) {
+  int swap = nx_buffer_format(o) != nx_format_native();
+  int flags = (src != nxpvm.mytid ? F_SRC : 0) | (b->ctx != 0 ? F_CTX : 0);
+  size_t head = 1 + 5 * 4 + (size_t)b->nseg * 6, values = 0;
+  for (int i = 0; i < b->nseg; i++)
+    values += b->segs[i].count * kind_size[b->segs[i].kind];
+  uint8_t stack[BLOB_INLINE];
+  uint8_t *blob = stack;
+  if (head + values > sizeof(stack) && (blob = malloc(head + values)) == NULL)
+    return NX_ENOMEM;
+  size_t n = 0;
+  blob[n++] = (uint8_t)flags;
+  n += put_varint(blob + n, (uint32_t)tag);
+  if (flags & F_SRC)
+    n += put_varint(blob + n, (uint32_t)src);
+  if (flags & F_CTX)
+    n += put_varint(blob + n, (uint32_t)b->ctx);
+  n += put_varint(blob + n, (uint32_t)b->nseg);
+  for (int i = 0; i < b->nseg; i++) {
+    blob[n++] = (uint8_t)b->segs[i].kind;
+    n += put_varint(blob + n, (uint32_t)b->segs[i].count);
+  }
+  for (int i = 0; i < b->nseg; i++) {
+    run_values(blob + n, b, &b->segs[i], swap);
+    n += b->segs[i].count * kind_size[b->segs[i].kind];
+  }
+  if (blob == stack)
+    return nx_put_bytes(o, blob, n);
+  int rc = nx_put_uint64(o, n);
+  if (rc == 0)
+    rc = nx_put_bytes_ref(o, blob, n, blob_release, blob);
+  if (rc < 0)
+    free(blob);
   return rc;
 }
 
-/* The inverse: a received RSR's runs, converted, into a new buffer. A
- * malformed message is refused (NX_EPROTO), never trusted. */
+int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
+  return nxpvmi_encode_msg(o, b, 0, 0);
+}
+
+/* The inverse: the rest of `in` into a new buffer, its values converted
+ * to this machine's byte order. A malformed message is refused
+ * (NX_EPROTO), never trusted. */
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
-  uint32_t nseg;
-  int32_t ctx;
-  int rc = nx_get_int32(in, &ctx);
-  if (rc == 0)
-    rc = nx_get_uint32(in, &nseg);
+  uint64_t len;
+  if (nx_get_uint64(in, &len) < 0) {
+    size_t rest = nx_buffer_remaining(in);
+    if (rest < nx_sizeof_bytes(0))
+      return NX_EPROTO;
+    len = rest - nx_sizeof_bytes(0);
+  }
+  const void *v;
+  int rc = nx_get_bytes_ptr(in, &v, (size_t)len);
   if (rc < 0)
     return rc;
-  if ((size_t)nseg > nx_buffer_remaining(in))
+  const uint8_t *p = v, *end = p + len;
+  uint32_t tag, src = 0, ctx = 0, nseg;
+  if (p == end)
+    return NX_EPROTO;
+  int flags = *p++;
+  if (get_varint(&p, end, &tag) < 0 ||
+      ((flags & F_SRC) && get_varint(&p, end, &src) < 0) ||
+      ((flags & F_CTX) && get_varint(&p, end, &ctx) < 0) ||
+      get_varint(&p, end, &nseg) < 0 || nseg > (size_t)(end - p) / 2)
+    return NX_EPROTO;
+  /* The run table first: checked whole before anything is copied. */
+  const uint8_t *table = p;
+  size_t values = 0;
+  for (uint32_t i = 0; i < nseg; i++) {
+    uint32_t count;
+    int kind = p < end ? *p++ : 0;
+    if (kind < K_I8 || kind >= K_MAX || get_varint(&p, end, &count) < 0 ||
+        count == 0)
+      return NX_EPROTO;
+    values += (size_t)count * kind_size[kind];
+  }
+  if (values != (size_t)(end - p))
     return NX_EPROTO;
   struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
   if (b == NULL)
     return NX_ENOMEM;
-  b->ctx = ctx;
+  /* Room for every run at once (each starts 8-aligned, as arena_grow
+   * lays them out), so the loop below allocates nothing. */
+  size_t off;
+  if ((nseg > 0 && arena_grow(b, values + 8 * (size_t)nseg, &off) < 0) ||
+      (nseg > (uint32_t)b->segcap && seg_reserve(b, (int)nseg) < 0)) {
+    nxpvmi_buf_free(b);
+    return NX_ENOMEM;
+  }
+  b->len = 0;
+  b->ctx = (int)ctx;
+  b->tag = (int)tag;
+  b->src =
+      flags & F_SRC ? (int)src : nxpvmi_tid_of_context(nx_buffer_source(in));
+  int swap = nx_buffer_format(in) != nx_format_native();
+  const uint8_t *val = p;
+  p = table;
   for (uint32_t i = 0; i < nseg; i++) {
-    uint64_t h;
-    rc = nx_get_uint64(in, &h);
-    if (rc < 0)
-      goto err;
-    int kind = (int)(h & 0xff);
-    size_t count = (size_t)(h >> 8);
-    if (kind < K_I8 || kind >= K_MAX || count == 0 ||
-        count > nx_buffer_remaining(in) / kind_size[kind]) {
-      rc = NX_EPROTO;
-      goto err;
-    }
-    size_t off;
-    struct seg *s;
-    if (arena_grow(b, count * kind_size[kind], &off) < 0 ||
-        (s = seg_add(b)) == NULL) {
-      rc = NX_ENOMEM;
-      goto err;
-    }
-    *s = (struct seg){kind, count, off, NULL, 1, kind_size[kind]};
-    rc = get_run(in, kind, b->data + off, count);
-    if (rc < 0)
-      goto err;
-    b->bytes += count * kind_size[kind];
+    uint32_t count = 0;
+    int kind = *p++;
+    get_varint(&p, end, &count); /* checked above */
+    size_t bytes = (size_t)count * kind_size[kind];
+    off = (b->len + 7) & ~(size_t)7;
+    b->len = off + bytes;
+    b->segs[b->nseg++] =
+        (struct seg){kind, count, off, NULL, 1, kind_size[kind]};
+    copy_swapped((uint8_t *)b->data + off, val, kind_size[kind], count, swap);
+    val += bytes;
+    b->bytes += bytes;
   }
   *out = b;
   return 0;
-err:
-  nxpvmi_buf_free(b);
-  return rc;
 }
 
 /* ---- the PVM calls ---- */
@@ -445,10 +552,33 @@ int pvm_freebuf(int bufid) {
   return PvmOk;
 }
 
+/* Whether send buffer `b` may be emptied in place by pvm_initsend: what
+ * freeing it and making a new one would give, the same id included (no
+ * lower id is free), without the trip through the buffer cache. */
+static int reusable(const struct pvmbuf *b) {
+  if (b == NULL || b->id == nxpvm.rbuf || b->queued ||
+      b->cap > CACHE_MAX_BYTES || b->segcap > 64)
+    return 0;
+  for (int i = 0; i < b->id - 1; i++)
+    if (nxpvm.bufs[i] == NULL)
+      return 0;
+  return 1;
+}
+
 int pvm_initsend(int encoding) {
   if (encoding != PvmDataDefault && encoding != PvmDataRaw &&
       encoding != PvmDataInPlace)
     return nxpvmi_err("pvm_initsend", PvmBadParam);
+  struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
+  if (reusable(b)) {
+    *b = (struct pvmbuf){.id = b->id,
+                         .encoding = encoding,
+                         .data = b->data,
+                         .cap = b->cap,
+                         .segs = b->segs,
+                         .segcap = b->segcap};
+    return b->id;
+  }
   if (nxpvm.sbuf > 0)
     pvm_freebuf(nxpvm.sbuf);
   int id = pvm_mkbuf(encoding);
@@ -509,11 +639,13 @@ int pvm_bufinfo(int bufid, int *bytes, int *msgtag, int *tid) {
 
 #define PK(name, ctype, kind)                                                  \
   int pvm_pk##name(ctype *xp, int nitem, int stride) {                         \
-    int rc = nxpvmi_pack(kind, xp, nitem, stride, sizeof(ctype));              \
+    int rc = pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, xp, nitem, stride,    \
+                       sizeof(ctype));                                         \
     return rc < 0 ? nxpvmi_err("pvm_pk" #name, rc) : rc;                       \
   }                                                                            \
   int pvm_upk##name(ctype *xp, int nitem, int stride) {                        \
-    int rc = nxpvmi_unpack(kind, xp, nitem, stride, sizeof(ctype));            \
+    int rc = unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, xp, nitem, stride,  \
+                         sizeof(ctype));                                       \
     return rc < 0 ? nxpvmi_err("pvm_upk" #name, rc) : rc;                      \
   }
 

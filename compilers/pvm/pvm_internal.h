@@ -51,6 +51,8 @@ struct pvmbuf {
  * from the same task have been handled. */
 struct held {
   uint32_t seq;
+  struct pvmbuf *msg; /* a message (decoded; NULL if malformed), or: */
+  int is_msg;
   nx_handler_fn fn;
   nx_context_t *ctx;
   void *addr;
@@ -259,6 +261,7 @@ int nxpvmi_resolve_root(nx_gp_t *gp);
 int nxpvmi_resolve_process(int tid, nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
+int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
 struct rpc *nxpvmi_rpc_new(void);
 int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s);
@@ -280,6 +283,8 @@ struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
 void nxpvmi_buf_cache_drain(void);
 int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
+int nxpvmi_encode_msg(nx_buffer_t *out, const struct pvmbuf *b, int src,
+                      int tag);
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
@@ -292,7 +297,6 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
                        size_t esize);
 
 /* pvm_msg.c */
-void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b);
 int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b);
 

@@ -34,23 +34,6 @@ static void enqueue_locked(struct pvmbuf *b) {
 /* With nxpvm.m held. */
 void nxpvmi_deliver(struct pvmbuf *b) { enqueue_locked(b); }
 
-/* "nxpvm.msg": origin, source tid, tag, the packed runs. */
-void nxpvmi_on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx;
-  (void)addr;
-  int from;
-  int32_t src, tag;
-  struct pvmbuf *b;
-  if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &src) < 0 ||
-      nx_get_int32(buf, &tag) < 0 || nxpvmi_decode(buf, &b) < 0)
-    return; /* malformed: dropped, as nexus drops a bad frame */
-  b->src = src;
-  b->tag = tag;
-  nx_mutex_lock(&nxpvm.m);
-  enqueue_locked(b);
-  nx_mutex_unlock(&nxpvm.m);
-}
-
 /* Sends buffer `b` to `tid` as coming from `src`. A message to this task
  * itself is queued here at once (in order with every other delivery). */
 int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
@@ -66,17 +49,19 @@ int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
     return PvmOk;
   }
   nx_gp_t gp = NX_GP_NULL;
-  int rc = nxpvmi_resolve(tid, &gp);
-  if (rc < 0)
-    return rc;
   nx_buffer_t *o;
-  rc = nxpvmi_rsr(tid, &gp, H_MSG, b->bytes + 16 * (size_t)b->nseg + 16, &o);
+  size_t hint = b->bytes + 6 * (size_t)b->nseg + 32;
+  int rc = nxpvmi_rsr_msg(tid, hint, &o);
+  if (rc == 1) {
+    /* Not known here yet, or ended: the general path (it may ask the
+     * root) and its errors. */
+    rc = nxpvmi_resolve(tid, &gp);
+    if (rc < 0)
+      return rc;
+    rc = nxpvmi_rsr(tid, &gp, H_MSG, hint, &o);
+  }
   if (rc == 0) {
-    int r = nx_put_int32(o, src);
-    if (r == 0)
-      r = nx_put_int32(o, tag);
-    if (r == 0)
-      r = nxpvmi_encode(o, b);
+    int r = nxpvmi_encode_msg(o, b, src, tag);
     if (r < 0) {
       nx_buffer_release(o);
       rc = nxpvmi_nx_to_pvm(r);
@@ -261,41 +246,49 @@ static int receive(const char *fn, int tid, int tag, int wait,
         return nxpvmi_err(fn, rc);
     }
     nx_mutex_lock(&nxpvm.m);
-    if (nxpvm.ngone > 0) {
-      /* Children ended: tell the root (see pvm_task.c's on_error). */
-      nx_mutex_unlock(&nxpvm.m);
-      nxpvmi_flush_gone();
-      nx_mutex_lock(&nxpvm.m);
-    }
-    for (struct pvmbuf *b = nxpvm.qhead; nxpvm.recvf == NULL && b != NULL;
-         b = b->next)
-      if (matches(b, tid, tag)) {
-        got = b;
-        break;
+    /* Woken, look again without letting go of the lock, unless message
+     * handlers or a matcher must run first (outside it). */
+    int again;
+    do {
+      again = 0;
+      if (nxpvm.ngone > 0) {
+        /* Children ended: tell the root (see pvm_task.c's on_error). */
+        nx_mutex_unlock(&nxpvm.m);
+        nxpvmi_flush_gone();
+        nx_mutex_lock(&nxpvm.m);
       }
-    if (got != NULL && take)
-      unqueue(got);
-    if (got != NULL || !wait)
-      break;
-    /* A receive from one task that has ended fails instead of waiting for
-     * ever (its earlier messages were matched above). */
-    if (tid != -1) {
-      struct peer *p = nxpvmi_peer(tid, 0);
-      if (p != NULL && p->dead) {
-        rc = PvmSysErr;
-        break;
+      for (struct pvmbuf *b = nxpvm.qhead; nxpvm.recvf == NULL && b != NULL;
+           b = b->next)
+        if (matches(b, tid, tag)) {
+          got = b;
+          break;
+        }
+      if (got != NULL && take)
+        unqueue(got);
+      if (got != NULL || !wait)
+        goto out;
+      /* A receive from one task that has ended fails instead of waiting
+       * for ever (its earlier messages were matched above). */
+      if (tid != -1) {
+        struct peer *p = nxpvmi_peer(tid, 0);
+        if (p != NULL && p->dead) {
+          rc = PvmSysErr;
+          goto out;
+        }
       }
-    }
-    if (nxpvmi_wait(deadline) == NX_ETIMEDOUT && deadline != NULL) {
-      /* One last look, then report the timeout as PVM does: 0. */
-      struct timespec now;
-      clock_gettime(CLOCK_REALTIME, &now);
-      if (now.tv_sec > deadline->tv_sec ||
-          (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
-        wait = 0;
-    }
+      if (nxpvmi_wait(deadline) == NX_ETIMEDOUT && deadline != NULL) {
+        /* One last look, then report the timeout as PVM does: 0. */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec &&
+                                              now.tv_nsec >= deadline->tv_nsec))
+          wait = 0;
+      }
+      again = nxpvm.recvf == NULL && (nxpvm.in_mhf || nxpvm.nmhfs == 0);
+    } while (again);
     nx_mutex_unlock(&nxpvm.m);
   }
+out:
   nx_mutex_unlock(&nxpvm.m);
   if (rc < 0)
     return nxpvmi_err(fn, rc);

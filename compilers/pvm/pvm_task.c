@@ -203,9 +203,55 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
-/* Every RSR between tasks starts with the sender's tid, its number in the
- * sequence of RSRs from this task to that one and, the first time it
- * reaches a task, the sender's gp. */
+/* Every RSR between tasks starts with one u32: its number in the
+ * sequence of RSRs from this task to that one (31 bits, counted modulo
+ * 2^31) times two, plus one the first time it reaches a task, when the
+ * sender's gp follows. The sender's tid is that of the context that sent
+ * it (nx_buffer_source). */
+#define SEQ_MASK 0x7fffffffu
+
+/* The id of "nxpvm.msg", the handler every pvm_send goes to. */
+static nx_handler_id_t msg_id;
+
+/* Writes the header for an RSR to `p`. Called with nxpvm.m held. */
+static int put_header(nx_buffer_t *b, struct peer *p) {
+  int intro = !p->introduced;
+  p->introduced = 1;
+  uint32_t seq = p->out_seq;
+  p->out_seq = (seq + 1) & SEQ_MASK;
+  int rc = nx_put_uint32(b, seq << 1 | (uint32_t)intro);
+  if (rc == 0 && intro)
+    rc = nx_put_gp(b, &nxpvm.self_gp);
+  return rc;
+}
+
+/* The fast path of nxpvmi_resolve and nxpvmi_rsr for a message to a live
+ * task whose gp is known: one lock, and the RSR goes to the peer's gp
+ * (which the peer table keeps until pvm_exit). Returns 0, a PVM error,
+ * or 1 when the caller must take the general path. */
+int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf) {
+  if (nxpvm.fake_format)
+    return 1;
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 0);
+  if (p == NULL || p->dead || !p->has_gp) {
+    nx_mutex_unlock(&nxpvm.m);
+    return 1;
+  }
+  nx_buffer_t *b;
+  int rc = nx_rsr_init(&b, &p->gp, msg_id, hint + 16);
+  if (rc == 0) {
+    rc = put_header(b, p);
+    if (rc < 0)
+      nx_buffer_release(b);
+  }
+  nx_mutex_unlock(&nxpvm.m);
+  if (rc < 0)
+    return nxpvmi_nx_to_pvm(rc);
+  *buf = b;
+  return 0;
+}
+
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf) {
   nx_buffer_t *b;
@@ -228,16 +274,7 @@ int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
     nx_buffer_release(b);
     return PvmNoMem;
   }
-  int intro = !p->introduced;
-  p->introduced = 1;
-  uint32_t seq = p->out_seq++;
-  rc = nx_put_int32(b, nxpvm.mytid);
-  if (rc == 0)
-    rc = nx_put_uint32(b, seq);
-  if (rc == 0)
-    rc = nx_put_int32(b, intro);
-  if (rc == 0 && intro)
-    rc = nx_put_gp(b, &nxpvm.self_gp);
+  rc = put_header(b, p);
   nx_mutex_unlock(&nxpvm.m);
   if (rc < 0) {
     nx_buffer_release(b);
@@ -263,61 +300,53 @@ static void run(int from, nx_handler_fn fn, nx_context_t *ctx, void *addr,
   fn(ctx, addr, buf);
 }
 
-/* Every handler goes through here: it reads the header and runs the RSRs
- * of each sender strictly in the order they were sent, one at a time,
- * holding back (retained) those that arrive early or while another thread
- * runs that sender's RSRs. */
-static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
-                     nx_buffer_t *buf) {
-  int32_t tid, intro;
-  uint32_t seq;
-  if (nx_get_int32(buf, &tid) < 0 || nx_get_uint32(buf, &seq) < 0 ||
-      nx_get_int32(buf, &intro) < 0 || tid <= 0)
-    return;
-  nx_gp_t gp = NX_GP_NULL;
-  if (intro && nx_get_gp(buf, &gp) < 0)
-    return;
-  nx_mutex_lock(&nxpvm.m);
-  if (nxpvm.closing) {
-    nx_mutex_unlock(&nxpvm.m);
-    nx_gp_release(&gp);
+/* Holds an RSR of `p`'s that is not its turn yet: a message (decoded,
+ * or NULL if it was malformed: its turn still counts) or, retained, any
+ * other RSR. Called with nxpvm.m held. */
+static void hold(struct peer *p, uint32_t seq, struct pvmbuf *msg, int is_msg,
+                 nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                 nx_buffer_t *buf) {
+  struct held *h = malloc(sizeof(*h));
+  if (h != NULL && (is_msg || nx_buffer_retain(buf) == 0)) {
+    *h = (struct held){seq, msg, is_msg, fn, ctx, addr, buf, p->held};
+    p->held = h;
     return;
   }
-  if (intro)
-    learn(&gp);
-  struct peer *p = nxpvmi_peer(tid, 1);
-  if (p == NULL) {
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
-  if (p->busy || seq != p->in_seq) {
-    struct held *h = malloc(sizeof(*h));
-    if (h != NULL && nx_buffer_retain(buf) == 0) {
-      *h = (struct held){seq, fn, ctx, addr, buf, p->held};
-      p->held = h;
-    } else {
-      /* An RSR that cannot be kept breaks the sender's order for good:
-       * every later one would wait for it. Say so and count the sender
-       * ended, so receives from it fail and its notifies fire, rather
-       * than wait for ever. */
-      free(h);
-      fprintf(stderr,
-              "libpvm [t%x]: out of memory holding a message from t%x: "
-              "treating t%x as ended\n",
-              (unsigned)nxpvm.mytid, (unsigned)tid, (unsigned)tid);
-      mark_dead(tid);
-    }
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
-  p->busy = 1;
-  p->in_seq++;
-  nx_mutex_unlock(&nxpvm.m);
-  run(tid, fn, ctx, addr, buf);
-  /* Then whatever of this sender's is due now. */
+  /* An RSR that cannot be kept breaks the sender's order for good: every
+   * later one would wait for it. Say so and count the sender ended, so
+   * receives from it fail and its notifies fire, rather than wait for
+   * ever. */
+  free(h);
+  nxpvmi_buf_free(msg);
+  int tid = p->tid;
+  fprintf(stderr,
+          "libpvm [t%x]: out of memory holding a message from t%x: "
+          "treating t%x as ended\n",
+          (unsigned)nxpvm.mytid, (unsigned)tid, (unsigned)tid);
+  mark_dead(tid);
+}
+
+/* Reads an RSR's header: the sender's tid, its number, and its gp the
+ * first time (learnt under the lock by the caller). */
+static int get_header(nx_buffer_t *buf, int *tid, uint32_t *seq, nx_gp_t *gp,
+                      int *intro) {
+  uint32_t h;
+  if (nx_get_uint32(buf, &h) < 0)
+    return -1;
+  *tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
+  *seq = h >> 1;
+  *intro = h & 1;
+  if (*intro && nx_get_gp(buf, gp) < 0)
+    return -1;
+  return 0;
+}
+
+/* Runs the RSRs of sender `tid` held back that are due now, one at a
+ * time, until none is; the caller has marked the sender busy. */
+static void run_held(int tid) {
   for (;;) {
     nx_mutex_lock(&nxpvm.m);
-    p = nxpvmi_peer(tid, 0);
+    struct peer *p = nxpvmi_peer(tid, 0);
     if (p == NULL || nxpvm.closing) {
       nx_mutex_unlock(&nxpvm.m);
       return;
@@ -334,12 +363,99 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
       nx_mutex_unlock(&nxpvm.m);
       return;
     }
-    p->in_seq++;
-    nx_mutex_unlock(&nxpvm.m);
-    run(tid, h->fn, h->ctx, h->addr, h->buf);
-    nx_buffer_release(h->buf);
+    p->in_seq = (p->in_seq + 1) & SEQ_MASK;
+    if (h->is_msg) {
+      if (h->msg != NULL)
+        nxpvmi_deliver(h->msg);
+      nx_mutex_unlock(&nxpvm.m);
+    } else {
+      nx_mutex_unlock(&nxpvm.m);
+      run(tid, h->fn, h->ctx, h->addr, h->buf);
+      nx_buffer_release(h->buf);
+    }
     free(h);
   }
+}
+
+/* Every handler but the messages' goes through here: it reads the header
+ * and runs the RSRs of each sender strictly in the order they were sent,
+ * one at a time, holding back (retained) those that arrive early or while
+ * another thread runs that sender's RSRs. */
+static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
+                     nx_buffer_t *buf) {
+  int tid, intro;
+  uint32_t seq;
+  nx_gp_t gp = NX_GP_NULL;
+  if (get_header(buf, &tid, &seq, &gp, &intro) < 0)
+    return;
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.closing) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_gp_release(&gp);
+    return;
+  }
+  if (intro)
+    learn(&gp);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  if (p->busy || seq != p->in_seq) {
+    hold(p, seq, NULL, 0, fn, ctx, addr, buf);
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  p->busy = 1;
+  p->in_seq = (p->in_seq + 1) & SEQ_MASK;
+  nx_mutex_unlock(&nxpvm.m);
+  run(tid, fn, ctx, addr, buf);
+  /* Then whatever of this sender's is due now. */
+  run_held(tid);
+}
+
+/* "nxpvm.msg", the hot path: the message is decoded before the lock is
+ * taken, and when it is its sender's turn (the common case) it is queued
+ * under the same lock that checks the turn, with no other lock taken. */
+static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  int tid, intro;
+  uint32_t seq;
+  nx_gp_t gp = NX_GP_NULL;
+  if (get_header(buf, &tid, &seq, &gp, &intro) < 0)
+    return;
+  struct pvmbuf *m = NULL;
+  if (nxpvmi_decode(buf, &m) < 0)
+    m = NULL; /* malformed: dropped, as nexus drops a bad frame */
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.closing) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_gp_release(&gp);
+    nxpvmi_buf_free(m);
+    return;
+  }
+  if (intro)
+    learn(&gp);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    nxpvmi_buf_free(m);
+    return;
+  }
+  if (p->busy || seq != p->in_seq) {
+    hold(p, seq, m, 1, NULL, ctx, addr, buf);
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  p->in_seq = (p->in_seq + 1) & SEQ_MASK;
+  if (m != NULL)
+    nxpvmi_deliver(m);
+  if (p->held == NULL) {
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
+  p->busy = 1;
+  nx_mutex_unlock(&nxpvm.m);
+  run_held(tid);
 }
 
 int nxpvmi_put_name(nx_buffer_t *b, const char *s) {
@@ -708,7 +824,6 @@ static void on_sibs(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
   static void tr_##fn(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {       \
     dispatch(fn, ctx, addr, buf);                                              \
   }
-TRAMPOLINE(nxpvmi_on_msg)
 TRAMPOLINE(on_hello)
 TRAMPOLINE(on_kill)
 TRAMPOLINE(on_bye)
@@ -727,19 +842,27 @@ static int register_handlers(nx_context_t *ctx) {
   static const struct {
     const char *name;
     nx_handler_fn fn;
-  } hs[] = {{H_MSG, tr_nxpvmi_on_msg},   {H_HELLO, tr_on_hello},
-            {H_KILL, tr_on_kill},        {H_BYE, tr_on_bye},
-            {H_WHO, tr_on_who},          {H_REG, tr_on_reg},
-            {H_REP, tr_on_rep},          {H_GRP, tr_nxpvmi_on_grp},
-            {H_GBC, tr_nxpvmi_on_gbc},   {H_GTREE, tr_nxpvmi_on_gtree},
-            {H_MBOX, tr_nxpvmi_on_mbox}, {H_GONE, tr_on_gone},
-            {H_OUT, tr_nxpvmi_on_out},   {H_SIBS, tr_on_sibs}};
+  } hs[] = {{H_MSG, on_msg},
+            {H_HELLO, tr_on_hello},
+            {H_KILL, tr_on_kill},
+            {H_BYE, tr_on_bye},
+            {H_WHO, tr_on_who},
+            {H_REG, tr_on_reg},
+            {H_REP, tr_on_rep},
+            {H_GRP, tr_nxpvmi_on_grp},
+            {H_GBC, tr_nxpvmi_on_gbc},
+            {H_GTREE, tr_nxpvmi_on_gtree},
+            {H_MBOX, tr_nxpvmi_on_mbox},
+            {H_GONE, tr_on_gone},
+            {H_OUT, tr_nxpvmi_on_out},
+            {H_SIBS, tr_on_sibs}};
   for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
     int rc = nx_handler_register(ctx, hs[i].name, hs[i].fn,
                                  NX_HANDLER_NONTHREADED, NULL);
     if (rc < 0)
       return rc;
   }
+  msg_id = nx_handler_id(H_MSG);
   return 0;
 }
 
@@ -963,7 +1086,10 @@ int pvm_exit(void) {
     while (p->held != NULL) {
       struct held *h = p->held;
       p->held = h->next;
-      nx_buffer_release(h->buf);
+      if (h->is_msg)
+        nxpvmi_buf_free(h->msg);
+      else
+        nx_buffer_release(h->buf);
       free(h);
     }
   }
