@@ -33,10 +33,13 @@ static const char *const system_label[NSYSTEMS] = {
     "two processes over tcp, pinned", "two processes over tcp, unpinned"};
 
 /* The echo's delays: in the spin phase (none), in the yield phase (from
- * NX_SPIN_US to NX_SPIN_US + 1 ms), and past both (the requester's waiter
- * sleeps; 5 ms: its progress thread has yielded 1 ms more and sleeps too). */
-static const unsigned delays[] = {0, 200, 5000};
-#define NDELAYS 3
+ * NX_SPIN_US to NX_SPIN_US + 1 ms), and past it: at 1.5 ms the waiter
+ * sleeps on its futex while the progress thread, which deferred to it,
+ * sleeps through a 1 ms slice nothing wakes (primary.c, DEFER_SLEEP_MS);
+ * at 5 ms both sleep where a reply wakes them. */
+static const unsigned delays[] = {0, 200, 1500, 5000};
+#define NDELAYS 4
+#define ASLEEP 3 /* delays[ASLEEP]: the yield phase's verdict compares it */
 
 #define MAX_RUNS 9
 static int runs = 5;
@@ -273,19 +276,20 @@ int main(int argc, char **argv) {
   static const char *const phase[NDELAYS] = {
       "none: the reply comes while spinning",
       "200 us: ... while yielding (50 us to 1.05 ms)",
+      "1.5 ms: ... asleep, the primary in DEFER's sleep",
       "5 ms: ... asleep (after the yield phase)"};
   double over[NDELAYS];
   for (int k = 0; k < NDELAYS; k++) {
     double med = median(d[k], runs);
     over[k] = med - delays[k];
-    printf("  %-46s %9.2f us  over it %7.2f us (fastest %7.2f)  cpu/rt "
+    printf("  %-49s %9.2f us  over it %7.2f us (fastest %7.2f)  cpu/rt "
            "%7.2f us\n",
            phase[k], med, over[k], fastest(d[k], runs) - delays[k],
            median(dc[k], runs));
   }
   printf("verdict: a reply while yielding costs %.2f us over its delay, "
          "asleep %.2f us (%.2fx):\n  the yield phase %s\n",
-         over[1], over[2], over[2] / over[1],
-         over[2] > 1.1 * over[1] ? "pays" : "does NOT pay");
+         over[1], over[ASLEEP], over[ASLEEP] / over[1],
+         over[ASLEEP] > 1.1 * over[1] ? "pays" : "does NOT pay");
   return 0;
 }
