@@ -49,9 +49,23 @@ enum {
  * spins this long before it yields. A yield with no other thread to run
  * returns at once; with one (the peer process on the same core, or this
  * process's other busy thread under mpirun's binding) it lets that thread
- * run instead of holding the core for the whole spin phase. */
+ * run instead of holding the core for the whole spin phase.
+ * bench/bench_spin.c times the spin phase: 8 B round trips with
+ * NX_SPIN_US=0, 50 and 1000 in one run (docs/performance.md, "What the
+ * clever pieces buy"; 2026-11-26, load 2.3). Without it they were 1.27x
+ * slower in process (non-threaded) and 2.05x over tcp between two pinned
+ * processes, the same threaded (1.04x) and unpinned (1.01x); 1000 us was
+ * slower everywhere but in process threaded (0.74x). The 2 us of pauses
+ * before the yields were set against pauses only and against yields at
+ * once in a one-off build only, on a machine too loaded (load 9) to tell
+ * them apart: kept as found, not shown to pay. */
 #define NXI_SPIN_PURE_NS 2000
-/* After the spin phase, threads yield this long before they sleep. */
+/* After the spin phase, threads yield this long before they sleep.
+ * bench/bench_spin.c's delayed echo over tcp: a reply that came while
+ * yielding cost 32 us over its delay, one that came after it, asleep,
+ * 1,106 us; a one-off build without the yield phase took 1,071 us over a
+ * 200 us delay (fastest of 5 runs; 18 us with it). The price: a waiting
+ * process keeps a CPU for the wait (229 us per 200 us round trip). */
 #define NXI_YIELD_US 1000
 
 /* The poll policy (dispatch.c, docs/design.md "Polling the modules"): a

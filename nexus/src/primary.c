@@ -15,7 +15,14 @@
 #define DEFER_NS 10000
 /* While deferring, the primary spins this long, then yields, then sleeps
  * in slices of DEFER_SLEEP_MS: the waiter drives, and on a machine with
- * few cores a spinning primary would take a core its peers need. */
+ * few cores a spinning primary would take a core its peers need.
+ * bench/bench_spin.c's delayed echo shows what the slices cost: this
+ * thread starts one 1 ms into a wait, 45 us before the waiter gives up
+ * and sleeps on its futex (waiter.c), and nothing wakes it, so a reply
+ * 1.05 to 2 ms into the wait waits for the slice to end (its 1.5 ms row:
+ * 2,002 us over the delay, against 111 us at 5 ms; docs/performance.md).
+ * DEFER_SPIN_NS was set against 0 in a one-off build only, on a machine too
+ * loaded (load 9) to tell them apart: kept as found, not shown to pay. */
 #define DEFER_SPIN_NS 5000
 #define DEFER_SLEEP_MS 1
 
