@@ -35,8 +35,8 @@ static const char *const system_label[NSYSTEMS] = {
 /* The echo's delays: in the spin phase (none), in the yield phase (from
  * NX_SPIN_US to NX_SPIN_US + 1 ms), and past it: at 1.5 ms the waiter
  * sleeps on its futex while the progress thread, which deferred to it,
- * sleeps through a 1 ms slice nothing wakes (primary.c, DEFER_SLEEP_MS);
- * at 5 ms both sleep where a reply wakes them. */
+ * may be in a 1 ms sleep nothing wakes (primary.c, DEFER_SLEEP_MS); at
+ * 5 ms both sleep where a reply wakes them. */
 static const unsigned delays[] = {0, 200, 1500, 5000};
 #define NDELAYS 4
 #define ASLEEP 3 /* delays[ASLEEP]: the yield phase's verdict compares it */
