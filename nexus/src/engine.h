@@ -52,9 +52,11 @@ enum {
  * run instead of holding the core for the whole spin phase.
  * bench/bench_spin.c times the spin phase: 8 B round trips with
  * NX_SPIN_US=0, 50 and 1000 in one run (docs/performance.md, "What the
- * clever pieces buy"; 2026-11-26, load 2.3). Without it they were 1.27x
- * slower in process (non-threaded) and 2.05x over tcp between two pinned
- * processes, the same threaded (1.04x) and unpinned (1.01x); 1000 us was
+ * clever pieces buy"; 2026-11-26, load 2.3). Without it they were 2.05x
+ * slower over tcp between two pinned processes (repeats at loads up to
+ * 10: 1.10-1.86x), the same threaded in process (1.04x) and unpinned
+ * (1.01x; under load unpinned processes did better without: 0.33-0.47x);
+ * in process non-threaded the repeats scattered (0.51-5.9x). 1000 us was
  * slower everywhere but in process threaded (0.74x). The 2 us of pauses
  * before the yields were set against pauses only and against yields at
  * once in a one-off build only, on a machine too loaded (load 9) to tell
