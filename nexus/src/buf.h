@@ -170,16 +170,20 @@ static inline int nxi_buffer_swapped(const struct nx_buffer *b) {
   return b->fmt != nxi_format_native();
 }
 
-/* Copies `n` payload bytes. glibc's memcpy copies 4 KiB to about 1 MiB with
- * `rep movsb`, which on the AMD EPYC machines we measure on runs 10-20
- * times slower when the destination lies 1 to 63 bytes past the source
- * within a page (128 KiB: 92 us instead of 5 us), the case of a payload
- * at offset 5 of a page-aligned block and a page-aligned program array.
- * That case is copied with 16-byte vector moves instead (10 us). */
+/* Copies `n` payload bytes. glibc 2.36's memcpy copies from 2 KiB up to
+ * the L2 size (1 MiB here) with `rep movsb`, which on this machine's AMD
+ * EPYC (family 25, model 17) runs 10-20 times slower when the destination
+ * lies 1 to 63 bytes past the source within a page: the case of a program
+ * array put into a payload at offset 5 of a page-aligned block. That case
+ * is copied with 16-byte vector moves instead. bench/bench_copy.c times
+ * both in one run (2026-11-26, memcpy / nxi_copy): 13.9x at 4 KiB, 13.1x
+ * at 64 KiB and 128 KiB, 13.5x at 1020 KiB; unskewed copies and other
+ * skews take plain memcpy (0.99-1.01x). From 1 MiB on glibc no longer
+ * uses `rep movsb` and the vector loop lost (0.79x), hence the bound. */
 static inline void nxi_copy(void *dst, const void *src, size_t n) {
 #if defined(__SSE2__)
   size_t skew = ((uintptr_t)dst - (uintptr_t)src) & 4095;
-  if (n >= 4096 && n <= ((size_t)1 << 20) && skew != 0 && skew < 64) {
+  if (n >= 4096 && n < ((size_t)1 << 20) && skew != 0 && skew < 64) {
     uint8_t *d = dst;
     const uint8_t *s = src;
     for (; n >= 64; n -= 64, d += 64, s += 64) {

@@ -49,9 +49,27 @@ enum {
  * spins this long before it yields. A yield with no other thread to run
  * returns at once; with one (the peer process on the same core, or this
  * process's other busy thread under mpirun's binding) it lets that thread
- * run instead of holding the core for the whole spin phase. */
+ * run instead of holding the core for the whole spin phase.
+ * bench/bench_spin.c times the spin phase: 8 B round trips with
+ * NX_SPIN_US=0, 50 and 1000 in one run (docs/performance.md, "What the
+ * clever pieces buy"; 2026-11-26, load 2.3). Without it they were 2.05x
+ * slower over tcp between two pinned processes (eight repeats at loads
+ * 1.7 to 10: 1.10-1.86x in six, 0.80x and 0.94x in two), the same
+ * threaded in process (1.04x) and unpinned (1.01x; unpinned processes did
+ * better without it in seven repeats: 0.33-0.67x); in process
+ * non-threaded the repeats scattered (0.51-5.9x). 1000 us was
+ * slower everywhere but in process threaded (0.74x). The yields after
+ * the first 2 us pay, the 2 us of pauses before them were not shown to:
+ * in a one-off build (docs/performance.md; load 3.7) pauses only were
+ * 1.05-1.30x slower (unpinned tcp 1.30x), yields at once 0.94-1.02x of
+ * the default in every row. Kept as found. */
 #define NXI_SPIN_PURE_NS 2000
-/* After the spin phase, threads yield this long before they sleep. */
+/* After the spin phase, threads yield this long before they sleep.
+ * bench/bench_spin.c's delayed echo over tcp: a reply that came while
+ * yielding cost 32 us over its delay, one that came after it, asleep,
+ * 1,106 us; a one-off build without the yield phase took 965 us over a
+ * 200 us delay, against 24 us with it (load 3.7). The price: a waiting
+ * process keeps a CPU for the wait (229 us per 200 us round trip). */
 #define NXI_YIELD_US 1000
 
 /* The poll policy (dispatch.c, docs/design.md "Polling the modules"): a

@@ -15,7 +15,17 @@
 #define DEFER_NS 10000
 /* While deferring, the primary spins this long, then yields, then sleeps
  * in slices of DEFER_SLEEP_MS: the waiter drives, and on a machine with
- * few cores a spinning primary would take a core its peers need. */
+ * few cores a spinning primary would take a core its peers need.
+ * bench/bench_spin.c's delayed echo shows what the slices cost: this
+ * thread starts one 1 ms into a wait, 45 us before the waiter gives up
+ * and sleeps on its futex (waiter.c), and nothing wakes it, so a reply
+ * 1.05 to 2 ms into the wait waits for the slice to end (its 1.5 ms row:
+ * 2,002 us over the delay, against 111 us at 5 ms; docs/performance.md).
+ * In a one-off build (load 3.7) slices of 0 ms took 157 us over a 1.5 ms
+ * delay against 1,037 us, but made 8 B round trips over tcp 1.44x
+ * (pinned) and 1.91x (unpinned) slower: the slices pay, their start does
+ * not. DEFER_SPIN_NS against 0, in that build: 0.90-1.03x in every row,
+ * not shown to pay; kept as found. */
 #define DEFER_SPIN_NS 5000
 #define DEFER_SLEEP_MS 1
 

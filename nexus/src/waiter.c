@@ -28,6 +28,8 @@ static int hook_wait(const uint32_t *word, uint32_t old,
    * is read at the first check, 64 rounds in: a reply that comes sooner
    * (most do) costs no clock read. */
   uint64_t start = 0;
+  /* Spin, yield, then sleep: what each phase buys is measured by
+   * bench/bench_spin.c (engine.h, docs/performance.md). */
   uint64_t budget = nxi_eng.spin_ns + NXI_YIELD_US * 1000ull;
   int r = NX_EAGAIN;
   int spun_out = 0;  /* past the spin phase: drive even beside a handler */

@@ -3,8 +3,9 @@
 quick modes against the built tree: each one that was built runs to the end,
 prints its copying and its zero-copy rows at 1 MiB and 4 MiB (where the run
 covers them) with a time and a ratio, and prints the zero-copy goal;
-bench_rsr_gateway prints its rows and goals or a SKIP line. Nothing is
-asserted about the times. Usage: bench_smoke.py BUILD_ROOT."""
+bench_rsr_gateway prints its rows and goals or a SKIP line; bench_copy and
+bench_spin print their times, ratios and verdicts. Nothing is asserted
+about the times. Usage: bench_smoke.py BUILD_ROOT."""
 
 import os
 import re
@@ -199,6 +200,40 @@ else:
               "bench_pmix_boot: the ratio row")
         check("goal: within 1.5x of the anchor" in out,
               "bench_pmix_boot: the goal line")
+
+# The clever pieces (issue 26, item 8), each beside what it replaces, in
+# one run: nxi_copy against memcpy (bench_copy), and the spin and yield
+# budgets (bench_spin). Each prints its times, its ratios and a verdict
+# per case; whether a piece pays is printed, not asserted.
+out = run("bench_copy", [os.path.join(bench, "bench_copy"), "--quick"])
+if out is not None:
+    for case in ["skewed put: array -> block+5",
+                 "skewed get: block+5 -> array", "aligned: array -> array"]:
+        for size in ["4 KiB", "64 KiB", "128 KiB", "1 MiB"]:
+            pat = re.escape(case) + r"\s+" + re.escape(size) + \
+                r"\s+(SSE path taken: (pays|does NOT pay)|plain memcpy " \
+                r"\(skew \d+\): (does not hurt|HURTS)) \([0-9.]+x"
+            check(re.search(pat, out) is not None,
+                  "bench_copy: a verdict for %s at %s" % (case, size))
+    check(re.search(r"4 KiB\s+5\s+[0-9.]+ us\s+[0-9.]+ us\s+[0-9.]+x", out)
+          is not None, "bench_copy: times and a ratio at 4 KiB, skew 5")
+    check("summary: the SSE path pays in" in out, "bench_copy: its summary")
+
+out = run("bench_spin", [os.path.join(bench, "bench_spin"), "--quick"])
+if out is not None:
+    for system in ["in process (local), non-threaded",
+                   "in process (local), threaded",
+                   "two processes over tcp, pinned",
+                   "two processes over tcp, unpinned"]:
+        check(re.search(re.escape(system) + r"(\s+[0-9.]+ us){6}", out)
+              is not None, "bench_spin: times for %s" % system)
+        check(re.search(re.escape(system) + r"\s+[0-9.]+x\s+[0-9.]+x", out)
+              is not None, "bench_spin: ratios for %s" % system)
+        check(re.search(re.escape(system) + r"\s+spin phase (pays|does NOT "
+                        r"pay) \([0-9.]+x\)", out) is not None,
+              "bench_spin: a verdict for %s" % system)
+    check(re.search(r"the yield phase (pays|does NOT pay)", out) is not None,
+          "bench_spin: the yield phase's verdict")
 
 if failures:
     print("%d checks failed" % len(failures))

@@ -302,6 +302,13 @@ try:
                   if v["status"] == "ok"}
         check(os.path.exists(os.path.join(outdir, "summary.txt")),
               "summary.txt written")
+        # What the clever pieces buy (bench_copy, bench_spin --quick).
+        clever = os.path.join(outdir, "clever.txt")
+        text = open(clever).read() if os.path.exists(clever) else ""
+        check("summary: the SSE path pays in" in text and
+              re.search(r"the yield phase (pays|does NOT pay)", text),
+              "clever.txt written, with bench_copy's and bench_spin's "
+              "verdicts")
         # The ratio table: the zero-copy rows (with a ratio over the
         # copying row), both raw TCP rows and the column over the best.
         check(re.search(r"^ +us +/PVMdir +/MPI-sm +/MPItcp +/TCPbest",
