@@ -75,19 +75,7 @@ static char send_buf[MAX_PAYLOAD];
  * round trip then waits for a time slice: --no-pin runs this benchmark
  * unpinned, which shows what pinning buys. */
 static int pin_cpu[2] = {-1, -1};
-static cpu_set_t all_cpus;
 static char recv_buf[MAX_PAYLOAD];
-
-/* Pins the calling thread (and the threads it starts later) to `cpu`, or
- * back to every CPU for -1. */
-static void pin_to(int cpu) {
-  cpu_set_t set = all_cpus;
-  if (cpu >= 0) {
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-  }
-  sched_setaffinity(0, sizeof(set), &set);
-}
 
 static void die(const char *what) { bench_die(what, strerror(errno)); }
 
@@ -151,7 +139,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
     die("fork");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    pin_to(pin_cpu[1]);
+    bench_pin_to(pin_cpu[1]);
     close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&in, sizeof(in)) < 0)
@@ -163,7 +151,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
     }
     _exit(0);
   }
-  pin_to(pin_cpu[0]);
+  bench_pin_to(pin_cpu[0]);
   int fd = accept(lfd, NULL, NULL);
   if (fd < 0)
     die("raw accept");
@@ -179,7 +167,7 @@ static double raw_run(int busy, size_t size, int warm, int n) {
   double t = (bench_now_us() - t0) / n;
   close(fd);
   waitpid(pid, NULL, 0);
-  pin_to(-1); /* mpirun, started from here, binds its ranks itself */
+  bench_pin_to(-1); /* mpirun, started from here, binds its ranks itself */
   return t;
 }
 
@@ -225,7 +213,7 @@ static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   snprintf(cpu_arg, sizeof(cpu_arg), "%d", pin_cpu[1]);
   struct bench_child child;
   bench_child_spawn(&child, cpu_arg);
-  pin_to(pin_cpu[0]); /* before nx_init: its threads stay on this core */
+  bench_pin_to(pin_cpu[0]); /* before nx_init: its threads stay on this core */
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
     die_nx("nx_init", rc);
@@ -269,7 +257,7 @@ static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
   }
   bench_child_stop(&child);
   nx_finalize();
-  pin_to(-1);
+  bench_pin_to(-1);
   return t;
 }
 
@@ -462,10 +450,10 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-  sched_getaffinity(0, sizeof(all_cpus), &all_cpus);
+  bench_cpus_init();
   bench_name = "bench_rsr_tcp";
   if (argc == 5 && strcmp(argv[1], "--child") == 0) {
-    pin_to(atoi(argv[4]));
+    bench_pin_to(atoi(argv[4]));
     return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
   }
   int pin = 1;
@@ -523,7 +511,7 @@ int main(int argc, char **argv) {
     fclose(f);
   }
   for (int cpu = 0, k = 0; pin && cpu < CPU_SETSIZE && k < 2; cpu++)
-    if (CPU_ISSET(cpu, &all_cpus))
+    if (CPU_ISSET(cpu, &bench_all_cpus))
       pin_cpu[k++] = cpu;
   if (pin_cpu[1] < 0)
     pin_cpu[0] = -1; /* one CPU: nothing to spread over */

@@ -44,16 +44,6 @@ static const unsigned delays[] = {0, 200, 1500, 5000};
 #define MAX_RUNS 9
 static int runs = 5;
 static int quick;
-static cpu_set_t all_cpus;
-
-static void pin_to(int cpu) {
-  cpu_set_t set = all_cpus;
-  if (cpu >= 0) {
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-  }
-  sched_setaffinity(0, sizeof(set), &set);
-}
 
 static double cpu_us(void) {
   struct rusage ru;
@@ -146,7 +136,8 @@ static double run(enum system s, unsigned spin, unsigned delay, int n,
   struct bench_child child;
   if (tcp) {
     bench_child_spawn(&child, s == TCP_PINNED ? "1" : "-1");
-    pin_to(s == TCP_PINNED ? 0 : -1); /* before nx_init: its threads too */
+    bench_pin_to(s == TCP_PINNED ? 0
+                                 : -1); /* before nx_init: its threads too */
   }
   int rc = nx_init(NULL, NULL);
   if (rc != 0)
@@ -172,7 +163,7 @@ static double run(enum system s, unsigned spin, unsigned delay, int n,
   }
   if ((rc = nx_finalize()) != 0)
     die_nx("nx_finalize", rc);
-  pin_to(-1);
+  bench_pin_to(-1);
   return t;
 }
 
@@ -188,10 +179,10 @@ static double fastest(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  sched_getaffinity(0, sizeof(all_cpus), &all_cpus);
+  bench_cpus_init();
   bench_name = "bench_spin";
   if (argc == 5 && strcmp(argv[1], "--child") == 0) {
-    pin_to(atoi(argv[4]));
+    bench_pin_to(atoi(argv[4]));
     return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping_tcp);
   }
   for (int i = 1; i < argc; i++) {
@@ -203,7 +194,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (CPU_COUNT(&all_cpus) < 2)
+  if (CPU_COUNT(&bench_all_cpus) < 2)
     printf("note: one CPU only: the pinned rows share it\n");
   bench_set_key();
   unsetenv("NX_PROGRESS");

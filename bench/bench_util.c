@@ -89,6 +89,21 @@ int bench_write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
+cpu_set_t bench_all_cpus;
+
+void bench_cpus_init(void) {
+  sched_getaffinity(0, sizeof(bench_all_cpus), &bench_all_cpus);
+}
+
+void bench_pin_to(int cpu) {
+  cpu_set_t set = bench_all_cpus;
+  if (cpu >= 0) {
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+  }
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
 void bench_set_key(void) {
   char key[33];
   srand((unsigned)time(NULL) ^ (unsigned)getpid());

@@ -6,6 +6,7 @@
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -40,6 +41,13 @@ int bench_write_all(int fd, const void *p, size_t n);
 /* Sets NX_KEY to a fresh random key, so that the processes this program
  * starts form one computation of their own. */
 void bench_set_key(void);
+
+/* The CPUs this process may run on, as it started: bench_cpus_init reads
+ * them (first thing in main); bench_pin_to pins the calling thread (and
+ * the threads it starts later) to `cpu`, or back to all of them for -1. */
+extern cpu_set_t bench_all_cpus;
+void bench_cpus_init(void);
+void bench_pin_to(int cpu);
 
 /* --- round trips between handlers and the main thread --------------------- */
 
