@@ -167,6 +167,19 @@ public:
 
 class Empty {};
 
+// `burst` ccxx::async calls outstanding at once (8 B argument and result),
+// then their results; returns how many were wrong.
+static int async_burst_of(ccxx::global_ptr<Echo> &p,
+                          std::vector<ccxx::future<long>> &fs, long burst) {
+  int bad = 0;
+  fs.clear();
+  for (long i = 0; i < burst; i++)
+    fs.push_back(ccxx::async<&Echo::g>(p, i));
+  for (long i = 0; i < burst; i++)
+    bad += fs[i].get() != i + 1;
+  return bad;
+}
+
 // The best of `reps` runs of `n` repetitions of `a` and of `b`, per
 // repetition, in us. The runs alternate, so a machine whose load changes
 // weighs on both alike.
@@ -218,13 +231,7 @@ static int bench_calls(const char *label, const ccxx::proc_t &where) {
   const long burst = 2000;
   std::vector<ccxx::future<long>> fs;
   fs.reserve(burst);
-  auto async_burst = [&] {
-    fs.clear();
-    for (long i = 0; i < burst; i++)
-      fs.push_back(ccxx::async<&Echo::g>(p, i));
-    for (long i = 0; i < burst; i++)
-      bad += fs[i].get() != i + 1;
-  };
+  auto async_burst = [&] { bad += async_burst_of(p, fs, burst); };
   raw_burst(p.gp(), &me, burst);
   async_burst();
   double ta, tb;
@@ -256,13 +263,7 @@ static int profile(const std::string &path, long n) {
   int bad = 0;
   std::vector<ccxx::future<long>> fs;
   fs.reserve(burst);
-  auto async_burst = [&] {
-    fs.clear();
-    for (long i = 0; i < burst; i++)
-      fs.push_back(ccxx::async<&Echo::g>(p, i));
-    for (long i = 0; i < burst; i++)
-      bad += fs[i].get() != i + 1;
-  };
+  auto async_burst = [&] { bad += async_burst_of(p, fs, burst); };
   // The warm-up: the same whatever the path, so it cancels out.
   for (int i = 0; i < 200; i++) {
     bad += p.call<&Echo::f>(i) != i + 1;
