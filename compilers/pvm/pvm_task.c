@@ -377,6 +377,24 @@ static void run_held(int tid) {
   }
 }
 
+/* An RSR of `tid`'s arrived (its header read; `gp` its sender's, when
+ * `intro`): returns its sender's entry with nxpvm.m held, or NULL with the
+ * lock let go (this task is closing, or no memory). */
+static struct peer *arrival(int tid, int intro, nx_gp_t *gp) {
+  nx_mutex_lock(&nxpvm.m);
+  if (nxpvm.closing) {
+    nx_mutex_unlock(&nxpvm.m);
+    nx_gp_release(gp);
+    return NULL;
+  }
+  if (intro)
+    learn(gp);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  if (p == NULL)
+    nx_mutex_unlock(&nxpvm.m);
+  return p;
+}
+
 /* Every handler but the messages' goes through here: it reads the header
  * and runs the RSRs of each sender strictly in the order they were sent,
  * one at a time, holding back (retained) those that arrive early or while
@@ -388,19 +406,9 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
   nx_gp_t gp = NX_GP_NULL;
   if (get_header(buf, &tid, &seq, &gp, &intro) < 0)
     return;
-  nx_mutex_lock(&nxpvm.m);
-  if (nxpvm.closing) {
-    nx_mutex_unlock(&nxpvm.m);
-    nx_gp_release(&gp);
+  struct peer *p = arrival(tid, intro, &gp);
+  if (p == NULL)
     return;
-  }
-  if (intro)
-    learn(&gp);
-  struct peer *p = nxpvmi_peer(tid, 1);
-  if (p == NULL) {
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
   if (p->busy || seq != p->in_seq) {
     hold(p, seq, NULL, 0, fn, ctx, addr, buf);
     nx_mutex_unlock(&nxpvm.m);
@@ -426,18 +434,8 @@ static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   struct pvmbuf *m = NULL;
   if (nxpvmi_decode(buf, &m) < 0)
     m = NULL; /* malformed: dropped, as nexus drops a bad frame */
-  nx_mutex_lock(&nxpvm.m);
-  if (nxpvm.closing) {
-    nx_mutex_unlock(&nxpvm.m);
-    nx_gp_release(&gp);
-    nxpvmi_buf_free(m);
-    return;
-  }
-  if (intro)
-    learn(&gp);
-  struct peer *p = nxpvmi_peer(tid, 1);
+  struct peer *p = arrival(tid, intro, &gp);
   if (p == NULL) {
-    nx_mutex_unlock(&nxpvm.m);
     nxpvmi_buf_free(m);
     return;
   }
