@@ -87,6 +87,7 @@ struct nx_buffer {
   uint64_t context;
   uint64_t address;
   uint64_t source;      /* the sending context's id (header), or 0 */
+  uint32_t order;       /* its number in an ordered stream (order.h), or 0 */
   struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
   union {
     struct nx_context *ctx;     /* RECV, queued for a thread: target (ref) */
@@ -96,9 +97,11 @@ struct nx_buffer {
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
   struct nxi_refs *xr;     /* SEND: values put by reference, or NULL */
   struct nxi_side *side;   /* copies made by gets in place, or NULL */
-  struct nxi_peer *peer;   /* SEND: its entry in the ledger (ledger.h) */
-  uint64_t seq;            /* ... and that entry's place there */
-  uint8_t gen;             /* ... and the generation of its route */
+  struct nxi_ostream *ostream; /* RECV, ordered: admitted to run (order.h) */
+  struct nx_buffer *held_next; /* RECV, ordered: held beside it */
+  struct nxi_peer *peer;       /* SEND: its entry in the ledger (ledger.h) */
+  uint64_t seq;                /* ... and that entry's place there */
+  uint8_t gen;                 /* ... and the generation of its route */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };

@@ -14,7 +14,8 @@ void nxi_buffer_seal(struct nx_buffer *b) {
                             .context = b->context,
                             .address = b->address,
                             .len = nxi_buffer_wire_len(b),
-                            .source = b->source};
+                            .source = b->source,
+                            .order = b->order};
   nxi_frame_hdr_encode(b->hdr, &f);
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;

@@ -14,6 +14,8 @@
 #include "engine.h"
 #include "ledger.h"
 #include "nxu_time.h"
+#include "order.h"
+#include "send.h"
 
 #define ASK "nx.ledger.ask"
 #define TELL "nx.ledger.tell"
@@ -102,8 +104,33 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   if (nxi_ctxid_proc(reply.context) == proc) {
     nxi_ledger_route(proc, reply.protos);
     send_tell(proc, reply.protos, gens, fence, 0);
+    /* What the failed route lost never comes: ordered streams from that
+     * process stop waiting for it. */
+    if (fence)
+      nxi_order_skip(proc);
   }
   nx_gp_release(&reply);
+}
+
+/* The ledger's hook: an ordered RSR its module could not deliver goes
+ * again, with its number, over the route its process has now. */
+static int resend(struct nx_buffer *b) {
+  uint64_t context = b->context;
+  uint32_t handler = b->handler;
+  struct nxi_dlist *dl = nxi_dlist_of_proc(nxi_ctxid_proc(context));
+  int r = NX_EUNREACH;
+  if (dl != NULL) {
+    b->dl = dl;
+    r = nxi_route_resend(b);
+    nxi_dlist_release(dl);
+    if (r == NX_EAGAIN)
+      return r;
+  } else {
+    nxi_buffer_free(b);
+  }
+  if (r < 0)
+    nxi_drop(r, context, handler);
+  return r;
 }
 
 /* The ledger's hook: `b` is a confirmation message for a process that is
@@ -212,6 +239,7 @@ int nxi_confirm_init(void) {
   nxi_ledger_set_acker(send_ack);
   nawaiting = 0;
   nxi_ledger_set_gone(answer_gone);
+  nxi_ledger_set_resender(resend);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);
   nxi_dlist_set_reroute_hook(nxi_ledger_rerouted);
   return 0;
@@ -348,6 +376,7 @@ void nxi_confirm_finalize(void) {
   nxi_ledger_set_asker(NULL);
   nxi_ledger_set_acker(NULL);
   nxi_ledger_set_gone(NULL);
+  nxi_ledger_set_resender(NULL);
   nxi_ledger_set_wake(NULL);
   nx_cond_destroy(&flush_c);
   nx_mutex_destroy(&flush_m);

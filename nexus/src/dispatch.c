@@ -11,6 +11,7 @@
 #include "ledger.h"
 #include "module.h"
 #include "nxu_time.h"
+#include "order.h"
 
 #define BATCH 64
 
@@ -24,6 +25,7 @@ void nxi_run(struct nx_buffer *b) {
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   nxi_eng_me.handlers--;
   nxi_context_swap(old);
+  nxi_order_end(b);
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
 }
@@ -48,6 +50,22 @@ void nxi_engine_set_forward(nxi_forward_fn fn) {
   atomic_store(&forward_fn, fn);
 }
 
+/* An ordered RSR (order.h) waits for its turn; one whose turn a fence
+ * skipped is dropped unrun and uncounted: its sender reports it. Returns 1
+ * when `b` may go on. */
+static int take_turn(struct nx_buffer *b, struct nx_context *ctx) {
+  int r = nxi_order_admit(b);
+  if (r > 0)
+    return 1;
+  if (r < 0) {
+    nxi_log(1, NULL, "an ordered RSR came after its turn was skipped");
+    nxi_buffer_handler_done(b);
+  }
+  if (ctx != NULL)
+    nxi_context_put(ctx);
+  return 0;
+}
+
 static void dispatch(struct nx_buffer *b) {
   struct nx_context *ctx = nxi_context_get(b->context);
   if (ctx == NULL) {
@@ -64,9 +82,15 @@ static void dispatch(struct nx_buffer *b) {
       nxi_buffer_handler_done(b);
       return;
     }
+  }
+  /* Not yet admitted (one released from holding comes back admitted). */
+  if (b->order != 0 && b->ostream == NULL && !take_turn(b, ctx))
+    return;
+  if (ctx == NULL) {
     /* Reported here: its sender's ledger counts it as settled. */
     nxi_ledger_handled(b);
     nxi_drop(NX_ENOCONTEXT, b->context, b->handler);
+    nxi_order_end(b);
     nxi_buffer_handler_done(b);
     return;
   }
@@ -74,6 +98,7 @@ static void dispatch(struct nx_buffer *b) {
   if (h == NULL) {
     nxi_ledger_handled(b);
     nxi_drop(NX_ENOHANDLER, b->context, b->handler);
+    nxi_order_end(b);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
     return;
@@ -238,12 +263,6 @@ int nxi_poll_before_sleep(void) {
   return n;
 }
 
-static void enqueue(struct nx_buffer *b) {
-  nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
-  atomic_fetch_add(&nxi_eng.pushed, 1);
-  nxi_progress_wake();
-}
-
 static void enqueue_ctl(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.ctlq, &b->qnode);
   atomic_fetch_add(&nxi_eng.pushed, 1);
@@ -281,11 +300,11 @@ void nxi_deliver(struct nx_buffer *b) {
       return;
     }
     if (*direct != NULL) {
-      enqueue(*direct);
+      nxi_requeue(*direct);
       *direct = NULL;
     }
   }
-  enqueue(b);
+  nxi_requeue(b);
 }
 
 void nxi_progress_help(void) {

@@ -135,6 +135,10 @@ extern NXI_TLS struct nxi_engine_tls nxi_eng_me;
 
 /* engine.c: sleeping in epoll and waking sleepers. */
 void nxi_progress_wake(void);
+/* Puts a received buffer on the receive queue, behind what is there, and
+ * wakes a driver (any thread): dispatch.c's queue, and an ordered RSR
+ * whose turn came (order.c). */
+void nxi_requeue(struct nx_buffer *b);
 /* Sleeps in epoll until a module fd, the eventfd, or the timeout. A
  * waiter passes the word it waits on (NULL otherwise). */
 void nxi_engine_sleep(int timeout_ms, const uint32_t *word, uint32_t old);
@@ -170,6 +174,7 @@ int nxi_poll_once(unsigned gen);
 int nxi_poll_before_sleep(void);
 /* Hands a complete received buffer to the dispatcher (any thread). */
 void nxi_deliver(struct nx_buffer *b);
+
 /* Set by a gateway (gateway.c): called by the dispatcher for a frame to a
  * context of another process; returns 1 if it took the buffer. */
 typedef int (*nxi_forward_fn)(struct nx_buffer *b);

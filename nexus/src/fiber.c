@@ -22,6 +22,7 @@
 #include "context.h"
 #include "engine.h"
 #include "ledger.h"
+#include "order.h"
 #include "nxi_thread.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -272,6 +273,7 @@ static void fiber_main(struct fctx_transfer t) {
     struct nx_context *ctx = b->ctx;
     nxi_ledger_handled(b); /* as it starts (nxi_run) */
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
+    nxi_order_end(b);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
     switch_out(f, REQ_DONE);
@@ -385,6 +387,7 @@ void nxi_fiber_exit(void) {
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;
+  nxi_order_end(b);
   nxi_buffer_handler_done(b);
   nxi_context_put(ctx);
   switch_out(f, REQ_EXIT);

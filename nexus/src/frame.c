@@ -12,7 +12,7 @@ enum {
   OFF_FORMAT = 5,
   OFF_FLAGS = 6,
   OFF_HANDLER = 8,
-  OFF_ORIGIN = 12,
+  OFF_ORDER = 12,
   OFF_CONTEXT = 16,
   OFF_ADDRESS = 24,
   OFF_LENGTH = 32,
@@ -43,7 +43,7 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f) {
   h[OFF_FORMAT] = f->fmt;
   nxu_le16(h + OFF_FLAGS, 0);
   nxu_le32(h + OFF_HANDLER, f->handler);
-  nxu_le32(h + OFF_ORIGIN, 0);
+  nxu_le32(h + OFF_ORDER, f->order);
   nxu_le64(h + OFF_CONTEXT, f->context);
   nxu_le64(h + OFF_ADDRESS, f->address);
   nxu_le64(h + OFF_LENGTH, f->len);
@@ -65,15 +65,12 @@ int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
   out->address = nxu_rd64(h + OFF_ADDRESS);
   out->len = len;
   out->source = nxu_rd64(h + OFF_SOURCE);
+  out->order = nxu_rd32(h + OFF_ORDER);
   return 0;
 }
 
-void nxi_frame_hdr_set_origin(uint8_t *h, uint32_t proc) {
-  nxu_le32(h + OFF_ORIGIN, proc);
-}
-
 uint32_t nxi_frame_hdr_origin(const uint8_t *h) {
-  return nxu_rd32(h + OFF_ORIGIN);
+  return nxi_ctxid_proc(nxu_rd64(h + OFF_SOURCE));
 }
 
 void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {

@@ -13,6 +13,7 @@ struct nxi_frame_hdr {
   uint64_t address;
   uint64_t len;
   uint64_t source; /* the sending context's id, or 0 */
+  uint32_t order;  /* its number in an ordered stream (order.h), or 0 */
 };
 
 /* Computes the largest payload a peer may announce (this machine's
@@ -27,9 +28,9 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f);
  * or NX_EPROTO. */
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
 
-/* The origin field of a header: the sending process's id (a gateway passes
- * it on unchanged, so it names the first sender). */
-void nxi_frame_hdr_set_origin(uint8_t *h, uint32_t proc);
+/* The sending process's id: the process of the source context (a gateway
+ * passes the source on unchanged, so it names the first sender); 0 when
+ * the sender did not say. */
 uint32_t nxi_frame_hdr_origin(const uint8_t *h);
 /* The flags field (NXI_FRAME_F_*, ledger.h). */
 void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "dlist.h"
+#include "order.h"
 #include "frame.h"
 #include "ledger.h"
 #include "nxu_time.h"
@@ -337,9 +338,71 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
 static void report_dead(struct nxi_peer *p, int status);
 static void report_gens(struct nxi_peer *p, unsigned gens, int status);
 
+/* Ordered RSRs waiting to be sent again (nxi_ledger_resend), linked
+ * through held_next. */
+static pthread_mutex_t resend_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nx_buffer *resend_head;
+static atomic_uint_fast64_t resend_count;
+static _Atomic nxi_ledger_resend_fn resender;
+
+void nxi_ledger_set_resender(nxi_ledger_resend_fn fn) {
+  atomic_store(&resender, fn);
+}
+
+int nxi_ledger_resend(struct nx_buffer *b) {
+  if (atomic_load(&resender) == NULL ||
+      nxi_ledger_is_lost(nxi_ctxid_proc(b->context)))
+    return 0;
+  pthread_mutex_lock(&resend_lock);
+  struct nx_buffer **pp = &resend_head;
+  while (*pp != NULL) /* in the order they failed */
+    pp = &(*pp)->held_next;
+  b->held_next = NULL;
+  *pp = b;
+  atomic_fetch_add(&resend_count, 1);
+  pthread_mutex_unlock(&resend_lock);
+  atomic_store_explicit(&nxi_ledger_next_tick, 0, memory_order_relaxed);
+  wake();
+  return 1;
+}
+
+/* The tick's part: each waiting RSR once, in order; one the module cannot
+ * take yet stops the round (what follows it in its stream must wait). */
+static void resend_run(void) {
+  nxi_ledger_resend_fn fn = atomic_load(&resender);
+  for (;;) {
+    pthread_mutex_lock(&resend_lock);
+    struct nx_buffer *b = resend_head;
+    if (b != NULL)
+      resend_head = b->held_next;
+    pthread_mutex_unlock(&resend_lock);
+    if (b == NULL)
+      return;
+    b->held_next = NULL;
+    if (fn != NULL && fn(b) == NX_EAGAIN) {
+      pthread_mutex_lock(&resend_lock);
+      b->held_next = resend_head;
+      resend_head = b;
+      pthread_mutex_unlock(&resend_lock);
+      return;
+    }
+    if (fn == NULL) {
+      nxi_drop(NX_EPEERDEAD, b->context, b->handler);
+      nxi_buffer_free(b);
+    }
+    atomic_fetch_sub(&resend_count, 1);
+  }
+}
+
 void nxi_ledger_tick_run(uint64_t now) {
   atomic_store_explicit(&nxi_ledger_next_tick, now + NXI_LEDGER_TICK_NS,
                         memory_order_relaxed);
+  if (atomic_load_explicit(&resend_count, memory_order_relaxed) != 0) {
+    resend_run();
+    if (atomic_load(&resend_count) != 0) /* a full queue: soon again */
+      atomic_store_explicit(&nxi_ledger_next_tick, now + 1000 * 1000,
+                            memory_order_relaxed);
+  }
   for (struct nxi_peer *p = atomic_load(&senders); p != NULL;
        p = p->next_sender) {
     pthread_mutex_lock(&p->lock);
@@ -529,6 +592,7 @@ static void report_dead(struct nxi_peer *p, int status) {
 }
 
 void nxi_ledger_lost(uint32_t proc, int status) {
+  nxi_order_skip(proc); /* its ordered RSRs held here run, gaps and all */
   struct nxi_peer *p = peer_get(proc, 0);
   if (p == NULL)
     return;
@@ -583,7 +647,7 @@ int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
     }
     pthread_mutex_unlock(&p->lock);
   }
-  *pending = total;
+  *pending = total + atomic_load(&resend_count);
   return n;
 }
 
@@ -683,6 +747,8 @@ void nxi_ledger_init(void) {
 }
 
 void nxi_ledger_finalize(void) {
+  atomic_store(&resender, NULL);
+  resend_run(); /* what is left is reported */
   atomic_store(&senders, NULL);
   for (unsigned i = 0; i < SLOTS; i++) {
     struct nxi_peer *p = atomic_exchange(&table[i], NULL);

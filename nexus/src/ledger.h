@@ -96,6 +96,19 @@ void nxi_ledger_set_gone(nxi_ledger_gone_fn fn);
  * the error callback with `status`, one RSR at a time. */
 void nxi_ledger_lost(uint32_t proc, int status);
 
+/* An ordered RSR (order.h) that its module could not deliver, its entry
+ * voided: rather than reported lost, it is sent again over the process's
+ * next route by the driver's tick, through the hook confirm.c installs,
+ * with its number, so that what follows it in its stream is not held
+ * back for good. Returns 1 if it took `b`. A duplicate (the module could
+ * not tell it was delivered) is dropped by its number at the receiver.
+ * nx_flush counts these RSRs as unsettled until they are sent again. The
+ * hook returns 0 (sent), NX_EAGAIN (kept for the next tick) or another
+ * negative code (freed and reported). */
+int nxi_ledger_resend(struct nx_buffer *b);
+typedef int (*nxi_ledger_resend_fn)(struct nx_buffer *b);
+void nxi_ledger_set_resender(nxi_ledger_resend_fn fn);
+
 /* Receiving: the received RSR `b` was handled (or dropped, and reported
  * here) in this process. Counted for its origin and generation, unless it
  * came from this process or is the runtime's own. Call it before the

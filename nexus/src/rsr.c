@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "frame.h"
 #include "ledger.h"
+#include "order.h"
 #include "send.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
@@ -61,24 +62,24 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
   return r;
 }
 
-/* Seals `b` for its list's route and sends it; on a failure the buffer is
- * freed. A route whose send fails (not for a full queue) is replaced by
- * the next candidate and the RSR goes there (dlist.c); a list runs out of
- * candidates long before this loop's bound. A frame a gateway passes on
- * (`forwarding`) goes over a direct route only, and counts as forwarded;
- * it keeps its header's origin and flags, and its sender's ledger keeps
- * it. Every other RSR for another process is entered in the ledger
- * (ledger.h) before its send, and voided if it is not accepted. */
-int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
+/* Seals `b` for its list's route and sends it. A route whose send fails
+ * (not for a full queue) is replaced by the next candidate and the RSR
+ * goes there (dlist.c); a list runs out of candidates long before this
+ * loop's bound. A frame a gateway passes on (`forwarding`) goes over a
+ * direct route only, and counts as forwarded; it keeps its header's flags
+ * (its source and order travel in the buffer), and its sender's ledger
+ * keeps it. Every other RSR for another process is entered in the ledger
+ * (ledger.h) before its send, and voided if it is not accepted. On a
+ * failure the buffer is freed, except for NX_EAGAIN with `keep`; on
+ * success *ask is the peer to ask for confirmations (nxi_ledger_ask). */
+static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
+                      int keep, struct nxi_peer **ask_peer) {
   int r = 0;
   struct nxi_route *hop = NULL;
-  uint32_t origin = nxi_rt.proc_id;
   uint16_t hflags = b->ctl;
   int ask = 0, note = !forwarding && !b->ctl;
-  if (forwarding) {
-    origin = nxi_frame_hdr_origin(b->hdr);
+  if (forwarding)
     hflags = nxi_frame_hdr_flags(b->hdr);
-  }
   b->peer = NULL;
   struct nxi_peer *peer = NULL;
   for (int tries = 0; tries < 2 * NXI_MAX_MODULES + 2; tries++) {
@@ -108,7 +109,6 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
     /* The receiver counts what it handled per origin and route
      * generation (ledger.h); a gateway tells the origin of losses. Entered
      * in the ledger with the generation of the route it goes on. */
-    nxi_frame_hdr_set_origin(b->hdr, origin);
     if (note) {
       ask = nxi_ledger_note(b, rt->gen);
       peer = b->peer;
@@ -128,14 +128,63 @@ int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
       break;
     nxi_ledger_void(b); /* entered again for the next route */
   }
+  *ask_peer = NULL;
   if (r < 0) {
     nxi_ledger_void(b); /* not accepted: the caller has the error */
+    if (keep && r == NX_EAGAIN)
+      return r;
     nxi_buffer_refs_status(b, r);
     nxi_buffer_free(b);
   } else if (ask) {
-    nxi_ledger_ask(peer); /* `b` may be gone: the module owns it */
+    *ask_peer = peer; /* `b` may be gone: the module owns it */
   }
   return r;
+}
+
+int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
+  struct nxi_peer *peer;
+  int r = route_send(b, flags, forwarding, 0, &peer);
+  if (peer != NULL)
+    nxi_ledger_ask(peer);
+  return r;
+}
+
+int nxi_route_resend(struct nx_buffer *b) {
+  struct nxi_peer *peer;
+  int r = route_send(b, NX_RSR_NONBLOCK, 0, 1, &peer);
+  if (peer != NULL)
+    nxi_ledger_ask(peer);
+  return r;
+}
+
+/* An RSR of an ordered stream (order.h): numbered and sent under the
+ * stream's send lock, so that numbers leave in the order they are taken,
+ * and a number is used only once the module accepted its RSR. The lock is
+ * never held while progress runs (handlers there may send on the same
+ * stream): a full queue lets it go, helps progress, and tries again. */
+static int ordered_send(struct nx_buffer *b, unsigned flags) {
+  struct nxi_ostream *s = nxi_order_stream(b->source, b->context);
+  if (s == NULL) {
+    nxi_buffer_refs_status(b, NX_ENOMEM);
+    nxi_buffer_free(b);
+    return NX_ENOMEM;
+  }
+  pthread_mutex_t *lock = nxi_order_send_lock(s);
+  for (;;) {
+    struct nxi_peer *peer;
+    pthread_mutex_lock(lock);
+    b->order = nxi_order_send_next(s);
+    int r = route_send(b, flags | NX_RSR_NONBLOCK, 0,
+                       !(flags & NX_RSR_NONBLOCK), &peer);
+    if (r >= 0)
+      nxi_order_sent(s);
+    pthread_mutex_unlock(lock);
+    if (peer != NULL)
+      nxi_ledger_ask(peer);
+    if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
+      return r;
+    nxi_progress_help(); /* the module's queue is full: let it drain */
+  }
 }
 
 int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
@@ -152,6 +201,8 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
     nxi_buffer_free(b);
     return NX_ENOTINIT;
   }
+  if (flags & NX_RSR_ORDERED)
+    return ordered_send(b, flags & ~NX_RSR_ORDERED);
   return nxi_route_send(b, flags, 0);
 }
 

@@ -25,6 +25,7 @@
 #include "nxu_key.h"
 #include "nxu_opt.h"
 #include "nxu_wire.h"
+#include "order.h"
 #include "parent.h"
 #include "progress.h"
 #include "services.h"
@@ -247,6 +248,7 @@ int nx_finalize(void) {
     pthread_mutex_unlock(&init_lock);
     return NX_EBUSY;
   }
+  nxi_order_finalize();
   nxi_gateway_finalize();
   nxi_confirm_finalize();
   nxi_dlist_release(nxi_rt.self_dl);

@@ -10,5 +10,9 @@
  * Returns 0, or the error, having freed `b`. `forwarding`: a frame this
  * gateway passes on; it goes over a direct route only. */
 int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding);
+/* Sends again an ordered RSR that its module could not deliver
+ * (nxi_ledger_resend), without waiting: NX_EAGAIN keeps `b` for a later
+ * try; any other error frees it. */
+int nxi_route_resend(struct nx_buffer *b);
 
 #endif /* NXI_SEND_H */

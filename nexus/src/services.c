@@ -30,6 +30,7 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   b->context = f.context;
   b->address = f.address;
   b->source = f.source;
+  b->order = f.order;
   b->len = (size_t)f.len;
   memcpy(b->hdr, hdr, NX_FRAME_HDR_SIZE);
   b->frame.iov[0].iov_base = b->hdr;
@@ -53,14 +54,19 @@ static void core_frame_free(nx_frame_t *frame) {
 
 /* A frame the module could not deliver (its peer died with it queued) is
  * an RSR that failed after nx_rsr_send returned: report it, unless the
- * ledger did already (the process was found lost first). */
+ * ledger did already (the process was found lost first), or send it again
+ * when it is ordered. */
 static void core_send_done(nx_frame_t *frame, int status) {
   struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
   if (b->ctl)
     atomic_fetch_sub(&nxi_ledger_ctl_inflight, 1);
   if (status < 0) {
+    int open = nxi_ledger_void(b);
+    /* An ordered RSR goes again over the next route (ledger.h). */
+    if (open && b->order != 0 && !b->ctl && nxi_ledger_resend(b))
+      return;
     nxi_buffer_refs_status(b, status);
-    if (nxi_ledger_void(b) && !b->ctl)
+    if (open && !b->ctl)
       nxi_drop(status, b->context, b->handler);
   }
   nxi_buffer_free(b);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nexus.h"
 
@@ -269,6 +270,81 @@ out:
   nx_gp_release(&reply);
 }
 
+/* "oseq"/"oseq_t" (non-threaded/threaded): u32 seq, then bytes that only
+ * make the frame large or small. Sent with NX_RSR_ORDERED from one
+ * context: they must run one at a time (the threaded one waits 500 us in
+ * nexus, to give an overlap room) with seq counting up from 0. "oreport": gp
+ * reply -> "counts" with {total, overlaps, out of order, malformed}. */
+static int conf_orunning;
+static uint64_t conf_onext, conf_ototal, conf_ooverlap, conf_oout, conf_obad;
+
+static void conf_oseq_run(nx_buffer_t *b, int sleep) {
+  int overlap = __atomic_fetch_add(&conf_orunning, 1, __ATOMIC_SEQ_CST) != 0;
+  uint32_t q = 0;
+  int bad = nx_get_uint32(b, &q) != 0;
+  if (sleep) {
+    /* A wait in nexus: on the progress thread it hands progress to
+     * another thread, which could start the next handler meanwhile. */
+    nx_mutex_t m;
+    nx_cond_t c;
+    struct timespec ts;
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 500 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    nx_mutex_lock(&m);
+    while (nx_cond_timedwait(&c, &m, &ts) == 0)
+      ;
+    nx_mutex_unlock(&m);
+    nx_cond_destroy(&c);
+    nx_mutex_destroy(&m);
+  }
+  pthread_mutex_lock(&conf_lock);
+  conf_ooverlap += overlap;
+  if (bad) {
+    conf_obad++;
+  } else {
+    conf_oout += q != conf_onext;
+    conf_onext = q + 1;
+    conf_ototal++;
+  }
+  pthread_mutex_unlock(&conf_lock);
+  __atomic_fetch_sub(&conf_orunning, 1, __ATOMIC_SEQ_CST);
+}
+
+static void conf_oseq(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  conf_oseq_run(b, 0);
+}
+
+static void conf_oseq_t(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  conf_oseq_run(b, 1);
+}
+
+static void conf_oreport(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) == 0 &&
+      nx_rsr_init_name(&o, &reply, "counts", 64) == 0) {
+    pthread_mutex_lock(&conf_lock);
+    uint64_t v[4] = {conf_ototal, conf_ooverlap, conf_oout, conf_obad};
+    conf_onext = conf_ototal = conf_ooverlap = conf_oout = conf_obad = 0;
+    pthread_mutex_unlock(&conf_lock);
+    nx_put_uint64_array(o, v, 4);
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&reply);
+}
+
 static int conf_register(nx_context_t *ctx) {
   int r =
       nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED, NULL);
@@ -286,6 +362,15 @@ static int conf_register(nx_context_t *ctx) {
   if (r == 0)
     r = nx_handler_register(ctx, "report", conf_report, NX_HANDLER_NONTHREADED,
                             NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "oseq", conf_oseq, NX_HANDLER_NONTHREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "oseq_t", conf_oseq_t, NX_HANDLER_THREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "oreport", conf_oreport,
+                            NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
     r = nx_handler_register(ctx, "types", conf_types, NX_HANDLER_THREADED,
                             NULL);

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -45,8 +46,21 @@ inline uint64_t fb_seed(nx_handler_id_t handler, uint64_t index) {
   return (uint64_t)handler << 32 ^ index;
 }
 
-// Sends RSR `index` of the stream `name` to `to`. Returns nx_rsr_send's
-// result (or the first failing call's).
+// Whether the streams are sent with NX_RSR_ORDERED (FB_ORDERED=1 in the
+// environment, which the peer inherits): then what the module could not
+// deliver is sent again over the next route, what the broken connection
+// swallowed is skipped after the fence, and nothing after it is held back
+// for good; the checks are the same.
+inline unsigned fb_flags() {
+  static const unsigned flags =
+      getenv("FB_ORDERED") != nullptr && getenv("FB_ORDERED")[0] == '1'
+          ? NX_RSR_ORDERED
+          : 0;
+  return flags;
+}
+
+// Sends RSR `index` of the stream `name` to `to`. Returns
+// nx_rsr_send_flags's result (or the first failing call's).
 inline int fb_send(const nx_gp_t &to, const char *name, uint64_t index) {
   uint64_t n = fb_size(index);
   nx_buffer_t *b;
@@ -61,7 +75,7 @@ inline int fb_send(const nx_gp_t &to, const char *name, uint64_t index) {
     nx_buffer_release(b);
     return r;
   }
-  return nx_rsr_send(b);
+  return nx_rsr_send_flags(b, fb_flags());
 }
 
 // What a receiver saw of one stream. Handlers fill it (on the driver),

@@ -30,20 +30,21 @@ extern "C" {
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
  *     0    4 magic       0x3152584e ("NXR1" read as bytes N X R 1)
- *     4    1 version     1
+ *     4    1 version     NX_FRAME_VERSION
  *     5    1 format      data-format tag of the payload (NX_FORMAT_*)
  *     6    2 flags       the core's (docs/design.md section 4): a module
  *                         passes them on unread
  *     8    4 handler     handler id
- *    12    4 origin      the sending process's id, passed on unchanged by
- *                         a gateway (0 from a sender that does not count)
+ *    12    4 order       the RSR's number in its ordered stream
+ *                         (NX_RSR_ORDERED), 0 for an unordered RSR
  *    16    8 context     destination context id
  *    24    8 address     address within that context
  *    32    8 length      payload bytes that follow
- *    40    8 source      the sending context's id (0: not known) */
+ *    40    8 source      the sending context's id (0: not known); its
+ *                         high 32 bits are the sending process's id */
 #define NX_FRAME_HDR_SIZE 48u
 #define NX_FRAME_MAGIC 0x3152584eu
-#define NX_FRAME_VERSION 2u
+#define NX_FRAME_VERSION 3u
 
 /* Largest scope and module bytes a descriptor may carry. */
 #define NX_DESC_SCOPE_MAX 32u

@@ -19,7 +19,12 @@ extern "C" {
 enum nx_rsr_flags {
   /* Fail with NX_EAGAIN instead of blocking when the protocol's send queue
    * to the destination is full. */
-  NX_RSR_NONBLOCK = 1u << 0
+  NX_RSR_NONBLOCK = 1u << 0,
+  /* Ordered delivery: the RSRs one context sends with this flag to one
+   * context run there one at a time, in the order of their sends, over
+   * any modules, gateways and fallbacks between them (docs/design.md
+   * section 7, "Ordered delivery"). */
+  NX_RSR_ORDERED = 1u << 1
 };
 
 /* Step 1 of an RSR: starts a buffer for handler `handler` at `gp`.
