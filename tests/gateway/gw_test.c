@@ -12,7 +12,9 @@
  *      (tcp) then MOD" (B).
  *   2. Each sends the other N numbered RSRs of 0 B to 1 MiB; the receiver
  *      checks that all arrive, once, in order, with their contents, and
- *      that nx_buffer_source names the sender's context.
+ *      that nx_buffer_source names the sender's context. In the
+ *      "dead-peer" runs they are sent with NX_RSR_ORDERED (GW_ORDERED=1,
+ *      which the checker sets for A and B): the numbers pass the gateway.
  *   3. G's rsr_forwarded counts exactly those 2N RSRs.
  *   4. "dead-peer": B is killed. A's sends to B then fail, and A's error
  *      callback hears that B's process is lost (the gateway tells A).
@@ -181,7 +183,8 @@ static int send_seq(int i) {
   nx_put_int32(b, i);
   nx_put_uint32(b, (uint32_t)len);
   nx_put_bytes(b, data, len);
-  return nx_rsr_send(b);
+  const char *o = getenv("GW_ORDERED");
+  return nx_rsr_send_flags(b, o != NULL && o[0] == '1' ? NX_RSR_ORDERED : 0);
 }
 
 static int member(const char *url) {
@@ -387,6 +390,7 @@ static int check(const char *self, const char *mode) {
   snprintf(protos, sizeof(protos), "%s,tcp,local", mod);
   setenv("NX_PROTOCOLS", protos, 1);
   unsetenv("NX_GATEWAY");
+  setenv("GW_ORDERED", strcmp(mode, "dead-peer") == 0 ? "1" : "0", 1);
   if (nx_init(NULL, NULL) < 0) {
     printf("SKIPPED: nx_init with NX_PROTOCOLS=%s failed (module %s not "
            "installed?)\n",
