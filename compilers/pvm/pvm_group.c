@@ -231,7 +231,7 @@ static void tree_send(int kind, int src, int tag, const struct pvmbuf *b,
     if (r == 0 && kind == T_BCAST)
       r = nxpvmi_encode(o, b);
     if (r == 0)
-      nx_rsr_send(o);
+      nxpvmi_send(o);
     else
       nx_buffer_release(o);
   }
@@ -486,7 +486,7 @@ static int grp_call(int op, const char *group, int arg) {
     nx_put_int32(b, op);
     nxpvmi_put_name(b, group);
     nx_put_int32(b, arg);
-    rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+    rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   /* A barrier waits as long as the slowest member takes. */
   int bar = op == G_BARRIER || op == G_FREEZE;
@@ -647,7 +647,7 @@ int pvm_bcast(char *group, int msgtag) {
       nx_buffer_release(o);
       rc = nxpvmi_nx_to_pvm(r);
     } else {
-      rc = nxpvmi_nx_to_pvm(nx_rsr_send(o));
+      rc = nxpvmi_nx_to_pvm(nxpvmi_send(o));
     }
   }
   nx_gp_release(&root);

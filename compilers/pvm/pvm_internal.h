@@ -47,23 +47,10 @@ struct pvmbuf {
   struct pvmbuf *next;
 };
 
-/* An RSR that arrived ahead of its turn, kept until the ones before it
- * from the same task have been handled. */
-struct held {
-  uint32_t seq;
-  struct pvmbuf *msg; /* a message (decoded; NULL if malformed), or: */
-  int is_msg;
-  nx_handler_fn fn;
-  nx_context_t *ctx;
-  void *addr;
-  nx_buffer_t *buf;
-  struct held *next;
-};
-
 /* What this task knows of another: its gp once learnt, and whether it has
- * been told ours (the first RSR to a task carries our gp); and the
- * numbering of the RSRs between the two, which keeps PVM's pairwise order
- * whatever order they are handled in. */
+ * been told ours (the first RSR to a task carries our gp). PVM's pairwise
+ * order is nexus's: every RSR between tasks is sent with NX_RSR_ORDERED
+ * (nxpvmi_send). */
 struct peer {
   int tid;
   nx_gp_t gp;
@@ -74,9 +61,6 @@ struct peer {
   int child;  /* this task spawned it */
   int remote; /* on a module's node (an added host): see wait_for_tasks */
   int ptid;
-  uint32_t out_seq, in_seq;
-  int busy; /* a thread is running this task's RSRs */
-  struct held *held;
 };
 
 /* A request waiting for its reply from the root task. */
@@ -262,6 +246,12 @@ int nxpvmi_resolve_process(int tid, nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
 int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf);
+/* Sends a buffer made by nxpvmi_rsr or nxpvmi_rsr_msg: ordered, so that
+ * the RSRs from one task to another run there one at a time, in the order
+ * they were sent, as PVM's messages between two tasks arrive. */
+static inline int nxpvmi_send(nx_buffer_t *b) {
+  return nx_rsr_send_flags(b, NX_RSR_ORDERED);
+}
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
 struct rpc *nxpvmi_rpc_new(void);
 int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s);

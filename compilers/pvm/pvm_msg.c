@@ -66,7 +66,7 @@ int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
       nx_buffer_release(o);
       rc = nxpvmi_nx_to_pvm(r);
     } else {
-      rc = nxpvmi_nx_to_pvm(nx_rsr_send(o));
+      rc = nxpvmi_nx_to_pvm(nxpvmi_send(o));
     }
   }
   nx_gp_release(&gp);

@@ -39,7 +39,7 @@ static void out_send(int kind, const char *s, size_t n) {
     if (rc == 0 && n > 0)
       rc = nx_put_char_array(b, s, n);
     if (rc == 0)
-      nx_rsr_send(b);
+      nxpvmi_send(b);
     else
       nx_buffer_release(b);
   }

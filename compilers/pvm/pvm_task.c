@@ -203,12 +203,9 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   nx_mutex_unlock(&nxpvm.m);
 }
 
-/* Every RSR between tasks starts with one u32: its number in the
- * sequence of RSRs from this task to that one (31 bits, counted modulo
- * 2^31) times two, plus one the first time it reaches a task, when the
- * sender's gp follows. The sender's tid is that of the context that sent
- * it (nx_buffer_source). */
-#define SEQ_MASK 0x7fffffffu
+/* Every RSR between tasks starts with one u32: 1 the first time it
+ * reaches a task, when the sender's gp follows, else 0. The sender's tid
+ * is that of the context that sent it (nx_buffer_source). */
 
 /* The id of "nxpvm.msg", the handler every pvm_send goes to. */
 static nx_handler_id_t msg_id;
@@ -217,9 +214,7 @@ static nx_handler_id_t msg_id;
 static int put_header(nx_buffer_t *b, struct peer *p) {
   int intro = !p->introduced;
   p->introduced = 1;
-  uint32_t seq = p->out_seq;
-  p->out_seq = (seq + 1) & SEQ_MASK;
-  int rc = nx_put_uint32(b, seq << 1 | (uint32_t)intro);
+  int rc = nx_put_uint32(b, (uint32_t)intro);
   if (rc == 0 && intro)
     rc = nx_put_gp(b, &nxpvm.self_gp);
   return rc;
@@ -300,81 +295,17 @@ static void run(int from, nx_handler_fn fn, nx_context_t *ctx, void *addr,
   fn(ctx, addr, buf);
 }
 
-/* Holds an RSR of `p`'s that is not its turn yet: a message (decoded,
- * or NULL if it was malformed: its turn still counts) or, retained, any
- * other RSR. Called with nxpvm.m held. */
-static void hold(struct peer *p, uint32_t seq, struct pvmbuf *msg, int is_msg,
-                 nx_handler_fn fn, nx_context_t *ctx, void *addr,
-                 nx_buffer_t *buf) {
-  struct held *h = malloc(sizeof(*h));
-  if (h != NULL && (is_msg || nx_buffer_retain(buf) == 0)) {
-    *h = (struct held){seq, msg, is_msg, fn, ctx, addr, buf, p->held};
-    p->held = h;
-    return;
-  }
-  /* An RSR that cannot be kept breaks the sender's order for good: every
-   * later one would wait for it. Say so and count the sender ended, so
-   * receives from it fail and its notifies fire, rather than wait for
-   * ever. */
-  free(h);
-  nxpvmi_buf_free(msg);
-  int tid = p->tid;
-  fprintf(stderr,
-          "libpvm [t%x]: out of memory holding a message from t%x: "
-          "treating t%x as ended\n",
-          (unsigned)nxpvm.mytid, (unsigned)tid, (unsigned)tid);
-  mark_dead(tid);
-}
-
-/* Reads an RSR's header: the sender's tid, its number, and its gp the
- * first time (learnt under the lock by the caller). */
-static int get_header(nx_buffer_t *buf, int *tid, uint32_t *seq, nx_gp_t *gp,
-                      int *intro) {
+/* Reads an RSR's header: the sender's tid, and its gp the first time
+ * (learnt under the lock by the caller). */
+static int get_header(nx_buffer_t *buf, int *tid, nx_gp_t *gp, int *intro) {
   uint32_t h;
   if (nx_get_uint32(buf, &h) < 0)
     return -1;
   *tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
-  *seq = h >> 1;
   *intro = h & 1;
   if (*intro && nx_get_gp(buf, gp) < 0)
     return -1;
   return 0;
-}
-
-/* Runs the RSRs of sender `tid` held back that are due now, one at a
- * time, until none is; the caller has marked the sender busy. */
-static void run_held(int tid) {
-  for (;;) {
-    nx_mutex_lock(&nxpvm.m);
-    struct peer *p = nxpvmi_peer(tid, 0);
-    if (p == NULL || nxpvm.closing) {
-      nx_mutex_unlock(&nxpvm.m);
-      return;
-    }
-    struct held *h = NULL;
-    for (struct held **hp = &p->held; *hp != NULL; hp = &(*hp)->next)
-      if ((*hp)->seq == p->in_seq) {
-        h = *hp;
-        *hp = h->next;
-        break;
-      }
-    if (h == NULL) {
-      p->busy = 0;
-      nx_mutex_unlock(&nxpvm.m);
-      return;
-    }
-    p->in_seq = (p->in_seq + 1) & SEQ_MASK;
-    if (h->is_msg) {
-      if (h->msg != NULL)
-        nxpvmi_deliver(h->msg);
-      nx_mutex_unlock(&nxpvm.m);
-    } else {
-      nx_mutex_unlock(&nxpvm.m);
-      run(tid, h->fn, h->ctx, h->addr, h->buf);
-      nx_buffer_release(h->buf);
-    }
-    free(h);
-  }
 }
 
 /* An RSR of `tid`'s arrived (its header read; `gp` its sender's, when
@@ -396,40 +327,29 @@ static struct peer *arrival(int tid, int intro, nx_gp_t *gp) {
 }
 
 /* Every handler but the messages' goes through here: it reads the header
- * and runs the RSRs of each sender strictly in the order they were sent,
- * one at a time, holding back (retained) those that arrive early or while
- * another thread runs that sender's RSRs. */
+ * and learns the sender. nexus runs the RSRs of each sender one at a
+ * time, in the order they were sent (NX_RSR_ORDERED). */
 static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
                      nx_buffer_t *buf) {
   int tid, intro;
-  uint32_t seq;
   nx_gp_t gp = NX_GP_NULL;
-  if (get_header(buf, &tid, &seq, &gp, &intro) < 0)
+  if (get_header(buf, &tid, &gp, &intro) < 0)
     return;
   struct peer *p = arrival(tid, intro, &gp);
   if (p == NULL)
     return;
-  if (p->busy || seq != p->in_seq) {
-    hold(p, seq, NULL, 0, fn, ctx, addr, buf);
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
-  p->busy = 1;
-  p->in_seq = (p->in_seq + 1) & SEQ_MASK;
   nx_mutex_unlock(&nxpvm.m);
   run(tid, fn, ctx, addr, buf);
-  /* Then whatever of this sender's is due now. */
-  run_held(tid);
 }
 
 /* "nxpvm.msg", the hot path: the message is decoded before the lock is
- * taken, and when it is its sender's turn (the common case) it is queued
- * under the same lock that checks the turn, with no other lock taken. */
+ * taken, and queued under the lock that learns its sender. */
 static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
   int tid, intro;
-  uint32_t seq;
   nx_gp_t gp = NX_GP_NULL;
-  if (get_header(buf, &tid, &seq, &gp, &intro) < 0)
+  if (get_header(buf, &tid, &gp, &intro) < 0)
     return;
   struct pvmbuf *m = NULL;
   if (nxpvmi_decode(buf, &m) < 0)
@@ -439,21 +359,9 @@ static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     nxpvmi_buf_free(m);
     return;
   }
-  if (p->busy || seq != p->in_seq) {
-    hold(p, seq, m, 1, NULL, ctx, addr, buf);
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
-  p->in_seq = (p->in_seq + 1) & SEQ_MASK;
   if (m != NULL)
     nxpvmi_deliver(m);
-  if (p->held == NULL) {
-    nx_mutex_unlock(&nxpvm.m);
-    return;
-  }
-  p->busy = 1;
   nx_mutex_unlock(&nxpvm.m);
-  run_held(tid);
 }
 
 int nxpvmi_put_name(nx_buffer_t *b, const char *s) {
@@ -596,7 +504,7 @@ static void reply(int tid, int id, int result, const nx_gp_t *gp,
     if (rc == 0 && m != NULL)
       rc = nxpvmi_encode(b, m);
     if (rc == 0)
-      nx_rsr_send(b);
+      nxpvmi_send(b);
     else
       nx_buffer_release(b);
   }
@@ -740,7 +648,7 @@ void nxpvmi_flush_gone(void) {
       if (nxpvmi_rsr(nxpvm.roottid, &root, H_GONE, 8, &b) != 0)
         continue;
       if (nx_put_int32(b, q[i]) == 0)
-        nx_rsr_send(b);
+        nxpvmi_send(b);
       else
         nx_buffer_release(b);
     }
@@ -795,7 +703,7 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
     if (rc == 0) {
       nx_put_int32(b, r->id);
       nx_put_int32(b, tid);
-      rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+      rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
     }
     if (rc == 0)
       rc = nxpvmi_rpc_wait(r, 30, 0);
@@ -1046,7 +954,7 @@ int pvm_exit(void) {
       continue;
     if (nxpvmi_rsr(tids[i], &gp, H_BYE, 8, &b) == 0) {
       nx_put_int32(b, rs[i]->id);
-      if (nx_rsr_send(b) < 0)
+      if (nxpvmi_send(b) < 0)
         rs[i]->done = 1;
     } else {
       rs[i]->done = 1;
@@ -1074,22 +982,13 @@ int pvm_exit(void) {
   wait_for_tasks();
   nxpvmi_seq_stop();
   /* From here a handler thread drops what arrives (a late RSR has no one
-   * to read it) and stops taking held RSRs, so the peers can be freed. */
+   * to read it), so the peers can be freed. */
   nx_mutex_lock(&nxpvm.m);
   nxpvm.closing = 1;
   for (int i = 0; i < nxpvm.npeers; i++) {
     struct peer *p = &nxpvm.peers[i];
     if (p->has_gp)
       nx_gp_release(&p->gp);
-    while (p->held != NULL) {
-      struct held *h = p->held;
-      p->held = h->next;
-      if (h->is_msg)
-        nxpvmi_buf_free(h->msg);
-      else
-        nx_buffer_release(h->buf);
-      free(h);
-    }
   }
   nx_mutex_unlock(&nxpvm.m);
   nx_gp_release(&nxpvm.self_gp);
@@ -1217,13 +1116,13 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
     nx_put_gp(b, &root);
     nx_put_int32(b, nxpvm.ctx);
     nx_put_int32(b, nxpvmi_out_tid());
-    rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+    rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   if (rc == 0 && !nxpvm.is_root &&
       nxpvmi_rsr(nxpvm.roottid, &root, H_REG, 64, &b) == 0) {
     nx_put_int32(b, nxpvm.mytid);
     nx_put_gp(b, &gp);
-    nx_rsr_send(b);
+    nxpvmi_send(b);
   }
   nx_gp_release(&root);
   nx_gp_release(&gp);
@@ -1266,7 +1165,7 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
       if (rc == 0)
         rc = nx_put_int32_array(b, got, (size_t)started);
       if (rc == 0)
-        nx_rsr_send(b);
+        nxpvmi_send(b);
       else
         nx_buffer_release(b);
     }
@@ -1312,7 +1211,7 @@ static int signal_task(const char *fn, int tid, int sig) {
     nx_buffer_release(b);
     rc = PvmNoMem;
   } else if (rc == 0) {
-    rc = nxpvmi_nx_to_pvm(nx_rsr_send(b));
+    rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   nx_gp_release(&gp);
   return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
@@ -1398,7 +1297,7 @@ int pvm_notify(int what, int msgtag, int cnt, int *tids) {
         /* Any handler would do; "reg" with our own gp is harmless. */
         nx_put_int32(b, nxpvm.ptid);
         nx_put_gp(b, &nxpvm.self_gp);
-        nx_rsr_send(b);
+        nxpvmi_send(b);
       }
     }
     if (known)
