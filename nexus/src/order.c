@@ -17,7 +17,9 @@ struct nxi_ostream {
   uint32_t recv_next;
   int busy; /* an admitted RSR has not finished */
   int skip; /* a fence came: the next gap is a route's loss, jump it */
-  struct nx_buffer *held; /* arrived before their turn, any order */
+  /* Arrived before their turn, in arrival order: the next to run is
+   * mostly the first (a stream held back behind a threaded handler). */
+  struct nx_buffer *held, **held_tail;
 };
 
 /* Streams live until nx_finalize: a pair that used ordered RSRs once
@@ -59,6 +61,7 @@ struct nxi_ostream *nxi_order_stream(uint64_t source, uint64_t dest) {
   n->dest = dest;
   n->send_next = 1;
   n->recv_next = 1;
+  n->held_tail = &n->held;
   pthread_mutex_init(&n->send_lock, NULL);
   pthread_mutex_init(&n->lock, NULL);
   for (;;) {
@@ -93,6 +96,8 @@ static struct nx_buffer *take_turn(struct nxi_ostream *s) {
     struct nx_buffer *b = *pp;
     if (b->order == s->recv_next) {
       *pp = b->held_next;
+      if (*pp == NULL)
+        s->held_tail = pp;
       b->held_next = NULL;
       b->ostream = s;
       s->busy = 1;
@@ -129,8 +134,9 @@ int nxi_order_admit(struct nx_buffer *b) {
   } else if (ahead(b->order, s->recv_next) >= 1u << 31) {
     r = -1; /* its turn passed: a fence skipped it as lost */
   } else {
-    b->held_next = s->held;
-    s->held = b;
+    b->held_next = NULL;
+    *s->held_tail = b;
+    s->held_tail = &b->held_next;
     r = 0;
   }
   pthread_mutex_unlock(&s->lock);
@@ -186,6 +192,7 @@ void nxi_order_finalize(void) {
         s->held = b->held_next;
         nxi_buffer_handler_done(b);
       }
+      s->held_tail = &s->held;
       pthread_mutex_destroy(&s->send_lock);
       pthread_mutex_destroy(&s->lock);
       free(s);

@@ -235,6 +235,15 @@ if out is not None:
     check(re.search(r"the yield phase (pays|does NOT pay)", out) is not None,
           "bench_spin: the yield phase's verdict")
 
+# What NX_RSR_ORDERED costs (docs/design.md section 7, "Ordered delivery"):
+# plain and ordered one-way streams in one process, a ratio per handler kind.
+out = run("bench_order", [os.path.join(bench, "bench_order"), "--quick"])
+if out is not None:
+    for kind in ["non-threaded", "threaded"]:
+        check(re.search(re.escape(kind) + r"\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x",
+                        out) is not None,
+              "bench_order: times and a ratio for %s handlers" % kind)
+
 if failures:
     print("%d checks failed" % len(failures))
     sys.exit(1)
