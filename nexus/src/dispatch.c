@@ -156,16 +156,38 @@ static void dispatch(struct nx_buffer *b) {
 static uint64_t poll_now;
 static unsigned poll_rounds;
 
-/* Calls the module's progress. A single frame it delivered, with nothing
- * queued before it, comes back in *direct, for poll_module to dispatch
- * without the receive queue (nxi_deliver) once it is done with the
- * module's state: the handler may give the driver lock away. */
-static int progress(struct nxi_module *m, struct nx_buffer **direct) {
-  struct nx_buffer **outer = nxi_eng_me.direct;
-  nxi_eng_me.direct = direct;
-  int r = m->ops->progress(m->state);
-  nxi_eng_me.direct = outer;
+/* Calls the module's progress with a batch for the frames it completes
+ * (nexus/protocol.h). A batch is used only while nothing is queued: a
+ * frame queued earlier may come from the same sender, and goes first. */
+static int progress(struct nxi_module *m, nx_frame_batch_t *batch) {
+  int queued = atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
+               atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed);
+  nxi_eng_me.polling++;
+  int r = m->ops->progress(m->state, queued ? NULL : batch);
+  nxi_eng_me.polling--;
   return r;
+}
+
+static struct nx_buffer *buffer_of(nx_frame_t *f) {
+  return NXI_CONTAINER_OF(f, struct nx_buffer, frame);
+}
+
+/* The frames of one poll, once the module returned: a single one is
+ * dispatched at once, with no queue round trip and no wake-up; more are
+ * queued in order (a handler may give the driver lock away, and the rest
+ * must not wait for this thread). The runtime's own messages take their
+ * usual way (nxi_deliver). */
+static void deliver_batch(nx_frame_batch_t *batch) {
+  if (batch->count == 1 &&
+      !(nxi_frame_hdr_flags(buffer_of(batch->frames[0])->hdr) &
+        NXI_FRAME_F_CTL) &&
+      atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==
+          atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+    dispatch(buffer_of(batch->frames[0]));
+    return;
+  }
+  for (int i = 0; i < batch->count; i++)
+    nxi_deliver(buffer_of(batch->frames[i]));
 }
 
 /* Polls module `m` if the policy says so (engine.h): always while it is
@@ -181,12 +203,13 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
     m->hot_until = now + NXI_HOT_NS;
   }
   int r;
-  struct nx_buffer *direct = NULL;
+  nx_frame_batch_t batch;
+  batch.count = 0;
   if (now < m->hot_until) {
-    r = progress(m, &direct);
+    r = progress(m, &batch);
   } else if (all || now >= m->next_poll) {
     uint64_t t0 = nxu_now_ns();
-    r = progress(m, &direct);
+    r = progress(m, &batch);
     uint64_t t1 = nxu_now_ns();
     m->poll_ns = (m->poll_ns * 7 + (t1 - t0)) / 8;
     uint64_t gap = m->poll_ns * NXI_POLL_SHARE;
@@ -201,8 +224,8 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
   if (r > 0)
     m->hot_until = now + NXI_HOT_NS;
   /* Last: after this the driver lock may be gone. */
-  if (direct != NULL)
-    dispatch(direct);
+  if (batch.count > 0)
+    deliver_batch(&batch);
   return r > 0 ? r : 0;
 }
 
@@ -269,14 +292,9 @@ static void enqueue_ctl(struct nx_buffer *b) {
   nxi_progress_wake();
 }
 
-/* A frame a module delivers while the driver polls it goes straight to
- * dispatch (after the poll) if it is the poll's only one and nothing is
- * queued: no queue round trip, no wake-up. A second frame of the same poll
- * queues both, in order; so does one that finds frames queued, which may
- * be earlier frames of the same sender (queued when a batch was full).
- * Frames of other threads (sends to local contexts, say) always queue. */
+/* A frame delivered outside a module's progress (a module thread, a send
+ * to a local context), or one of a poll's batch of several: queued. */
 void nxi_deliver(struct nx_buffer *b) {
-  struct nx_buffer **direct = nxi_eng_me.direct;
   uint16_t hflags = nxi_frame_hdr_flags(b->hdr);
   if (hflags & NXI_FRAME_F_CTL) {
     /* An answer for this process (a gateway passes others on). A fence
@@ -290,18 +308,6 @@ void nxi_deliver(struct nx_buffer *b) {
       b->pos = 0;
       enqueue_ctl(b); /* ahead of the backlog */
       return;
-    }
-  }
-  if (direct != NULL) {
-    if (*direct == NULL &&
-        atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==
-            atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
-      *direct = b;
-      return;
-    }
-    if (*direct != NULL) {
-      nxi_requeue(*direct);
-      *direct = NULL;
     }
   }
   nxi_requeue(b);

@@ -126,9 +126,9 @@ struct nxi_engine_tls {
   int primary;  /* the progress thread */
   int handlers; /* handlers running on this thread (nesting depth) */
   int waiting;  /* inside the wait hook (waiter.c) */
-  /* While the driver polls a module: where a frame the module delivers
-   * waits to be dispatched straight after the poll (dispatch.c). */
-  struct nx_buffer **direct;
+  /* Inside a module's progress (dispatch.c): a wait must not give the
+   * driver's role away, nor a handler park (waiter.c, fiber.c). */
+  int polling;
 };
 
 extern NXI_TLS struct nxi_engine_tls nxi_eng_me;

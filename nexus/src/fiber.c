@@ -366,7 +366,7 @@ int nxi_fiber_can_park(void) {
    * thread would go on driving with that module's call still open on the
    * parked stack. */
   return cur_get() != NULL && nxi_thread_locks_held() == 0 &&
-         nxi_eng_me.direct == NULL;
+         !nxi_eng_me.polling;
 }
 
 int nxi_fiber_park(const uint32_t *word, uint32_t old) {

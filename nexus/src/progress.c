@@ -46,7 +46,7 @@ static uint64_t poll_cost(struct nxi_module *m) {
   uint64_t best = UINT64_MAX;
   for (int i = 0; i < 16; i++) {
     uint64_t t0 = nxu_now_ns();
-    m->ops->progress(m->state);
+    m->ops->progress(m->state, NULL);
     uint64_t t = nxu_now_ns() - t0;
     if (t < best)
       best = t;

@@ -129,7 +129,7 @@ static int hook_wait(const uint32_t *word, uint32_t old,
  * driver would enter that module's progress while this one is still in
  * it, so this one sleeps holding the driver's role. */
 static void hook_block(void) {
-  if (nxi_eng_me.direct != NULL)
+  if (nxi_eng_me.polling)
     return;
   nxi_drive_lose();
   if (nxi_eng_me.primary) {

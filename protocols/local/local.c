@@ -60,8 +60,9 @@ static int local_send(void *state, void *ep, nx_frame_t *frame,
   return 0;
 }
 
-static int local_progress(void *state) {
+static int local_progress(void *state, nx_frame_batch_t *batch) {
   (void)state;
+  (void)batch;
   return 0;
 }
 

@@ -499,7 +499,7 @@ static int mpimod_send(void *state, void *ep, nx_frame_t *frame,
   return mpimod_send_frame(state, ep, frame);
 }
 
-static int mpimod_progress(void *state) {
+static int mpimod_progress(void *state, nx_frame_batch_t *batch) {
   struct mpimod *m = state;
   /* Only the driver writes it; the watcher reads it. */
   atomic_store_explicit(
@@ -508,7 +508,10 @@ static int mpimod_progress(void *state) {
       memory_order_relaxed);
   if (m->comm == MPI_COMM_NULL)
     return 0; /* spawn-only */
-  return mpimod_tx_progress(m) + mpimod_rx_progress(m);
+  m->batch = batch;
+  int n = mpimod_tx_progress(m) + mpimod_rx_progress(m);
+  m->batch = NULL;
+  return n;
 }
 
 /* MPI has no file descriptor to wait on: the core polls, and the watcher

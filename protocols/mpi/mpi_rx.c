@@ -222,7 +222,7 @@ static int frame_bytes(struct mpimod *m, int src, const uint8_t *buf,
   }
   if (len > 0)
     memcpy(f->iov[1].iov_base, buf + NX_FRAME_HDR_SIZE, (size_t)len);
-  m->core->frame_deliver(f);
+  nx_frame_batch_add(m->core, m->batch, f);
   return 1;
 }
 
@@ -236,7 +236,7 @@ static int finish(struct mpimod *m, struct mpimod_rx *rx) {
     free(rx->buf);
   } else if (rx->kind == MPIMOD_RX_BODY && rx->frame != NULL && !rx->leaked) {
     if (!rx->failed && !m->finalizing) {
-      m->core->frame_deliver(rx->frame);
+      nx_frame_batch_add(m->core, m->batch, rx->frame);
       n = 1;
     } else {
       m->core->frame_free(rx->frame);

@@ -132,6 +132,9 @@ struct mpimod_tx {
 /* The module's state, one per nx_init. */
 struct mpimod {
   const struct nx_core_api *core;
+  /* The core's batch while mpimod_progress runs (driver only), else NULL:
+   * where mpi_rx.c delivers a complete frame. */
+  nx_frame_batch_t *batch;
   MPI_Comm comm; /* private: MPI_Comm_dup of MPI_COMM_WORLD */
   int rank, size;
   int own_mpi;    /* this module called MPI_Init_thread */

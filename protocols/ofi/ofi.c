@@ -175,8 +175,9 @@ static int ofi_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
   return ofi_send_frame(state, ep, frame);
 }
 
-static int ofi_progress(void *state) {
+static int ofi_progress(void *state, nx_frame_batch_t *batch) {
   struct ofi *o = state;
+  o->batch = batch; /* ofi_rail.c's deliver hands it what completes */
   o->events = 0;
   o->budget = OFI_DELIVER_MAX;
   if (atomic_load_explicit(&o->attn_any, memory_order_relaxed))
@@ -187,6 +188,7 @@ static int ofi_progress(void *state) {
     if (r->repost != NULL || r->unposted != NULL)
       ofi_rail_retry(r);
   }
+  o->batch = NULL;
   return ofi_wake_progress(o, o->events);
 }
 
@@ -283,7 +285,7 @@ static void ofi_finalize(void *state) {
   o->closing = 1;
   uint64_t deadline = nxu_now_ns() + (uint64_t)OFI_LINGER_MS * 1000000u;
   while (o->nrails > 0 && ofi_sends_pending(o) && nxu_now_ns() < deadline) {
-    if (ofi_progress(o) == 0) {
+    if (ofi_progress(o, NULL) == 0) {
       struct pollfd pfd = {.fd = o->epfd, .events = POLLIN};
       poll(&pfd, o->epfd >= 0 ? 1 : 0, 1);
     }

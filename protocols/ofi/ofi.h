@@ -302,6 +302,9 @@ struct ofi_wake_page {
 /* The module's state, one per nx_init. */
 struct ofi {
   const struct nx_core_api *core;
+  /* The core's batch while ofi_progress runs (driver only), else NULL:
+   * where ofi_rail.c delivers what completes. */
+  nx_frame_batch_t *batch;
   uint64_t id;  /* this process's sender id */
   int refusals; /* of wrong keys, sent (driver only) */
   uint32_t pid;

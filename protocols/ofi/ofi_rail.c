@@ -360,7 +360,7 @@ static void deliver(struct ofi *o, nx_frame_t *f) {
   if (o->closing)
     o->core->frame_free(f);
   else
-    o->core->frame_deliver(f);
+    nx_frame_batch_add(o->core, o->batch, f);
   o->budget--;
   o->events++;
 }

@@ -378,7 +378,8 @@ static int queues_empty(struct tcp *t) {
   return empty;
 }
 
-static int tcp_progress(void *state);
+static int tcp_progress(void *state, nx_frame_batch_t *batch);
+static int progress_round(struct tcp *t);
 
 /* Runs after the core stopped its progress engine and disconnected every
  * endpoint. Frames still queued get up to TCP_LINGER_MS to leave (a last
@@ -420,7 +421,7 @@ static void tcp_finalize(void *state) {
   t->finalizing = 1;
   uint64_t deadline = nxu_now_ms() + TCP_LINGER_MS;
   while (t->nlisten > 0 && !queues_empty(t) && nxu_now_ms() < deadline) {
-    tcp_progress(t);
+    tcp_progress(t, NULL);
     struct pollfd pfd = {.fd = uv_backend_fd(&t->loop), .events = POLLIN};
     poll(&pfd, 1, 10);
   }
@@ -553,8 +554,17 @@ static int tcp_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
   return 0;
 }
 
-static int tcp_progress(void *state) {
+/* The frames it reads go into the core's `batch` (t->batch, which
+ * tcp_conn.c's deliver uses) until it returns. */
+static int tcp_progress(void *state, nx_frame_batch_t *batch) {
   struct tcp *t = state;
+  t->batch = batch;
+  int n = progress_round(t);
+  t->batch = NULL;
+  return n;
+}
+
+static int progress_round(struct tcp *t) {
   t->events = 0;
   t->watch_changed = 0;
   t->budget = TCP_DELIVER_MAX;

@@ -188,6 +188,9 @@ struct tcp_conn {
 /* The module's state, one per nx_init. */
 struct tcp {
   const struct nx_core_api *core;
+  /* The core's batch while tcp_progress runs, else NULL (frame_deliver):
+   * where a frame read in full goes (tcp_conn.c). */
+  nx_frame_batch_t *batch;
   uv_loop_t loop;
   int ipv4_ok, ipv6_ok;
   size_t queue_max;

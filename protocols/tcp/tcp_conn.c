@@ -595,7 +595,7 @@ static void deliver(struct tcp_conn *c, nx_frame_t *f) {
     c->t->core->frame_free(f); /* the core no longer dispatches */
     return;
   }
-  c->t->core->frame_deliver(f);
+  nx_frame_batch_add(c->t->core, c->t->batch, f);
   c->t->events++;
   c->t->budget--;
   c->t->hot = c;

@@ -296,10 +296,11 @@ static int arm(struct ucx *u) {
   return arm_worker(u, now);
 }
 
-static int ucx_progress(void *state) {
+static int ucx_progress(void *state, nx_frame_batch_t *batch) {
   struct ucx *u = state;
   int n = 0;
   ucx_lock(u);
+  u->batch = batch; /* ucx_unlock hands it what arrived */
   u->received = 0;
   if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
     ucx_peers_service(u);

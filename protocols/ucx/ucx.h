@@ -142,11 +142,14 @@ struct ucx {
   /* Records of the callbacks, for the core (after unlocking). A frame's
    * module_data[0] links these lists; in `done`, [1] is its status. */
   nx_frame_t *done, *done_tail;   /* send_done */
-  nx_frame_t *ready, *ready_tail; /* frame_deliver, in order */
-  nx_frame_t *dropped;            /* frame_free */
-  struct ucx_peer *reports;       /* peer_failed */
-  struct ucx_rxq *rxqs;           /* senders with a fetch in progress */
-  unsigned closing;               /* endpoint closes not yet complete */
+  nx_frame_t *ready, *ready_tail; /* to deliver, in order */
+  /* The core's batch while ucx_progress holds the lock (ucx_unlock hands
+   * it the ready frames), else NULL: frame_deliver. */
+  nx_frame_batch_t *batch;
+  nx_frame_t *dropped;      /* frame_free */
+  struct ucx_peer *reports; /* peer_failed */
+  struct ucx_rxq *rxqs;     /* senders with a fetch in progress */
+  unsigned closing;         /* endpoint closes not yet complete */
   int finalizing;
 
   /* Peers whose endpoint failed, pushed by the error handler. */

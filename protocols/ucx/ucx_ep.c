@@ -52,6 +52,8 @@ void ucx_unlock(struct ucx *u, int deliver) {
     u->ready = u->ready_tail = NULL;
   }
   int finalizing = u->finalizing;
+  nx_frame_batch_t *batch = u->batch; /* set by progress only */
+  u->batch = NULL;
   pthread_mutex_unlock(&u->lock);
   /* The peer first, then its RSRs: whoever hears of a lost RSR can find
    * its destination failed already. */
@@ -74,7 +76,7 @@ void ucx_unlock(struct ucx *u, int deliver) {
     if (finalizing)
       u->core->frame_free(f);
     else
-      u->core->frame_deliver(f);
+      nx_frame_batch_add(u->core, batch, f);
   }
 }
 

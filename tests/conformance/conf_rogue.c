@@ -350,18 +350,18 @@ static int run_script(const struct nx_protocol_ops *ops, void *state, void *ep,
     uint64_t end = now_ms() + 10000;
     int before = atomic_load(&sends_done);
     while ((r = ops->send(state, ep, &fr->f, 0)) == NX_EAGAIN && now_ms() < end)
-      ops->progress(state);
+      ops->progress(state, NULL);
     if (r != 0) {
       failed++;
       continue;
     }
     sent++;
     while (atomic_load(&sends_done) == before && now_ms() < end)
-      ops->progress(state);
+      ops->progress(state, NULL);
   }
   uint64_t end = now_ms() + (uint64_t)linger;
   while (!atomic_load(&hung_up) && now_ms() < end)
-    if (ops->progress(state) == 0)
+    if (ops->progress(state, NULL) == 0)
       usleep(100); /* two cores are shared with the victim */
   snprintf(out, out_len, "sent=%d failed=%d hungup=%d done=%d", sent,
            failed + atomic_load(&sends_failed) - failed0, atomic_load(&hung_up),
@@ -519,7 +519,7 @@ static int main_job(const char *so, const char *module) {
   while (!last) {
     struct rogue_rx *rx = rx_pop();
     if (rx == NULL) {
-      if (ops->progress(state) == 0)
+      if (ops->progress(state, NULL) == 0)
         usleep(100);
       continue;
     }
@@ -562,9 +562,9 @@ static int main_job(const char *so, const char *module) {
       uint64_t end = now_ms() + 10000;
       while ((r = ops->send(state, ep, &done.f, 0)) == NX_EAGAIN &&
              now_ms() < end)
-        ops->progress(state);
+        ops->progress(state, NULL);
       while (r == 0 && atomic_load(&sends_done) == before && now_ms() < end)
-        ops->progress(state);
+        ops->progress(state, NULL);
     }
     free(rx);
   }

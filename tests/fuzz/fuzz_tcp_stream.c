@@ -129,7 +129,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 /* What a progress call of the module's driver does. */
-static void drive(void) { nx_protocol_tcp.progress(t); }
+static void drive(void) { nx_protocol_tcp.progress(t, NULL); }
 
 /* Reads exactly `n` bytes the module sent, driving it in between. Returns 1
  * when all came, 0 when it closed the connection or sent less. */

@@ -215,7 +215,16 @@ struct instance {
     return nx_desc{"ofi",         1,        desc.scope_len, desc.scope,
                    desc.data_len, desc.data};
   }
-  int progress() { return ops()->progress(state); }
+  // As the core does: the frames of the poll's batch are delivered once
+  // progress returned.
+  int progress() {
+    nx_frame_batch_t batch;
+    batch.count = 0;
+    int r = ops()->progress(state, &batch);
+    for (int i = 0; i < batch.count; i++)
+      stub_frame_deliver(batch.frames[i]);
+    return r;
+  }
 };
 
 // A frame to send: header and payload owned by the test.

@@ -25,7 +25,7 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 9u
+#define NX_PROTOCOL_ABI_VERSION 10u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -99,6 +99,15 @@ static inline const struct iovec *nx_frame_iovs(const nx_frame_t *f) {
   return f->iovcnt > 2 ? f->iovs : f->iov;
 }
 
+/* The frames one call of a module's progress completed, in the order they
+ * completed: the core owns it, and dispatches them once progress returned
+ * (docs/design.md section 7, "Polling the modules"). */
+#define NX_FRAME_BATCH_MAX 64
+typedef struct nx_frame_batch {
+  int count;
+  nx_frame_t *frames[NX_FRAME_BATCH_MAX];
+} nx_frame_batch_t;
+
 /* Services of the core, handed to a module's init. Callable from any thread. */
 struct nx_core_api {
   uint32_t abi_version;
@@ -110,11 +119,12 @@ struct nx_core_api {
   /* Receiving. frame_alloc checks the NX_FRAME_HDR_SIZE header bytes `hdr`
    * and returns a frame whose iov[1] has room for the payload it announces
    * (NX_EPROTO for a bad header, which the core counts; NX_ENOMEM). Then
-   * exactly one of frame_deliver (payload complete) or frame_free
-   * (connection lost midway). After NX_EPROTO a module whose framing is
-   * lost with it (a byte stream) drops the peer; one whose transport keeps
-   * message boundaries may drop only that frame. It is already counted:
-   * do not call bad_peer for it. */
+   * exactly one of delivering it (payload complete: nx_frame_batch_add,
+   * which uses frame_deliver outside progress; frame_deliver queues it
+   * for the driver) or frame_free (connection lost midway). After NX_EPROTO a
+   * module whose framing is lost with it (a byte stream) drops the peer; one
+   * whose transport keeps message boundaries may drop only that frame. It is
+   * already counted: do not call bad_peer for it. */
   int (*frame_alloc)(const void *hdr, nx_frame_t **frame);
   void (*frame_deliver)(nx_frame_t *frame);
   void (*frame_free)(nx_frame_t *frame);
@@ -146,6 +156,25 @@ struct nx_core_api {
 };
 
 #define NX_KEY_SIZE 16u
+
+/* Hands a complete received frame to the core: into `batch` during
+ * progress, through frame_deliver otherwise (batch NULL: a module thread,
+ * or a poll outside the driver's round). A full batch goes to
+ * frame_deliver first, so that the frames keep their order. */
+static inline void nx_frame_batch_add(const struct nx_core_api *core,
+                                      nx_frame_batch_t *batch,
+                                      nx_frame_t *frame) {
+  if (batch == NULL) {
+    core->frame_deliver(frame);
+    return;
+  }
+  if (batch->count == NX_FRAME_BATCH_MAX) {
+    for (int i = 0; i < batch->count; i++)
+      core->frame_deliver(batch->frames[i]);
+    batch->count = 0;
+  }
+  batch->frames[batch->count++] = frame;
+}
 
 /* The launcher table: what a module that also starts processes or
  * knows a job of processes offers (the mpi module: mpirun's ranks, and
@@ -233,9 +262,13 @@ struct nx_protocol_ops {
   int (*send)(void *state, void *ep, nx_frame_t *frame, unsigned flags);
 
   /* Progress. progress (mandatory) never blocks and returns the number of
-   * events handled; wait_fd (optional) returns an fd that becomes readable
-   * when progress has work, or a negative code if there is none. */
-  int (*progress)(void *state);
+   * events handled; the frames it completes go into `batch` (with
+   * nx_frame_batch_add), which the core dispatches once progress returned.
+   * `batch` may be NULL (the core, or the module itself, polling outside
+   * the driver's round): frames then go through frame_deliver. wait_fd
+   * (optional) returns an fd that becomes readable when progress has
+   * work, or a negative code if there is none. */
+  int (*progress)(void *state, struct nx_frame_batch *batch);
   int (*wait_fd)(void *state);
 
   /* Information (optional): the backend library and its version. */
