@@ -43,6 +43,10 @@ module pingpong_procs
     end function
     subroutine fm_bench_rsr_stop() bind(c, name='fm_bench_rsr_stop')
     end subroutine
+    subroutine fm_bench_pin(all) bind(c, name='fm_bench_pin')
+      import :: c_int
+      integer(c_int), value :: all
+    end subroutine
   end interface
 
 contains
@@ -104,6 +108,10 @@ program fm_bench_pingpong
     mpi_big, fm_big_copy, t
   integer :: k, r
 
+  ! The ping side on one CPU, the echo processes (this program again, and
+  ! rsr_echo) on another, as mpirun binds its two ranks; before fm_init
+  ! starts threads, which keep the CPU.
+  call fm_bench_pin(0)
   call fm_register('echo', c_funloc(echo))
   call fm_init()
   reps = 15
@@ -277,11 +285,13 @@ contains
     write (n, '(i0)') reps
     ! (Named by the process id: runs in one directory do not collide.)
     write (out, '(a,i0,a)') 'fm_mpi_pingpong.', getpid(), '.out'
+    call fm_bench_pin(1)
     ! (The ALLOW_RUN_AS_ROOT pair only matters when run as root, as in CI.)
     call execute_command_line('OMPI_ALLOW_RUN_AS_ROOT=1 '// &
-      'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '// &
+      'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --map-by core --bind-to core -np 2 '// &
       trim(dir)//'/fm_mpi_pingpong '//trim(n)// &
       ' > '//trim(out)//' 2>&1', exitstat=st)
+    call fm_bench_pin(0)
     open (newunit=u, file=trim(out), status='old', iostat=k)
     if (k /= 0) st = 1
     if (k == 0) then

@@ -2,6 +2,7 @@
  * same values, the same copies in and out, through bare RSRs to a peer process
  * (rsr_echo) over the same module. Called from Fortran: start the peer, time
  * batches of round trips (alternating with the channel's), stop. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,57 @@ static double now_us(void) {
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
+void fm_bench_pin(int all);
 int fm_bench_rsr_start(const char *echo_exe, int nmax, char *proto, int len);
 double fm_bench_rsr_batch(int n, int iters);
 void fm_bench_rsr_stop(void);
+
+/* The CPUs this process could use when it first called fm_bench_pin. */
+static cpu_set_t all_cpus;
+static int all_read;
+
+/* Pins the benchmark's processes, as MPI binds its ranks: in the main
+ * program (FM_BENCH_ECHO_CPU unset), the calling thread and the threads it
+ * starts later to its first CPU, and FM_BENCH_ECHO_CPU is set to the
+ * second for the echo processes it starts, which pin themselves there
+ * (the fm echo here, rsr_echo in its main). So the ping side and the echo
+ * side never share a core while the other one idles. With `all`, the
+ * calling thread goes back to every CPU (before mpirun, which binds its
+ * ranks itself). Nothing with fewer than two CPUs. */
+void fm_bench_pin(int all) {
+  if (!all_read) {
+    sched_getaffinity(0, sizeof(all_cpus), &all_cpus);
+    all_read = 1;
+  }
+  cpu_set_t set = all_cpus;
+  const char *echo = getenv("FM_BENCH_ECHO_CPU");
+  if (all) {
+    sched_setaffinity(0, sizeof(set), &set);
+    return;
+  }
+  if (echo != NULL) {
+    CPU_ZERO(&set);
+    CPU_SET(atoi(echo), &set);
+    sched_setaffinity(0, sizeof(set), &set);
+    return;
+  }
+  int first = -1, second = -1;
+  for (int i = 0; i < CPU_SETSIZE && second < 0; i++)
+    if (CPU_ISSET(i, &all_cpus)) {
+      if (first < 0)
+        first = i;
+      else
+        second = i;
+    }
+  if (second < 0)
+    return;
+  char buf[16];
+  snprintf(buf, sizeof(buf), "%d", second);
+  setenv("FM_BENCH_ECHO_CPU", buf, 1);
+  CPU_ZERO(&set);
+  CPU_SET(first, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
 
 /* Starts the peer: a new rsr_echo process context, for arrays of up to
  * `nmax` doubles. Writes the module's name into proto (len bytes). 0 on
