@@ -2,49 +2,83 @@
 ! doubles (131072) to an echo process in a new process context and back,
 ! with the 1 MiB array sent by reference (zero copy, the default) and
 ! copied (fm_zerocopy_min(0)), against the raw RSR ping-pong over the same
-! module (rsr_anchor.c) and Open MPI's MPI_Send/MPI_Recv from Fortran
-! (fm_mpi_pingpong under mpirun), in one run. Prints medians, ratios and
-! the goals.
-! Usage: fm_bench_pingpong [iterations]   (NX_PROTOCOLS picks the module)
+! module (rsr_anchor.c, with its peer rsr_echo.c) and Open MPI's
+! MPI_Send/MPI_Recv from Fortran (fm_mpi_pingpong under mpirun), in one
+! run. Each is timed as the best of `reps` short batches of round trips
+! (per round trip), and the channel's and the raw RSR's batches alternate,
+! so a machine whose load changes (two cores shared with builds) weighs on
+! both alike and one clean batch of each is found. Prints the times, the
+! ratios and the goals.
+!
+! Usage: fm_bench_pingpong [reps]   (default 15 a round; NX_PROTOCOLS picks
+!                                    the module)
+!        fm_bench_pingpong --profile PATH N
+! --profile runs N round trips of one path after the same warm-up, and
+! nothing else, for an instruction count per round trip: PATH is fm8 (the
+! integer over the channel), raw8 (the raw RSR's), fm1m (1 MiB by
+! reference), fm1mcopy (copied) or raw1m. The count per round trip is the
+! difference of two runs over the difference of their N, e.g.
+!   NX_PROTOCOLS=tcp,local valgrind --tool=callgrind --trace-children=yes \
+!     fm_bench_pingpong --profile fm8 2000     (and 0)
 module pingpong_procs
   use fm
   use, intrinsic :: iso_c_binding
   implicit none
   integer, parameter :: NBIG = 131072
+  ! What the echo process does next: a command is echoed (untimed), then
+  ! that many round trips follow.
+  integer(c_int32_t), parameter :: CMD_QUIT = 0, CMD_SMALL = 1, CMD_BIG = 2
 
   interface
-    real(c_double) function fm_bench_rsr(exe, n, iters, proto, len) &
-        bind(c, name='fm_bench_rsr')
-      import :: c_double, c_char, c_int
+    integer(c_int) function fm_bench_rsr_start(exe, nmax, proto, len) &
+        bind(c, name='fm_bench_rsr_start')
+      import :: c_char, c_int
       character(kind=c_char) :: exe(*), proto(*)
-      integer(c_int), value :: n, iters, len
+      integer(c_int), value :: nmax, len
     end function
+    real(c_double) function fm_bench_rsr_batch(n, iters) &
+        bind(c, name='fm_bench_rsr_batch')
+      import :: c_double, c_int
+      integer(c_int), value :: n, iters
+    end function
+    subroutine fm_bench_rsr_stop() bind(c, name='fm_bench_rsr_stop')
+    end subroutine
+    subroutine fm_bench_pin(all) bind(c, name='fm_bench_pin')
+      import :: c_int
+      integer(c_int), value :: all
+    end subroutine
   end interface
 
 contains
 
-  ! echo(in, out, nsmall, nrep_big, zc): sends back what it receives,
+  ! echo(in, out): runs the commands that arrive on `in`: [kind, n, zc],
+  ! echoed, then n integers (CMD_SMALL) or n arrays (CMD_BIG) sent back,
   ! arrays of zc bytes and more by reference.
   subroutine echo(args) bind(c)
     type(c_ptr), value :: args
     type(fm_inport) :: in
     type(fm_outport) :: out
-    integer(c_int32_t) :: v, nsmall, nrep_big, i, zc
+    integer(c_int32_t) :: cmd(3), v, i
     real(c_double), allocatable :: x(:)
     call fm_arg_get(args, 1, in)
     call fm_arg_get(args, 2, out)
-    call fm_arg_get(args, 3, nsmall)
-    call fm_arg_get(args, 4, nrep_big)
-    call fm_arg_get(args, 5, zc)
-    call fm_zerocopy_min(zc)
     allocate (x(NBIG))
-    do i = 1, nsmall
-      call fm_receive(in, v)
-      call fm_send(out, v)
-    end do
-    do i = 1, nrep_big
-      call fm_receive(in, x)
-      call fm_send(out, x)
+    do
+      call fm_receive(in, cmd)
+      call fm_send(out, cmd)
+      if (cmd(1) == CMD_QUIT) exit
+      call fm_zerocopy_min(cmd(3))
+      if (cmd(1) == CMD_SMALL) then
+        do i = 1, cmd(2)
+          call fm_receive(in, v)
+          call fm_send(out, v)
+        end do
+      else
+        do i = 1, cmd(2)
+          call fm_receive(in, x)
+          call fm_send(out, x)
+        end do
+      end if
     end do
   end subroutine
 
@@ -53,88 +87,106 @@ contains
     call system_clock(c, rate)
     now_us = real(c, c_double)*1.0d6/real(rate, c_double)
   end function
-
-  real(c_double) function median(t)
-    real(c_double), intent(inout) :: t(:)
-    integer :: i, j
-    real(c_double) :: s
-    do i = 2, size(t)
-      s = t(i)
-      j = i - 1
-      do while (j >= 1)
-        if (t(j) <= s) exit
-        t(j + 1) = t(j)
-        j = j - 1
-      end do
-      t(j + 1) = s
-    end do
-    median = t(size(t)/2 + 1)
-  end function
 end module
 
 program fm_bench_pingpong
   use pingpong_procs
   implicit none
+  ! Round trips per batch: about a millisecond each.
+  integer, parameter :: NSMALL = 200, NREP_BIG = 4, ZC = 32768, ROUNDS = 3
   type(fm_inport) :: ain, bin
   type(fm_outport) :: aout, bout
   type(fm_block) :: blk
   type(fm_args) :: a
   type(fm_place) :: place
   character(len=4096) :: self, dir
-  character(len=64) :: arg, proto
+  character(len=64) :: arg, proto, path
   character(kind=c_char, len=16) :: cproto
-  integer(c_int32_t) :: nsmall, nrep_big, v, i
-  real(c_double), allocatable :: x(:), t(:)
+  integer(c_int32_t) :: reps, nprof
+  real(c_double), allocatable :: x(:)
   real(c_double) :: fm_small, fm_big, raw_small, raw_big, mpi_small, &
-    mpi_big, fm_small_copy, fm_big_copy
-  integer :: st, u, k
+    mpi_big, fm_big_copy, t
+  integer :: k, r
 
+  ! The ping side on one CPU, the echo processes (this program again, and
+  ! rsr_echo) on another, as mpirun binds its two ranks; before fm_init
+  ! starts threads, which keep the CPU.
+  call fm_bench_pin(0)
   call fm_register('echo', c_funloc(echo))
   call fm_init()
-  nsmall = 2000
+  reps = 15
+  path = ''
+  nprof = 0
   if (command_argument_count() >= 1) then
     call get_command_argument(1, arg)
-    read (arg, *) nsmall
+    if (arg == '--profile') then
+      if (command_argument_count() /= 3) &
+        error stop 'usage: fm_bench_pingpong --profile PATH N'
+      call get_command_argument(2, path)
+      call get_command_argument(3, arg)
+      read (arg, *) nprof
+    else
+      read (arg, *) reps
+    end if
   end if
-  nrep_big = max(20, nsmall/20)
+  reps = max(reps, 1)
   call get_command_argument(0, self)
   k = index(self, '/', back=.true.)
   dir = '.'
   if (k > 0) dir = self(1:k - 1)
-
-  ! The channel ping-pong: main -> echo on a, echo -> main on b; the 1 MiB
-  ! array by reference, then copied.
-  allocate (x(NBIG), t(max(nsmall, nrep_big)))
+  allocate (x(NBIG))
   x = 1.5d0
-  call fm_round(32768, fm_small, fm_big)
-  call fm_round(0, fm_small_copy, fm_big_copy)
 
-  ! The raw RSR anchor over the same module.
-  raw_small = fm_bench_rsr(trim(dir)//'/fm_rsr_echo'//c_null_char, 0, &
-    nsmall, cproto, 16)
-  raw_big = fm_bench_rsr(trim(dir)//'/fm_rsr_echo'//c_null_char, NBIG, &
-    nrep_big, cproto, 16)
-  proto = ''
-  do k = 1, 16
-    if (cproto(k:k) == c_null_char) exit
-    proto(k:k) = cproto(k:k)
-  end do
-
-  ! Open MPI from Fortran, when built and mpirun runs.
-  mpi_small = -1
-  mpi_big = -1
-  ! (The ALLOW_RUN_AS_ROOT pair only matters when run as root, as in CI.)
-  call execute_command_line('OMPI_ALLOW_RUN_AS_ROOT=1 '// &
-    'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '//trim(dir)// &
-    '/fm_mpi_pingpong '//trim(arg_or(nsmall))//' > fm_mpi_pingpong.out 2>&1', &
-    exitstat=st)
-  open (newunit=u, file='fm_mpi_pingpong.out', status='old', iostat=k)
-  if (k == 0) then
-    if (st == 0) read (u, *, iostat=st) mpi_small, mpi_big
-    if (st /= 0) mpi_big = -1
-    close (u, status='delete')
+  fm_small = huge(t)
+  raw_small = huge(t)
+  fm_big = huge(t)
+  fm_big_copy = huge(t)
+  raw_big = huge(t)
+  mpi_small = huge(t)
+  mpi_big = huge(t)
+  if (path /= '') then
+    call start_peers()
+    select case (path)
+    case ('fm8')
+      if (nprof > 0) t = fm_batch(CMD_SMALL, nprof, ZC)
+    case ('raw8')
+      if (nprof > 0) t = raw_batch(0, nprof)
+    case ('fm1m')
+      if (nprof > 0) t = fm_batch(CMD_BIG, nprof, ZC)
+    case ('fm1mcopy')
+      if (nprof > 0) t = fm_batch(CMD_BIG, nprof, 0)
+    case ('raw1m')
+      if (nprof > 0) t = raw_batch(NBIG, nprof)
+    case default
+      error stop 'fm_bench_pingpong: --profile fm8|raw8|fm1m|fm1mcopy|raw1m N'
+    end select
+    call stop_peers()
+    call fm_finalize()
+    stop
   end if
 
+  ! ROUNDS rounds of: the channel's and the raw RSR's batches, alternating,
+  ! then Open MPI's (a job of its own, while the peers wait idle), so each
+  ! anchor is measured in the same stretches of the machine's load as the
+  ! channel.
+  ! (The peers live through every round: nexus reports the end of the raw
+  ! RSR's peer to fm as a death, which would fail the next receive.)
+  call start_peers()
+  do k = 1, ROUNDS
+    do r = 1, reps
+      fm_small = min(fm_small, fm_batch(CMD_SMALL, NSMALL, ZC))
+      raw_small = min(raw_small, raw_batch(0, NSMALL))
+      fm_big = min(fm_big, fm_batch(CMD_BIG, NREP_BIG, ZC))
+      fm_big_copy = min(fm_big_copy, fm_batch(CMD_BIG, NREP_BIG, 0))
+      raw_big = min(raw_big, raw_batch(NBIG, NREP_BIG))
+    end do
+    if (mpi_big > 0) call mpi_round(mpi_small, mpi_big)
+  end do
+  call stop_peers()
+
+  write (*, '(a,i0,a,i0,a,i0,a,i0,a)') 'us per round trip, the best of ', &
+    ROUNDS, 'x', reps, ' alternating batches (', NSMALL, &
+    ' round trips at 8 B, ', NREP_BIG, ' at 1 MiB)'
   write (*, '(a,a)') 'fm channel ping-pong (Fortran) vs raw RSR over ', &
     trim(proto)
   write (*, '(a)') 'size        fm us  raw RSR us   fm/raw   goal'
@@ -145,7 +197,7 @@ program fm_bench_pingpong
   write (*, '(a,f12.2,f12.2,f9.2,a)') '1 MiB*', &
     fm_big_copy, raw_big, fm_big_copy/raw_big, '   (comparison)'
   write (*, '(a)') '(1 MiB*: the array copied into the message, fm_zerocopy_min(0))'
-  if (mpi_big > 0) then
+  if (mpi_big > 0 .and. mpi_big < huge(t)) then
     write (*, '(a)') 'vs Open MPI MPI_Send/MPI_Recv from Fortran (mpirun -np 2): fm us, MPI us, fm/MPI'
     write (*, '(a,f12.2,f12.2,f9.2,a)') '8 B  ', fm_small, mpi_small, &
       fm_small/mpi_small, '   (no goal)'
@@ -159,14 +211,46 @@ program fm_bench_pingpong
 
 contains
 
-  ! One channel ping-pong round against a new echo process: medians of
-  ! the integer and of the 1 MiB array, arrays of zc bytes and more by
-  ! reference (0: copied) on both sides.
-  subroutine fm_round(zc, small, big)
-    integer, intent(in) :: zc
-    real(c_double), intent(out) :: small, big
+  ! Microseconds per channel round trip, the mean of a batch of n: integers
+  ! (CMD_SMALL) or the 1 MiB array (CMD_BIG), arrays of zc bytes and more
+  ! by reference (0: copied) on both sides.
+  real(c_double) function fm_batch(kind, n, zc)
+    integer(c_int32_t), intent(in) :: kind
+    integer, intent(in) :: n, zc
+    integer(c_int32_t) :: cmd(3), v, i
     real(c_double) :: t0
     call fm_zerocopy_min(zc)
+    cmd = [kind, int(n, c_int32_t), int(zc, c_int32_t)]
+    call fm_send(aout, cmd)
+    call fm_receive(bin, cmd)
+    t0 = now_us()
+    if (kind == CMD_SMALL) then
+      do i = 1, n
+        call fm_send(aout, i)
+        call fm_receive(bin, v)
+        if (v /= i) error stop 'fm_bench_pingpong: wrong echo'
+      end do
+    else
+      do i = 1, n
+        call fm_send(aout, x)
+        call fm_receive(bin, x)
+      end do
+    end if
+    fm_batch = (now_us() - t0)/n
+  end function
+
+  real(c_double) function raw_batch(n, iters)
+    integer, intent(in) :: n, iters
+    raw_batch = fm_bench_rsr_batch(n, iters)
+    if (raw_batch < 0) error stop 'fm_bench_pingpong: raw RSR ping-pong failed'
+  end function
+
+  ! Both peers at once: the channel's echo process (main -> echo on a,
+  ! echo -> main on b) and the raw RSR's; then the warm-up (connections,
+  ! buffer caches, first touches), the same whatever comes next.
+  subroutine start_peers()
+    real(c_double) :: t
+    integer :: k
     call fm_channel(ain, aout)
     call fm_channel(bin, bout)
     place%kind = FM_PLACE_PROCESS
@@ -174,26 +258,62 @@ contains
     call fm_args_create(a)
     call fm_arg(a, ain)
     call fm_arg(a, bout)
-    call fm_arg(a, nsmall)
-    call fm_arg(a, nrep_big)
-    call fm_arg(a, int(zc, c_int32_t))
     call fm_processcall(blk, 'echo', a, place)
-    do i = 1, nsmall
-      t0 = now_us()
-      call fm_send(aout, i)
-      call fm_receive(bin, v)
-      t(i) = now_us() - t0
-      if (v /= i) error stop 'fm_bench_pingpong: wrong echo'
+    if (fm_bench_rsr_start(trim(dir)//'/fm_rsr_echo'//c_null_char, NBIG, &
+                           cproto, 16) /= 0) &
+      error stop 'fm_bench_pingpong: the raw RSR peer did not start'
+    proto = ''
+    do k = 1, 16
+      if (cproto(k:k) == c_null_char) exit
+      proto(k:k) = cproto(k:k)
     end do
-    small = median(t(1:nsmall))
-    do i = 1, nrep_big
-      t0 = now_us()
-      call fm_send(aout, x)
-      call fm_receive(bin, x)
-      t(i) = now_us() - t0
-    end do
-    big = median(t(1:nrep_big))
+    t = fm_batch(CMD_SMALL, NSMALL, ZC)
+    t = raw_batch(0, NSMALL)
+    t = fm_batch(CMD_BIG, NREP_BIG, ZC)
+    t = fm_batch(CMD_BIG, NREP_BIG, 0)
+    t = raw_batch(NBIG, NREP_BIG)
+  end subroutine
+
+  ! One mpirun of fm_mpi_pingpong (reps batches of each size): keeps the
+  ! better times. Both are set negative when it does not run.
+  subroutine mpi_round(small, big)
+    real(c_double), intent(inout) :: small, big
+    real(c_double) :: s, b
+    character(len=16) :: n
+    character(len=64) :: out
+    integer :: st, u, k
+    write (n, '(i0)') reps
+    ! (Named by the process id: runs in one directory do not collide.)
+    write (out, '(a,i0,a)') 'fm_mpi_pingpong.', getpid(), '.out'
+    call fm_bench_pin(1)
+    ! (The ALLOW_RUN_AS_ROOT pair only matters when run as root, as in CI.)
+    call execute_command_line('OMPI_ALLOW_RUN_AS_ROOT=1 '// &
+      'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --map-by core --bind-to core -np 2 '// &
+      trim(dir)//'/fm_mpi_pingpong '//trim(n)// &
+      ' > '//trim(out)//' 2>&1', exitstat=st)
+    call fm_bench_pin(0)
+    open (newunit=u, file=trim(out), status='old', iostat=k)
+    if (k /= 0) st = 1
+    if (k == 0) then
+      if (st == 0) read (u, *, iostat=st) s, b
+      close (u, status='delete')
+    end if
+    if (st /= 0) then
+      small = -1
+      big = -1
+    else
+      small = min(small, s)
+      big = min(big, b)
+    end if
+  end subroutine
+
+  subroutine stop_peers()
+    integer(c_int32_t) :: cmd(3)
+    cmd = [CMD_QUIT, 0, 0]
+    call fm_send(aout, cmd)
+    call fm_receive(bin, cmd)
     call fm_processes_end(blk)
+    call fm_bench_rsr_stop()
   end subroutine
 
   ! A goal's outcome in this run, as bench_ccxx prints it.
@@ -202,11 +322,5 @@ contains
     character(len=6) :: s
     s = 'MISSED'
     if (ok) s = 'met'
-  end function
-
-  function arg_or(n) result(s)
-    integer(c_int32_t), intent(in) :: n
-    character(len=16) :: s
-    write (s, '(i0)') n
   end function
 end program

@@ -1,6 +1,7 @@
 /* The raw RSR anchor's peer: a process context whose main thread answers every
  * "ping" (one int32, or an array of doubles) with the same values in "pong",
  * until "quit". */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,15 @@ static void answer(nx_buffer_t *buf, double *scratch, size_t scratch_n) {
 }
 
 int main(int argc, char **argv) {
+  /* On the echo side's CPU (rsr_anchor.c, fm_bench_pin), before nx_init
+   * starts threads. */
+  const char *cpu = getenv("FM_BENCH_ECHO_CPU");
+  if (cpu != NULL) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(atoi(cpu), &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
   size_t scratch_n = (size_t)1 << 17;
   double *scratch = malloc(scratch_n * sizeof(double));
   if (scratch == NULL || nx_init(&argc, &argv) != 0)

@@ -73,6 +73,10 @@ static int big_endian(void) {
   return first == 0;
 }
 
+/* Which way values go: into a message (the memory is only read) or out of
+ * one into memory. */
+enum dir { PUT, GET };
+
 /* Swaps the two words of each 128-bit unit (big-endian hosts keep the high
  * word first; the wire has the low word first). */
 static void w128_swap(uint64_t *w, size_t n) {
@@ -83,10 +87,16 @@ static void w128_swap(uint64_t *w, size_t n) {
   }
 }
 
-static int w128_put(nx_buffer_t *b, const void *v, size_t n) {
+static int w128_move(nx_buffer_t *b, void *v, size_t n, enum dir d) {
+  if (d == GET) {
+    int r = nx_get_uint64_array(b, v, 2 * n);
+    if (r == 0 && big_endian())
+      w128_swap(v, n);
+    return r;
+  }
   if (!big_endian())
     return nx_put_uint64_array(b, v, 2 * n);
-  uint64_t *t = malloc(n * 16);
+  uint64_t *t = malloc(n * 16); /* the caller's values stay as they are */
   if (t == NULL)
     return FM_ENOMEM;
   memcpy(t, v, n * 16);
@@ -96,42 +106,23 @@ static int w128_put(nx_buffer_t *b, const void *v, size_t n) {
   return r;
 }
 
-static int w128_get(nx_buffer_t *b, void *v, size_t n) {
-  int r = nx_get_uint64_array(b, v, 2 * n);
-  if (r == 0 && big_endian())
-    w128_swap(v, n);
-  return r;
-}
-
 /* x87 values sit in 16 bytes: significand (8), sign and exponent (2), then
  * padding. They travel as the two parts, each converted. */
-static int x87_put(nx_buffer_t *b, const void *v, size_t n) {
+static int x87_move(nx_buffer_t *b, void *v, size_t n, enum dir d) {
   uint64_t *sig = malloc(n * 8);
   uint16_t *se = malloc(n * 2);
   int r = FM_ENOMEM;
   if (sig != NULL && se != NULL) {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; d == PUT && i < n; i++) {
       memcpy(&sig[i], (const char *)v + 16 * i, 8);
       memcpy(&se[i], (const char *)v + 16 * i + 8, 2);
     }
-    r = nx_put_uint64_array(b, sig, n);
+    r = d == PUT ? nx_put_uint64_array(b, sig, n)
+                 : nx_get_uint64_array(b, sig, n);
     if (r == 0)
-      r = nx_put_uint16_array(b, se, n);
-  }
-  free(sig);
-  free(se);
-  return r;
-}
-
-static int x87_get(nx_buffer_t *b, void *v, size_t n) {
-  uint64_t *sig = malloc(n * 8);
-  uint16_t *se = malloc(n * 2);
-  int r = FM_ENOMEM;
-  if (sig != NULL && se != NULL) {
-    r = nx_get_uint64_array(b, sig, n);
-    if (r == 0)
-      r = nx_get_uint16_array(b, se, n);
-    for (size_t i = 0; r == 0 && i < n; i++) {
+      r = d == PUT ? nx_put_uint16_array(b, se, n)
+                   : nx_get_uint16_array(b, se, n);
+    for (size_t i = 0; d == GET && r == 0 && i < n; i++) {
       memset((char *)v + 16 * i, 0, 16);
       memcpy((char *)v + 16 * i, &sig[i], 8);
       memcpy((char *)v + 16 * i + 8, &se[i], 2);
@@ -142,44 +133,37 @@ static int x87_get(nx_buffer_t *b, void *v, size_t n) {
   return r;
 }
 
-int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n) {
+/* `n` values of `type` between contiguous memory and the message, in the
+ * units of their nexus type: one table of units for both ways. */
+static int units_move(nx_buffer_t *b, int type, void *v, size_t n, enum dir d) {
   if (type <= 0 || type > FM_TYPE_MAX || types[type].unit == U_NONE)
     return FM_ETYPE;
   size_t u = n * types[type].units;
   if (u == 0)
     return 0;
+#define MOVE(t)                                                                \
+  (d == PUT ? nx_put_##t##_array(b, v, u) : nx_get_##t##_array(b, v, u))
   switch (types[type].unit) {
-  case U_I8: return nx_put_int8_array(b, v, u);
-  case U_I16: return nx_put_int16_array(b, v, u);
-  case U_I32: return nx_put_int32_array(b, v, u);
-  case U_I64: return nx_put_int64_array(b, v, u);
-  case U_F32: return nx_put_float_array(b, v, u);
-  case U_F64: return nx_put_double_array(b, v, u);
-  case U_W128: return w128_put(b, v, u);
-  case U_X87: return x87_put(b, v, u);
-  case U_CHAR: return nx_put_char_array(b, v, u);
+  case U_I8: return MOVE(int8);
+  case U_I16: return MOVE(int16);
+  case U_I32: return MOVE(int32);
+  case U_I64: return MOVE(int64);
+  case U_F32: return MOVE(float);
+  case U_F64: return MOVE(double);
+  case U_W128: return w128_move(b, v, u, d);
+  case U_X87: return x87_move(b, v, u, d);
+  case U_CHAR: return MOVE(char);
   default: return FM_ETYPE;
   }
+#undef MOVE
+}
+
+int fmi_units_put(nx_buffer_t *b, int type, const void *v, size_t n) {
+  return units_move(b, type, (void *)(uintptr_t)v, n, PUT); /* only read */
 }
 
 int fmi_units_get(nx_buffer_t *b, int type, void *v, size_t n) {
-  if (type <= 0 || type > FM_TYPE_MAX || types[type].unit == U_NONE)
-    return FM_ETYPE;
-  size_t u = n * types[type].units;
-  if (u == 0)
-    return 0;
-  switch (types[type].unit) {
-  case U_I8: return nx_get_int8_array(b, v, u);
-  case U_I16: return nx_get_int16_array(b, v, u);
-  case U_I32: return nx_get_int32_array(b, v, u);
-  case U_I64: return nx_get_int64_array(b, v, u);
-  case U_F32: return nx_get_float_array(b, v, u);
-  case U_F64: return nx_get_double_array(b, v, u);
-  case U_W128: return w128_get(b, v, u);
-  case U_X87: return x87_get(b, v, u);
-  case U_CHAR: return nx_get_char_array(b, v, u);
-  default: return FM_ETYPE;
-  }
+  return units_move(b, type, v, n, GET);
 }
 
 /* By reference (zero copy): the units nexus can send from the caller's
