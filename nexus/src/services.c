@@ -62,8 +62,10 @@ static void core_send_done(nx_frame_t *frame, int status) {
     atomic_fetch_sub(&nxi_ledger_ctl_inflight, 1);
   if (status < 0) {
     int open = nxi_ledger_void(b);
-    /* An ordered RSR goes again over the next route (ledger.h). */
-    if (open && b->order != 0 && !b->ctl && nxi_ledger_resend(b))
+    /* An ordered RSR of this process's goes again over the next route
+     * (ledger.h); one a gateway passed on is its sender's to report. */
+    if (open && b->order != 0 && !b->ctl &&
+        nxi_ctxid_proc(b->source) == nxi_rt.proc_id && nxi_ledger_resend(b))
       return;
     nxi_buffer_refs_status(b, status);
     if (open && !b->ctl)
