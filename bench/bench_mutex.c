@@ -1,12 +1,14 @@
-/* What an nx_mutex costs beside the bare pthread mutex it wraps (the
+/* What an nx_mutex costs beside the bare pthread mutex it replaced (the
  * default type), after nx_init as a frontend uses it: instructions per
  * uncontended lock/unlock pair, counted by callgrind (this program runs
  * itself under valgrind once per kind, counting only the loop of pairs,
- * and divides); nanoseconds per uncontended pair; and nanoseconds per pair
- * when two threads take turns at one mutex as fast as they can (each pair
- * guards an increment of a shared counter), the two kinds timed in turns
- * within each run. Prints the ratios nx / pthread and the goals: the
- * uncontended pair within 1.5x of pthread's, the contended no slower. */
+ * and divides; the loop's own 9 instructions a pair are in both counts);
+ * nanoseconds per uncontended pair; and nanoseconds per pair when two
+ * threads, pinned to a CPU each, take one mutex around an increment of a
+ * shared counter, back to back and with 200 rounds of a busy loop between
+ * pairs. The two kinds are timed in turns within each run. Prints the
+ * ratios nx / pthread and the goals: the uncontended pair within 1.5x of
+ * pthread's, the contended no slower. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,9 +29,14 @@ static int runs = 11;
 static long solo_pairs = 2000000; /* per timed uncontended run */
 static long duel_pairs = 200000;  /* per thread, per timed contended run */
 #define COUNT_PAIRS 100000        /* pairs counted under callgrind */
+#define NCASES 3
 
 static nx_mutex_t nxm;
 static pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
+
+/* The first two CPUs this process may run on, and how many it may. */
+static int cpu_of[2];
+static int ncpus;
 
 static void die_nx(const char *what, int rc) {
   bench_die(what, nx_strerror(rc));
@@ -64,10 +71,12 @@ static double time_solo(int nx) {
 }
 
 /* Two threads that each take the mutex duel_pairs times around an
- * increment of `counter`, started together. */
+ * increment of `counter`, started together, with `work` rounds of a busy
+ * loop between one pair and the next (0: back to back). */
 struct duel {
   int nx;
-  atomic_int ready;
+  int work;
+  atomic_int ready; /* also which CPU the next thread takes */
   atomic_int go;
   long counter;
   int err;
@@ -93,18 +102,25 @@ static void duel_pair(struct duel *d) {
 
 static void *duel_thread(void *arg) {
   struct duel *d = arg;
-  atomic_fetch_add(&d->ready, 1);
+  /* One CPU each, so that the two run at once when the machine lets
+   * them. */
+  int me = atomic_fetch_add(&d->ready, 1);
+  if (ncpus >= 2)
+    bench_pin_to(cpu_of[me]);
   while (!atomic_load(&d->go))
     ;
-  for (long i = 0; i < duel_pairs; i++)
+  for (long i = 0; i < duel_pairs; i++) {
     duel_pair(d);
+    for (int k = 0; k < d->work; k++)
+      __asm__ volatile("" ::: "memory");
+  }
   return NULL;
 }
 
 /* Nanoseconds per contended pair of one kind: the time both threads take,
  * over the pairs of both. */
-static double time_duel(int nx) {
-  struct duel d = {.nx = nx};
+static double time_duel(int nx, int work) {
+  struct duel d = {.nx = nx, .work = work};
   nx_thread_t t[2];
   for (int i = 0; i < 2; i++) {
     int rc = nx_thread_create(&t[i], duel_thread, &d);
@@ -220,6 +236,10 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  bench_cpus_init();
+  for (int c = 0; c < CPU_SETSIZE && ncpus < 2; c++)
+    if (CPU_ISSET(c, &bench_all_cpus))
+      cpu_of[ncpus++] = c;
   /* Only mutexes here: no module but the in-process one. */
   setenv("NX_PROTOCOLS", "local", 1);
   int rc = nx_init(&argc, &argv);
@@ -250,27 +270,28 @@ int main(int argc, char **argv) {
     printf("  nx_mutex %.1f  pthread %.1f  ratio %.2fx\n", a, b, a / b);
   }
 
-  double solo[2][MAX_RUNS], duel[2][MAX_RUNS];
+  /* The cases: uncontended, then two threads back to back and with some
+   * work between their pairs. */
+  static const char *const label[NCASES] = {
+      "uncontended", "contended, 2 threads, back to back",
+      "contended, 2 threads, 200 loops apart"};
+  static const int work[NCASES] = {0, 0, 200};
+  double v[NCASES][2][MAX_RUNS];
   for (int r = 0; r < runs; r++) {
-    for (int k = 0; k < 2; k++)
-      solo[k][r] = time_solo(k == 0);
-    for (int k = 0; k < 2; k++)
-      duel[k][r] = time_duel(k == 0);
-  }
-  double best[2][2], med_solo[2], med_duel[2];
-  for (int k = 0; k < 2; k++) {
-    med_solo[k] = bench_median(solo[k], runs, &best[0][k]);
-    med_duel[k] = bench_median(duel[k], runs, &best[1][k]);
+    for (int c = 0; c < NCASES; c++)
+      for (int k = 0; k < 2; k++)
+        v[c][k][r] = c == 0 ? time_solo(k == 0) : time_duel(k == 0, work[c]);
   }
   printf("nanoseconds per pair, median of %d runs (best), the two in turns:\n",
          runs);
-  printf("  %-34s %9s %9s %8s\n", "case", "nx_mutex", "pthread", "ratio");
-  printf("  %-34s %9.2f %9.2f %7.2fx\n", "uncontended", med_solo[0],
-         med_solo[1], med_solo[0] / med_solo[1]);
-  printf("  %-34s %9.2f %9.2f %7.2fx\n", "contended, 2 threads", med_duel[0],
-         med_duel[1], med_duel[0] / med_duel[1]);
-  printf("  (best: uncontended %.2f / %.2f, contended %.2f / %.2f)\n",
-         best[0][0], best[0][1], best[1][0], best[1][1]);
+  printf("  %-40s %15s %15s %8s\n", "case", "nx_mutex", "pthread", "ratio");
+  for (int c = 0; c < NCASES; c++) {
+    double best[2], med[2];
+    for (int k = 0; k < 2; k++)
+      med[k] = bench_median(v[c][k], runs, &best[k]);
+    printf("  %-40s %6.2f (%6.2f) %6.2f (%6.2f) %7.2fx\n", label[c], med[0],
+           best[0], med[1], best[1], med[0] / med[1]);
+  }
   printf("goals: uncontended pair within 1.5x of pthread's; contended no "
          "slower than pthread's\n");
   nx_mutex_destroy(&nxm);
