@@ -11,7 +11,8 @@
 #include "nexus/thread.h"
 #include "nxi_thread.h"
 
-/* How many times a contended mutex is retried before the thread sleeps. */
+/* How many pauses a contended mutex waits for its unlock before the thread
+ * parks or sleeps. */
 #define MUTEX_SPINS 200
 
 static const struct nxi_thread_hooks *hooks;
@@ -274,15 +275,17 @@ static int lock_parked(nx_mutex_t *m, uint64_t id,
   return r;
 }
 
-/* Spins briefly (reading, then trying when the mutex looks free), then
- * parks (a handler on its own stack) or sleeps on the owner field's futex
- * until it takes the mutex; the sleep is bracketed by the block hooks so a
- * thread that drives progress hands it over before it sleeps. A sleeper
- * marks the owner word with SLEEPERS, so that the unlock wakes one, and
- * takes the mutex with the mark (others may still sleep). */
+/* Spins briefly (looking at the owner word after 1, 2, 4, 8, then every 16
+ * pauses, so as to leave its cache line to the holder, and trying when the
+ * mutex looks free), then parks (a handler on its own stack) or sleeps on
+ * the owner field's futex until it takes the mutex; the sleep is bracketed by
+ * the block hooks so a thread that drives progress hands it over before it
+ * sleeps. A sleeper marks the owner word with SLEEPERS, so that the unlock
+ * wakes one, and takes the mutex with the mark (others may still sleep). */
 static void lock_slow(nx_mutex_t *m, uint64_t id) {
-  for (int i = 0; i < MUTEX_SPINS; i++) {
-    nxi_cpu_relax();
+  for (int i = 0, n = 1; i < MUTEX_SPINS; i += n, n = n < 16 ? 2 * n : 16) {
+    for (int k = 0; k < n; k++)
+      nxi_cpu_relax();
     if (owner_word(m) == 0 && try_take(m, id))
       return;
   }
