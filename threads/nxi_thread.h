@@ -55,9 +55,11 @@ void nxi_futex_wake(const uint32_t *word, int n);
 #endif
 
 /* What the thread module keeps per thread of control: the nexus mutexes it
- * holds, and its identity (nx_thread_id; 0: the OS thread's). A lazy
- * threaded handler has its own; the core swaps them when it switches
- * between a thread's stack and a handler's. */
+ * holds, and its identity (nx_thread_id; 0: the OS thread's, which the
+ * thread module writes there at its first use). A lazy threaded handler
+ * has its own, an even value (the address of an object of its own: a
+ * mutex's owner word marks sleepers in the low bit); the core swaps them
+ * when it switches between a thread's stack and a handler's. */
 struct nxi_thread_state {
   int locks;
   uint64_t id;

@@ -4,7 +4,8 @@ quick modes against the built tree: each one that was built runs to the end,
 prints its copying and its zero-copy rows at 1 MiB and 4 MiB (where the run
 covers them) with a time and a ratio, and prints the zero-copy goal;
 bench_rsr_gateway prints its rows and goals or a SKIP line; bench_copy and
-bench_spin print their times, ratios and verdicts. Nothing is asserted
+bench_spin print their times, ratios and verdicts; bench_mutex its
+instruction counts and times with ratios. Nothing is asserted
 about the times. Usage: bench_smoke.py BUILD_ROOT."""
 
 import os
@@ -243,6 +244,21 @@ if out is not None:
         check(re.search(re.escape(kind) + r"\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x",
                         out) is not None,
               "bench_order: times and a ratio for %s handlers" % kind)
+
+# nx_mutex beside a bare pthread mutex (bench_mutex): instructions per
+# pair under callgrind (or a SKIPPED line without valgrind), and the times
+# and ratios of its three cases; the ratios are printed, not asserted.
+out = run("bench_mutex", [os.path.join(bench, "bench_mutex"), "--quick"])
+if out is not None:
+    check(re.search(r"nx_mutex [0-9.]+\s+pthread [0-9.]+\s+ratio [0-9.]+x",
+                    out) is not None or
+          "instructions per uncontended pair: SKIPPED" in out,
+          "bench_mutex: instructions per pair, or why not")
+    for case in ["uncontended", "contended, 2 threads, back to back",
+                 "contended, 2 threads, 200 loops apart"]:
+        check(re.search(re.escape(case) + r"(\s+[0-9.]+ \(\s*[0-9.]+\)){2}"
+                        r"\s+[0-9.]+x", out) is not None,
+              "bench_mutex: times and a ratio for %s" % case)
 
 if failures:
     print("%d checks failed" % len(failures))

@@ -332,6 +332,97 @@ TEST_CASE("a mutex makes increments from several threads exclusive",
   CHECK(nx_mutex_destroy(&m) == 0);
 }
 
+TEST_CASE("nx_mutex_destroy refuses a held mutex with NX_EBUSY", "[mutex]") {
+  nx_mutex_t m;
+  REQUIRE(nx_mutex_init(&m) == 0);
+  REQUIRE(nx_mutex_lock(&m) == 0);
+  CHECK(nx_mutex_destroy(&m) == NX_EBUSY);
+  CHECK(nx_mutex_unlock(&m) == 0); // still a working mutex
+  CHECK(nx_mutex_destroy(&m) == 0);
+}
+
+// Whether a thread sleeps in the kernel on `m`: the mark a sleeper sets in
+// the owner field (its low bit, threads/posix/thread.c). White-box: it
+// lets the tests below act only once the sleepers' path is taken.
+static bool has_sleepers(nx_mutex_t *m) {
+  return (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) & 1) != 0;
+}
+
+// Waits up to STUCK_SECONDS for `pred`, polling every millisecond.
+static bool poll_until(const std::function<bool()> &pred) {
+  double end = now_seconds(CLOCK_MONOTONIC) + STUCK_SECONDS;
+  while (!pred()) {
+    if (now_seconds(CLOCK_MONOTONIC) > end)
+      return false;
+    struct timespec ms = {0, 1000000L};
+    nanosleep(&ms, nullptr);
+  }
+  return true;
+}
+
+TEST_CASE("misuse is refused while threads sleep on the mutex", "[mutex]") {
+  nx_mutex_t m;
+  REQUIRE(nx_mutex_init(&m) == 0);
+  REQUIRE(nx_mutex_lock(&m) == 0);
+  std::atomic<int> done{0};
+  int rc_lock = 1, rc_unlock = 1;
+  std::function<void()> waiter = [&] {
+    rc_lock = nx_mutex_lock(&m); // sleeps until the main thread unlocks
+    rc_unlock = nx_mutex_unlock(&m);
+    done = 1;
+  };
+  nx_thread_t t;
+  REQUIRE(nx_thread_create(&t, run_function, &waiter) == 0);
+  REQUIRE(poll_until([&] { return has_sleepers(&m); }));
+  // The owner is still the owner, with a sleeper marked.
+  CHECK(nx_mutex_lock(&m) == NX_EINVAL);
+  CHECK(nx_mutex_trylock(&m) == NX_EBUSY);
+  int rc_other = 1;
+  REQUIRE(run_in_thread([&] { rc_other = nx_mutex_unlock(&m); }) == 0);
+  CHECK(rc_other == NX_EINVAL);
+  CHECK(nx_mutex_unlock(&m) == 0); // wakes the sleeper
+  REQUIRE(poll_until([&] { return done.load() == 1; }));
+  REQUIRE(nx_thread_join(t, nullptr) == 0);
+  CHECK(rc_lock == 0);
+  CHECK(rc_unlock == 0);
+  CHECK(nx_mutex_unlock(&m) == NX_EINVAL); // free again
+  CHECK(nx_mutex_destroy(&m) == 0);
+}
+
+TEST_CASE("every thread asleep on a mutex gets it in turn", "[mutex]") {
+  // Each unlock wakes one sleeper; the woken one takes the mutex marked,
+  // so that its own unlock wakes the next.
+  constexpr int THREADS = 4;
+  nx_mutex_t m;
+  REQUIRE(nx_mutex_init(&m) == 0);
+  REQUIRE(nx_mutex_lock(&m) == 0);
+  std::atomic<int> done{0};
+  long counter = 0; // under m
+  int err = 0;      // under m
+  std::function<void()> worker = [&] {
+    int rc = nx_mutex_lock(&m);
+    if (rc == 0) {
+      counter++;
+      note(&err, nx_mutex_unlock(&m));
+    }
+    done++;
+  };
+  nx_thread_t t[THREADS];
+  for (auto &th : t)
+    REQUIRE(nx_thread_create(&th, run_function, &worker) == 0);
+  REQUIRE(poll_until([&] { return has_sleepers(&m); }));
+  // Give the others time to sleep too (they spin for microseconds first).
+  struct timespec pause = {0, 50 * 1000000L};
+  nanosleep(&pause, nullptr);
+  REQUIRE(nx_mutex_unlock(&m) == 0);
+  REQUIRE(poll_until([&] { return done.load() == THREADS; }));
+  for (auto &th : t)
+    REQUIRE(nx_thread_join(th, nullptr) == 0);
+  CHECK(counter == THREADS);
+  CHECK(err == 0);
+  CHECK(nx_mutex_destroy(&m) == 0);
+}
+
 /* Condition variables. */
 
 TEST_CASE("condition variable calls reject NULL", "[cond]") {

@@ -11,7 +11,8 @@
 #include "nexus/thread.h"
 #include "nxi_thread.h"
 
-/* How many times a contended mutex is retried before the thread sleeps. */
+/* How many pauses a contended mutex waits for its unlock before the thread
+ * parks or sleeps. */
 #define MUTEX_SPINS 200
 
 static const struct nxi_thread_hooks *hooks;
@@ -99,21 +100,72 @@ int nx_thread_equal(nx_thread_t a, nx_thread_t b) {
   return pthread_equal(a.tid, b.tid) != 0;
 }
 
-/* Mutexes: plain pthread mutexes plus an owner field (the owner's
- * nx_thread_id), so that relocking and unlocking by another thread of
- * control are refused without asking pthreads (which would call them
- * undefined, and sanitizers would abort).
+/* Mutexes. The owner field is the lock: 0 while the mutex is free, else
+ * the owner's nx_thread_id, plus SLEEPERS while threads may sleep on it in
+ * the kernel. Taking a free mutex is one compare-exchange, and misuse
+ * (relocking, unlocking by another thread of control) is refused by
+ * comparing the owner with the caller. An identity is the address of a
+ * thread's or a handler's object, so its low bit is free for SLEEPERS.
  *
  * Each thread counts the mutexes it holds, and a threaded handler on a
  * stack of its own has its own count and identity (swapped by the core when
- * it switches stacks): a handler parks only while it holds no mutex, since
- * the pthread mutex belongs to the OS thread that locked it and a parked
- * handler may resume on another; and a handler started on top of another
- * one's stack (on the same OS thread) that wants the other's mutex waits
- * for it instead of being taken for its owner. A thread's identity and
- * count are read through NXI_NOIPA functions: code that waits may resume on
- * another thread, and the compiler must not reuse what it read before
- * (pthread_self is declared const). */
+ * it switches stacks): a handler parks only while it holds no mutex, so
+ * that a mutex is held by a thread that runs until it unlocks (as with
+ * pthread mutexes, which belong to the thread that locked them); and a
+ * handler started on top of another one's stack (on the same OS thread)
+ * that wants the other's mutex waits for it instead of being taken for its
+ * owner.
+ *
+ * The uncontended lock and unlock are the hot path of every RSR, so they
+ * read the identity and count inline, once per call. That is sound only
+ * before anything that may wait: code that waits may resume on another
+ * thread, and the compiler must not reuse a thread-local (or pthread_self,
+ * declared const) read before the wait. So whatever runs after a wait (the
+ * contended lock, the relock of a condition wait) counts through the
+ * NXI_NOIPA locks_add, and keeps the identity read before: a thread of
+ * control keeps its identity wherever it resumes.
+ *
+ * ThreadSanitizer is told of every lock and unlock (it sees no pthread
+ * mutex here), so it orders what the mutex guards and checks lock order
+ * as it does for pthread mutexes. */
+
+#if defined(__SANITIZE_THREAD__)
+#define MUTEX_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MUTEX_TSAN 1
+#endif
+#endif
+
+#ifdef MUTEX_TSAN
+#include <sanitizer/tsan_interface.h>
+/* Annotated once the mutex is taken: nothing runs inside the annotation
+ * (a contended lock calls the core's hooks and may park). */
+static void tsan_locked(nx_mutex_t *m, unsigned flags) {
+  __tsan_mutex_pre_lock(m, flags);
+  __tsan_mutex_post_lock(m, flags, 0);
+}
+static void tsan_unlocking(nx_mutex_t *m) { __tsan_mutex_pre_unlock(m, 0); }
+static void tsan_unlocked(nx_mutex_t *m) { __tsan_mutex_post_unlock(m, 0); }
+static void tsan_create(nx_mutex_t *m) { __tsan_mutex_create(m, 0); }
+static void tsan_destroy(nx_mutex_t *m) { __tsan_mutex_destroy(m, 0); }
+#define TSAN_TRY_LOCK __tsan_mutex_try_lock
+#else
+static inline void tsan_locked(nx_mutex_t *m, unsigned flags) {
+  (void)m;
+  (void)flags;
+}
+static inline void tsan_unlocking(nx_mutex_t *m) { (void)m; }
+static inline void tsan_unlocked(nx_mutex_t *m) { (void)m; }
+static inline void tsan_create(nx_mutex_t *m) { (void)m; }
+static inline void tsan_destroy(nx_mutex_t *m) { (void)m; }
+#define TSAN_TRY_LOCK 0
+#endif
+
+_Static_assert(sizeof(pthread_t) == sizeof(uint64_t),
+               "the owner field holds a 64-bit nx_thread_id");
+
+#define SLEEPERS ((uint64_t)1)
 
 static _Thread_local struct nxi_thread_state me
     __attribute__((tls_model("initial-exec")));
@@ -128,12 +180,20 @@ NXI_NOIPA int nxi_thread_locks_held(void) { return me.locks; }
 
 static NXI_NOIPA void locks_add(int d) { me.locks += d; }
 
-/* The caller's identity: its handler's, or its OS thread's. */
-static NXI_NOIPA uint64_t self_id(void) {
-  return me.id != 0 ? me.id : (uint64_t)pthread_self();
+/* An OS thread's identity, kept in its state from its first use on. */
+static __attribute__((noinline)) uint64_t os_thread_id(void) {
+  me.id = (uint64_t)pthread_self();
+  return me.id;
 }
 
-uint64_t nx_thread_id(void) { return self_id(); }
+/* The caller's identity: its handler's, or its OS thread's. Inline: only
+ * where no wait came before it in the calling function. */
+static inline uint64_t my_id(void) {
+  uint64_t id = me.id;
+  return __builtin_expect(id != 0, 1) ? id : os_thread_id();
+}
+
+uint64_t nx_thread_id(void) { return my_id(); }
 
 /* A handler that finds a mutex taken parks on one of these words, picked by
  * the mutex's address; while any does, every unlock bumps its word and
@@ -142,128 +202,192 @@ uint64_t nx_thread_id(void) { return self_id(); }
 static uint32_t unlock_words[UNLOCK_WORDS];
 static int mutex_parkers;
 
-static uint32_t *unlock_word(const pthread_mutex_t *m) {
+static uint32_t *unlock_word(const nx_mutex_t *m) {
   return &unlock_words[((uintptr_t)m >> 4) % UNLOCK_WORDS];
 }
 
-static int held_by_me(nx_mutex_t *mutex) {
-  pthread_t owner = __atomic_load_n(&mutex->owner, __ATOMIC_RELAXED);
-  return owner != 0 && (uint64_t)owner == self_id();
+/* The owner field, SLEEPERS included. */
+static uint64_t owner_word(const nx_mutex_t *m) {
+  return (uint64_t)__atomic_load_n(&m->owner, __ATOMIC_RELAXED);
 }
 
-static void set_owner(nx_mutex_t *mutex, pthread_t owner) {
-  __atomic_store_n(&mutex->owner, owner, __ATOMIC_RELAXED);
+/* Whether `id` holds the mutex. An identity is never 0, so this also says
+ * that the mutex is held. */
+static int held_by(const nx_mutex_t *m, uint64_t id) {
+  return (owner_word(m) & ~SLEEPERS) == id;
+}
+
+/* Takes the mutex if it is free, with `v` as the owner word. */
+static int try_take(nx_mutex_t *m, uint64_t v) {
+  pthread_t free_ = 0;
+  return __atomic_compare_exchange_n(&m->owner, &free_, (pthread_t)v, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* The 32 bits of the owner field that sleepers wait on: its low half. */
+static uint32_t *sleep_word(nx_mutex_t *m) {
+  uint32_t *w = (uint32_t *)(void *)&m->owner;
+  return __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? w + 1 : w;
 }
 
 int nx_mutex_init(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  set_owner(mutex, 0);
-  return nxi_errno_to_nx(pthread_mutex_init(&mutex->m, NULL));
+  __atomic_store_n(&mutex->owner, 0, __ATOMIC_RELAXED);
+  tsan_create(mutex);
+  return 0;
 }
 
 int nx_mutex_destroy(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  return nxi_errno_to_nx(pthread_mutex_destroy(&mutex->m));
+  if (owner_word(mutex) != 0)
+    return NX_EBUSY;
+  tsan_destroy(mutex);
+  return 0;
 }
 
 /* A handler on its own stack waits for the unlock by parking. The parker
- * count goes up before the trylock, and an unlocker reads it after its
- * unlock: either the trylock sees the mutex free, or the unlocker sees the
- * parker and bumps the word it parks on. Returns EBUSY when the caller
- * cannot park (it sleeps instead). */
-static int lock_parked(pthread_mutex_t *m, const struct nxi_thread_hooks *h) {
+ * count goes up before the try, and an unlocker reads it after its
+ * unlock (all sequentially consistent): either the try sees the mutex
+ * free, or the unlocker sees the parker and bumps the word it parks on.
+ * Returns 0 with the mutex taken, or -1 when the caller cannot park (it
+ * sleeps instead). */
+static int lock_parked(nx_mutex_t *m, uint64_t id,
+                       const struct nxi_thread_hooks *h) {
   if (h == NULL || h->can_park == NULL || !h->can_park())
-    return EBUSY;
+    return -1;
   __atomic_fetch_add(&mutex_parkers, 1, __ATOMIC_SEQ_CST);
   uint32_t *w = unlock_word(m);
   int r;
   for (;;) {
     uint32_t seen = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-    r = pthread_mutex_trylock(m);
-    if (r != EBUSY || h->park(w, seen) != 0)
+    if (try_take(m, id)) {
+      r = 0;
       break;
+    }
+    if (h->park(w, seen) != 0) {
+      r = -1;
+      break;
+    }
   }
   __atomic_fetch_sub(&mutex_parkers, 1, __ATOMIC_SEQ_CST);
   return r;
 }
 
-/* Spins briefly, then parks (a handler on its own stack) or sleeps; the
- * sleep is bracketed by the block hooks so a thread that drives progress
- * hands it over before it sleeps. */
-static int lock_slow(pthread_mutex_t *m) {
-  for (int i = 0; i < MUTEX_SPINS; i++) {
-    nxi_cpu_relax();
-    int r = pthread_mutex_trylock(m);
-    if (r != EBUSY)
-      return r;
+/* Spins briefly (looking at the owner word after 1, 2, 4, 8, then every 16
+ * pauses, so as to leave its cache line to the holder, and trying when the
+ * mutex looks free), then parks (a handler on its own stack) or sleeps on
+ * the owner field's futex until it takes the mutex; the sleep is bracketed by
+ * the block hooks so a thread that drives progress hands it over before it
+ * sleeps. A sleeper marks the owner word with SLEEPERS, so that the unlock
+ * wakes one, and takes the mutex with the mark (others may still sleep). */
+static void lock_slow(nx_mutex_t *m, uint64_t id) {
+  for (int i = 0, n = 1; i < MUTEX_SPINS; i += n, n = n < 16 ? 2 * n : 16) {
+    for (int k = 0; k < n; k++)
+      nxi_cpu_relax();
+    if (owner_word(m) == 0 && try_take(m, id))
+      return;
   }
   const struct nxi_thread_hooks *h = get_hooks();
-  int r = lock_parked(m, h);
-  if (r != EBUSY)
-    return r;
+  if (lock_parked(m, id, h) == 0)
+    return;
   if (h != NULL)
     h->block();
-  r = pthread_mutex_lock(m);
+  for (;;) {
+    uint64_t cur = owner_word(m);
+    if (cur == 0) {
+      if (try_take(m, id | SLEEPERS))
+        break;
+      continue;
+    }
+    pthread_t seen = (pthread_t)cur;
+    if ((cur & SLEEPERS) == 0 &&
+        !__atomic_compare_exchange_n(&m->owner, &seen,
+                                     (pthread_t)(cur | SLEEPERS), 0,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      continue;
+    nxi_futex_wait(sleep_word(m), (uint32_t)(cur | SLEEPERS), NULL);
+  }
   if (h != NULL)
     h->unblock();
-  return r;
 }
 
-static int lock(nx_mutex_t *mutex) {
-  int r = pthread_mutex_trylock(&mutex->m);
-  if (r == EBUSY)
-    r = lock_slow(&mutex->m);
-  if (r == 0) {
-    set_owner(mutex, (pthread_t)self_id());
-    locks_add(1);
-  }
-  return nxi_errno_to_nx(r);
+/* Takes the mutex for `id`, waiting as long as it takes. What runs after a
+ * wait, apart from the fast path so that nothing it read is reused. */
+static __attribute__((noinline)) int take(nx_mutex_t *m, uint64_t id) {
+  if (!try_take(m, id))
+    lock_slow(m, id);
+  locks_add(1);
+  tsan_locked(m, 0);
+  return 0;
+}
+
+/* The fast path found the mutex held, by `owner`. */
+static __attribute__((noinline)) int lock_held(nx_mutex_t *m, uint64_t id,
+                                               uint64_t owner) {
+  if ((owner & ~SLEEPERS) == id)
+    return NX_EINVAL;
+  return take(m, id);
 }
 
 int nx_mutex_lock(nx_mutex_t *mutex) {
-  if (mutex == NULL || held_by_me(mutex))
+  if (mutex == NULL)
     return NX_EINVAL;
-  return lock(mutex);
+  uint64_t id = my_id();
+  pthread_t owner = 0;
+  if (__builtin_expect(
+          !__atomic_compare_exchange_n(&mutex->owner, &owner, (pthread_t)id, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED),
+          0))
+    return lock_held(mutex, id, (uint64_t)owner);
+  me.locks++;
+  tsan_locked(mutex, 0);
+  return 0;
 }
 
 int nx_mutex_trylock(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  if (held_by_me(mutex))
-    return NX_EBUSY;
-  int r = pthread_mutex_trylock(&mutex->m);
-  if (r == 0) {
-    set_owner(mutex, (pthread_t)self_id());
-    locks_add(1);
-  }
-  return nxi_errno_to_nx(r);
+  uint64_t id = my_id();
+  if (!try_take(mutex, id))
+    return NX_EBUSY; /* held, by the caller or another */
+  me.locks++;
+  tsan_locked(mutex, TSAN_TRY_LOCK);
+  return 0;
 }
 
-static int unlock(nx_mutex_t *mutex) {
-  set_owner(mutex, 0);
-  locks_add(-1);
-  int r = pthread_mutex_unlock(&mutex->m);
-  /* The unlock must be visible before the parker count is read. glibc's
-   * unlock is a locked instruction on x86, a full barrier already. */
-#if !defined(__x86_64__) && !defined(__i386__)
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-#endif
-  if (__atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) != 0) {
-    uint32_t *w = unlock_word(&mutex->m);
-    __atomic_fetch_add(w, 1, __ATOMIC_SEQ_CST);
-    const struct nxi_thread_hooks *h = get_hooks();
-    if (h != NULL)
-      h->signal(w, INT_MAX);
-  }
-  return nxi_errno_to_nx(r);
+/* Bumps the word handlers parked on `m` wait on, and signals it. */
+static __attribute__((noinline)) void wake_parkers(const nx_mutex_t *m) {
+  uint32_t *w = unlock_word(m);
+  __atomic_fetch_add(w, 1, __ATOMIC_SEQ_CST);
+  const struct nxi_thread_hooks *h = get_hooks();
+  if (h != NULL)
+    h->signal(w, INT_MAX);
+}
+
+/* Frees a mutex the caller holds (its count of mutexes held is the
+ * caller's business): wakes a sleeper if the owner word says one may
+ * sleep, and the parked handlers while there are any. The exchange comes
+ * before the parker count is read (both sequentially consistent). */
+static inline __attribute__((always_inline)) void release(nx_mutex_t *mutex) {
+  tsan_unlocking(mutex);
+  uint64_t old =
+      (uint64_t)__atomic_exchange_n(&mutex->owner, 0, __ATOMIC_SEQ_CST);
+  tsan_unlocked(mutex);
+  if (__builtin_expect((old & SLEEPERS) != 0, 0))
+    nxi_futex_wake(sleep_word(mutex), 1);
+  if (__builtin_expect(__atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) != 0,
+                       0))
+    wake_parkers(mutex);
 }
 
 int nx_mutex_unlock(nx_mutex_t *mutex) {
-  if (mutex == NULL || !held_by_me(mutex))
+  if (mutex == NULL || !held_by(mutex, my_id()))
     return NX_EINVAL;
-  return unlock(mutex);
+  me.locks--;
+  release(mutex);
+  return 0;
 }
 
 /* Condition variables. `seq` is bumped by every signal; a waiter remembers
@@ -294,10 +418,12 @@ int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
   if (abstime != NULL &&
       (abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L))
     return NX_EINVAL;
-  if (!held_by_me(mutex))
+  uint64_t id = my_id();
+  if (!held_by(mutex, id))
     return NX_EINVAL;
   uint32_t seq = __atomic_load_n(&cond->seq, __ATOMIC_ACQUIRE);
-  unlock(mutex);
+  me.locks--;
+  release(mutex);
 
   const struct nxi_thread_hooks *h = get_hooks();
   int rc = h != NULL ? h->wait(&cond->seq, seq, abstime) : NX_EAGAIN;
@@ -316,8 +442,10 @@ int nx_cond_timedwait(nx_cond_t *cond, nx_mutex_t *mutex,
     __atomic_fetch_sub(&cond->sleepers, 1, __ATOMIC_SEQ_CST);
   }
 
-  int r = lock(mutex);
-  return r != 0 ? r : rc;
+  /* After the wait: not the fast path, whose inline reads would no
+   * longer be sound. */
+  take(mutex, id);
+  return rc;
 }
 
 int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex) {
