@@ -53,7 +53,7 @@ void nxi_engine_set_forward(nxi_forward_fn fn) {
 /* An ordered RSR (order.h) waits for its turn; one whose turn a fence
  * skipped is dropped unrun and uncounted: its sender reports it. Returns 1
  * when `b` may go on. */
-static int take_turn(struct nx_buffer *b, struct nx_context *ctx) {
+static int await_turn(struct nx_buffer *b, struct nx_context *ctx) {
   int r = nxi_order_admit(b);
   if (r > 0)
     return 1;
@@ -84,7 +84,7 @@ static void dispatch(struct nx_buffer *b) {
     }
   }
   /* Not yet admitted (one released from holding comes back admitted). */
-  if (b->order != 0 && b->ostream == NULL && !take_turn(b, ctx))
+  if (b->order != 0 && b->ostream == NULL && !await_turn(b, ctx))
     return;
   if (ctx == NULL) {
     /* Reported here: its sender's ledger counts it as settled. */
@@ -157,13 +157,10 @@ static uint64_t poll_now;
 static unsigned poll_rounds;
 
 /* Calls the module's progress with a batch for the frames it completes
- * (nexus/protocol.h). A batch is used only while nothing is queued: a
- * frame queued earlier may come from the same sender, and goes first. */
+ * (nexus/protocol.h), dispatched by deliver_batch once it returned. */
 static int progress(struct nxi_module *m, nx_frame_batch_t *batch) {
-  int queued = atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
-               atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed);
   nxi_eng_me.polling++;
-  int r = m->ops->progress(m->state, queued ? NULL : batch);
+  int r = m->ops->progress(m->state, batch);
   nxi_eng_me.polling--;
   return r;
 }
@@ -172,11 +169,13 @@ static struct nx_buffer *buffer_of(nx_frame_t *f) {
   return NXI_CONTAINER_OF(f, struct nx_buffer, frame);
 }
 
-/* The frames of one poll, once the module returned: a single one is
- * dispatched at once, with no queue round trip and no wake-up; more are
- * queued in order (a handler may give the driver lock away, and the rest
- * must not wait for this thread). The runtime's own messages take their
- * usual way (nxi_deliver). */
+/* The frames of one poll, once the module returned: a single one, with
+ * nothing queued (a frame queued earlier may come from the same sender,
+ * and goes first), is dispatched at once, with no queue round trip and no
+ * wake-up; otherwise they are queued in order (a handler may give the
+ * driver lock away, and the rest must not wait for this thread). A full
+ * batch already went to the queue ahead of them (nx_frame_batch_add). The
+ * runtime's own messages take their usual way (nxi_deliver). */
 static void deliver_batch(nx_frame_batch_t *batch) {
   if (batch->count == 1 &&
       !(nxi_frame_hdr_flags(buffer_of(batch->frames[0])->hdr) &

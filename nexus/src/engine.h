@@ -174,7 +174,6 @@ int nxi_poll_once(unsigned gen);
 int nxi_poll_before_sleep(void);
 /* Hands a complete received buffer to the dispatcher (any thread). */
 void nxi_deliver(struct nx_buffer *b);
-
 /* Set by a gateway (gateway.c): called by the dispatcher for a frame to a
  * context of another process; returns 1 if it took the buffer. */
 typedef int (*nxi_forward_fn)(struct nx_buffer *b);

@@ -338,10 +338,10 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
 static void report_dead(struct nxi_peer *p, int status);
 static void report_gens(struct nxi_peer *p, unsigned gens, int status);
 
-/* Ordered RSRs waiting to be sent again (nxi_ledger_resend), linked
- * through held_next. */
+/* Ordered RSRs waiting to be sent again (nxi_ledger_resend), in the order
+ * they failed, linked through held_next. */
 static pthread_mutex_t resend_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nx_buffer *resend_head;
+static struct nx_buffer *resend_head, **resend_tail = &resend_head;
 static atomic_uint_fast64_t resend_count;
 static _Atomic nxi_ledger_resend_fn resender;
 
@@ -354,11 +354,9 @@ int nxi_ledger_resend(struct nx_buffer *b) {
       nxi_ledger_is_lost(nxi_ctxid_proc(b->context)))
     return 0;
   pthread_mutex_lock(&resend_lock);
-  struct nx_buffer **pp = &resend_head;
-  while (*pp != NULL) /* in the order they failed */
-    pp = &(*pp)->held_next;
   b->held_next = NULL;
-  *pp = b;
+  *resend_tail = b;
+  resend_tail = &b->held_next;
   atomic_fetch_add(&resend_count, 1);
   pthread_mutex_unlock(&resend_lock);
   atomic_store_explicit(&nxi_ledger_next_tick, 0, memory_order_relaxed);
@@ -373,15 +371,16 @@ static void resend_run(void) {
   for (;;) {
     pthread_mutex_lock(&resend_lock);
     struct nx_buffer *b = resend_head;
-    if (b != NULL)
-      resend_head = b->held_next;
+    if (b != NULL && (resend_head = b->held_next) == NULL)
+      resend_tail = &resend_head;
     pthread_mutex_unlock(&resend_lock);
     if (b == NULL)
       return;
     b->held_next = NULL;
     if (fn != NULL && fn(b) == NX_EAGAIN) {
       pthread_mutex_lock(&resend_lock);
-      b->held_next = resend_head;
+      if ((b->held_next = resend_head) == NULL)
+        resend_tail = &b->held_next;
       resend_head = b;
       pthread_mutex_unlock(&resend_lock);
       return;

@@ -79,14 +79,15 @@ struct nxi_ostream *nxi_order_stream(uint64_t source, uint64_t dest) {
   }
 }
 
-pthread_mutex_t *nxi_order_send_lock(struct nxi_ostream *s) {
-  return &s->send_lock;
+uint32_t nxi_order_send_begin(struct nxi_ostream *s) {
+  pthread_mutex_lock(&s->send_lock);
+  return s->send_next;
 }
 
-uint32_t nxi_order_send_next(struct nxi_ostream *s) { return s->send_next; }
-
-void nxi_order_sent(struct nxi_ostream *s) {
-  s->send_next = after(s->send_next);
+void nxi_order_send_end(struct nxi_ostream *s, int accepted) {
+  if (accepted)
+    s->send_next = after(s->send_next);
+  pthread_mutex_unlock(&s->send_lock);
 }
 
 /* Takes the held RSR numbered recv_next, if there is one, admitted: it goes
@@ -114,6 +115,18 @@ static uint32_t first_held(const struct nxi_ostream *s) {
     if (ahead(b->order, s->recv_next) < ahead(best, s->recv_next))
       best = b->order;
   return best;
+}
+
+/* What the idle stream runs next: its turn's RSR if held; else, after a
+ * fence, the first held (the numbers before it were lost with a route). */
+static struct nx_buffer *next_turn(struct nxi_ostream *s) {
+  struct nx_buffer *next = take_turn(s);
+  if (next == NULL && s->skip && s->held != NULL) {
+    s->skip = 0;
+    s->recv_next = first_held(s);
+    next = take_turn(s);
+  }
+  return next;
 }
 
 int nxi_order_admit(struct nx_buffer *b) {
@@ -149,12 +162,7 @@ void nxi_order_done(struct nx_buffer *b) {
   pthread_mutex_lock(&s->lock);
   s->busy = 0;
   s->recv_next = after(s->recv_next);
-  struct nx_buffer *next = take_turn(s);
-  if (next == NULL && s->skip && s->held != NULL) {
-    s->skip = 0;
-    s->recv_next = first_held(s);
-    next = take_turn(s);
-  }
+  struct nx_buffer *next = next_turn(s);
   pthread_mutex_unlock(&s->lock);
   if (next != NULL)
     nxi_requeue(next);
@@ -168,13 +176,8 @@ void nxi_order_skip(uint32_t proc) {
       if (nxi_ctxid_proc(s->source) != proc)
         continue;
       pthread_mutex_lock(&s->lock);
-      struct nx_buffer *next = NULL;
       s->skip = 1;
-      if (!s->busy && s->held != NULL) {
-        s->skip = 0;
-        s->recv_next = first_held(s);
-        next = take_turn(s);
-      }
+      struct nx_buffer *next = s->busy ? NULL : next_turn(s);
       pthread_mutex_unlock(&s->lock);
       if (next != NULL)
         nxi_requeue(next);

@@ -18,14 +18,13 @@
 struct nxi_ostream;
 
 /* Sending. The stream from `source` to `dest`, made on first use (NULL: no
- * memory). Its lock is held across one send so that numbers go out in the
- * order they are taken; `send_next` is the number of its next RSR. */
+ * memory). One send at a time: send_begin takes the stream's send lock
+ * and returns the number of its next RSR, send_end lets it go, and the
+ * next RSR gets the following number only if this one was `accepted`;
+ * so numbers go out in the order they are taken, with no gap. */
 struct nxi_ostream *nxi_order_stream(uint64_t source, uint64_t dest);
-pthread_mutex_t *nxi_order_send_lock(struct nxi_ostream *s);
-uint32_t nxi_order_send_next(struct nxi_ostream *s);
-/* The RSR numbered nxi_order_send_next was accepted: the next one gets the
- * following number. Call with the send lock held. */
-void nxi_order_sent(struct nxi_ostream *s);
+uint32_t nxi_order_send_begin(struct nxi_ostream *s);
+void nxi_order_send_end(struct nxi_ostream *s, int accepted);
 
 /* Receiving (dispatch.c, on the driver). Returns 1 when the received RSR
  * `b` (b->order != 0) may run now: b->ostream is then set, and

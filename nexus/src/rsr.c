@@ -141,20 +141,22 @@ static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
   return r;
 }
 
-int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
+/* route_send, then the confirmation question it found due. */
+static int send_and_ask(struct nx_buffer *b, unsigned flags, int forwarding,
+                        int keep) {
   struct nxi_peer *peer;
-  int r = route_send(b, flags, forwarding, 0, &peer);
+  int r = route_send(b, flags, forwarding, keep, &peer);
   if (peer != NULL)
     nxi_ledger_ask(peer);
   return r;
 }
 
+int nxi_route_send(struct nx_buffer *b, unsigned flags, int forwarding) {
+  return send_and_ask(b, flags, forwarding, 0);
+}
+
 int nxi_route_resend(struct nx_buffer *b) {
-  struct nxi_peer *peer;
-  int r = route_send(b, NX_RSR_NONBLOCK, 0, 1, &peer);
-  if (peer != NULL)
-    nxi_ledger_ask(peer);
-  return r;
+  return send_and_ask(b, NX_RSR_NONBLOCK, 0, 1);
 }
 
 /* An RSR of an ordered stream (order.h): numbered and sent under the
@@ -169,16 +171,12 @@ static int ordered_send(struct nx_buffer *b, unsigned flags) {
     nxi_buffer_free(b);
     return NX_ENOMEM;
   }
-  pthread_mutex_t *lock = nxi_order_send_lock(s);
   for (;;) {
     struct nxi_peer *peer;
-    pthread_mutex_lock(lock);
-    b->order = nxi_order_send_next(s);
+    b->order = nxi_order_send_begin(s);
     int r = route_send(b, flags | NX_RSR_NONBLOCK, 0,
                        !(flags & NX_RSR_NONBLOCK), &peer);
-    if (r >= 0)
-      nxi_order_sent(s);
-    pthread_mutex_unlock(lock);
+    nxi_order_send_end(s, r >= 0);
     if (peer != NULL)
       nxi_ledger_ask(peer);
     if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
