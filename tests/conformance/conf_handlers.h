@@ -114,26 +114,38 @@ static void conf_seq(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   pthread_mutex_unlock(&conf_lock);
 }
 
-static void conf_report(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
-  (void)ctx;
-  (void)addr;
+/* Answers a report request (payload: gp reply) with "counts": the four
+ * values `take` reads and resets under conf_lock. */
+static void conf_counts_reply(nx_buffer_t *b, void (*take)(uint64_t v[4])) {
   nx_gp_t reply = NX_GP_NULL;
   nx_buffer_t *o;
   if (nx_get_gp(b, &reply) == 0 &&
       nx_rsr_init_name(&o, &reply, "counts", 64) == 0) {
+    uint64_t v[4];
     pthread_mutex_lock(&conf_lock);
-    uint64_t v[4] = {conf_total, conf_dups, conf_out_of_order, conf_bad};
-    conf_total = conf_dups = conf_out_of_order = conf_bad = 0;
-    for (int i = 0; i < CONF_SENDERS; i++) {
-      conf_next[i] = 0;
-      free(conf_seen[i]);
-      conf_seen[i] = NULL;
-    }
+    take(v);
     pthread_mutex_unlock(&conf_lock);
     nx_put_uint64_array(o, v, 4);
     nx_rsr_send(o);
   }
   nx_gp_release(&reply);
+}
+
+static void conf_seq_take(uint64_t v[4]) {
+  v[0] = conf_total, v[1] = conf_dups, v[2] = conf_out_of_order;
+  v[3] = conf_bad;
+  conf_total = conf_dups = conf_out_of_order = conf_bad = 0;
+  for (int i = 0; i < CONF_SENDERS; i++) {
+    conf_next[i] = 0;
+    free(conf_seen[i]);
+    conf_seen[i] = NULL;
+  }
+}
+
+static void conf_report(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx;
+  (void)addr;
+  conf_counts_reply(b, conf_seq_take);
 }
 
 /* "types": every type, as the suite puts them; answers "typed" with the
@@ -328,21 +340,15 @@ static void conf_oseq_t(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   conf_oseq_run(b, 1);
 }
 
+static void conf_oseq_take(uint64_t v[4]) {
+  v[0] = conf_ototal, v[1] = conf_ooverlap, v[2] = conf_oout, v[3] = conf_obad;
+  conf_onext = conf_ototal = conf_ooverlap = conf_oout = conf_obad = 0;
+}
+
 static void conf_oreport(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx;
   (void)addr;
-  nx_gp_t reply = NX_GP_NULL;
-  nx_buffer_t *o;
-  if (nx_get_gp(b, &reply) == 0 &&
-      nx_rsr_init_name(&o, &reply, "counts", 64) == 0) {
-    pthread_mutex_lock(&conf_lock);
-    uint64_t v[4] = {conf_ototal, conf_ooverlap, conf_oout, conf_obad};
-    conf_onext = conf_ototal = conf_ooverlap = conf_oout = conf_obad = 0;
-    pthread_mutex_unlock(&conf_lock);
-    nx_put_uint64_array(o, v, 4);
-    nx_rsr_send(o);
-  }
-  nx_gp_release(&reply);
+  conf_counts_reply(b, conf_oseq_take);
 }
 
 static int conf_register(nx_context_t *ctx) {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/self_child.h"
 #include "nexus.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -45,35 +46,16 @@ int main(int argc, char **argv) {
          "inversion\n");
   return 77;
 #else
-  int fds[2];
-  if (pipe(fds) != 0)
+  static char out[65536];
+  int st;
+  if (nxt_self_child(argv[0], "TSAN_OPTIONS", "halt_on_error=1", out,
+                     sizeof(out), &st) != 0)
     return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    /* Ends the child at the report, whatever the caller's options. */
-    setenv("TSAN_OPTIONS", "halt_on_error=1", 1);
-    execl("/proc/self/exe", argv[0], "child", (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  char out[65536];
-  size_t n = 0;
-  ssize_t k;
-  while (n < sizeof(out) - 1 &&
-         (k = read(fds[0], out + n, sizeof(out) - 1 - n)) > 0)
-    n += (size_t)k;
-  out[n] = '\0';
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
+  /* TSAN_OPTIONS: the child ends at the report, whatever the caller's. */
   int reported = strstr(out, "ThreadSanitizer: lock-order-inversion") != NULL;
   int inverted =
       strstr(out, "mutex_tsan: taking them the other way round") != NULL;
-  int died = (WIFEXITED(st) && WEXITSTATUS(st) != 0) || WIFSIGNALED(st);
-  if (!died || !reported || !inverted) {
+  if (!nxt_failed(st) || !reported || !inverted) {
     fprintf(stderr,
             "FAIL: expected the child to die with TSan's lock-order-inversion "
             "report (exit %d, signal %d); its stderr:\n%s\n",

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/self_child.h"
 #include "nexus.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -81,36 +82,17 @@ int main(int argc, char **argv) {
          "release\n");
   return 77;
 #else
-  int fds[2];
-  if (pipe(fds) != 0)
+  static char out[65536];
+  int st;
+  /* ASan ends the child with an exit code, or SIGABRT under
+   * abort_on_error=1 (scripts/test). */
+  if (nxt_self_child(argv[0], NULL, NULL, out, sizeof(out), &st) != 0)
     return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    execl("/proc/self/exe", argv[0], "child", (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  char out[65536];
-  size_t n = 0;
-  ssize_t k;
-  while (n < sizeof(out) - 1 &&
-         (k = read(fds[0], out + n, sizeof(out) - 1 - n)) > 0)
-    n += (size_t)k;
-  out[n] = '\0';
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
   int reported = strstr(out, "ERROR: AddressSanitizer") != NULL &&
                  (strstr(out, "use-after-poison") != NULL ||
                   strstr(out, "heap-use-after-free") != NULL);
   int misused = strstr(out, "zc_misuse: reading after release") != NULL;
-  /* ASan ends the child with an exit code, or SIGABRT under
-   * abort_on_error=1 (scripts/test). */
-  int died = (WIFEXITED(st) && WEXITSTATUS(st) != 0) || WIFSIGNALED(st);
-  if (!died || !reported || !misused) {
+  if (!nxt_failed(st) || !reported || !misused) {
     fprintf(stderr,
             "FAIL: expected the child to die with ASan's use-after-free "
             "report after its release (exit %d, signal %d); its stderr:\n"
