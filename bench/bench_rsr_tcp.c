@@ -452,10 +452,9 @@ static int usage(void) {
 int main(int argc, char **argv) {
   bench_cpus_init();
   bench_name = "bench_rsr_tcp";
-  if (argc == 5 && strcmp(argv[1], "--child") == 0) {
-    bench_pin_to(atoi(argv[4]));
-    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
-  }
+  int child = bench_child_run(argc, argv, on_ping);
+  if (child >= 0)
+    return child;
   int pin = 1;
   size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20, 4 << 20};
   int nsizes = MAX_SIZES;

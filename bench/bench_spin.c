@@ -181,10 +181,9 @@ static double fastest(double *v, int n) {
 int main(int argc, char **argv) {
   bench_cpus_init();
   bench_name = "bench_spin";
-  if (argc == 5 && strcmp(argv[1], "--child") == 0) {
-    bench_pin_to(atoi(argv[4]));
-    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping_tcp);
-  }
+  int child = bench_child_run(argc, argv, on_ping_tcp);
+  if (child >= 0)
+    return child;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;

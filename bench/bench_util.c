@@ -365,6 +365,14 @@ int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping) {
   return nx_finalize() == 0 ? 0 : 1;
 }
 
+int bench_child_run(int argc, char **argv, nx_handler_fn on_ping) {
+  if ((argc != 4 && argc != 5) || strcmp(argv[1], "--child") != 0)
+    return -1;
+  if (argc == 5)
+    bench_pin_to(atoi(argv[4]));
+  return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
+}
+
 void bench_child_spawn(struct bench_child *ch, const char *extra) {
   int fds[2];
   if (pipe(fds) < 0)

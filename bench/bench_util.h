@@ -119,6 +119,10 @@ extern nx_gp_t bench_reply_gp;
  * until "quit" (or its parent is gone) and finalizes. Returns the exit
  * status. */
 int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping);
+/* The child's side of bench_child_spawn: when argv is "--child FD PARENT
+ * [CPU]", pins to CPU if given and returns bench_child_main's status;
+ * otherwise -1 (the caller is the parent). */
+int bench_child_run(int argc, char **argv, nx_handler_fn on_ping);
 
 struct bench_child {
   pid_t pid;
@@ -128,7 +132,8 @@ struct bench_child {
 };
 
 /* Starts this program as "--child FD PARENT" and `extra` when it is not
- * NULL (environment inherited). */
+ * NULL: the CPU to pin the child to, -1 for none (bench_child_run);
+ * environment inherited. */
 void bench_child_spawn(struct bench_child *ch, const char *extra);
 
 /* After nx_init: reads the child's gp, checks that `proto` reaches it, and

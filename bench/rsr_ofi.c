@@ -362,10 +362,10 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ofi";
-  if (argc == 4 && strcmp(argv[1], "--child") == 0) {
-    pong_id = nx_handler_id("pong");
-    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
-  }
+  pong_id = nx_handler_id("pong");
+  int child = bench_child_run(argc, argv, on_ping);
+  if (child >= 0)
+    return child;
   if (argc == 5 && strcmp(argv[1], "--measure") == 0) {
     size_t size = strtoul(argv[3], NULL, 10);
     int n = atoi(argv[4]);

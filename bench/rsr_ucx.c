@@ -350,8 +350,9 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ucx";
-  if (argc == 4 && strcmp(argv[1], "--child") == 0)
-    return bench_child_main(atoi(argv[2]), (pid_t)atoi(argv[3]), on_ping);
+  int child = bench_child_run(argc, argv, on_ping);
+  if (child >= 0)
+    return child;
   if (argc == 2 && strcmp(argv[1], "--quick") == 0) {
     quick = 1;
     runs = 3;
