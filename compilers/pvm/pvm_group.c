@@ -486,7 +486,7 @@ static int grp_call(int op, const char *group, int arg) {
     nx_put_int32(b, op);
     nxpvmi_put_name(b, group);
     nx_put_int32(b, arg);
-    rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
+    rc = nxpvmi_send_root(b);
   }
   /* A barrier waits as long as the slowest member takes. */
   int bar = op == G_BARRIER || op == G_FREEZE;
@@ -647,7 +647,7 @@ int pvm_bcast(char *group, int msgtag) {
       nx_buffer_release(o);
       rc = nxpvmi_nx_to_pvm(r);
     } else {
-      rc = nxpvmi_nx_to_pvm(nxpvmi_send(o));
+      rc = nxpvmi_send_root(o);
     }
   }
   nx_gp_release(&root);

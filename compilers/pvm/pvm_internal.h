@@ -252,6 +252,11 @@ int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf);
 static inline int nxpvmi_send(nx_buffer_t *b) {
   return nx_rsr_send_flags(b, NX_RSR_ORDERED);
 }
+/* Sends a request to the root, which keeps the groups, mailboxes and task
+ * directory: a root that cannot be reached is PVM's lost daemon, PvmSysErr,
+ * however nexus learnt it (a failed send here, or the error callback's
+ * report, whichever comes first). Returns a PVM code. */
+int nxpvmi_send_root(nx_buffer_t *b);
 int nxpvmi_origin(nx_buffer_t *buf, int *from);
 struct rpc *nxpvmi_rpc_new(void);
 int nxpvmi_rpc_wait(struct rpc *r, int timeout_s, int grace_s);

@@ -325,7 +325,7 @@ int nxpvmi_mbox_call(int op, const char *name, int index, int flags,
       nx_buffer_release(o);
       rc = nxpvmi_nx_to_pvm(w);
     } else {
-      rc = nxpvmi_nx_to_pvm(nxpvmi_send(o));
+      rc = nxpvmi_send_root(o);
     }
   }
   if (rc == 0)

@@ -69,6 +69,12 @@ int nxpvmi_err(const char *fn, int code) {
   return code;
 }
 
+int nxpvmi_send_root(nx_buffer_t *b) {
+  int rc = nxpvmi_send(b);
+  return rc == NX_EPEERDEAD || rc == NX_ENOCONTEXT ? PvmSysErr
+                                                   : nxpvmi_nx_to_pvm(rc);
+}
+
 int nxpvmi_nx_to_pvm(int rc) {
   switch (rc) {
   case 0: return PvmOk;
@@ -703,7 +709,7 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
     if (rc == 0) {
       nx_put_int32(b, r->id);
       nx_put_int32(b, tid);
-      rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
+      rc = nxpvmi_send_root(b);
     }
     if (rc == 0)
       rc = nxpvmi_rpc_wait(r, 30, 0);
