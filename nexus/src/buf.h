@@ -10,8 +10,8 @@
 #include <emmintrin.h>
 #endif
 
-/* Buffers. One allocation holds the struct, the frame header and, up to the
- * capacity asked for at creation, the payload. */
+/* Buffers. A slot of type-stable memory (bufmem.c) holds the struct, the
+ * frame header and up to 192 payload bytes; a larger payload is apart. */
 enum nxi_buf_kind {
   NXI_BUF_STANDALONE = 0, /* nx_buffer_create: put and get */
   NXI_BUF_SEND = 1,       /* nx_rsr_init: put only, consumed by send */
@@ -70,14 +70,21 @@ struct nx_context;
 struct nxi_peer;
 
 struct nx_buffer {
+  /* First, and never poisoned while the slot is free (bufmem.c): read by
+   * nx_rsr_send and nx_buffer_release through pointers the program may no
+   * longer hold. The program's share of `refs`: NXI_UREFS_RSR for an
+   * unsent RSR buffer, else a count; 0 once the program holds none, and
+   * in a free slot. Changed only atomically, by compare-and-swap where a
+   * stale pointer may race. */
+  atomic_uint urefs;
+  struct nx_buffer *free_next; /* in a list of free slots (bufmem.c) */
   nx_frame_t frame; /* what modules see; iov[0] = hdr, iov[1] = payload */
   struct nxi_qnode qnode;
   uint8_t *data;
   size_t cap;
   size_t len;
   size_t pos;
-  atomic_uint refs;  /* all references; the last one frees */
-  atomic_uint urefs; /* the program's share of refs (checks releases) */
+  atomic_uint refs; /* all references; the last one frees */
   uint8_t kind;
   uint8_t fmt;
   uint8_t data_heap; /* data was reallocated outside the block */
@@ -86,13 +93,10 @@ struct nx_buffer {
   uint32_t handler;
   uint64_t context;
   uint64_t address;
-  uint64_t source;      /* the sending context's id (header), or 0 */
-  uint32_t order;       /* its number in an ordered stream (order.h), or 0 */
-  struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
-  union {
-    struct nx_context *ctx;     /* RECV, queued for a thread: target (ref) */
-    struct nx_buffer *ctx_next; /* in a thread's cache of free buffers */
-  };
+  uint64_t source;        /* the sending context's id (header), or 0 */
+  uint32_t order;         /* its number in an ordered stream (order.h), or 0 */
+  struct nxi_dlist *dl;   /* SEND: destination's descriptors (not owned) */
+  struct nx_context *ctx; /* RECV, queued for a thread: target (ref) */
   nx_handler_fn fn;
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
   struct nxi_refs *xr;     /* SEND: values put by reference, or NULL */
@@ -106,7 +110,8 @@ struct nx_buffer {
   _Alignas(16) uint8_t inline_data[];
 };
 
-/* Payloads above this get a block of their own (bufmem.c). */
+/* Payloads above this get a block of their own (bufmem.c), below it
+ * malloc. */
 #define NXI_INLINE_MAX (64 * 1024)
 
 /* Memory (bufmem.c): a buffer with room for `cap` payload bytes, and its
@@ -116,21 +121,11 @@ void nxi_buffer_free(struct nx_buffer *b);
 void *nxi_block_get(size_t n, size_t *size);
 void nxi_block_put(void *p, size_t size);
 
-/* The buffers the program holds (bufmem.c), looked up by address so that a
- * pointer the program no longer holds is refused without being read:
- * unsent RSR buffers (NXI_LIVE_RSR) and buffers it holds references to
- * (NXI_LIVE_HELD: stand-alone, received and retained). Each buffer's
- * `urefs` changes only through these (or before the buffer is shared).
- *   add:     a new buffer with urefs 1 (0 or NX_ENOMEM);
- *   take:    an unsent RSR buffer for nx_rsr_send; 1 if it was there;
- *   retain:  one more reference of the program's (0 or NX_ENOMEM);
- *   release: one less; NX_EINVAL, with `b` never read, when the program
- *            holds none. */
-enum { NXI_LIVE_RSR = 1, NXI_LIVE_HELD = 2 };
-int nxi_buffer_live_add(struct nx_buffer *b, int tag);
-int nxi_buffer_live_take(const struct nx_buffer *b);
-int nxi_buffer_live_retain(struct nx_buffer *b);
-int nxi_buffer_live_release(struct nx_buffer *b);
+/* `urefs` of an unsent RSR buffer (nx_rsr_init): nx_rsr_send and
+ * nx_buffer_release take it by compare-and-swap to 0, so a second send or a
+ * release after the send finds 0 and is refused (bufmem.c says why reading
+ * it is safe). */
+#define NXI_UREFS_RSR 0x80000000u
 /* Releases the runtime's hold on a handler's buffer. */
 void nxi_buffer_handler_done(struct nx_buffer *b);
 /* Encodes the frame header from the buffer's fields and sets up the iovs. */

@@ -54,11 +54,7 @@ int nx_buffer_create(size_t size_hint, nx_buffer_t **buf) {
     return NX_ENOMEM;
   b->kind = NXI_BUF_STANDALONE;
   atomic_init(&b->refs, 1);
-  atomic_init(&b->urefs, 1);
-  if (nxi_buffer_live_add(b, NXI_LIVE_HELD) < 0) {
-    nxi_buffer_free(b);
-    return NX_ENOMEM;
-  }
+  atomic_store_explicit(&b->urefs, 1, memory_order_release);
   *buf = b;
   return 0;
 }
@@ -67,18 +63,25 @@ int nx_buffer_retain(nx_buffer_t *b) {
   if (b == NULL || b->kind == NXI_BUF_SEND)
     return NX_EINVAL; /* an RSR buffer is given away by nx_rsr_send */
   atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-  int r = nxi_buffer_live_retain(b);
-  if (r < 0)
-    buffer_unref(b); /* not the last: the caller holds one */
-  return r;
+  atomic_fetch_add_explicit(&b->urefs, 1, memory_order_relaxed);
+  return 0;
 }
 
 int nx_buffer_release(nx_buffer_t *b) {
-  /* Looked up by address before it is read: a buffer the program gave
-   * away (sent, released) may be freed by now. An unsent RSR buffer
-   * leaves the registry here too: the program will not send it. */
-  if (b == NULL || nxi_buffer_live_release(b) < 0)
+  /* The pointer may be one the program gave away (sent, released), whose
+   * slot is free or reused by now: only `urefs` may be read (bufmem.c),
+   * and one of the program's references is taken from it first. An
+   * unsent RSR buffer has the one reference: the program will not send
+   * it. */
+  if (b == NULL)
     return NX_EINVAL;
+  unsigned u = atomic_load_explicit(&b->urefs, memory_order_relaxed);
+  do {
+    if (u == 0)
+      return NX_EINVAL;
+  } while (!atomic_compare_exchange_weak_explicit(
+      &b->urefs, &u, u == NXI_UREFS_RSR ? 0 : u - 1, memory_order_acquire,
+      memory_order_relaxed));
   buffer_unref(b);
   return 0;
 }

@@ -8,18 +8,48 @@
 #include "buffer_cache.h"
 #include "nxu_opt.h"
 
-/* The smallest payload room; RSRs that fit share the per-thread cache. */
+/* The payload room inside a buffer's own slot; larger payloads are apart
+ * (malloc up to INLINE_MAX, blocks above). */
 #define INLINE_MIN 192
 #define INLINE_MAX NXI_INLINE_MAX
 
-/* A per-thread cache of buffers of the standard capacity, so the common
- * small RSR costs no malloc/free. A thread's cache is freed when the thread
- * ends. AddressSanitizer builds skip it, to keep use-after-free checks. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define BLOCK_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define BLOCK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define BLOCK_POISON(p, n) ((void)(p), (void)(n))
+#define BLOCK_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* Buffer structs live in type-stable memory (docs/design.md, section 8,
+ * rule 10): slots of one size, SLAB_SLOTS to a slab taken from malloc and
+ * never given back, each slot always a struct nx_buffer at the same place.
+ * So nx_rsr_send and nx_buffer_release may read the `urefs` word of a
+ * pointer the program gave away: a free slot holds 0 there and is refused,
+ * with one compare-and-swap instead of a registry of live buffers (two
+ * locked operations per RSR before). The price: the slots of the most
+ * buffers ever alive at once stay with the process, SLOT_SIZE bytes each
+ * (payloads above INLINE_MIN bytes are apart and are freed). A per-thread
+ * cache keeps the common RSR off the shared list's lock. Under
+ * AddressSanitizer a free slot is poisoned but for its first words
+ * (`urefs`, `free_next`), so a use after free still reports, and the
+ * per-thread cache is off so that slots are reused late. */
+#define SLOT_SIZE ((sizeof(struct nx_buffer) + INLINE_MIN + 63) / 64 * 64)
+#define SLAB_SLOTS 64
+#define SLOT_KEEP offsetof(struct nx_buffer, frame) /* never poisoned */
 #if defined(__SANITIZE_ADDRESS__)
 #define CACHE_MAX 0
 #else
 #define CACHE_MAX 64
 #endif
+
+static struct {
+  pthread_mutex_t lock;
+  struct nx_buffer *free; /* free slots, linked by free_next */
+  void **slabs;           /* every slab, so leak checkers see them held */
+  size_t nslabs, cap;
+} slots = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 struct buffer_cache {
   struct nx_buffer *head;
@@ -31,13 +61,32 @@ static NXI_TLS struct buffer_cache cache;
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
+static void slot_poison(struct nx_buffer *b) {
+  BLOCK_POISON((uint8_t *)b + SLOT_KEEP, SLOT_SIZE - SLOT_KEEP);
+}
+
+static void slot_unpoison(struct nx_buffer *b) {
+  BLOCK_UNPOISON((uint8_t *)b + SLOT_KEEP, SLOT_SIZE - SLOT_KEEP);
+}
+
+/* Puts the list `head` .. `tail` on the shared list. */
+static void slots_give(struct nx_buffer *head, struct nx_buffer *tail) {
+  pthread_mutex_lock(&slots.lock);
+  tail->free_next = slots.free;
+  slots.free = head;
+  pthread_mutex_unlock(&slots.lock);
+}
+
+/* A thread's cache goes back to the shared list when the thread ends. */
 static void cache_drain(void *arg) {
   struct buffer_cache *c = arg;
-  while (c->head != NULL) {
-    struct nx_buffer *b = c->head;
-    c->head = b->ctx_next;
-    free(b);
-  }
+  if (c->head == NULL)
+    return;
+  struct nx_buffer *tail = c->head;
+  while (tail->free_next != NULL)
+    tail = tail->free_next;
+  slots_give(c->head, tail);
+  c->head = NULL;
   c->count = 0;
 }
 
@@ -45,14 +94,68 @@ static void cache_key_create(void) {
   pthread_key_create(&cache_key, cache_drain);
 }
 
-static struct nx_buffer *raw_alloc(size_t cap) {
-  if (cap == INLINE_MIN && cache.head != NULL) {
-    struct nx_buffer *b = cache.head;
-    cache.head = b->ctx_next;
+/* A new slab: its first slot for the caller, the rest to the shared list.
+ * Called with the lock held. */
+static struct nx_buffer *slab_new(void) {
+  if (slots.nslabs == slots.cap) {
+    size_t cap = slots.cap != 0 ? slots.cap * 2 : 16;
+    void **v = realloc(slots.slabs, cap * sizeof(*v));
+    if (v == NULL)
+      return NULL;
+    slots.slabs = v;
+    slots.cap = cap;
+  }
+  uint8_t *p;
+  if (posix_memalign((void **)&p, 64, SLAB_SLOTS * SLOT_SIZE) != 0)
+    return NULL;
+  slots.slabs[slots.nslabs++] = p;
+  for (size_t i = SLAB_SLOTS; i-- > 1;) {
+    struct nx_buffer *b = (struct nx_buffer *)(p + i * SLOT_SIZE);
+    atomic_init(&b->urefs, 0);
+    b->free_next = slots.free;
+    slots.free = b;
+    slot_poison(b);
+  }
+  atomic_init(&((struct nx_buffer *)p)->urefs, 0);
+  return (struct nx_buffer *)p;
+}
+
+static struct nx_buffer *slot_get(void) {
+  struct nx_buffer *b = cache.head;
+  if (b != NULL) {
+    cache.head = b->free_next;
     cache.count--;
     return b;
   }
-  return malloc(sizeof(struct nx_buffer) + cap);
+  pthread_mutex_lock(&slots.lock);
+  b = slots.free;
+  if (b != NULL)
+    slots.free = b->free_next;
+  else
+    b = slab_new();
+  pthread_mutex_unlock(&slots.lock);
+  if (b != NULL)
+    slot_unpoison(b);
+  return b;
+}
+
+/* Frees the slot: `urefs` reads 0 from here on, which refuses the pointer
+ * (rsr.c, buffer.c). */
+static void slot_put(struct nx_buffer *b) {
+  atomic_store_explicit(&b->urefs, 0, memory_order_release);
+  if (cache.count < CACHE_MAX) {
+    if (!cache.registered) {
+      pthread_once(&cache_once, cache_key_create);
+      pthread_setspecific(cache_key, &cache);
+      cache.registered = 1;
+    }
+    b->free_next = cache.head;
+    cache.head = b;
+    cache.count++;
+    return;
+  }
+  slot_poison(b);
+  slots_give(b, b);
 }
 
 /* A cache of large payload blocks. A payload above INLINE_MAX is a block of
@@ -77,15 +180,6 @@ static struct nx_buffer *raw_alloc(size_t cap) {
 #define BLOCK_CLASSES (8 * BLOCK_STEPS) /* 64 KiB << 8 = 16 MiB */
 #define BLOCK_PER_CLASS 4
 #define BLOCK_ALIGN ((size_t)4096) /* where a block starts: see block_new */
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define BLOCK_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define BLOCK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define BLOCK_POISON(p, n) ((void)(p), (void)(n))
-#define BLOCK_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
 
 static struct {
   pthread_mutex_t lock;
@@ -221,28 +315,26 @@ void nxi_buffer_cache_stats_get(struct nxi_buffer_cache_stats *st) {
 }
 
 struct nx_buffer *nxi_buffer_alloc(size_t cap) {
-  if (cap < INLINE_MIN)
-    cap = INLINE_MIN;
-  if (cap > SIZE_MAX / 2 - sizeof(struct nx_buffer))
+  if (cap > SIZE_MAX / 2)
     return NULL; /* a hint no memory can hold */
-  /* Large payloads live apart from the struct, in blocks of their own
-   * (block_get), so growing one moves the payload, not the struct. */
-  int apart = cap > INLINE_MAX;
-  struct nx_buffer *b = raw_alloc(apart ? INLINE_MIN : cap);
+  struct nx_buffer *b = slot_get();
   if (b == NULL)
     return NULL;
-  /* Every field but the header bytes and the frame (written when sealed or
+  /* Every field but `urefs` (which a stale pointer's check may read at any
+   * time), the header bytes and the frame (written when sealed or
    * received) starts at zero. */
-  memset(b, 0, offsetof(struct nx_buffer, hdr));
+  memset(&b->frame, 0,
+         offsetof(struct nx_buffer, hdr) - offsetof(struct nx_buffer, frame));
   atomic_init(&b->refs, 1);
-  atomic_init(&b->urefs, 0);
   b->data = b->inline_data;
-  b->cap = apart ? INLINE_MIN : cap;
-  if (apart) {
-    size_t size;
-    uint8_t *d = nxi_block_get(cap, &size);
+  b->cap = INLINE_MIN;
+  if (cap > INLINE_MIN) {
+    /* Apart from the slot: malloc, or a block of its own above INLINE_MAX
+     * (nxi_block_get), so that growing it moves the payload only. */
+    size_t size = cap;
+    uint8_t *d = cap > INLINE_MAX ? nxi_block_get(cap, &size) : malloc(cap);
     if (d == NULL) {
-      free(b);
+      slot_put(b);
       return NULL;
     }
     b->data = d;
@@ -305,196 +397,7 @@ int nxi_buffer_reserve(struct nx_buffer *b, size_t extra) {
 void nxi_buffer_free(struct nx_buffer *b) {
   if (b->xr != NULL || b->side != NULL)
     refs_free(b);
-  if (b->data_heap) {
+  if (b->data_heap)
     nxi_block_put(b->data, b->cap);
-  } else if (b->cap == INLINE_MIN && cache.count < CACHE_MAX) {
-    if (!cache.registered) {
-      pthread_once(&cache_once, cache_key_create);
-      pthread_setspecific(cache_key, &cache);
-      cache.registered = 1;
-    }
-    b->ctx_next = cache.head;
-    cache.head = b;
-    cache.count++;
-    return;
-  }
-  free(b);
-}
-
-/* The buffers the program holds, so that nx_rsr_send and
- * nx_buffer_release refuse one it gave away (sent, released) without reading
- * memory the runtime may have freed meanwhile (docs/design.md, "Buffer
- * ownership"): unsent RSR buffers (NXI_LIVE_RSR: made by nx_rsr_init,
- * neither sent nor released) and buffers the program holds references to
- * (NXI_LIVE_HELD: stand-alone, or received and retained). A buffer's `urefs`
- * changes only under its shard's lock, so an entry is there exactly while
- * urefs > 0. Sharded by address. Unsent RSR buffers, the hot path (one
- * insert at init, one removal at send, usually the last entry), sit in a
- * short array scanned from its end; held buffers, which may be many and
- * long-lived (fm and pvm queues), in an open-addressing hash set (linear
- * probing) that the RSR path never touches. Entries are stored
- * complemented (0 marks an empty slot), so LeakSanitizer does not take the
- * registry for a reference and still reports a buffer the program leaks. */
-#define LIVE_SHARDS 64
-static struct live_shard {
-  atomic_bool busy;
-  uint32_t n, cap;   /* unsent RSR buffers */
-  uint32_t hn, mask; /* held buffers; slots - 1 (0 while there is no set) */
-  uintptr_t *v;      /* unsent RSR buffers, complemented */
-  uintptr_t *slot;   /* held buffers, complemented; 0 = empty */
-} live[LIVE_SHARDS];
-
-static struct live_shard *live_shard(const struct nx_buffer *b) {
-  uintptr_t a = (uintptr_t)b;
-  return &live[(a >> 6 ^ a >> 12) % LIVE_SHARDS];
-}
-
-static void live_lock(struct live_shard *s) {
-  while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire))
-    ;
-}
-
-static void live_unlock(struct live_shard *s) {
-  atomic_store_explicit(&s->busy, 0, memory_order_release);
-}
-
-/* The unsent RSR buffers. */
-
-static int rsr_add(struct live_shard *s, const struct nx_buffer *b) {
-  if (s->n == s->cap) {
-    uint32_t cap = s->cap ? s->cap * 2 : 16;
-    uintptr_t *v = realloc(s->v, cap * sizeof(*v));
-    if (v == NULL)
-      return NX_ENOMEM;
-    s->v = v;
-    s->cap = cap;
-  }
-  s->v[s->n++] = ~(uintptr_t)b;
-  return 0;
-}
-
-/* Removes `b`; 1 if it was there. */
-static int rsr_take(struct live_shard *s, const struct nx_buffer *b) {
-  uintptr_t e = ~(uintptr_t)b;
-  for (uint32_t i = s->n; i-- > 0;)
-    if (s->v[i] == e) {
-      s->v[i] = s->v[--s->n];
-      return 1;
-    }
-  return 0;
-}
-
-/* The held buffers. */
-
-static uint32_t held_home(const struct live_shard *s, uintptr_t e) {
-  uint64_t h = (uint64_t)(~e >> 4) * 0x9e3779b97f4a7c15u;
-  return (uint32_t)(h >> 32) & s->mask;
-}
-
-/* The slot holding `b`, or -1. */
-static int64_t held_find(const struct live_shard *s,
-                         const struct nx_buffer *b) {
-  uintptr_t e = ~(uintptr_t)b;
-  if (s->slot == NULL)
-    return -1;
-  for (uint32_t i = held_home(s, e);; i = (i + 1) & s->mask) {
-    if (s->slot[i] == 0)
-      return -1;
-    if (s->slot[i] == e)
-      return i;
-  }
-}
-
-static void held_put(struct live_shard *s, uintptr_t e) {
-  uint32_t i = held_home(s, e);
-  while (s->slot[i] != 0)
-    i = (i + 1) & s->mask;
-  s->slot[i] = e;
-  s->hn++;
-}
-
-/* Adds `b`, growing the set past half full. */
-static int held_add(struct live_shard *s, const struct nx_buffer *b) {
-  if (s->slot == NULL || 2 * (s->hn + 1) > s->mask + 1) {
-    uint32_t size = s->slot == NULL ? 16 : 2 * (s->mask + 1);
-    uintptr_t *old = s->slot;
-    uint32_t old_size = old == NULL ? 0 : s->mask + 1;
-    uintptr_t *v = calloc(size, sizeof(*v));
-    if (v == NULL)
-      return NX_ENOMEM;
-    s->slot = v;
-    s->mask = size - 1;
-    s->hn = 0;
-    for (uint32_t i = 0; i < old_size; i++)
-      if (old[i] != 0)
-        held_put(s, old[i]);
-    free(old);
-  }
-  held_put(s, ~(uintptr_t)b);
-  return 0;
-}
-
-/* Empties slot `i`, moving back the entries that probed past it. */
-static void held_remove(struct live_shard *s, uint32_t i) {
-  s->slot[i] = 0;
-  s->hn--;
-  for (uint32_t j = (i + 1) & s->mask; s->slot[j] != 0; j = (j + 1) & s->mask) {
-    uint32_t k = held_home(s, s->slot[j]);
-    /* The entry at j stays if its home lies cyclically in (i, j]. */
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-      continue;
-    s->slot[i] = s->slot[j];
-    s->slot[j] = 0;
-    i = j;
-  }
-}
-
-int nxi_buffer_live_add(struct nx_buffer *b, int tag) {
-  struct live_shard *s = live_shard(b);
-  live_lock(s);
-  int r = tag == NXI_LIVE_RSR ? rsr_add(s, b) : held_add(s, b);
-  live_unlock(s);
-  return r;
-}
-
-int nxi_buffer_live_take(const struct nx_buffer *b) {
-  struct live_shard *s = live_shard(b);
-  live_lock(s);
-  int found = rsr_take(s, b);
-  live_unlock(s);
-  return found;
-}
-
-int nxi_buffer_live_retain(struct nx_buffer *b) {
-  struct live_shard *s = live_shard(b);
-  live_lock(s);
-  unsigned u = atomic_load_explicit(&b->urefs, memory_order_relaxed);
-  int r = u == 0 ? held_add(s, b) : 0;
-  if (r == 0)
-    atomic_store_explicit(&b->urefs, u + 1, memory_order_relaxed);
-  live_unlock(s);
-  return r;
-}
-
-int nxi_buffer_live_release(struct nx_buffer *b) {
-  struct live_shard *s = live_shard(b);
-  live_lock(s);
-  /* An unsent RSR buffer has one reference: the program's, ending here. */
-  if (rsr_take(s, b)) {
-    atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);
-    live_unlock(s);
-    return 0;
-  }
-  int64_t i = held_find(s, b);
-  if (i < 0) {
-    live_unlock(s);
-    return NX_EINVAL;
-  }
-  /* Found: the program holds it, so it is not freed and may be read. */
-  unsigned u = atomic_load_explicit(&b->urefs, memory_order_relaxed);
-  atomic_store_explicit(&b->urefs, u - 1, memory_order_relaxed);
-  if (u == 1)
-    held_remove(s, (uint32_t)i);
-  live_unlock(s);
-  return 0;
+  slot_put(b);
 }

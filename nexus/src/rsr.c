@@ -19,15 +19,11 @@ int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
   if (b == NULL)
     return NX_ENOMEM;
   b->kind = NXI_BUF_SEND;
-  atomic_init(&b->urefs, 1);
   b->handler = handler;
   b->context = gp->context;
   b->address = gp->address;
   b->dl = gp->protos;
-  if (nxi_buffer_live_add(b, NXI_LIVE_RSR) < 0) {
-    nxi_buffer_free(b);
-    return NX_ENOMEM;
-  }
+  atomic_store_explicit(&b->urefs, NXI_UREFS_RSR, memory_order_release);
   *buf = b;
   return 0;
 }
@@ -186,12 +182,15 @@ static int ordered_send(struct nx_buffer *b, unsigned flags) {
 }
 
 int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
-  /* A buffer already sent (or released) may be freed or queued in a
-   * module by now: refuse it by address, before reading it. */
-  if (b == NULL || !nxi_buffer_live_take(b))
+  /* A buffer already sent (or released) may be freed, reused or queued
+   * in a module by now: only its `urefs` word may be read (a slot of
+   * type-stable memory, bufmem.c), and taking it decides. */
+  unsigned unsent = NXI_UREFS_RSR;
+  if (b == NULL ||
+      !atomic_compare_exchange_strong_explicit(
+          &b->urefs, &unsent, 0, memory_order_acquire, memory_order_relaxed))
     return NX_EINVAL;
   /* From here on the buffer is the runtime's. */
-  atomic_store_explicit(&b->urefs, 0, memory_order_relaxed);
   atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
   b->source = nx_context_id(nx_context_self());
   if (!nxi_ready()) {

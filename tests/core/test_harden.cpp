@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "nexus.h"
@@ -119,6 +120,49 @@ TEST_CASE("an RSR buffer sent twice is refused before any module sees it",
     REQUIRE(rt.finalize() == 0);
     CHECK(hits.load() == 100); // each sent once, none twice
   }
+}
+
+TEST_CASE("a buffer sent twice at once, by two threads, goes out once",
+          "[harden][rsr]") {
+  // The check is one compare-and-swap on the buffer's slot (type-stable
+  // memory, docs/design.md rule 10): of two racing sends exactly one wins,
+  // for payloads inside the slot and apart from it (malloc, large block).
+  env_guard env("fixture,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, nullptr, &gp) == 0);
+  hits = 0;
+  int sent = 0;
+  for (size_t size : {size_t(8), size_t(1000), size_t(100000)}) {
+    INFO("payload " << size);
+    for (int i = 0; i < 50; i++) {
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &gp, "hit", size) == 0);
+      REQUIRE(nx_put_int32(b, i) == 0);
+      std::vector<char> pad(size, 'x');
+      REQUIRE(nx_put_bytes(b, pad.data(), pad.size()) == 0);
+      std::atomic<int> go{0};
+      int rc[2] = {-1, -1};
+      std::thread other([&] {
+        while (go.load() == 0) {
+        }
+        rc[1] = nx_rsr_send(b);
+      });
+      go = 1;
+      rc[0] = nx_rsr_send(b);
+      other.join();
+      CHECK(((rc[0] == 0 && rc[1] == NX_EINVAL) ||
+             (rc[1] == 0 && rc[0] == NX_EINVAL)));
+      sent++;
+    }
+  }
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (hits.load() < sent && std::chrono::steady_clock::now() < end)
+    nx_poll();
+  nx_gp_release(&gp);
+  REQUIRE(rt.finalize() == 0);
+  CHECK(hits.load() == sent); // each once, none twice
 }
 
 TEST_CASE("a buffer the program no longer holds is refused by "

@@ -447,7 +447,16 @@ TEST_CASE("lazy threaded handlers park on a contended mutex", "[threaded]") {
   for (int i = 0; i < n; i++)
     send(&gp, "count");
   // All start on the progress thread and park behind this thread's lock.
+  // `started` counts before the lock is tried: wait for the parks too, or
+  // the last handler may find the lock free.
   REQUIRE(sleep_until(w.started, n));
+  for (int i = 0; i < 30000; i++) {
+    REQUIRE(nx_stats_get(&after) == 0);
+    if (after.lazy_parked - before.lazy_parked >= (uint64_t)n)
+      break;
+    struct timespec t = {0, 1000 * 1000};
+    nanosleep(&t, nullptr);
+  }
   REQUIRE(nx_mutex_unlock(&w.big) == 0);
   REQUIRE(w.done.wait_for(n) == n);
   REQUIRE(nx_stats_get(&after) == 0);
