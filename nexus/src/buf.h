@@ -93,9 +93,10 @@ struct nx_buffer {
   uint32_t handler;
   uint64_t context;
   uint64_t address;
-  uint64_t source;        /* the sending context's id (header), or 0 */
-  uint32_t order;         /* its number in an ordered stream (order.h), or 0 */
-  struct nxi_dlist *dl;   /* SEND: destination's descriptors (not owned) */
+  uint64_t source;      /* the sending context's id (header), or 0 */
+  uint32_t order;       /* its number in an ordered stream (order.h), or 0 */
+  uint16_t hflags;      /* the header's flags (ledger.h), as sent or received */
+  struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
   struct nx_context *ctx; /* RECV, queued for a thread: target (ref) */
   nx_handler_fn fn;
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */

@@ -74,7 +74,7 @@ static void dispatch(struct nx_buffer *b) {
         atomic_load_explicit(&forward_fn, memory_order_acquire);
     if (fwd != NULL && nxi_ctxid_proc(b->context) != nxi_rt.proc_id && fwd(b))
       return;
-    if (nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL) {
+    if (b->hflags & NXI_FRAME_F_CTL) {
       /* A question for an earlier run of this process (its id changes
        * with each nx_init, the transport's address may not): the asker
        * hears that process is gone (ledger.h). Nothing is reported. */
@@ -107,7 +107,7 @@ static void dispatch(struct nx_buffer *b) {
   b->fn = h->fn;
   /* Under the driver lock: a plain store is enough. The runtime's own
    * messages are not the program's RSRs. */
-  if (!(nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL))
+  if (!(b->hflags & NXI_FRAME_F_CTL))
     atomic_store_explicit(
         &nxi_rt.rsr_handled,
         atomic_load_explicit(&nxi_rt.rsr_handled, memory_order_relaxed) + 1,
@@ -178,8 +178,7 @@ static struct nx_buffer *buffer_of(nx_frame_t *f) {
  * runtime's own messages take their usual way (nxi_deliver). */
 static void deliver_batch(nx_frame_batch_t *batch) {
   if (batch->count == 1 &&
-      !(nxi_frame_hdr_flags(buffer_of(batch->frames[0])->hdr) &
-        NXI_FRAME_F_CTL) &&
+      !(buffer_of(batch->frames[0])->hflags & NXI_FRAME_F_CTL) &&
       atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==
           atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
     dispatch(buffer_of(batch->frames[0]));
@@ -294,7 +293,7 @@ static void enqueue_ctl(struct nx_buffer *b) {
 /* A frame delivered outside a module's progress (a module thread, a send
  * to a local context), or one of a poll's batch of several: queued. */
 void nxi_deliver(struct nx_buffer *b) {
-  uint16_t hflags = nxi_frame_hdr_flags(b->hdr);
+  uint16_t hflags = b->hflags;
   if (hflags & NXI_FRAME_F_CTL) {
     /* An answer for this process (a gateway passes others on). A fence
      * takes its turn behind what arrived before it (ledger.h). */

@@ -66,17 +66,10 @@ int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
   out->len = len;
   out->source = nxu_rd64(h + OFF_SOURCE);
   out->order = nxu_rd32(h + OFF_ORDER);
+  out->flags = nxu_rd16(h + OFF_FLAGS);
   return 0;
-}
-
-uint32_t nxi_frame_hdr_origin(const uint8_t *h) {
-  return nxi_ctxid_proc(nxu_rd64(h + OFF_SOURCE));
 }
 
 void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {
   nxu_le16(h + OFF_FLAGS, flags);
-}
-
-uint16_t nxi_frame_hdr_flags(const uint8_t *h) {
-  return nxu_rd16(h + OFF_FLAGS);
 }

@@ -5,7 +5,9 @@
 
 #include "rt.h"
 
-/* The header's fields; magic, version, flags and origin are implied. */
+/* The header's fields; magic and version are implied, `flags` is read by
+ * decode only (the sender sets it in place), the origin is the source's
+ * process. */
 struct nxi_frame_hdr {
   uint8_t fmt;
   uint32_t handler;
@@ -14,6 +16,7 @@ struct nxi_frame_hdr {
   uint64_t len;
   uint64_t source; /* the sending context's id, or 0 */
   uint32_t order;  /* its number in an ordered stream (order.h), or 0 */
+  uint16_t flags;  /* NXI_FRAME_F_* and the route generation (decode only) */
 };
 
 /* Computes the largest payload a peer may announce (this machine's
@@ -28,12 +31,10 @@ void nxi_frame_hdr_encode(uint8_t *h, const struct nxi_frame_hdr *f);
  * or NX_EPROTO. */
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
 
-/* The sending process's id: the process of the source context (a gateway
- * passes the source on unchanged, so it names the first sender); 0 when
- * the sender did not say. */
-uint32_t nxi_frame_hdr_origin(const uint8_t *h);
-/* The flags field (NXI_FRAME_F_*, ledger.h). */
+/* Sets the flags field (NXI_FRAME_F_*, ledger.h). The sending process's
+ * id is the process of the source context (nxi_ctxid_proc: a gateway
+ * passes the source on unchanged, so it names the first sender; 0 when
+ * the sender did not say). */
 void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags);
-uint16_t nxi_frame_hdr_flags(const uint8_t *h);
 
 #endif /* NXI_FRAME_H */

@@ -113,11 +113,11 @@ static int forward(struct nx_buffer *b) {
   struct nxi_dlist *dl = member_get(proc);
   if (dl == NULL)
     return 0; /* not ours to pass on: dropped as for no such context */
-  uint32_t origin = nxi_frame_hdr_origin(b->hdr);
+  uint32_t origin = nxi_ctxid_proc(b->source);
   uint64_t context = b->context;
   uint32_t handler = b->handler;
   b->dl = dl;
-  int ctl = nxi_frame_hdr_flags(b->hdr) & NXI_FRAME_F_CTL;
+  int ctl = b->hflags & NXI_FRAME_F_CTL;
   int r = nxi_route_send(b, 0, 1);
   if (r < 0) {
     if (!ctl) /* the runtime's own messages are not the program's RSRs */

@@ -610,8 +610,8 @@ void nxi_ledger_lost(uint32_t proc, int status) {
 }
 
 void nxi_ledger_handled(const struct nx_buffer *b) {
-  uint32_t origin = nxi_frame_hdr_origin(b->hdr);
-  uint16_t flags = nxi_frame_hdr_flags(b->hdr);
+  uint32_t origin = nxi_ctxid_proc(b->source);
+  uint16_t flags = b->hflags;
   if (origin == 0 || origin == nxi_rt.proc_id || (flags & NXI_FRAME_F_CTL))
     return;
   struct nxi_peer *p = peer_get(origin, 1);

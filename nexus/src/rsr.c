@@ -75,7 +75,7 @@ static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
   uint16_t hflags = b->ctl;
   int ask = 0, note = !forwarding && !b->ctl;
   if (forwarding)
-    hflags = nxi_frame_hdr_flags(b->hdr);
+    hflags = b->hflags;
   b->peer = NULL;
   struct nxi_peer *peer = NULL;
   for (int tries = 0; tries < 2 * NXI_MAX_MODULES + 2; tries++) {
@@ -110,6 +110,7 @@ static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
       peer = b->peer;
       hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
     }
+    b->hflags = hflags;
     if (hflags != 0)
       nxi_frame_hdr_set_flags(b->hdr, hflags);
     /* The runtime's own messages count in no counter of the program's. */

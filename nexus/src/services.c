@@ -31,8 +31,10 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   b->address = f.address;
   b->source = f.source;
   b->order = f.order;
+  b->hflags = f.flags;
   b->len = (size_t)f.len;
-  memcpy(b->hdr, hdr, NX_FRAME_HDR_SIZE);
+  /* The header lives on in the fields only: b->hdr is written again from
+   * them (nxi_buffer_seal) should a gateway pass the frame on. */
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
   b->frame.iov[1].iov_base = b->data;
