@@ -53,7 +53,7 @@ char *pvmgetrsh(void) {
 }
 
 /* The text of the last error (PVM's declaration takes no argument). */
-char *pvm_strerror(void) { return (char *)nxpvmi_errstr(nxpvm.last_err); }
+char *pvm_strerror(void) { return (char *)nxpvmi_errstr(pvm_errno); }
 
 /* ---- the machine's hosts, as the root task holds them ----
  *

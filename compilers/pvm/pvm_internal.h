@@ -84,6 +84,13 @@ struct mhf {
   int (*fn)(int);
 };
 
+/* A message handler id's slot, numbered as libpvm numbers them
+ * (pvm_msg.c): `link` is the id itself while in use, else the next free
+ * id (-1 ends the free list); `at` is where its handler is in mhfs. */
+struct mhf_id {
+  int link, at;
+};
+
 /* A mailbox entry and its class, as the root task holds them. */
 struct mentry {
   int index, owner, flags;
@@ -175,8 +182,10 @@ struct pvmstate {
   int ctx;      /* the current message context */
   int next_ctx; /* root: the last context handed out */
   struct mhf *mhfs;
-  int nmhfs, mhfcap, next_mhf;
-  int in_mhf; /* a message handler is running */
+  int nmhfs, mhfcap;
+  struct mhf_id *mhf_ids; /* every id ever given, nmhf_ids of them */
+  int nmhf_ids, mhf_free; /* the first free id + 1 (0: none) */
+  int in_mhf;             /* a message handler is running */
   int (*recvf)(int, int, int);
   struct mclass *mboxes; /* root: the mailbox database */
   int noreset;           /* this task set PvmNoReset */
@@ -238,6 +247,17 @@ enum mbox_op {
 int nxpvmi_started(void);
 int nxpvmi_err(const char *fn, int code);
 const char *nxpvmi_errstr(int code);
+/* What libpvm3 exports beside pvm3.h and programs declare themselves
+ * (pvm_task.c, pvm_msg.c). */
+extern int pvm_errno; /* the last error's code */
+extern int pvmdebmask;
+extern int pvm_nerr;
+extern char *pvm_errlist[];
+int lpvmerr(char *fn, int code);
+int pvmsleep(int secs);
+struct timeval;
+int pvmgetclock(struct timeval *tm);
+void pvmdisplaymhfinfo(char *who, char *msg, int tid);
 struct peer *nxpvmi_peer(int tid, int create);
 int nxpvmi_tid_of_context(uint64_t ctx);
 int nxpvmi_resolve(int tid, nx_gp_t *gp);

@@ -391,27 +391,54 @@ int (*pvm_recvf(int (*match)(int bufid, int tid, int tag)))(int, int, int) {
   return old;
 }
 
+/* Message handler ids are what libpvm gives, since programs print them
+ * and pvmdisplaymhfinfo shows the tables: ids count from 0, a deleted id
+ * goes on a free list that the next pvm_addmhf takes first (last freed,
+ * first given again), and the handlers stay packed at the front of mhfs
+ * (a deletion moves the last one into the gap). A handler that could
+ * match a message another one matches is refused (PvmExists), so at most
+ * one runs per message. */
+
+static int mhf_overlaps(const struct mhf *h, int src, int tag, int ctx) {
+  return (h->tag == -1 || h->tag == tag || tag == -1) &&
+         (h->ctx == -1 || h->ctx == ctx || ctx == -1) &&
+         (h->src == -1 || h->src == src || src == -1);
+}
+
 int pvm_addmhf(int src, int tag, int ctx, int (*func)(int bufid)) {
   if (func == NULL)
     return nxpvmi_err("pvm_addmhf", PvmBadParam);
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_addmhf", PvmSysErr);
-  for (int i = 0; i < nxpvm.nmhfs; i++)
-    if (nxpvm.mhfs[i].src == src && nxpvm.mhfs[i].tag == tag &&
-        nxpvm.mhfs[i].ctx == ctx)
-      return nxpvmi_err("pvm_addmhf", PvmExists);
   nx_mutex_lock(&nxpvm.m);
-  if (nxpvm.nmhfs == nxpvm.mhfcap) {
-    int cap = nxpvm.mhfcap ? 2 * nxpvm.mhfcap : 4;
-    struct mhf *m = realloc(nxpvm.mhfs, (size_t)cap * sizeof(*m));
-    if (m == NULL) {
+  for (int i = 0; i < nxpvm.nmhfs; i++)
+    if (mhf_overlaps(&nxpvm.mhfs[i], src, tag, ctx)) {
+      nx_mutex_unlock(&nxpvm.m);
+      return nxpvmi_err("pvm_addmhf", PvmExists);
+    }
+  int id = nxpvm.mhf_free - 1;
+  if (id < 0) {
+    /* No free id: a new one, and room for its handler. */
+    int n = nxpvm.nmhf_ids + 1;
+    struct mhf_id *ids = realloc(nxpvm.mhf_ids, (size_t)n * sizeof(*ids));
+    if (ids != NULL)
+      nxpvm.mhf_ids = ids;
+    struct mhf *m = ids == NULL || n <= nxpvm.mhfcap
+                        ? nxpvm.mhfs
+                        : realloc(nxpvm.mhfs, (size_t)n * sizeof(*m));
+    if (ids == NULL || m == NULL) {
       nx_mutex_unlock(&nxpvm.m);
       return nxpvmi_err("pvm_addmhf", PvmNoMem);
     }
-    nxpvm.mhfs = m;
-    nxpvm.mhfcap = cap;
+    if (n > nxpvm.mhfcap) {
+      nxpvm.mhfs = m;
+      nxpvm.mhfcap = n;
+    }
+    id = nxpvm.nmhf_ids++;
+  } else {
+    nxpvm.mhf_free = nxpvm.mhf_ids[id].link + 1;
   }
-  int id = ++nxpvm.next_mhf;
+  nxpvm.mhf_ids[id] = (struct mhf_id){.link = id, .at = nxpvm.nmhfs};
   nxpvm.mhfs[nxpvm.nmhfs++] = (struct mhf){id, src, tag, ctx, func};
   nx_mutex_unlock(&nxpvm.m);
   return id;
@@ -421,14 +448,54 @@ int pvm_delmhf(int mhid) {
   if (mhid < 0)
     return nxpvmi_err("pvm_delmhf", PvmBadParam);
   nx_mutex_lock(&nxpvm.m);
-  for (int i = 0; i < nxpvm.nmhfs; i++)
-    if (nxpvm.mhfs[i].id == mhid) {
-      nxpvm.mhfs[i] = nxpvm.mhfs[--nxpvm.nmhfs];
-      nx_mutex_unlock(&nxpvm.m);
-      return PvmOk;
-    }
+  if (mhid >= nxpvm.nmhf_ids) {
+    nx_mutex_unlock(&nxpvm.m);
+    return nxpvmi_err("(mhid >= ndhandles) pvm_delmhf", PvmNotFound);
+  }
+  int at = nxpvm.mhf_ids[mhid].at;
+  if (at >= nxpvm.nmhfs) { /* free already */
+    nx_mutex_unlock(&nxpvm.m);
+    return nxpvmi_err("pvm_delmhf", PvmNotFound);
+  }
+  int last = --nxpvm.nmhfs;
+  if (at != last) {
+    nxpvm.mhfs[at] = nxpvm.mhfs[last];
+    nxpvm.mhf_ids[nxpvm.mhfs[at].id].at = at;
+    nxpvm.mhf_ids[mhid].at = last;
+  }
+  nxpvm.mhf_ids[mhid].link = nxpvm.mhf_free - 1;
+  nxpvm.mhf_free = mhid + 1;
   nx_mutex_unlock(&nxpvm.m);
-  return nxpvmi_err("pvm_delmhf", PvmNotFound);
+  return PvmOk;
+}
+
+/* libpvm's dump of its message handler tables, on stdout, which programs
+ * call to show what they installed; the same lines from the same tables
+ * (above). */
+void pvmdisplaymhfinfo(char *who, char *msg, int tid) {
+  int locked = nxpvmi_started(); /* else there are no handlers */
+  if (locked)
+    nx_mutex_lock(&nxpvm.m);
+  printf("\n%s t%x: Display Message Handler Information: ", who, tid);
+  printf("ndhandles = %d\tnhandles = %d\tfl_dhandles = %d", nxpvm.nmhf_ids,
+         nxpvm.nmhfs, nxpvm.mhf_free - 1);
+  printf("\npvmdisplaymhfinfo: free list.  head <-");
+  for (int id = nxpvm.mhf_free - 1; id != -1; id = nxpvm.mhf_ids[id].link)
+    printf(" %d", id);
+  printf(" -< tail");
+  printf("\n%s t%x: %s\n", who, tid, msg);
+  for (int i = 0; i < nxpvm.nmhf_ids; i++) {
+    const struct mhf *h = &nxpvm.mhfs[i];
+    printf("%s t%x: dhandles[%2d].mhid = %2d  .handle = %2d     ", who, tid, i,
+           nxpvm.mhf_ids[i].link, nxpvm.mhf_ids[i].at);
+    printf("handles[%2d].mhid = %2d  .header.src = t%-8x  ", i, h->id,
+           (unsigned)h->src);
+    printf(".header.ctx = %8d  .header.tag= %8d\n", h->ctx, h->tag);
+  }
+  printf("\n\n");
+  fflush(stdout);
+  if (locked)
+    nx_mutex_unlock(&nxpvm.m);
 }
 
 /* One descriptor, readable while a message waits in the receive queue (a

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,48 +14,66 @@
 
 struct pvmstate nxpvm = {.autoerr = 1, .route = PvmAllowDirect, .showtids = 1};
 
-static const char *const errtext[] = {
-    [0] = "Ok",
-    [2] = "Bad parameter",
-    [3] = "Parameter mismatch",
-    [4] = "Value too large",
-    [5] = "End of buffer",
-    [6] = "No such host",
-    [7] = "No such file",
-    [8] = "Permission denied",
-    [10] = "Malloc failed",
-    [12] = "Can't decode message",
-    [14] = "Can't contact local daemon",
-    [15] = "No current buffer",
-    [16] = "No such buffer",
-    [17] = "Null group name",
-    [18] = "Already in group",
-    [19] = "No such group",
-    [20] = "Not in group",
-    [21] = "No such instance",
-    [22] = "Host failed",
-    [23] = "No parent task",
-    [24] = "Not implemented",
-    [25] = "Pvmd system error",
-    [26] = "Version mismatch",
-    [27] = "Out of resources",
-    [28] = "Duplicate host",
-    [29] = "Can't start pvmd",
-    [30] = "Already in progress",
-    [31] = "No such task",
-    [32] = "Not Found",
-    [33] = "Already exists",
-    [34] = "Hoster run on non-master host",
-    [35] = "Spawning parent set PvmNoSpawnParent",
-    [36] = "Master Host IP is Loopback",
+/* libpvm3 exports these beside pvm3.h, and programs written for it (PVM's
+ * own examples among them) declare and use them: the last error's code
+ * (pvm_errno), the error texts (pvm_errlist, pvm_nerr entries), the debug
+ * mask (pvmdebmask; nothing here reads it), and lpvmerr, pvmsleep, pvmgetclock
+ * and pvmdisplaymhfinfo (pvm_msg.c). The texts are libpvm 3.4.6's, codes
+ * without a name included. */
+char *pvm_errlist[] = {
+    "Error 0",
+    "Error 1",
+    "Bad parameter",
+    "Parameter mismatch",
+    "Value too large",
+    "End of buffer",
+    "No such host",
+    "No such file",
+    "Permission denied",
+    "Error 9",
+    "Malloc failed",
+    "Error 11",
+    "Can't decode message",
+    "Error 13",
+    "Can't contact local daemon",
+    "No current buffer",
+    "No such buffer",
+    "Null group name",
+    "Already in group",
+    "No such group",
+    "Not in group",
+    "No such instance",
+    "Host failed",
+    "No parent task",
+    "Not implemented",
+    "Pvmd system error",
+    "Version mismatch",
+    "Out of resources",
+    "Duplicate host",
+    "Can't start pvmd",
+    "Already in progress",
+    "No such task",
+    "Not Found",
+    "Already Exists",
+    "Hoster must run on master host",
+    "Spawning parent set PvmNoParent",
+    "Master Host IP Address is Loopback! (See pvm3/Readme)",
 };
+int pvm_nerr = (int)(sizeof(pvm_errlist) / sizeof(pvm_errlist[0]));
+int pvm_errno;
+int pvmdebmask;
 
 const char *nxpvmi_errstr(int code) {
-  int i = -code;
-  if (i < 0 || i >= (int)(sizeof(errtext) / sizeof(errtext[0])) ||
-      errtext[i] == NULL)
-    return "Unknown error";
-  return errtext[i];
+  return code <= 0 && code > -pvm_nerr ? pvm_errlist[-code] : "Unknown Error";
+}
+
+/* libpvm's prefix of its messages on stderr: the task's tid, or before the
+ * task is enrolled its process id as libpvm knows it then (-1). */
+static void err_prefix(void) {
+  if (nxpvm.mytid > 0)
+    fprintf(stderr, "libpvm [t%x]: ", (unsigned)nxpvm.mytid);
+  else
+    fprintf(stderr, "libpvm [pid%d]: ", -1);
 }
 
 /* Records the code for pvm_perror and, with PvmAutoErr on (PVM's default),
@@ -62,12 +81,41 @@ const char *nxpvmi_errstr(int code) {
 int nxpvmi_err(const char *fn, int code) {
   if (code < 0) {
     nxpvm.last_err = code;
-    if (nxpvm.autoerr)
-      fprintf(stderr, "libpvm [t%x]: %s(): %s\n", (unsigned)nxpvm.mytid, fn,
-              nxpvmi_errstr(code));
+    pvm_errno = code;
+    if (nxpvm.autoerr) {
+      err_prefix();
+      fprintf(stderr, "%s(): %s\n", fn, nxpvmi_errstr(code));
+    }
   }
   return code;
 }
+
+/* libpvm's own error report, which programs call too: records `code`
+ * whatever it is, says it as `fn`() with PvmAutoErr on, and with
+ * PvmAutoErr 2 ends the program (exit status `code`), with 3 aborts. */
+int lpvmerr(char *fn, int code) {
+  pvm_errno = code;
+  nxpvm.last_err = code;
+  if (nxpvm.autoerr) {
+    err_prefix();
+    fprintf(stderr, "%.124s(): %s\n", fn != NULL ? fn : "(null)",
+            nxpvmi_errstr(code));
+    fflush(stderr);
+    if (nxpvm.autoerr == 3)
+      abort();
+    if (nxpvm.autoerr == 2) {
+      nxpvm.autoerr = 1;
+      pvm_exit();
+      exit(code);
+    }
+  }
+  return code;
+}
+
+/* sleep's answer: the seconds left when a signal ended it early. */
+int pvmsleep(int secs) { return secs > 0 ? (int)sleep((unsigned)secs) : 0; }
+
+int pvmgetclock(struct timeval *tm) { return gettimeofday(tm, NULL); }
 
 int nxpvmi_send_root(nx_buffer_t *b) {
   int rc = nxpvmi_send(b);
@@ -1012,6 +1060,7 @@ int pvm_exit(void) {
     close(nxpvm.fds[1]);
   }
   free(nxpvm.mhfs);
+  free(nxpvm.mhf_ids);
   free(nxpvm.gone_q);
   nxpvm.started = 0;
   free(nxpvm.peers);
@@ -1376,8 +1425,9 @@ int pvm_tasks(int which, int *ntask, struct pvmtaskinfo **taskp) {
 }
 
 int pvm_perror(char *msg) {
-  fprintf(stderr, "libpvm [t%x]: %s: %s\n", (unsigned)nxpvm.mytid,
-          msg != NULL ? msg : "", nxpvmi_errstr(nxpvm.last_err));
+  err_prefix();
+  fprintf(stderr, "%s: %s\n", msg != NULL ? msg : "(null)",
+          nxpvmi_errstr(pvm_errno));
   return PvmOk;
 }
 

@@ -1,8 +1,10 @@
 #!/bin/sh
 # Installs the build into a temporary DESTDIR, builds fpvm_msg.f there with
 # gfortran and pkg-config nexus-fpvm alone (fpvm3.h, libnxfpvm, libnxpvm,
-# libnexus from the install), runs it and checks what it prints against
-# the output recorded from the real PVM. Args: BUILD_DIR SOURCE_DIR.
+# libnexus from the install), also with its includes written as PVM's own
+# examples write them ('../include/fpvm3.h'), runs both and checks what
+# they print against the output recorded from the real PVM. Args:
+# BUILD_DIR SOURCE_DIR.
 set -eu
 build=$1
 src=$2
@@ -24,8 +26,18 @@ echo "pkg-config --cflags --libs nexus-fpvm: $flags"
 # As a user builds an old Fortran 77 PVM program with gfortran >= 10.
 gfortran -fallow-argument-mismatch -w -o "$tmp/fpvm_msg" \
   "$src/tests/pvm/fortran/fpvm_msg.f" $flags
+# As PVM's own examples include it: '../include/fpvm3.h' (their source
+# tree's layout), found through nexus-fpvm's include path too.
+sed "s|include 'fpvm3.h'|include '../include/fpvm3.h'|" \
+  "$src/tests/pvm/fortran/fpvm_msg.f" >"$tmp/fpvm_msg_tree.f"
+grep -q "include '../include/fpvm3.h'" "$tmp/fpvm_msg_tree.f"
+gfortran -fallow-argument-mismatch -w -o "$tmp/fpvm_msg_tree" \
+  "$tmp/fpvm_msg_tree.f" $flags
 unset NX_PROTO_PATH || true
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/fpvm_msg")
+tree=$(LD_LIBRARY_PATH="$libdir" "$tmp/fpvm_msg_tree")
+[ "$out" = "$tree" ] ||
+  { echo "$tree"; echo "FAIL: the build that includes '../include/fpvm3.h' printed something else"; exit 1; }
 expect=$(cat "$src/tests/pvm/expected/fpvm_msg.txt")
 [ "$out" = "$expect" ] ||
   { echo "$out"; echo "FAIL: the installed build did not print tests/pvm/expected/fpvm_msg.txt"; exit 1; }
