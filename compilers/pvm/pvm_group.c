@@ -102,8 +102,11 @@ void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   struct group *g = op == G_NEWCTX ? NULL : group_find(name, op == G_JOIN);
   if (op == G_NEWCTX)
     /* Contexts are numbered by the root, never reused: unique in the
-     * computation, as PVM's are in the virtual machine. */
-    result = nxpvm.next_ctx < 0x7fffffff ? ++nxpvm.next_ctx : PvmOutOfRes;
+     * computation, as PVM's are in the virtual machine, and shaped as a
+     * fresh pvmd on host 1 numbers them: its host part (1 << 18) and a
+     * count from 1 (the first is 262145). */
+    result =
+        nxpvm.next_ctx < 0x3ffff ? 1 << 18 | ++nxpvm.next_ctx : PvmOutOfRes;
   else if (g == NULL && op == G_JOIN)
     result = PvmNoMem;
   else if (g != NULL) {
