@@ -17,6 +17,10 @@
  * receiver's conversion. */
 enum kind { K_I8 = 1, K_I16, K_I32, K_I64, K_F32, K_F64, K_STR, K_MAX };
 
+/* Thread-locals use the initial-exec model, as libnexus's do: a plain
+ * fs-relative access instead of a __tls_get_addr call on the hot path. */
+#define NXPVM_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* One packed run of elements of one kind: in the buffer's arena (`ref`
  * NULL) or, for PvmDataInPlace, still in the program's memory. */
 struct seg {
@@ -277,6 +281,7 @@ int nxpvmi_buf_register(struct pvmbuf *b);
 struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
 void nxpvmi_buf_cache_drain(void);
+void nxpvmi_buf_own_thread(void);
 int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
 int nxpvmi_encode_msg(nx_buffer_t *out, const struct pvmbuf *b, int src,
                       int tag);

@@ -286,7 +286,7 @@ int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
 }
 
 /* The sender of the RSR this thread is handling (set by dispatch). */
-static __thread int cur_from;
+static NXPVM_TLS int cur_from;
 
 int nxpvmi_origin(nx_buffer_t *buf, int *from) {
   (void)buf;
@@ -863,6 +863,8 @@ int pvm_mytid(void) {
   if (nxpvm.started)
     return nxpvm.mytid;
   int rc = start();
+  if (rc > 0)
+    nxpvmi_buf_own_thread();
   return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
 }
 
