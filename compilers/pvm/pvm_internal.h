@@ -239,7 +239,11 @@ enum mbox_op {
 };
 
 /* pvm_task.c */
-int nxpvmi_started(void);
+/* Whether the task has started (pvm_mytid starts it): inline, for the
+ * calls of the hot path. */
+static inline int nxpvmi_started(void) {
+  return nxpvm.started || pvm_mytid() > 0;
+}
 int nxpvmi_err(const char *fn, int code);
 const char *nxpvmi_errstr(int code);
 struct peer *nxpvmi_peer(int tid, int create);
