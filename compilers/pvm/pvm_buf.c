@@ -40,8 +40,23 @@ static void buf_release(struct pvmbuf *b) {
   free(b);
 }
 
+/* Besides, the task's own thread (whose pvm_mytid started the task) keeps
+ * one freed buffer for itself, taken and put back with no atomic: the
+ * receive buffer its pvm_recv frees is what the next arrival, decoded on
+ * that thread while it waits in pvm_recv, takes. pvm_exit empties it (on
+ * another thread, the one buffer stays until the process ends). */
+static NXPVM_TLS struct pvmbuf *own;
+static NXPVM_TLS int own_thread;
+
+void nxpvmi_buf_own_thread(void) { own_thread = 1; }
+
+static int cacheable(const struct pvmbuf *b) {
+  return b->cap <= CACHE_MAX_BYTES && b->segcap <= 64;
+}
+
 struct pvmbuf *nxpvmi_buf_new(int encoding) {
-  struct pvmbuf *b = NULL;
+  struct pvmbuf *b = own;
+  own = NULL;
   for (int i = 0; i < CACHE_SLOTS && b == NULL; i++)
     if (atomic_load_explicit(&cache[i], memory_order_relaxed) != NULL)
       b = atomic_exchange_explicit(&cache[i], NULL, memory_order_acquire);
@@ -62,16 +77,27 @@ struct pvmbuf *nxpvmi_buf_new(int encoding) {
 void nxpvmi_buf_free(struct pvmbuf *b) {
   if (b == NULL)
     return;
-  if (b->cap <= CACHE_MAX_BYTES && b->segcap <= 64)
-    for (int i = 0; i < CACHE_SLOTS && b != NULL; i++)
-      if (atomic_load_explicit(&cache[i], memory_order_relaxed) == NULL)
-        b = atomic_exchange_explicit(&cache[i], b, memory_order_acq_rel);
+  if (!cacheable(b)) {
+    buf_release(b);
+    return;
+  }
+  if (own_thread && own == NULL) {
+    own = b;
+    return;
+  }
+  for (int i = 0; i < CACHE_SLOTS && b != NULL; i++)
+    if (atomic_load_explicit(&cache[i], memory_order_relaxed) == NULL)
+      b = atomic_exchange_explicit(&cache[i], b, memory_order_acq_rel);
   if (b != NULL)
     buf_release(b); /* the cache is full (or the slot was just filled) */
 }
 
 /* pvm_exit: the cache goes too, once nothing is freed after. */
 void nxpvmi_buf_cache_drain(void) {
+  if (own != NULL)
+    buf_release(own);
+  own = NULL;
+  own_thread = 0;
   for (int i = 0; i < CACHE_SLOTS; i++) {
     struct pvmbuf *b = atomic_exchange(&cache[i], NULL);
     if (b != NULL)
@@ -194,6 +220,12 @@ static struct seg *seg_add(struct pvmbuf *b) {
 
 static inline void copy_strided(void *dst, size_t dstride, const void *src,
                                 size_t sstride, size_t n, size_t esize) {
+  /* One item (the commonest pack and unpack): with the item size a
+   * constant where this is inlined, a move instead of a call. */
+  if (n == 1) {
+    memcpy(dst, src, esize);
+    return;
+  }
   if (dstride == 1 && sstride == 1) {
     memcpy(dst, src, n * esize);
     return;
@@ -400,12 +432,12 @@ int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
                       int tag) {
   int swap = nx_buffer_format(o) != nx_format_native();
   int flags = (src != nxpvm.mytid ? F_SRC : 0) | (b->ctx != 0 ? F_CTX : 0);
-  size_t head = 1 + 5 * 4 + (size_t)b->nseg * 6, values = 0;
+  size_t total = 1 + 5 * 4 + (size_t)b->nseg * 6;
   for (int i = 0; i < b->nseg; i++)
-    values += b->segs[i].count * kind_size[b->segs[i].kind];
+    total += b->segs[i].count * kind_size[b->segs[i].kind];
   uint8_t stack[BLOB_INLINE];
   uint8_t *blob = stack;
-  if (head + values > sizeof(stack) && (blob = malloc(head + values)) == NULL)
+  if (total > sizeof(stack) && (blob = malloc(total)) == NULL)
     return NX_ENOMEM;
   size_t n = 0;
   blob[n++] = (uint8_t)flags;
@@ -420,8 +452,13 @@ int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
     n += put_varint(blob + n, (uint32_t)b->segs[i].count);
   }
   for (int i = 0; i < b->nseg; i++) {
-    run_values(blob + n, b, &b->segs[i], swap);
-    n += b->segs[i].count * kind_size[b->segs[i].kind];
+    const struct seg *s = &b->segs[i];
+    size_t bytes = s->count * kind_size[s->kind];
+    if (s->ref == NULL && !swap)
+      memcpy(blob + n, b->data + s->off, bytes);
+    else
+      run_values(blob + n, b, s, swap);
+    n += bytes;
   }
   if (blob == stack)
     return nx_put_bytes(o, blob, n);
@@ -439,19 +476,22 @@ int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
 
 /* The inverse: the rest of `in` into a new buffer, its values converted
  * to this machine's byte order. A malformed message is refused
- * (NX_EPROTO), never trusted. */
+ * (NX_EPROTO), never trusted. The run table is read once, straight into
+ * the new buffer's runs (a bad one frees it again): the hot path of every
+ * arrival. */
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
-  uint64_t len;
-  if (nx_get_uint64(in, &len) < 0) {
-    size_t rest = nx_buffer_remaining(in);
-    if (rest < nx_sizeof_bytes(0))
-      return NX_EPROTO;
-    len = rest - nx_sizeof_bytes(0);
-  }
+  /* A small array is the rest of the RSR (tried first: most are); a
+   * larger one follows its length. A get that fails reads nothing. */
   const void *v;
-  int rc = nx_get_bytes_ptr(in, &v, (size_t)len);
-  if (rc < 0)
-    return rc;
+  size_t len = 0, rest = nx_buffer_remaining(in), hdr = nx_sizeof_bytes(0);
+  uint64_t big;
+  if (rest >= hdr && nx_get_bytes_ptr(in, &v, rest - hdr) == 0)
+    len = rest - hdr;
+  else if (nx_get_uint64(in, &big) == 0 &&
+           nx_get_bytes_ptr(in, &v, (size_t)big) == 0)
+    len = (size_t)big;
+  else
+    return NX_EPROTO;
   const uint8_t *p = v, *end = p + len;
   uint32_t tag, src = 0, ctx = 0, nseg;
   if (p == end)
@@ -462,53 +502,56 @@ int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
       ((flags & F_CTX) && get_varint(&p, end, &ctx) < 0) ||
       get_varint(&p, end, &nseg) < 0 || nseg > (size_t)(end - p) / 2)
     return NX_EPROTO;
-  /* The run table first: checked whole before anything is copied. */
-  const uint8_t *table = p;
+  struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
+  if (b == NULL)
+    return NX_ENOMEM;
+  if (nseg > (uint32_t)b->segcap && seg_reserve(b, (int)nseg) < 0)
+    goto nomem;
+  /* The run table, checked whole before anything is copied. */
   size_t values = 0;
   for (uint32_t i = 0; i < nseg; i++) {
     uint32_t count;
     int kind = p < end ? *p++ : 0;
     if (kind < K_I8 || kind >= K_MAX || get_varint(&p, end, &count) < 0 ||
         count == 0)
-      return NX_EPROTO;
+      goto bad;
+    b->segs[i] = (struct seg){kind, count, 0, NULL, 1, kind_size[kind]};
     values += (size_t)count * kind_size[kind];
   }
   if (values != (size_t)(end - p))
-    return NX_EPROTO;
-  struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
-  if (b == NULL)
-    return NX_ENOMEM;
+    goto bad;
   /* Room for every run at once (each starts 8-aligned, as arena_grow
    * lays them out), so the loop below allocates nothing. */
   size_t off;
-  if ((nseg > 0 && arena_grow(b, values + 8 * (size_t)nseg, &off) < 0) ||
-      (nseg > (uint32_t)b->segcap && seg_reserve(b, (int)nseg) < 0)) {
-    nxpvmi_buf_free(b);
-    return NX_ENOMEM;
-  }
+  if (nseg > 0 && arena_grow(b, values + 8 * (size_t)nseg, &off) < 0)
+    goto nomem;
   b->len = 0;
+  b->nseg = (int)nseg;
+  b->bytes = values;
   b->ctx = (int)ctx;
   b->tag = (int)tag;
   b->src =
       flags & F_SRC ? (int)src : nxpvmi_tid_of_context(nx_buffer_source(in));
   int swap = nx_buffer_format(in) != nx_format_native();
-  const uint8_t *val = p;
-  p = table;
   for (uint32_t i = 0; i < nseg; i++) {
-    uint32_t count = 0;
-    int kind = *p++;
-    get_varint(&p, end, &count); /* checked above */
-    size_t bytes = (size_t)count * kind_size[kind];
-    off = (b->len + 7) & ~(size_t)7;
+    struct seg *s = &b->segs[i];
+    size_t bytes = s->count * s->isize;
+    s->off = off = (b->len + 7) & ~(size_t)7;
     b->len = off + bytes;
-    b->segs[b->nseg++] =
-        (struct seg){kind, count, off, NULL, 1, kind_size[kind]};
-    copy_swapped((uint8_t *)b->data + off, val, kind_size[kind], count, swap);
-    val += bytes;
-    b->bytes += bytes;
+    if (swap)
+      copy_swapped((uint8_t *)b->data + off, p, s->isize, s->count, 1);
+    else
+      memcpy(b->data + off, p, bytes);
+    p += bytes;
   }
   *out = b;
   return 0;
+bad:
+  nxpvmi_buf_free(b);
+  return NX_EPROTO;
+nomem:
+  nxpvmi_buf_free(b);
+  return NX_ENOMEM;
 }
 
 /* ---- the PVM calls ---- */

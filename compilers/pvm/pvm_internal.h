@@ -17,6 +17,10 @@
  * receiver's conversion. */
 enum kind { K_I8 = 1, K_I16, K_I32, K_I64, K_F32, K_F64, K_STR, K_MAX };
 
+/* Thread-locals use the initial-exec model, as libnexus's do: a plain
+ * fs-relative access instead of a __tls_get_addr call on the hot path. */
+#define NXPVM_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* One packed run of elements of one kind: in the buffer's arena (`ref`
  * NULL) or, for PvmDataInPlace, still in the program's memory. */
 struct seg {
@@ -244,7 +248,11 @@ enum mbox_op {
 };
 
 /* pvm_task.c */
-int nxpvmi_started(void);
+/* Whether the task has started (pvm_mytid starts it): inline, for the
+ * calls of the hot path. */
+static inline int nxpvmi_started(void) {
+  return nxpvm.started || pvm_mytid() > 0;
+}
 int nxpvmi_err(const char *fn, int code);
 const char *nxpvmi_errstr(int code);
 /* What libpvm3 exports beside pvm3.h and programs declare themselves
@@ -297,6 +305,7 @@ int nxpvmi_buf_register(struct pvmbuf *b);
 struct pvmbuf *nxpvmi_buf_get(int id);
 void nxpvmi_buf_drop_all(void);
 void nxpvmi_buf_cache_drain(void);
+void nxpvmi_buf_own_thread(void);
 int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
 int nxpvmi_encode_msg(nx_buffer_t *out, const struct pvmbuf *b, int src,
                       int tag);

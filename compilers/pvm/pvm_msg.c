@@ -64,10 +64,10 @@ int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
     int r = nxpvmi_encode_msg(o, b, src, tag);
     if (r < 0) {
       nx_buffer_release(o);
-      rc = nxpvmi_nx_to_pvm(r);
     } else {
-      rc = nxpvmi_nx_to_pvm(nxpvmi_send(o));
+      r = nxpvmi_send(o);
     }
+    rc = r == 0 ? PvmOk : nxpvmi_nx_to_pvm(r);
   }
   nx_gp_release(&gp);
   return rc;

@@ -147,8 +147,6 @@ int nxpvmi_tid_of_context(uint64_t ctx) {
   return tid == 0 ? 1 : tid;
 }
 
-int nxpvmi_started(void) { return nxpvm.started || pvm_mytid() > 0; }
-
 /* Called with nxpvm.m held. */
 struct peer *nxpvmi_peer(int tid, int create) {
   for (int i = 0; i < nxpvm.npeers; i++)
@@ -259,7 +257,10 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
 
 /* Every RSR between tasks starts with one u32: 1 the first time it
  * reaches a task, when the sender's gp follows, else 0. The sender's tid
- * is that of the context that sent it (nx_buffer_source). */
+ * is that of the context that sent it (nx_buffer_source). A message
+ * ("nxpvm.msg") sent on the fast path (nxpvmi_rsr_msg) leaves out the 0:
+ * its next value, the message's bytes (or their length, a u64), is of
+ * another type, which its handler tells apart. */
 
 /* The id of "nxpvm.msg", the handler every pvm_send goes to. */
 static nx_handler_id_t msg_id;
@@ -289,7 +290,7 @@ int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf) {
   }
   nx_buffer_t *b;
   int rc = nx_rsr_init(&b, &p->gp, msg_id, hint + 16);
-  if (rc == 0) {
+  if (rc == 0 && !p->introduced) {
     rc = put_header(b, p);
     if (rc < 0)
       nx_buffer_release(b);
@@ -334,7 +335,7 @@ int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
 }
 
 /* The sender of the RSR this thread is handling (set by dispatch). */
-static __thread int cur_from;
+static NXPVM_TLS int cur_from;
 
 int nxpvmi_origin(nx_buffer_t *buf, int *from) {
   (void)buf;
@@ -401,10 +402,20 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
 static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
-  int tid, intro;
+  int tid, intro = 0;
   nx_gp_t gp = NX_GP_NULL;
-  if (get_header(buf, &tid, &gp, &intro) < 0)
+  uint32_t h;
+  /* The header, unless the message's bytes come first (a get of the
+   * wrong type reads nothing: NX_ETYPE). */
+  int rc = nx_get_uint32(buf, &h);
+  if (rc == 0) {
+    intro = h & 1;
+    if (intro && nx_get_gp(buf, &gp) < 0)
+      return;
+  } else if (rc != NX_ETYPE) {
     return;
+  }
+  tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
   struct pvmbuf *m = NULL;
   if (nxpvmi_decode(buf, &m) < 0)
     m = NULL; /* malformed: dropped, as nexus drops a bad frame */
@@ -911,6 +922,8 @@ int pvm_mytid(void) {
   if (nxpvm.started)
     return nxpvm.mytid;
   int rc = start();
+  if (rc > 0)
+    nxpvmi_buf_own_thread();
   return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
 }
 
