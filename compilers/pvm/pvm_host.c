@@ -609,8 +609,10 @@ int pvm_reg_rm(struct pvmhostinfo **hip) {
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_reg_rm", PvmSysErr);
   int nhost, narch;
-  struct pvmhostinfo *h;
-  pvm_config(&nhost, &narch, &h);
+  struct pvmhostinfo *h = NULL;
+  int rc = pvm_config(&nhost, &narch, &h);
+  if (rc < 0)
+    return rc; /* said by pvm_config */
   if (hip != NULL)
     *hip = h;
   return PvmOk;
