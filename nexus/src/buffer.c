@@ -70,6 +70,8 @@ int nx_buffer_retain(nx_buffer_t *b) {
   int r = nxi_buffer_live_retain(b);
   if (r < 0)
     buffer_unref(b); /* not the last: the caller holds one */
+  else if (b->own_release != NULL)
+    nxi_buffer_own_track(b); /* a module's payload, kept: bufmem.c */
   return r;
 }
 

@@ -127,7 +127,8 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
           UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
           UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
       .id = UCX_AM_ID,
-      .flags = UCP_AM_FLAG_WHOLE_MSG,
+      /* Eager data may be kept past the handler (try_wrap, ucx_rx.c). */
+      .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
       .cb = ucx_am_recv,
       .arg = u,
   };
@@ -210,6 +211,16 @@ static void ucx_finalize(void *state) {
   ucx_peers_detach_all(u, NX_EFINALIZED);
   nx_frame_t *detached = u->done;
   u->done = u->done_tail = NULL;
+  ucx_unlock(u, 1);
+  /* Every payload the core took without a copy is back by now (the core
+   * copies out those the program still holds before finalize). */
+  ucx_lock(u);
+  if (u->held > 0)
+    UCX_LOG(u, 0, "finalize: %zu received payloads not given back", u->held);
+  UCX_LOG(u, 1,
+          "eager payloads kept without a copy: %llu; copied as not "
+          "8-aligned: %llu",
+          (unsigned long long)u->wrapped, (unsigned long long)u->unaligned);
   ucx_unlock(u, 1);
   ucp_worker_release_address(u->worker, u->address);
   /* Destroying the worker completes the requests it still holds; their

@@ -55,6 +55,10 @@
  * dispatches per round): a peer flooding small frames fills its own send
  * queue, not our memory. */
 #define UCX_DELIVER_MAX 64
+/* Eager payloads from this size on are kept where UCX received them
+ * (frame_wrap, ucx_rx.c) rather than copied: below it the copy is cheaper
+ * than the lock that giving the data back takes (docs/performance.md). */
+#define UCX_WRAP_MIN 1024
 /* The worker's event fd is armed only after this much idleness (see
  * ucx_progress): arming costs system calls here and makes senders signal
  * us, which would slow a busy ping-pong down. */
@@ -150,6 +154,11 @@ struct ucx {
   struct ucx_peer *reports; /* peer_failed */
   struct ucx_rxq *rxqs;     /* senders with a fetch in progress */
   unsigned closing;         /* endpoint closes not yet complete */
+  /* Eager payloads kept without a copy: given to the core, and not yet
+   * given back (ucx_data_release); taken in all; copied because UCX's
+   * data did not start 8-aligned. */
+  size_t held;
+  uint64_t wrapped, unaligned;
   int finalizing;
 
   /* Peers whose endpoint failed, pushed by the error handler. */
