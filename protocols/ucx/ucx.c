@@ -127,8 +127,12 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
           UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
           UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
       .id = UCX_AM_ID,
-      /* Eager data may be kept past the handler (try_wrap, ucx_rx.c). */
-      .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
+      /* Without UCP_AM_FLAG_PERSISTENT_DATA: eager data UCX can let us
+       * keep still comes with UCP_AM_RECV_ATTR_FLAG_DATA (try_wrap,
+       * ucx_rx.c); the flag would only make UCP copy the rest (small
+       * inline messages) so that it can say the same of them, which costs
+       * every 8-byte RSR (docs/performance.md) and saves no copy. */
+      .flags = UCP_AM_FLAG_WHOLE_MSG,
       .cb = ucx_am_recv,
       .arg = u,
   };

@@ -111,7 +111,7 @@ void ucx_data_release(void *arg, void *data) {
   pthread_mutex_unlock(&u->lock);
 }
 
-/* Eager data UCX lets us keep (UCP_AM_FLAG_PERSISTENT_DATA): the frame's
+/* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA): the frame's
  * payload is UCX's memory itself, given back by ucx_data_release. Only
  * from UCX_WRAP_MIN bytes, where the copy costs more than the lock the
  * release takes (docs/performance.md), and only where the data starts

@@ -156,7 +156,7 @@ struct nx_core_api {
 
   /* Receiving without a copy (ABI 11): frame_wrap is frame_alloc for a
    * payload that is complete already in memory the module owns (UCX's
-   * persistent active-message data). It checks the header `hdr` as
+   * eager active-message data). It checks the header `hdr` as
    * frame_alloc does and returns a frame whose iov[1] is `data` itself,
    * `len` bytes, which must be the length the header announces. The frame
    * is then delivered or freed as one from frame_alloc. When the core is
