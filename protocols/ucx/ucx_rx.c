@@ -113,13 +113,12 @@ void ucx_data_release(void *arg, void *data) {
 
 /* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA): the frame's
  * payload is UCX's memory itself, given back by ucx_data_release. Only
- * from UCX_WRAP_MIN bytes, where the copy costs more than the lock the
- * release takes (docs/performance.md), and only where the data starts
+ * from UCX_WRAP_MIN bytes (ucx.h says why), and only where the data starts
  * 8-aligned, as the core promises a handler's payload (UCX's does: 8
  * bytes past a 64-aligned descriptor, after its own header, on shared
- * memory; never 16-aligned). Returns
- * UCS_INPROGRESS (kept), UCS_OK (refused, counted by the core), or
- * UCS_ERR_LAST when the message is to be copied instead. */
+ * memory; never 16-aligned). Returns UCS_INPROGRESS (kept), UCS_OK
+ * (refused, counted by the core), or UCS_ERR_LAST when the message is to
+ * be copied instead. */
 static ucs_status_t try_wrap(struct ucx *u, const void *header, void *data,
                              size_t length, struct ucx_rxq *q) {
   if (((uintptr_t)data & 7) != 0) {
