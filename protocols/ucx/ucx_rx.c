@@ -99,10 +99,12 @@ static void queue_frame(struct ucx *u, struct ucx_rxq *q, nx_frame_t *f) {
 }
 
 /* The core is done with an eager payload it took without a copy
- * (frame_wrap). It calls this from any thread, never under our lock, so
- * taking the lock here is how the release reaches the worker (all UCP
- * calls are made under it). A bare unlock: the release runs no callback,
- * and whatever another call left for the core goes with its next unlock. */
+ * (frame_wrap). It calls this from any thread, and inside frame_free and
+ * frame_deliver too, which this module calls for such frames only after
+ * unlocking (ucx_unlock, and finalize through it); so taking the lock here
+ * is how the release reaches the worker (all UCP calls are made under it). A
+ * bare unlock: the release runs no callback, and whatever another call left for
+ * the core goes with its next unlock. */
 void ucx_data_release(void *arg, void *data) {
   struct ucx *u = arg;
   pthread_mutex_lock(&u->lock);

@@ -162,12 +162,13 @@ struct nx_core_api {
    * is then delivered or freed as one from frame_alloc. When the core is
    * done with the payload (the handler returned and nobody retained the
    * buffer; a retained one when the program releases it, from whichever
-   * thread that is), it calls release(arg, data) once, from any thread and
-   * never inside a call the module made into the core: the module must
-   * keep `data` valid until then. A buffer the program still holds at
-   * nx_finalize, and one a gateway passes on, gets its payload copied out
-   * first, so release always comes before the module's finalize. Returns
-   * 0; NX_EPROTO for a bad header or a length that differs from it
+   * thread that is), it calls release(arg, data) once, from any thread,
+   * possibly inside the module's own frame_free or frame_deliver of it (a
+   * frame the core drops at once): call those without holding a lock
+   * that release takes. Keep `data` valid until then. A buffer the program
+   * still holds at nx_finalize, and one a gateway passes on, gets its payload
+   * copied out first, so release always comes before the module's finalize.
+   * Returns 0; NX_EPROTO for a bad header or a length that differs from it
    * (counted, as for frame_alloc); NX_EINVAL when `data` is not 8-aligned
    * (the core promises handlers a payload that starts 8-aligned, so that
    * an array put by reference lands aligned for its type) or release is
