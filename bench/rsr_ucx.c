@@ -35,9 +35,11 @@
  * bench_send_ref, bench_echo_ref) put it by reference and read it in
  * place, the echo answering from the received buffer. */
 
-#define NSIZES 5
-static const size_t sizes[NSIZES] = {8, 1024, 65536, 1u << 20, 4u << 20};
-static const int base_iters[NSIZES] = {20000, 20000, 5000, 1000, 250};
+#define NSIZES 7
+static const size_t sizes[NSIZES] = {8,     1024,     4096,    8192,
+                                     65536, 1u << 20, 4u << 20};
+static const int base_iters[NSIZES] = {20000, 20000, 20000, 20000,
+                                       5000,  1000,  250};
 #define MAX_PAYLOAD (4u << 20)
 #define MAX_RUNS 15
 #define HDR NX_FRAME_HDR_SIZE

@@ -107,6 +107,12 @@ struct nx_buffer {
   struct nxi_peer *peer;       /* SEND: its entry in the ledger (ledger.h) */
   uint64_t seq;                /* ... and that entry's place there */
   uint8_t gen;                 /* ... and the generation of its route */
+  uint8_t own_tracked;         /* RECV, owned: on the list of retained ones */
+  /* RECV: a payload the module owns (frame_wrap): `data` is the module's,
+   * given back with own_release(own_arg, data); NULL otherwise. */
+  void (*own_release)(void *arg, void *data);
+  void *own_arg;
+  struct nx_buffer *own_prev, *own_next; /* the list of retained ones */
   uint8_t hdr[NX_FRAME_HDR_SIZE];
   _Alignas(16) uint8_t inline_data[];
 };
@@ -127,6 +133,19 @@ void nxi_block_put(void *p, size_t size);
  * release after the send finds 0 and is refused (bufmem.c says why reading
  * it is safe). */
 #define NXI_UREFS_RSR 0x80000000u
+
+/* Payloads a module owns (bufmem.c; frame_wrap in protocol.h). own makes
+ * `data` (len bytes) a fresh buffer's payload, given back with
+ * release(arg, data) when the buffer is freed. own_track puts a retained one
+ * on the list that unwrap_all empties at nx_finalize, before the modules
+ * go; unwrap copies one payload into the core's memory and gives the
+ * module's back (a gateway passing the buffer on). Both unwraps return 0
+ * or NX_ENOMEM (the payload is then lost: the buffer reads as empty). */
+void nxi_buffer_own(struct nx_buffer *b, void *data, size_t len,
+                    void (*release)(void *arg, void *data), void *arg);
+void nxi_buffer_own_track(struct nx_buffer *b);
+int nxi_buffer_unwrap(struct nx_buffer *b);
+void nxi_buffer_unwrap_all(void);
 /* Releases the runtime's hold on a handler's buffer. */
 void nxi_buffer_handler_done(struct nx_buffer *b);
 /* Encodes the frame header from the buffer's fields and sets up the iovs. */

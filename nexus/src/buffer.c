@@ -64,6 +64,8 @@ int nx_buffer_retain(nx_buffer_t *b) {
     return NX_EINVAL; /* an RSR buffer is given away by nx_rsr_send */
   atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->urefs, 1, memory_order_relaxed);
+  if (b->own_release != NULL)
+    nxi_buffer_own_track(b); /* a module's payload, kept: bufmem.c */
   return 0;
 }
 

@@ -394,10 +394,134 @@ int nxi_buffer_reserve(struct nx_buffer *b, size_t extra) {
   return 0;
 }
 
+static void own_end(struct nx_buffer *b);
+
 void nxi_buffer_free(struct nx_buffer *b) {
+  if (b->own_release != NULL || b->own_tracked)
+    own_end(b);
   if (b->xr != NULL || b->side != NULL)
     refs_free(b);
   if (b->data_heap)
     nxi_block_put(b->data, b->cap);
   slot_put(b);
+}
+
+/* Payloads a module owns (frame_wrap): the module's memory is the payload
+ * until the buffer is freed, when it goes back with own_release. A buffer
+ * the program retained may outlive the module (nx_finalize unloads it), so
+ * retained ones sit on a list, and nx_finalize copies their payloads out
+ * and gives the module's memory back before the modules go
+ * (nxi_buffer_unwrap_all). Only retained ones: the others the runtime
+ * frees before it unloads the modules, so the usual RSR takes no lock
+ * here. The list's lock is taken before a module's (release runs under
+ * it at nx_finalize); no module frees a retained buffer under its own. */
+static struct {
+  pthread_mutex_t lock;
+  struct nx_buffer *head;
+} owned = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void nxi_buffer_own(struct nx_buffer *b, void *data, size_t len,
+                    void (*release)(void *arg, void *data), void *arg) {
+  b->data = data;
+  b->len = len;
+  b->own_release = release;
+  b->own_arg = arg;
+}
+
+void nxi_buffer_own_track(struct nx_buffer *b) {
+  pthread_mutex_lock(&owned.lock);
+  if (b->own_release != NULL && !b->own_tracked) {
+    b->own_prev = NULL;
+    b->own_next = owned.head;
+    if (owned.head != NULL)
+      owned.head->own_prev = b;
+    owned.head = b;
+    b->own_tracked = 1;
+  }
+  pthread_mutex_unlock(&owned.lock);
+}
+
+static void own_unlink(struct nx_buffer *b) {
+  if (b->own_prev != NULL)
+    b->own_prev->own_next = b->own_next;
+  else
+    owned.head = b->own_next;
+  if (b->own_next != NULL)
+    b->own_next->own_prev = b->own_prev;
+}
+
+/* Frees: the module's memory goes back, and the buffer (made with room for
+ * INLINE_MIN bytes, data_heap 0) is freed as any other. A retained one
+ * that nx_finalize unwrapped holds core memory by now. */
+static void own_end(struct nx_buffer *b) {
+  void (*release)(void *, void *) = b->own_release;
+  if (b->own_tracked) {
+    pthread_mutex_lock(&owned.lock);
+    release = b->own_release;
+    if (release != NULL)
+      own_unlink(b);
+    b->own_release = NULL;
+    pthread_mutex_unlock(&owned.lock);
+  } else {
+    b->own_release = NULL;
+  }
+  if (release != NULL) {
+    release(b->own_arg, b->data);
+    b->data = b->inline_data;
+  }
+}
+
+/* Copies the payload into the core's memory and gives the module's back. */
+static int own_copy(struct nx_buffer *b) {
+  void *data = b->data;
+  size_t len = b->len, cap = INLINE_MIN;
+  uint8_t *d = b->inline_data;
+  if (len > INLINE_MIN)
+    d = len > INLINE_MAX ? nxi_block_get(len, &cap) : malloc(cap = len);
+  int r = 0;
+  if (d == NULL) {
+    nxi_log(0, NULL,
+            "no memory for a copy of a received payload of %zu "
+            "bytes: the buffer is now empty",
+            len);
+    d = b->inline_data;
+    cap = INLINE_MIN;
+    b->len = 0;
+    r = NX_ENOMEM;
+  } else {
+    memcpy(d, data, len);
+  }
+  b->own_release(b->own_arg, data);
+  b->own_release = NULL;
+  b->data = d;
+  b->cap = cap;
+  b->data_heap = d != b->inline_data;
+  b->frame.iov[1].iov_base = d;
+  b->frame.iov[1].iov_len = b->len;
+  return r;
+}
+
+int nxi_buffer_unwrap(struct nx_buffer *b) {
+  if (b->own_release == NULL)
+    return 0;
+  if (!b->own_tracked)
+    return own_copy(b);
+  pthread_mutex_lock(&owned.lock);
+  int r = 0;
+  if (b->own_release != NULL) {
+    own_unlink(b);
+    r = own_copy(b);
+  }
+  pthread_mutex_unlock(&owned.lock);
+  return r;
+}
+
+void nxi_buffer_unwrap_all(void) {
+  pthread_mutex_lock(&owned.lock);
+  while (owned.head != NULL) {
+    struct nx_buffer *b = owned.head;
+    own_unlink(b);
+    own_copy(b);
+  }
+  pthread_mutex_unlock(&owned.lock);
 }

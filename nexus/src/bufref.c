@@ -40,7 +40,8 @@ int nxi_put_array_ref(struct nx_buffer *b, uint8_t tag, const void *v,
   if (x == NULL)
     return NX_ENOMEM;
   /* Pad so that the elements start at a multiple of their size in the
-   * payload: the receiver's payload starts at least 16-aligned. */
+   * payload: the receiver's payload starts at least 8-aligned (16 in
+   * the core's memory, 8 in UCX's: frame_wrap). */
   size_t at = b->len + x->bytes + 6;
   size_t pad = (size - at % size) % size;
   size_t len = size * count;

@@ -118,7 +118,13 @@ static int forward(struct nx_buffer *b) {
   uint32_t handler = b->handler;
   b->dl = dl;
   int ctl = b->hflags & NXI_FRAME_F_CTL;
-  int r = nxi_route_send(b, 0, 1);
+  /* A payload the receiving module owns (frame_wrap) is copied out: the
+   * next module may hold the frame past that module's finalize. */
+  int r = nxi_buffer_unwrap(b);
+  if (r < 0)
+    nxi_buffer_free(b); /* route_send takes the buffer, sent or not */
+  else
+    r = nxi_route_send(b, 0, 1);
   if (r < 0) {
     if (!ctl) /* the runtime's own messages are not the program's RSRs */
       nxi_drop(r, context, handler);

@@ -255,6 +255,8 @@ int nx_finalize(void) {
   nxi_rt.self_dl = NULL;
   nxi_dlist_finalize(); /* drops cached routes: before the modules go */
   nxi_contexts_finalize();
+  /* Received payloads the program still holds leave the modules' memory. */
+  nxi_buffer_unwrap_all();
   nxi_modules_unload();
   nxi_ledger_finalize(); /* after the modules' last send_done */
   nxi_boot_finalize();

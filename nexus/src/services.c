@@ -15,6 +15,28 @@ static void core_log(int level, const char *module, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* A received frame's buffer: the header's fields and the iovecs. The
+ * header lives on in the fields only: b->hdr is written again from them
+ * (nxi_buffer_seal) should a gateway pass the frame on. */
+static void recv_init(struct nx_buffer *b, const struct nxi_frame_hdr *f) {
+  b->kind = NXI_BUF_RECV;
+  b->fmt = f->fmt;
+  b->handler = f->handler;
+  b->context = f->context;
+  b->address = f->address;
+  b->source = f->source;
+  b->order = f->order;
+  b->hflags = f->flags;
+  b->len = (size_t)f->len;
+  b->frame.iov[0].iov_base = b->hdr;
+  b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
+  b->frame.iov[1].iov_base = b->data;
+  b->frame.iov[1].iov_len = (size_t)f->len;
+  b->frame.iovcnt = 2;
+  b->frame.iovs = b->frame.iov;
+  b->frame.len = NX_FRAME_HDR_SIZE + (size_t)f->len;
+}
+
 static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   struct nxi_frame_hdr f;
   if (nxi_frame_hdr_decode(hdr, &f) < 0) {
@@ -24,24 +46,27 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
   struct nx_buffer *b = nxi_buffer_alloc((size_t)f.len);
   if (b == NULL)
     return NX_ENOMEM;
-  b->kind = NXI_BUF_RECV;
-  b->fmt = f.fmt;
-  b->handler = f.handler;
-  b->context = f.context;
-  b->address = f.address;
-  b->source = f.source;
-  b->order = f.order;
-  b->hflags = f.flags;
-  b->len = (size_t)f.len;
-  /* The header lives on in the fields only: b->hdr is written again from
-   * them (nxi_buffer_seal) should a gateway pass the frame on. */
-  b->frame.iov[0].iov_base = b->hdr;
-  b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
-  b->frame.iov[1].iov_base = b->data;
-  b->frame.iov[1].iov_len = (size_t)f.len;
-  b->frame.iovcnt = 2;
-  b->frame.iovs = b->frame.iov;
-  b->frame.len = NX_FRAME_HDR_SIZE + (size_t)f.len;
+  recv_init(b, &f);
+  *frame = &b->frame;
+  return 0;
+}
+
+/* The payload stays where the module received it (protocol.h). */
+static int core_frame_wrap(const void *hdr, void *data, size_t len,
+                           void (*release)(void *arg, void *data), void *arg,
+                           nx_frame_t **frame) {
+  if (release == NULL || ((uintptr_t)data & 7) != 0)
+    return NX_EINVAL;
+  struct nxi_frame_hdr f;
+  if (nxi_frame_hdr_decode(hdr, &f) < 0 || f.len != len) {
+    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+    return NX_EPROTO;
+  }
+  struct nx_buffer *b = nxi_buffer_alloc(0);
+  if (b == NULL)
+    return NX_ENOMEM;
+  nxi_buffer_own(b, data, len, release, arg);
+  recv_init(b, &f);
   *frame = &b->frame;
   return 0;
 }
@@ -125,4 +150,5 @@ const struct nx_core_api nxi_core_api = {
     .wake = core_wake,
     .log = core_log,
     .key = nxi_rt.key,
+    .frame_wrap = core_frame_wrap,
 };

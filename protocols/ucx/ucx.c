@@ -127,6 +127,11 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
           UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
           UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
       .id = UCX_AM_ID,
+      /* Without UCP_AM_FLAG_PERSISTENT_DATA: eager data UCX can let us
+       * keep still comes with UCP_AM_RECV_ATTR_FLAG_DATA (try_wrap,
+       * ucx_rx.c); the flag would only make UCP copy the rest (small
+       * inline messages) so that it can say the same of them, which costs
+       * every 8-byte RSR (docs/performance.md) and saves no copy. */
       .flags = UCP_AM_FLAG_WHOLE_MSG,
       .cb = ucx_am_recv,
       .arg = u,
@@ -210,6 +215,16 @@ static void ucx_finalize(void *state) {
   ucx_peers_detach_all(u, NX_EFINALIZED);
   nx_frame_t *detached = u->done;
   u->done = u->done_tail = NULL;
+  ucx_unlock(u, 1);
+  /* Every payload the core took without a copy is back by now (the core
+   * copies out those the program still holds before finalize). */
+  ucx_lock(u);
+  if (u->held > 0)
+    UCX_LOG(u, 0, "finalize: %zu received payloads not given back", u->held);
+  UCX_LOG(u, 1,
+          "eager payloads kept without a copy: %llu; copied as not "
+          "8-aligned: %llu",
+          (unsigned long long)u->wrapped, (unsigned long long)u->unaligned);
   ucx_unlock(u, 1);
   ucp_worker_release_address(u->worker, u->address);
   /* Destroying the worker completes the requests it still holds; their

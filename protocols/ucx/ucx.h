@@ -55,6 +55,13 @@
  * dispatches per round): a peer flooding small frames fills its own send
  * queue, not our memory. */
 #define UCX_DELIVER_MAX 64
+/* Eager payloads from this size on are kept where UCX received them
+ * (frame_wrap, ucx_rx.c) rather than copied. Measured with callgrind
+ * (docs/performance.md, "ucx: eager payloads received without a copy"):
+ * keeping costs 0.59x the instructions of copying at 1 KiB, but 1.14x at
+ * 8 B, where the lock and ucp_am_data_release of giving the data back
+ * cost more than the copy. */
+#define UCX_WRAP_MIN 1024
 /* The worker's event fd is armed only after this much idleness (see
  * ucx_progress): arming costs system calls here and makes senders signal
  * us, which would slow a busy ping-pong down. */
@@ -150,6 +157,11 @@ struct ucx {
   struct ucx_peer *reports; /* peer_failed */
   struct ucx_rxq *rxqs;     /* senders with a fetch in progress */
   unsigned closing;         /* endpoint closes not yet complete */
+  /* Eager payloads kept without a copy: given to the core, and not yet
+   * given back (ucx_data_release); taken in all; copied because UCX's
+   * data did not start 8-aligned. */
+  size_t held;
+  uint64_t wrapped, unaligned;
   int finalizing;
 
   /* Peers whose endpoint failed, pushed by the error handler. */

@@ -91,6 +91,54 @@ static ucs_status_t refuse(int rndv, ucs_status_t status) {
   return rndv ? status : UCS_OK;
 }
 
+static void queue_frame(struct ucx *u, struct ucx_rxq *q, nx_frame_t *f) {
+  if (q == NULL)
+    ready_append(u, f);
+  else
+    rxq_append(q, f, NULL);
+}
+
+/* The core is done with an eager payload it took without a copy
+ * (frame_wrap). It calls this from any thread, and inside frame_free and
+ * frame_deliver too, which this module calls for such frames only after
+ * unlocking (ucx_unlock, and finalize through it); so taking the lock here
+ * is how the release reaches the worker (all UCP calls are made under it). A
+ * bare unlock: the release runs no callback, and whatever another call left for
+ * the core goes with its next unlock. */
+void ucx_data_release(void *arg, void *data) {
+  struct ucx *u = arg;
+  pthread_mutex_lock(&u->lock);
+  ucp_am_data_release(u->worker, data);
+  u->held--;
+  pthread_mutex_unlock(&u->lock);
+}
+
+/* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA): the frame's
+ * payload is UCX's memory itself, given back by ucx_data_release. Only
+ * from UCX_WRAP_MIN bytes (ucx.h says why), and only where the data starts
+ * 8-aligned, as the core promises a handler's payload (UCX's does: 8
+ * bytes past a 64-aligned descriptor, after its own header, on shared
+ * memory; never 16-aligned). Returns UCS_INPROGRESS (kept), UCS_OK
+ * (refused, counted by the core), or UCS_ERR_LAST when the message is to
+ * be copied instead. */
+static ucs_status_t try_wrap(struct ucx *u, const void *header, void *data,
+                             size_t length, struct ucx_rxq *q) {
+  if (((uintptr_t)data & 7) != 0) {
+    u->unaligned++;
+    return UCS_ERR_LAST;
+  }
+  nx_frame_t *f;
+  int r = u->core->frame_wrap(header, data, length, ucx_data_release, u, &f);
+  if (r == NX_EPROTO)
+    return UCS_OK; /* counted by the core */
+  if (r < 0)
+    return UCS_ERR_LAST;
+  u->held++;
+  u->wrapped++;
+  queue_frame(u, q, f);
+  return UCS_INPROGRESS;
+}
+
 ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
                          void *data, size_t length,
                          const ucp_am_recv_param_t *param) {
@@ -104,6 +152,13 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
   if (header_length != NX_FRAME_HDR_SIZE || header == NULL) {
     u->core->bad_peer(UCX_NAME, "an active message without a frame header");
     return refuse(rndv, UCS_ERR_INVALID_PARAM);
+  }
+  struct ucx_rxq *q = rxq_find(u, from);
+  if (!rndv && length >= UCX_WRAP_MIN &&
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+    ucs_status_t st = try_wrap(u, header, data, length, q);
+    if (st != UCS_ERR_LAST)
+      return st;
   }
   nx_frame_t *f;
   int r = u->core->frame_alloc(header, &f);
@@ -120,15 +175,11 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
                                 "frame header");
     return refuse(rndv, UCS_ERR_INVALID_PARAM);
   }
-  struct ucx_rxq *q = rxq_find(u, from);
   if (!rndv) {
-    /* The data lives only during this call: copy it into the frame. */
+    /* Copied into the frame: UCX takes the data back when we return. */
     if (length > 0)
       memcpy(f->iov[1].iov_base, data, length);
-    if (q == NULL)
-      ready_append(u, f);
-    else
-      rxq_append(q, f, NULL);
+    queue_frame(u, q, f);
     return UCS_OK;
   }
   struct ucx_rx *rx = malloc(sizeof(*rx));
@@ -181,16 +232,29 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
 /* Freeing a request that has not completed tells UCX never to call back
  * for it. The fetch stays pending here, its frame in its queue: UCX may
  * write into the frame until the worker is destroyed, after which
- * ucx_rx_free_all frees it. */
+ * ucx_rx_free_all frees it. The frames that arrived whole leave their
+ * queues for `dropped` now: the payload of one may be UCX's (try_wrap),
+ * which must go back before the worker does. */
 void ucx_rx_cancel_all(struct ucx *u) {
-  for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next)
-    for (nx_frame_t *f = q->head; f != NULL; f = f->module_data[0]) {
+  for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next) {
+    nx_frame_t *f = q->head;
+    q->head = q->tail = NULL;
+    while (f != NULL) {
+      nx_frame_t *next = f->module_data[0];
       struct ucx_rx *rx = f->module_data[1];
-      if (rx != NULL && rx->state == RX_PENDING && rx->req != NULL) {
+      if (rx == NULL) {
+        dropped_push(u, f);
+        f = next;
+        continue;
+      }
+      if (rx->state == RX_PENDING && rx->req != NULL) {
         ucp_request_free(rx->req);
         rx->req = NULL;
       }
+      rxq_append(q, f, rx);
+      f = next;
     }
+  }
 }
 
 void ucx_rx_free_all(struct ucx *u) {

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <map>
 #include <string>
+#include <unistd.h>
 
 #include "latch.h"
 #include "nexus.h"
@@ -253,6 +254,61 @@ TEST_CASE("malformed frame headers are refused and counted",
   good(hdr);
   REQUIRE(inject(hdr, payload, sizeof(payload)) == 0);
   CHECK(hh.n.wait_for(2) == 2);
+  nx_gp_release(&gp);
+  dlclose(h);
+}
+
+namespace {
+void count_release(void *arg, void *) {
+  static_cast<std::atomic<int> *>(arg)->fetch_add(1);
+}
+} // namespace
+
+TEST_CASE("frame_wrap delivers a payload in the module's memory and gives it "
+          "back once; bad calls are refused",
+          "[loader][badinput]") {
+  env_guard env("fixture,local");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  void *h =
+      dlopen(FIXTURE_DIR "/libnx_proto_fixture.so", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  using wrap_fn =
+      int (*)(const void *, void *, size_t, void (*)(void *, void *), void *);
+  auto wrap = reinterpret_cast<wrap_fn>(dlsym(h, "nx_fixture_wrap"));
+  REQUIRE(wrap != nullptr);
+  hits hh;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(hit_init, &hh, &gp) == 0);
+  alignas(16) uint8_t mem[16] = {0};
+  uint8_t *payload = mem + 8; // 8-aligned, as UCX's data
+  const uint8_t v[5] = {5 /* int32 tag */, 7, 0, 0, 0};
+  std::memcpy(payload, v, sizeof(v));
+  uint8_t hdr[NX_FRAME_HDR_SIZE] = {0};
+  uint32_t magic = NX_FRAME_MAGIC, handler = nx_handler_id("hit");
+  uint64_t ctx = nx_gp_context(&gp), len = sizeof(v);
+  std::memcpy(hdr, &magic, 4);
+  hdr[4] = NX_FRAME_VERSION;
+  hdr[5] = NX_FORMAT_LITTLE;
+  std::memcpy(hdr + 8, &handler, 4);
+  std::memcpy(hdr + 16, &ctx, 8);
+  std::memcpy(hdr + 32, &len, 8);
+
+  std::atomic<int> released{0};
+  nx_stats_t before, after;
+  REQUIRE(nx_stats_get(&before) == 0);
+  CHECK(wrap(hdr, mem + 4, len, count_release, &released) == NX_EINVAL);
+  CHECK(wrap(hdr, payload, len, nullptr, &released) == NX_EINVAL);
+  CHECK(wrap(hdr, payload, len - 1, count_release, &released) == NX_EPROTO);
+  REQUIRE(nx_stats_get(&after) == 0);
+  CHECK(after.drop_bad_frame - before.drop_bad_frame == 1);
+  CHECK(released == 0); // an error never releases
+
+  REQUIRE(wrap(hdr, payload, len, count_release, &released) == 0);
+  REQUIRE(hh.n.wait_for(1) == 1); // read in place: the value 7
+  for (int i = 0; i < 5000 && released == 0; i++)
+    usleep(1000);
+  CHECK(released == 1);
   nx_gp_release(&gp);
   dlclose(h);
 }

@@ -70,8 +70,9 @@ NX_EXTERN size_t nx_buffer_remaining(const nx_buffer_t *buf);
 
 /* The packed contents of a buffer, in its format (nx_buffer_format), for a
  * program that moves them by other means (a file, a pipe, a launcher).
- * `*data` stays valid until the buffer changes or is released. Returns 0 or
- * NX_EINVAL. */
+ * `*data` stays valid until the buffer changes or is released (a received
+ * buffer still held at nx_finalize: until then, when its payload is
+ * copied out of the protocol module's memory). Returns 0 or NX_EINVAL. */
 NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data,
                               size_t *len);
 
@@ -222,11 +223,13 @@ NX_EXTERN int nx_get_bytes(nx_buffer_t *buf, void *v, size_t count);
  * the buffer, aligned for their type and in this machine's byte order
  * (converted in place if the sender's order differs). Valid while the
  * buffer is held: a handler's buffer until the handler returns, or until
- * the matching nx_buffer_release after nx_buffer_retain; reading it later
- * is a use after free. Any array reads this way, whichever put wrote it;
- * one that a copying put left unaligned for its type is copied once into
- * memory the buffer owns (nx_put_*_ref never leaves one unaligned). The
- * same errors as the copying gets, and `*v` is written only on success. */
+ * the matching nx_buffer_release after nx_buffer_retain, or nx_finalize if
+ * that comes first (a payload still held then is copied out of the
+ * protocol module's memory); reading it later is a use after free. Any
+ * array reads this way, whichever put wrote it; one that a copying put left
+ * unaligned for its type is copied once into memory the buffer owns
+ * (nx_put_*_ref never leaves one unaligned). The same errors as the copying
+ * gets, and `*v` is written only on success. */
 NX_EXTERN int nx_get_bytes_ptr(nx_buffer_t *buf, const void **v, size_t count);
 NX_EXTERN int nx_get_int8_array_ptr(nx_buffer_t *buf, const int8_t **v,
                                     size_t count);

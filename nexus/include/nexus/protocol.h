@@ -25,7 +25,7 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 10u
+#define NX_PROTOCOL_ABI_VERSION 11u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -153,6 +153,30 @@ struct nx_core_api {
   /* The computation's key (NX_KEY_SIZE bytes). Modules that accept
    * connections make every peer present it before any frame. */
   const uint8_t *key;
+
+  /* Receiving without a copy (ABI 11): frame_wrap is frame_alloc for a
+   * payload that is complete already in memory the module owns (UCX's
+   * eager active-message data). It checks the header `hdr` as
+   * frame_alloc does and returns a frame whose iov[1] is `data` itself,
+   * `len` bytes, which must be the length the header announces. The frame
+   * is then delivered or freed as one from frame_alloc. When the core is
+   * done with the payload (the handler returned and nobody retained the
+   * buffer; a retained one when the program releases it, from whichever
+   * thread that is), it calls release(arg, data) once, from any thread,
+   * possibly inside the module's own frame_free or frame_deliver of it (a
+   * frame the core drops at once): call those without holding a lock
+   * that release takes. Keep `data` valid until then. A buffer the program
+   * still holds at nx_finalize, and one a gateway passes on, gets its payload
+   * copied out first, so release always comes before the module's finalize.
+   * Returns 0; NX_EPROTO for a bad header or a length that differs from it
+   * (counted, as for frame_alloc); NX_EINVAL when `data` is not 8-aligned
+   * (the core promises handlers a payload that starts 8-aligned, so that
+   * an array put by reference lands aligned for its type) or release is
+   * NULL; NX_ENOMEM. On an error release is never called: the
+   * data is still the module's, which may copy it with frame_alloc. */
+  int (*frame_wrap)(const void *hdr, void *data, size_t len,
+                    void (*release)(void *arg, void *data), void *arg,
+                    nx_frame_t **frame);
 };
 
 #define NX_KEY_SIZE 16u
