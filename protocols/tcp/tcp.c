@@ -22,19 +22,18 @@
 
 /* Threads. send() runs on any thread, concurrently; everything that touches
  * the epoll set or a connection's state runs on the driver (progress, init,
- * finalize). A peer's `lock`
- * guards its send side: the socket of its open connection, the queue of
- * frames not yet written, the dead flag. A sender with nothing queued
- * writes straight to the socket (sendmsg, non-blocking, MSG_NOSIGNAL)
- * under that lock and queues only what the socket did not take; the
- * driver writes the queue when the socket becomes writable. Because a
- * frame is written directly only when the queue is empty, and a partly
- * written frame goes to the head of the queue, frames leave in the order
- * their send() calls took the lock and their bytes never interleave.
- * A sender that needs the driver (a frame queued behind nothing, a
- * connection to open, a dead connection to close) pushes the peer on an
- * "attention" stack and wakes the core. Lock order: peers_lock, then a
- * peer's lock; nothing takes peers_lock while holding a peer's lock. */
+ * finalize). A peer's `lock` guards its send side: the socket of its open
+ * connection, the queue of frames not yet written, the dead flag. A sender with
+ * nothing queued writes straight to the socket (sendmsg, non-blocking,
+ * MSG_NOSIGNAL) under that lock and queues only what the socket did not take;
+ * the driver writes the queue when the socket becomes writable. Because a frame
+ * is written directly only when the queue is empty, and a partly written frame
+ * goes to the head of the queue, frames leave in the order their send() calls
+ * took the lock and their bytes never interleave. A sender that needs the
+ * driver (a frame queued behind nothing, a connection to open, a dead
+ * connection to close) pushes the peer on an "attention" stack and wakes the
+ * core. Lock order: peers_lock, then a peer's lock; nothing takes peers_lock
+ * while holding a peer's lock. */
 
 /* Frames: module_data[0] links the queue, module_data[1] counts the bytes
  * already written. */
