@@ -1,14 +1,17 @@
-/* The tcp protocol module: RSR frames between processes over TCP (libuv), one
- * connection per pair of processes; this file holds the ops table, the peers
- * and the send path. */
+/* The tcp protocol module: RSR frames between processes over TCP, on sockets
+ * in the module's own epoll set, one connection per pair of processes; this
+ * file holds the ops table, the peers, the send path and progress. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,20 +20,20 @@
 #include "nxu_opt.h"
 #include "nxu_time.h"
 
-/* Threads. send() runs on any thread, concurrently; everything that calls
- * libuv runs on the driver (progress, init, finalize). A peer's `lock`
- * guards its send side: the socket of its open connection, the queue of
- * frames not yet written, the dead flag. A sender with nothing queued
- * writes straight to the socket (sendmsg, non-blocking, MSG_NOSIGNAL)
- * under that lock and queues only what the socket did not take; the
- * driver writes the queue when the socket becomes writable. Because a
- * frame is written directly only when the queue is empty, and a partly
- * written frame goes to the head of the queue, frames leave in the order
- * their send() calls took the lock and their bytes never interleave.
- * A sender that needs the driver (a frame queued behind nothing, a
- * connection to open, a dead connection to close) pushes the peer on an
- * "attention" stack and wakes the core. Lock order: peers_lock, then a
- * peer's lock; nothing takes peers_lock while holding a peer's lock. */
+/* Threads. send() runs on any thread, concurrently; everything that touches
+ * the epoll set or a connection's state runs on the driver (progress, init,
+ * finalize). A peer's `lock` guards its send side: the socket of its open
+ * connection, the queue of frames not yet written, the dead flag. A sender with
+ * nothing queued writes straight to the socket (sendmsg, non-blocking,
+ * MSG_NOSIGNAL) under that lock and queues only what the socket did not take;
+ * the driver writes the queue when the socket becomes writable. Because a frame
+ * is written directly only when the queue is empty, and a partly written frame
+ * goes to the head of the queue, frames leave in the order their send() calls
+ * took the lock and their bytes never interleave. A sender that needs the
+ * driver (a frame queued behind nothing, a connection to open, a dead
+ * connection to close) pushes the peer on an "attention" stack and wakes the
+ * core. Lock order: peers_lock, then a peer's lock; nothing takes peers_lock
+ * while holding a peer's lock. */
 
 /* Frames: module_data[0] links the queue, module_data[1] counts the bytes
  * already written. */
@@ -226,7 +229,7 @@ static void attend(struct tcp *t, struct tcp_peer *p) {
 static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
                           struct tcp_conn *c) {
   c->state = CONN_OPEN;
-  uv_timer_stop(&c->timer);
+  c->deadline = 0; /* the handshake is over */
   p->conn = c;
   nx_frame_t *done = NULL;
   pthread_mutex_lock(&p->lock);
@@ -239,7 +242,7 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
     tcp_peer_fail(t, p, strerror(-r));
     return;
   }
-  tcp_conn_poll(c, UV_READABLE | (more ? UV_WRITABLE : 0));
+  tcp_conn_poll(c, EPOLLIN | (more ? EPOLLOUT : 0));
 }
 
 static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
@@ -259,7 +262,7 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
     return;
   }
   if (p->conn != NULL)
-    tcp_conn_poll(p->conn, UV_READABLE | (more ? UV_WRITABLE : 0));
+    tcp_conn_poll(p->conn, EPOLLIN | (more ? EPOLLOUT : 0));
 }
 
 static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
@@ -324,7 +327,6 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
   t->peer_open = tcp_peer_open;
   t->peer_flush = tcp_peer_flush;
   t->peer_fail = tcp_peer_fail;
-  t->on_listen = tcp_conn_on_listen;
   size_t ms;
   int r = nxu_opt_size("NX_TCP_QUEUE_MAX", &t->queue_max, why, why_len);
   if (r == 0)
@@ -339,9 +341,18 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
     free(t);
     return NX_ENOMEM;
   }
-  r = uv_loop_init(&t->loop);
-  if (r < 0) {
-    snprintf(why, why_len, "uv_loop_init: %s", uv_strerror(r));
+  t->epfd = epoll_create1(EPOLL_CLOEXEC);
+  t->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  t->timer_src.kind = TCP_SRC_TIMER;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &t->timer_src};
+  if (t->epfd < 0 || t->timer_fd < 0 ||
+      epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->timer_fd, &ev) < 0) {
+    r = -errno;
+    snprintf(why, why_len, "epoll or timerfd: %s", strerror(-r));
+    if (t->epfd >= 0)
+      close(t->epfd);
+    if (t->timer_fd >= 0)
+      close(t->timer_fd);
     free(t->stage);
     free(t);
     return tcp_status_to_nx(r);
@@ -354,7 +365,9 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
       close(fd);
     *(family == AF_INET ? &t->ipv4_ok : &t->ipv6_ok) = fd >= 0;
   }
-  snprintf(t->version, sizeof(t->version), "libuv %s", uv_version_string());
+  struct utsname u;
+  snprintf(t->version, sizeof(t->version), "epoll, Linux %.40s",
+           uname(&u) == 0 ? u.release : "?");
   r = tcp_listeners_open(t, why, why_len);
   if (r < 0) {
     tcp_finalize(t);
@@ -422,7 +435,7 @@ static void tcp_finalize(void *state) {
   uint64_t deadline = nxu_now_ms() + TCP_LINGER_MS;
   while (t->nlisten > 0 && !queues_empty(t) && nxu_now_ms() < deadline) {
     tcp_progress(t, NULL);
-    struct pollfd pfd = {.fd = uv_backend_fd(&t->loop), .events = POLLIN};
+    struct pollfd pfd = {.fd = t->epfd, .events = POLLIN};
     poll(&pfd, 1, 10);
   }
   tcp_listeners_close(t);
@@ -440,13 +453,12 @@ static void tcp_finalize(void *state) {
   pthread_mutex_unlock(&t->peers_lock);
   service_all(t); /* drops the references the stack holds */
   linger_close(t);
-  /* Closing frees nothing yet (libuv calls back later), so the list stays
-   * walkable. */
+  /* Closing frees nothing yet, so the list stays walkable. */
   for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
     tcp_conn_close(c);
-  uv_run(&t->loop, UV_RUN_DEFAULT); /* until every handle is closed */
-  if (uv_loop_close(&t->loop) != 0)
-    TCP_LOG(t, 0, "finalize: libuv handles still open");
+  tcp_conn_free_closed(t);
+  close(t->timer_fd);
+  close(t->epfd);
   struct nxu_uuid_link *l; /* only if the core kept an endpoint */
   while ((l = nxu_uuid_first(&t->peers)) != NULL) {
     struct tcp_peer *p = peer_of(l);
@@ -564,34 +576,40 @@ static int tcp_progress(void *state, nx_frame_batch_t *batch) {
   return n;
 }
 
+/* One epoll_wait that does not wait, and each socket's events handed to
+ * the one handler of its kind: the listener accepts, the connection
+ * writes, reads (tcp_conn.c's one frame reader) or runs its handshake.
+ * Interest is changed with EPOLL_CTL_MOD when it changes, so the set the
+ * core sleeps on is always complete. Read-ahead the delivery budget left
+ * goes first: a connection holding some reads its socket only after it. */
 static int progress_round(struct tcp *t) {
   t->events = 0;
-  t->watch_changed = 0;
   t->budget = TCP_DELIVER_MAX;
   service_all(t);
   if (t->nleft > 0)
     tcp_conn_read_left(t);
-  /* While frames keep coming on one connection, read it straight away:
-   * one system call instead of libuv's epoll_wait and then the read. Now
-   * and then libuv runs anyway, for everything else. */
-  if (t->hot != NULL && !t->watch_changed && ++t->hot_streak < TCP_HOT_MAX) {
-    tcp_conn_read_hot(t);
-    return t->events;
+  struct epoll_event ev[TCP_EVENTS_MAX];
+  int n = epoll_wait(t->epfd, ev, TCP_EVENTS_MAX, 0);
+  for (int i = 0; i < n; i++) {
+    struct tcp_src *src = ev[i].data.ptr;
+    if (src->kind == TCP_SRC_CONN) {
+      tcp_conn_event((struct tcp_conn *)src, ev[i].events);
+    } else if (src->kind == TCP_SRC_LISTENER) {
+      if (ev[i].events & EPOLLERR)
+        TCP_LOG(t, 0, "a listening socket reports an error");
+      tcp_conn_accept((struct tcp_listener *)src);
+    } else {
+      tcp_conn_expire(t);
+    }
   }
-  t->hot_streak = 0;
-  uv_run(&t->loop, UV_RUN_NOWAIT);
-  /* libuv registers new interest in its epoll set only at its next poll:
-   * run again so the core never sleeps on a set that lacks it. */
-  for (int i = 0; i < 4 && t->watch_changed; i++) {
-    t->watch_changed = 0;
-    uv_run(&t->loop, UV_RUN_NOWAIT);
-  }
+  if (t->nclosed > 0)
+    tcp_conn_free_closed(t);
   return t->events;
 }
 
 static int tcp_wait_fd(void *state) {
   struct tcp *t = state;
-  return uv_backend_fd(&t->loop);
+  return t->epfd;
 }
 
 static const char *tcp_backend_version(void *state) {

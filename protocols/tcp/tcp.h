@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
-#include <uv.h>
 
 #include "nexus/protocol.h"
 #include "nxu_auth.h"
@@ -27,7 +26,8 @@
  * tcp_addr.c); the lower files reach the higher ones only through the
  * hooks in struct tcp.
  * "Driver only" means: called from progress() (or init/finalize), which the
- * core runs on one thread at a time. Only driver-only code calls libuv. */
+ * core runs on one thread at a time. Only driver-only code touches the
+ * module's epoll set. */
 
 #define TCP_NAME "tcp"
 #define TCP_COST 40
@@ -79,10 +79,8 @@ enum tcp_answer {
  * dispatches per round, so a peer that floods small frames fills its own
  * socket buffers, not our memory. */
 #define TCP_DELIVER_MAX 64
-/* Progress calls in a row that may read the hot connection without libuv. */
-#define TCP_HOT_MAX 8
-/* Reads that find nothing before the hot connection is forgotten. */
-#define TCP_HOT_IDLE 64
+/* Events one epoll_wait of progress takes at most. */
+#define TCP_EVENTS_MAX 64
 /* How long finalize keeps flushing queued frames. */
 #define TCP_LINGER_MS 2000u
 
@@ -104,8 +102,16 @@ struct tcp_desc {
 
 struct tcp;
 
+/* What an entry of the module's epoll set points at (epoll_event.data.ptr):
+ * the first member of a listener and of a connection; the timer's entry
+ * points at the tcp's own. */
+enum tcp_src_kind { TCP_SRC_LISTENER, TCP_SRC_CONN, TCP_SRC_TIMER };
+struct tcp_src {
+  int kind;
+};
+
 struct tcp_listener {
-  uv_poll_t poll;
+  struct tcp_src src; /* first: TCP_SRC_LISTENER */
   int fd;
   int wildcard; /* bound to 0.0.0.0 or :: */
   struct tcp_addr addr;
@@ -146,22 +152,22 @@ enum tcp_conn_state {
   CONN_HELLO_SENT, /* client: waiting for the answer */
   CONN_WAIT_HELLO, /* server: waiting for the client's hello */
   CONN_WAIT_PEER,  /* client, refused: waiting for the peer to connect to us
-                     (no socket; only the timer runs) */
+                     (no socket; only the deadline runs) */
   CONN_OPEN,       /* carries frames */
-  CONN_CLOSING
+  CONN_CLOSING     /* socket closed; freed at the end of progress */
 };
 
 /* One TCP connection (or, in CONN_WAIT_PEER, a placeholder for one). */
 struct tcp_conn {
+  struct tcp_src src; /* first: TCP_SRC_CONN */
   struct tcp *t;
-  uv_poll_t poll;
-  uv_timer_t timer;
-  int handles; /* libuv handles still to be closed */
-  int fd;
+  int fd; /* in the module's epoll set while >= 0 */
   int state;
   int next_addr;         /* client: index of the next address to try */
   struct tcp_peer *peer; /* holds a reference; NULL before the hello */
-  int events;            /* UV_READABLE / UV_WRITABLE being polled */
+  uint32_t events;       /* EPOLLIN / EPOLLOUT asked for */
+  uint64_t deadline;     /* nxu_now_ms() when the handshake times out; 0:
+                            none (open, closing) */
 
   uint8_t hs_in[TCP_CHALLENGE_SIZE]; /* handshake bytes read so far */
   size_t hs_in_len;
@@ -191,7 +197,13 @@ struct tcp {
   /* The core's batch while tcp_progress runs, else NULL (frame_deliver):
    * where a frame read in full goes (tcp_conn.c). */
   nx_frame_batch_t *batch;
-  uv_loop_t loop;
+  /* The module's epoll set (what wait_fd returns): every listening socket
+   * and connection socket, and `timer_fd`, a timerfd armed for the
+   * earliest handshake deadline (`timer_at`, ms; 0: not armed). */
+  int epfd;
+  struct tcp_src timer_src;
+  int timer_fd;
+  uint64_t timer_at;
   int ipv4_ok, ipv6_ok;
   size_t queue_max;
   unsigned handshake_ms;
@@ -208,30 +220,26 @@ struct tcp {
 
   /* Driver only. */
   struct tcp_conn *conns;
-  int handshaking;      /* accepted connections before their hello */
-  int events;           /* work done in the current progress call */
-  int watch_changed;    /* a callback changed what libuv polls */
-  int finalizing;       /* in finalize: no more deliveries or reports */
-  int budget;           /* frames this progress call may still deliver */
-  int nleft;            /* connections holding read-ahead */
-  struct tcp_conn *hot; /* the connection that delivered the last frame */
-  int hot_streak;       /* progress calls served by it without libuv */
-  int hot_idle;         /* reads of it in a row that found nothing */
-  uint8_t *stage;       /* TCP_STAGE_SIZE bytes of read-ahead */
+  int handshaking; /* accepted connections before their hello */
+  int events;      /* work done in the current progress call */
+  int finalizing;  /* in finalize: no more deliveries or reports */
+  int budget;      /* frames this progress call may still deliver */
+  int nleft;       /* connections holding read-ahead */
+  int nclosed;     /* connections in CONN_CLOSING, to free */
+  uint8_t *stage;  /* TCP_STAGE_SIZE bytes of read-ahead */
   char version[64];
 
   /* Hooks tcp_init installs: how the files below tcp.c reach what is
    * above them, so that the files form no circle (tcp.c -> tcp_conn.c ->
    * tcp_addr.c). tcp_conn.c reaches the peers (tcp.c) through the peer_
-   * ones, the listening sockets of tcp_addr.c accept through on_listen
-   * (tcp_conn_on_listen). Each peer_ hook is documented at its
-   * implementation, tcp_peer_<name> in tcp.c. */
+   * ones; the listening sockets of tcp_addr.c need none (tcp.c's
+   * progress hands their events to tcp_conn_accept). Each peer_ hook is
+   * documented at its implementation, tcp_peer_<name> in tcp.c. */
   struct tcp_peer *(*peer_get)(struct tcp *t, const uint8_t *uuid);
   void (*peer_release)(struct tcp *t, struct tcp_peer *p);
   void (*peer_open)(struct tcp *t, struct tcp_peer *p, struct tcp_conn *c);
   void (*peer_flush)(struct tcp *t, struct tcp_peer *p);
   void (*peer_fail)(struct tcp *t, struct tcp_peer *p, const char *why);
-  uv_poll_cb on_listen;
 };
 
 #define TCP_LOG(t, level, ...) (t)->core->log((level), TCP_NAME, __VA_ARGS__)

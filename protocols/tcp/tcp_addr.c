@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "tcp_addr.h"
@@ -32,8 +33,7 @@ int tcp_status_to_nx(int status) {
   case -EPIPE:
   case -ECONNREFUSED:
   case -ECONNABORTED:
-  case -ENOTCONN:
-  case UV_EOF: return NX_EPEERDEAD;
+  case -ENOTCONN: return NX_EPEERDEAD;
   case -EMFILE:
   case -ENFILE: return NX_EAGAIN;
   default: return NX_EIO;
@@ -289,17 +289,14 @@ static int open_listener(struct tcp *t, const struct listen_req *req,
   if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
     goto err;
   memset(l, 0, sizeof(*l));
+  l->src.kind = TCP_SRC_LISTENER;
   l->fd = fd;
   l->t = t;
   l->wildcard = req->wildcard;
   addr_from_sockaddr((struct sockaddr *)&ss, &l->addr);
-  int r = uv_poll_init(&t->loop, &l->poll, fd);
-  if (r < 0) {
-    close(fd);
-    return r;
-  }
-  l->poll.data = l;
-  uv_poll_start(&l->poll, UV_READABLE, t->on_listen);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
+  if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+    goto err;
   return 0;
 err:;
   int err = -errno;
@@ -373,7 +370,7 @@ int tcp_listeners_open(struct tcp *t, char *why, size_t why_len) {
     if (r < 0) {
       char text[64];
       tcp_addr_format(&reqs[i].addr, text, sizeof(text));
-      snprintf(why, why_len, "cannot listen on %s: %s", text, uv_strerror(r));
+      snprintf(why, why_len, "cannot listen on %s: %s", text, strerror(-r));
       return tcp_status_to_nx(r);
     }
     t->nlisten++;
@@ -391,7 +388,7 @@ int tcp_listeners_open(struct tcp *t, char *why, size_t why_len) {
 
 void tcp_listeners_close(struct tcp *t) {
   for (int i = 0; i < t->nlisten; i++) {
-    uv_close((uv_handle_t *)&t->listen[i].poll, NULL);
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, t->listen[i].fd, NULL);
     close(t->listen[i].fd);
   }
   t->nlisten = 0;

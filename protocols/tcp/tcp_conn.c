@@ -6,13 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "tcp_conn.h"
 #include "tcp_addr.h"
 #include "nxu_key.h"
+#include "nxu_time.h"
 
 /* Who keeps which connection. Each pair of processes uses one connection,
  * opened when the first frame is to be sent. A client runs the handshake
@@ -28,59 +31,96 @@
  * won. Losing that connection means the peer is dead: there is no
  * reconnection. */
 
-static void on_io(uv_poll_t *handle, int status, int events);
-static void on_timer(uv_timer_t *handle);
+static void on_deadline(struct tcp_conn *c);
 static void read_frames(struct tcp_conn *c);
 
-static void on_closed(uv_handle_t *handle) {
-  struct tcp_conn *c = handle->data;
-  if (--c->handles > 0)
+/* Deadlines. One timerfd in the epoll set, armed for the earliest
+ * handshake deadline, so that a timeout fires while the core sleeps on
+ * wait_fd; progress runs the deadlines that passed when it reports. */
+
+static void timer_arm(struct tcp *t, uint64_t at) {
+  if (t->timer_at != 0 && t->timer_at <= at)
     return;
-  struct tcp *t = c->t;
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else
-    t->conns = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
-  if (c->peer != NULL)
-    t->peer_release(t, c->peer);
-  free(c);
+  t->timer_at = at;
+  struct itimerspec its = {
+      .it_value = {.tv_sec = (time_t)(at / 1000),
+                   .tv_nsec = (long)(at % 1000) * 1000000L}};
+  if (timerfd_settime(t->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+    TCP_LOG(t, 0, "timerfd_settime: %s", strerror(errno));
 }
 
-/* A connection on socket `fd` (-1 for a placeholder), its handshake timer
- * started. On failure closes `fd` and returns NULL. */
-static struct tcp_conn *conn_new(struct tcp *t, int fd, int state) {
+void tcp_conn_expire(struct tcp *t) {
+  uint64_t count;
+  ssize_t r = read(t->timer_fd, &count, sizeof(count));
+  (void)r; /* EAGAIN: fired and re-armed since */
+  uint64_t now = nxu_now_ms();
+  t->timer_at = 0;
+  /* on_deadline may open connections (at the head: not visited) and close
+   * them (freed only by tcp_conn_free_closed). */
+  for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
+    if (c->deadline != 0 && c->deadline <= now && c->state != CONN_CLOSING)
+      on_deadline(c);
+  uint64_t next = 0;
+  for (struct tcp_conn *c = t->conns; c != NULL; c = c->next)
+    if (c->deadline != 0 && c->state != CONN_CLOSING &&
+        (next == 0 || c->deadline < next))
+      next = c->deadline;
+  if (next != 0)
+    timer_arm(t, next);
+}
+
+void tcp_conn_free_closed(struct tcp *t) {
+  struct tcp_conn *c = t->conns;
+  while (t->nclosed > 0 && c != NULL) {
+    struct tcp_conn *next = c->next;
+    if (c->state == CONN_CLOSING) {
+      if (c->prev != NULL)
+        c->prev->next = c->next;
+      else
+        t->conns = c->next;
+      if (c->next != NULL)
+        c->next->prev = c->prev;
+      t->nclosed--;
+      if (c->peer != NULL)
+        t->peer_release(t, c->peer);
+      free(c);
+    }
+    c = next;
+  }
+}
+
+/* A connection on socket `fd` (-1 for a placeholder), in the epoll set for
+ * `events`, its handshake deadline set. On failure closes `fd` and returns
+ * NULL. */
+static struct tcp_conn *conn_new(struct tcp *t, int fd, int state,
+                                 uint32_t events) {
   struct tcp_conn *c = calloc(1, sizeof(*c));
   if (c == NULL) {
     if (fd >= 0)
       close(fd);
     return NULL;
   }
+  c->src.kind = TCP_SRC_CONN;
   c->t = t;
   c->fd = -1;
   c->state = state;
+  if (fd >= 0) {
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+      TCP_LOG(t, 0, "epoll_ctl: %s", strerror(errno));
+      close(fd);
+      free(c);
+      return NULL;
+    }
+    c->fd = fd;
+    c->events = events;
+  }
   c->next = t->conns;
   if (t->conns != NULL)
     t->conns->prev = c;
   t->conns = c;
-  uv_timer_init(&t->loop, &c->timer);
-  c->timer.data = c;
-  c->handles = 1;
-  if (fd >= 0) {
-    int r = uv_poll_init(&t->loop, &c->poll, fd);
-    if (r < 0) {
-      TCP_LOG(t, 0, "uv_poll_init: %s", uv_strerror(r));
-      close(fd);
-      c->state = CONN_OPEN; /* not WAIT_HELLO: nothing to count down */
-      tcp_conn_close(c);
-      return NULL;
-    }
-    c->poll.data = c;
-    c->handles++;
-    c->fd = fd;
-  }
-  uv_timer_start(&c->timer, on_timer, t->handshake_ms, 0);
+  c->deadline = nxu_now_ms() + t->handshake_ms;
+  timer_arm(t, c->deadline);
   return c;
 }
 
@@ -91,8 +131,8 @@ void tcp_conn_close(struct tcp_conn *c) {
   if (c->state == CONN_WAIT_HELLO)
     t->handshaking--;
   c->state = CONN_CLOSING;
-  if (t->hot == c)
-    t->hot = NULL;
+  c->deadline = 0;
+  t->nclosed++;
   struct tcp_peer *p = c->peer;
   if (p != NULL && p->conn == c) {
     pthread_mutex_lock(&p->lock);
@@ -111,26 +151,23 @@ void tcp_conn_close(struct tcp_conn *c) {
     c->left = NULL;
     t->nleft--;
   }
-  uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, on_closed);
   if (c->fd >= 0) {
-    /* uv_close stops polling the fd at once, so it can go now. */
-    uv_close((uv_handle_t *)&c->poll, on_closed);
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
   }
   t->events++;
 }
 
-void tcp_conn_poll(struct tcp_conn *c, int events) {
+void tcp_conn_poll(struct tcp_conn *c, uint32_t events) {
   if (c->state == CONN_CLOSING || c->fd < 0 || c->events == events)
     return;
-  if (events == 0)
-    uv_poll_stop(&c->poll);
-  else
-    uv_poll_start(&c->poll, events, on_io);
+  struct epoll_event ev = {.events = events, .data.ptr = c};
+  if (epoll_ctl(c->t->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
+    TCP_LOG(c->t, 0, "epoll_ctl: %s", strerror(errno));
+    return;
+  }
   c->events = events;
-  c->t->watch_changed = 1;
 }
 
 /* A peer sent something malformed before it had a peer object: count it,
@@ -187,7 +224,7 @@ static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
       close(fd);
       continue;
     }
-    struct tcp_conn *c = conn_new(t, fd, CONN_CONNECTING);
+    struct tcp_conn *c = conn_new(t, fd, CONN_CONNECTING, EPOLLOUT);
     if (c == NULL) {
       t->peer_fail(t, p, "out of memory");
       return;
@@ -196,7 +233,6 @@ static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
     c->peer = p;
     c->next_addr = index + 1;
     p->out = c;
-    tcp_conn_poll(c, UV_WRITABLE);
     TCP_LOG(t, 2, "connecting to %s", text);
     return;
   }
@@ -222,7 +258,7 @@ static void write_hello(struct tcp_conn *c) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      tcp_conn_poll(c, UV_READABLE | UV_WRITABLE);
+      tcp_conn_poll(c, EPOLLIN | EPOLLOUT);
       return;
     }
     if (n < 0) {
@@ -231,7 +267,7 @@ static void write_hello(struct tcp_conn *c) {
     }
     c->hs_out_off += (size_t)n;
   }
-  tcp_conn_poll(c, UV_READABLE);
+  tcp_conn_poll(c, EPOLLIN);
 }
 
 static void connected(struct tcp_conn *c) {
@@ -507,7 +543,7 @@ static void answer_received(struct tcp_conn *c) {
     tcp_conn_close(c);
     if (p->conn != NULL)
       return; /* its connection is here already */
-    struct tcp_conn *w = conn_new(t, -1, CONN_WAIT_PEER);
+    struct tcp_conn *w = conn_new(t, -1, CONN_WAIT_PEER, 0);
     if (w == NULL) {
       t->peer_fail(t, p, "out of memory");
       return;
@@ -598,26 +634,6 @@ static void deliver(struct tcp_conn *c, nx_frame_t *f) {
   nx_frame_batch_add(c->t->core, c->t->batch, f);
   c->t->events++;
   c->t->budget--;
-  c->t->hot = c;
-}
-
-int tcp_conn_read_hot(struct tcp *t) {
-  struct tcp_conn *c = t->hot;
-  if (c == NULL || c->state != CONN_OPEN)
-    return 0;
-  int before = t->events;
-  read_frames(c);
-  if (t->events > before) {
-    t->hot_idle = 0;
-    return 1;
-  }
-  /* Quiet for a while: back to libuv alone, so that a driver woken for
-   * another socket does not read this one first. */
-  if (++t->hot_idle >= TCP_HOT_IDLE) {
-    t->hot = NULL;
-    t->hot_idle = 0;
-  }
-  return 0;
 }
 
 static int header_done(struct tcp_conn *c) {
@@ -767,20 +783,18 @@ static void read_frames(struct tcp_conn *c) {
 
 /* Events. */
 
-static void on_io(uv_poll_t *handle, int status, int events) {
-  struct tcp_conn *c = handle->data;
+void tcp_conn_event(struct tcp_conn *c, uint32_t events) {
   if (c->state == CONN_CLOSING)
-    return;
-  if (status < 0) {
-    /* libuv stopped polling (a socket error): find out which. */
-    c->events = 0;
+    return; /* closed by an earlier event of the same epoll_wait */
+  if (events & EPOLLERR) {
+    /* A socket error (a refused connect, a reset): find out which. */
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    conn_lost(c, err != 0 ? strerror(err) : uv_strerror(status));
+    conn_lost(c, strerror(err != 0 ? err : EIO));
     return;
   }
-  if (events & UV_WRITABLE) {
+  if (events & EPOLLOUT) {
     if (c->state == CONN_CONNECTING)
       connected(c);
     else if (c->state == CONN_HELLO_SENT)
@@ -788,19 +802,21 @@ static void on_io(uv_poll_t *handle, int status, int events) {
     else if (c->state == CONN_OPEN)
       c->t->peer_flush(c->t, c->peer);
   }
-  if (c->state == CONN_CLOSING || !(events & UV_READABLE))
+  /* A hang-up reads as EOF, after whatever the peer sent before it. */
+  if (c->state == CONN_CLOSING || !(events & (EPOLLIN | EPOLLHUP)))
     return;
   switch (c->state) {
   case CONN_WAIT_HELLO: read_hello(c); break;
   case CONN_HELLO_SENT: read_answer(c); break;
   case CONN_OPEN: read_frames(c); break;
+  case CONN_CONNECTING: connect_failed(c, "closed while connecting"); break;
   default: break;
   }
 }
 
-static void on_timer(uv_timer_t *handle) {
-  struct tcp_conn *c = handle->data;
+static void on_deadline(struct tcp_conn *c) {
   struct tcp *t = c->t;
+  c->deadline = 0;
   char line[128];
   t->events++;
   switch (c->state) {
@@ -822,14 +838,8 @@ static void on_timer(uv_timer_t *handle) {
   }
 }
 
-void tcp_conn_on_listen(uv_poll_t *handle, int status, int events) {
-  (void)events;
-  struct tcp_listener *l = handle->data;
+void tcp_conn_accept(struct tcp_listener *l) {
   struct tcp *t = l->t;
-  if (status < 0) {
-    TCP_LOG(t, 0, "listening socket: %s", uv_strerror(status));
-    return;
-  }
   for (int i = 0; i < 32; i++) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -847,10 +857,9 @@ void tcp_conn_on_listen(uv_poll_t *handle, int status, int events) {
       continue;
     }
     set_nodelay(fd);
-    struct tcp_conn *c = conn_new(t, fd, CONN_WAIT_HELLO);
+    struct tcp_conn *c = conn_new(t, fd, CONN_WAIT_HELLO, EPOLLIN);
     if (c == NULL)
       continue;
     t->handshaking++;
-    tcp_conn_poll(c, UV_READABLE);
   }
 }

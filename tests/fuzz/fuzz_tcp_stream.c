@@ -2,7 +2,7 @@
  * (protocols/tcp/tcp_conn.c), driven in-process. The module's own sources
  * are compiled into this program (tests/fuzz/meson.build): the code under
  * test is the module's, reached through its ops table and its accept
- * callback; only the transport underneath is cheaper than TCP.
+ * function; only the transport underneath is cheaper than TCP.
  *
  * Set up once: the runtime (local module, no progress thread), one tcp
  * module instance whose core API is the core's with a quiet log, and a
@@ -11,7 +11,7 @@
  * here), with a frame in the same write as the proof, checks that the
  * harness speaks the protocol and that such a connection opens.
  *
- * Per input, a new connection accepted by the module's listener callback;
+ * Per input, a new connection accepted by the module's accept function;
  * the first byte picks the mode:
  *   even: the rest is the handshake itself (any bytes);
  *   odd:  the rest is the frame stream on a connection opened as the end
@@ -102,9 +102,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   NXT_ASSERT(fd >= 0);
   NXT_ASSERT(bind(fd, (struct sockaddr *)&addr, addr_len) == 0);
   NXT_ASSERT(listen(fd, 16) == 0);
+  listener.src.kind = TCP_SRC_LISTENER;
   listener.fd = fd;
   listener.t = t;
-  listener.poll.data = &listener;
 
   /* One real handshake, a frame (to no context here) right after the
    * proof: the connection must open and the frame arrive. */
@@ -174,12 +174,12 @@ static int handshake(int fd, const uint8_t *more, size_t more_len) {
   return recv_exact(fd, answer, sizeof(answer)) && answer[6] == 0;
 }
 
-/* A new connection, accepted by the module's listener callback. */
+/* A new connection, accepted by the module's accept function. */
 static int connect_new(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   NXT_ASSERT(fd >= 0);
   NXT_ASSERT(connect(fd, (struct sockaddr *)&addr, addr_len) == 0);
-  tcp_conn_on_listen(&listener.poll, 0, UV_READABLE);
+  tcp_conn_accept(&listener);
   NXT_ASSERT(t->conns != NULL); /* it accepted */
   return fd;
 }
