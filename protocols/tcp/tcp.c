@@ -588,6 +588,16 @@ static int progress_round(struct tcp *t) {
   service_all(t);
   if (t->nleft > 0)
     tcp_conn_read_left(t);
+  /* While frames keep coming on one connection, read it straight away:
+   * one readv instead of an epoll_wait and then the readv. Every
+   * TCP_HOT_MAX-th round epoll runs anyway, for everything else. What it
+   * buys: bench_rsr_tcp, 8 B in poll mode, 11.4-11.8 us a round trip with
+   * it against 12.8-13.9 us without (docs/tcp.md). */
+  if (t->hot != NULL && ++t->hot_streak < TCP_HOT_MAX) {
+    tcp_conn_read_hot(t);
+    return t->events;
+  }
+  t->hot_streak = 0;
   struct epoll_event ev[TCP_EVENTS_MAX];
   int n = epoll_wait(t->epfd, ev, TCP_EVENTS_MAX, 0);
   for (int i = 0; i < n; i++) {

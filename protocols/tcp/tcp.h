@@ -81,6 +81,11 @@ enum tcp_answer {
 #define TCP_DELIVER_MAX 64
 /* Events one epoll_wait of progress takes at most. */
 #define TCP_EVENTS_MAX 64
+/* The hot connection (tcp.c, progress_round): read without epoll for at
+ * most TCP_HOT_MAX - 1 rounds in a row, dropped after TCP_HOT_IDLE reads
+ * that found nothing. */
+#define TCP_HOT_MAX 8
+#define TCP_HOT_IDLE 64
 /* How long finalize keeps flushing queued frames. */
 #define TCP_LINGER_MS 2000u
 
@@ -220,13 +225,15 @@ struct tcp {
 
   /* Driver only. */
   struct tcp_conn *conns;
-  int handshaking; /* accepted connections before their hello */
-  int events;      /* work done in the current progress call */
-  int finalizing;  /* in finalize: no more deliveries or reports */
-  int budget;      /* frames this progress call may still deliver */
-  int nleft;       /* connections holding read-ahead */
-  int nclosed;     /* connections in CONN_CLOSING, to free */
-  uint8_t *stage;  /* TCP_STAGE_SIZE bytes of read-ahead */
+  int handshaking;      /* accepted connections before their hello */
+  int events;           /* work done in the current progress call */
+  int finalizing;       /* in finalize: no more deliveries or reports */
+  int budget;           /* frames this progress call may still deliver */
+  int nleft;            /* connections holding read-ahead */
+  int nclosed;          /* connections in CONN_CLOSING, to free */
+  uint8_t *stage;       /* TCP_STAGE_SIZE bytes of read-ahead */
+  struct tcp_conn *hot; /* the connection that delivered last (driver) */
+  int hot_streak, hot_idle;
   char version[64];
 
   /* Hooks tcp_init installs: how the files below tcp.c reach what is

@@ -132,6 +132,8 @@ void tcp_conn_close(struct tcp_conn *c) {
     t->handshaking--;
   c->state = CONN_CLOSING;
   c->deadline = 0;
+  if (t->hot == c)
+    t->hot = NULL;
   t->nclosed++;
   struct tcp_peer *p = c->peer;
   if (p != NULL && p->conn == c) {
@@ -634,6 +636,26 @@ static void deliver(struct tcp_conn *c, nx_frame_t *f) {
   nx_frame_batch_add(c->t->core, c->t->batch, f);
   c->t->events++;
   c->t->budget--;
+  c->t->hot = c;
+}
+
+int tcp_conn_read_hot(struct tcp *t) {
+  struct tcp_conn *c = t->hot;
+  if (c == NULL || c->state != CONN_OPEN)
+    return 0;
+  int before = t->events;
+  read_frames(c);
+  if (t->events > before) {
+    t->hot_idle = 0;
+    return 1;
+  }
+  /* Quiet for a while: back to epoll alone, so that a driver woken for
+   * another socket does not read this one first. */
+  if (++t->hot_idle >= TCP_HOT_IDLE) {
+    t->hot = NULL;
+    t->hot_idle = 0;
+  }
+  return 0;
 }
 
 static int header_done(struct tcp_conn *c) {
