@@ -182,7 +182,6 @@ struct pvmstate {
   int seq_running, seq_stop;
   int tree_min; /* groups larger than this use the binomial tree */
   int autoerr, route, fake_format;
-  int last_err;
   int ctx;      /* the current message context */
   int next_ctx; /* root: the last context handed out */
   struct mhf *mhfs;

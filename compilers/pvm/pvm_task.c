@@ -76,17 +76,21 @@ static void err_prefix(void) {
     fprintf(stderr, "libpvm [pid%d]: ", -1);
 }
 
-/* Records the code for pvm_perror and, with PvmAutoErr on (PVM's default),
- * says it on stderr as libpvm does. */
-int nxpvmi_err(const char *fn, int code) {
-  if (code < 0) {
-    nxpvm.last_err = code;
-    pvm_errno = code;
-    if (nxpvm.autoerr) {
-      err_prefix();
-      fprintf(stderr, "%s(): %s\n", fn, nxpvmi_errstr(code));
-    }
+/* Records `code` in pvm_errno (pvm_perror, pvm_strerror) and, with
+ * PvmAutoErr on, says it on stderr as `fn`() as libpvm does. */
+static void err_record(const char *fn, int code) {
+  pvm_errno = code;
+  if (nxpvm.autoerr) {
+    err_prefix();
+    fprintf(stderr, "%.124s(): %s\n", fn != NULL ? fn : "(null)",
+            nxpvmi_errstr(code));
   }
+}
+
+/* A failing call's error (PvmAutoErr 2 and 3 print only: see lpvmerr). */
+int nxpvmi_err(const char *fn, int code) {
+  if (code < 0)
+    err_record(fn, code);
   return code;
 }
 
@@ -94,12 +98,8 @@ int nxpvmi_err(const char *fn, int code) {
  * whatever it is, says it as `fn`() with PvmAutoErr on, and with
  * PvmAutoErr 2 ends the program (exit status `code`), with 3 aborts. */
 int lpvmerr(char *fn, int code) {
-  pvm_errno = code;
-  nxpvm.last_err = code;
+  err_record(fn, code);
   if (nxpvm.autoerr) {
-    err_prefix();
-    fprintf(stderr, "%.124s(): %s\n", fn != NULL ? fn : "(null)",
-            nxpvmi_errstr(code));
     fflush(stderr);
     if (nxpvm.autoerr == 3)
       abort();
