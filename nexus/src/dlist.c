@@ -320,6 +320,27 @@ static int candidates(struct nxi_dlist *dl, unsigned broken,
   return n;
 }
 
+/* connect, and what the core checks of the endpoint it returns: there is
+ * one, and it has not failed already (a module's shared endpoint to a
+ * process that just died). */
+static int connect_direct(struct nxi_module *mod, const struct nx_desc *desc,
+                          struct nx_endpoint **ep) {
+  *ep = NULL;
+  int r = mod->ops->connect(mod->state, desc, ep);
+  if (r < 0)
+    return r;
+  if (*ep == NULL) {
+    nxi_log(0, mod->name, "connect returned no endpoint");
+    return NX_EPROTO;
+  }
+  if ((r = nx_endpoint_failed(*ep)) != 0) {
+    mod->ops->disconnect(mod->state, *ep);
+    *ep = NULL;
+    return r;
+  }
+  return 0;
+}
+
 /* The gateway's own route, which must be direct (one hop; a gateway's
  * list is resolved like any other, and gateways do not chain). */
 static int gw_connect(struct nxi_dlist *via) {
@@ -336,11 +357,10 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
   int n = candidates(dl, broken, c);
   int r = NX_EUNREACH;
   int i;
-  void *ep = NULL;
+  struct nx_endpoint *ep = NULL;
   for (i = 0; i < n; i++) {
-    r = c[i].via != NULL
-            ? gw_connect(c[i].via)
-            : c[i].mod->ops->connect(c[i].mod->state, c[i].desc, &ep);
+    r = c[i].via != NULL ? gw_connect(c[i].via)
+                         : connect_direct(c[i].mod, c[i].desc, &ep);
     if (r == 0)
       break;
     nxi_log(1, c[i].mod != NULL ? c[i].mod->name : NXI_GW_NAME,
@@ -476,7 +496,7 @@ static int mark_dead(uint32_t proc) {
 /* Marks the lists that match (an endpoint, or a process) failed and reports
  * each newly dead process once. A route whose endpoint failed while
  * candidates are left is only marked: the next send falls back to them. */
-static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
+static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
   uint32_t procs[64];
   int n = 0;
   pthread_mutex_lock(&intern_lock);
@@ -486,8 +506,7 @@ static void fail_lists(void *state, void *ep, uint32_t proc, int status) {
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
       if (ep != NULL) {
-        if (rt == NULL || rt->mod == NULL || rt->ep != ep ||
-            rt->mod->state != state)
+        if (rt == NULL || rt->ep != ep)
           continue;
       } else if (atomic_load(&d->proc) != proc) {
         continue;
@@ -571,13 +590,16 @@ struct nxi_dlist *nxi_dlist_of_proc(uint32_t proc) {
   return found;
 }
 
-void nxi_dlist_peer_failed(void *state, void *ep, int status) {
-  fail_lists(state, ep, 0, status);
+void nxi_dlist_peer_failed(struct nx_endpoint *ep, int status) {
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&ep->failed, &expected, status, 0,
+                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    fail_lists(ep, 0, status);
 }
 
 void nxi_dlist_proc_failed(uint32_t proc, int status) {
   if (proc != 0 && proc != nxi_rt.proc_id)
-    fail_lists(NULL, NULL, proc, status);
+    fail_lists(NULL, proc, status);
 }
 
 int nxi_dlist_intern_proc(const uint8_t *blob, size_t len, uint32_t proc,

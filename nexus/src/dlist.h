@@ -18,8 +18,8 @@
 #define NXI_ROUTE_GEN_MAX 7u
 
 struct nxi_route {
-  struct nxi_module *mod; /* NULL for a route through a gateway */
-  void *ep;
+  struct nxi_module *mod;  /* NULL for a route through a gateway */
+  struct nx_endpoint *ep;  /* NULL for a route through a gateway */
   struct nxi_dlist *via;   /* the gateway's list (a reference), or NULL */
   struct nxi_route *older; /* routes this one replaced (freed with the list) */
   int didx;                /* the descriptor it came from */
@@ -82,8 +82,9 @@ int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len);
 void nxi_dlist_finalize(void);
 
 /* A module reported its endpoint `ep` dead: every route through it fails
- * from now on, and the program hears of each process it loses. */
-void nxi_dlist_peer_failed(void *state, void *ep, int status);
+ * from now on, and the program hears of each process it loses. Only the
+ * first report of an endpoint counts (its `failed` word). */
+void nxi_dlist_peer_failed(struct nx_endpoint *ep, int status);
 /* Falls back now on the routes that failed with candidates left (called by
  * the driver when nxi_dlist_fallbacks_due). Returns how many it tried. */
 int nxi_dlist_fallbacks(void);

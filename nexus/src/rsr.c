@@ -43,10 +43,15 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
   int r;
-  while ((r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags)) ==
-             NX_EAGAIN &&
-         !(flags & NX_RSR_NONBLOCK))
+  for (;;) {
+    /* An endpoint reported dead gets no more sends. */
+    if ((r = nx_endpoint_failed(rt->ep)) != 0)
+      break;
+    r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
+    if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
+      break;
     nxi_progress_help();
+  }
   if (r < 0) {
     atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
   } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {

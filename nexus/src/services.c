@@ -118,8 +118,10 @@ static void core_handover(nx_frame_t *frame) {
   nxi_deliver(b);
 }
 
-static void core_peer_failed(void *state, void *ep, int status) {
-  nxi_dlist_peer_failed(state, ep, status < 0 ? status : NX_EPEERDEAD);
+static void core_peer_failed(struct nx_endpoint *ep, int status) {
+  if (ep == NULL)
+    return;
+  nxi_dlist_peer_failed(ep, status < 0 ? status : NX_EPEERDEAD);
   /* The driver falls back on the routes through it (dlist.c). */
   atomic_store_explicit(&nxi_eng.poll_all, 1, memory_order_relaxed);
   nxi_progress_wake();

@@ -8,6 +8,7 @@
  * process can reach it. There is one endpoint, the process itself. */
 
 struct local {
+  struct nx_endpoint self; /* the one endpoint: this process */
   const struct nx_core_api *core;
 };
 
@@ -18,6 +19,7 @@ static int local_init(const struct nx_core_api *core, void **state, char *why,
   (void)why;
   (void)why_len;
   the_local.core = core;
+  nx_endpoint_init(&the_local.self, core->process_uuid);
   *state = &the_local;
   return 0;
 }
@@ -40,18 +42,20 @@ static int local_reachable(void *state, const struct nx_desc *peer) {
   return 0;
 }
 
-static int local_connect(void *state, const struct nx_desc *peer, void **ep) {
+static int local_connect(void *state, const struct nx_desc *peer,
+                         struct nx_endpoint **ep) {
+  struct local *l = state;
   (void)peer;
-  *ep = state;
+  *ep = &l->self;
   return 0;
 }
 
-static void local_disconnect(void *state, void *ep) {
+static void local_disconnect(void *state, struct nx_endpoint *ep) {
   (void)state;
   (void)ep;
 }
 
-static int local_send(void *state, void *ep, nx_frame_t *frame,
+static int local_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
                       unsigned flags) {
   (void)ep;
   (void)flags;

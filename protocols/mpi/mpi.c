@@ -459,7 +459,8 @@ static int mpimod_reachable(void *state, const struct nx_desc *peer) {
 
 /* Endpoints are the ranks, made on first connect and kept until finalize:
  * connecting costs nothing (MPI connects underneath, lazily). */
-static int mpimod_connect(void *state, const struct nx_desc *peer, void **ep) {
+static int mpimod_connect(void *state, const struct nx_desc *peer,
+                          struct nx_endpoint **ep) {
   struct mpimod *m = state;
   int rank;
   const uint8_t *uuid;
@@ -473,30 +474,30 @@ static int mpimod_connect(void *state, const struct nx_desc *peer, void **ep) {
     if (p != NULL) {
       pthread_mutex_init(&p->lock, NULL);
       p->rank = rank;
-      memcpy(p->uuid, uuid, MPIMOD_UUID_SIZE);
+      nx_endpoint_init(&p->base, uuid);
       atomic_init(&p->reported, 0);
       m->peers[rank] = p;
     } else {
       r = NX_ENOMEM;
     }
-  } else if (memcmp(p->uuid, uuid, MPIMOD_UUID_SIZE) != 0) {
+  } else if (memcmp(p->base.uuid, uuid, MPIMOD_UUID_SIZE) != 0) {
     r = NX_EUNREACH; /* one rank, one process: a descriptor that lies */
   }
   pthread_mutex_unlock(&m->peers_lock);
   if (r == 0)
-    *ep = p;
+    *ep = &p->base;
   return r;
 }
 
-static void mpimod_disconnect(void *state, void *ep) {
+static void mpimod_disconnect(void *state, struct nx_endpoint *ep) {
   (void)state;
   (void)ep;
 }
 
-static int mpimod_send(void *state, void *ep, nx_frame_t *frame,
+static int mpimod_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
                        unsigned flags) {
   (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
-  return mpimod_send_frame(state, ep, frame);
+  return mpimod_send_frame(state, mpimod_peer_of(ep), frame);
 }
 
 static int mpimod_progress(void *state, nx_frame_batch_t *batch) {
@@ -526,11 +527,12 @@ static const char *mpimod_backend_version(void *state) {
   return m->version;
 }
 
-static int mpimod_endpoint_info(void *state, void *ep, char *buf, size_t len) {
+static int mpimod_endpoint_info(void *state, struct nx_endpoint *ep, char *buf,
+                                size_t len) {
   struct mpimod *m = state;
-  struct mpimod_peer *p = ep;
-  if (p == NULL || buf == NULL || len == 0)
+  if (ep == NULL || buf == NULL || len == 0)
     return NX_EINVAL;
+  struct mpimod_peer *p = mpimod_peer_of(ep);
   snprintf(buf, len, "mpi rank %d of job %s", p->rank, m->job_name);
   return 0;
 }

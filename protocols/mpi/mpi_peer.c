@@ -45,5 +45,5 @@ void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p,
   if (atomic_exchange(&p->reported, 1) || m->finalizing)
     return;
   MPIMOD_LOG(m, 1, "rank %d: %s", p->rank, why);
-  m->core->peer_failed(m, p, NX_EPEERDEAD);
+  m->core->peer_failed(&p->base, NX_EPEERDEAD);
 }

@@ -76,13 +76,18 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
 /* Another rank: the endpoint connect() returns, shared by every
  * destination in that process. Peers live until finalize. */
 struct mpimod_peer {
-  pthread_mutex_t lock; /* the send side: posting, inflight, dead */
+  struct nx_endpoint base; /* first: its uuid */
+  pthread_mutex_t lock;    /* the send side: posting, inflight, dead */
   int rank;
-  uint8_t uuid[MPIMOD_UUID_SIZE];
   size_t inflight; /* bytes of accepted frames not yet completed */
   int dead;
   atomic_int reported; /* peer_failed was called */
 };
+
+/* The endpoint is a peer's first member. */
+static inline struct mpimod_peer *mpimod_peer_of(struct nx_endpoint *ep) {
+  return (struct mpimod_peer *)(void *)ep;
+}
 
 /* A frame being received, queued per source in the order its FRAME
  * message arrived, so that frames are delivered in the order they were

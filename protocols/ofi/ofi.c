@@ -149,7 +149,8 @@ static int ofi_reachable(void *state, const struct nx_desc *peer) {
   return OFI_COST;
 }
 
-static int ofi_connect(void *state, const struct nx_desc *peer, void **ep) {
+static int ofi_connect(void *state, const struct nx_desc *peer,
+                       struct nx_endpoint **ep) {
   struct ofi *o = state;
   struct ofi_desc d;
   if (desc_decode(o, peer, &d) < 0)
@@ -158,21 +159,22 @@ static int ofi_connect(void *state, const struct nx_desc *peer, void **ep) {
   struct ofi_peer *p = ofi_peer_get(o, &d.t, &r);
   if (p == NULL)
     return r;
-  *ep = p;
+  *ep = &p->base;
   return 0;
 }
 
 /* Peers stay until finalize: their sequence numbers must never restart
  * while the receiver remembers them, and a later gp to the same process
  * finds the same peer. */
-static void ofi_disconnect(void *state, void *ep) {
+static void ofi_disconnect(void *state, struct nx_endpoint *ep) {
   (void)state;
   (void)ep;
 }
 
-static int ofi_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
+static int ofi_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+                    unsigned flags) {
   (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
-  return ofi_send_frame(state, ep, frame);
+  return ofi_send_frame(state, ofi_peer_of(ep), frame);
 }
 
 static int ofi_progress(void *state, nx_frame_batch_t *batch) {
@@ -206,11 +208,12 @@ static const char *ofi_backend_version(void *state) {
   return o->version;
 }
 
-static int ofi_endpoint_info(void *state, void *ep, char *buf, size_t len) {
+static int ofi_endpoint_info(void *state, struct nx_endpoint *ep, char *buf,
+                             size_t len) {
   (void)state;
-  struct ofi_peer *p = ep;
-  if (p == NULL || buf == NULL || len == 0)
+  if (ep == NULL || buf == NULL || len == 0)
     return NX_EINVAL;
+  struct ofi_peer *p = ofi_peer_of(ep);
   snprintf(buf, len, "%s (fabric %s)%s", p->rail->prov, p->rail->fabric_name,
            p->pidfd >= 0 ? ", liveness by pidfd" : "");
   return 0;

@@ -189,7 +189,7 @@ struct ofi_rail {
 /* Another process: the endpoint connect() returns, one per process uuid,
  * kept until finalize (so its sequence numbers never restart). */
 struct ofi_peer {
-  struct nxu_uuid_link link; /* its uuid, under ofi.peers_lock */
+  struct nx_endpoint base; /* first: its uuid, under ofi.peers_lock */
   pthread_mutex_t lock;
   struct ofi_rail *rail;
   fi_addr_t addr;
@@ -224,6 +224,11 @@ struct ofi_peer {
   struct sockaddr_un wake_addr;
   socklen_t wake_len;
 };
+
+/* The endpoint is a peer's first member. */
+static inline struct ofi_peer *ofi_peer_of(struct nx_endpoint *ep) {
+  return (struct ofi_peer *)(void *)ep;
+}
 
 /* A fragment of a large frame whose bytes lie in more of the frame's
  * pieces than the provider takes iovecs in one message: the iovecs it is

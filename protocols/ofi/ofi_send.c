@@ -37,10 +37,10 @@ static void attend(struct ofi *o, struct ofi_peer *p, int wake);
 struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
                               int *err) {
   pthread_mutex_lock(&o->peers_lock);
-  struct nxu_uuid_link *found = nxu_uuid_find(&o->peers, t->uuid, NULL);
+  struct nx_endpoint *found = nxu_uuid_find(&o->peers, t->uuid, NULL);
   if (found != NULL) {
     pthread_mutex_unlock(&o->peers_lock);
-    return (struct ofi_peer *)(void *)found; /* the link is the first member */
+    return ofi_peer_of(found);
   }
   struct ofi_peer *p = calloc(1, sizeof(*p));
   if (p == NULL) {
@@ -49,7 +49,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
-  memcpy(p->link.uuid, t->uuid, OFI_UUID_SIZE);
+  nx_endpoint_init(&p->base, t->uuid);
   p->rail = t->rail;
   p->eager_max = t->eager_max;
   p->same_host = t->same_host;
@@ -72,7 +72,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     return NULL;
   }
   ofi_wake_peer(o, p);
-  nxu_uuid_insert(&o->peers, &p->link);
+  nxu_uuid_insert(&o->peers, &p->base);
   p->all_next = o->all;
   o->all = p;
   /* The HELLO goes first: frames queue behind it until the driver posts
@@ -148,7 +148,7 @@ void ofi_peer_refused(struct ofi *o, uint64_t id) {
        p = p->all_next) {
     uint64_t pid = 0;
     for (int i = 0; i < 8; i++)
-      pid = pid << 8 | p->link.uuid[i];
+      pid = pid << 8 | p->base.uuid[i];
     if (pid == id)
       found = p;
   }
@@ -165,9 +165,9 @@ void ofi_peer_refused(struct ofi *o, uint64_t id) {
 static void report(struct ofi *o, struct ofi_peer *p) {
   if (atomic_exchange(&p->reported, 1))
     return;
-  OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
-          p->link.uuid[2], p->link.uuid[3], p->why != NULL ? p->why : "failed");
-  o->core->peer_failed(o, p, p->status != 0 ? p->status : NX_EPEERDEAD);
+  OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->base.uuid[0], p->base.uuid[1],
+          p->base.uuid[2], p->base.uuid[3], p->why != NULL ? p->why : "failed");
+  o->core->peer_failed(&p->base, p->status != 0 ? p->status : NX_EPEERDEAD);
 }
 
 /* Ops. */

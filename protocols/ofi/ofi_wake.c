@@ -297,7 +297,7 @@ void ofi_wake_peer(struct ofi *o, struct ofi_peer *p) {
   if (!p->rail->local || o->wake_page == NULL)
     return;
   char name[96];
-  wake_name(p->pidns, p->pid, p->link.uuid, name, sizeof(name));
+  wake_name(p->pidns, p->pid, p->base.uuid, name, sizeof(name));
   int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) {
     OFI_LOG(o, 1, "no wake-up page for a shm peer (%s): it is polled",
@@ -318,7 +318,7 @@ void ofi_wake_peer(struct ofi *o, struct ofi_peer *p) {
   }
   p->wake_map = page;
   p->wake_word = &w->armed;
-  p->wake_len = wake_sockaddr(p->pidns, p->pid, p->link.uuid, &p->wake_addr);
+  p->wake_len = wake_sockaddr(p->pidns, p->pid, p->base.uuid, &p->wake_addr);
 }
 
 void ofi_wake_peer_fini(struct ofi_peer *p) {

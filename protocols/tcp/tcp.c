@@ -146,9 +146,9 @@ static nx_frame_t *mark_dead_locked(struct tcp_peer *p) {
 static void report(struct tcp *t, struct tcp_peer *p, const char *why) {
   if (atomic_exchange(&p->reported, 1) || t->finalizing)
     return;
-  TCP_LOG(t, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
-          p->link.uuid[2], p->link.uuid[3], why);
-  t->core->peer_failed(t, p, NX_EPEERDEAD);
+  TCP_LOG(t, 1, "peer %02x%02x%02x%02x: %s", p->base.uuid[0], p->base.uuid[1],
+          p->base.uuid[2], p->base.uuid[3], why);
+  t->core->peer_failed(&p->base, NX_EPEERDEAD);
 }
 
 /* Peers. tcp_conn.c reaches these through the hooks in struct tcp, which
@@ -168,15 +168,15 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p);
  * reports it once. */
 static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why);
 
-/* The link is a peer's first member. */
-static struct tcp_peer *peer_of(struct nxu_uuid_link *l) {
-  return (struct tcp_peer *)(void *)l;
+/* The endpoint is a peer's first member. */
+static struct tcp_peer *peer_of(struct nx_endpoint *ep) {
+  return (struct tcp_peer *)(void *)ep;
 }
 
 static struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
   pthread_mutex_lock(&t->peers_lock);
-  for (struct nxu_uuid_link *l = nxu_uuid_find(&t->peers, uuid, NULL);
-       l != NULL; l = nxu_uuid_find(&t->peers, uuid, l)) {
+  for (struct nx_endpoint *l = nxu_uuid_find(&t->peers, uuid, NULL); l != NULL;
+       l = nxu_uuid_find(&t->peers, uuid, l)) {
     struct tcp_peer *p = peer_of(l);
     /* One whose count reached zero belongs to the thread freeing it. */
     unsigned r = atomic_load(&p->refs);
@@ -193,10 +193,10 @@ static struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
     return NULL;
   }
   pthread_mutex_init(&p->lock, NULL);
-  memcpy(p->link.uuid, uuid, TCP_UUID_SIZE);
+  nx_endpoint_init(&p->base, uuid);
   atomic_init(&p->refs, 1);
   p->fd = -1;
-  nxu_uuid_insert(&t->peers, &p->link);
+  nxu_uuid_insert(&t->peers, &p->base);
   pthread_mutex_unlock(&t->peers_lock);
   return p;
 }
@@ -207,7 +207,7 @@ static void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
   if (atomic_fetch_sub(&p->refs, 1) != 1)
     return;
   pthread_mutex_lock(&t->peers_lock);
-  nxu_uuid_remove(&t->peers, &p->link);
+  nxu_uuid_remove(&t->peers, &p->base);
   pthread_mutex_unlock(&t->peers_lock);
   complete(t, p->qhead, NX_EPEERDEAD);
   pthread_mutex_destroy(&p->lock);
@@ -380,7 +380,7 @@ static int tcp_init(const struct nx_core_api *core, void **state, char *why,
 static int queues_empty(struct tcp *t) {
   int empty = 1;
   pthread_mutex_lock(&t->peers_lock);
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&t->peers); l != NULL && empty;
+  for (struct nx_endpoint *l = nxu_uuid_first(&t->peers); l != NULL && empty;
        l = nxu_uuid_next(&t->peers, l)) {
     struct tcp_peer *p = peer_of(l);
     pthread_mutex_lock(&p->lock);
@@ -440,7 +440,7 @@ static void tcp_finalize(void *state) {
   }
   tcp_listeners_close(t);
   pthread_mutex_lock(&t->peers_lock);
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&t->peers); l != NULL;
+  for (struct nx_endpoint *l = nxu_uuid_first(&t->peers); l != NULL;
        l = nxu_uuid_next(&t->peers, l)) {
     struct tcp_peer *p = peer_of(l);
     pthread_mutex_lock(&p->lock);
@@ -459,7 +459,7 @@ static void tcp_finalize(void *state) {
   tcp_conn_free_closed(t);
   close(t->timer_fd);
   close(t->epfd);
-  struct nxu_uuid_link *l; /* only if the core kept an endpoint */
+  struct nx_endpoint *l; /* only if the core kept an endpoint */
   while ((l = nxu_uuid_first(&t->peers)) != NULL) {
     struct tcp_peer *p = peer_of(l);
     nxu_uuid_remove(&t->peers, l);
@@ -485,7 +485,8 @@ static int tcp_reachable(void *state, const struct nx_desc *peer) {
   return TCP_COST;
 }
 
-static int tcp_connect(void *state, const struct nx_desc *peer, void **ep) {
+static int tcp_connect(void *state, const struct nx_desc *peer,
+                       struct nx_endpoint **ep) {
   struct tcp *t = state;
   struct tcp_desc d;
   if (tcp_desc_decode(t, peer, &d) < 0 ||
@@ -500,18 +501,19 @@ static int tcp_connect(void *state, const struct nx_desc *peer, void **ep) {
     p->naddr = d.naddr;
   }
   pthread_mutex_unlock(&p->lock);
-  *ep = p;
+  *ep = &p->base;
   return 0;
 }
 
-static void tcp_disconnect(void *state, void *ep) {
-  tcp_peer_release(state, ep);
+static void tcp_disconnect(void *state, struct nx_endpoint *ep) {
+  tcp_peer_release(state, peer_of(ep));
 }
 
-static int tcp_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
+static int tcp_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+                    unsigned flags) {
   (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
   struct tcp *t = state;
-  struct tcp_peer *p = ep;
+  struct tcp_peer *p = peer_of(ep);
   size_t total = frame_total(frame);
   frame->module_data[0] = NULL;
   frame->module_data[1] = NULL;

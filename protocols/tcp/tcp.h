@@ -128,7 +128,7 @@ struct tcp_listener {
  * Reference counted: one per connect(), per connection that points at it,
  * and while it waits for the driver's attention. */
 struct tcp_peer {
-  struct nxu_uuid_link link; /* first: its uuid, under tcp.peers_lock */
+  struct nx_endpoint base; /* first: its uuid, under tcp.peers_lock */
   pthread_mutex_t lock;
   atomic_uint refs;
 

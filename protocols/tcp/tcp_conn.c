@@ -292,7 +292,7 @@ static void connected(struct tcp_conn *c) {
   memcpy(h + 6, t->core->process_uuid, TCP_UUID_SIZE);
   memcpy(h + 6 + TCP_UUID_SIZE, c->nonce_c, NXU_NONCE_SIZE);
   memcpy(c->ids, t->core->process_uuid, TCP_UUID_SIZE);
-  memcpy(c->ids + TCP_UUID_SIZE, c->peer->link.uuid, TCP_UUID_SIZE);
+  memcpy(c->ids + TCP_UUID_SIZE, c->peer->base.uuid, TCP_UUID_SIZE);
   c->hs_out_len = TCP_HELLO_SIZE;
   c->hs_out_off = 0;
   c->state = CONN_HELLO_SENT;
@@ -485,7 +485,7 @@ static int challenge_received(struct tcp_conn *c) {
   struct tcp *t = c->t;
   struct tcp_peer *p = c->peer;
   const uint8_t *m = c->hs_in;
-  if (memcmp(m + 6, p->link.uuid, TCP_UUID_SIZE) != 0) {
+  if (memcmp(m + 6, p->base.uuid, TCP_UUID_SIZE) != 0) {
     t->peer_fail(t, p, "another process answers at its address");
     return -1;
   }
@@ -526,14 +526,14 @@ static void answer_received(struct tcp_conn *c) {
     t->peer_fail(t, p, "malformed handshake answer");
     return;
   }
-  if (memcmp(a + 8, p->link.uuid, TCP_UUID_SIZE) != 0) {
+  if (memcmp(a + 8, p->base.uuid, TCP_UUID_SIZE) != 0) {
     t->peer_fail(t, p, "another process answers at its address");
     return;
   }
   switch (get_le16(a + 6)) {
   case TCP_ANSWER_ACCEPT:
-    TCP_LOG(t, 2, "connected to peer %02x%02x%02x%02x", p->link.uuid[0],
-            p->link.uuid[1], p->link.uuid[2], p->link.uuid[3]);
+    TCP_LOG(t, 2, "connected to peer %02x%02x%02x%02x", p->base.uuid[0],
+            p->base.uuid[1], p->base.uuid[2], p->base.uuid[3]);
     p->out = NULL;
     if (p->conn != NULL) {
       tcp_conn_close(c); /* cannot happen with a peer that follows the rules */

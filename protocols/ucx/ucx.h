@@ -89,7 +89,7 @@ struct ucx_req {
  * destination in that process. Everything but `failing`, `fail_next` and
  * `error` is under ucx.lock. */
 struct ucx_peer {
-  struct nxu_uuid_link link; /* first: its uuid, in ucx.peers */
+  struct nx_endpoint base; /* first: its uuid, in ucx.peers */
   struct ucx *u;
   ucp_ep_h ep;          /* NULL once closed */
   void *close_req;      /* its ucp_ep_close_nbx request until complete */

@@ -118,13 +118,13 @@ int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
   return 0;
 }
 
-/* The link is a peer's first member. */
-static struct ucx_peer *peer_of(struct nxu_uuid_link *l) {
+/* The endpoint is a peer's first member. */
+static struct ucx_peer *peer_of(struct nx_endpoint *l) {
   return (struct ucx_peer *)(void *)l;
 }
 
 static struct ucx_peer *find_locked(struct ucx *u, const uint8_t *uuid) {
-  struct nxu_uuid_link *l = nxu_uuid_find(&u->peers, uuid, NULL);
+  struct nx_endpoint *l = nxu_uuid_find(&u->peers, uuid, NULL);
   return l != NULL ? peer_of(l) : NULL;
 }
 
@@ -231,7 +231,7 @@ static void detach_locked(struct ucx *u, struct ucx_peer *p, int status) {
 }
 
 void ucx_peers_detach_all(struct ucx *u, int status) {
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+  for (struct nx_endpoint *l = nxu_uuid_first(&u->peers); l != NULL;
        l = nxu_uuid_next(&u->peers, l)) {
     struct ucx_peer *p = peer_of(l);
     detach_locked(u, p, status);
@@ -242,8 +242,8 @@ static void fail_locked(struct ucx *u, struct ucx_peer *p, ucs_status_t why) {
   if (p->dead)
     return;
   p->dead = 1;
-  UCX_LOG(u, 1, "peer %02x%02x%02x%02x: %s", p->link.uuid[0], p->link.uuid[1],
-          p->link.uuid[2], p->link.uuid[3], ucs_status_string(why));
+  UCX_LOG(u, 1, "peer %02x%02x%02x%02x: %s", p->base.uuid[0], p->base.uuid[1],
+          p->base.uuid[2], p->base.uuid[3], ucs_status_string(why));
   close_locked(u, p, 1);
   detach_locked(u, p, u->finalizing ? NX_EFINALIZED : NX_EPEERDEAD);
   if (!u->finalizing) {
@@ -264,13 +264,13 @@ void ucx_peers_service(struct ucx *u) {
 void ucx_peers_report(struct ucx *u, struct ucx_peer *list) {
   while (list != NULL) {
     struct ucx_peer *next = list->report_next;
-    u->core->peer_failed(u, list, NX_EPEERDEAD);
+    u->core->peer_failed(&list->base, NX_EPEERDEAD);
     list = next;
   }
 }
 
 void ucx_peers_close_all(struct ucx *u, int force) {
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+  for (struct nx_endpoint *l = nxu_uuid_first(&u->peers); l != NULL;
        l = nxu_uuid_next(&u->peers, l)) {
     struct ucx_peer *p = peer_of(l);
     close_locked(u, p, force || p->dead);
@@ -279,7 +279,7 @@ void ucx_peers_close_all(struct ucx *u, int force) {
 }
 
 void ucx_peers_release_closes(struct ucx *u) {
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+  for (struct nx_endpoint *l = nxu_uuid_first(&u->peers); l != NULL;
        l = nxu_uuid_next(&u->peers, l)) {
     struct ucx_peer *p = peer_of(l);
     if (p->close_req != NULL) {
@@ -293,7 +293,7 @@ void ucx_peers_release_closes(struct ucx *u) {
 
 unsigned ucx_peers_pending(struct ucx *u) {
   unsigned n = 0;
-  for (struct nxu_uuid_link *l = nxu_uuid_first(&u->peers); l != NULL;
+  for (struct nx_endpoint *l = nxu_uuid_first(&u->peers); l != NULL;
        l = nxu_uuid_next(&u->peers, l)) {
     struct ucx_peer *p = peer_of(l);
     n += p->dead ? 0 : p->nreq;
@@ -302,7 +302,7 @@ unsigned ucx_peers_pending(struct ucx *u) {
 }
 
 void ucx_peers_free_all(struct ucx *u) {
-  struct nxu_uuid_link *l;
+  struct nx_endpoint *l;
   while ((l = nxu_uuid_first(&u->peers)) != NULL) {
     nxu_uuid_remove(&u->peers, l);
     free(peer_of(l));
@@ -311,7 +311,8 @@ void ucx_peers_free_all(struct ucx *u) {
 
 /* Connections. */
 
-int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
+int ucx_connect(void *state, const struct nx_desc *peer,
+                struct nx_endpoint **ep) {
   struct ucx *u = state;
   const uint8_t *uuid, *addr;
   size_t addr_len;
@@ -325,7 +326,7 @@ int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
       p->refs++;
     ucx_unlock(u, 0);
     if (r == 0)
-      *ep = p;
+      *ep = &p->base;
     return r;
   }
   p = calloc(1, sizeof(*p));
@@ -340,7 +341,7 @@ int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
   }
   memcpy(copy, addr, addr_len);
   p->u = u;
-  memcpy(p->link.uuid, uuid, UCX_UUID_SIZE);
+  nx_endpoint_init(&p->base, uuid);
   atomic_init(&p->failing, 0);
   atomic_init(&p->error, UCS_OK);
   /* Created now, so that an address no transport of ours reaches fails
@@ -364,15 +365,15 @@ int ucx_connect(void *state, const struct nx_desc *peer, void **ep) {
     return r == NX_EINVAL ? NX_EUNREACH : r;
   }
   p->refs = 1;
-  nxu_uuid_insert(&u->peers, &p->link);
+  nxu_uuid_insert(&u->peers, &p->base);
   ucx_unlock(u, 0);
-  *ep = p;
+  *ep = &p->base;
   return 0;
 }
 
-void ucx_disconnect(void *state, void *ep) {
+void ucx_disconnect(void *state, struct nx_endpoint *ep) {
   struct ucx *u = state;
-  struct ucx_peer *p = ep;
+  struct ucx_peer *p = peer_of(ep);
   ucx_lock(u);
   p->refs--;
   ucx_unlock(u, 0);
@@ -404,10 +405,11 @@ static void on_sent(void *request, ucs_status_t status, void *user_data) {
  * guarantees: it is ours until send_done. UCP_AM_SEND_FLAG_REPLY makes
  * UCX tell the receiver which endpoint the message came by: it keeps each
  * sender's frames in order across rendezvous fetches (ucx_rx.c). */
-int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags) {
+int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+             unsigned flags) {
   (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
   struct ucx *u = state;
-  struct ucx_peer *p = ep;
+  struct ucx_peer *p = peer_of(ep);
   const struct iovec *iov = nx_frame_iovs(frame);
   if (frame->iovcnt < 1 || frame->iovcnt > NX_FRAME_IOV_MAX ||
       iov[0].iov_len != NX_FRAME_HDR_SIZE)
@@ -531,9 +533,10 @@ static void lane_names(const char *text, char *out, size_t len) {
   }
 }
 
-int ucx_endpoint_info(void *state, void *ep, char *buf, size_t len) {
+int ucx_endpoint_info(void *state, struct nx_endpoint *ep, char *buf,
+                      size_t len) {
   struct ucx *u = state;
-  struct ucx_peer *p = ep;
+  struct ucx_peer *p = peer_of(ep);
   if (buf == NULL || len == 0)
     return NX_EINVAL;
   char *text = NULL;

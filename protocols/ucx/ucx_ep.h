@@ -12,10 +12,13 @@ void ucx_lock(struct ucx *u);
  * unlocks, and hands it to the core. */
 void ucx_unlock(struct ucx *u, int deliver);
 
-int ucx_connect(void *state, const struct nx_desc *peer, void **ep);
-void ucx_disconnect(void *state, void *ep);
-int ucx_send(void *state, void *ep, nx_frame_t *frame, unsigned flags);
-int ucx_endpoint_info(void *state, void *ep, char *buf, size_t len);
+int ucx_connect(void *state, const struct nx_desc *peer,
+                struct nx_endpoint **ep);
+void ucx_disconnect(void *state, struct nx_endpoint *ep);
+int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+             unsigned flags);
+int ucx_endpoint_info(void *state, struct nx_endpoint *ep, char *buf,
+                      size_t len);
 /* Parses a descriptor's data; returns 0 and points *addr into it, or
  * NX_EUNREACH. */
 int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,

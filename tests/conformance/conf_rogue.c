@@ -113,8 +113,7 @@ static void rogue_send_done(nx_frame_t *frame, int status) {
 /* Only for frames sent to this same process, which the rogue never does. */
 static void rogue_handover(nx_frame_t *frame) { rogue_send_done(frame, 0); }
 
-static void rogue_peer_failed(void *state, void *ep, int status) {
-  (void)state;
+static void rogue_peer_failed(struct nx_endpoint *ep, int status) {
   (void)ep;
   (void)status;
   atomic_store(&hung_up, 1);
@@ -333,9 +332,9 @@ static void new_identity(void) {
  * time and each to completion (a stream module must not have the next
  * frame's bytes in flight when the victim hangs up on the previous one),
  * lingers, and writes the result line into `out`. */
-static int run_script(const struct nx_protocol_ops *ops, void *state, void *ep,
-                      uint64_t context, char *script, int linger, char *out,
-                      size_t out_len) {
+static int run_script(const struct nx_protocol_ops *ops, void *state,
+                      struct nx_endpoint *ep, uint64_t context, char *script,
+                      int linger, char *out, size_t out_len) {
   static struct rogue_frame frames[ROGUE_MAX_FRAMES];
   int sent = 0, failed = 0, n = 0, r;
   int done0 = atomic_load(&sends_done), failed0 = atomic_load(&sends_failed);
@@ -404,7 +403,7 @@ static int main_once(int argc, char **argv) {
     return 2;
   }
   struct nx_desc_buf mine;
-  void *ep = NULL;
+  struct nx_endpoint *ep = NULL;
   if (ops->descriptor(state, &mine) != 0 || ops->reachable(state, &desc) < 0 ||
       ops->connect(state, &desc, &ep) != 0) {
     fprintf(stderr, "conf_rogue: %s does not reach the victim\n", module);
@@ -504,7 +503,7 @@ static int main_job(const char *so, const char *module) {
   const uint8_t *v = all;
   uint64_t context = lens[0] >= 20 ? get_le(v, 8) : 0;
   struct nx_desc desc;
-  void *ep = NULL;
+  struct nx_endpoint *ep = NULL;
   if (context == 0 || get_le(v + 16, 4) > lens[0] - 20 ||
       find_in_list(v + 20, get_le(v + 16, 4), module, &desc) != 0 ||
       ops->connect(state, &desc, &ep) != 0) {

@@ -441,6 +441,17 @@ TEST_CASE("a failed route falls back to the next module that reaches the "
   CHECK(s.route_fallbacks == 1);
   CHECK(s.peers_failed == 0);
   CHECK(f.n.get() == 0);
+  // A second report of the same endpoint changes nothing: the core heard
+  // the first (its `failed` word), and the route is local's now.
+  fail_peer();
+  REQUIRE(nx_rsr_init_name(&b, &gp, "hit", 8) == 0);
+  REQUIRE(nx_put_int32(b, 7) == 0);
+  CHECK(nx_rsr_send(b) == 0);
+  CHECK(hh.n.wait_for(3) == 3);
+  REQUIRE(nx_stats_get(&s) == 0);
+  CHECK(s.route_fallbacks == 1);
+  CHECK(s.peers_failed == 0);
+  CHECK(f.n.get() == 0);
   REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
   nx_gp_release(&gp);
 }

@@ -103,7 +103,7 @@ TEST_CASE("the uuid table finds, keeps duplicates, walks and removes",
           "[util]") {
   nxu_uuid_table t{};
   const int n = 200;
-  std::vector<nxu_uuid_link> links(n + 1);
+  std::vector<nx_endpoint> links(n + 1);
   for (int i = 0; i < n; i++) {
     std::memset(links[i].uuid, 0, NXU_UUID_SIZE);
     std::memcpy(links[i].uuid, &i, sizeof(i));
@@ -115,23 +115,23 @@ TEST_CASE("the uuid table finds, keeps duplicates, walks and removes",
   nxu_uuid_insert(&t, &links[n]);
   for (int i = 0; i < n; i++) {
     INFO(i);
-    nxu_uuid_link *l = nxu_uuid_find(&t, links[i].uuid, nullptr);
+    nx_endpoint *l = nxu_uuid_find(&t, links[i].uuid, nullptr);
     REQUIRE(l != nullptr);
     CHECK(std::memcmp(l->uuid, links[i].uuid, NXU_UUID_SIZE) == 0);
   }
-  nxu_uuid_link *first = nxu_uuid_find(&t, links[5].uuid, nullptr);
+  nx_endpoint *first = nxu_uuid_find(&t, links[5].uuid, nullptr);
   CHECK(first == &links[n]); // the newest first
   CHECK(nxu_uuid_find(&t, links[5].uuid, first) == &links[5]);
   CHECK(nxu_uuid_find(&t, links[5].uuid, &links[5]) == nullptr);
   uint8_t absent[NXU_UUID_SIZE] = {0xff, 0xff};
   CHECK(nxu_uuid_find(&t, absent, nullptr) == nullptr);
   int seen = 0;
-  for (nxu_uuid_link *l = nxu_uuid_first(&t); l != nullptr;
+  for (nx_endpoint *l = nxu_uuid_first(&t); l != nullptr;
        l = nxu_uuid_next(&t, l))
     seen++;
   CHECK(seen == n + 1);
   // Remove every entry while walking, as a module's finalize does.
-  nxu_uuid_link *l;
+  nx_endpoint *l;
   while ((l = nxu_uuid_first(&t)) != nullptr)
     nxu_uuid_remove(&t, l);
   CHECK(nxu_uuid_find(&t, links[7].uuid, nullptr) == nullptr);

@@ -53,7 +53,7 @@ struct stub_log {
       delivered; // handler, payload
   long eproto = 0, bad_peer = 0, freed = 0;
   long sent_ok = 0, sent_failed = 0;
-  std::vector<void *> failed_eps;
+  std::vector<nx_endpoint *> failed_eps;
   std::vector<int> failed_status;
   std::string last_bad;
   void clear() {
@@ -130,7 +130,7 @@ void stub_send_done(nx_frame_t *, int status) {
 
 void stub_handover(nx_frame_t *) {}
 
-void stub_peer_failed(void *, void *ep, int status) {
+void stub_peer_failed(nx_endpoint *ep, int status) {
   std::lock_guard<std::mutex> g(the_log.m);
   the_log.failed_eps.push_back(ep);
   the_log.failed_status.push_back(status);
@@ -379,7 +379,7 @@ TEST_CASE("frames of every size between two instances, in order, "
     REQUIRE_INSTANCE(a);
     REQUIRE_INSTANCE(b);
     nx_desc bd = b.view();
-    void *ep = nullptr;
+    nx_endpoint *ep = nullptr;
     REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
     std::vector<size_t> sizes = {0,     1,    8,      100,      4000,
                                  8192,  8193, 65536,  1 << 20,  5,
@@ -417,7 +417,7 @@ TEST_CASE("backpressure: over NX_OFI_QUEUE_MAX in flight, send says EAGAIN",
   REQUIRE_INSTANCE(a);
   REQUIRE_INSTANCE(b);
   nx_desc bd = b.view();
-  void *ep = nullptr;
+  nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   // Warm up the connection both ways (shm's first send waits for the
   // address exchange).
@@ -458,7 +458,7 @@ TEST_CASE("a peer whose process is gone is reported, its sends fail",
   bytes[2] ^= 0x55;                         /* another process uuid */
   nx_desc d = b.view();
   d.data = bytes.data();
-  void *ep = nullptr;
+  nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &d, &ep) == 0);
   REQUIRE(drive(a, b, [&] {
     std::lock_guard<std::mutex> g(the_log.m);
@@ -713,7 +713,7 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   }
   // And the module instance a still reaches b.
   nx_desc bd = b.view();
-  void *ep = nullptr;
+  nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   tx_frame after(9, pattern(50000, 9));
   int r;
@@ -736,7 +736,7 @@ TEST_CASE("a sender with another computation's key is told at once: its "
   REQUIRE_INSTANCE(a);
   REQUIRE_INSTANCE(b);
   nx_desc bd = b.view();
-  void *ep = nullptr;
+  nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   tx_frame f(7, pattern(100, 7));
   int r;
@@ -767,7 +767,7 @@ TEST_CASE("threads sending to one peer while another drives: each frame "
   REQUIRE_INSTANCE(a);
   REQUIRE_INSTANCE(b);
   nx_desc bd = b.view();
-  void *ep = nullptr;
+  nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   const int threads = 4, each = 500;
   std::vector<std::vector<std::unique_ptr<tx_frame>>> frames(threads);

@@ -25,7 +25,7 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 11u
+#define NX_PROTOCOL_ABI_VERSION 12u
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -61,6 +61,37 @@ struct nx_desc {
   uint16_t data_len;
   const uint8_t *data; /* the module's own bytes: addresses, ranks, ... */
 };
+
+/* The head of every endpoint (ABI 12). A module's struct for a peer begins
+ * with one; connect gives the core a pointer to it, and send, disconnect,
+ * endpoint_info and peer_failed take that pointer back. Set it up with
+ * nx_endpoint_init before connect returns it. */
+#define NX_UUID_SIZE 16u
+struct nx_endpoint {
+  /* The module's: the peer process's process_uuid (all zero while it is
+   * not known), and the link of the module's table of peers by uuid
+   * (nexus/util/nxu_uuid.h keeps one). */
+  uint8_t uuid[NX_UUID_SIZE];
+  struct nx_endpoint *uuid_next;
+  /* The core's, read and written with atomic operations: 0 while the
+   * endpoint works, then the NX_E* code of the first peer_failed for it.
+   * The core stops sending through a failed endpoint, and a second
+   * peer_failed for it changes nothing. */
+  int failed;
+};
+
+static inline void nx_endpoint_init(struct nx_endpoint *ep,
+                                    const uint8_t *uuid) {
+  for (unsigned i = 0; i < NX_UUID_SIZE; i++)
+    ep->uuid[i] = uuid != NULL ? uuid[i] : 0;
+  ep->uuid_next = NULL;
+  __atomic_store_n(&ep->failed, 0, __ATOMIC_RELAXED);
+}
+
+/* The NX_E* code the endpoint failed with (peer_failed), or 0. */
+static inline int nx_endpoint_failed(const struct nx_endpoint *ep) {
+  return __atomic_load_n(&ep->failed, __ATOMIC_ACQUIRE);
+}
 
 /* The module writes its own descriptor here. */
 struct nx_desc_buf {
@@ -136,13 +167,14 @@ struct nx_core_api {
   void (*send_done)(nx_frame_t *frame, int status);
   void (*handover)(nx_frame_t *frame);
 
-  /* Events. peer_failed: the endpoint returned by connect (or an accepted
-   * one) is dead; the core fails RSRs to it. bad_peer: a peer sent
+  /* Events. peer_failed: the endpoint returned by connect is dead; the
+   * core marks it failed (struct nx_endpoint) and fails RSRs to it. Only
+   * the first report of an endpoint counts. bad_peer: a peer sent
    * something malformed that frame_alloc did not see (counted); the module
    * dropped the peer, or only the message where its transport keeps
    * boundaries. wake: a module thread made work ready for a module without
    * a wait fd. */
-  void (*peer_failed)(void *state, void *ep, int status);
+  void (*peer_failed)(struct nx_endpoint *ep, int status);
   void (*bad_peer)(const char *module, const char *why);
   void (*wake)(void);
 
@@ -273,17 +305,24 @@ struct nx_protocol_ops {
   int (*descriptor)(void *state, struct nx_desc_buf *out);
   int (*reachable)(void *state, const struct nx_desc *peer);
 
-  /* Connections (mandatory). connect may complete lazily; errors that show
-   * later come through peer_failed. */
-  int (*connect)(void *state, const struct nx_desc *peer, void **ep);
-  void (*disconnect)(void *state, void *ep);
+  /* Connections (mandatory). connect returns the endpoint (struct
+   * nx_endpoint) for `peer`, set up, in `*ep`; every destination in one
+   * peer process may share it. It may complete lazily; errors that show
+   * later come through peer_failed. disconnect drops one connect's
+   * reference. */
+  int (*connect)(void *state, const struct nx_desc *peer,
+                 struct nx_endpoint **ep);
+  void (*disconnect)(void *state, struct nx_endpoint *ep);
 
   /* Data (mandatory). Returns 0 (the module owns the frame until it calls
    * send_done or handover); NX_EAGAIN when its queue to that peer is full
    * (the core keeps the frame, drives progress and tries again, unless the
    * caller passed NX_RSR_NONBLOCK); or another negative code (the core
-   * keeps the frame and fails the RSR). */
-  int (*send)(void *state, void *ep, nx_frame_t *frame, unsigned flags);
+   * keeps the frame and fails the RSR). Once peer_failed reported `ep`,
+   * the core fails RSRs to it without calling send (one that raced with
+   * the report may still come: refuse it as before). */
+  int (*send)(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+              unsigned flags);
 
   /* Progress. progress (mandatory) never blocks and returns the number of
    * events handled; the frames it completes go into `batch` (with
@@ -301,7 +340,8 @@ struct nx_protocol_ops {
   /* Optional: what carries endpoint `ep` underneath (for example
    * the UCX transports it uses), written into buf as one line; returns 0
    * or a negative code. */
-  int (*endpoint_info)(void *state, void *ep, char *buf, size_t len);
+  int (*endpoint_info)(void *state, struct nx_endpoint *ep, char *buf,
+                       size_t len);
 
   /* Optional: the launcher table (NULL for a module that only moves
    * frames). */
