@@ -161,6 +161,7 @@ struct pvmstate {
   nx_mutex_t m;
   nx_cond_t c;
   int mytid, ptid, roottid, is_root;
+  int next_tid; /* the root: the tid the next spawned task gets */
   nx_gp_t self_gp;
   struct peer *peers;
   int npeers, peercap;

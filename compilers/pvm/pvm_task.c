@@ -586,6 +586,80 @@ void nxpvmi_reply_buf(int tid, int id, int result, const struct pvmbuf *b) {
   reply(tid, id, result, NULL, b);
 }
 
+/* Tids as PVM numbers the tasks of its first host: 0x40000 is the host
+ * (pvm_tidtohost), its tasks 0x40001, 0x40002, ... A tid is the process
+ * id part of the task's context ids (nxpvmi_tid_of_context), which
+ * NX_PROC_ID sets (docs/design.md): the task started by hand takes the
+ * first, the ranks of a job the first + rank, and the root hands out the
+ * rest, one for each task spawned (H_WHO with tid 0). */
+#define TID_FIRST 0x40001
+
+/* The root: the next tid, one no task it knows has. */
+static int new_tid(void) {
+  nx_mutex_lock(&nxpvm.m);
+  int tid = nxpvm.next_tid;
+  while (tid == nxpvm.mytid || nxpvmi_peer(tid, 0) != NULL)
+    tid++;
+  nxpvm.next_tid = tid + 1;
+  nx_mutex_unlock(&nxpvm.m);
+  return tid;
+}
+
+/* A tid for a task about to be spawned, or 0 when the root cannot be
+ * asked (the task then draws its process id at random, as every nexus
+ * process does). */
+static int spawn_tid(void) {
+  if (nxpvm.is_root)
+    return new_tid();
+  nx_gp_t root = NX_GP_NULL;
+  if (nxpvmi_resolve_root(&root) < 0)
+    return 0;
+  struct rpc *r = nxpvmi_rpc_new();
+  nx_buffer_t *b;
+  int rc =
+      r == NULL ? PvmNoMem : nxpvmi_rsr(nxpvm.roottid, &root, H_WHO, 16, &b);
+  if (rc == 0) {
+    nx_put_int32(b, r->id);
+    nx_put_int32(b, 0);
+    rc = nxpvmi_send_root(b);
+  }
+  if (rc == 0)
+    rc = nxpvmi_rpc_wait(r, 30, 0);
+  if (r != NULL)
+    nxpvmi_rpc_free(r);
+  nx_gp_release(&root);
+  return rc > 0 ? rc : 0;
+}
+
+/* Before the first nx_init of the process: the tid of a task that is not
+ * spawned (a spawned one has NX_PROC_ID from its spawner, a process
+ * context some other program made gets none). Returns 1 if it set
+ * NX_PROC_ID (to be removed after nx_init, so that programs this one
+ * starts do not inherit it). */
+static int own_tid(void) {
+  static int done;
+  if (done || getenv("NX_PROC_ID") != NULL)
+    return 0;
+  done = 1;
+  static const char *const ranks[] = {"NX_RANK", "OMPI_COMM_WORLD_RANK",
+                                      "PMIX_RANK"};
+  long rank = -1;
+  for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]) && rank < 0; i++) {
+    const char *v = getenv(ranks[i]);
+    char *end;
+    if (v != NULL && v[0] != '\0') {
+      long r = strtol(v, &end, 10);
+      if (*end == '\0' && r >= 0 && r < (1l << 20))
+        rank = r;
+    }
+  }
+  if (rank < 0 && (getenv("NX_CTL_FD") != NULL || getenv("NX_CTL_TCP") != NULL))
+    return 0;
+  char v[16];
+  snprintf(v, sizeof(v), "%ld", TID_FIRST + (rank < 0 ? 0 : rank));
+  return setenv("NX_PROC_ID", v, 0) == 0;
+}
+
 /* "nxpvm.who" (root): which gp has this tid? */
 static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
@@ -595,6 +669,10 @@ static void on_who(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &id) < 0 ||
       nx_get_int32(buf, &tid) < 0)
     return;
+  if (tid == 0) { /* no task has tid 0: a spawner asks for a new tid */
+    reply(from, id, new_tid(), NULL, NULL);
+    return;
+  }
   nx_gp_t gp = NX_GP_NULL;
   int found = 0;
   nx_mutex_lock(&nxpvm.m);
@@ -848,7 +926,10 @@ static int start(void) {
    * and release barriers along a binomial tree. */
   const char *tm = getenv("NXPVM_TREE_MIN");
   nxpvm.tree_min = tm != NULL && atoi(tm) > 0 ? atoi(tm) : 4;
+  int set = own_tid();
   int rc = nx_init(NULL, NULL);
+  if (set)
+    unsetenv("NX_PROC_ID");
   if (rc < 0)
     return PvmSysErr;
   nx_mutex_init(&nxpvm.m);
@@ -906,6 +987,8 @@ static int start(void) {
     nxpvm.is_root = rank == 0;
     free(gps);
   }
+  if (nxpvm.is_root)
+    nxpvm.next_tid = TID_FIRST + (nxpvm.nsiblings > 1 ? nxpvm.nsiblings : 1);
   nxpvm.started = 1;
   /* A task spawned while its spawner caught output sends its own there. */
   if (nxpvm.out_tid > 0 && nxpvmi_out_start(nxpvm.out_tid) < 0)
@@ -1154,7 +1237,12 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
     av[i + 1] = argv[i];
   nx_gp_t gp = NX_GP_NULL;
   int remote = strcmp(node.host, "localhost") != 0;
-  rc = nx_context_create(&node, task, av, &gp);
+  char tid_var[32];
+  char *env[] = {tid_var, NULL};
+  int want = spawn_tid();
+  snprintf(tid_var, sizeof(tid_var), "NX_PROC_ID=%d", want);
+  nx_context_attr_t attr = {want > 0 ? env : NULL, 0, 0};
+  rc = nx_context_create_attr(&node, task, av, &attr, &gp);
   free(av);
   free(found);
   nx_node_release(&node);

@@ -230,7 +230,9 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
     if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
         strncmp(environ[i], "NX_KEY=", 7) != 0 &&
         strncmp(environ[i], "NX_RANK=", 8) != 0 &&
-        strncmp(environ[i], "NX_SIZE=", 8) != 0 && !var_in(environ[i], extra))
+        strncmp(environ[i], "NX_SIZE=", 8) != 0 &&
+        strncmp(environ[i], "NX_PROC_ID=", 11) != 0 &&
+        !var_in(environ[i], extra))
       env[k++] = environ[i];
   for (size_t i = 0; i < x; i++)
     env[k++] = extra[i];

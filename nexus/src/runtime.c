@@ -98,10 +98,22 @@ static int read_env(void) {
   return nxu_hex_decode(hex, nxi_rt.key, NX_KEY_SIZE);
 }
 
+/* The process id is random, or NX_PROC_ID at the process's first nx_init
+ * (checked by read_env): a frontend that numbers its processes gives each
+ * its number. A later run of the runtime draws one: its peers may remember
+ * the first as dead. */
+static int proc_id_read;
+
 static int new_identity(void) {
   if (getrandom(nxi_rt.process_uuid, 16, 0) != 16)
     return NX_EIO;
   memcpy(&nxi_rt.proc_id, nxi_rt.process_uuid, 4);
+  uint64_t given = 0;
+  char why[160];
+  if (!proc_id_read && getenv("NX_PROC_ID") != NULL &&
+      nxu_opt_number("NX_PROC_ID", &given, why, sizeof(why)) == 0 && given != 0)
+    nxi_rt.proc_id = (uint32_t)given;
+  proc_id_read = 1;
   if (nxi_rt.proc_id == 0)
     nxi_rt.proc_id = 1;
   fill_host_uuid(nxi_rt.host_uuid);

@@ -57,6 +57,11 @@ const struct nxu_opt nxu_opts[] = {
      "seconds nx_context_create waits for the new context"},
     {"NX_ATTACH_LISTEN", NXU_OPT_TEXT, "127.0.0.1", 0, 0, 0, NULL, "core",
      "address[:port] nx_attach_listen listens on"},
+    {"NX_PROC_ID", NXU_OPT_UINT, "(random)", 0, 1, 0xffffffffu, NULL, "core",
+     "this process's id, the high 32 bits of its context ids; read at the "
+     "process's first nx_init only and not passed on to the process "
+     "contexts it creates; must be unique in the computation (nexus-pvm "
+     "sets it: its tids)"},
     {"NX_CTL_FD", NXU_OPT_UINT, "(set by the launcher)", 0, 0, 1u << 30, NULL,
      "core", "a process context's control channel to its creator"},
     {"NX_RANK", NXU_OPT_UINT, "(set by nxrun)", 0, 0, 1u << 30, NULL, "nxrun",

@@ -198,6 +198,37 @@ TEST_CASE("nx_context_create_attr: an environment for the child, only it if "
   CHECK(no_children());
 }
 
+TEST_CASE("NX_PROC_ID names a child's context ids, and only the child's "
+          "it was given to",
+          "[process]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node = local_node();
+  // Given in the child's environment: its context ids carry it.
+  char *const env[] = {(char *)"NX_PROC_ID=262145", nullptr};
+  nx_context_attr_t attr = {env, 0, 0};
+  nx_gp_t gp = NX_GP_NULL;
+  REQUIRE(nx_context_create_attr(&node, CHILD_EXE, nullptr, &attr, &gp) == 0);
+  CHECK((nx_gp_context(&gp) >> 32) == 262145u);
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  nx_gp_release(&gp);
+  // Set in the creator's environment: not passed on (a second process
+  // with one id would break both), so the child draws its own.
+  setenv("NX_PROC_ID", "262145", 1);
+  REQUIRE(nx_context_create(&node, CHILD_EXE, nullptr, &gp) == 0);
+  CHECK((nx_gp_context(&gp) >> 32) != 262145u);
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  nx_gp_release(&gp);
+  unsetenv("NX_PROC_ID");
+  // 0 and non-numbers are refused by the child's nx_init: it never gets
+  // ready.
+  char *const zero[] = {(char *)"NX_PROC_ID=0", nullptr};
+  nx_context_attr_t bad = {zero, 0, 5000};
+  CHECK(nx_context_create_attr(&node, CHILD_EXE, nullptr, &bad, &gp) < 0);
+  CHECK(nx_gp_is_null(&gp));
+  CHECK(no_children());
+}
+
 TEST_CASE("a created process context knows its creator", "[process]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
