@@ -26,7 +26,8 @@
  *     UCX offers here (shared memory, CMA for large messages);
  *   - "as the module": what the ucx module asks of UCX: peer-failure
  *     handling (UCP_ERR_HANDLING_MODE_PEER, shared memory allowed to report
- *     failures with UCX_MM_ERROR_HANDLING=y) and UCP_AM_SEND_FLAG_REPLY.
+ *     failures with UCX_MM_ERROR_HANDLING=y), a keepalive interval of 1 s
+ *     and UCP_FEATURE_WAKEUP.
  * Then RSRs: "ping" to a child (this program, "--child") whose
  * non-threaded handler answers "pong" with the same bytes, the main thread
  * waiting in nx_cond_wait; with NX_PROGRESS=poll and with the progress
@@ -64,7 +65,7 @@ struct raw {
   ucp_context_h ctx;
   ucp_worker_h worker;
   ucp_ep_h ep;
-  int peer_mode; /* as the module: error mode PEER, REPLY flag */
+  int peer_mode; /* as the module: error mode PEER, keepalive, wakeup */
   volatile int arrived;
   size_t len;
   char *buf;
@@ -114,9 +115,8 @@ static void raw_sent(void *req, ucs_status_t st, void *ud) {
 static void raw_send(size_t len) {
   static char hdr[HDR];
   ucp_request_param_t p = {
-      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
+      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
       .cb.send = raw_sent,
-      .flags = raw.peer_mode ? UCP_AM_SEND_FLAG_REPLY : 0,
   };
   ucs_status_ptr_t r = ucp_am_send_nbx(raw.ep, 0, hdr, HDR, raw.buf, len, &p);
   if (UCS_PTR_IS_ERR(r))
@@ -135,10 +135,13 @@ static void raw_setup(int rfd, int wfd) {
   ucp_config_t *cfg;
   if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK)
     bench_die("raw: ucp_config_read", NULL);
-  if (raw.peer_mode)
+  if (raw.peer_mode) {
     ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
+    ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
+  }
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                     .features = UCP_FEATURE_AM};
+                     .features = UCP_FEATURE_AM |
+                                 (raw.peer_mode ? UCP_FEATURE_WAKEUP : 0)};
   if (ucp_init(&pp, cfg, &raw.ctx) != UCS_OK)
     bench_die("raw: ucp_init", NULL);
   ucp_config_release(cfg);

@@ -124,7 +124,7 @@ enum { RX_PENDING, RX_DONE, RX_FAILED };
  * that sender. A frame's module_data[0] links the queue, [1] is its
  * struct ucx_rx (NULL for a frame that arrived complete). */
 struct ucx_rxq {
-  ucp_ep_h from; /* the reply endpoint UCX names the sender by */
+  uint64_t from; /* the sending process: its frames' source >> 32 */
   nx_frame_t *head, *tail;
   struct ucx_rxq *next;
 };

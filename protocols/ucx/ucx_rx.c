@@ -3,14 +3,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nxu_wire.h"
 #include "ucx_rx.h"
 
 /* Order. UCX runs the handler for one endpoint's messages in the order they
  * were sent, but a large message (rendezvous) is complete only when its
  * fetch is, and a later small one may be complete at once. So frames of a
  * sender that has a fetch in progress wait in that sender's queue and leave
- * it in arrival order; senders are told apart by the reply endpoint UCX
- * hands the handler (every frame is sent with UCP_AM_SEND_FLAG_REPLY). A
+ * it in arrival order; senders are told apart by the sending process the
+ * frame header names (its source's high 32 bits, 0 when not known: such
+ * frames share one queue). Not by UCX's reply endpoint: asking for it
+ * (UCP_AM_SEND_FLAG_REPLY) made every 8 B round trip a third slower. A
  * queue exists only while its sender has a fetch in progress, so the usual
  * case (nothing pending) costs one test of an empty list. Everything here
  * runs inside ucp_worker_progress, under ucx.lock. */
@@ -29,7 +32,7 @@ static void dropped_push(struct ucx *u, nx_frame_t *f) {
   u->dropped = f;
 }
 
-static struct ucx_rxq *rxq_find(struct ucx *u, ucp_ep_h from) {
+static struct ucx_rxq *rxq_find(struct ucx *u, uint64_t from) {
   for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next)
     if (q->from == from)
       return q;
@@ -144,15 +147,14 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
                          const ucp_am_recv_param_t *param) {
   struct ucx *u = arg;
   int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-                      ? param->reply_ep
-                      : NULL;
   u->received++;
   u->events++;
   if (header_length != NX_FRAME_HDR_SIZE || header == NULL) {
     u->core->bad_peer(UCX_NAME, "an active message without a frame header");
     return refuse(rndv, UCS_ERR_INVALID_PARAM);
   }
+  /* The sender, for order only (frame_alloc checks the rest). */
+  uint64_t from = nxu_rd64((const uint8_t *)header + 40) >> 32;
   struct ucx_rxq *q = rxq_find(u, from);
   if (!rndv && length >= UCX_WRAP_MIN &&
       (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
