@@ -605,6 +605,19 @@ static int new_tid(void) {
   return tid;
 }
 
+/* Asks the root "nxpvm.who" about `tid` (0: for a new tid) and waits for
+ * its answer in `r`. Returns a PVM code, or the root's result. */
+static int ask_who(nx_gp_t *root, int tid, struct rpc *r) {
+  nx_buffer_t *b;
+  int rc = nxpvmi_rsr(nxpvm.roottid, root, H_WHO, 16, &b);
+  if (rc == 0) {
+    nx_put_int32(b, r->id);
+    nx_put_int32(b, tid);
+    rc = nxpvmi_send_root(b);
+  }
+  return rc == 0 ? nxpvmi_rpc_wait(r, 30, 0) : rc;
+}
+
 /* A tid for a task about to be spawned, or 0 when the root cannot be
  * asked (the task then draws its process id at random, as every nexus
  * process does). */
@@ -615,16 +628,7 @@ static int spawn_tid(void) {
   if (nxpvmi_resolve_root(&root) < 0)
     return 0;
   struct rpc *r = nxpvmi_rpc_new();
-  nx_buffer_t *b;
-  int rc =
-      r == NULL ? PvmNoMem : nxpvmi_rsr(nxpvm.roottid, &root, H_WHO, 16, &b);
-  if (rc == 0) {
-    nx_put_int32(b, r->id);
-    nx_put_int32(b, 0);
-    rc = nxpvmi_send_root(b);
-  }
-  if (rc == 0)
-    rc = nxpvmi_rpc_wait(r, 30, 0);
+  int rc = r == NULL ? PvmNoMem : ask_who(&root, 0, r);
   if (r != NULL)
     nxpvmi_rpc_free(r);
   nx_gp_release(&root);
@@ -837,19 +841,11 @@ int nxpvmi_resolve(int tid, nx_gp_t *gp) {
    * root about it: ask again for a while. */
   for (int tries = 0; tries < 50; tries++) {
     struct rpc *r = nxpvmi_rpc_new();
-    nx_buffer_t *b;
     if (r == NULL) {
       rc = PvmNoMem;
       break;
     }
-    rc = nxpvmi_rsr(nxpvm.roottid, &root, H_WHO, 16, &b);
-    if (rc == 0) {
-      nx_put_int32(b, r->id);
-      nx_put_int32(b, tid);
-      rc = nxpvmi_send_root(b);
-    }
-    if (rc == 0)
-      rc = nxpvmi_rpc_wait(r, 30, 0);
+    rc = ask_who(&root, tid, r);
     if (rc == 0 && r->has_gp) {
       nx_mutex_lock(&nxpvm.m);
       nx_gp_t copy;

@@ -110,7 +110,7 @@ static int new_identity(void) {
   memcpy(&nxi_rt.proc_id, nxi_rt.process_uuid, 4);
   uint64_t given = 0;
   char why[160];
-  if (!proc_id_read && getenv("NX_PROC_ID") != NULL &&
+  if (!proc_id_read &&
       nxu_opt_number("NX_PROC_ID", &given, why, sizeof(why)) == 0 && given != 0)
     nxi_rt.proc_id = (uint32_t)given;
   proc_id_read = 1;

@@ -50,11 +50,9 @@ static void send_self(int tag, int v) {
 }
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int me = pvm_mytid();
+  int me = task_start();
   if (me < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0)
     return child();
 

@@ -78,10 +78,8 @@ static int child(void) {
 }
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (pvm_mytid() < 0)
+  if (task_start() < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0)
     return child();
   /* The owner may replace its own entry. */

@@ -12,10 +12,8 @@ static const char *const want[] = {"BEGIN", "a line from the child",
 #define NWANT (int)(sizeof(want) / sizeof(want[0]))
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (pvm_mytid() < 0)
+  if (task_start() < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0) {
     printf("a line from the child\n");
     printf("and another, %d\n", 42);

@@ -77,11 +77,9 @@ static int node_host(int me) {
 #endif
 
 int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  int me = pvm_mytid();
+  int me = task_start();
   if (me < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
 
   int nhost = 0, narch = 0;
   struct pvmhostinfo *hi = NULL;

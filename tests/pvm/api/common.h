@@ -63,6 +63,18 @@ static inline int said(const char *what, int rc, int want) {
 }
 
 /* Spawns `n` copies of this program with `arg` as argv[1]. */
+/* A program's start: stdout line-buffered (a parent and its children
+ * print in the order they wrote), the task's tid (negative: no PVM here,
+ * the caller skips with 77), and errors returned, not printed (the
+ * program prints what each call returns). */
+static inline int task_start(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int me = pvm_mytid();
+  if (me >= 0)
+    pvm_setopt(PvmAutoErr, 0);
+  return me;
+}
+
 static inline int spawn_self(const char *arg, int n, int *tids) {
   char self[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);

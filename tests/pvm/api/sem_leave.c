@@ -109,10 +109,8 @@ static int member(void) {
 }
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (pvm_mytid() < 0)
+  if (task_start() < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
   if (argc > 1 && strcmp(argv[1], "member") == 0)
     return member();
   pvm_setopt(PvmShowTids, 0);

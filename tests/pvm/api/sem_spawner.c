@@ -46,10 +46,8 @@ static int middle(void) {
 }
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (pvm_mytid() < 0)
+  if (task_start() < 0)
     return 77;
-  pvm_setopt(PvmAutoErr, 0);
   if (argc > 2 && strcmp(argv[1], "worker") == 0)
     return worker(atoi(argv[2]));
   if (argc > 1 && strcmp(argv[1], "middle") == 0)
