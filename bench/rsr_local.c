@@ -1,7 +1,13 @@
 /* In-process RSR round-trip benchmark, printed beside a shared-memory flag
  * ping-pong and a mutex+condvar hand-off measured in the same run; payloads up
  * to 4 MiB, copying and zero-copy, beside a flag ping-pong that copies each
- * payload once per hop. */
+ * payload once per hop.
+ *
+ * Usage: bench_rsr_local [--quick | --smoke] [--null-only | --null-threaded].
+ * --null-only prints the median null non-threaded round trip alone (the
+ * local-only anchor runs the program so), --null-threaded the threaded one:
+ * each runs no anchor, for profiling one path (perf, or callgrind with
+ * NX_PROGRESS=poll, where no progress thread spins). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -362,6 +368,8 @@ int main(int argc, char **argv) {
       mode = "--smoke";
     } else if (strcmp(argv[i], "--null-only") == 0) {
       null_only = 1;
+    } else if (strcmp(argv[i], "--null-threaded") == 0) {
+      null_only = 2; /* the threaded null round trip alone: to profile */
     }
   }
   /* With the default module set, what only the local module costs, in
@@ -371,8 +379,8 @@ int main(int argc, char **argv) {
       getenv("NX_PROGRESS") == NULL)
     local_only = local_only_anchor(argv[0], mode);
   /* The anchors run before nx_init, so no runtime thread competes. */
-  double floor = min_of(bench_flag, NULL);
-  double cond = median_of(bench_cond, NULL);
+  double floor = null_only ? 0 : min_of(bench_flag, NULL);
+  double cond = null_only ? 0 : median_of(bench_cond, NULL);
   if (nx_init(&argc, &argv) < 0) {
     fprintf(stderr, "nx_init failed\n");
     return 1;
@@ -405,7 +413,7 @@ int main(int argc, char **argv) {
   nx_context_create_local(peer_init, NULL, &peer_gp[0]);
   nx_gp_copy(&peer_gp[0], &peer_gp[1]);
   if (null_only) {
-    struct rsr_case c = {0, 0, 0};
+    struct rsr_case c = {null_only == 2, 0, 0};
     printf("%.4f\n", median_of(bench_rsr, &c));
     nx_gp_release(&peer_gp[0]);
     nx_gp_release(&peer_gp[1]);
