@@ -41,16 +41,18 @@ NX_EXTERN size_t nx_sizeof_bytes(size_t count);
 NX_EXTERN size_t nx_sizeof_gp(const struct nx_gp *gp);
 
 /* Creates a stand-alone buffer (not bound to an RSR) for packing and
- * unpacking, in this machine's format. Returns 0, NX_EINVAL, NX_ENOMEM or
- * NX_ENOTINIT. */
+ * unpacking, in this machine's format. Returns 0, NX_EINVAL (`buf` NULL),
+ * NX_ENOMEM (also for a size hint above SIZE_MAX / 2) or NX_ENOTINIT. */
 NX_EXTERN int nx_buffer_create(size_t size_hint, nx_buffer_t **buf);
 
 /* Makes the buffer write in `format` (NX_FORMAT_*). Only allowed while the
- * buffer is empty: returns NX_EBUSY otherwise, NX_EINVAL for a bad format.
+ * buffer is empty. Returns 0, NX_EBUSY (the buffer holds values already) or
+ * NX_EINVAL (NULL, a bad format, or a received buffer, which is read-only).
  * Used to exercise receiver-makes-right on a machine of one format. */
 NX_EXTERN int nx_buffer_set_format(nx_buffer_t *buf, int format);
 
-/* The format tag the buffer's contents are in. */
+/* The format tag the buffer's contents are in (NX_FORMAT_*), or NX_EINVAL
+ * for NULL. */
 NX_EXTERN int nx_buffer_format(const nx_buffer_t *buf);
 
 /* The id (as nx_context_id gives it) of the context that sent the RSR
@@ -61,7 +63,8 @@ NX_EXTERN int nx_buffer_format(const nx_buffer_t *buf);
  * Only an id: a reply still needs a gp to the sender. */
 NX_EXTERN uint64_t nx_buffer_source(const nx_buffer_t *buf);
 
-/* Moves the read position back to the first value. */
+/* Moves the read position back to the first value. Returns 0 or NX_EINVAL
+ * (NULL). */
 NX_EXTERN int nx_buffer_rewind(nx_buffer_t *buf);
 
 /* Bytes packed into the buffer, and bytes not yet read. */
@@ -72,7 +75,9 @@ NX_EXTERN size_t nx_buffer_remaining(const nx_buffer_t *buf);
  * program that moves them by other means (a file, a pipe, a launcher).
  * `*data` stays valid until the buffer changes or is released (a received
  * buffer still held at nx_finalize: until then, when its payload is
- * copied out of the protocol module's memory). Returns 0 or NX_EINVAL. */
+ * copied out of the protocol module's memory). Returns 0 or NX_EINVAL (a
+ * NULL argument, or an RSR buffer holding values put by reference, which
+ * are not in its contents). */
 NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data,
                               size_t *len);
 
@@ -87,8 +92,8 @@ NX_EXTERN int nx_buffer_from_bytes(const void *data, size_t len, int format,
  * needs one release. A handler's buffer is released by the runtime when the
  * handler returns, so a handler releases only what it retained. Only for a
  * buffer the caller holds or its handler's own: one already sent is freed
- * memory. Returns 0, NX_EINVAL (NULL, or an RSR buffer not yet sent:
- * nx_rsr_send takes it) or NX_ENOMEM. */
+ * memory. Returns 0 or NX_EINVAL (NULL, or an RSR buffer not yet sent:
+ * nx_rsr_send takes it). */
 NX_EXTERN int nx_buffer_retain(nx_buffer_t *buf);
 
 /* Drops one reference of the program's; the last one frees the buffer. An
@@ -99,8 +104,9 @@ NX_EXTERN int nx_buffer_retain(nx_buffer_t *buf);
  * Returns 0 or NX_EINVAL. */
 NX_EXTERN int nx_buffer_release(nx_buffer_t *buf);
 
-/* Put: append one value, or `count` values. Return 0, NX_EINVAL (NULL, or a
- * received buffer, which is read-only) or NX_ENOMEM. */
+/* Put: append one value, or `count` values. Return 0, NX_EINVAL (NULL, a
+ * NULL `v` with count != 0, count > 2^32 - 1, or a received buffer, which is
+ * read-only) or NX_ENOMEM. */
 NX_EXTERN int nx_put_int8(nx_buffer_t *buf, int8_t v);
 NX_EXTERN int nx_put_uint8(nx_buffer_t *buf, uint8_t v);
 NX_EXTERN int nx_put_int16(nx_buffer_t *buf, int16_t v);
@@ -229,7 +235,8 @@ NX_EXTERN int nx_get_bytes(nx_buffer_t *buf, void *v, size_t count);
  * array reads this way, whichever put wrote it; one that a copying put left
  * unaligned for its type is copied once into memory the buffer owns
  * (nx_put_*_ref never leaves one unaligned). The same errors as the copying
- * gets, and `*v` is written only on success. */
+ * gets, and NX_ENOMEM when that copy cannot be made; `*v` is written only
+ * on success. */
 NX_EXTERN int nx_get_bytes_ptr(nx_buffer_t *buf, const void **v, size_t count);
 NX_EXTERN int nx_get_int8_array_ptr(nx_buffer_t *buf, const int8_t **v,
                                     size_t count);
@@ -255,7 +262,9 @@ NX_EXTERN int nx_get_char_array_ptr(nx_buffer_t *buf, const char **v,
                                     size_t count);
 
 /* The gp is written only on success and must be released with
- * nx_gp_release. */
+ * nx_gp_release. The same errors as the copying gets (NX_ETYPE: the next
+ * value is not a gp; NX_ERANGE: a truncated descriptor list; NX_EPROTO: a
+ * malformed one, or a gp to a context without one), and NX_ENOMEM. */
 NX_EXTERN int nx_get_gp(nx_buffer_t *buf, struct nx_gp *gp);
 
 #ifdef __cplusplus
