@@ -71,7 +71,8 @@ NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg,
  * given 5 s, then sent SIGTERM and, 2 s later, SIGKILL, and reaped; RSRs to
  * it then fail with NX_ENOCONTEXT. Returns 0, NX_EINVAL, NX_ENOCONTEXT
  * (unknown, already destroyed, or another process's context that this
- * process did not create) or NX_EBUSY (the process's initial context). */
+ * process did not create), NX_EBUSY (the process's initial context) or
+ * NX_ENOTINIT. */
 NX_EXTERN int nx_context_destroy(const nx_gp_t *gp);
 
 /* The current context of the calling thread: inside a handler or init the
@@ -82,14 +83,16 @@ NX_EXTERN nx_context_t *nx_context_self(void);
 /* The context's id (unique in the computation). */
 NX_EXTERN uint64_t nx_context_id(const nx_context_t *ctx);
 
-/* The context's compiler-defined data pointer. */
+/* The context's compiler-defined data pointer (NULL for a NULL `ctx`), and
+ * setting it: nx_context_set_data returns 0 or NX_EINVAL (`ctx` NULL). */
 NX_EXTERN void *nx_context_data(const nx_context_t *ctx);
 NX_EXTERN int nx_context_set_data(nx_context_t *ctx, void *data);
 
 /* Registers `fn` under `name` in `ctx`. Registering the same name again
- * replaces the function and kind. Returns 0; NX_EINVAL (NULL, empty name,
- * bad kind); NX_ECOLLISION when another name in this context hashes to the
- * same id; NX_ENOMEM. `*id` (may be NULL) receives the handler's id. */
+ * replaces the function and kind. Returns 0; NX_EINVAL (NULL `ctx`, `name`
+ * or `fn`, empty name, bad kind); NX_ECOLLISION when another name in this
+ * context hashes to the same id; NX_ENOMEM. `*id` (may be NULL) receives
+ * the handler's id. */
 NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name,
                                   nx_handler_fn fn, int kind,
                                   nx_handler_id_t *id);

@@ -30,8 +30,8 @@ typedef struct nx_gp {
  * Returns 0, NX_EINVAL or NX_ENOTINIT. */
 NX_EXTERN int nx_gp_make(void *address, nx_gp_t *gp);
 
-/* Copies `src` into `dst` (dst gets its own reference). Returns 0 or NX_EINVAL.
- */
+/* Copies `src` into `dst` (dst gets its own reference). Returns 0 or
+ * NX_EINVAL. */
 NX_EXTERN int nx_gp_copy(const nx_gp_t *src, nx_gp_t *dst);
 
 /* Drops the gp's reference and sets it to NX_GP_NULL. Releasing a null gp
@@ -59,8 +59,10 @@ NX_EXTERN const char *nx_gp_protocol(const nx_gp_t *gp);
  * (for example "ucx: sysv/memory, posix/memory"), as one line in `buf`;
  * through a gateway "via gw (<module to the gateway>) then <the first
  * module in the gateway's order that the destination offers>".
- * Returns 0; NX_EUNREACH (no protocol reaches it); NX_ENOTSUP (the module
- * does not say: `buf` then holds just the module name); NX_EINVAL. */
+ * Returns 0; NX_EUNREACH (no protocol reaches it, or before nx_init);
+ * NX_ENOTSUP (the module does not say: `buf` then holds just the module
+ * name); NX_EINVAL; NX_ENOMEM; the code its process was lost with (as
+ * nx_rsr_send); or the module's error. */
 NX_EXTERN int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
 
 /* Gateways (docs/design.md, "Gateways"): a process that loads modules its
@@ -69,7 +71,8 @@ NX_EXTERN int nx_gp_protocol_info(const nx_gp_t *gp, char *buf, size_t len);
  * Makes this process a gateway: it forwards, without running a handler,
  * RSRs sent through it to the processes that joined it. Gps made from now
  * on say so. NX_GATEWAY=1 calls it in nx_init. Returns 0 (also when it is
- * one already), NX_ENOTINIT, NX_ENOMEM. */
+ * one already), NX_ENOTINIT, NX_ENOMEM, NX_EBUSY (this process's
+ * descriptor list is full: 16 entries, modules and gateways together). */
 NX_EXTERN int nx_gateway_enable(void);
 
 /* Joins the gateway whose process `gw` names: registers this process with
@@ -78,8 +81,11 @@ NX_EXTERN int nx_gateway_enable(void);
  * but reaches the gateway sends through it. Call it from a program thread,
  * not a handler. Returns 0 (also when joined already); NX_ENOTSUP (its
  * process is not a gateway); NX_EINVAL (NULL, a null gp, or a gp to this
- * process); NX_EBUSY (called in a handler, or 16 gateways joined);
- * NX_ETIMEDOUT; NX_ENOTINIT; or the error sending to it. */
+ * process); NX_EBUSY (called in a handler, or this process's descriptor
+ * list is full: 16 entries, modules and gateways together); NX_EMSGSIZE
+ * (the gateway's descriptor list is too long to carry in this process's);
+ * NX_ETIMEDOUT; NX_ENOMEM; NX_ENOTINIT; the error sending to it; or the
+ * gateway's error taking this process in. */
 NX_EXTERN int nx_gateway_use(const nx_gp_t *gw);
 
 #ifdef __cplusplus

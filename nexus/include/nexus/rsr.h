@@ -44,11 +44,14 @@ NX_EXTERN int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp,
  * before this returns: drop the pointer. Sending it again, or releasing it
  * (nx_buffer_release), returns NX_EINVAL without reading it. Returns 0;
  * NX_EINVAL; NX_ENOTINIT; NX_ENOMEM; NX_EUNREACH when no loaded protocol
- * reaches the destination; or an error of the protocol module (for modules
- * with send queues, NX_EAGAIN with NX_RSR_NONBLOCK). A destination context
- * or handler that turns out not to exist is reported at the destination
- * (dropped, counted, error callback), not here. The gp given to nx_rsr_init
- * must stay valid until this call. */
+ * reaches the destination; the code its process was lost with, once it is
+ * known lost (NX_EPEERDEAD, NX_ENOCONTEXT for a process context this
+ * process destroyed, or the error of its last route); or an error of the
+ * protocol module (NX_EAGAIN with NX_RSR_NONBLOCK when its send queue is
+ * full, NX_EMSGSIZE for a frame too large for it, ...). A destination
+ * context or handler that turns out not to exist is otherwise reported at
+ * the destination (dropped, counted, error callback), not here. The gp
+ * given to nx_rsr_init must stay valid until this call. */
 NX_EXTERN int nx_rsr_send(nx_buffer_t *buf);
 NX_EXTERN int nx_rsr_send_flags(nx_buffer_t *buf, unsigned flags);
 

@@ -17,9 +17,14 @@ extern "C" {
  * NX_PROGRESS=poll, the progress thread. `argc`/`argv` may be NULL.
  * Calls nest: each nx_init needs one nx_finalize.
  * Returns 0, NX_ENOMEM, NX_EUNREACH (no protocol module loaded; the reasons
- * are printed), NX_EINVAL (bad environment setting), NX_EIO (no random
- * bytes for the process identity) or NX_EBUSY (an earlier nx_finalize had
- * to leave blocked handler threads running). */
+ * are printed), NX_EINVAL (a malformed setting, or NX_PROTOCOLS naming a
+ * module that is not there; the reason is printed), NX_EIO (no random
+ * bytes for the process identity or key, or a module's wait fd cannot be
+ * watched), NX_EAGAIN (no thread to watch the creator's control channel),
+ * NX_EBUSY (an earlier nx_finalize had to leave blocked handler threads
+ * running), or the error of agreeing on the job's key (a rank of an MPI
+ * job or a PMIx server's process: the module's or PMIx's code, NX_EPROTO
+ * for a malformed key). */
 NX_EXTERN int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime. First it delivers: RSRs sent to contexts of this
@@ -141,7 +146,8 @@ typedef struct nx_module_info {
                            idle modules are polled less often the more it is */
 } nx_module_info_t;
 
-/* Number of modules the loader considered (found or asked for). */
+/* Number of modules the loader considered (found or asked for), or
+ * NX_ENOTINIT. */
 NX_EXTERN int nx_module_count(void);
 
 /* Writes what happened to module `index` (0 <= index < nx_module_count()).
