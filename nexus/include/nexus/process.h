@@ -21,7 +21,9 @@ extern "C" {
  * host i modulo their number); such a node's `host` is the spec. Returns
  * 0; NX_EINVAL (a malformed spec); NX_ENOTSUP (no loaded module starts
  * processes for that spec, e.g. the mpi module left out by NX_PROTOCOLS:
- * the reason is logged); NX_ENOTINIT (a module spec before nx_init). */
+ * the reason is logged); NX_ENOTINIT (a module spec before nx_init). NULL
+ * `spec`, NULL `nodes` with count > 0, a negative count and a spec longer
+ * than 63 characters are NX_EINVAL too. */
 NX_EXTERN int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes);
 
 /* Gives a node back. Returns 0 or NX_EINVAL. */
@@ -41,8 +43,10 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
  * NX_EINVAL; NX_ENOTSUP (a node that is neither local nor a loaded module's);
  * NX_ENOENT (the program could not be started); NX_EPEERDEAD (it ended
  * before it was ready, or said something malformed); NX_ETIMEDOUT;
- * NX_EAGAIN (no process, socket or thread to be had); NX_ENOMEM;
- * NX_ENOTINIT. */
+ * NX_EAGAIN (no process, socket or thread to be had); NX_EIO (its control
+ * channel failed); NX_ENOMEM; NX_ENOTINIT; on a "pmix" node NX_EUNREACH
+ * (this host has no IPv4 address up for the child to connect back to); or
+ * the error of the module or PMIx server that starts it. */
 NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
                                 char *const argv[], nx_gp_t *gp);
 
@@ -76,13 +80,14 @@ NX_EXTERN int nx_context_create_attr(const nx_node_t *node, const char *exe,
  * any kind of node, or nxrun): its initial context is initialised; the
  * creator gets its gp now.
  * Idempotent. Returns 0, NX_ENOENT (this process was not started that way),
- * NX_EPEERDEAD (the creator is gone) or NX_ENOTINIT. */
+ * NX_EPEERDEAD (the creator is gone), NX_EIO (the control channel failed),
+ * NX_ENOMEM, NX_ENOTINIT, or the error of the module whose channel it is. */
 NX_EXTERN int nx_context_ready(void);
 
 /* nx_context_ready, then serves RSRs until the creator destroys this
  * context (returns 0) or goes away (returns NX_EPEERDEAD). The program then
  * calls nx_finalize and exits. Returns NX_ENOENT when this process was not
- * started as a process context. */
+ * started as a process context, and nx_context_ready's other codes. */
 NX_EXTERN int nx_context_serve(void);
 
 /* The computation's initial contexts, for a program started by nxrun:
@@ -93,9 +98,11 @@ NX_EXTERN int nx_context_serve(void);
  * MPI module gives the job's ranks (collective: every rank must call it).
  * Calls nx_context_ready first; waits until every peer is ready.
  * `*rank` (may be NULL) gets this process's index, -1 in a context made by
- * nx_context_create. Returns 0, NX_EINVAL, NX_ENOENT, NX_EPEERDEAD (the
- * launcher is gone), NX_EPROTO (a malformed peer list), NX_ENOMEM,
- * NX_ENOTINIT. */
+ * nx_context_create. Returns 0, NX_EINVAL, NX_ENOENT (not started by a
+ * launcher, and in no job), NX_EPEERDEAD (the launcher is gone), NX_EPROTO
+ * or NX_ERANGE (a malformed peer list), NX_ENOMEM, NX_ENOTINIT,
+ * nx_context_ready's codes, or in a job the error of its exchange (the
+ * mpi module's or PMIx's). */
 NX_EXTERN int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
 
 /* Makes this computation accept attachments: programs started separately,
@@ -112,8 +119,11 @@ NX_EXTERN int nx_attach_listen(const char **url);
  * listening context into `*gp`. This process adopts that computation's key
  * (its protocol modules present it from now on), so RSRs flow both ways.
  * Returns 0; NX_EINVAL (malformed URL); NX_EUNREACH (nothing listens
- * there); NX_EACCES (the key was refused); NX_EPROTO; NX_ETIMEDOUT;
- * NX_ENOMEM; NX_ENOTINIT. */
+ * there); NX_EACCES (the listener's proof does not match the URL's key, or
+ * it refused ours); NX_EPROTO (a malformed answer, or the listener closed
+ * in the handshake: an older nexus); NX_ERANGE (a truncated descriptor
+ * list in its answer); NX_ECONNRESET (it closed while sending its
+ * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT. */
 NX_EXTERN int nx_attach(const char *url, nx_gp_t *gp);
 
 #ifdef __cplusplus

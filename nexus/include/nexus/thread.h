@@ -70,7 +70,8 @@ NX_EXTERN int nx_thread_equal(nx_thread_t a, nx_thread_t b);
 NX_EXTERN uint64_t nx_thread_id(void);
 
 /* Mutexes. Returns 0 or NX_EINVAL; nx_mutex_trylock returns NX_EBUSY when
- * the mutex is held; locking a mutex the caller already holds, and
+ * the mutex is held (by another or by the caller), nx_mutex_destroy when
+ * it is locked; nx_mutex_lock of a mutex the caller already holds, and
  * unlocking one it does not hold, return NX_EINVAL and change nothing. */
 NX_EXTERN int nx_mutex_init(nx_mutex_t *mutex);
 NX_EXTERN int nx_mutex_destroy(nx_mutex_t *mutex);
@@ -81,7 +82,10 @@ NX_EXTERN int nx_mutex_unlock(nx_mutex_t *mutex);
 /* Condition variables. Waiters must hold `mutex` and re-check their
  * predicate after waking: like POSIX, a wait may return spuriously.
  * nx_cond_timedwait takes an absolute CLOCK_REALTIME deadline and returns
- * NX_ETIMEDOUT when it passes. */
+ * NX_ETIMEDOUT when it passes. Return 0 or NX_EINVAL (NULL, a wait
+ * without holding `mutex`, a deadline whose tv_nsec is outside
+ * [0, 1e9)); nx_cond_destroy returns NX_EBUSY while a thread sleeps on
+ * the variable. */
 NX_EXTERN int nx_cond_init(nx_cond_t *cond);
 NX_EXTERN int nx_cond_destroy(nx_cond_t *cond);
 NX_EXTERN int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
@@ -91,7 +95,8 @@ NX_EXTERN int nx_cond_signal(nx_cond_t *cond);
 NX_EXTERN int nx_cond_broadcast(nx_cond_t *cond);
 
 /* Thread-specific data. `destructor` (may be NULL) runs at thread exit for
- * a non-NULL value. Return 0, NX_EAGAIN or NX_EINVAL. */
+ * a non-NULL value. Return 0, NX_EAGAIN (nx_key_create: no key left),
+ * NX_ENOMEM (nx_key_create, nx_key_set) or NX_EINVAL. */
 NX_EXTERN int nx_key_create(nx_key_t *key, void (*destructor)(void *));
 NX_EXTERN int nx_key_delete(nx_key_t key);
 NX_EXTERN int nx_key_set(nx_key_t key, const void *value);
