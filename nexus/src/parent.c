@@ -494,7 +494,9 @@ static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
   free(buf);
   if (r == 0)
     *gp = child_gp;
-  return r == NX_EPROTO ? NX_EPEERDEAD : r;
+  /* A malformed READY (a bad or truncated descriptor list included) is
+   * the child's fault: NX_EPEERDEAD, as process.h promises. */
+  return r == NX_EPROTO || r == NX_ERANGE ? NX_EPEERDEAD : r;
 }
 
 static void kill_and_reap(struct child *c, int grace_ms);
