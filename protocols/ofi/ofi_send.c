@@ -378,68 +378,78 @@ static struct ofi_op *dequeue_locked(struct ofi_peer *p) {
   return op;
 }
 
-/* Posts the parts of `op` not posted yet, in order. Peer lock held.
- * Returns 0 when all are posted, -FI_EAGAIN when the provider has no room
- * now, or another negative code (the peer is unusable). */
-static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
+/* Hands part `i` of `op` to libfabric, with FI_INJECT when `inject` is
+ * allowed and the message fits (then no completion comes and *injected is
+ * set). Peer lock held. Returns what fi_sendmsg or fi_tsendmsg did. */
+static ssize_t post_part(struct ofi *o, struct ofi_op *op, unsigned i,
+                         int inject, int *injected) {
   struct ofi_peer *p = op->peer;
   struct ofi_rail *r = p->rail;
   const nx_frame_t *f = op->frame;
   size_t plen = f != NULL ? payload_len(f) : 0;
-  while (op->posted < op->nparts) {
-    unsigned i = op->posted;
-    struct ofi_ctx *c = &op->ctx[i];
-    c->kind = CTX_TX;
-    c->obj = op;
-    ssize_t rc;
-    if (i == 0) {
-      struct iovec iov[NX_FRAME_IOV_MAX];
-      size_t n = 1, len;
-      if (f == NULL) {
-        iov[0] = (struct iovec){op->bounce,
-                                OFI_HELLO_ADDR +
-                                    ofi_get16(op->bounce + OFI_HELLO_SIZE)};
-      } else if (op->large) {
-        iov[0] = (struct iovec){op->pre, OFI_RTS_SIZE};
-      } else if (op->bounce != NULL) {
-        iov[0] = (struct iovec){op->bounce, OFI_PRE_SIZE + plen};
-      } else {
-        /* No more pieces than the provider takes (else: bounce). */
-        iov[0] = (struct iovec){op->pre, OFI_PRE_SIZE};
-        n += span(f, 0, plen, iov + 1);
-      }
-      len = iov[0].iov_len + (n > 1 ? plen : 0);
-      int inject = r->can_inject && len <= r->inject_max;
-      struct fi_msg msg = {.msg_iov = iov,
-                           .iov_count = n,
-                           .addr = p->addr,
-                           .context = inject ? &p->inj_ctx : c};
-      ofi_rail_lock(r);
-      rc = fi_sendmsg(r->ep, &msg, inject ? FI_INJECT : FI_COMPLETION);
-      ofi_rail_unlock(r);
-      if (rc == 0 && inject)
-        op->done++; /* no completion will come */
+  struct ofi_ctx *c = &op->ctx[i];
+  c->kind = CTX_TX;
+  c->obj = op;
+  *injected = 0;
+  ssize_t rc;
+  if (i == 0) {
+    struct iovec iov[NX_FRAME_IOV_MAX];
+    size_t n = 1, len;
+    if (f == NULL) {
+      iov[0] = (struct iovec){
+          op->bounce, OFI_HELLO_ADDR + ofi_get16(op->bounce + OFI_HELLO_SIZE)};
+    } else if (op->large) {
+      iov[0] = (struct iovec){op->pre, OFI_RTS_SIZE};
+    } else if (op->bounce != NULL) {
+      iov[0] = (struct iovec){op->bounce, OFI_PRE_SIZE + plen};
     } else {
-      /* The fragment from the pieces it lies in, or as planned when
-       * they are more than the provider takes (gather_make). */
-      size_t off = (size_t)(i - 1) * op->frag;
-      struct iovec iov[NX_FRAME_IOV_MAX];
-      const struct ofi_gplan *g = gather_plan(op->gather, i - 1);
-      size_t n = g != NULL
-                     ? g->n
-                     : span(f, off,
-                            plen - off < op->frag ? plen - off : op->frag, iov);
-      struct fi_msg_tagged tm = {.msg_iov = g != NULL ? g->iov : iov,
-                                 .iov_count = n,
-                                 .addr = p->addr,
-                                 .tag = ofi_tag(o->id, op->seq, i - 1),
-                                 .context = c};
-      ofi_rail_lock(r);
-      rc = fi_tsendmsg(r->ep, &tm, FI_COMPLETION);
-      ofi_rail_unlock(r);
+      /* No more pieces than the provider takes (else: bounce). */
+      iov[0] = (struct iovec){op->pre, OFI_PRE_SIZE};
+      n += span(f, 0, plen, iov + 1);
     }
+    len = iov[0].iov_len + (n > 1 ? plen : 0);
+    inject = inject && r->can_inject && len <= r->inject_max;
+    struct fi_msg msg = {.msg_iov = iov,
+                         .iov_count = n,
+                         .addr = p->addr,
+                         .context = inject ? &p->inj_ctx : c};
+    ofi_rail_lock(r);
+    rc = fi_sendmsg(r->ep, &msg, inject ? FI_INJECT : FI_COMPLETION);
+    ofi_rail_unlock(r);
+    *injected = rc == 0 && inject;
+  } else {
+    /* The fragment from the pieces it lies in, or as planned when they
+     * are more than the provider takes (gather_make). */
+    size_t off = (size_t)(i - 1) * op->frag;
+    struct iovec iov[NX_FRAME_IOV_MAX];
+    const struct ofi_gplan *g = gather_plan(op->gather, i - 1);
+    size_t n =
+        g != NULL
+            ? g->n
+            : span(f, off, plen - off < op->frag ? plen - off : op->frag, iov);
+    struct fi_msg_tagged tm = {.msg_iov = g != NULL ? g->iov : iov,
+                               .iov_count = n,
+                               .addr = p->addr,
+                               .tag = ofi_tag(o->id, op->seq, i - 1),
+                               .context = c};
+    ofi_rail_lock(r);
+    rc = fi_tsendmsg(r->ep, &tm, FI_COMPLETION);
+    ofi_rail_unlock(r);
+  }
+  return rc;
+}
+
+/* Posts the parts of `op` not posted yet, in order. Peer lock held.
+ * Returns 0 when all are posted, -FI_EAGAIN when the provider has no room
+ * now, or another negative code (the peer is unusable). */
+static ssize_t op_post(struct ofi *o, struct ofi_op *op) {
+  while (op->posted < op->nparts) {
+    int injected;
+    ssize_t rc = post_part(o, op, op->posted, 1, &injected);
     if (rc != 0)
       return rc;
+    if (injected)
+      op->done++; /* no completion will come */
     op->posted++;
   }
   return 0;
