@@ -103,6 +103,12 @@ enum ofi_kind { OFI_EAGER = 1, OFI_RTS = 2, OFI_HELLO = 3, OFI_REFUSE = 4 };
 /* How often a busy module still looks at its peers' liveness. */
 #define OFI_CHECK_NS 10000000ull
 #define OFI_LINGER_MS 2000u
+/* A part of a send that fails with a connection error while its peer's
+ * process is alive (pidfd) is posted again, at most this many times per
+ * part, the n-th time OFI_RESEND_NS << (n - 1) after the failure
+ * (ofi_send.c, "Resending"). */
+#define OFI_RESEND_MAX 8
+#define OFI_RESEND_NS 1000000ull
 #define OFI_SRC_BUCKETS 64
 
 struct ofi;
@@ -122,7 +128,9 @@ enum ofi_ctx_kind {
 struct ofi_ctx {
   struct fi_context2 fc;
   int kind;
-  void *obj; /* the rxbuf, op or rx */
+  unsigned tries;            /* CTX_TX: times this part was posted again */
+  void *obj;                 /* the rxbuf, op or rx */
+  struct ofi_ctx *redo_next; /* CTX_TX: peer.redo_head */
 };
 
 /* An eager receive buffer, posted with fi_recvmsg. */
@@ -200,6 +208,10 @@ struct ofi_peer {
   uint32_t seq;                 /* the next frame's sequence number */
   size_t inflight;              /* bytes accepted and not yet send_done */
   struct ofi_op *qhead, *qtail; /* ops with parts still to post */
+  /* Parts a connection error failed while the process lived: posted
+   * again by the driver, not before redo_at (ofi_send.c). */
+  struct ofi_ctx *redo_head, *redo_tail;
+  uint64_t redo_at;
   int dead;
   const char *why; /* why it died, for the log */
   int status;      /* the NX_E* it is reported with (0: NX_EPEERDEAD) */
@@ -351,7 +363,7 @@ struct ofi {
    * read from a completion queue, a failed inject) and the wake-up code
    * (a peer's pidfd) reach ofi_send.c, which is above them. So the files
    * form no circle: ofi.c, then ofi_send.c, ofi_wake.c, ofi_rail.c. */
-  void (*send_completed)(struct ofi *o, struct ofi_op *op, int err);
+  void (*send_completed)(struct ofi *o, struct ofi_ctx *part, int err);
   void (*peer_kill)(struct ofi *o, struct ofi_peer *p, const char *why);
   /* A REFUSE from the process whose sender id is `id` (ofi_rail.c). */
   void (*peer_refused)(struct ofi *o, uint64_t id);

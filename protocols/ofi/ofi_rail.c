@@ -743,7 +743,7 @@ static void handle(struct ofi_rail *r, void *context, size_t len, int err) {
     post_rxbuf(r, b);
     return;
   }
-  case CTX_TX: o->send_completed(o, c->obj, err); return;
+  case CTX_TX: o->send_completed(o, c, err); return;
   case CTX_INJECT:
     if (err != 0 && err != FI_ECANCELED)
       o->peer_kill(o, c->obj, fi_strerror(err));

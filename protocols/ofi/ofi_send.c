@@ -6,6 +6,7 @@
 #include "ofi_send.h"
 #include "ofi_rail.h"
 #include "ofi_wake.h"
+#include "nxu_time.h"
 
 /* Threads. send() runs on any thread, concurrently with other sends and
  * with progress. A peer's `lock` guards its send side: the next sequence
@@ -623,9 +624,86 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   return 0;
 }
 
-void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err) {
+/* Resending. When one of ofi_rxm's connections closes, the provider fails
+ * the sends it held on it: with a connection error (FI_ENOTCONN, the tcp
+ * provider's word for a socket that was shut; FI_ECONNRESET,
+ * FI_ECONNREFUSED, FI_ECONNABORTED) or, for those still queued behind it,
+ * FI_ECANCELED; the next send to that address opens a new connection. A
+ * connection is not its process: a peer whose process still runs, as its
+ * pidfd says, is not failed for that. The failed part goes again, the same
+ * bytes under the same sequence number (a fragment: the same tag), posted
+ * by the driver OFI_RESEND_NS << (n - 1) after its n-th failure, at most
+ * OFI_RESEND_MAX times. After that, once the process has ended, for a peer
+ * whose process this one cannot watch (another host or pid namespace), and
+ * for the HELLO (a receiver bans a sender whose HELLO comes twice), an
+ * error fails the peer as before.
+ *
+ * Handled once: a provider fails a send it did not deliver whole (the
+ * tcp provider fails the message whose bytes it could not hand to the
+ * socket, and cancels those behind it; the receiving ofi_rxm drops a
+ * message cut short with its connection), so the receiver sees the part
+ * once. Should a copy have arrived all the same, the receiver still
+ * delivers the frame once: it takes each sender's sequence number once
+ * (ofi_rail.c: a message with one already delivered or pending is dropped
+ * and counted), and it posts one receive per fragment tag, so no fragment
+ * is written into a frame twice. */
+
+static int transient(int err) {
+  switch (err) {
+  case FI_ENOTCONN:
+  case FI_ECONNRESET:
+  case FI_ECONNREFUSED:
+  case FI_ECONNABORTED:
+  case FI_ECANCELED: return 1;
+  default: return 0;
+  }
+}
+
+static void redo_add_locked(struct ofi_peer *p, struct ofi_ctx *c,
+                            uint64_t at) {
+  c->redo_next = NULL;
+  if (p->redo_tail != NULL)
+    p->redo_tail->redo_next = c;
+  else
+    p->redo_head = c;
+  p->redo_tail = c;
+  if (p->redo_at < at)
+    p->redo_at = at;
+}
+
+static struct ofi_ctx *redo_pop_locked(struct ofi_peer *p) {
+  struct ofi_ctx *c = p->redo_head;
+  if (c != NULL) {
+    p->redo_head = c->redo_next;
+    if (p->redo_head == NULL)
+      p->redo_tail = NULL;
+    c->redo_next = NULL;
+  }
+  return c;
+}
+
+void ofi_send_completed(struct ofi *o, struct ofi_ctx *c, int err) {
+  struct ofi_op *op = c->obj;
   struct ofi_peer *p = op->peer;
+  /* Whether the process lives costs a system call: asked only when the
+   * error is one a resend may cure, and not under the lock. */
+  int alive =
+      err != 0 && transient(err) && op->frame != NULL && ofi_wake_peer_alive(p);
   pthread_mutex_lock(&p->lock);
+  if (alive && !p->dead && c->tries < OFI_RESEND_MAX) {
+    int first = p->redo_head == NULL;
+    c->tries++;
+    redo_add_locked(p, c, nxu_now_ns() + (OFI_RESEND_NS << (c->tries - 1)));
+    pthread_mutex_unlock(&p->lock);
+    if (first)
+      OFI_LOG(o, 1,
+              "peer %02x%02x%02x%02x: a send failed (%s), its process "
+              "runs: sent again",
+              p->base.uuid[0], p->base.uuid[1], p->base.uuid[2],
+              p->base.uuid[3], fi_strerror(err));
+    attend(o, p, 0);
+    return;
+  }
   op->done++;
   if (err != 0 && op->status == 0)
     op->status = err;
@@ -643,11 +721,46 @@ void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err) {
     op_complete(o, op, op_status(op, dead));
 }
 
+/* Posts again the parts on the peer's redo list, once they are due.
+ * Peer lock held. Returns 0 when the list is empty, -FI_EAGAIN when a part
+ * must wait (not due, or no room in the provider), or another negative
+ * code (the peer is unusable: the part stays listed, for the caller to
+ * fail with the rest). Sets *posted when it posted one. */
+static ssize_t redo_post_locked(struct ofi *o, struct ofi_peer *p,
+                                int *posted) {
+  if (p->redo_head == NULL)
+    return 0;
+  if (nxu_now_ns() < p->redo_at)
+    return -FI_EAGAIN;
+  struct ofi_ctx *c;
+  while ((c = p->redo_head) != NULL) {
+    struct ofi_op *op = c->obj;
+    int injected;
+    /* Not injected: a resent part must complete, to be sent again or
+     * counted. */
+    ssize_t rc = post_part(o, op, (unsigned)(c - op->ctx), 0, &injected);
+    if (rc < 0)
+      return rc;
+    redo_pop_locked(p);
+    *posted = 1;
+  }
+  return 0;
+}
+
 /* The driver's look at one peer: post its queue, or fail it. */
 static void service_peer(struct ofi *o, struct ofi_peer *p) {
   struct ofi_op *ok = NULL, *failed = NULL;
   int posted = 0, again = 0;
   pthread_mutex_lock(&p->lock);
+  if (!p->dead) {
+    ssize_t rc = redo_post_locked(o, p, &posted);
+    if (rc == -FI_EAGAIN) {
+      again = 1;
+    } else if (rc < 0) {
+      p->dead = 1;
+      p->why = fi_strerror((int)-rc);
+    }
+  }
   while (!p->dead && p->qhead != NULL) {
     struct ofi_op *op = p->qhead;
     unsigned before = op->posted;
@@ -673,6 +786,18 @@ static void service_peer(struct ofi *o, struct ofi_peer *p) {
      * complete (on a dead shm peer: at finalize). */
     struct ofi_op *op;
     while ((op = dequeue_locked(p)) != NULL) {
+      op->abandoned = 1;
+      if (op_finished_locked(p, op)) {
+        op->next = failed;
+        failed = op;
+      }
+    }
+    /* Parts waiting to be sent again never will be; their op (queued
+     * or not) is finished here once its other parts are. */
+    struct ofi_ctx *c;
+    while ((c = redo_pop_locked(p)) != NULL) {
+      op = c->obj;
+      op->done++;
       op->abandoned = 1;
       if (op_finished_locked(p, op)) {
         op->next = failed;

@@ -10,8 +10,8 @@
 struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
                               int *err);
 int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *frame);
-/* A completion (or its error) for a part of a send. */
-void ofi_send_completed(struct ofi *o, struct ofi_op *op, int err);
+/* A completion (or its error) for a part of a send (a CTX_TX context). */
+void ofi_send_completed(struct ofi *o, struct ofi_ctx *part, int err);
 /* Driver only: posts queued ops and reports dead peers. */
 void ofi_service(struct ofi *o);
 /* Marks a peer dead; the driver reports it and fails its frames. */

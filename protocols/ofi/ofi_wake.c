@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,14 @@ void ofi_wake_peer_fini(struct ofi_peer *p) {
   p->wake_map = NULL;
   p->wake_word = NULL;
   p->pidfd = -1;
+}
+
+int ofi_wake_peer_alive(const struct ofi_peer *p) {
+  if (p->pidfd < 0)
+    return 0;
+  /* A pidfd becomes readable when its process ends, and stays so. */
+  struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+  return poll(&pfd, 1, 0) == 0;
 }
 
 void ofi_wake_after_send(struct ofi *o, struct ofi_peer *p) {

@@ -10,6 +10,10 @@ void ofi_wake_fini(struct ofi *o);
 /* Connect: liveness (same host) and the wake-up channel (shm). */
 void ofi_wake_peer(struct ofi *o, struct ofi_peer *p);
 void ofi_wake_peer_fini(struct ofi_peer *p);
+/* 1 if the peer's process is known to be running now (its pidfd), 0 if it
+ * has ended or this process cannot tell (another host, another pid
+ * namespace). */
+int ofi_wake_peer_alive(const struct ofi_peer *p);
 /* After a message to `p` is posted: wakes it if it sleeps. */
 void ofi_wake_after_send(struct ofi *o, struct ofi_peer *p);
 /* progress(): `events` were handled in this call; returns more events
