@@ -130,7 +130,7 @@ struct ofi_ctx {
   int kind;
   unsigned tries;            /* CTX_TX: times this part was posted again */
   void *obj;                 /* the rxbuf, op or rx */
-  struct ofi_ctx *redo_next; /* CTX_TX: peer.redo_head */
+  struct ofi_ctx *redo_next; /* CTX_TX: below it on peer.redo */
 };
 
 /* An eager receive buffer, posted with fi_recvmsg. */
@@ -209,8 +209,9 @@ struct ofi_peer {
   size_t inflight;              /* bytes accepted and not yet send_done */
   struct ofi_op *qhead, *qtail; /* ops with parts still to post */
   /* Parts a connection error failed while the process lived: posted
-   * again by the driver, not before redo_at (ofi_send.c). */
-  struct ofi_ctx *redo_head, *redo_tail;
+   * again by the driver, not before redo_at (ofi_send.c). A stack: the
+   * receiver orders frames by sequence number, not by arrival. */
+  struct ofi_ctx *redo;
   uint64_t redo_at;
   int dead;
   const char *why; /* why it died, for the log */

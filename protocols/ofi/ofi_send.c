@@ -659,26 +659,18 @@ static int transient(int err) {
   }
 }
 
-static void redo_add_locked(struct ofi_peer *p, struct ofi_ctx *c,
-                            uint64_t at) {
-  c->redo_next = NULL;
-  if (p->redo_tail != NULL)
-    p->redo_tail->redo_next = c;
-  else
-    p->redo_head = c;
-  p->redo_tail = c;
+static void redo_push_locked(struct ofi_peer *p, struct ofi_ctx *c,
+                             uint64_t at) {
+  c->redo_next = p->redo;
+  p->redo = c;
   if (p->redo_at < at)
     p->redo_at = at;
 }
 
 static struct ofi_ctx *redo_pop_locked(struct ofi_peer *p) {
-  struct ofi_ctx *c = p->redo_head;
-  if (c != NULL) {
-    p->redo_head = c->redo_next;
-    if (p->redo_head == NULL)
-      p->redo_tail = NULL;
-    c->redo_next = NULL;
-  }
+  struct ofi_ctx *c = p->redo;
+  if (c != NULL)
+    p->redo = c->redo_next;
   return c;
 }
 
@@ -691,9 +683,9 @@ void ofi_send_completed(struct ofi *o, struct ofi_ctx *c, int err) {
       err != 0 && transient(err) && op->frame != NULL && ofi_wake_peer_alive(p);
   pthread_mutex_lock(&p->lock);
   if (alive && !p->dead && c->tries < OFI_RESEND_MAX) {
-    int first = p->redo_head == NULL;
+    int first = p->redo == NULL;
     c->tries++;
-    redo_add_locked(p, c, nxu_now_ns() + (OFI_RESEND_NS << (c->tries - 1)));
+    redo_push_locked(p, c, nxu_now_ns() + (OFI_RESEND_NS << (c->tries - 1)));
     pthread_mutex_unlock(&p->lock);
     if (first)
       OFI_LOG(o, 1,
@@ -728,12 +720,12 @@ void ofi_send_completed(struct ofi *o, struct ofi_ctx *c, int err) {
  * fail with the rest). Sets *posted when it posted one. */
 static ssize_t redo_post_locked(struct ofi *o, struct ofi_peer *p,
                                 int *posted) {
-  if (p->redo_head == NULL)
+  if (p->redo == NULL)
     return 0;
   if (nxu_now_ns() < p->redo_at)
     return -FI_EAGAIN;
   struct ofi_ctx *c;
-  while ((c = p->redo_head) != NULL) {
+  while ((c = p->redo) != NULL) {
     struct ofi_op *op = c->obj;
     int injected;
     /* Not injected: a resent part must complete, to be sent again or
