@@ -277,6 +277,15 @@ bool drive(instance &a, instance &b, Pred done, unsigned ms = 10000) {
   return true;
 }
 
+// Sends `f` from a to `ep`, both instances progressing while the module
+// says NX_EAGAIN; returns what the last send said.
+int send_driven(instance &a, instance &b, nx_endpoint *ep, nx_frame_t *f) {
+  int r;
+  while ((r = ops()->send(a.state, ep, f, 0)) == NX_EAGAIN)
+    a.progress(), b.progress();
+  return r;
+}
+
 size_t delivered_count() {
   std::lock_guard<std::mutex> g(the_log.m);
   return the_log.delivered.size();
@@ -393,10 +402,7 @@ TEST_CASE("frames of every size between two instances, in order, "
       frames.emplace_back(
           new tx_frame((uint32_t)(i + 1), pattern(sizes[i], i)));
     for (auto &f : frames) {
-      int r;
-      while ((r = ops()->send(a.state, ep, &f->f, 0)) == NX_EAGAIN)
-        a.progress(), b.progress();
-      REQUIRE(r == 0);
+      REQUIRE(send_driven(a, b, ep, &f->f) == 0);
     }
     REQUIRE(drive(a, b, [&] {
       return delivered_count() == sizes.size() &&
@@ -426,10 +432,7 @@ TEST_CASE("backpressure: over NX_OFI_QUEUE_MAX in flight, send says EAGAIN",
   // Warm up the connection both ways (shm's first send waits for the
   // address exchange).
   tx_frame warm(1, pattern(10, 1));
-  int r;
-  while ((r = ops()->send(a.state, ep, &warm.f, 0)) == NX_EAGAIN)
-    a.progress(), b.progress();
-  REQUIRE(r == 0);
+  REQUIRE(send_driven(a, b, ep, &warm.f) == 0);
   REQUIRE(drive(a, b, [&] { return delivered_count() == 1; }));
   // b does not progress: a large frame stays in flight until b takes it.
   tx_frame big1(2, pattern(700000, 2)), big2(3, pattern(700000, 3));
@@ -547,10 +550,7 @@ TEST_CASE("a connection that closes under a live peer loses nothing: the "
   nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   tx_frame first(1, pattern(100, 1));
-  int r;
-  while ((r = ops()->send(a.state, ep, &first.f, 0)) == NX_EAGAIN)
-    a.progress(), b.progress();
-  REQUIRE(r == 0);
+  REQUIRE(send_driven(a, b, ep, &first.f) == 0);
   REQUIRE(drive(a, b, [&] { return delivered_count() == 1; }));
   // a's socket to b is shut for writing under ofi_rxm: a's next send
   // fails with FI_ENOTCONN (the tcp provider's word for EPIPE), the error
@@ -561,9 +561,7 @@ TEST_CASE("a connection that closes under a live peer loses nothing: the "
   for (int fd : fds)
     REQUIRE(shutdown(fd, SHUT_WR) == 0);
   tx_frame second(2, pattern(3000, 2));
-  while ((r = ops()->send(a.state, ep, &second.f, 0)) == NX_EAGAIN)
-    a.progress(), b.progress();
-  REQUIRE(r == 0);
+  REQUIRE(send_driven(a, b, ep, &second.f) == 0);
   REQUIRE(drive(a, b, [&] {
     std::lock_guard<std::mutex> g(the_log.m);
     return (the_log.delivered.size() == 2 &&
@@ -825,10 +823,7 @@ TEST_CASE("malformed messages from a raw endpoint are dropped and counted; "
   nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   tx_frame after(9, pattern(50000, 9));
-  int r;
-  while ((r = ops()->send(a.state, ep, &after.f, 0)) == NX_EAGAIN)
-    a.progress(), b.progress();
-  REQUIRE(r == 0);
+  REQUIRE(send_driven(a, b, ep, &after.f) == 0);
   REQUIRE(drive(a, b, [&] { return delivered_count() == 2; }));
   std::lock_guard<std::mutex> g(the_log.m);
   CHECK(the_log.delivered[1].second == after.data);
@@ -848,10 +843,7 @@ TEST_CASE("a sender with another computation's key is told at once: its "
   nx_endpoint *ep = nullptr;
   REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
   tx_frame f(7, pattern(100, 7));
-  int r;
-  while ((r = ops()->send(a.state, ep, &f.f, 0)) == NX_EAGAIN)
-    a.progress(), b.progress();
-  REQUIRE(r == 0);
+  REQUIRE(send_driven(a, b, ep, &f.f) == 0);
   // b refuses the HELLO and says so; a reports its peer failed with
   // NX_EACCES (the core then reports the RSRs to it, docs/design.md
   // section 9), well before any finalize bound.
