@@ -62,7 +62,6 @@ static inline int said(const char *what, int rc, int want) {
   return 0;
 }
 
-/* Spawns `n` copies of this program with `arg` as argv[1]. */
 /* A program's start: stdout line-buffered (a parent and its children
  * print in the order they wrote), the task's tid (negative: no PVM here,
  * the caller skips with 77), and errors returned, not printed (the
@@ -75,6 +74,7 @@ static inline int task_start(void) {
   return me;
 }
 
+/* Spawns `n` copies of this program with `arg` as argv[1]. */
 static inline int spawn_self(const char *arg, int n, int *tids) {
   char self[PATH_MAX];
   ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
