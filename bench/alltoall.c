@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "nexus.h"
 
 static double now_s(void) {
@@ -152,12 +153,6 @@ static double run_mpi(const char *prog, int n, int msgs, double *rate) {
   return run_cmd(cmd, rate);
 }
 
-/* A ratio as printed, two decimals: its verdict follows from what the
- * line shows. */
-static double two_places(double x) {
-  return (double)(long)(x * 100 + 0.5) / 100;
-}
-
 int main(int argc, char **argv) {
   int msgs = 2000;
   if (argc > 2 && strcmp(argv[1], "--rank") == 0)
@@ -183,28 +178,14 @@ int main(int argc, char **argv) {
   }
   if (quick)
     msgs = 200;
-  /* nxrun next to this program in the build tree, else on PATH. */
+  /* nxrun from the build tree this program is in, else on PATH. */
   char nxrun[4096];
-  snprintf(nxrun, sizeof(nxrun), "%s", argv[0]);
-  char *slash = strrchr(nxrun, '/');
-  if (slash != NULL) {
-    snprintf(slash + 1, sizeof(nxrun) - (size_t)(slash + 1 - nxrun),
-             "../nexus/tools/nxrun");
-    if (access(nxrun, X_OK) != 0)
-      snprintf(nxrun, sizeof(nxrun), "nxrun");
-  } else {
+  if (bench_beside_self("../nexus/tools/nxrun", nxrun, sizeof(nxrun)) != 0)
     snprintf(nxrun, sizeof(nxrun), "nxrun");
-  }
   /* The Open MPI anchor: mpi_alltoall next to this program, and mpirun. */
   char mpi_prog[4096];
   const char *no_mpi = NULL;
-  snprintf(mpi_prog, sizeof(mpi_prog), "%s", argv[0]);
-  slash = strrchr(mpi_prog, '/');
-  snprintf(slash != NULL ? slash + 1 : mpi_prog,
-           sizeof(mpi_prog) -
-               (slash != NULL ? (size_t)(slash + 1 - mpi_prog) : 0),
-           "mpi_alltoall");
-  if (access(mpi_prog, X_OK) != 0)
+  if (bench_beside_self("mpi_alltoall", mpi_prog, sizeof(mpi_prog)) != 0)
     no_mpi = "mpi_alltoall is not built (no Open MPI at configure time)";
   else if (system("command -v mpirun >/dev/null 2>&1") != 0)
     no_mpi = "mpirun is not on PATH";
@@ -271,7 +252,7 @@ int main(int argc, char **argv) {
              : best < 0     ? "no module ran"
                             : "mpirun failed");
     } else {
-      double r = two_places(t[best][3] / tm[3]);
+      double r = bench_two_places(t[best][3] / tm[3]);
       printf("  best module (%s) within 1.5x Open MPI at 16 ranks: %.2fx  "
              "%s\n",
              mods[best], r, r <= 1.5 ? "met" : "NOT met");

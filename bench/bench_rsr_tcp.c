@@ -63,9 +63,9 @@ static const char *const system_label[NSYSTEMS] = {
 
 static int quick;
 static int runs = 5;
-/* This program's path: the RSR child runs it, and mpi_pingpong sits next
- * to it. Read once from /proc/self/exe, which under valgrind names the
- * program rather than the tool. */
+/* This program's path, which the RSR child runs. Read once from
+ * /proc/self/exe, which under valgrind names the program rather than the
+ * tool. */
 static char self_path[PATH_MAX];
 static char send_buf[MAX_PAYLOAD];
 /* mpirun binds its two ranks to two cores; the raw and RSR runs put their
@@ -271,19 +271,11 @@ struct mpi {
 };
 
 static void mpi_find(struct mpi *mpi) {
-  static const char name[] = "mpi_pingpong";
-  char *slash = strrchr(self_path, '/'); /* the path is absolute */
-  size_t dir = (size_t)(slash + 1 - self_path);
-  if (dir + sizeof(name) > sizeof(mpi->pingpong)) {
-    snprintf(mpi->why, sizeof(mpi->why), "the path is too long");
-    return;
-  }
-  memcpy(mpi->pingpong, self_path, dir);
-  memcpy(mpi->pingpong + dir, name, sizeof(name));
-  if (access(mpi->pingpong, X_OK) != 0)
+  if (bench_beside_self("mpi_pingpong", mpi->pingpong, sizeof(mpi->pingpong)) !=
+      0)
     snprintf(mpi->why, sizeof(mpi->why),
              "no %.200s: it is built only where Open MPI is installed",
-             mpi->pingpong);
+             mpi->pingpong[0] != '\0' ? mpi->pingpong : "mpi_pingpong");
 }
 
 /* Runs mpirun, waits at most `limit_s`, and returns the output (stdout and

@@ -44,6 +44,27 @@ double bench_median(double *v, int n, double *best) {
   return v[n / 2];
 }
 
+double bench_two_places(double ratio) {
+  return (double)(long)(ratio * 100 + 0.5) / 100;
+}
+
+int bench_beside_self(const char *name, char *out, size_t len) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  out[0] = '\0';
+  if (n <= 0)
+    return -1;
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  int dir = slash != NULL ? (int)(slash + 1 - self) : 0;
+  int w = snprintf(out, len, "%.*s%s", dir, self, name);
+  if (w < 0 || (size_t)w >= len) {
+    out[0] = '\0';
+    return -1;
+  }
+  return access(out, X_OK) == 0 ? 0 : -1;
+}
+
 int bench_iters(size_t size, int quick) {
   int n = size <= 4096      ? 5000
           : size <= 65536   ? 2000

@@ -25,6 +25,17 @@ double bench_now_us(void);
 /* Sorts v[0..n-1]; returns the median, *best the smallest. */
 double bench_median(double *v, int n, double *best);
 
+/* A ratio as goal lines print it (two decimals), so that a verdict always
+ * follows from the number beside it. */
+double bench_two_places(double ratio);
+
+/* The path of `name`, relative to this program's folder ("mpi_pingpong",
+ * "../nexus/tools/nxrun"), into out[len]. This program's path comes from
+ * /proc/self/exe, which under valgrind names the program, not the tool.
+ * Returns 0 when that file is executable, else -1 (`out` then holds the
+ * path looked at, for a message, or "" when it did not fit). */
+int bench_beside_self(const char *name, char *out, size_t len);
+
 /* Round trips per run for a payload of `size` bytes: 5000 up to 4 KiB, 2000
  * up to 64 KiB, 200 up to 1 MiB, 50 above (a 1 MiB round trip costs a
  * hundred times an 8 B one, and a benchmark should stay within a few

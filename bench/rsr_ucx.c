@@ -353,12 +353,6 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
   nx_finalize();
 }
 
-/* A ratio as the goal lines print it (two decimals), so that a verdict
- * always follows from the number beside it. */
-static double two_places(double r) {
-  return (double)(long)(r * 100 + 0.5) / 100;
-}
-
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ucx";
   int child = bench_child_run(argc, argv, on_ping);
@@ -459,12 +453,12 @@ int main(int argc, char **argv) {
     /* Issue 26's: over UCX's defaults, and the module's UCX settings
      * alone (the raw anchor set up as the module sets UCP up). */
     for (int k = RSR_POLL; k <= RSR_THREAD; k++) {
-      double r = two_places(small[k] / small[RAW_DEFAULT]);
+      double r = bench_two_places(small[k] / small[RAW_DEFAULT]);
       printf("  8 B    %-28s %6.2fx  %-7s (over raw UCP AM, UCX defaults: "
              "<= 1.3x)\n",
              label[k], r, r <= 1.3 ? "met" : "NOT met");
     }
-    double r = two_places(small[RAW_MODULE] / small[RAW_DEFAULT]);
+    double r = bench_two_places(small[RAW_MODULE] / small[RAW_DEFAULT]);
     printf("  8 B    %-28s %6.2fx  %-7s (the module's UCX set-up over UCX's "
            "defaults: <= 1.05x)\n",
            label[RAW_MODULE], r, r <= 1.05 ? "met" : "NOT met");
@@ -479,7 +473,8 @@ int main(int argc, char **argv) {
     for (int k = ZC_POLL; k <= ZC_THREAD; k++)
       printf("  %-6s %-28s %6.2fx  %s\n", size, label[k],
              zc_ratio[s][k - ZC_POLL],
-             two_places(zc_ratio[s][k - ZC_POLL]) <= 1.1 ? "met" : "NOT met");
+             bench_two_places(zc_ratio[s][k - ZC_POLL]) <= 1.1 ? "met"
+                                                               : "NOT met");
   }
   return 0;
 }
