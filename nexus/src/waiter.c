@@ -65,15 +65,20 @@ static int hook_wait(const uint32_t *word, uint32_t old,
         atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) > 0;
     if (n > 0 && !queued)
       continue; /* poll again at once */
-    /* Yield rather than spin when what this thread waits for comes from
-     * a runtime thread: a threaded handler is queued for one, or the
-     * primary drives (after NXI_SPIN_PURE_NS of spinning). That thread may
-     * need this CPU: mpirun binds each rank, waiter and primary alike, to
-     * one core, and two unbound processes with two busy threads each
-     * share two cores here. Spinning beside it, the waiter kept it off the
-     * CPU until the spin phase ended (8 B threaded RSR over mpi: 117 us;
-     * with the yields: 10 us; docs/performance.md). */
-    int yield = queued || (!drives && past_pure);
+    /* Yield rather than spin when a threaded handler is queued for a
+     * runtime thread, and after NXI_SPIN_PURE_NS of spinning whoever
+     * drives. What this thread waits for may need this CPU: the primary
+     * when it drives (mpirun binds each rank, waiter and primary alike, to
+     * one core, and two unbound processes with two busy threads each share
+     * two cores here; spinning beside it, the waiter kept it off the CPU
+     * until the spin phase ended: 8 B threaded RSR over mpi 117 us, with
+     * the yields 10 us; docs/performance.md), or, when this thread
+     * drives, the sender in another process on an oversubscribed machine
+     * (pvm_bcast among 8 tasks on 2 cores over ucx: 810-930 us while a
+     * driving waiter only paused, 160-180 us with the yield; a round trip
+     * between two processes with a core each, which waits less than
+     * NXI_SPIN_PURE_NS or finds nobody to yield to, was not slower). */
+    int yield = queued || past_pure;
     if (!yield && (i & 63) != 0) {
       nxi_cpu_relax();
       continue;
