@@ -195,9 +195,11 @@ static int value_get(nx_buffer_t *b, CFI_cdesc_t *d, const struct view *v) {
   if (t != v->type)
     return FM_ETYPE;
   int chars = fmi_type_is_char(t);
-  /* Every value takes at least a byte: more cannot be in the buffer. */
-  if (n > nx_buffer_remaining(b) || len > nx_buffer_remaining(b) ||
-      n * len > nx_buffer_remaining(b))
+  /* Every unit takes at least a byte: more cannot be in the buffer. A
+   * value of no units (a zero-size array, a character(len=0)) may be the
+   * last thing in it. */
+  size_t left = nx_buffer_remaining(b);
+  if (n != 0 && len != 0 && (n > left || len > left || n * len > left))
     return NX_EPROTO;
   if (!chars && n != v->n)
     return FM_ETYPE;

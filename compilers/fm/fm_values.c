@@ -198,8 +198,8 @@ int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len) {
 }
 
 /* A value's head: its type, count and length (characters per value for the
- * character types, 1 for the others). A value of another kind (a port) is
- * FM_ETYPE. */
+ * character types, 0 or more; 1 for the others). A value of another kind (a
+ * port) is FM_ETYPE. */
 int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
                        uint32_t *len) {
   int32_t t;
@@ -210,7 +210,7 @@ int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
     r = nx_get_uint64(b, count);
   if (r == 0)
     r = nx_get_uint32(b, len);
-  if (r == 0 && (fm_type_size(t) == 0 || t == FM_TYPE_PORT || *len == 0 ||
+  if (r == 0 && (fm_type_size(t) == 0 || t == FM_TYPE_PORT ||
                  (!fmi_type_is_char(t) && *len != 1)))
     r = NX_EPROTO;
   if (r == 0)

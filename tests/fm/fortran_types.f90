@@ -51,7 +51,8 @@ program fortran_types
   type(fm_args) :: a
   integer(c_int32_t) :: i, ia(4), n, st32
   real(c_float) :: r, ra(3)
-  real(c_double) :: d, da(5), dd(3)
+  real(c_double) :: d, da(5), dd(3), dz(0)
+  integer(c_int32_t) :: z0(0)
   character(len=8) :: s8
   character(len=3) :: s3
   character(len=5) :: s5
@@ -87,6 +88,22 @@ program fortran_types
   call expect(s8 == 'fortran ', 'string padded')
   call fm_receive(in, s3)
   call expect(s3 == 'for', 'string cut')
+
+  ! Values of no units alone in a message: a zero-size section, an empty
+  ! array, a character(len=0) (received as blanks). Then the next message.
+  call fm_send(out, ia(3:2))
+  call fm_receive(in, z0, st)
+  call expect(st == 0, 'a zero-size section received')
+  call fm_send(out, da(1:0))
+  call fm_receive(in, dz, st)
+  call expect(st == 0, 'an empty double array received')
+  call fm_send(out, '')
+  s5 = 'abcde'
+  call fm_receive(in, s5, st)
+  call expect(st == 0 .and. s5 == '     ', 'character(len=0) received')
+  call fm_send(out, 8_c_int32_t)
+  call fm_receive(in, i)
+  call expect(i == 8, 'the message after the empty ones')
 
   ! A wrong-size array is refused, with a code, not a crash.
   call fm_send(out, [1_c_int32_t, 2_c_int32_t])
