@@ -87,6 +87,10 @@ int pvm_send(int tid, int msgtag) {
     return nxpvmi_err("pvm_send", PvmBadParam);
   b->ctx = nxpvm.ctx; /* a message travels in the sender's context */
   int rc = nxpvmi_send_buf(tid, msgtag, b);
+  /* As PVM's pvmd, which drops a message to a task that does not exist:
+   * no error (pvm_notify tells of an exit). */
+  if (rc == PvmNoTask)
+    return PvmOk;
   return rc < 0 ? nxpvmi_err("pvm_send", rc) : PvmOk;
 }
 
@@ -102,7 +106,7 @@ int pvm_mcast(int *tids, int ntask, int msgtag) {
   int rc = PvmOk;
   for (int i = 0; i < ntask; i++) {
     int r = nxpvmi_send_buf(tids[i], msgtag, b);
-    if (r < 0 && rc == PvmOk)
+    if (r < 0 && r != PvmNoTask && rc == PvmOk) /* no task: as pvm_send */
       rc = r;
   }
   return rc < 0 ? nxpvmi_err("pvm_mcast", rc) : PvmOk;

@@ -1355,6 +1355,8 @@ static int signal_task(const char *fn, int tid, int sig) {
     return nxpvmi_err(fn, PvmSysErr);
   nx_gp_t gp = NX_GP_NULL;
   int rc = nxpvmi_resolve(tid, &gp);
+  if (rc == PvmNoTask)
+    return PvmOk; /* as PVM: a task that does not exist is left alone */
   if (rc < 0)
     return nxpvmi_err(fn, rc);
   nx_buffer_t *b;
@@ -1366,6 +1368,8 @@ static int signal_task(const char *fn, int tid, int sig) {
     rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   nx_gp_release(&gp);
+  if (rc == PvmNoTask)
+    return PvmOk; /* it ended meanwhile */
   return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
 }
 

@@ -54,6 +54,16 @@ int main(int argc, char **argv) {
            seen[k][2]);
   NXT_EXPECT(seen[0][1] == me && seen[1][1] == me, 1);
   NXT_EXPECT(seen[0][2] == 0x40004 && seen[1][2] == 0, 1);
+  /* A message or a signal for a task that does not exist (any more) is
+   * dropped, as PVM's pvmd drops it: no error, nothing printed. */
+  int none = 0x40000 + 0x3fff;
+  pvm_initsend(PvmDataDefault);
+  int rs = pvm_send(none, 1), rm = pvm_mcast(&none, 1, 1);
+  int rk = pvm_kill(none), rc = pvm_send(tids[0], 1);
+  printf("to t%x (no task): pvm_send %d, pvm_mcast %d, pvm_kill %d\n", none, rs,
+         rm, rk);
+  printf("pvm_send to a child that has exited: %d\n", rc);
+  NXT_EXPECT(rs == 0 && rm == 0 && rk == 0 && rc == 0, 1);
   pvm_exit();
   return 0;
 }
