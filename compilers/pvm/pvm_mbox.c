@@ -18,9 +18,10 @@
 
 /* With nxpvm.m held. */
 static struct mclass *class_find(const char *name, int create) {
-  for (struct mclass *c = nxpvm.mboxes; c != NULL; c = c->next)
-    if (strcmp(c->name, name) == 0)
-      return c;
+  struct mclass **pp = &nxpvm.mboxes;
+  for (; *pp != NULL; pp = &(*pp)->next)
+    if (strcmp((*pp)->name, name) == 0)
+      return *pp;
   if (!create)
     return NULL;
   struct mclass *c = calloc(1, sizeof(*c));
@@ -28,8 +29,9 @@ static struct mclass *class_find(const char *name, int create) {
     free(c);
     return NULL;
   }
-  c->next = nxpvm.mboxes;
-  nxpvm.mboxes = c;
+  /* Last: pvm_getmboxinfo lists the classes in the order they were made,
+   * as PVM's pvmd does. */
+  *pp = c;
   return c;
 }
 

@@ -167,6 +167,20 @@ int main(int argc, char **argv) {
     mine += nr[i] == pvm_mytid();
   printf("getnoresets: %s, lists me %d time(s)\n", code(rc), mine);
   NXT_EXPECT(rc == 0 && mine == 1, 1);
+  /* Classes are listed in the order they were made. */
+  put_int("nxt_order_b", 1, PvmMboxDefault);
+  put_int("nxt_order_a", 2, PvmMboxDefault);
+  put_int("nxt_order_c", 3, PvmMboxDefault);
+  struct pvmmboxinfo *c = NULL;
+  int n = 0;
+  rc = pvm_getmboxinfo("nxt_order_*", &n, &c);
+  printf("getmboxinfo nxt_order_*: %s,", code(rc));
+  for (int i = 0; rc == 0 && i < n; i++)
+    printf(" %s", c[i].mi_name);
+  printf("\n");
+  NXT_EXPECT(rc == 0 && n == 3 && strcmp(c[0].mi_name, "nxt_order_b") == 0 &&
+                 strcmp(c[2].mi_name, "nxt_order_c") == 0,
+             1);
   pvm_exit();
   return 0;
 }
