@@ -1138,8 +1138,10 @@ int pvm_exit(void) {
   }
   nx_mutex_unlock(&nxpvm.m);
   nx_gp_release(&nxpvm.self_gp);
-  if (errcb > 0)
-    nx_error_cb_remove(errcb);
+  /* on_error stays through nx_finalize, which ends it: what nexus reports
+   * lost there (RSRs to tasks that ended without pvm_exit) is no news to
+   * a PVM program, whose pvmd would drop such messages without a word;
+   * with no callback, nexus would print the first ten. */
   errcb = 0;
   nx_finalize();
   nxpvmi_buf_drop_all();
