@@ -353,6 +353,11 @@ static int gw_connect(struct nxi_dlist *via) {
 
 static int resolve(struct nxi_dlist *dl, unsigned broken,
                    struct nxi_route **out) {
+  /* A gp kept from an earlier run of this process: that run's contexts
+   * are gone, and its endpoints closed (design.md, rule 12). */
+  uint32_t proc = atomic_load_explicit(&dl->proc, memory_order_relaxed);
+  if (proc != 0 && nxi_proc_is_former(proc))
+    return NX_EUNREACH;
   struct candidate c[NXI_MAX_MODULES];
   int n = candidates(dl, broken, c);
   int r = NX_EUNREACH;
