@@ -242,6 +242,7 @@ int nxi_confirm_init(void) {
   nxi_ledger_set_resender(resend);
   nxi_dlist_set_lost_hook(nxi_ledger_lost);
   nxi_dlist_set_reroute_hook(nxi_ledger_rerouted);
+  nxi_dlist_set_known_hook(nxi_ledger_known);
   return 0;
 
 err_cond:
@@ -373,6 +374,7 @@ int nx_flush(int timeout_ms) {
 void nxi_confirm_finalize(void) {
   nxi_dlist_set_lost_hook(NULL);
   nxi_dlist_set_reroute_hook(NULL);
+  nxi_dlist_set_known_hook(NULL);
   nxi_ledger_set_asker(NULL);
   nxi_ledger_set_acker(NULL);
   nxi_ledger_set_gone(NULL);

@@ -31,6 +31,7 @@ static size_t self_old_count;
 atomic_int nxi_dlist_fallback_due;
 static _Atomic nxi_proc_lost_fn lost_hook;
 static _Atomic nxi_reroute_fn reroute_hook;
+static _Atomic nxi_proc_known_fn known_hook;
 
 void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn) {
   atomic_store(&lost_hook, fn);
@@ -38,6 +39,10 @@ void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn) {
 
 void nxi_dlist_set_reroute_hook(nxi_reroute_fn fn) {
   atomic_store(&reroute_hook, fn);
+}
+
+void nxi_dlist_set_known_hook(nxi_proc_known_fn fn) {
+  atomic_store(&known_hook, fn);
 }
 
 /* Process `proc` is lost: its RSRs, then the process itself. */
@@ -610,8 +615,12 @@ void nxi_dlist_proc_failed(uint32_t proc, int status) {
 int nxi_dlist_intern_proc(const uint8_t *blob, size_t len, uint32_t proc,
                           struct nxi_dlist **out) {
   int r = nxi_dlist_intern(blob, len, out);
-  if (r == 0)
+  if (r == 0) {
     atomic_store_explicit(&(*out)->proc, proc, memory_order_relaxed);
+    nxi_proc_known_fn fn = atomic_load(&known_hook);
+    if (fn != NULL && proc != 0)
+      fn(proc, *out);
+  }
   return r;
 }
 

@@ -107,5 +107,9 @@ void nxi_dlist_set_lost_hook(nxi_proc_lost_fn fn);
  * lost with it, and the ledger finds out which (ledger.h). */
 typedef void (*nxi_reroute_fn)(uint32_t proc, unsigned gen, int status);
 void nxi_dlist_set_reroute_hook(nxi_reroute_fn fn);
+/* Called when a list of process `proc` is interned (nxi_dlist_intern_proc):
+ * the ledger keeps one as its way back to a process that sent here. */
+typedef void (*nxi_proc_known_fn)(uint32_t proc, struct nxi_dlist *dl);
+void nxi_dlist_set_known_hook(nxi_proc_known_fn fn);
 
 #endif /* NXI_DLIST_H */

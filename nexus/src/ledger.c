@@ -113,13 +113,31 @@ static struct nxi_peer *peer_get(uint32_t proc, int create) {
       break;
     }
   }
+  int created = 0;
   if (found == NULL && i < SLOTS &&
       (found = calloc(1, sizeof(*found))) != NULL) {
     found->proc = proc;
     pthread_mutex_init(&found->lock, NULL);
     atomic_store_explicit(&table[(s + i) % SLOTS], found, memory_order_release);
+    created = 1;
   }
   pthread_mutex_unlock(&table_lock);
+  if (created) {
+    /* A way back to it, kept until finalize: the program may release
+     * every gp of a process that sends here before nx_finalize, which
+     * must still tell it what ran here (else it reports those RSRs). */
+    struct nxi_dlist *dl = nxi_dlist_of_proc(proc);
+    if (dl != NULL) {
+      pthread_mutex_lock(&found->lock);
+      if (found->dl == NULL) {
+        found->dl = dl;
+        dl = NULL;
+      }
+      pthread_mutex_unlock(&found->lock);
+      if (dl != NULL)
+        nxi_dlist_release(dl);
+    }
+  }
   if (found == NULL && atomic_exchange(&full_logged, 1) == 0)
     nxi_log(0, NULL,
             "ledger: no room for process %#x (more than %u peers or no "
@@ -733,6 +751,18 @@ void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl) {
     return;
   pthread_mutex_lock(&p->lock);
   if (p->dl == NULL) {
+    nxi_dlist_retain(dl);
+    p->dl = dl;
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL || dl == NULL)
+    return;
+  pthread_mutex_lock(&p->lock);
+  if (p->dl == NULL && !p->dead) {
     nxi_dlist_retain(dl);
     p->dl = dl;
   }

@@ -141,6 +141,9 @@ void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
 /* A list that reaches `proc` is `dl` (from a request it sent): kept, so
  * that this process can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
+/* The same for a process the ledger already knows (it sent here or was
+ * sent to), with no list yet: dlist.c's known hook. */
+void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl);
 
 /* Called (wakes nothing by itself) when entries settle: waiters recheck. */
 typedef void (*nxi_ledger_wake_fn)(void);
