@@ -151,6 +151,25 @@ void nxi_drop(int err, uint64_t context, uint32_t handler) {
   }
 }
 
+/* The process ids of this process's earlier runs (the last FORMER_MAX): a
+ * gp kept from one of them names a context that is gone, whatever its
+ * descriptors say (dlist.c's resolve refuses it). Written by nx_init only,
+ * before any thread of the new run reads it. */
+#define FORMER_MAX 16
+static uint32_t former[FORMER_MAX];
+static unsigned nformer;
+
+void nxi_proc_retire(uint32_t proc) { former[nformer++ % FORMER_MAX] = proc; }
+
+int nxi_proc_is_former(uint32_t proc) {
+  if (proc == nxi_rt.proc_id)
+    return 0;
+  for (unsigned i = 0; i < nformer && i < FORMER_MAX; i++)
+    if (former[i] == proc)
+      return 1;
+  return 0;
+}
+
 void nxi_report_proc(int status, uint32_t proc) {
   atomic_fetch_add(&nxi_rt.peers_failed, 1);
   nxi_log(1, NULL, "peer process %#x: %s", proc, nx_strerror(status));

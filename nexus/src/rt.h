@@ -65,6 +65,9 @@ void nxi_handler_name_note(uint32_t id, const char *name);
 void nxi_drop(int err, uint64_t context, uint32_t handler);
 /* Reports to the error callback that process `proc` is gone. */
 void nxi_report_proc(int status, uint32_t proc);
+/* `proc` was this process's id in a run that ended (nx_init, before it
+ * draws a new one); nxi_proc_is_former then says 1 for it. */
+void nxi_proc_retire(uint32_t proc);
 /* 1 if `proc` is the process id of an earlier run of this process. */
 int nxi_proc_is_former(uint32_t proc);
 void nxi_vlog(int level, const char *module, const char *fmt, va_list ap);

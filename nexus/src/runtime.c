@@ -104,25 +104,9 @@ static int read_env(void) {
  * the first as dead. */
 static int proc_id_read;
 
-/* The process ids of this process's earlier runs (the last FORMER_MAX): a
- * gp kept from one of them names a context that is gone, whatever its
- * descriptors say (dlist.c's resolve refuses it). */
-#define FORMER_MAX 16
-static uint32_t former[FORMER_MAX];
-static unsigned nformer;
-
-int nxi_proc_is_former(uint32_t proc) {
-  if (proc == nxi_rt.proc_id)
-    return 0;
-  for (unsigned i = 0; i < nformer && i < FORMER_MAX; i++)
-    if (former[i] == proc)
-      return 1;
-  return 0;
-}
-
 static int new_identity(void) {
   if (nxi_rt.proc_id != 0)
-    former[nformer++ % FORMER_MAX] = nxi_rt.proc_id;
+    nxi_proc_retire(nxi_rt.proc_id);
   if (getrandom(nxi_rt.process_uuid, 16, 0) != 16)
     return NX_EIO;
   memcpy(&nxi_rt.proc_id, nxi_rt.process_uuid, 4);
