@@ -644,9 +644,10 @@ public:
   // "Counter@0x100000002" : the type and the context, for messages.
   std::string describe() const;
 
-  // Remote read and write of the pointee.
-  T get() const {
-    T v{};
+  // Remote read and write of the pointee. Reading a sync<V> waits, in its
+  // context, until it is written and returns the V.
+  typename detail::sync_assign<T>::value_type get() const {
+    typename detail::sync_assign<T>::value_type v{};
     detail::op_call(
         &gp_, detail::get_op<T>::id, true, nullptr, [&v](stream &s) { s >> v; },
         typeid(T));
