@@ -728,21 +728,56 @@ template <class T> stream &operator>>(stream &s, global_ptr<T> &p) {
   return s;
 }
 
-// *g as a value (remote read) or as the target of = (remote write).
+// *g as a value (remote read) or as the target of = (remote write). It holds
+// its own copy of the global pointer, so it may outlive the expression that
+// made it (`auto m = q->x;`, where q->x's pointer is a temporary); each
+// conversion reads again.
 template <class T> class remote_ref {
 public:
-  explicit remote_ref(const global_ptr<T> &p) : p_(p) {}
-  operator typename detail::sync_assign<T>::value_type() const {
-    return p_.get();
-  }
+  using value_type = typename detail::sync_assign<T>::value_type;
+  explicit remote_ref(global_ptr<T> p) : p_(std::move(p)) {}
+  operator value_type() const { return p_.get(); }
+  // One remote read, as a value (the comparisons below use it).
+  value_type get() const { return p_.get(); }
   template <class V> const remote_ref &operator=(const V &v) const {
     p_.put(v);
     return *this;
   }
 
 private:
-  const global_ptr<T> &p_;
+  global_ptr<T> p_;
 };
+
+namespace detail {
+template <class T> struct is_remote_ref : std::false_type {};
+template <class T> struct is_remote_ref<remote_ref<T>> : std::true_type {};
+template <class V>
+using not_remote_ref = std::enable_if_t<!is_remote_ref<V>::value, int>;
+} // namespace detail
+
+// Comparisons read the value once and compare it, so `q->name == "pt"`
+// works where the conversion alone would not be tried (std::string's
+// operators are templates).
+#define CCXX_REMOTE_REF_COMPARE(OP)                                            \
+  template <class T, class V, detail::not_remote_ref<V> = 0>                   \
+  bool operator OP(const remote_ref<T> &a, const V &b) {                       \
+    return a.get() OP b;                                                       \
+  }                                                                            \
+  template <class V, class T, detail::not_remote_ref<V> = 0>                   \
+  bool operator OP(const V &a, const remote_ref<T> &b) {                       \
+    return a OP b.get();                                                       \
+  }                                                                            \
+  template <class T, class U>                                                  \
+  bool operator OP(const remote_ref<T> &a, const remote_ref<U> &b) {           \
+    return a.get() OP b.get();                                                 \
+  }
+CCXX_REMOTE_REF_COMPARE(==)
+CCXX_REMOTE_REF_COMPARE(!=)
+CCXX_REMOTE_REF_COMPARE(<)
+CCXX_REMOTE_REF_COMPARE(<=)
+CCXX_REMOTE_REF_COMPARE(>)
+CCXX_REMOTE_REF_COMPARE(>=)
+#undef CCXX_REMOTE_REF_COMPARE
 
 // ---------------------------------------------------------------- sync
 
