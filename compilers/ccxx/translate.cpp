@@ -200,6 +200,9 @@ private:
   std::string declaration_type(size_t comma) const;
   void check_declarators(size_t name);
   void pass_objects();
+  size_t body_end(size_t b) const;
+  void check_escapes(size_t from, size_t to, bool in_loop, bool in_switch,
+                     const std::string &where);
   void pass_statements();
 };
 
@@ -820,6 +823,143 @@ void translator::pass_objects() {
   }
 }
 
+// The last token of the statement starting at `b` as a loop's body: a
+// braced block, a statement, or an if, loop or switch with its own body.
+size_t translator::body_end(size_t b) const {
+  if (is(b, "{"))
+    return match(b);
+  if (is(b, "do")) {
+    size_t e = body_end(b + 1);
+    if (e == npos || !is(e + 1, "while") || !is(e + 2, "("))
+      return npos;
+    size_t rp = match(e + 2);
+    return rp == npos || !is(rp + 1, ";") ? npos : rp + 1;
+  }
+  if ((is(b, "if") || is(b, "for") || is(b, "while") || is(b, "switch")) &&
+      is(b + 1, "(")) {
+    size_t rp = match(b + 1);
+    size_t e = rp == npos ? npos : body_end(rp + 1);
+    if (e != npos && is(b, "if") && is(e + 1, "else"))
+      return body_end(e + 2);
+    return e;
+  }
+  return statement_end(b);
+}
+
+// A par statement or a parfor body [from, to] becomes a lambda, so a
+// `return`, a `goto` to a label outside it, or a `break` or `continue` that
+// is not inside a loop (or, for break, a switch) of its own would leave
+// that lambda, not the user's function or loop: refused. Lambdas and local
+// classes inside it are their own functions and are skipped; nested par and
+// parfor statements are checked on their own.
+void translator::check_escapes(size_t from, size_t to, bool in_loop,
+                               bool in_switch, const std::string &where) {
+  auto refuse = [&](size_t i) {
+    error(i, "'" + t_[i].orig + "' cannot leave " + where);
+  };
+  for (size_t i = from; i <= to && i < t_.size() && t_[i].kind != END; i++) {
+    const std::string &w = t_[i].orig;
+    if (is(i, "[")) {
+      size_t rb = match(i);
+      if (rb == npos)
+        return;
+      // A lambda where an operand starts, or where what follows the
+      // brackets is a lambda's body, parameters or specifiers (after a
+      // cast, `(void)[] { ... }()`).
+      size_t after = is(rb + 1, "(") ? match(rb + 1) : rb;
+      bool lambda = i == 0 ||
+                    (t_[i - 1].kind == PUNCT && !is(i - 1, ")") &&
+                     !is(i - 1, "]") && !is(i - 1, "[")) ||
+                    is(i - 1, "return") || is(i - 1, "throw") ||
+                    is(rb + 1, "{") ||
+                    (after != npos && after > rb &&
+                     (is(after + 1, "{") || is(after + 1, "mutable") ||
+                      is(after + 1, "->") || is(after + 1, "noexcept") ||
+                      is(after + 1, "constexpr")));
+      if (!lambda || is(i + 1, "[")) {
+        i = rb;
+        continue;
+      }
+      // A lambda: its body is the first braced block after the capture.
+      size_t j = rb + 1;
+      while (j <= to && !is(j, "{") && !is(j, ";")) {
+        if (is(j, "(") || is(j, "[")) {
+          size_t m = match(j);
+          if (m == npos)
+            return;
+          j = m;
+        }
+        j++;
+      }
+      if (is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos)
+          return;
+        j = m;
+      }
+      i = j;
+      continue;
+    }
+    if (t_[i].kind != IDENT ||
+        (i > 0 && (is(i - 1, ".") || is(i - 1, "->") || is(i - 1, "::"))))
+      continue;
+    if (w == "return" || w == "co_return") {
+      refuse(i);
+    } else if (w == "break" && !in_loop && !in_switch) {
+      refuse(i);
+    } else if (w == "continue" && !in_loop) {
+      refuse(i);
+    } else if (w == "goto" && t_[i + 1].kind == IDENT) {
+      // Legal when its label is in the same block.
+      bool inside = false;
+      for (size_t j = from; j < to && !inside; j++)
+        inside = t_[j].orig == t_[i + 1].orig && is(j + 1, ":") &&
+                 !is(j + 2, ":") && j > 0 &&
+                 (is(j - 1, ";") || is(j - 1, "{") || is(j - 1, "}"));
+      if (!inside)
+        refuse(i);
+    } else if ((w == "struct" || w == "class" || w == "union") &&
+               !is(i - 1, "enum")) {
+      // A local class's body: its member functions are functions.
+      size_t j = i + 1;
+      while (j <= to && !is(j, "{") && !is(j, ";") && !is(j, "(") &&
+             !is(j, ")") && !is(j, ","))
+        j++;
+      if (is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos)
+          return;
+        i = m;
+      }
+    } else if (w == "do" || ((w == "for" || w == "while" || w == "switch" ||
+                              w == "parfor") &&
+                             is(i + 1, "("))) {
+      size_t b = i + 1;
+      if (w != "do") {
+        b = match(i + 1);
+        if (b == npos)
+          return;
+        b++;
+      }
+      size_t e = body_end(b);
+      if (e == npos)
+        return;
+      if (w == "parfor" && at_statement_start(i)) {
+        i = e; // checked as a parfor of its own
+        continue;
+      }
+      check_escapes(b, e, in_loop || w != "switch", in_switch || w == "switch",
+                    where);
+      i = e;
+    } else if (w == "par" && is(i + 1, "{") && at_statement_start(i)) {
+      size_t m = match(i + 1);
+      if (m == npos)
+        return;
+      i = m; // checked as a par of its own
+    }
+  }
+}
+
 // `par { ... }`, `parfor (...) ...`, `spawn f(...);` and main.
 void translator::pass_statements() {
   int depth = 0;
@@ -864,6 +1004,10 @@ void translator::pass_statements() {
       }
       if (!ok)
         continue;
+      for (const auto &st : stmts)
+        check_escapes(st.first, st.second, false, false,
+                      "a 'par' block: each of its statements runs as a "
+                      "function of its own, in a thread of its own");
       t_[i].text = "ccxx::par";
       t_[i + 1].text = "(";
       t_[rb].text = ");";
@@ -911,6 +1055,9 @@ void translator::pass_statements() {
         error(b, "'parfor' body: expected a statement or a braced block");
         continue;
       }
+      check_escapes(b, e, false, false,
+                    "a 'parfor' body: each iteration runs as a function of "
+                    "its own");
       std::string g = "ccxx_pf" + std::to_string(serial_++) + "_";
       t_[i].text = "{ ccxx::parfor_group " + g + "; for";
       bool block = is(b, "{");
