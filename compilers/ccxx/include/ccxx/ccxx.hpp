@@ -580,8 +580,11 @@ template <class T> struct put_op {
 };
 
 // Places an object: `make` runs in the new in-process context (proc_t here)
-// or the op `ctor` is sent to a new process context. Returns the object's gp.
-CCXX_API nx_gp_t place_local(const std::function<void *()> &make);
+// or the op `ctor` is sent to a new process context. Returns the object's gp;
+// an exception of the constructor is thrown as a remote call's would be
+// (a standard one with its type and what(), else remote_error naming `type`).
+CCXX_API nx_gp_t place_local(const std::function<void *()> &make,
+                             const std::type_info &type);
 CCXX_API nx_gp_t place_process(const std::string &spec, uint32_t ctor,
                                stream_fn pack, const std::type_info &type);
 CCXX_API int destroy_context(nx_gp_t *gp, uint32_t del,
@@ -879,10 +882,12 @@ template <class C, class... A>
 global_ptr<C> create(const proc_t &where, A &&...a) {
   if (where.in_process()) {
     auto args = std::make_tuple(std::forward<A>(a)...);
-    nx_gp_t gp = detail::place_local([&args]() -> void * {
-      return std::apply([](auto &...x) { return new C(std::move(x)...); },
-                        args);
-    });
+    nx_gp_t gp = detail::place_local(
+        [&args]() -> void * {
+          return std::apply([](auto &...x) { return new C(std::move(x)...); },
+                            args);
+        },
+        typeid(C));
     return global_ptr<C>::adopt(gp);
   }
   using op = detail::ctor_op<C, detail::wire_t<A>...>;
