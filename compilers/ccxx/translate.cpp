@@ -152,11 +152,13 @@ struct member_fn {
   size_t ret_begin = npos, ret_end = npos; // the written return type
 };
 
-// A global class: its name and body.
+// A global class: its name and body; `local` when declared inside a
+// function (no stub: C++ forbids member templates in local classes).
 struct global_class {
   std::string name;
   size_t lb, rb;
   bool is_struct;
+  bool local;
 };
 
 class translator {
@@ -189,6 +191,9 @@ private:
   size_t statement_end(size_t i) const;
   // A keyword used as a statement (not a member, qualified name or variable).
   bool at_statement_start(size_t i) const;
+  // Whether the token at `i` is inside a function body (also inside a class
+  // declared in one).
+  bool in_function(size_t i) const;
   std::string emitted(size_t from, size_t to) const;
 
   void pass_classes();
@@ -252,6 +257,46 @@ bool translator::at_statement_start(size_t i) const {
          p == "do" || p == ":";
 }
 
+bool translator::in_function(size_t i) const {
+  // The innermost '{' around i.
+  size_t lb = npos;
+  for (size_t j = i, depth = 0; j-- > 0;) {
+    if (is(j, "}")) {
+      depth++;
+    } else if (is(j, "{")) {
+      if (depth == 0) {
+        lb = j;
+        break;
+      }
+      depth--;
+    }
+  }
+  if (lb == npos)
+    return false;
+  // What the brace opens: a namespace (or extern "C"), a class, or a
+  // function's (or a statement's) block. The declaration before it runs
+  // back to ';', '{' or '}', its parentheses and template parameters
+  // skipped.
+  for (size_t j = lb; j-- > 0 && !is(j, ";") && !is(j, "{") && !is(j, "}");) {
+    if (is(j, ")") || is(j, ">")) {
+      const char *open = is(j, ")") ? "(" : "<";
+      const char *close = t_[j].orig.c_str();
+      int depth = 0;
+      for (;; j--) {
+        depth += is(j, close) - is(j, open);
+        if (depth == 0 || j == 0)
+          break;
+      }
+      continue;
+    }
+    if (is(j, "namespace") || is(j, "extern"))
+      return false;
+    if (is(j, "class") || is(j, "struct") || is(j, "union"))
+      return in_function(j);
+  }
+  return true;
+}
+
 std::string translator::emitted(size_t from, size_t to) const {
   std::string s;
   for (size_t j = from; j < to; j++) {
@@ -286,7 +331,8 @@ void translator::pass_classes() {
       classes_.insert(name);
       size_t rb = match(j);
       if (rb != npos) {
-        bodies_.push_back(global_class{name, j, rb, is(i + 1, "struct")});
+        bodies_.push_back(
+            global_class{name, j, rb, is(i + 1, "struct"), in_function(i)});
         check_remote_params(bodies_.back());
       }
     } else if (t_[i].orig == "atomic" && i > 0 && !is(i - 1, "::") &&
@@ -517,6 +563,8 @@ void translator::check_remote_params(const global_class &c) {
 // locally). Runs last: parameter types are emitted as translated.
 void translator::pass_stubs() {
   for (const global_class &c : bodies_) {
+    if (c.local)
+      continue;
     std::vector<member_fn> fns = public_functions(c);
     std::map<std::string, int> count;
     for (const member_fn &f : fns)

@@ -120,6 +120,23 @@ TEST_CASE("a global class gets a stub with its public functions' "
   CHECK(has(out, "}; };\n"));
 }
 
+TEST_CASE("a global class declared in a function gets no stub; one in a "
+          "namespace or a class does") {
+  std::string out = tr("namespace n { global class A { public: int f(); }; }\n"
+                       "struct O { global class B { public: int f(); }; };\n"
+                       "template <class T> void t() {}\n"
+                       "int main() {\n"
+                       "  global class L { public: int f() { return 1; } };\n"
+                       "  struct S { global class M { public: int f(); }; };\n"
+                       "  L *global l = new (ccxx::here) L();\n"
+                       "  return l.call<&L::f>();\n"
+                       "}\n");
+  CHECK(has(out, "class A { public: int f(); public: struct ccxx_stub_"));
+  CHECK(has(out, "class B { public: int f(); public: struct ccxx_stub_"));
+  CHECK(has(out, "class L { public: int f() { return 1; } };"));
+  CHECK(has(out, "class M { public: int f(); };"));
+}
+
 TEST_CASE("ccxx::async(p, &C::f, args) names the method as a template "
           "argument") {
   std::string out = tr("void g(P p) { auto f = ccxx::async(p, &C::f, 1, "
