@@ -319,6 +319,20 @@ void translator::pass_classes() {
         continue;
       }
       const std::string name = t_[i + 2].orig;
+      if (is(i - 1, ">")) {
+        size_t lt = i - 1;
+        for (int depth = 0; lt > 0; lt--) {
+          depth += is(lt, ">") - is(lt, "<");
+          if (depth == 0)
+            break;
+        }
+        if (lt > 0 && is(lt - 1, "template")) {
+          error(i, "global class '" + name +
+                       "' is a template: templates of global classes are not "
+                       "supported");
+          continue;
+        }
+      }
       size_t j = i + 3;
       while (t_[j].kind != END && !is(j, "{") && !is(j, ";"))
         j++;
@@ -823,6 +837,13 @@ void translator::pass_objects() {
           classes_.count(t_[rp + 1].orig) == 0)
         continue; // ordinary placement new
       size_t c = rp + 1;
+      if (is(c + 1, "{")) {
+        error(i, "'new (where) " + t_[c].orig +
+                     "{...}': write the constructor's arguments in "
+                     "parentheses, new (where) " +
+                     t_[c].orig + "(args)");
+        continue;
+      }
       t_[i].text = "ccxx::create<" + t_[c].orig + ">";
       t_[c].text = "";
       if (is(c + 1, "(")) {

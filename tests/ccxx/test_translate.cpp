@@ -307,6 +307,13 @@ TEST_CASE("malformed constructs: file:line: error: ...") {
   CHECK(bad("void g() {\n  *global p;\n}\n") ==
         "t.ccxx:2: error: '*global' needs a pointee type before it (T "
         "*global p)\n");
+  CHECK(bad("template <class T>\nglobal class Box { T v; };\n") ==
+        "t.ccxx:2: error: global class 'Box' is a template: templates of "
+        "global classes are not supported\n");
+  CHECK(bad("global class P { public: P(int); };\nvoid f() {\n"
+            "  P *global p = new (ccxx::here) P{5};\n}\n") ==
+        "t.ccxx:3: error: 'new (where) P{...}': write the constructor's "
+        "arguments in parentheses, new (where) P(args)\n");
   CHECK(bad("global class C {\npublic:\n  int f(int);\n  auto f(long x) { "
             "return x; }\n};\n") ==
         "t.ccxx:4: error: overloaded remote method 'C::f' needs its return "
