@@ -807,25 +807,50 @@ void future_base::on_ready(std::function<void()> f) {
 
 // ---------------------------------------------------------------- placement
 
+// An in-process placement: the constructor to run in the new context, and
+// what it threw there (with the context's id, for remote_error).
+struct local_place {
+  const std::function<void *()> *make;
+  std::exception_ptr thrown;
+  uint64_t context = 0;
+};
+
 static int local_init(nx_context_t *ctx, void *arg) {
   int r = register_handlers(ctx);
   if (r < 0)
     return r;
-  auto *make = static_cast<const std::function<void *()> *>(arg);
+  auto *place = static_cast<local_place *>(arg);
   void *obj;
   try {
-    obj = (*make)();
+    obj = (*place->make)();
   } catch (...) {
+    place->thrown = std::current_exception();
+    place->context = nx_context_id(ctx);
     return NX_EINVAL;
   }
   // The gp the creator gets names the context's data: the object.
   return nx_context_set_data(ctx, obj);
 }
 
-nx_gp_t place_local(const std::function<void *()> &make) {
+nx_gp_t place_local(const std::function<void *()> &make,
+                    const std::type_info &type) {
+  local_place place{&make, nullptr};
   nx_gp_t gp = NX_GP_NULL;
-  int r = nx_context_create_local(
-      local_init, const_cast<std::function<void *()> *>(&make), &gp);
+  int r = nx_context_create_local(local_init, &place, &gp);
+  if (place.thrown) {
+    // As a constructor in a process context reports it (on_op): a standard
+    // exception with its type and what(), anything else as remote_error.
+    std::string object = object_name(type, place.context);
+    try {
+      std::rethrow_exception(place.thrown);
+    } catch (const std::exception &e) {
+      raise(object, -1, std::string("the method threw: ") + e.what(),
+            std_kind_of(e), e.what());
+    } catch (...) {
+      raise(object, -1, "the method threw a non-standard exception", K_NONE,
+            "");
+    }
+  }
   if (r < 0)
     throw runtime_error("nx_context_create_local", r);
   return gp;

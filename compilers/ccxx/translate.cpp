@@ -152,11 +152,13 @@ struct member_fn {
   size_t ret_begin = npos, ret_end = npos; // the written return type
 };
 
-// A global class: its name and body.
+// A global class: its name and body; `local` when declared inside a
+// function (no stub: C++ forbids member templates in local classes).
 struct global_class {
   std::string name;
   size_t lb, rb;
   bool is_struct;
+  bool local;
 };
 
 class translator {
@@ -189,6 +191,9 @@ private:
   size_t statement_end(size_t i) const;
   // A keyword used as a statement (not a member, qualified name or variable).
   bool at_statement_start(size_t i) const;
+  // Whether the token at `i` is inside a function body (also inside a class
+  // declared in one).
+  bool in_function(size_t i) const;
   std::string emitted(size_t from, size_t to) const;
 
   void pass_classes();
@@ -200,6 +205,9 @@ private:
   std::string declaration_type(size_t comma) const;
   void check_declarators(size_t name);
   void pass_objects();
+  size_t body_end(size_t b) const;
+  void check_escapes(size_t from, size_t to, bool in_loop, bool in_switch,
+                     const std::string &where);
   void pass_statements();
 };
 
@@ -249,6 +257,46 @@ bool translator::at_statement_start(size_t i) const {
          p == "do" || p == ":";
 }
 
+bool translator::in_function(size_t i) const {
+  // The innermost '{' around i.
+  size_t lb = npos;
+  for (size_t j = i, depth = 0; j-- > 0;) {
+    if (is(j, "}")) {
+      depth++;
+    } else if (is(j, "{")) {
+      if (depth == 0) {
+        lb = j;
+        break;
+      }
+      depth--;
+    }
+  }
+  if (lb == npos)
+    return false;
+  // What the brace opens: a namespace (or extern "C"), a class, or a
+  // function's (or a statement's) block. The declaration before it runs
+  // back to ';', '{' or '}', its parentheses and template parameters
+  // skipped.
+  for (size_t j = lb; j-- > 0 && !is(j, ";") && !is(j, "{") && !is(j, "}");) {
+    if (is(j, ")") || is(j, ">")) {
+      const char *open = is(j, ")") ? "(" : "<";
+      const char *close = t_[j].orig.c_str();
+      int depth = 0;
+      for (;; j--) {
+        depth += is(j, close) - is(j, open);
+        if (depth == 0 || j == 0)
+          break;
+      }
+      continue;
+    }
+    if (is(j, "namespace") || is(j, "extern"))
+      return false;
+    if (is(j, "class") || is(j, "struct") || is(j, "union"))
+      return in_function(j);
+  }
+  return true;
+}
+
 std::string translator::emitted(size_t from, size_t to) const {
   std::string s;
   for (size_t j = from; j < to; j++) {
@@ -271,6 +319,20 @@ void translator::pass_classes() {
         continue;
       }
       const std::string name = t_[i + 2].orig;
+      if (is(i - 1, ">")) {
+        size_t lt = i - 1;
+        for (int depth = 0; lt > 0; lt--) {
+          depth += is(lt, ">") - is(lt, "<");
+          if (depth == 0)
+            break;
+        }
+        if (lt > 0 && is(lt - 1, "template")) {
+          error(i, "global class '" + name +
+                       "' is a template: templates of global classes are not "
+                       "supported");
+          continue;
+        }
+      }
       size_t j = i + 3;
       while (t_[j].kind != END && !is(j, "{") && !is(j, ";"))
         j++;
@@ -283,7 +345,8 @@ void translator::pass_classes() {
       classes_.insert(name);
       size_t rb = match(j);
       if (rb != npos) {
-        bodies_.push_back(global_class{name, j, rb, is(i + 1, "struct")});
+        bodies_.push_back(
+            global_class{name, j, rb, is(i + 1, "struct"), in_function(i)});
         check_remote_params(bodies_.back());
       }
     } else if (t_[i].orig == "atomic" && i > 0 && !is(i - 1, "::") &&
@@ -514,6 +577,8 @@ void translator::check_remote_params(const global_class &c) {
 // locally). Runs last: parameter types are emitted as translated.
 void translator::pass_stubs() {
   for (const global_class &c : bodies_) {
+    if (c.local)
+      continue;
     std::vector<member_fn> fns = public_functions(c);
     std::map<std::string, int> count;
     for (const member_fn &f : fns)
@@ -772,6 +837,13 @@ void translator::pass_objects() {
           classes_.count(t_[rp + 1].orig) == 0)
         continue; // ordinary placement new
       size_t c = rp + 1;
+      if (is(c + 1, "{")) {
+        error(i, "'new (where) " + t_[c].orig +
+                     "{...}': write the constructor's arguments in "
+                     "parentheses, new (where) " +
+                     t_[c].orig + "(args)");
+        continue;
+      }
       t_[i].text = "ccxx::create<" + t_[c].orig + ">";
       t_[c].text = "";
       if (is(c + 1, "(")) {
@@ -820,6 +892,143 @@ void translator::pass_objects() {
   }
 }
 
+// The last token of the statement starting at `b` as a loop's body: a
+// braced block, a statement, or an if, loop or switch with its own body.
+size_t translator::body_end(size_t b) const {
+  if (is(b, "{"))
+    return match(b);
+  if (is(b, "do")) {
+    size_t e = body_end(b + 1);
+    if (e == npos || !is(e + 1, "while") || !is(e + 2, "("))
+      return npos;
+    size_t rp = match(e + 2);
+    return rp == npos || !is(rp + 1, ";") ? npos : rp + 1;
+  }
+  if ((is(b, "if") || is(b, "for") || is(b, "while") || is(b, "switch")) &&
+      is(b + 1, "(")) {
+    size_t rp = match(b + 1);
+    size_t e = rp == npos ? npos : body_end(rp + 1);
+    if (e != npos && is(b, "if") && is(e + 1, "else"))
+      return body_end(e + 2);
+    return e;
+  }
+  return statement_end(b);
+}
+
+// A par statement or a parfor body [from, to] becomes a lambda, so a
+// `return`, a `goto` to a label outside it, or a `break` or `continue` that
+// is not inside a loop (or, for break, a switch) of its own would leave
+// that lambda, not the user's function or loop: refused. Lambdas and local
+// classes inside it are their own functions and are skipped; nested par and
+// parfor statements are checked on their own.
+void translator::check_escapes(size_t from, size_t to, bool in_loop,
+                               bool in_switch, const std::string &where) {
+  auto refuse = [&](size_t i) {
+    error(i, "'" + t_[i].orig + "' cannot leave " + where);
+  };
+  for (size_t i = from; i <= to && i < t_.size() && t_[i].kind != END; i++) {
+    const std::string &w = t_[i].orig;
+    if (is(i, "[")) {
+      size_t rb = match(i);
+      if (rb == npos)
+        return;
+      // A lambda where an operand starts, or where what follows the
+      // brackets is a lambda's body, parameters or specifiers (after a
+      // cast, `(void)[] { ... }()`).
+      size_t after = is(rb + 1, "(") ? match(rb + 1) : rb;
+      bool lambda = i == 0 ||
+                    (t_[i - 1].kind == PUNCT && !is(i - 1, ")") &&
+                     !is(i - 1, "]") && !is(i - 1, "[")) ||
+                    is(i - 1, "return") || is(i - 1, "throw") ||
+                    is(rb + 1, "{") ||
+                    (after != npos && after > rb &&
+                     (is(after + 1, "{") || is(after + 1, "mutable") ||
+                      is(after + 1, "->") || is(after + 1, "noexcept") ||
+                      is(after + 1, "constexpr")));
+      if (!lambda || is(i + 1, "[")) {
+        i = rb;
+        continue;
+      }
+      // A lambda: its body is the first braced block after the capture.
+      size_t j = rb + 1;
+      while (j <= to && !is(j, "{") && !is(j, ";")) {
+        if (is(j, "(") || is(j, "[")) {
+          size_t m = match(j);
+          if (m == npos)
+            return;
+          j = m;
+        }
+        j++;
+      }
+      if (is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos)
+          return;
+        j = m;
+      }
+      i = j;
+      continue;
+    }
+    if (t_[i].kind != IDENT ||
+        (i > 0 && (is(i - 1, ".") || is(i - 1, "->") || is(i - 1, "::"))))
+      continue;
+    if (w == "return" || w == "co_return") {
+      refuse(i);
+    } else if (w == "break" && !in_loop && !in_switch) {
+      refuse(i);
+    } else if (w == "continue" && !in_loop) {
+      refuse(i);
+    } else if (w == "goto" && t_[i + 1].kind == IDENT) {
+      // Legal when its label is in the same block.
+      bool inside = false;
+      for (size_t j = from; j < to && !inside; j++)
+        inside = t_[j].orig == t_[i + 1].orig && is(j + 1, ":") &&
+                 !is(j + 2, ":") && j > 0 &&
+                 (is(j - 1, ";") || is(j - 1, "{") || is(j - 1, "}"));
+      if (!inside)
+        refuse(i);
+    } else if ((w == "struct" || w == "class" || w == "union") &&
+               !is(i - 1, "enum")) {
+      // A local class's body: its member functions are functions.
+      size_t j = i + 1;
+      while (j <= to && !is(j, "{") && !is(j, ";") && !is(j, "(") &&
+             !is(j, ")") && !is(j, ","))
+        j++;
+      if (is(j, "{")) {
+        size_t m = match(j);
+        if (m == npos)
+          return;
+        i = m;
+      }
+    } else if (w == "do" || ((w == "for" || w == "while" || w == "switch" ||
+                              w == "parfor") &&
+                             is(i + 1, "("))) {
+      size_t b = i + 1;
+      if (w != "do") {
+        b = match(i + 1);
+        if (b == npos)
+          return;
+        b++;
+      }
+      size_t e = body_end(b);
+      if (e == npos)
+        return;
+      if (w == "parfor" && at_statement_start(i)) {
+        i = e; // checked as a parfor of its own
+        continue;
+      }
+      check_escapes(b, e, in_loop || w != "switch", in_switch || w == "switch",
+                    where);
+      i = e;
+    } else if (w == "par" && is(i + 1, "{") && at_statement_start(i)) {
+      size_t m = match(i + 1);
+      if (m == npos)
+        return;
+      i = m; // checked as a par of its own
+    }
+  }
+}
+
 // `par { ... }`, `parfor (...) ...`, `spawn f(...);` and main.
 void translator::pass_statements() {
   int depth = 0;
@@ -864,6 +1073,10 @@ void translator::pass_statements() {
       }
       if (!ok)
         continue;
+      for (const auto &st : stmts)
+        check_escapes(st.first, st.second, false, false,
+                      "a 'par' block: each of its statements runs as a "
+                      "function of its own, in a thread of its own");
       t_[i].text = "ccxx::par";
       t_[i + 1].text = "(";
       t_[rb].text = ");";
@@ -911,6 +1124,9 @@ void translator::pass_statements() {
         error(b, "'parfor' body: expected a statement or a braced block");
         continue;
       }
+      check_escapes(b, e, false, false,
+                    "a 'parfor' body: each iteration runs as a function of "
+                    "its own");
       std::string g = "ccxx_pf" + std::to_string(serial_++) + "_";
       t_[i].text = "{ ccxx::parfor_group " + g + "; for";
       bool block = is(b, "{");

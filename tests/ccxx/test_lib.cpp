@@ -75,6 +75,21 @@ struct my_range : std::out_of_range {
   using std::out_of_range::out_of_range;
 };
 
+// Its constructor throws std::invalid_argument (k == 1), one derived from
+// std::out_of_range (k == 10) or an int (k == 11).
+class Picky {
+public:
+  explicit Picky(int k) {
+    if (k == 1)
+      throw std::invalid_argument("negative size");
+    if (k == 10)
+      throw my_range("derived");
+    if (k == 11)
+      throw k;
+  }
+  int ok() { return 1; }
+};
+
 class Counter;
 // A standard exception thrown by a method arrives with its exact type and
 // what(); anything else as remote_error.
@@ -346,6 +361,33 @@ static int run(int argc, char **argv) {
     CHECK(msg == (k == 10 ? "the method threw: kind 10"
                           : "the method threw a non-standard exception"));
   }
+
+  // A constructor's exception reaches the creator as a method's does, in
+  // either placement.
+  threw = false;
+  try {
+    ccxx::global_ptr<Picky> bad = ccxx::create<Picky>(where, 1);
+    ccxx::destroy(bad);
+  } catch (const std::invalid_argument &e) {
+    threw = std::strcmp(e.what(), "negative size") == 0;
+  } catch (...) {
+  }
+  CHECK(threw);
+  for (int k : {10, 11}) {
+    std::string msg;
+    try {
+      ccxx::global_ptr<Picky> bad = ccxx::create<Picky>(where, k);
+      ccxx::destroy(bad);
+    } catch (const ccxx::remote_error &e) {
+      msg = e.cause();
+    } catch (...) {
+    }
+    CHECK(msg == (k == 10 ? "the method threw: derived"
+                          : "the method threw a non-standard exception"));
+  }
+  ccxx::global_ptr<Picky> fine = ccxx::create<Picky>(where, 0);
+  CHECK(fine.call<&Picky::ok>() == 1);
+  ccxx::destroy(fine);
 
   check_futures(c);
 

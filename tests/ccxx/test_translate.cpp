@@ -120,6 +120,23 @@ TEST_CASE("a global class gets a stub with its public functions' "
   CHECK(has(out, "}; };\n"));
 }
 
+TEST_CASE("a global class declared in a function gets no stub; one in a "
+          "namespace or a class does") {
+  std::string out = tr("namespace n { global class A { public: int f(); }; }\n"
+                       "struct O { global class B { public: int f(); }; };\n"
+                       "template <class T> void t() {}\n"
+                       "int main() {\n"
+                       "  global class L { public: int f() { return 1; } };\n"
+                       "  struct S { global class M { public: int f(); }; };\n"
+                       "  L *global l = new (ccxx::here) L();\n"
+                       "  return l.call<&L::f>();\n"
+                       "}\n");
+  CHECK(has(out, "class A { public: int f(); public: struct ccxx_stub_"));
+  CHECK(has(out, "class B { public: int f(); public: struct ccxx_stub_"));
+  CHECK(has(out, "class L { public: int f() { return 1; } };"));
+  CHECK(has(out, "class M { public: int f(); };"));
+}
+
 TEST_CASE("ccxx::async(p, &C::f, args) names the method as a template "
           "argument") {
   std::string out = tr("void g(P p) { auto f = ccxx::async(p, &C::f, 1, "
@@ -290,10 +307,74 @@ TEST_CASE("malformed constructs: file:line: error: ...") {
   CHECK(bad("void g() {\n  *global p;\n}\n") ==
         "t.ccxx:2: error: '*global' needs a pointee type before it (T "
         "*global p)\n");
+  CHECK(bad("template <class T>\nglobal class Box { T v; };\n") ==
+        "t.ccxx:2: error: global class 'Box' is a template: templates of "
+        "global classes are not supported\n");
+  CHECK(bad("global class P { public: P(int); };\nvoid f() {\n"
+            "  P *global p = new (ccxx::here) P{5};\n}\n") ==
+        "t.ccxx:3: error: 'new (where) P{...}': write the constructor's "
+        "arguments in parentheses, new (where) P(args)\n");
   CHECK(bad("global class C {\npublic:\n  int f(int);\n  auto f(long x) { "
             "return x; }\n};\n") ==
         "t.ccxx:4: error: overloaded remote method 'C::f' needs its return "
         "type written (not auto)\n");
+}
+
+TEST_CASE("return, break, continue and goto that would leave a par or "
+          "parfor body are refused, naming the line") {
+  const std::string par_why = "a 'par' block: each of its statements runs as "
+                              "a function of its own, in a thread of its own\n";
+  const std::string parfor_why =
+      "a 'parfor' body: each iteration runs as a function of its own\n";
+  CHECK(bad("int f(int x) {\n  par {\n    { if (x < 0) return -1; }\n"
+            "    g();\n  }\n  return x;\n}\n") ==
+        "t.ccxx:3: error: 'return' cannot leave " + par_why);
+  CHECK(bad("int f(int *v) {\n  parfor (int i = 0; i < 8; i++) {\n"
+            "    if (v[i] < 0)\n      return i;\n  }\n  return -1;\n}\n") ==
+        "t.ccxx:4: error: 'return' cannot leave " + parfor_why);
+  CHECK(bad("void f(int *v) {\n  parfor (int i = 0; i < 8; i++) {\n"
+            "    if (v[i]) continue;\n    if (v[i] < 0) break;\n  }\n}\n") ==
+        "t.ccxx:3: error: 'continue' cannot leave " + parfor_why +
+            "t.ccxx:4: error: 'break' cannot leave " + parfor_why);
+  // In a loop around the par, or in a switch inside the body, still out.
+  CHECK(bad("void f() {\n  for (;;) {\n    par { break; g(); }\n  }\n}\n") ==
+        "t.ccxx:3: error: 'break' cannot leave " + par_why);
+  CHECK(bad("void f(int *v) {\n  parfor (int i = 0; i < 8; i++) {\n"
+            "    switch (v[i]) { case 0: continue; default: break; }\n  "
+            "}\n}\n") ==
+        "t.ccxx:3: error: 'continue' cannot leave " + parfor_why);
+  CHECK(bad("void f(int *v) {\n  parfor (int i = 0; i < 8; i++) {\n"
+            "    if (v[i]) goto out;\n  }\nout:;\n}\n") ==
+        "t.ccxx:3: error: 'goto' cannot leave " + parfor_why);
+  // A nested par is reported once, as itself.
+  CHECK(bad("int f() {\n  parfor (int i = 0; i < 2; i++) {\n"
+            "    par { return 1; g(); }\n  }\n  return 0;\n}\n") ==
+        "t.ccxx:3: error: 'return' cannot leave " + par_why);
+}
+
+TEST_CASE("return, break, continue and goto that stay inside a par or parfor "
+          "body are translated") {
+  tr("int f(int *v, int n) {\n"
+     "  parfor (int i = 0; i < n; i++) {\n"
+     "    auto neg = [&](int x) { if (x < 0) return true; return false; };\n"
+     "    struct local { static int g(int x) { return x + 1; } };\n"
+     "    for (int j = 0; j < 3; j++) { if (j == 1) continue; break; }\n"
+     "    while (v[i] > 100) break;\n"
+     "    do { if (v[i]) break; } while (0);\n"
+     "    for (int k = 0; k < 2; k++) if (k) break; else continue;\n"
+     "    switch (v[i]) { case 1: break; default: break; }\n"
+     "    if (v[i] == 7) goto done;\n"
+     "    v[i] = local::g(v[i]);\n"
+     "  done:\n"
+     "    v[i] += neg(v[i]);\n"
+     "    (void)[] { return 1; }();\n"
+     "  }\n"
+     "  par {\n"
+     "    { for (int a : {1, 2}) { if (a) continue; } }\n"
+     "    g([&]() -> int { return n; }());\n"
+     "  }\n"
+     "  return n;\n"
+     "}\n");
 }
 
 TEST_CASE("a public method of a global class with a local pointer or "

@@ -580,8 +580,11 @@ template <class T> struct put_op {
 };
 
 // Places an object: `make` runs in the new in-process context (proc_t here)
-// or the op `ctor` is sent to a new process context. Returns the object's gp.
-CCXX_API nx_gp_t place_local(const std::function<void *()> &make);
+// or the op `ctor` is sent to a new process context. Returns the object's gp;
+// an exception of the constructor is thrown as a remote call's would be
+// (a standard one with its type and what(), else remote_error naming `type`).
+CCXX_API nx_gp_t place_local(const std::function<void *()> &make,
+                             const std::type_info &type);
 CCXX_API nx_gp_t place_process(const std::string &spec, uint32_t ctor,
                                stream_fn pack, const std::type_info &type);
 CCXX_API int destroy_context(nx_gp_t *gp, uint32_t del,
@@ -644,9 +647,10 @@ public:
   // "Counter@0x100000002" : the type and the context, for messages.
   std::string describe() const;
 
-  // Remote read and write of the pointee.
-  T get() const {
-    T v{};
+  // Remote read and write of the pointee. Reading a sync<V> waits, in its
+  // context, until it is written and returns the V.
+  typename detail::sync_assign<T>::value_type get() const {
+    typename detail::sync_assign<T>::value_type v{};
     detail::op_call(
         &gp_, detail::get_op<T>::id, true, nullptr, [&v](stream &s) { s >> v; },
         typeid(T));
@@ -727,21 +731,56 @@ template <class T> stream &operator>>(stream &s, global_ptr<T> &p) {
   return s;
 }
 
-// *g as a value (remote read) or as the target of = (remote write).
+// *g as a value (remote read) or as the target of = (remote write). It holds
+// its own copy of the global pointer, so it may outlive the expression that
+// made it (`auto m = q->x;`, where q->x's pointer is a temporary); each
+// conversion reads again.
 template <class T> class remote_ref {
 public:
-  explicit remote_ref(const global_ptr<T> &p) : p_(p) {}
-  operator typename detail::sync_assign<T>::value_type() const {
-    return p_.get();
-  }
+  using value_type = typename detail::sync_assign<T>::value_type;
+  explicit remote_ref(global_ptr<T> p) : p_(std::move(p)) {}
+  operator value_type() const { return p_.get(); }
+  // One remote read, as a value (the comparisons below use it).
+  value_type get() const { return p_.get(); }
   template <class V> const remote_ref &operator=(const V &v) const {
     p_.put(v);
     return *this;
   }
 
 private:
-  const global_ptr<T> &p_;
+  global_ptr<T> p_;
 };
+
+namespace detail {
+template <class T> struct is_remote_ref : std::false_type {};
+template <class T> struct is_remote_ref<remote_ref<T>> : std::true_type {};
+template <class V>
+using not_remote_ref = std::enable_if_t<!is_remote_ref<V>::value, int>;
+} // namespace detail
+
+// Comparisons read the value once and compare it, so `q->name == "pt"`
+// works where the conversion alone would not be tried (std::string's
+// operators are templates).
+#define CCXX_REMOTE_REF_COMPARE(OP)                                            \
+  template <class T, class V, detail::not_remote_ref<V> = 0>                   \
+  bool operator OP(const remote_ref<T> &a, const V &b) {                       \
+    return a.get() OP b;                                                       \
+  }                                                                            \
+  template <class V, class T, detail::not_remote_ref<V> = 0>                   \
+  bool operator OP(const V &a, const remote_ref<T> &b) {                       \
+    return a OP b.get();                                                       \
+  }                                                                            \
+  template <class T, class U>                                                  \
+  bool operator OP(const remote_ref<T> &a, const remote_ref<U> &b) {           \
+    return a.get() OP b.get();                                                 \
+  }
+CCXX_REMOTE_REF_COMPARE(==)
+CCXX_REMOTE_REF_COMPARE(!=)
+CCXX_REMOTE_REF_COMPARE(<)
+CCXX_REMOTE_REF_COMPARE(<=)
+CCXX_REMOTE_REF_COMPARE(>)
+CCXX_REMOTE_REF_COMPARE(>=)
+#undef CCXX_REMOTE_REF_COMPARE
 
 // ---------------------------------------------------------------- sync
 
@@ -843,10 +882,12 @@ template <class C, class... A>
 global_ptr<C> create(const proc_t &where, A &&...a) {
   if (where.in_process()) {
     auto args = std::make_tuple(std::forward<A>(a)...);
-    nx_gp_t gp = detail::place_local([&args]() -> void * {
-      return std::apply([](auto &...x) { return new C(std::move(x)...); },
-                        args);
-    });
+    nx_gp_t gp = detail::place_local(
+        [&args]() -> void * {
+          return std::apply([](auto &...x) { return new C(std::move(x)...); },
+                            args);
+        },
+        typeid(C));
     return global_ptr<C>::adopt(gp);
   }
   using op = detail::ctor_op<C, detail::wire_t<A>...>;
