@@ -385,7 +385,7 @@ int pvm_precv(int tid, int msgtag, void *buf, int len, int datatype, int *rtid,
   if (rtag != NULL)
     *rtag = tag;
   if (rlen != NULL)
-    *rlen = items;
+    *rlen = bytes; /* PVM 3.4.6's "actual message length": bytes */
   return PvmOk;
 }
 

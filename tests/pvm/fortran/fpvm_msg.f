@@ -177,10 +177,9 @@ c     psend and precv with child 2 (tags 3 and 4), outside the buffers.
       call pvmfpsend(tids(2), 3, dbuf, 4, REAL8, info)
       write(*,'(a,i0)') 'psend ', info
       call pvmfprecv(tids(2), 4, dsum, 1, REAL8, atid, atag, alen, info)
-c     alen is left out: PVM 3.4.6 gives the length in bytes (8),
-c     nexus-pvm the number of items (1).
-      write(*,'(a,f8.3,a,i0,a,l1)') 'precv ', dsum, ' tag ', atag,
-     &     ' from child 2 ', atid .eq. tids(2)
+c     alen: the length in bytes (8), as PVM 3.4.6 gives it.
+      write(*,'(a,f8.3,a,i0,a,l1,a,i0)') 'precv ', dsum, ' tag ', atag,
+     &     ' from child 2 ', atid .eq. tids(2), ' alen ', alen
       call pvmfgetsbuf(b)
       write(*,'(a,l1)') 'send buffer kept ', b .eq. cur
 
