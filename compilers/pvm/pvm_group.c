@@ -503,10 +503,10 @@ static int grp_call(int op, const char *group, int arg) {
 int pvm_joingroup(char *group) {
   int rc = check_name(group);
   if (rc < 0)
-    return nxpvmi_err("pvm_joingroup", rc);
+    return nxpvmi_gerr(rc);
   rc = grp_call(G_JOIN, group, 0);
   if (rc < 0)
-    return nxpvmi_err("pvm_joingroup", rc);
+    return nxpvmi_gerr(rc);
   struct mygroup *g = calloc(1, sizeof(*g));
   if (g != NULL) {
     snprintf(g->name, sizeof(g->name), "%s", group);
@@ -520,10 +520,10 @@ int pvm_joingroup(char *group) {
 int pvm_lvgroup(char *group) {
   int rc = check_name(group);
   if (rc < 0)
-    return nxpvmi_err("pvm_lvgroup", rc);
+    return nxpvmi_gerr(rc);
   rc = grp_call(G_LEAVE, group, 0);
   if (rc < 0)
-    return nxpvmi_err("pvm_lvgroup", rc);
+    return nxpvmi_gerr(rc);
   for (struct mygroup **pp = &nxpvm.mygroups; *pp != NULL; pp = &(*pp)->next)
     if (strcmp((*pp)->name, group) == 0) {
       struct mygroup *g = *pp;
@@ -538,7 +538,7 @@ int pvm_gsize(char *group) {
   int rc = check_name(group);
   if (rc == 0)
     rc = grp_call(G_SIZE, group, 0);
-  return rc < 0 ? nxpvmi_err("pvm_gsize", rc) : rc;
+  return rc < 0 ? nxpvmi_gerr(rc) : rc;
 }
 
 int pvm_getinst(char *group, int tid) {
@@ -547,7 +547,7 @@ int pvm_getinst(char *group, int tid) {
     rc = PvmBadParam;
   if (rc == 0)
     rc = grp_call(G_INST, group, tid);
-  return rc < 0 ? nxpvmi_err("pvm_getinst", rc) : rc;
+  return rc < 0 ? nxpvmi_gerr(rc) : rc;
 }
 
 int pvm_gettid(char *group, int inst) {
@@ -556,7 +556,7 @@ int pvm_gettid(char *group, int inst) {
     rc = PvmBadParam;
   if (rc == 0)
     rc = grp_call(G_TID, group, inst);
-  return rc < 0 ? nxpvmi_err("pvm_gettid", rc) : rc;
+  return rc < 0 ? nxpvmi_gerr(rc) : rc;
 }
 
 int pvm_barrier(char *group, int count) {
@@ -565,7 +565,7 @@ int pvm_barrier(char *group, int count) {
     rc = PvmBadParam;
   if (rc == 0)
     rc = grp_call(G_BARRIER, group, count);
-  return rc < 0 ? nxpvmi_err("pvm_barrier", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_gerr(rc) : PvmOk;
 }
 
 int pvm_freezegroup(char *group, int size) {
@@ -579,7 +579,7 @@ int pvm_freezegroup(char *group, int size) {
   /* As PVM's: the size the group was frozen at. */
   if (rc == 0)
     rc = size > 0 ? size : pvm_gsize(group);
-  return rc < 0 ? nxpvmi_err("pvm_freezegroup", rc) : rc;
+  return rc < 0 ? nxpvmi_gerr(rc) : rc;
 }
 
 int pvm_newcontext(void) {
@@ -618,14 +618,14 @@ int pvm_bcast(char *group, int msgtag) {
   if (rc == 0)
     rc = group_exists(group);
   if (rc < 0)
-    return nxpvmi_err("pvm_bcast", rc);
+    return nxpvmi_gerr(rc);
   b->ctx = nxpvm.ctx;
   if (nxpvm.is_root) {
     /* The root hands its own broadcast to its sequencer directly. */
     struct seqitem *it = calloc(1, sizeof(*it));
     if (it == NULL || (it->b = nxpvmi_buf_clone(b)) == NULL) {
       free(it);
-      return nxpvmi_err("pvm_bcast", PvmNoMem);
+      return nxpvmi_gerr(PvmNoMem);
     }
     it->kind = S_BCAST;
     it->src = nxpvm.mytid;
@@ -637,7 +637,7 @@ int pvm_bcast(char *group, int msgtag) {
   nx_gp_t root = NX_GP_NULL;
   rc = nxpvmi_resolve_root(&root);
   if (rc < 0)
-    return nxpvmi_err("pvm_bcast", PvmSysErr);
+    return nxpvmi_gerr(PvmSysErr);
   nx_buffer_t *o;
   rc = nxpvmi_rsr(nxpvm.roottid, &root, H_GBC, b->bytes + 128, &o);
   if (rc == 0) {
@@ -654,7 +654,7 @@ int pvm_bcast(char *group, int msgtag) {
     }
   }
   nx_gp_release(&root);
-  return rc < 0 ? nxpvmi_err("pvm_bcast", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_gerr(rc) : PvmOk;
 }
 
 /* The group's tids in instance order, and this task's instance. */
@@ -687,11 +687,11 @@ int pvm_reduce(void (*func)(int *, void *, void *, int *, int *), void *data,
   int size = nxpvmi_type_size(datatype);
   if (func == NULL || count < 0 || size == 0 || (data == NULL && count > 0) ||
       rootginst < 0)
-    return nxpvmi_err("pvm_reduce", PvmBadParam);
+    return nxpvmi_gerr(PvmBadParam);
   int *tids, me;
   int n = roster(group, &tids, &me);
   if (n < 0)
-    return nxpvmi_err("pvm_reduce", n);
+    return nxpvmi_gerr(n);
   int rc = PvmOk;
   if (me < 0)
     rc = PvmNotInGroup;
@@ -709,7 +709,7 @@ int pvm_reduce(void (*func)(int *, void *, void *, int *, int *), void *data,
       int rtid, rtag, rlen, info = PvmOk;
       rc =
           pvm_precv(tids[i], msgtag, tmp, count, datatype, &rtid, &rtag, &rlen);
-      if (rc == 0 && rlen != count)
+      if (rc == 0 && rlen != count * size) /* bytes */
         rc = PvmMismatch;
       if (rc == 0)
         func(&datatype, data, tmp, &count, &info);
@@ -719,18 +719,18 @@ int pvm_reduce(void (*func)(int *, void *, void *, int *, int *), void *data,
     free(tmp);
   }
   free(tids);
-  return rc < 0 ? nxpvmi_err("pvm_reduce", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_gerr(rc) : PvmOk;
 }
 
 int pvm_gather(void *result, void *data, int count, int datatype, int msgtag,
                char *group, int rootginst) {
   int size = nxpvmi_type_size(datatype);
   if (count < 0 || size == 0 || (data == NULL && count > 0) || rootginst < 0)
-    return nxpvmi_err("pvm_gather", PvmBadParam);
+    return nxpvmi_gerr(PvmBadParam);
   int *tids, me;
   int n = roster(group, &tids, &me);
   if (n < 0)
-    return nxpvmi_err("pvm_gather", n);
+    return nxpvmi_gerr(n);
   int rc = PvmOk;
   size_t chunk = (size_t)count * (size_t)size;
   if (me < 0)
@@ -751,22 +751,22 @@ int pvm_gather(void *result, void *data, int count, int datatype, int msgtag,
       int rtid, rtag, rlen;
       rc = pvm_precv(tids[i], msgtag, slot, count, datatype, &rtid, &rtag,
                      &rlen);
-      if (rc == 0 && rlen != count)
+      if (rc == 0 && rlen != count * size) /* bytes */
         rc = PvmMismatch;
     }
   free(tids);
-  return rc < 0 ? nxpvmi_err("pvm_gather", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_gerr(rc) : PvmOk;
 }
 
 int pvm_scatter(void *result, void *data, int count, int datatype, int msgtag,
                 char *group, int rootginst) {
   int size = nxpvmi_type_size(datatype);
   if (count < 0 || size == 0 || (result == NULL && count > 0) || rootginst < 0)
-    return nxpvmi_err("pvm_scatter", PvmBadParam);
+    return nxpvmi_gerr(PvmBadParam);
   int *tids, me;
   int n = roster(group, &tids, &me);
   if (n < 0)
-    return nxpvmi_err("pvm_scatter", n);
+    return nxpvmi_gerr(n);
   int rc = PvmOk;
   size_t chunk = (size_t)count * (size_t)size;
   if (me < 0)
@@ -777,7 +777,7 @@ int pvm_scatter(void *result, void *data, int count, int datatype, int msgtag,
     int rtid, rtag, rlen;
     rc = pvm_precv(tids[rootginst], msgtag, result, count, datatype, &rtid,
                    &rtag, &rlen);
-    if (rc == 0 && rlen != count)
+    if (rc == 0 && rlen != count * size) /* bytes */
       rc = PvmMismatch;
   } else if (data == NULL && count > 0)
     rc = PvmBadParam;
@@ -790,7 +790,7 @@ int pvm_scatter(void *result, void *data, int count, int datatype, int msgtag,
         rc = pvm_psend(tids[i], msgtag, slot, count, datatype);
     }
   free(tids);
-  return rc < 0 ? nxpvmi_err("pvm_scatter", rc) : PvmOk;
+  return rc < 0 ? nxpvmi_gerr(rc) : PvmOk;
 }
 
 /* ---- the predefined reduce functions: x = x op y, element-wise ---- */

@@ -254,6 +254,7 @@ static inline int nxpvmi_started(void) {
   return nxpvm.started || pvm_mytid() > 0;
 }
 int nxpvmi_err(const char *fn, int code);
+int nxpvmi_gerr(int code);
 const char *nxpvmi_errstr(int code);
 /* What libpvm3 exports beside pvm3.h and programs declare themselves
  * (pvm_task.c, pvm_msg.c). */

@@ -94,6 +94,14 @@ int nxpvmi_err(const char *fn, int code) {
   return code;
 }
 
+/* The same for the group calls (PVM's libgpvm3), which set pvm_errno but
+ * say nothing, whatever PvmAutoErr is. */
+int nxpvmi_gerr(int code) {
+  if (code < 0)
+    pvm_errno = code;
+  return code;
+}
+
 /* libpvm's own error report, which programs call too: records `code`
  * whatever it is, says it as `fn`() with PvmAutoErr on, and with
  * PvmAutoErr 2 ends the program (exit status `code`), with 3 aborts. */
