@@ -120,12 +120,6 @@ static int desc_decode(const struct ofi *o, const struct nx_desc *d,
     return NX_EUNREACH;
   if (memcmp(out->t.uuid, o->core->process_uuid, OFI_UUID_SIZE) == 0)
     return NX_EUNREACH; /* this process: the local module's */
-  /* This process before an nx_finalize (a gp kept across a restart): its
-   * endpoints are closed. libfabric 1.20's shm crashes in fi_av_insert on
-   * such a name, so it is never inserted. */
-  if (out->t.same_host && out->t.pid == o->pid &&
-      out->t.start_time == o->start_time && out->t.pidns == o->pidns)
-    return NX_EUNREACH;
   /* shm for a peer on this host, else any rail both sides opened. */
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < o->nrails; i++) {
