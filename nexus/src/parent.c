@@ -659,10 +659,13 @@ static int process_destroy(uint64_t context) {
    * what does not, in time, is reported when it is gone. */
   if (nxi_eng_me.handlers == 0)
     nxi_confirm_flush_proc(proc, DESTROY_GRACE_MS);
+  /* Its lists fail before it ends: a module that sees its connections
+   * close would call it dead (NX_EPEERDEAD) first, and the first code a
+   * list fails with is the one RSRs and the error callback get. */
+  nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
   kill_and_reap(c, DESTROY_GRACE_MS);
   nxi_chan_close(&c->chan, 0);
   free(c);
-  nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
   return 0;
 }
 

@@ -98,8 +98,18 @@ TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
     CHECK_FALSE(nx_gp_is_null(&gp));
     CHECK((nx_gp_context(&gp) >> 32) !=
           (nx_context_id(nx_context_self()) >> 32)); // another process
+    // RSRs before it ends (over tcp: a connection that closes with it),
+    // none after: a destroyed context is NX_ENOCONTEXT, not a dead peer.
+    for (int k = 0; k < 10; k++) {
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &gp, "count", 0) == 0);
+      REQUIRE(nx_rsr_send(b) == 0);
+    }
     REQUIRE(nx_context_destroy(&gp) == 0);
     CHECK(nx_context_destroy(&gp) == NX_ENOCONTEXT);
+    nx_buffer_t *b;
+    REQUIRE(nx_rsr_init_name(&b, &gp, "count", 0) == 0);
+    CHECK(nx_rsr_send(b) == NX_ENOCONTEXT);
     nx_gp_release(&gp);
   }
   CHECK(no_children());
