@@ -1005,12 +1005,25 @@ err_fini:
   return PvmSysErr;
 }
 
+/* A task that ends (returns from main, calls exit or STOP) without
+ * pvm_exit: what it sent is first confirmed handled, for at most 2 s, so
+ * that its last messages do not go down with the process (under PVM they
+ * do when its pvmd has not taken them yet). Nothing else of pvm_exit
+ * runs. */
+static void flush_at_exit(void) {
+  if (nxpvm.started && !nxpvm.closing)
+    nx_flush(2000);
+}
+
 int pvm_mytid(void) {
   if (nxpvm.started)
     return nxpvm.mytid;
   int rc = start();
   if (rc > 0)
     nxpvmi_buf_own_thread();
+  static int at_exit;
+  if (rc > 0 && !at_exit && atexit(flush_at_exit) == 0)
+    at_exit = 1;
   return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
 }
 

@@ -103,6 +103,14 @@ int main(int argc, char **argv) {
   else if (strcmp(argv[1], "die") == 0) {
     pvm_recv(parent, 1);
     _exit(3); /* no pvm_exit: the parent learns from nexus */
+  } else if (strcmp(argv[1], "noexit") == 0) {
+    /* A result, then the end of main without pvm_exit (a common slip):
+     * the result still arrives. */
+    int v = 7;
+    pvm_initsend(PvmDataDefault);
+    pvm_pkint(&v, 1, 1);
+    pvm_send(parent, 77);
+    return 0;
   } else if (strcmp(argv[1], "wait") == 0)
     pvm_recv(parent, 12345);
   else if (strcmp(argv[1], "order") == 0 && argc > 2)

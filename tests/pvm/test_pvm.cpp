@@ -349,6 +349,24 @@ TEST_CASE("a task that dies: notify fires, receives from it fail") {
   CHECK(pvm_send(child, 1) == PvmOk);
 }
 
+TEST_CASE("tasks that end without pvm_exit right after a send: it arrives") {
+  me();
+  char *argv[] = {const_cast<char *>("noexit"), nullptr};
+  int tids[3];
+  REQUIRE(pvm_spawn(const_cast<char *>(PVM_CHILD), argv, PvmTaskDefault,
+                    const_cast<char *>(""), 3, tids) == 3);
+  int sum = 0;
+  for (int i = 0; i < 3; i++) {
+    struct timeval tmout = {10, 0};
+    int id = pvm_trecv(-1, 77, &tmout);
+    REQUIRE(id > 0);
+    int v = 0;
+    REQUIRE(pvm_upkint(&v, 1, 1) == PvmOk);
+    sum += v;
+  }
+  CHECK(sum == 21);
+}
+
 TEST_CASE("pvm_kill ends a task; notify of an unknown task fires at once") {
   me();
   int child = spawn("wait");
