@@ -1010,8 +1010,10 @@ err_fini:
  * that its last messages do not go down with the process (under PVM they
  * do when its pvmd has not taken them yet). Nothing else of pvm_exit
  * runs. */
+static pid_t at_exit_pid; /* a forked child that calls exit does not */
+
 static void flush_at_exit(void) {
-  if (nxpvm.started && !nxpvm.closing)
+  if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid)
     nx_flush(2000);
 }
 
@@ -1022,8 +1024,10 @@ int pvm_mytid(void) {
   if (rc > 0)
     nxpvmi_buf_own_thread();
   static int at_exit;
-  if (rc > 0 && !at_exit && atexit(flush_at_exit) == 0)
+  if (rc > 0 && !at_exit && atexit(flush_at_exit) == 0) {
     at_exit = 1;
+    at_exit_pid = getpid();
+  }
   return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
 }
 
