@@ -61,7 +61,7 @@ slurmd_port=$(free_port $((ctld_port + 1)))
 host=$(hostname -s)
 cpus=$(nproc)
 
-mkdir -p "$work/state" "$work/spool"
+mkdir -p "$work/state" "$work/spool" "$work/tmp"
 head -c 1024 /dev/urandom >"$work/munge.key"
 chmod 400 "$work/munge.key"
 /usr/sbin/munged -f -S "$work/munge.sock" --key-file="$work/munge.key" \
@@ -80,6 +80,7 @@ AuthInfo=socket=$work/munge.sock
 CredType=cred/munge
 StateSaveLocation=$work/state
 SlurmdSpoolDir=$work/spool
+TmpFS=$work/tmp
 SlurmctldPidFile=$work/slurmctld.pid
 SlurmdPidFile=$work/slurmd.pid
 SlurmctldLogFile=$work/slurmctld.log
@@ -110,14 +111,27 @@ done
 [ $up = 1 ] || skip "the node did not come up in 10 s: $(tail -n 2 "$work/slurmd.log")"
 srun --mpi=list 2>&1 | grep -q pmix || skip "Slurm has no pmix plugin (srun --mpi=list)"
 
+# Each step passes only when test_pmix says so (rank 0's last line): srun
+# also returns 0 for a step that never started (Slurm 22.05, "task 0
+# launch failed"). Slurm's PMIx plugin makes a folder per step under
+# TmpFS, named by job id; ids start at 1 in every private cluster, so
+# TmpFS is private too (folders left in /tmp made those launches fail).
 failed=0
 for m in "$@"; do
   for n in 2 4; do
     echo "== srun --mpi=pmix -n $n test_pmix $m $n (NX_PROTOCOLS=local,$m)"
+    out="$work/out.$m.$n"
     # --overcommit: 4 processes on 2 cores; --time: a bound of Slurm's own.
-    if ! NX_PROTOCOLS=local,$m timeout 60 srun --mpi=pmix --overcommit \
-      --time=1 -n "$n" "$test_pmix" "$m" "$n"; then
-      echo "FAILED: $m with $n processes"
+    NX_PROTOCOLS=local,$m timeout 60 srun --mpi=pmix --overcommit \
+      --time=1 -n "$n" "$test_pmix" "$m" "$n" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    if [ $rc != 0 ]; then
+      echo "FAILED: $m with $n processes (exit $rc)"
+      failed=1
+    elif ! grep -q "^test_pmix: $n processes .* over $m: every pair" "$out"; then
+      echo "FAILED: $m with $n processes: srun returned 0 but test_pmix" \
+        "did not report (the step did not start?)"
       failed=1
     fi
   done
