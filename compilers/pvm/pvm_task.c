@@ -1382,12 +1382,9 @@ static int signal_task(const char *fn, int tid, int sig) {
     return nxpvmi_err(fn, PvmSysErr);
   nx_gp_t gp = NX_GP_NULL;
   int rc = nxpvmi_resolve(tid, &gp);
-  if (rc == PvmNoTask)
-    return PvmOk; /* as PVM: a task that does not exist is left alone */
-  if (rc < 0)
-    return nxpvmi_err(fn, rc);
-  nx_buffer_t *b;
-  rc = nxpvmi_rsr(tid, &gp, H_KILL, 8, &b);
+  nx_buffer_t *b = NULL;
+  if (rc == 0)
+    rc = nxpvmi_rsr(tid, &gp, H_KILL, 8, &b);
   if (rc == 0 && nx_put_int32(b, sig) < 0) {
     nx_buffer_release(b);
     rc = PvmNoMem;
@@ -1395,8 +1392,10 @@ static int signal_task(const char *fn, int tid, int sig) {
     rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   nx_gp_release(&gp);
+  /* As PVM: a task that does not exist (or ended meanwhile) is left alone,
+   * with no error. */
   if (rc == PvmNoTask)
-    return PvmOk; /* it ended meanwhile */
+    return PvmOk;
   return rc < 0 ? nxpvmi_err(fn, rc) : PvmOk;
 }
 

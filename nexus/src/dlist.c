@@ -616,9 +616,12 @@ int nxi_dlist_intern_proc(const uint8_t *blob, size_t len, uint32_t proc,
                           struct nxi_dlist **out) {
   int r = nxi_dlist_intern(blob, len, out);
   if (r == 0) {
-    atomic_store_explicit(&(*out)->proc, proc, memory_order_relaxed);
+    /* The ledger hears of a list once, when it first names `proc`: a gp
+     * read again from the same list costs no lookup there. */
+    uint32_t was =
+        atomic_exchange_explicit(&(*out)->proc, proc, memory_order_relaxed);
     nxi_proc_known_fn fn = atomic_load(&known_hook);
-    if (fn != NULL && proc != 0)
+    if (fn != NULL && proc != 0 && was != proc)
       fn(proc, *out);
   }
   return r;
