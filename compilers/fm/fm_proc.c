@@ -508,7 +508,7 @@ void fm_blocks_peer_dead(uint32_t proc) {
     nx_mutex_lock(&b->m);
     for (int i = 0; i < b->n; i++) {
       struct member *mb = b->mem[i];
-      if (mb->made == 2 && mb->proc == proc && !mb->done) {
+      if (mb != NULL && mb->made == 2 && mb->proc == proc && !mb->done) {
         mb->done = 1;
         mb->err = FM_EPEERDEAD;
         b->ndone++;
@@ -687,7 +687,7 @@ void fm_h_done(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     return;
   nx_mutex_lock(&b->m);
   if (b->magic == FM_BLOCK_MAGIC && idx >= 0 && idx < b->n &&
-      !b->mem[idx]->done) {
+      b->mem[idx] != NULL && !b->mem[idx]->done) {
     struct member *mb = b->mem[idx];
     if (status == 0)
       status = outs_get(buf, mb->args);
@@ -722,6 +722,11 @@ int fm_processes_end(fm_block_t *block) {
       nx_context_destroy(&mb->ctx);
     nx_gp_release(&mb->ctx);
     fm_args_free(a);
+    /* Out of the block before it is freed: a death reported meanwhile (on
+     * a runtime thread, fm_blocks_peer_dead) walks the block's members. */
+    nx_mutex_lock(&block->m);
+    block->mem[i] = NULL;
+    nx_mutex_unlock(&block->m);
     free(mb);
   }
   /* The memory stays on fm_g.blocks until fm_finalize: a late "fm.done"
