@@ -480,6 +480,13 @@ int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
  * the new buffer's runs (a bad one frees it again): the hot path of every
  * arrival. */
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
+  return nxpvmi_decode_from(in, nxpvmi_tid_of_context(nx_buffer_source(in)),
+                            out);
+}
+
+/* The same, with the sending task's tid known (the source of a message
+ * without F_SRC). */
+int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   /* A small array is the rest of the RSR (tried first: most are); a
    * larger one follows its length. A get that fails reads nothing. */
   const void *v;
@@ -520,30 +527,30 @@ int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
   }
   if (values != (size_t)(end - p))
     goto bad;
-  /* Room for every run at once (each starts 8-aligned, as arena_grow
-   * lays them out), so the loop below allocates nothing. */
-  size_t off;
-  if (nseg > 0 && arena_grow(b, values + 8 * (size_t)nseg, &off) < 0)
-    goto nomem;
-  b->len = 0;
+  /* The values as they came, one copy, each run where it lies (unaligned:
+   * every read of a run goes through memcpy). */
+  if (values > 0 && values > b->cap) {
+    size_t off;
+    if (arena_grow(b, values, &off) < 0)
+      goto nomem;
+  }
+  b->len = values;
   b->nseg = (int)nseg;
   b->bytes = values;
   b->ctx = (int)ctx;
   b->tag = (int)tag;
-  b->src =
-      flags & F_SRC ? (int)src : nxpvmi_tid_of_context(nx_buffer_source(in));
+  b->src = flags & F_SRC ? (int)src : sender;
   int swap = nx_buffer_format(in) != nx_format_native();
+  size_t off = 0;
   for (uint32_t i = 0; i < nseg; i++) {
     struct seg *s = &b->segs[i];
-    size_t bytes = s->count * s->isize;
-    s->off = off = (b->len + 7) & ~(size_t)7;
-    b->len = off + bytes;
+    s->off = off;
     if (swap)
-      copy_swapped((uint8_t *)b->data + off, p, s->isize, s->count, 1);
-    else
-      memcpy(b->data + off, p, bytes);
-    p += bytes;
+      copy_swapped((uint8_t *)b->data + off, p + off, s->isize, s->count, 1);
+    off += s->count * s->isize;
   }
+  if (!swap && values > 0)
+    memcpy(b->data, p, values);
   *out = b;
   return 0;
 bad:

@@ -200,6 +200,7 @@ struct pvmstate {
   int showtids;   /* PvmShowTids */
   int *gone_q;    /* children whose end the root has not been told yet */
   int ngone, gonecap;
+  unsigned deaths; /* tasks marked dead so far: receives look again */
 };
 
 extern struct pvmstate nxpvm;
@@ -311,6 +312,7 @@ int nxpvmi_encode(nx_buffer_t *out, const struct pvmbuf *b);
 int nxpvmi_encode_msg(nx_buffer_t *out, const struct pvmbuf *b, int src,
                       int tag);
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
+int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
 int nxpvmi_pack_type(int datatype, const void *p, int n);

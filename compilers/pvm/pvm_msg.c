@@ -242,6 +242,10 @@ static int receive(const char *fn, int tid, int tag, int wait,
     return nxpvmi_err(fn, PvmBadParam);
   struct pvmbuf *got = NULL;
   int rc = 0;
+  /* The sender is looked up only when a task has died since the last look
+   * (nxpvm.deaths counts mark_dead's, the only way a task becomes dead;
+   * read under the lock): not at all while no task has died. */
+  unsigned deaths = 0;
   for (;;) {
     run_handlers();
     if (nxpvm.recvf != NULL) {
@@ -273,7 +277,8 @@ static int receive(const char *fn, int tid, int tag, int wait,
         goto out;
       /* A receive from one task that has ended fails instead of waiting
        * for ever (its earlier messages were matched above). */
-      if (tid != -1) {
+      if (tid != -1 && deaths != nxpvm.deaths) {
+        deaths = nxpvm.deaths;
         struct peer *p = nxpvmi_peer(tid, 0);
         if (p != NULL && p->dead) {
           rc = PvmSysErr;

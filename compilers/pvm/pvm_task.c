@@ -220,6 +220,7 @@ static void mark_dead(int tid) {
   if (p == NULL || p->dead)
     return;
   p->dead = 1;
+  nxpvm.deaths++;
   fire_notifies(tid);
   nxpvmi_groups_forget(tid);
   nxpvmi_mbox_forget(tid);
@@ -425,7 +426,7 @@ static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   }
   tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
   struct pvmbuf *m = NULL;
-  if (nxpvmi_decode(buf, &m) < 0)
+  if (nxpvmi_decode_from(buf, tid, &m) < 0)
     m = NULL; /* malformed: dropped, as nexus drops a bad frame */
   struct peer *p = arrival(tid, intro, &gp);
   if (p == NULL) {
