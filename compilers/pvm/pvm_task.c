@@ -1265,7 +1265,9 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   char *env[] = {tid_var, NULL};
   int want = spawn_tid();
   snprintf(tid_var, sizeof(tid_var), "NX_PROC_ID=%d", want);
-  nx_context_attr_t attr = {want > 0 ? env : NULL, 0, 0};
+  /* A task's end is PVM's news (pvm_notify), never a line from nexus on
+   * the spawner's stderr: a killed task is what pvm_kill asked for. */
+  nx_context_attr_t attr = {want > 0 ? env : NULL, NX_CREATE_QUIET_END, 0};
   rc = nx_context_create_attr(&node, task, av, &attr, &gp);
   free(av);
   free(found);

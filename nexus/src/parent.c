@@ -52,6 +52,7 @@ struct child {
   int reaped; /* waitpid returned it */
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
+  int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
 };
 
 static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,9 +75,11 @@ static void report_exit(const struct child *c) {
             "asked)",
             who, c->signalled); /* ours: not the child's fault */
   else if (WIFSIGNALED(c->status))
-    nxi_log(0, NULL, "%s was killed by signal %d", who, WTERMSIG(c->status));
+    nxi_log(c->quiet, NULL, "%s was killed by signal %d", who,
+            WTERMSIG(c->status));
   else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) != 0)
-    nxi_log(0, NULL, "%s exited with status %d", who, WEXITSTATUS(c->status));
+    nxi_log(c->quiet, NULL, "%s exited with status %d", who,
+            WEXITSTATUS(c->status));
 }
 
 /* Kids lock held. */
@@ -503,7 +506,8 @@ static void kill_and_reap(struct child *c, int grace_ms);
 
 /* Whether `attr` is well formed (nx_context_create_attr). */
 static int attr_ok(const nx_context_attr_t *attr) {
-  if ((attr->flags & ~NX_CREATE_ENV_ONLY) != 0 || attr->timeout_ms < 0)
+  if ((attr->flags & ~(NX_CREATE_ENV_ONLY | NX_CREATE_QUIET_END)) != 0 ||
+      attr->timeout_ms < 0)
     return 0;
   for (size_t i = 0; attr->env != NULL && attr->env[i] != NULL; i++) {
     const char *v = attr->env[i];
@@ -549,6 +553,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   if (c == NULL)
     return NX_ENOMEM;
   c->chan.fd = -1;
+  c->quiet = (attr->flags & NX_CREATE_QUIET_END) != 0;
   int timeout_ms =
       attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
   uint64_t start = nxu_now_ms();

@@ -141,6 +141,13 @@ int main(int argc, char **argv) {
     for (;;)
       pause();
   }
+  if (strcmp(mode, "ready-exit3") == 0) {
+    /* Ready, then an end with status 3 (test_lifecycle_msgs.cpp). */
+    if (nx_context_ready() != 0)
+      return 2;
+    usleep(100 * 1000);
+    _exit(3);
+  }
   if (strcmp(mode, "no-ready") == 0) {
     sleep(600);
     return 0;

@@ -35,3 +35,33 @@ TEST_CASE("a worker that never gets ready: the timeout says why, nexus's own "
                  "1 s (NX_CREATE_TIMEOUT)") != std::string::npos);
   CHECK(err.find("was killed by signal") == std::string::npos);
 }
+
+// NX_CREATE_QUIET_END (process.h): a child's end with a non-zero status is
+// printed by default, and not with the flag; nx_context_destroy reaps it,
+// so the line, when there is one, is written inside the capture.
+TEST_CASE("a child's non-zero exit is printed, unless created with "
+          "NX_CREATE_QUIET_END",
+          "[process][lifecycle]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_node_t node;
+  REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
+  char *const argv[] = {(char *)"ctx_child", (char *)"ready-exit3", nullptr};
+  for (unsigned flags : {0u, (unsigned)NX_CREATE_QUIET_END}) {
+    nx_context_attr_t attr = {nullptr, flags, 0};
+    nx_gp_t gp = NX_GP_NULL;
+    int r = -1;
+    std::string err = capture_stderr([&] {
+      r = nx_context_create_attr(&node, CHILD_EXE, argv, &attr, &gp);
+      if (r == 0) {
+        usleep(400 * 1000); // it ends 100 ms after it is ready
+        nx_context_destroy(&gp);
+      }
+    });
+    INFO("flags " << flags << ": " << err);
+    REQUIRE(r == 0);
+    bool printed = err.find("exited with status 3") != std::string::npos;
+    CHECK(printed == (flags == 0));
+    nx_gp_release(&gp);
+  }
+}

@@ -66,6 +66,13 @@ typedef struct nx_context_attr {
  * gives its processes its own environment (NX_ENOTSUP). */
 #define NX_CREATE_ENV_ONLY 1u
 
+/* nexus does not print the child's end when it exits with a non-zero
+ * status or is killed by a signal (it does at NX_DEBUG=1): for a creator
+ * that reports its children's ends itself (nexus-pvm: pvm_notify). The
+ * end is still noticed as ever: the child's routes fail and error
+ * callbacks hear NX_EPEERDEAD. */
+#define NX_CREATE_QUIET_END 2u
+
 /* nx_context_create with attributes (`attr` may be NULL). Besides its
  * codes: NX_EINVAL for an unknown flag, a negative timeout, or an env
  * entry without '=' (or with a newline: launchers pass them a line each)
