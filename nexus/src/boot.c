@@ -3,7 +3,9 @@
  * computation it belongs to, decided once per outermost nx_init. */
 #include "boot.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "module.h"
 #include "rt.h"
@@ -118,5 +120,25 @@ int nxi_boot_gather(const void *mine, size_t len, void **all, size_t **lens,
 }
 
 int nxi_boot_pmix(void) { return boot == BOOT_PMIX; }
+
+void nxi_boot_no_job(void) {
+  static atomic_int said;
+  const char *step = getenv("SLURM_STEP_ID");
+  const char *n = getenv("SLURM_STEP_NUM_TASKS");
+  const char *id = getenv("SLURM_PROCID");
+  const char *ns = getenv("PMIX_NAMESPACE");
+  /* With PMIx's variables a server was there: its own failure is logged
+   * (boot_pmix.c). */
+  if (step == NULL || n == NULL || strtol(n, NULL, 10) < 2 ||
+      (id != NULL && strcmp(id, "0") != 0) || (ns != NULL && ns[0] != '\0') ||
+      atomic_exchange(&said, 1))
+    return;
+  nxi_log(0, NULL,
+          "no job: this process is task 0 of the %s tasks of Slurm step %s, "
+          "which no PMIx server serves, so every task runs alone; start the "
+          "step with srun --mpi=pmix (srun --mpi=list shows whether this "
+          "Slurm has it; docs/pmix.md)",
+          n, step);
+}
 
 const char *nx_bootstrap(void) { return nxi_ready() ? boot_names[boot] : NULL; }

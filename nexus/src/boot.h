@@ -55,4 +55,9 @@ int nxi_pmix_spawn(const char *exe, char *const argv[], char *const env[],
 /* Whether this process joined a PMIx server in its bootstrap ("pmix"). */
 int nxi_boot_pmix(void);
 
+/* nx_context_peers found no job. In task 0 of a Slurm step of several
+ * tasks that no PMIx server serves (srun without --mpi=pmix), says once
+ * how to start it. */
+void nxi_boot_no_job(void);
+
 #endif /* NXI_BOOT_H */

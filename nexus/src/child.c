@@ -317,8 +317,12 @@ int nx_context_peers(nx_gp_t **gps, int *count, int *rank) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
-  if (!up.have)
-    return job_peers(gps, count, rank);
+  if (!up.have) {
+    int r = job_peers(gps, count, rank);
+    if (r == NX_ENOENT)
+      nxi_boot_no_job();
+    return r;
+  }
   int r = nx_context_ready();
   if (r < 0)
     return r;

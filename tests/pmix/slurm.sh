@@ -136,4 +136,18 @@ for m in "$@"; do
     fi
   done
 done
+# A step without PMIx (srun --mpi=none, as with Slurm's default
+# MpiDefault=none): every task runs alone (bootstrap "none",
+# nx_context_peers NX_ENOENT), and task 0 alone says how to start it.
+echo "== srun --mpi=none -n 2 test_pmix --boot none"
+out="$work/out.none"
+NX_PROTOCOLS=local,tcp timeout 60 srun --mpi=none --overcommit --time=1 \
+  -n 2 "$test_pmix" --boot none >"$out" 2>&1
+rc=$?
+cat "$out"
+hints=$(grep -c "task 0 of the 2 tasks of Slurm step .* srun --mpi=pmix" "$out")
+if [ $rc != 0 ] || [ "$hints" != 1 ]; then
+  echo "FAILED: srun --mpi=none: exit $rc, $hints hints (want 0 and 1)"
+  failed=1
+fi
 exit $failed

@@ -65,3 +65,45 @@ TEST_CASE("a child's non-zero exit is printed, unless created with "
     nx_gp_release(&gp);
   }
 }
+
+// srun without --mpi=pmix (docs/pmix.md): nx_context_peers finds no job,
+// and task 0 of a Slurm step of several tasks says how to start it, once.
+// The step's variables are set here by hand; no PMIx server is about.
+TEST_CASE("no job in a Slurm step without PMIx: task 0 gets the hint",
+          "[process][lifecycle]") {
+  const char *vars[] = {"PMIX_NAMESPACE", "PMIX_RANK", "NX_CTL_FD",
+                        "NX_CTL_TCP"};
+  for (const char *v : vars)
+    REQUIRE(getenv(v) == nullptr);
+  // Whatever step this test itself may run in is not the one checked.
+  for (const char *v :
+       {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"})
+    unsetenv(v);
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  auto peers = [] {
+    nx_gp_t *gps = nullptr;
+    int n = 0, rank = 0;
+    int r = 0;
+    std::string err =
+        capture_stderr([&] { r = nx_context_peers(&gps, &n, &rank); });
+    CHECK(r == NX_ENOENT);
+    return err;
+  };
+  // Not in a step, and task 1 of one: nothing.
+  CHECK(peers().find("srun --mpi=pmix") == std::string::npos);
+  setenv("SLURM_STEP_ID", "0", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+  setenv("SLURM_PROCID", "1", 1);
+  CHECK(peers().find("srun --mpi=pmix") == std::string::npos);
+  // Task 0: the hint, once.
+  setenv("SLURM_PROCID", "0", 1);
+  std::string err = peers();
+  INFO(err);
+  CHECK(err.find("task 0 of the 4 tasks of Slurm step 0") != std::string::npos);
+  CHECK(err.find("srun --mpi=pmix") != std::string::npos);
+  CHECK(peers().find("srun --mpi=pmix") == std::string::npos);
+  unsetenv("SLURM_STEP_ID");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  unsetenv("SLURM_PROCID");
+}
