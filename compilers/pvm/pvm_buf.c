@@ -529,11 +529,9 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
     goto bad;
   /* The values as they came, one copy, each run where it lies (unaligned:
    * every read of a run goes through memcpy). */
-  if (values > 0 && values > b->cap) {
-    size_t off;
-    if (arena_grow(b, values, &off) < 0)
-      goto nomem;
-  }
+  size_t at;
+  if (values > b->cap && arena_grow(b, values, &at) < 0)
+    goto nomem;
   b->len = values;
   b->nseg = (int)nseg;
   b->bytes = values;

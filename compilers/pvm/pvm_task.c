@@ -1011,7 +1011,7 @@ err_fini:
  * that its last messages do not go down with the process (under PVM they
  * do when its pvmd has not taken them yet). Nothing else of pvm_exit
  * runs. */
-static pid_t at_exit_pid; /* a forked child that calls exit does not */
+static pid_t at_exit_pid; /* 0: not installed; a forked child does not */
 
 static void flush_at_exit(void) {
   if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid)
@@ -1024,11 +1024,8 @@ int pvm_mytid(void) {
   int rc = start();
   if (rc > 0)
     nxpvmi_buf_own_thread();
-  static int at_exit;
-  if (rc > 0 && !at_exit && atexit(flush_at_exit) == 0) {
-    at_exit = 1;
+  if (rc > 0 && at_exit_pid == 0 && atexit(flush_at_exit) == 0)
     at_exit_pid = getpid();
-  }
   return rc < 0 ? nxpvmi_err("pvm_mytid", rc) : rc;
 }
 

@@ -62,6 +62,9 @@ static int monitoring;
 static int wake_pipe[2] = {-1, -1};
 
 static void report_exit(const struct child *c) {
+  /* Its end, when it is the child's own doing: printed, unless its creator
+   * reports ends itself (NX_CREATE_QUIET_END: NX_DEBUG level 1). */
+  int level = c->quiet ? 1 : 0;
   char who[64];
   if (c->proc != 0)
     snprintf(who, sizeof(who), "process context %#x (pid %d)", c->proc,
@@ -75,10 +78,10 @@ static void report_exit(const struct child *c) {
             "asked)",
             who, c->signalled); /* ours: not the child's fault */
   else if (WIFSIGNALED(c->status))
-    nxi_log(c->quiet, NULL, "%s was killed by signal %d", who,
+    nxi_log(level, NULL, "%s was killed by signal %d", who,
             WTERMSIG(c->status));
   else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) != 0)
-    nxi_log(c->quiet, NULL, "%s exited with status %d", who,
+    nxi_log(level, NULL, "%s exited with status %d", who,
             WEXITSTATUS(c->status));
 }
 

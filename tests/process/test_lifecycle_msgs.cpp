@@ -13,15 +13,23 @@
 #include "capture_stderr.h"
 #include "runtime_guard.h"
 
-namespace {} // namespace
+namespace {
+
+// A node for process contexts on this host.
+nx_node_t local_node() {
+  nx_node_t node;
+  REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
+  return node;
+}
+
+} // namespace
 
 TEST_CASE("a worker that never gets ready: the timeout says why, nexus's own "
           "SIGTERM is not blamed on it",
           "[process][lifecycle]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  nx_node_t node;
-  REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
+  nx_node_t node = local_node();
   setenv("NX_CREATE_TIMEOUT", "1", 1);
   char *const stuck[] = {(char *)"ctx_child", (char *)"no-ready", nullptr};
   nx_gp_t gp = NX_GP_NULL;
@@ -44,8 +52,7 @@ TEST_CASE("a child's non-zero exit is printed, unless created with "
           "[process][lifecycle]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  nx_node_t node;
-  REQUIRE(nx_nodes_acquire("localhost", 1, &node) == 0);
+  nx_node_t node = local_node();
   char *const argv[] = {(char *)"ctx_child", (char *)"ready-exit3", nullptr};
   for (unsigned flags : {0u, (unsigned)NX_CREATE_QUIET_END}) {
     nx_context_attr_t attr = {nullptr, flags, 0};
