@@ -42,6 +42,21 @@ static struct {
   size_t peers_len;
 } up = {.chan = {.fd = -1}};
 
+/* The creator's context id, from the PEERS message of a context it made
+ * (one peer, no rank); 0 before it came, or under a launcher (nxrun),
+ * which is no peer. Called with up.m held. */
+static uint64_t creator_context(void) {
+  uint32_t rank = 0, n = 0;
+  size_t off = NXI_CTL_PEERS_HEAD;
+  struct nxi_ctl_peer p;
+  if (up.peers == NULL ||
+      nxi_ctl_parse_peers_head(up.peers, up.peers_len, &rank, &n) != 0 ||
+      rank != UINT32_MAX || n != 1 ||
+      nxi_ctl_parse_peer(up.peers, up.peers_len, &off, &p) != 0)
+    return 0;
+  return p.context;
+}
+
 static void *watch(void *arg) {
   (void)arg;
   uint8_t *buf = malloc(NXI_CTL_MAX);
@@ -58,8 +73,14 @@ static void *watch(void *arg) {
     if (n <= 0) {
       nx_mutex_lock(&up.m);
       up.eof = 1;
+      uint64_t gone = up.stopping || up.destroyed ? 0 : creator_context();
       nx_cond_broadcast(&up.c);
       nx_mutex_unlock(&up.m);
+      /* The creator ended without nx_finalize (which destroys this context
+       * first): whoever waits here hears it, as of any dead peer, whether
+       * or not a module connected the two. */
+      if (gone != 0)
+        nxi_dlist_proc_failed(nxi_ctxid_proc(gone), NX_EPEERDEAD);
       break;
     }
     switch (buf[0]) {

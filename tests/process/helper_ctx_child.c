@@ -41,12 +41,14 @@ static nx_mutex_t dead_m;
 static nx_cond_t dead_c;
 static int dead_seen;
 
+static uint64_t dead_ctx; /* the context of the last death heard */
+
 static void on_error(int err, uint64_t ctx, uint32_t handler, void *arg) {
-  (void)ctx;
   (void)arg;
   if (err == NX_EPEERDEAD && handler == 0) {
     nx_mutex_lock(&dead_m);
     dead_seen++;
+    dead_ctx = ctx;
     nx_cond_broadcast(&dead_c);
     nx_mutex_unlock(&dead_m);
   }
@@ -188,6 +190,45 @@ int main(int argc, char **argv) {
       raise(SIGKILL);
     sleep(120);
     return 0;
+  }
+  if (strcmp(mode, "create-and-die") == 0 && argc > 2) {
+    /* Started by hand: makes a "creator-dies" child, then dies without
+     * nx_finalize (test_lifecycle_msgs.cpp). */
+    nx_node_t node;
+    char *const child[] = {argv[0], (char *)"creator-dies", argv[2], NULL};
+    nx_gp_t gp = NX_GP_NULL;
+    if (nx_nodes_acquire("localhost", 1, &node) != 0 ||
+        nx_context_create(&node, argv[0], child, &gp) != 0)
+      return 4;
+    raise(SIGKILL);
+  }
+  if (strcmp(mode, "creator-dies") == 0 && argc > 2) {
+    /* Ready, and told nothing else: waits to hear that its creator died
+     * (its error callback), at most 20 s, and writes what it heard. */
+    nx_mutex_init(&dead_m);
+    nx_cond_init(&dead_c);
+    nx_error_cb_set(on_error, NULL);
+    nx_gp_t *gps = NULL;
+    int n = 0;
+    if (nx_context_peers(&gps, &n, NULL) != 0 || n != 1)
+      return 4;
+    uint64_t creator = nx_gp_context(&gps[0]);
+    nx_gp_release(&gps[0]);
+    free(gps);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    nx_mutex_lock(&dead_m);
+    while (!dead_seen &&
+           nx_cond_timedwait(&dead_c, &dead_m, &deadline) != NX_ETIMEDOUT)
+      ;
+    const char *text = !dead_seen                            ? "no-death\n"
+                       : (dead_ctx >> 32) == (creator >> 32) ? "saw-death\n"
+                                                             : "saw-another\n";
+    nx_mutex_unlock(&dead_m);
+    write_result(argv[2], -1, text);
+    nx_finalize();
+    return dead_seen ? 0 : 5;
   }
   if (strcmp(mode, "die") == 0 && argc > 2) {
     /* Under nxrun: rank 1 dies; the others wait to hear of it, then end. */

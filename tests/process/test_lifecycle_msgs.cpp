@@ -1,12 +1,16 @@
 // Lifecycle errors name their real cause (issue 16): a process context that
 // never calls nx_context_ready makes nx_context_create fail with a line
 // saying so, and the SIGTERM nexus then sends it is not reported as the
-// child's fault.
+// child's fault. Also the other ends of a process context's life: its
+// non-zero exit, a Slurm step without PMIx, and its creator's death.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nexus.h"
@@ -113,4 +117,38 @@ TEST_CASE("no job in a Slurm step without PMIx: task 0 gets the hint",
   unsetenv("SLURM_STEP_ID");
   unsetenv("SLURM_STEP_NUM_TASKS");
   unsetenv("SLURM_PROCID");
+}
+
+// A creator that dies without nx_finalize (killed here) while its child
+// waits for nothing in particular: the child's error callback hears
+// NX_EPEERDEAD for the creator's process from its control channel, though
+// no module ever connected the two (before, it waited for ever).
+TEST_CASE("a process context hears of its creator's death",
+          "[process][lifecycle]") {
+  char dir[] = "/tmp/nxt-creator-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string result = std::string(dir) + "/result";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl(CHILD_EXE, CHILD_EXE, "create-and-die", result.c_str(),
+          (char *)nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("creator status " << status);
+  REQUIRE(WIFSIGNALED(status)); // it made its child, then was killed
+  CHECK(WTERMSIG(status) == SIGKILL);
+  // The child writes what it heard within 20 s; give it 30.
+  std::string text;
+  for (int i = 0; i < 300 && text.empty(); i++) {
+    std::ifstream f(result);
+    std::getline(f, text);
+    if (text.empty())
+      usleep(100 * 1000);
+  }
+  CHECK(text == "saw-death");
+  unlink(result.c_str());
+  rmdir(dir);
 }
