@@ -11,6 +11,10 @@
 
 #include "nexus/errors.h"
 
+int nxu_auth_init(void) {
+  return OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL) == 1 ? 0 : NX_EIO;
+}
+
 int nxu_auth_nonce(uint8_t out[NXU_NONCE_SIZE]) {
   size_t got = 0;
   while (got < NXU_NONCE_SIZE) {

@@ -14,6 +14,15 @@ extern "C" {
 #define NXU_NONCE_SIZE 32
 #define NXU_MAC_SIZE 32
 
+/* Starts libcrypto without its exit-time cleanup (nx_init calls it before
+ * any handshake). libcrypto otherwise frees its state in an atexit handler
+ * registered at its first use, which runs before the handlers registered
+ * earlier: a runtime still at work in one of those (a PVM program's
+ * pvm_exit in a static destructor, nexus-pvm's flush at exit) crashed in
+ * its next handshake. Returns 0, or NX_EIO when libcrypto cannot start
+ * (the handshakes then fail on their own). */
+int nxu_auth_init(void);
+
 /* Fills `out` with NXU_NONCE_SIZE fresh random bytes (getrandom). Returns 0
  * or NX_EIO. */
 int nxu_auth_nonce(uint8_t out[NXU_NONCE_SIZE]);

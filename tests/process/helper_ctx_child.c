@@ -116,7 +116,73 @@ static void on_storm(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_release(&to);
 }
 
+/* "handshake-at-exit": a round trip to a new process context, so over a
+ * new connection (its handshake uses libcrypto), from main and again from
+ * an atexit handler registered before nx_init. */
+static const char *self_exe;
+static nx_mutex_t pong_m;
+static nx_cond_t pong_c;
+static int pongs;
+
+static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  (void)buf;
+  nx_mutex_lock(&pong_m);
+  pongs++;
+  nx_cond_broadcast(&pong_c);
+  nx_mutex_unlock(&pong_m);
+}
+
+static int round_trip_to_new_child(void) {
+  nx_node_t node;
+  nx_gp_t gp = NX_GP_NULL, me = NX_GP_NULL;
+  char *const argv[] = {(char *)self_exe, (char *)"serve", NULL};
+  nx_buffer_t *b;
+  if (nx_nodes_acquire("localhost", 1, &node) != 0 ||
+      nx_context_create(&node, self_exe, argv, &gp) != 0 ||
+      nx_gp_make(NULL, &me) != 0 || nx_rsr_init_name(&b, &gp, "ping", 64) != 0)
+    return -1;
+  nx_mutex_lock(&pong_m);
+  int want = pongs + 1;
+  nx_mutex_unlock(&pong_m);
+  nx_put_int32(b, 1);
+  nx_put_gp(b, &me);
+  if (nx_rsr_send(b) != 0)
+    return -1;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 20;
+  nx_mutex_lock(&pong_m);
+  while (pongs < want &&
+         nx_cond_timedwait(&pong_c, &pong_m, &deadline) != NX_ETIMEDOUT)
+    ;
+  int ok = pongs >= want;
+  nx_mutex_unlock(&pong_m);
+  nx_context_destroy(&gp);
+  nx_gp_release(&gp);
+  nx_gp_release(&me);
+  return ok ? 0 : -1;
+}
+
+static void handshake_at_exit(void) {
+  int r = round_trip_to_new_child();
+  nx_finalize();
+  _exit(r == 0 ? 0 : 6);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "handshake-at-exit") == 0) {
+    self_exe = argv[0];
+    nx_mutex_init(&pong_m);
+    nx_cond_init(&pong_c);
+    atexit(handshake_at_exit);
+    if (nx_init(&argc, &argv) != 0 ||
+        nx_handler_register(nx_context_self(), "pong", on_pong,
+                            NX_HANDLER_NONTHREADED, NULL) != 0)
+      _exit(2);
+    return round_trip_to_new_child() == 0 ? 0 : 5;
+  }
   const char *mode = argc > 1 ? argv[1] : "serve";
   if (strcmp(mode, "exit-early") == 0)
     return 3; /* before nx_init: never ready */

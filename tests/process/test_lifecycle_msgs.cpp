@@ -152,3 +152,22 @@ TEST_CASE("a process context hears of its creator's death",
   unlink(result.c_str());
   rmdir(dir);
 }
+
+// nexus at work in an atexit handler registered before nx_init (as a PVM
+// program's pvm_exit in a static destructor is): a new connection's
+// handshake there uses libcrypto, whose own exit-time cleanup, registered
+// later and so run first, would have freed it (a crash, before
+// nxu_auth_init).
+TEST_CASE("a handshake in an atexit handler", "[process][lifecycle]") {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl(CHILD_EXE, CHILD_EXE, "handshake-at-exit", (char *)nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("status " << status);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
