@@ -3,6 +3,7 @@
  * small request/reply protocol every task speaks with the root task. */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1236,39 +1237,59 @@ static char *find_task(const char *task) {
   return NULL;
 }
 
-static int spawn_one(char *task, char **argv, int flag, char *where) {
+/* What every task of one pvm_spawn call starts from: the node, the
+ * program as found, its argv. */
+struct spawn_req {
   nx_node_t node;
-  int rc = node_for(flag, where, &node);
+  char *found; /* find_task's path, or NULL */
+  char **av;
+  int flag;
+  char *where;
+  int remote;
+};
+
+static int spawn_prepare(char *task, char **argv, int flag, char *where,
+                         struct spawn_req *r) {
+  int rc = node_for(flag, where, &r->node);
   if (rc < 0)
     return rc;
-  char *found = find_task(task);
-  if (found != NULL)
-    task = found;
+  r->found = find_task(task);
   int argc = 0;
   while (argv != NULL && argv[argc] != NULL)
     argc++;
-  char **av = calloc((size_t)argc + 2, sizeof(char *));
-  if (av == NULL) {
-    nx_node_release(&node);
-    free(found);
+  r->av = calloc((size_t)argc + 2, sizeof(char *));
+  if (r->av == NULL) {
+    nx_node_release(&r->node);
+    free(r->found);
     return PvmNoMem;
   }
-  av[0] = task;
+  r->av[0] = r->found != NULL ? r->found : task;
   for (int i = 0; i < argc; i++)
-    av[i + 1] = argv[i];
+    r->av[i + 1] = argv[i];
+  r->flag = flag;
+  r->where = where;
+  r->remote = strcmp(r->node.host, "localhost") != 0;
+  return 0;
+}
+
+static void spawn_release(struct spawn_req *r) {
+  free(r->av);
+  free(r->found);
+  nx_node_release(&r->node);
+}
+
+/* Starts one task, numbered `want` (0: the runtime draws one), and tells
+ * it who the root is. Returns its tid or a PVM error. Safe on several
+ * threads at once (pvm_spawn). */
+static int spawn_start(const struct spawn_req *r, int want) {
   nx_gp_t gp = NX_GP_NULL;
-  int remote = strcmp(node.host, "localhost") != 0;
   char tid_var[32];
   char *env[] = {tid_var, NULL};
-  int want = spawn_tid();
   snprintf(tid_var, sizeof(tid_var), "NX_PROC_ID=%d", want);
   /* A task's end is PVM's news (pvm_notify), never a line from nexus on
    * the spawner's stderr: a killed task is what pvm_kill asked for. */
   nx_context_attr_t attr = {want > 0 ? env : NULL, NX_CREATE_QUIET_END, 0};
-  rc = nx_context_create_attr(&node, task, av, &attr, &gp);
-  free(av);
-  free(found);
-  nx_node_release(&node);
+  int rc = nx_context_create_attr(&r->node, r->av[0], r->av, &attr, &gp);
   if (rc == NX_ENOENT)
     return PvmNoFile;
   if (rc < 0)
@@ -1281,7 +1302,7 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   if (p != NULL) {
     p->ptid = nxpvm.mytid;
     p->child = 1;
-    p->remote = remote;
+    p->remote = r->remote;
   }
   nx_mutex_unlock(&nxpvm.m);
   /* The child waits in its pvm_mytid for the root's name. */
@@ -1305,9 +1326,56 @@ static int spawn_one(char *task, char **argv, int flag, char *where) {
   }
   nx_gp_release(&root);
   nx_gp_release(&gp);
-  if (rc == 0 && (flag & PvmTaskHost))
-    nxpvmi_host_placed(tid, where);
+  if (rc == 0 && (r->flag & PvmTaskHost))
+    nxpvmi_host_placed(tid, r->where);
   return rc < 0 ? rc : tid;
+}
+
+/* The tasks of one call after the first, started SPAWN_THREADS at a time:
+ * a task's start is mostly waiting (for its exec, its nx_init, which over
+ * ofi sleeps 0.3 s in libfabric's libraries, and its ready), so N tasks
+ * take about as long as the slowest few, not N times one. */
+#define SPAWN_THREADS 8
+
+struct spawn_batch {
+  const struct spawn_req *req;
+  const int *want; /* the tids asked for, in order */
+  int *res;        /* each start's tid or error */
+  int n;
+  atomic_int next;
+};
+
+static void *spawn_worker(void *arg) {
+  struct spawn_batch *sb = arg;
+  int i;
+  while ((i = atomic_fetch_add(&sb->next, 1)) < sb->n)
+    sb->res[i] = spawn_start(sb->req, sb->want[i]);
+  return NULL;
+}
+
+/* Starts n tasks, their tids (or errors) into res[0..n-1] in order: on
+ * threads for this host's nodes, one after the other for a module's (the
+ * mpi module's spawns take MPI's lock anyway). */
+static void spawn_rest(const struct spawn_req *req, int n, int *res) {
+  int *want = malloc((size_t)n * sizeof(int));
+  if (want == NULL) {
+    for (int i = 0; i < n; i++)
+      res[i] = PvmNoMem;
+    return;
+  }
+  /* Numbered in order first, so that tids[i] < tids[i + 1] as in PVM. */
+  for (int i = 0; i < n; i++)
+    want[i] = spawn_tid();
+  struct spawn_batch sb = {req, want, res, n, 0};
+  nx_thread_t th[SPAWN_THREADS - 1];
+  int nth = 0;
+  while (!req->remote && nth < SPAWN_THREADS - 1 && nth < n - 1 &&
+         nx_thread_create(&th[nth], spawn_worker, &sb) == 0)
+    nth++;
+  spawn_worker(&sb);
+  for (int i = 0; i < nth; i++)
+    nx_thread_join(th[i], NULL);
+  free(want);
 }
 
 int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
@@ -1316,23 +1384,38 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
     return nxpvmi_err("pvm_spawn", PvmBadParam);
   if (!nxpvmi_started())
     return nxpvmi_err("pvm_spawn", PvmSysErr);
-  int started = 0;
+  int *res = malloc((size_t)ntask * sizeof(int));
   int *got = malloc((size_t)ntask * sizeof(int));
-  if (got == NULL)
+  if (res == NULL || got == NULL) {
+    free(res);
+    free(got);
     return nxpvmi_err("pvm_spawn", PvmNoMem);
-  for (int i = 0; i < ntask; i++) {
-    int tid = spawn_one(task, argv, flag, where);
-    if (tids != NULL)
-      tids[i] = tid;
-    if (tid > 0)
-      got[started++] = tid;
-    else if (tids != NULL)
-      /* PVM stops at the first failure and fills the rest with it. */
-      for (int j = i + 1; j < ntask; j++)
-        tids[j] = tid;
-    if (tid < 0)
-      break;
   }
+  /* The first task alone: a program that is not there, or a host that
+   * cannot be had, fails it, and no other is tried (nor numbered). */
+  struct spawn_req req;
+  int rc = spawn_prepare(task, argv, flag, where, &req);
+  res[0] = rc < 0 ? rc : spawn_start(&req, spawn_tid());
+  if (res[0] > 0 && ntask > 1)
+    spawn_rest(&req, ntask - 1, res + 1);
+  else
+    for (int i = 1; i < ntask; i++)
+      res[i] = res[0];
+  if (rc == 0)
+    spawn_release(&req);
+  /* As PVM: the tids of the tasks started first, in order, then the
+   * errors of those that were not. */
+  int started = 0;
+  for (int i = 0; i < ntask; i++)
+    if (res[i] > 0)
+      got[started++] = res[i];
+  if (tids != NULL) {
+    memcpy(tids, got, (size_t)started * sizeof(int));
+    for (int i = 0, k = started; i < ntask; i++)
+      if (res[i] <= 0)
+        tids[k++] = res[i];
+  }
+  free(res);
   /* pvm_siblings: the tasks this call started, told to each of them. */
   for (int i = 0; i < started; i++) {
     nx_gp_t gp = NX_GP_NULL;
@@ -1340,10 +1423,10 @@ int pvm_spawn(char *task, char **argv, int flag, char *where, int ntask,
     if (nxpvmi_resolve(got[i], &gp) < 0)
       continue;
     if (nxpvmi_rsr(got[i], &gp, H_SIBS, 4 * (size_t)started + 8, &b) == 0) {
-      int rc = nx_put_uint32(b, (uint32_t)started);
-      if (rc == 0)
-        rc = nx_put_int32_array(b, got, (size_t)started);
-      if (rc == 0)
+      int rc2 = nx_put_uint32(b, (uint32_t)started);
+      if (rc2 == 0)
+        rc2 = nx_put_int32_array(b, got, (size_t)started);
+      if (rc2 == 0)
         nxpvmi_send(b);
       else
         nx_buffer_release(b);

@@ -1,8 +1,10 @@
 /* The task tests/pvm/test_pvm.cpp spawns with pvm_spawn: argv[1] says what
- * it does (echo, foreign, die, wait, order N). */
+ * it does (echo, foreign, die, wait, order N, start-odd FILE). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <pvm3.h>
@@ -87,7 +89,28 @@ static int order(int parent, int n) {
   return 0;
 }
 
+/* Counts this start in `path` (under a lock): the number of starts
+ * before it. */
+static int count_start(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0)
+    return -1;
+  char text[16] = {0};
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  int before = n > 0 ? atoi(text) : 0;
+  int len = snprintf(text, sizeof(text), "%d\n", before + 1);
+  if (lseek(fd, 0, SEEK_SET) != 0 || write(fd, text, (size_t)len) != len)
+    before = -1;
+  close(fd); /* and the lock with it */
+  return before;
+}
+
 int main(int argc, char **argv) {
+  /* start-odd: the 2nd, 4th, ... copy to start ends before its first PVM
+   * call, so that its pvm_spawn fails; the others wait as "wait". */
+  if (argc > 2 && strcmp(argv[1], "start-odd") == 0 &&
+      count_start(argv[2]) % 2 != 0)
+    _exit(4);
   if (argc > 1 && strcmp(argv[1], "foreign") == 0)
     setenv("NXPVM_FOREIGN_FORMAT", "1", 1);
   if (pvm_mytid() < 0)
@@ -111,7 +134,7 @@ int main(int argc, char **argv) {
     pvm_pkint(&v, 1, 1);
     pvm_send(parent, 77);
     return 0;
-  } else if (strcmp(argv[1], "wait") == 0)
+  } else if (strcmp(argv[1], "wait") == 0 || strcmp(argv[1], "start-odd") == 0)
     pvm_recv(parent, 12345);
   else if (strcmp(argv[1], "order") == 0 && argc > 2)
     rc = order(parent, atoi(argv[2]));

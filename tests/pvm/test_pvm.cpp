@@ -423,6 +423,47 @@ TEST_CASE("spawn errors: a missing program, a bad count, an unknown host") {
   CHECK(tids[0] == PvmNoHost);
 }
 
+// pvm_spawn starts the tasks after the first one at the same time
+// (docs/pvm.md): their tids still come in order, and, as PVM's man page
+// says, the tasks that did not start are the last entries.
+TEST_CASE("spawn of several tasks: tids in order, the failed ones last") {
+  me();
+  char *wait_argv[] = {const_cast<char *>("wait"), nullptr};
+  int tids[6] = {0};
+  REQUIRE(pvm_spawn(const_cast<char *>(PVM_CHILD), wait_argv, PvmTaskDefault,
+                    const_cast<char *>(""), 6, tids) == 6);
+  for (int i = 0; i < 6; i++) {
+    CHECK(tids[i] > 0);
+    if (i > 0)
+      CHECK(tids[i] > tids[i - 1]);
+  }
+  for (int t : tids)
+    send_int(t, 12345, 0);
+  // Of five, the 2nd and 4th to start end before their first PVM call.
+  char path[] = "/tmp/nxpvm-starts-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  char *odd_argv[] = {const_cast<char *>("start-odd"), path, nullptr};
+  int t5[5] = {0};
+  int n = pvm_spawn(const_cast<char *>(PVM_CHILD), odd_argv, PvmTaskDefault,
+                    const_cast<char *>(""), 5, t5);
+  unlink(path);
+  CHECK(n == 3);
+  for (int i = 0; i < 5; i++) {
+    INFO("tids[" << i << "] = " << t5[i]);
+    if (i < n) {
+      CHECK(t5[i] > 0);
+      if (i > 0)
+        CHECK(t5[i] > t5[i - 1]);
+    } else {
+      CHECK(t5[i] == PvmSysErr);
+    }
+  }
+  for (int i = 0; i < n && t5[i] > 0; i++)
+    send_int(t5[i], 12345, 0);
+}
+
 TEST_CASE("groups: join, instances, size, errors") {
   int tid = me();
   char g[] = "unit";
