@@ -54,6 +54,30 @@ static void on_error(int err, uint64_t ctx, uint32_t handler, void *arg) {
   }
 }
 
+/* Deaths of peer processes, as the error callback hears them. */
+static void watch_deaths(void) {
+  nx_mutex_init(&dead_m);
+  nx_cond_init(&dead_c);
+  nx_error_cb_set(on_error, NULL);
+}
+
+/* Waits at most 20 s for a death; returns how many were heard, and the
+ * context of the last in *ctx (may be NULL). */
+static int wait_for_death(uint64_t *ctx) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 20;
+  nx_mutex_lock(&dead_m);
+  while (!dead_seen &&
+         nx_cond_timedwait(&dead_c, &dead_m, &deadline) != NX_ETIMEDOUT)
+    ;
+  int seen = dead_seen;
+  if (ctx != NULL)
+    *ctx = dead_ctx;
+  nx_mutex_unlock(&dead_m);
+  return seen;
+}
+
 /* "forward" (relay mode): sends "count" to the gp in the buffer, telling
  * it which protocol this process uses to reach it and whom to report to. */
 static void on_forward(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
@@ -271,36 +295,25 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "creator-dies") == 0 && argc > 2) {
     /* Ready, and told nothing else: waits to hear that its creator died
      * (its error callback), at most 20 s, and writes what it heard. */
-    nx_mutex_init(&dead_m);
-    nx_cond_init(&dead_c);
-    nx_error_cb_set(on_error, NULL);
+    watch_deaths();
     nx_gp_t *gps = NULL;
     int n = 0;
     if (nx_context_peers(&gps, &n, NULL) != 0 || n != 1)
       return 4;
-    uint64_t creator = nx_gp_context(&gps[0]);
+    uint64_t creator = nx_gp_context(&gps[0]), dead = 0;
     nx_gp_release(&gps[0]);
     free(gps);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 20;
-    nx_mutex_lock(&dead_m);
-    while (!dead_seen &&
-           nx_cond_timedwait(&dead_c, &dead_m, &deadline) != NX_ETIMEDOUT)
-      ;
-    const char *text = !dead_seen                            ? "no-death\n"
-                       : (dead_ctx >> 32) == (creator >> 32) ? "saw-death\n"
-                                                             : "saw-another\n";
-    nx_mutex_unlock(&dead_m);
-    write_result(argv[2], -1, text);
+    int seen = wait_for_death(&dead);
+    write_result(argv[2], -1,
+                 !seen                             ? "no-death\n"
+                 : (dead >> 32) == (creator >> 32) ? "saw-death\n"
+                                                   : "saw-another\n");
     nx_finalize();
-    return dead_seen ? 0 : 5;
+    return seen ? 0 : 5;
   }
   if (strcmp(mode, "die") == 0 && argc > 2) {
     /* Under nxrun: rank 1 dies; the others wait to hear of it, then end. */
-    nx_mutex_init(&dead_m);
-    nx_cond_init(&dead_c);
-    nx_error_cb_set(on_error, NULL);
+    watch_deaths();
     nx_gp_t *gps = NULL;
     int n = 0, rank = -1;
     if (nx_context_peers(&gps, &n, &rank) != 0)
@@ -310,15 +323,7 @@ int main(int argc, char **argv) {
     free(gps);
     if (rank == 1)
       raise(SIGKILL);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 20;
-    nx_mutex_lock(&dead_m);
-    while (!dead_seen &&
-           nx_cond_timedwait(&dead_c, &dead_m, &deadline) != NX_ETIMEDOUT)
-      ;
-    int seen = dead_seen;
-    nx_mutex_unlock(&dead_m);
+    int seen = wait_for_death(NULL);
     write_result(argv[2], rank, seen ? "saw-death\n" : "no-death\n");
     nx_finalize();
     return seen ? 0 : 5;
