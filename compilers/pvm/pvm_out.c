@@ -5,6 +5,7 @@
  * output through a pipe that a thread of its own reads; tasks it spawns
  * send theirs to the same tid unless it calls pvm_catchout itself. */
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ enum out_kind { O_BEGIN = 1, O_LINE, O_END };
 static int out_fd = -1, saved_out = -1, saved_err = -1;
 static nx_thread_t out_thread;
 static int out_running;
+static atomic_int out_done; /* out_main sent its EOF */
 
 /* The tid a task spawned now sends its output to (0: none). */
 int nxpvmi_out_tid(void) {
@@ -78,6 +80,7 @@ static void *out_main(void *arg) {
     out_send(O_LINE, line, len);
   out_send(O_END, NULL, 0);
   free(line);
+  atomic_store(&out_done, 1);
   return NULL;
 }
 
@@ -104,6 +107,7 @@ int nxpvmi_out_start(int tid) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   out_fd = fds[0];
   nxpvm.out_tid = tid;
+  atomic_store(&out_done, 0);
   if (nx_thread_create(&out_thread, out_main, NULL) != 0) {
     nxpvmi_out_stop();
     return PvmSysErr;
@@ -112,9 +116,12 @@ int nxpvmi_out_start(int tid) {
   return PvmOk;
 }
 
-/* Puts stdout and stderr back and waits until the last line has been
- * sent (before pvm_exit's goodbyes, which the lines must precede). */
-void nxpvmi_out_stop(void) {
+/* Puts stdout and stderr back, which closes the pipe's last write ends
+ * (but those of processes this task started that still hold it), and
+ * waits until the last line has been sent: for ever (ms < 0: pvm_exit,
+ * whose goodbyes the lines must precede, after its children ended), or at
+ * most `ms` (at exit without pvm_exit, when children may still run). */
+static void out_finish(int ms) {
   if (out_fd < 0)
     return;
   fflush(stdout);
@@ -123,12 +130,26 @@ void nxpvmi_out_stop(void) {
   dup2(saved_err, 2);
   close(saved_out);
   close(saved_err);
-  if (out_running)
+  saved_out = saved_err = -1;
+  for (int waited = 0;
+       ms >= 0 && out_running && !atomic_load(&out_done) && waited < ms;
+       waited++)
+    usleep(1000);
+  if (out_running && (ms < 0 || atomic_load(&out_done))) {
     nx_thread_join(out_thread, NULL);
-  out_running = 0;
+    out_running = 0;
+  }
+  if (out_running)
+    return; /* still reading: the process ends with it */
   close(out_fd);
-  out_fd = saved_out = saved_err = -1;
+  out_fd = -1;
 }
+
+void nxpvmi_out_stop(void) { out_finish(-1); }
+
+/* A task that ends without pvm_exit: its last lines and its EOF still go
+ * to the catching task (flush_at_exit, before the RSRs are confirmed). */
+void nxpvmi_out_stop_at_exit(void) { out_finish(2000); }
 
 /* "nxpvm.out": a line (or BEGIN, END) of a task whose output this one
  * caught. */

@@ -1010,13 +1010,17 @@ err_fini:
 /* A task that ends (returns from main, calls exit or STOP) without
  * pvm_exit: what it sent is first confirmed handled, for at most 2 s, so
  * that its last messages do not go down with the process (under PVM they
- * do when its pvmd has not taken them yet). Nothing else of pvm_exit
- * runs. */
+ * do when its pvmd has not taken them yet). Before that, output caught by
+ * pvm_catchout is sent to its end (its last lines, then EOF), as PVM's
+ * pvmd writes a task's output until the task is gone. Nothing else of
+ * pvm_exit runs. */
 static pid_t at_exit_pid; /* 0: not installed; a forked child does not */
 
 static void flush_at_exit(void) {
-  if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid)
+  if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid) {
+    nxpvmi_out_stop_at_exit(); /* caught output: the last lines, EOF */
     nx_flush(2000);
+  }
 }
 
 int pvm_mytid(void) {
