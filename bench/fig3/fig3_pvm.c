@@ -11,14 +11,16 @@
 #include "fig3.h"
 
 /* Usage: fig3_pvm --route pvmd|direct --encoding xdr|raw [--size N]
- *                 [--iters N] [--warm N] [--reps N]
+ *                 [--iters N] [--warm N] [--reps N] [--poll]
  * Needs a running pvmd (bench/run starts a private one; PVM_TMP and
  * PVM_ROOT name it). The master spawns this program again as the echo task
  * ("--task ROUTE ENCODING"); every message is the count as one int and
  * then the doubles, packed with pvm_pkdouble after pvm_initsend(ENCODING),
  * as the paper's PVM program did. With "direct" both sides set
  * PvmRoute to PvmRouteDirect (a task-to-task TCP connection); with "pvmd"
- * they keep PVM's default, which sends every message through the pvmds. */
+ * they keep PVM's default, which sends every message through the pvmds.
+ * With --poll both sides receive by calling pvm_nrecv until the message is
+ * there (a program that polls between pieces of work), not pvm_recv. */
 
 #define MAX_DOUBLES (FIG3_MAX_BYTES / sizeof(double))
 #define TAG_PING 1
@@ -27,6 +29,7 @@
 
 static double out_buf[MAX_DOUBLES];
 static double in_buf[MAX_DOUBLES];
+static int poll_recv; /* --poll */
 
 static void check(int rc, const char *what) {
   if (rc < 0) {
@@ -47,10 +50,20 @@ static void send_array(int tid, int tag, int encoding, const double *src,
   check(pvm_send(tid, tag), "pvm_send");
 }
 
+/* pvm_recv, or with --poll pvm_nrecv until a message matches. */
+static int receive(int tid, int tag) {
+  if (!poll_recv)
+    return pvm_recv(tid, tag);
+  int bufid;
+  while ((bufid = pvm_nrecv(tid, tag)) == 0)
+    ;
+  return bufid;
+}
+
 /* Receives a message with tag `tag` from `tid` and unpacks its doubles
  * into `dst`; returns the count. */
 static int recv_array(int tid, int tag, double *dst) {
-  check(pvm_recv(tid, tag), "pvm_recv");
+  check(receive(tid, tag), "pvm_recv");
   int count;
   check(pvm_upkint(&count, 1, 1), "pvm_upkint");
   if (count < 0 || (size_t)count > MAX_DOUBLES)
@@ -82,7 +95,7 @@ static int task_main(int direct, int encoding) {
   if (direct)
     pvm_setopt(PvmRoute, PvmRouteDirect);
   for (;;) {
-    int bufid = pvm_recv(parent, -1);
+    int bufid = receive(parent, -1);
     int bytes, tag, src;
     check(bufid, "pvm_recv");
     check(pvm_bufinfo(bufid, &bytes, &tag, &src), "pvm_bufinfo");
@@ -102,7 +115,8 @@ static int task_main(int direct, int encoding) {
 
 static int usage(void) {
   fprintf(stderr, "usage: fig3_pvm --route pvmd|direct --encoding xdr|raw "
-                  "[--size BYTES] [--iters N] [--warm N] [--reps N]\n");
+                  "[--size BYTES] [--iters N] [--warm N] [--reps N] "
+                  "[--poll]\n");
   return 2;
 }
 
@@ -111,9 +125,11 @@ int main(int argc, char **argv) {
   /* PVM's own messages would otherwise go to stdout, which bench/run
    * reads. */
   pvm_setopt(PvmAutoErr, 0);
-  if (argc == 4 && strcmp(argv[1], "--task") == 0)
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "--task") == 0) {
+    poll_recv = argc == 5 && strcmp(argv[4], "poll") == 0;
     return task_main(strcmp(argv[2], "direct") == 0,
                      strcmp(argv[3], "raw") == 0 ? PvmDataRaw : PvmDataDefault);
+  }
   struct fig3_opts o = {
       .size = 8, .iters = 1000, .warm = 100, .reps = 1, .max_ms = 1000};
   const char *route = NULL, *encoding = NULL;
@@ -127,6 +143,8 @@ int main(int argc, char **argv) {
       route = argv[++i];
     else if (strcmp(argv[i], "--encoding") == 0 && i + 1 < argc)
       encoding = argv[++i];
+    else if (strcmp(argv[i], "--poll") == 0)
+      poll_recv = 1;
     else
       return usage();
   }
@@ -147,7 +165,8 @@ int main(int argc, char **argv) {
   if (len <= 0)
     fig3_die("readlink /proc/self/exe failed");
   self_path[len] = '\0';
-  char *task_argv[] = {"--task", (char *)route, (char *)encoding, NULL};
+  char *task_argv[] = {"--task", (char *)route, (char *)encoding,
+                       poll_recv ? "poll" : NULL, NULL};
   int tid;
   int n = pvm_spawn(self_path, task_argv, PvmTaskDefault, "", 1, &tid);
   if (n != 1) {

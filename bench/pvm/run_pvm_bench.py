@@ -4,8 +4,10 @@
 module, beside the raw RSR ping-pong over the same module (fig3_rsr) and
 the real PVM 3.4 (fig3_pvm, routed directly, raw encoding, under a private
 pvmd started here and halted by its pid); and pvm_bcast / pvm_barrier
-among 8 tasks, ours against the real PVM's. Prints the medians, the ratios
-and the goals. Usage: run_pvm_bench.py [BUILD_DIR] [--iters N] [--reps N]"""
+among 8 tasks, ours against the real PVM's; and the ping-pong again with
+both sides polling with pvm_nrecv (fig3_pvm --poll), ours against the real
+PVM's (no goal). Prints the medians, the ratios and the goals. Usage:
+run_pvm_bench.py [BUILD_DIR] [--iters N] [--reps N]"""
 import argparse
 import os
 import signal
@@ -69,6 +71,9 @@ def main():
         env = dict(os.environ, NX_PROTOCOLS=m + ",local")
         rows["nexus-pvm/" + m] = median(
             [os.path.join(mine, "fig3_pvm_nexus")] + pp, env, a.reps)
+        rows["nexus-pvm nrecv/" + m] = median(
+            [os.path.join(mine, "fig3_pvm_nexus")] + pp + ["--poll"], env,
+            a.reps)
         rows["rsr/" + m] = median(
             [os.path.join(fig3, "fig3_rsr"), "--module", m, "--kind",
              "nonthreaded", "--size", "8", "--iters", str(a.iters),
@@ -87,12 +92,15 @@ def main():
         if why is None:
             rows["pvm/direct/raw"] = median([real_fig3] + pp, pvmd.env,
                                             a.reps)
+            rows["pvm nrecv/direct/raw"] = median(
+                [real_fig3] + pp + ["--poll"], pvmd.env, a.reps)
             for op in ["bcast", "barrier"]:
                 rows["pvm %s" % op] = median(
                     [real_coll, op, "--iters", str(max(10, a.iters // 10))],
                     pvmd.env, a.reps)
         else:
-            for k in ["pvm/direct/raw", "pvm bcast", "pvm barrier"]:
+            for k in ["pvm/direct/raw", "pvm nrecv/direct/raw", "pvm bcast",
+                      "pvm barrier"]:
                 rows[k] = (None, why)
     finally:
         pvmd.stop()

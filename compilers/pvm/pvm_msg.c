@@ -246,6 +246,7 @@ static int receive(const char *fn, int tid, int tag, int wait,
    * (nxpvm.deaths counts mark_dead's, the only way a task becomes dead;
    * read under the lock): not at all while no task has died. */
   unsigned deaths = 0;
+  int polled = 0; /* a receive that does not wait polls once */
   for (;;) {
     run_handlers();
     if (nxpvm.recvf != NULL) {
@@ -273,8 +274,23 @@ static int receive(const char *fn, int tid, int tag, int wait,
         }
       if (got != NULL && take)
         unqueue(got);
-      if (got != NULL || !wait)
+      if (got != NULL)
         goto out;
+      if (!wait) {
+        /* Nothing yet: drive the network once and look again, so that a
+         * program polling with pvm_nrecv or pvm_probe finds a message
+         * as soon as it is there, not when this process's progress
+         * thread next gets the CPU from the poller (milliseconds, with
+         * as many busy processes as cores). */
+        if (polled)
+          goto out;
+        polled = 1;
+        nx_mutex_unlock(&nxpvm.m);
+        nx_poll();
+        nx_mutex_lock(&nxpvm.m);
+        again = nxpvm.recvf == NULL && (nxpvm.in_mhf || nxpvm.nmhfs == 0);
+        continue;
+      }
       /* A receive from one task that has ended fails instead of waiting
        * for ever (its earlier messages were matched above). */
       if (tid != -1 && deaths != nxpvm.deaths) {
