@@ -771,11 +771,8 @@ int fm_msg_free(nx_buffer_t *msg) {
   return msg == NULL ? FM_EINVAL : nx_buffer_release(msg);
 }
 
-int fm_probe(fm_port_t *in) {
-  struct fm_queue *q;
-  int r = inport_queue(in, &q);
-  if (r != 0)
-    return r;
+/* Whether a receive on queue `q` would return at once. */
+static int queue_ready(struct fm_queue *q) {
   nx_mutex_lock(&q->m);
   /* Skip ends of merger outports that are not the last: they are not
    * something a receive would return. */
@@ -789,6 +786,21 @@ int fm_probe(fm_port_t *in) {
             atomic_load(&fm_g.dead) > 0;
   nx_mutex_unlock(&q->m);
   return ready;
+}
+
+int fm_probe(fm_port_t *in) {
+  struct fm_queue *q;
+  int r = inport_queue(in, &q);
+  if (r != 0)
+    return r;
+  if (queue_ready(q))
+    return 1;
+  /* Nothing yet: drive the network once and look again, so that a process
+   * polling with PROBE finds a message as soon as it is there, not when
+   * its progress thread next gets a core from the polling loop
+   * (milliseconds, with as many busy processes as cores). */
+  nx_poll();
+  return queue_ready(q);
 }
 
 /* ---- ports in messages ------------------------------------------------- */
