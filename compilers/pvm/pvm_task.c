@@ -2,6 +2,7 @@
  * call, tids, the peer table, spawn, kill, exit notification and the
  * small request/reply protocol every task speaks with the root task. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1216,29 +1217,69 @@ static int node_for(int flag, const char *where, nx_node_t *node) {
   return rc < 0 ? PvmSysErr : 0;
 }
 
-/* A task named without a '/' is looked for where PVM looks, in
- * $PVM_ROOT/bin/$PVM_ARCH and $HOME/pvm3/bin/$PVM_ARCH, before `PATH` (which
- * nexus searches). Returns a path to free, or NULL to use the name. */
-static char *find_task(const char *task) {
-  const char *arch = getenv("PVM_ARCH");
-  if (strchr(task, '/') != NULL || arch == NULL || arch[0] == '\0')
-    return NULL;
-  const char *roots[2] = {getenv("PVM_ROOT"), getenv("HOME")};
-  const char *subs[2] = {"bin", "pvm3/bin"};
-  for (int i = 0; i < 2; i++) {
-    if (roots[i] == NULL || roots[i][0] == '\0')
-      continue;
-    size_t n =
-        strlen(roots[i]) + strlen(subs[i]) + strlen(arch) + strlen(task) + 4;
-    char *p = malloc(n);
-    if (p == NULL)
-      return NULL;
-    snprintf(p, n, "%s/%s/%s/%s", roots[i], subs[i], arch, task);
-    if (access(p, X_OK) == 0)
-      return p;
-    free(p);
-  }
+/* The architecture name PVM 3.4 gives this machine (pvmgetarch), for
+ * the search path when PVM_ARCH is not set: PVM's pvmd knows it whether
+ * or not the program's shell set it. NULL where we do not know it. */
+static const char *pvm_arch(void) {
+  const char *a = getenv("PVM_ARCH");
+  if (a != NULL && a[0] != '\0')
+    return a;
+#if defined(__linux__) && defined(__x86_64__)
+  return "LINUX64";
+#elif defined(__linux__) && defined(__i386__)
+  return "LINUX";
+#else
   return NULL;
+#endif
+}
+
+/* `dir`/`task` if that is an executable file: a path to free, else NULL.
+ * A relative `dir` is taken from $HOME, as pvmd, which runs there, does. */
+static char *in_dir(const char *dir, size_t len, const char *task) {
+  const char *home = dir[0] == '/' ? NULL : getenv("HOME");
+  if (len == 0 || (dir[0] != '/' && (home == NULL || home[0] == '\0')))
+    return NULL;
+  size_t n = (home ? strlen(home) + 1 : 0) + len + strlen(task) + 2;
+  char *p = malloc(n);
+  if (p == NULL)
+    return NULL;
+  snprintf(p, n, "%s%s%.*s/%s", home ? home : "", home ? "/" : "", (int)len,
+           dir, task);
+  if (access(p, X_OK) == 0)
+    return p;
+  free(p);
+  return NULL;
+}
+
+/* A task named without a '/' is looked for where PVM looks: in the
+ * directories of PVM_PATH (':'-separated) when it is set, else in
+ * $HOME/pvm3/bin/$PVM_ARCH and then $PVM_ROOT/bin/$PVM_ARCH (pvmd's
+ * default); then in `PATH` (which nexus searches). Returns a path to
+ * free, or NULL to use the name. */
+static char *find_task(const char *task) {
+  if (strchr(task, '/') != NULL)
+    return NULL;
+  const char *path = getenv("PVM_PATH");
+  if (path != NULL && path[0] != '\0') {
+    for (const char *d = path;; d++) {
+      size_t len = strcspn(d, ":");
+      char *p = in_dir(d, len, task);
+      if (p != NULL || d[len] == '\0')
+        return p;
+      d += len;
+    }
+  }
+  const char *arch = pvm_arch(), *root = getenv("PVM_ROOT");
+  if (arch == NULL)
+    return NULL;
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof(dir), "pvm3/bin/%s", arch);
+  char *p = in_dir(dir, strlen(dir), task);
+  if (p == NULL && root != NULL && root[0] == '/') {
+    snprintf(dir, sizeof(dir), "%s/bin/%s", root, arch);
+    p = in_dir(dir, strlen(dir), task);
+  }
+  return p;
 }
 
 /* What every task of one pvm_spawn call starts from: the node, the

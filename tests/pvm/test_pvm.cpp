@@ -686,6 +686,60 @@ TEST_CASE("spawn: PvmTaskArch, and the search in $PVM_ROOT/bin/$PVM_ARCH") {
   send_int(tid, 0, 0); // and ends
 }
 
+// PVM's other places (pvmd's default path, PVM_PATH), found as pvmd finds
+// them: $HOME/pvm3/bin/<arch> with the architecture PVM gives this machine
+// when the program's shell did not set PVM_ARCH, and the directories of
+// PVM_PATH, a relative one from $HOME.
+TEST_CASE("spawn: the search in $HOME/pvm3/bin and PVM_PATH") {
+  me();
+  char *argv[] = {const_cast<char *>("echo"), nullptr};
+  char home[] = "/tmp/nxpvm-home-XXXXXX";
+  REQUIRE(mkdtemp(home) != nullptr);
+  std::string old_home = getenv("HOME") != nullptr ? getenv("HOME") : "";
+  setenv("HOME", home, 1);
+  unsetenv("PVM_ARCH");
+  unsetenv("PVM_ROOT");
+  auto spawn_named = [&](const char *name) {
+    int tid = 0;
+    int n = pvm_spawn(const_cast<char *>(name), argv, PvmTaskDefault,
+                      const_cast<char *>(""), 1, &tid);
+    if (n == 1) {
+      send_int(tid, 1, 5);
+      CHECK(recv_int(tid, 1) == 5);
+      send_int(tid, 0, 0);
+    }
+    return n == 1 ? 0 : tid;
+  };
+  std::vector<std::string> made; // to remove, deepest first
+  auto dir = [&](const std::string &d) {
+    REQUIRE(mkdir(d.c_str(), 0700) == 0);
+    made.push_back(d);
+  };
+  auto child_in = [&](const std::string &d, const char *name) {
+    std::string link = d + "/" + name;
+    REQUIRE(symlink(PVM_CHILD, link.c_str()) == 0);
+    made.push_back(link);
+  };
+  dir(std::string(home) + "/pvm3");
+  dir(std::string(home) + "/pvm3/bin");
+#if defined(__linux__) && defined(__x86_64__)
+  dir(std::string(home) + "/pvm3/bin/LINUX64");
+  child_in(std::string(home) + "/pvm3/bin/LINUX64", "nxt_home_child");
+  CHECK(spawn_named("nxt_home_child") == 0);
+#endif
+  dir(std::string(home) + "/mine");
+  child_in(std::string(home) + "/mine", "nxt_path_child");
+  setenv("PVM_PATH", "/nonexistent:mine", 1);
+  CHECK(spawn_named("nxt_path_child") == 0);
+  setenv("PVM_PATH", "/nonexistent", 1);
+  CHECK(spawn_named("nxt_path_child") == PvmNoFile);
+  unsetenv("PVM_PATH");
+  for (auto it = made.rbegin(); it != made.rend(); ++it)
+    CHECK(remove(it->c_str()) == 0);
+  rmdir(home);
+  setenv("HOME", old_home.c_str(), 1);
+}
+
 TEST_CASE("mailbox and message misuse gets error codes") {
   me();
   CHECK(pvm_putinfo(const_cast<char *>("nxt_m"), -1, 0) == PvmBadParam);
