@@ -939,6 +939,16 @@ static int start(void) {
     unsetenv("NX_PROC_ID");
   if (rc < 0)
     return PvmSysErr;
+  /* A spawned task works where pvmd would have started it (its spawner's
+   * PVM_WD or $HOME); from its first PVM call, since nexus starts it in
+   * its spawner's directory. */
+  const char *wd = getenv("NXPVM_WD");
+  if (wd != NULL) {
+    if (chdir(wd) != 0) {
+      /* Gone or not ours: the task stays where it started. */
+    }
+    unsetenv("NXPVM_WD");
+  }
   nx_mutex_init(&nxpvm.m);
   nx_cond_init(&nxpvm.c);
   nxpvm.ptid = PvmNoParent;
@@ -1286,7 +1296,8 @@ static char *find_task(const char *task) {
  * program as found, its argv. */
 struct spawn_req {
   nx_node_t node;
-  char *found; /* find_task's path, or NULL */
+  char *found;  /* find_task's path, or NULL */
+  char *wd_var; /* "NXPVM_WD=<dir>", or NULL */
   char **av;
   int flag;
   char *where;
@@ -1314,10 +1325,20 @@ static int spawn_prepare(char *task, char **argv, int flag, char *where,
   r->flag = flag;
   r->where = where;
   r->remote = strcmp(r->node.host, "localhost") != 0;
+  /* As pvmd starts tasks in its $HOME, or in PVM_WD when set (on this
+   * host: another's directories are its own). */
+  const char *wd = getenv("PVM_WD");
+  if (wd == NULL || wd[0] == '\0')
+    wd = getenv("HOME");
+  r->wd_var = NULL;
+  if (!r->remote && wd != NULL && wd[0] == '/' &&
+      (r->wd_var = malloc(strlen(wd) + 10)) != NULL)
+    sprintf(r->wd_var, "NXPVM_WD=%s", wd);
   return 0;
 }
 
 static void spawn_release(struct spawn_req *r) {
+  free(r->wd_var);
   free(r->av);
   free(r->found);
   nx_node_release(&r->node);
@@ -1329,11 +1350,16 @@ static void spawn_release(struct spawn_req *r) {
 static int spawn_start(const struct spawn_req *r, int want) {
   nx_gp_t gp = NX_GP_NULL;
   char tid_var[32];
-  char *env[] = {tid_var, NULL};
+  char *env[3] = {NULL, NULL, NULL};
+  int k = 0;
   snprintf(tid_var, sizeof(tid_var), "NX_PROC_ID=%d", want);
+  if (want > 0)
+    env[k++] = tid_var;
+  if (r->wd_var != NULL)
+    env[k++] = r->wd_var;
   /* A task's end is PVM's news (pvm_notify), never a line from nexus on
    * the spawner's stderr: a killed task is what pvm_kill asked for. */
-  nx_context_attr_t attr = {want > 0 ? env : NULL, NX_CREATE_QUIET_END, 0};
+  nx_context_attr_t attr = {k > 0 ? env : NULL, NX_CREATE_QUIET_END, 0};
   int rc = nx_context_create_attr(&r->node, r->av[0], r->av, &attr, &gp);
   if (rc == NX_ENOENT)
     return PvmNoFile;

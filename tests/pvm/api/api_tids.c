@@ -2,8 +2,22 @@
  * Fortran I7) print what they print under the real PVM: the task started by
  * hand is t40001 on the host t40000, the tasks it spawns t40002, t40003,
  * and a task spawned by one of those the next number, t40004. Run as the
- * first task of its machine (a fresh pvmd, or nexus-pvm's own root). */
+ * first task of its machine (a fresh pvmd, or nexus-pvm's own root). The
+ * spawned tasks also say whether they work in $HOME, where pvmd starts
+ * them. */
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "common.h"
+
+/* 1 if this process works in $HOME. */
+static int in_home(void) {
+  char cwd[PATH_MAX], home[PATH_MAX];
+  const char *h = getenv("HOME");
+  return h != NULL && getcwd(cwd, sizeof(cwd)) != NULL &&
+         realpath(h, home) != NULL && strcmp(cwd, home) == 0;
+}
 
 #define TAG_TID 1
 
@@ -18,10 +32,12 @@ int main(int argc, char **argv) {
     int n = pvm_siblings(&sib);
     if (n > 0 && sib[0] == me && spawn_self("grandchild", 1, &grand) != 1)
       grand = 0;
+    int home = in_home();
     pvm_initsend(PvmDataDefault);
     pvm_pkint(&me, 1, 1);
     pvm_pkint(&parent, 1, 1);
     pvm_pkint(&grand, 1, 1);
+    pvm_pkint(&home, 1, 1);
     pvm_send(parent, TAG_TID);
     pvm_exit();
     return 0;
@@ -40,19 +56,20 @@ int main(int argc, char **argv) {
          n > 1 ? tids[1] : 0);
   NXT_EXPECT(n == 2 && tids[0] == 0x40002 && tids[1] == 0x40003, 1);
   /* In the order they were spawned, whatever order they report in. */
-  int seen[2][3] = {{0}};
+  int seen[2][4] = {{0}};
   for (int i = 0; i < n; i++) {
-    int t[3] = {0, 0, 0};
+    int t[4] = {0, 0, 0, 0};
     if (recv_for(-1, TAG_TID) > 0)
-      pvm_upkint(t, 3, 1);
+      pvm_upkint(t, 4, 1);
     for (int k = 0; k < n; k++)
       if (t[0] == tids[k])
         memcpy(seen[k], t, sizeof(t));
   }
   for (int k = 0; k < n; k++)
-    printf("child t%x: parent t%x, spawned t%x\n", seen[k][0], seen[k][1],
-           seen[k][2]);
+    printf("child t%x: parent t%x, spawned t%x, works in $HOME: %s\n",
+           seen[k][0], seen[k][1], seen[k][2], seen[k][3] ? "yes" : "no");
   NXT_EXPECT(seen[0][1] == me && seen[1][1] == me, 1);
+  NXT_EXPECT(seen[0][3] == 1 && seen[1][3] == 1, 1);
   NXT_EXPECT(seen[0][2] == 0x40004 && seen[1][2] == 0, 1);
   /* A message or a signal for a task that does not exist (any more) is
    * dropped, as PVM's pvmd drops it: no error, nothing printed. */
