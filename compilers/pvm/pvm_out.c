@@ -126,11 +126,13 @@ static void out_finish(int ms) {
     return;
   fflush(stdout);
   fflush(stderr);
-  dup2(saved_out, 1);
-  dup2(saved_err, 2);
-  close(saved_out);
-  close(saved_err);
-  saved_out = saved_err = -1;
+  if (saved_out >= 0) { /* not after an earlier out_finish that timed out */
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(saved_out);
+    close(saved_err);
+    saved_out = saved_err = -1;
+  }
   for (int waited = 0;
        ms >= 0 && out_running && !atomic_load(&out_done) && waited < ms;
        waited++)
