@@ -67,7 +67,10 @@ NX_EXTERN int nx_node_self(nx_node_t *node);
  * is (every module that carried traffic in the last 10 ms; an idle one at
  * most 50 us apart, less often the more its poll costs: docs/design.md,
  * "Polling the modules") and runs the handlers that are due (threaded ones
- * are handed to runtime threads). Needed only with NX_PROGRESS=poll.
+ * are handed to runtime threads). Needed with NX_PROGRESS=poll, and worth
+ * calling in any loop that polls for what a handler brings without waiting
+ * in nx_cond_wait (else delivery waits for a runtime thread to get a core
+ * from the loop: milliseconds when every core is busy).
  * Returns how much was done (module events plus RSRs dispatched, dropped
  * ones included; 0 when nothing was due or another thread is driving: a 0
  * does not mean that an idle module has nothing), or NX_ENOTINIT. */
