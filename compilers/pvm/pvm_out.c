@@ -18,7 +18,8 @@ enum out_kind { O_BEGIN = 1, O_LINE, O_END };
 static int out_fd = -1, saved_out = -1, saved_err = -1;
 static nx_thread_t out_thread;
 static int out_running;
-static atomic_int out_done; /* out_main sent its EOF */
+static atomic_int out_done;  /* out_main sent its EOF */
+static atomic_uint out_sent; /* lines (and BEGIN) sent: its progress */
 
 /* The tid a task spawned now sends its output to (0: none). */
 int nxpvmi_out_tid(void) {
@@ -46,6 +47,7 @@ static void out_send(int kind, const char *s, size_t n) {
       nx_buffer_release(b);
   }
   nx_gp_release(&gp);
+  atomic_fetch_add(&out_sent, 1);
 }
 
 /* Reads the pipe until every writer has closed it, sending each line. */
@@ -119,8 +121,12 @@ int nxpvmi_out_start(int tid) {
 /* Puts stdout and stderr back, which closes the pipe's last write ends
  * (but those of processes this task started that still hold it), and
  * waits until the last line has been sent: for ever (ms < 0: pvm_exit,
- * whose goodbyes the lines must precede, after its children ended), or at
- * most `ms` (at exit without pvm_exit, when children may still run). */
+ * whose goodbyes the lines must precede, after its children ended), or
+ * until the reader has sent nothing for `ms` (at exit without pvm_exit,
+ * when children that still run may hold the pipe open). A reader that is
+ * still sending lines is waited for (on a loaded machine 200 lines may
+ * take seconds), up to 30 times `ms` in all: a process this task started
+ * that holds the pipe and never stops writing does not keep it alive. */
 static void out_finish(int ms) {
   if (out_fd < 0)
     return;
@@ -133,10 +139,18 @@ static void out_finish(int ms) {
     close(saved_err);
     saved_out = saved_err = -1;
   }
-  for (int waited = 0;
-       ms >= 0 && out_running && !atomic_load(&out_done) && waited < ms;
-       waited++)
+  unsigned sent = atomic_load(&out_sent);
+  for (int idle = 0, all = 0;
+       ms >= 0 && out_running && !atomic_load(&out_done) && idle < ms &&
+       all < 30 * ms;
+       idle++, all++) {
     usleep(1000);
+    unsigned now = atomic_load(&out_sent);
+    if (now != sent) { /* still sending: the quiet time starts again */
+      sent = now;
+      idle = 0;
+    }
+  }
   if (out_running && (ms < 0 || atomic_load(&out_done))) {
     nx_thread_join(out_thread, NULL);
     out_running = 0;
