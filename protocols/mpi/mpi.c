@@ -261,6 +261,7 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
     return NX_ENOMEM;
   m->core = core;
   m->comm = MPI_COMM_NULL;
+  m->self = MPI_COMM_NULL;
   atomic_init(&m->tx_count, 0);
   atomic_init(&m->tx_typed, 0);
   atomic_init(&m->rx_count, 0);
@@ -344,6 +345,8 @@ err:
   mpimod_finalize(m);
   return r;
 err_mpi:
+  if (m->self != MPI_COMM_NULL)
+    MPI_Comm_free(&m->self);
   if (m->own_mpi)
     MPI_Finalize();
   pthread_cond_destroy(&m->spawn_cond);
@@ -397,6 +400,8 @@ static void mpimod_finalize(void *state) {
                atomic_load(&m->stuck));
     return;
   }
+  if (m->self != MPI_COMM_NULL)
+    MPI_Comm_free(&m->self);
   if (m->own_mpi)
     MPI_Finalize();
   pthread_cond_destroy(&m->spawn_cond);

@@ -22,7 +22,8 @@ int mpimod_status_to_nx(int mpi_error) {
   case MPI_ERR_ARG:
   case MPI_ERR_REQUEST: return NX_EINVAL;
   case MPI_ERR_TRUNCATE: return NX_EMSGSIZE;
-  case MPI_ERR_PENDING: return NX_EAGAIN;
+  case MPI_ERR_PENDING:
+  case MPI_ERR_SPAWN: return NX_EAGAIN; /* no slot for it, say */
   case MPI_ERR_UNSUPPORTED_OPERATION: return NX_ENOTSUP;
   default: return NX_EIO;
   }

@@ -134,6 +134,20 @@ static int ensure_mpi(struct mpimod *m) {
     if (r == 0)
       m->mpi_up = 1;
   }
+  /* MPI_COMM_SELF's handler is MPI_ERRORS_ARE_FATAL unless the program
+   * changed it, and it is the program's: the spawns use a duplicate of
+   * our own (made once, whoever started MPI). */
+  if (r == 0 && m->self == MPI_COMM_NULL) {
+    int e = MPI_Comm_dup(MPI_COMM_SELF, &m->self);
+    if (e == MPI_SUCCESS)
+      e = MPI_Comm_set_errhandler(m->self, MPI_ERRORS_RETURN);
+    if (e != MPI_SUCCESS) {
+      MPIMOD_LOG(m, 0, "cannot spawn: MPI_Comm_dup of MPI_COMM_SELF failed");
+      if (m->self != MPI_COMM_NULL)
+        MPI_Comm_free(&m->self);
+      r = mpimod_status_to_nx(e);
+    }
+  }
   pthread_mutex_unlock(&m->spawn_lock);
   return r;
 }
@@ -193,9 +207,13 @@ static void *spawn_main(void *arg) {
   struct spawn_job *j = arg;
   int errcode = MPI_SUCCESS;
   MPI_Comm inter = MPI_COMM_NULL;
-  int e = MPI_Comm_spawn(j->exe, j->argv, 1, j->info, 0, MPI_COMM_SELF, &inter,
+  int e = MPI_Comm_spawn(j->exe, j->argv, 1, j->info, 0, j->m->self, &inter,
                          &errcode);
-  if (e == MPI_SUCCESS && errcode != MPI_SUCCESS)
+  /* A spawn that failed leaves `inter` undefined (Open MPI 4.1: not a
+   * communicator MPI_Comm_free accepts): nothing to free then. */
+  if (e != MPI_SUCCESS)
+    inter = MPI_COMM_NULL;
+  else if (errcode != MPI_SUCCESS)
     e = errcode;
   struct mpimod *m = j->m;
   pthread_mutex_lock(&m->spawn_lock);
@@ -290,7 +308,7 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
   }
-  /* One MPI_Comm_spawn at a time: it is collective over MPI_COMM_SELF,
+  /* One MPI_Comm_spawn at a time: it is collective over m->self,
    * and collectives on one communicator must not run concurrently. A
    * spawn stuck in MPI keeps the later ones waiting until their time is
    * up. */

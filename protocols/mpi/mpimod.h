@@ -202,6 +202,9 @@ struct mpimod {
   pthread_mutex_t spawn_lock; /* starting MPI; `spawning` */
   pthread_cond_t spawn_cond;  /* `spawning` went to 0 */
   int spawning;     /* an MPI_Comm_spawn is under way (one at a time) */
+  MPI_Comm self;    /* MPI_COMM_SELF's duplicate the spawns go through,
+                       with MPI_ERRORS_RETURN: a spawn Open MPI refuses
+                       (no slots, say) is an error, not an abort */
   MPI_Comm parent;  /* started by MPI_Comm_spawn: to the creator, until
                        ctl_parent hands it to the core */
   atomic_int stuck; /* spawns given up on while inside MPI_Comm_spawn */

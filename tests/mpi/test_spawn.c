@@ -26,6 +26,9 @@
  *   test_spawn --early       (singleton only) a child that ends before
  *                            MPI_Init: NX_ETIMEDOUT after NX_CREATE_TIMEOUT,
  *                            not a hang, and nx_finalize still returns;
+ *   test_spawn --noslots     (singleton only) a spawn Open MPI refuses for
+ *                            want of a slot: NX_EAGAIN, not an abort, and
+ *                            a local child then works;
  *   test_spawn --child       what the parent starts: serves "ping" until
  *                            destroyed.
  * Prints "N passed, M failed" and exits non-zero on a failure; a watchdog
@@ -330,6 +333,47 @@ static int run_early(void) {
   return 0;
 }
 
+/* A spawn Open MPI refuses: with oversubscription off, an
+ * "mpi:host=<this host>" node has one slot, which the singleton holds.
+ * MPI_Comm_spawn fails, and the module's spawns go through its own
+ * MPI_COMM_SELF with MPI_ERRORS_RETURN: NX_EAGAIN, not an abort. Then the
+ * process goes on: a child on a local node answers over tcp. */
+static int run_noslots(const char *self) {
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "0", 1);
+  if (!CHECK(nx_init(NULL, NULL) == 0))
+    return 1;
+  CHECK(nx_handler_register(nx_context_self(), "pong", on_pong,
+                            NX_HANDLER_NONTHREADED, NULL) == 0);
+  char host[64] = "localhost", spec[64];
+  gethostname(host, sizeof(host) - 1);
+  snprintf(spec, sizeof(spec), "mpi:host=%.40s", host);
+  nx_node_t node, local;
+  CHECK(nx_nodes_acquire(spec, 1, &node) == 0);
+  char *const argv[] = {(char *)self, (char *)"--child", NULL};
+  for (int i = 0; i < 2; i++) {
+    nx_gp_t gp = NX_GP_NULL;
+    int r = nx_context_create(&node, self, argv, &gp);
+    if (!CHECK(r == NX_EAGAIN))
+      fprintf(stderr, "parent: spawn %d with no slot: %s\n", i, nx_strerror(r));
+    CHECK(nx_gp_is_null(&gp));
+    if (r == 0) {
+      nx_context_destroy(&gp);
+      nx_gp_release(&gp);
+    }
+  }
+  CHECK(nx_nodes_acquire("localhost", 1, &local) == 0);
+  nx_gp_t kid = NX_GP_NULL;
+  if (CHECK(nx_context_create(&local, self, argv, &kid) == 0)) {
+    uint64_t pid = ping(&kid, 7);
+    CHECK(nx_context_destroy(&kid) == 0);
+    if (pid != 0)
+      CHECK(ended(pid));
+    nx_gp_release(&kid);
+  }
+  CHECK(nx_finalize() == 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   signal(SIGALRM, on_alarm);
@@ -343,10 +387,13 @@ int main(int argc, char **argv) {
     r = run_notloaded();
   } else if (strcmp(mode, "--early") == 0) {
     r = run_early();
+  } else if (strcmp(mode, "--noslots") == 0) {
+    r = run_noslots(argv[0]);
   } else if (mode[0] == '\0') {
     r = run_parent(argv[0]);
   } else {
-    fprintf(stderr, "usage: test_spawn [--notloaded | --early | --child]\n");
+    fprintf(stderr, "usage: test_spawn [--notloaded | --early | --noslots | "
+                    "--child]\n");
     return 2;
   }
   printf("%s: %d passed, %d failed\n", who, passed, failed);
