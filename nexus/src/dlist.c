@@ -503,6 +503,30 @@ static int mark_dead(uint32_t proc) {
   return 1;
 }
 
+/* intern_lock held: fails the routes through gateway process `gw` (a
+ * route with candidates left is only marked, as in fail_lists) and adds
+ * each destination newly lost to procs[n..63]; returns the new n. */
+static int fail_through(uint32_t gw, int status, uint32_t *procs, int n) {
+  for (int i = 0; i < BUCKETS; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      struct nxi_route *rt = atomic_load(&d->route);
+      if (rt == NULL || rt->via == NULL || atomic_load(&rt->via->proc) != gw)
+        continue;
+      int expected = 0;
+      atomic_compare_exchange_strong(&rt->failed, &expected, status);
+      if (rt->alts > 0) {
+        atomic_store(&nxi_dlist_fallback_due, 1);
+        continue;
+      }
+      expected = 0;
+      atomic_compare_exchange_strong(&d->failed, &expected, status);
+      uint32_t p = atomic_load(&d->proc);
+      if (p != 0 && n < 64 && mark_dead(p))
+        procs[n++] = p;
+    }
+  return n;
+}
+
 /* Marks the lists that match (an endpoint, or a process) failed and reports
  * each newly dead process once. A route whose endpoint failed while
  * candidates are left is only marked: the next send falls back to them. */
@@ -537,6 +561,21 @@ static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
       if (ep != NULL && p != 0 && n < 64 && mark_dead(p))
         procs[n++] = p;
     }
+  /* The routes through a process that just died (a gateway): they fail
+   * now, as a route whose endpoint failed does, not at their next send,
+   * which may never come (a destination whose RSRs all went before the
+   * gateway died would be asked about over another list, whose first
+   * route fails without a report, and its RSRs reported only when
+   * nx_finalize gives up). Gateways do not chain: one pass. */
+  uint32_t gws[65];
+  int ngws = 0;
+  if (ep == NULL && proc != 0)
+    gws[ngws++] = proc; /* newly dead or not: failing is idempotent */
+  for (int k = 0; k < n; k++)
+    if (procs[k] != proc)
+      gws[ngws++] = procs[k];
+  for (int k = 0; k < ngws; k++)
+    n = fail_through(gws[k], status, procs, n);
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++)
     report_lost(status, procs[i]);

@@ -18,7 +18,7 @@ The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
   stop   the same traffic; rank 1 is stopped (SIGSTOP) for 1 s and
          resumed, nothing is killed: for mpi, where Open MPI's mpirun ends
          the whole job when a rank dies (docs/mpi.md, "Peer failure").
-  gw-flood, gw-kill, gw-killgw
+  gw-flood, gw-kill, gw-killgw, gw-killgw-late
          with a gateway in the path (faults_peer --gw MODULE, under nxrun;
          MODULE ucx or ofi): rank 0 is the gateway, odd ranks load MODULE
          alone, even ranks tcp alone. gw-flood: the flood from rank 1 to
@@ -26,6 +26,10 @@ The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
          3 stopped and rank 4 killed halfway. gw-killgw: the same traffic,
          the gateway killed halfway: what crossed it must have been
          handled or reported; what did not cross it must all arrive.
+         gw-killgw-late: the same, with the last member's table from the
+         gateway 300 ms late, so that it hears from the others before it
+         has their lists; what it sent across must still be reported at
+         once, not when nx_finalize gives up.
   netem, partition
          over tcp between two "hosts": network namespaces joined by a veth
          pair, as tests/cluster/cluster.sh makes them; even ranks on host
@@ -501,7 +505,7 @@ def link_faults(launch, module, scenario):
 
 
 SCENARIOS = ('flood', 'bound', 'stop', 'gw-flood', 'gw-kill', 'gw-killgw',
-             'netem', 'partition', 'close')
+             'gw-killgw-late', 'netem', 'partition', 'close')
 
 
 def scenario_once(launch, module, scenario):
@@ -519,7 +523,11 @@ def scenario_once(launch, module, scenario):
         if scenario == 'gw-kill':
             rc, _ = one_round(launch, module, 5000, 4, 3, 0.5, False, gw=True)
             return rc
-        if scenario == 'gw-killgw':
+        if scenario in ('gw-killgw', 'gw-killgw-late'):
+            if scenario == 'gw-killgw-late':
+                # The last member's table comes 300 ms late (faults_peer
+                # NXT_GW_LATE): the others' RSRs reach it first.
+                os.environ['NXT_GW_LATE'] = '4'
             rc, _ = one_round(launch, module, 5000, 0, -1, 0.5, False,
                               gw=True)
             return rc
