@@ -561,12 +561,17 @@ static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
       if (ep != NULL && p != 0 && n < 64 && mark_dead(p))
         procs[n++] = p;
     }
-  /* The routes through a process that just died (a gateway): they fail
-   * now, as a route whose endpoint failed does, not at their next send,
-   * which may never come (a destination whose RSRs all went before the
-   * gateway died would be asked about over another list, whose first
-   * route fails without a report, and its RSRs reported only when
-   * nx_finalize gives up). Gateways do not chain: one pass. */
+  pthread_mutex_unlock(&intern_lock);
+  for (int i = 0; i < n; i++)
+    report_lost(status, procs[i]);
+  /* Then the routes through a process that just died (a gateway): they
+   * fail now, as a route whose endpoint failed does, not at their next
+   * send, which may never come (the ledger may ask about the RSRs that
+   * went before over another list of the member's, whose first route
+   * fails without a report: they were reported only when nx_finalize
+   * gave up). After the gateway's report, so that whoever finds a member
+   * lost has heard of the gateway first. Gateways do not chain: one
+   * pass. */
   uint32_t gws[65];
   int ngws = 0;
   if (ep == NULL && proc != 0)
@@ -574,6 +579,8 @@ static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
   for (int k = 0; k < n; k++)
     if (procs[k] != proc)
       gws[ngws++] = procs[k];
+  n = 0;
+  pthread_mutex_lock(&intern_lock);
   for (int k = 0; k < ngws; k++)
     n = fail_through(gws[k], status, procs, n);
   pthread_mutex_unlock(&intern_lock);

@@ -273,6 +273,11 @@ static int member(const char *url) {
     }
     const nx_gp_t *dead = phase == 2 ? &peer : &gateway;
     CHECK(r < 0, "sends to B still succeed");
+    /* The report runs on the thread that found the loss, which may be
+     * another than this one, whose send already failed: it comes soon. */
+    for (int i = 0; i < TIMEOUT_S * 100 && !heard_lost(nx_gp_context(dead));
+         i++)
+      sleep_ms(10);
     CHECK(heard_lost(nx_gp_context(dead)),
           "the error callback did not hear "
           "that %s was lost (%d reports)",
