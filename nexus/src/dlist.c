@@ -503,26 +503,35 @@ static int mark_dead(uint32_t proc) {
   return 1;
 }
 
-/* intern_lock held: fails the routes through gateway process `gw` (a
- * route with candidates left is only marked, as in fail_lists) and adds
- * each destination newly lost to procs[n..63]; returns the new n. */
+/* intern_lock held: list `d`'s cached route `rt` failed with `status`.
+ * With candidates left only the route is marked (the driver falls back
+ * soon, nxi_dlist_fallbacks, so that a dead process is found by the next
+ * candidate even if nothing is sent to it); else the list fails and its
+ * process, if newly dead, is added to procs[n..63]. Returns the new n. */
+static int route_failed(struct nxi_dlist *d, struct nxi_route *rt, int status,
+                        uint32_t *procs, int n) {
+  int expected = 0;
+  atomic_compare_exchange_strong(&rt->failed, &expected, status);
+  if (rt->alts > 0) {
+    atomic_store(&nxi_dlist_fallback_due, 1);
+    return n;
+  }
+  expected = 0;
+  atomic_compare_exchange_strong(&d->failed, &expected, status);
+  uint32_t p = atomic_load(&d->proc);
+  if (p != 0 && n < 64 && mark_dead(p))
+    procs[n++] = p;
+  return n;
+}
+
+/* intern_lock held: the routes through process `gw` (a gateway) fail, as
+ * in route_failed. */
 static int fail_through(uint32_t gw, int status, uint32_t *procs, int n) {
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
-      if (rt == NULL || rt->via == NULL || atomic_load(&rt->via->proc) != gw)
-        continue;
-      int expected = 0;
-      atomic_compare_exchange_strong(&rt->failed, &expected, status);
-      if (rt->alts > 0) {
-        atomic_store(&nxi_dlist_fallback_due, 1);
-        continue;
-      }
-      expected = 0;
-      atomic_compare_exchange_strong(&d->failed, &expected, status);
-      uint32_t p = atomic_load(&d->proc);
-      if (p != 0 && n < 64 && mark_dead(p))
-        procs[n++] = p;
+      if (rt != NULL && rt->via != NULL && atomic_load(&rt->via->proc) == gw)
+        n = route_failed(d, rt, status, procs, n);
     }
   return n;
 }
@@ -540,26 +549,15 @@ static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       struct nxi_route *rt = atomic_load(&d->route);
       if (ep != NULL) {
-        if (rt == NULL || rt->ep != ep)
-          continue;
-      } else if (atomic_load(&d->proc) != proc) {
-        continue;
+        if (rt != NULL && rt->ep == ep)
+          n = route_failed(d, rt, status, procs, n);
+      } else if (atomic_load(&d->proc) == proc) {
+        int expected = 0;
+        if (rt != NULL)
+          atomic_compare_exchange_strong(&rt->failed, &expected, status);
+        expected = 0;
+        atomic_compare_exchange_strong(&d->failed, &expected, status);
       }
-      int expected = 0;
-      if (rt != NULL)
-        atomic_compare_exchange_strong(&rt->failed, &expected, status);
-      if (ep != NULL && rt->alts > 0) {
-        /* Not lost yet: another module may reach it. The driver falls
-         * back soon (nxi_dlist_fallbacks), so that a dead process is
-         * found by the next candidate even if nothing is sent to it. */
-        atomic_store(&nxi_dlist_fallback_due, 1);
-        continue;
-      }
-      expected = 0;
-      atomic_compare_exchange_strong(&d->failed, &expected, status);
-      uint32_t p = atomic_load(&d->proc);
-      if (ep != NULL && p != 0 && n < 64 && mark_dead(p))
-        procs[n++] = p;
     }
   pthread_mutex_unlock(&intern_lock);
   for (int i = 0; i < n; i++)
@@ -571,21 +569,18 @@ static void fail_lists(struct nx_endpoint *ep, uint32_t proc, int status) {
    * fails without a report: they were reported only when nx_finalize
    * gave up). After the gateway's report, so that whoever finds a member
    * lost has heard of the gateway first. Gateways do not chain: one
-   * pass. */
-  uint32_t gws[65];
-  int ngws = 0;
+   * pass. `proc` newly dead or not: failing is idempotent. */
+  uint32_t behind[64];
+  int m = 0;
+  pthread_mutex_lock(&intern_lock);
   if (ep == NULL && proc != 0)
-    gws[ngws++] = proc; /* newly dead or not: failing is idempotent */
+    m = fail_through(proc, status, behind, m);
   for (int k = 0; k < n; k++)
     if (procs[k] != proc)
-      gws[ngws++] = procs[k];
-  n = 0;
-  pthread_mutex_lock(&intern_lock);
-  for (int k = 0; k < ngws; k++)
-    n = fail_through(gws[k], status, procs, n);
+      m = fail_through(procs[k], status, behind, m);
   pthread_mutex_unlock(&intern_lock);
-  for (int i = 0; i < n; i++)
-    report_lost(status, procs[i]);
+  for (int i = 0; i < m; i++)
+    report_lost(status, behind[i]);
 }
 
 int nxi_dlist_fallbacks(void) {
