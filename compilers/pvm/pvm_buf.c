@@ -21,6 +21,10 @@ static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
                             int stride, size_t esize);
 static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
                               int stride, size_t esize);
+static int pack_general(struct pvmbuf *b, int kind, const void *p, int n,
+                        int stride, size_t esize);
+static int unpack_general(struct pvmbuf *b, int kind, void *p, int n,
+                          int stride, size_t esize);
 static int seg_reserve(struct pvmbuf *b, int n);
 static inline void copy_strided(void *dst, size_t dstride, const void *src,
                                 size_t sstride, size_t n, size_t esize);
@@ -50,6 +54,26 @@ static NXPVM_TLS int own_thread;
 
 void nxpvmi_buf_own_thread(void) { own_thread = 1; }
 
+/* Makes `b` an empty buffer with id `id`, keeping its arena and run
+ * table: every field but those four set, one by one (cheaper than
+ * assigning a whole new struct, on the path of every message). */
+static inline void buf_empty(struct pvmbuf *b, int id, int encoding) {
+  b->id = id;
+  b->encoding = encoding;
+  b->len = 0;
+  b->nseg = 0;
+  b->rseg = 0;
+  b->relem = 0;
+  b->src = 0;
+  b->tag = 0;
+  b->ctx = 0;
+  b->dst = 0;
+  b->wid = 0;
+  b->bytes = 0;
+  b->queued = 0;
+  b->next = NULL;
+}
+
 static int cacheable(const struct pvmbuf *b) {
   return b->cap <= CACHE_MAX_BYTES && b->segcap <= 64;
 }
@@ -60,16 +84,10 @@ struct pvmbuf *nxpvmi_buf_new(int encoding) {
   for (int i = 0; i < CACHE_SLOTS && b == NULL; i++)
     if (atomic_load_explicit(&cache[i], memory_order_relaxed) != NULL)
       b = atomic_exchange_explicit(&cache[i], NULL, memory_order_acquire);
-  if (b != NULL) {
-    char *data = b->data;
-    struct seg *segs = b->segs;
-    size_t cap = b->cap;
-    int segcap = b->segcap;
-    *b = (struct pvmbuf){
-        .data = data, .cap = cap, .segs = segs, .segcap = segcap};
-  } else if ((b = calloc(1, sizeof(*b))) == NULL) {
+  if (b != NULL)
+    buf_empty(b, 0, encoding);
+  else if ((b = calloc(1, sizeof(*b))) == NULL)
     return NULL;
-  }
   b->encoding = encoding;
   return b;
 }
@@ -184,9 +202,12 @@ void nxpvmi_buf_drop_all(void) {
   nxpvm.qtail = NULL;
 }
 
-/* Room for `bytes` more in the arena, 8-aligned; returns the offset. */
+/* Room for `bytes` more at the end of the arena; returns the offset. The
+ * runs lie one after the other with no padding (every read of a run goes
+ * through memcpy), so an arena whose runs are all its own is the values as
+ * they go on the wire (nxpvmi_encode_msg copies it whole). */
 static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off) {
-  size_t start = (b->len + 7) & ~(size_t)7;
+  size_t start = b->len;
   if (start + bytes > b->cap) {
     size_t cap = b->cap ? b->cap : 64;
     while (cap < start + bytes)
@@ -241,9 +262,35 @@ int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
   return pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride, esize);
 }
 
-/* The same into buffer `b`. */
+/* The same into buffer `b`. The common case inline: values copied into
+ * an arena and a run table with room for them, no check failing. */
 static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
                             int stride, size_t esize) {
+  if (b == NULL || n <= 0 || stride < 1 || p == NULL ||
+      (b->encoding == PvmDataInPlace && kind != K_STR))
+    return pack_general(b, kind, p, n, stride, esize);
+  size_t count = (size_t)n * (esize / kind_size[kind]);
+  size_t bytes = count * kind_size[kind];
+  if (b->len + bytes > b->cap)
+    return pack_general(b, kind, p, n, stride, esize);
+  struct seg *last = b->nseg > 0 ? &b->segs[b->nseg - 1] : NULL;
+  if (last != NULL && kind != K_STR && last->kind == kind &&
+      last->ref == NULL && last->count + count <= UINT32_MAX &&
+      last->off + last->count * kind_size[kind] == b->len)
+    last->count += count;
+  else if (b->nseg < b->segcap)
+    b->segs[b->nseg++] = (struct seg){kind, count, b->len, NULL, 1, esize};
+  else
+    return pack_general(b, kind, p, n, stride, esize);
+  copy_strided(b->data + b->len, 1, p, (size_t)stride, (size_t)n, esize);
+  b->len += bytes;
+  b->bytes += bytes;
+  return PvmOk;
+}
+
+/* Every case of pack_into: checks, in-place runs, growing. */
+static int pack_general(struct pvmbuf *b, int kind, const void *p, int n,
+                        int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -300,9 +347,30 @@ int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize) {
   return unpack_from(nxpvmi_buf_get(nxpvm.rbuf), kind, p, n, stride, esize);
 }
 
-/* The same from buffer `b`. */
+/* The same from buffer `b`. The common case inline: the values wanted
+ * all in the current run, of their kind. */
 static inline int unpack_from(struct pvmbuf *b, int kind, void *p, int n,
                               int stride, size_t esize) {
+  if (b == NULL || n <= 0 || stride < 1 || p == NULL || b->rseg >= b->nseg)
+    return unpack_general(b, kind, p, n, stride, esize);
+  struct seg *s = &b->segs[b->rseg];
+  size_t want = (size_t)n * (esize / kind_size[kind]); /* in values */
+  if (s->kind != kind || s->ref != NULL || s->count - b->relem < want)
+    return unpack_general(b, kind, p, n, stride, esize);
+  copy_strided(p, (size_t)stride, b->data + s->off + b->relem * kind_size[kind],
+               1, (size_t)n, esize);
+  b->relem += want;
+  if (b->relem == s->count) {
+    b->rseg++;
+    b->relem = 0;
+  }
+  return PvmOk;
+}
+
+/* Every case of unpack_from: checks, in-place runs, values that cross
+ * runs. */
+static int unpack_general(struct pvmbuf *b, int kind, void *p, int n,
+                          int stride, size_t esize) {
   if (b == NULL)
     return PvmNoBuf;
   if (n < 0 || stride < 1 || (p == NULL && n > 0))
@@ -366,6 +434,14 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
 enum { F_SRC = 1, F_CTX = 2 };
 #define BLOB_INLINE 1024 /* larger arrays are put by reference */
 
+/* This machine's format, asked of nexus once. */
+static int native_format(void) {
+  static int native;
+  if (native == 0)
+    native = nx_format_native();
+  return native;
+}
+
 static size_t put_varint(uint8_t *p, uint32_t v) {
   size_t n = 0;
   while (v >= 0x80) {
@@ -376,7 +452,12 @@ static size_t put_varint(uint8_t *p, uint32_t v) {
   return n;
 }
 
-static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v) {
+static inline int get_varint(const uint8_t **p, const uint8_t *end,
+                             uint32_t *v) {
+  if (*p < end && **p < 0x80) { /* one byte: most tags, counts and tids */
+    *v = *(*p)++;
+    return 0;
+  }
   uint32_t x = 0;
   for (int shift = 0; shift < 35; shift += 7) {
     if (*p == end)
@@ -430,11 +511,10 @@ static void run_values(uint8_t *dst, const struct pvmbuf *b,
 /* Puts buffer `b` as message (`src`, `tag`) into `o`, last. */
 int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
                       int tag) {
-  int swap = nx_buffer_format(o) != nx_format_native();
+  /* Only NXPVM_FOREIGN_FORMAT's buffers are written in another order. */
+  int swap = nxpvm.fake_format && nx_buffer_format(o) != native_format();
   int flags = (src != nxpvm.mytid ? F_SRC : 0) | (b->ctx != 0 ? F_CTX : 0);
-  size_t total = 1 + 5 * 4 + (size_t)b->nseg * 6;
-  for (int i = 0; i < b->nseg; i++)
-    total += b->segs[i].count * kind_size[b->segs[i].kind];
+  size_t total = 1 + 5 * 4 + (size_t)b->nseg * 6 + b->bytes;
   uint8_t stack[BLOB_INLINE];
   uint8_t *blob = stack;
   if (total > sizeof(stack) && (blob = malloc(total)) == NULL)
@@ -451,14 +531,22 @@ int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
     blob[n++] = (uint8_t)b->segs[i].kind;
     n += put_varint(blob + n, (uint32_t)b->segs[i].count);
   }
-  for (int i = 0; i < b->nseg; i++) {
-    const struct seg *s = &b->segs[i];
-    size_t bytes = s->count * kind_size[s->kind];
-    if (s->ref == NULL && !swap)
-      memcpy(blob + n, b->data + s->off, bytes);
-    else
-      run_values(blob + n, b, s, swap);
-    n += bytes;
+  if (b->len == b->bytes && !swap) {
+    /* Every run in the arena (an in-place run would make len < bytes):
+     * the arena is the values, in order. */
+    if (b->len > 0) /* an empty buffer may have no arena */
+      memcpy(blob + n, b->data, b->len);
+    n += b->len;
+  } else {
+    for (int i = 0; i < b->nseg; i++) {
+      const struct seg *s = &b->segs[i];
+      size_t bytes = s->count * kind_size[s->kind];
+      if (s->ref == NULL && !swap)
+        memcpy(blob + n, b->data + s->off, bytes);
+      else
+        run_values(blob + n, b, s, swap);
+      n += bytes;
+    }
   }
   if (blob == stack)
     return nx_put_bytes(o, blob, n);
@@ -476,9 +564,10 @@ int nxpvmi_encode(nx_buffer_t *o, const struct pvmbuf *b) {
 
 /* The inverse: the rest of `in` into a new buffer, its values converted
  * to this machine's byte order. A malformed message is refused
- * (NX_EPROTO), never trusted. The run table is read once, straight into
- * the new buffer's runs (a bad one frees it again): the hot path of every
- * arrival. */
+ * (NX_EPROTO), never trusted; NX_ETYPE, with nothing read, when the next
+ * value of `in` is neither a byte array nor its length. The run table is read
+ * once, straight into the new buffer's runs (a bad one frees it again): the hot
+ * path of every arrival. */
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out) {
   return nxpvmi_decode_from(in, nxpvmi_tid_of_context(nx_buffer_source(in)),
                             out);
@@ -490,12 +579,17 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   /* A small array is the rest of the RSR (tried first: most are); a
    * larger one follows its length. A get that fails reads nothing. */
   const void *v;
-  size_t len = 0, rest = nx_buffer_remaining(in), hdr = nx_sizeof_bytes(0);
+  static size_t hdr; /* what a byte array takes beside its bytes */
+  if (hdr == 0)
+    hdr = nx_sizeof_bytes(0);
+  size_t len = 0, rest = nx_buffer_remaining(in);
   uint64_t big;
+  int rc;
   if (rest >= hdr && nx_get_bytes_ptr(in, &v, rest - hdr) == 0)
     len = rest - hdr;
-  else if (nx_get_uint64(in, &big) == 0 &&
-           nx_get_bytes_ptr(in, &v, (size_t)big) == 0)
+  else if ((rc = nx_get_uint64(in, &big)) == NX_ETYPE)
+    return NX_ETYPE; /* the next value is neither: nothing was read */
+  else if (rc == 0 && nx_get_bytes_ptr(in, &v, (size_t)big) == 0)
     len = (size_t)big;
   else
     return NX_EPROTO;
@@ -514,7 +608,8 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
     return NX_ENOMEM;
   if (nseg > (uint32_t)b->segcap && seg_reserve(b, (int)nseg) < 0)
     goto nomem;
-  /* The run table, checked whole before anything is copied. */
+  /* The run table, checked whole before anything is copied; each run's
+   * values lie where the ones before it end. */
   size_t values = 0;
   for (uint32_t i = 0; i < nseg; i++) {
     uint32_t count;
@@ -522,7 +617,7 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
     if (kind < K_I8 || kind >= K_MAX || get_varint(&p, end, &count) < 0 ||
         count == 0)
       goto bad;
-    b->segs[i] = (struct seg){kind, count, 0, NULL, 1, kind_size[kind]};
+    b->segs[i] = (struct seg){kind, count, values, NULL, 1, kind_size[kind]};
     values += (size_t)count * kind_size[kind];
   }
   if (values != (size_t)(end - p))
@@ -538,17 +633,15 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   b->ctx = (int)ctx;
   b->tag = (int)tag;
   b->src = flags & F_SRC ? (int)src : sender;
-  int swap = nx_buffer_format(in) != nx_format_native();
-  size_t off = 0;
-  for (uint32_t i = 0; i < nseg; i++) {
-    struct seg *s = &b->segs[i];
-    s->off = off;
-    if (swap)
-      copy_swapped((uint8_t *)b->data + off, p + off, s->isize, s->count, 1);
-    off += s->count * s->isize;
-  }
-  if (!swap && values > 0)
+  if (nx_buffer_format(in) != native_format()) {
+    for (uint32_t i = 0; i < nseg; i++) {
+      const struct seg *s = &b->segs[i];
+      copy_swapped((uint8_t *)b->data + s->off, p + s->off, s->isize, s->count,
+                   1);
+    }
+  } else if (values > 0) {
     memcpy(b->data, p, values);
+  }
   *out = b;
   return 0;
 bad:
@@ -619,12 +712,7 @@ int pvm_initsend(int encoding) {
     return nxpvmi_err("pvm_initsend", PvmBadParam);
   struct pvmbuf *b = nxpvmi_buf_get(nxpvm.sbuf);
   if (reusable(b)) {
-    *b = (struct pvmbuf){.id = b->id,
-                         .encoding = encoding,
-                         .data = b->data,
-                         .cap = b->cap,
-                         .segs = b->segs,
-                         .segcap = b->segcap};
+    buf_empty(b, b->id, encoding);
     return b->id;
   }
   if (nxpvm.sbuf > 0)

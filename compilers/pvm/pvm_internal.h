@@ -46,9 +46,10 @@ struct pvmbuf {
   size_t relem; /* and element inside it */
   int src, tag;
   int ctx, dst, wid; /* message context, destination, wait id (minfo) */
-  size_t bytes;      /* payload bytes, for pvm_bufinfo */
+  size_t bytes;      /* payload bytes (the runs' sum), for pvm_bufinfo */
   int queued;        /* in the receive queue */
   struct pvmbuf *next;
+  /* A new field is reset in buf_empty (pvm_buf.c) too. */
 };
 
 /* What this task knows of another: its gp once learnt, and whether it has

@@ -413,22 +413,23 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
 static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
-  int tid, intro = 0;
+  int intro = 0;
   nx_gp_t gp = NX_GP_NULL;
-  uint32_t h;
-  /* The header, unless the message's bytes come first (a get of the
-   * wrong type reads nothing: NX_ETYPE). */
-  int rc = nx_get_uint32(buf, &h);
-  if (rc == 0) {
+  int tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
+  struct pvmbuf *m = NULL;
+  /* The message's bytes, unless the header comes first (then the decode
+   * reads nothing: NX_ETYPE): the header is read, and the bytes after. */
+  int rc = nxpvmi_decode_from(buf, tid, &m);
+  if (rc == NX_ETYPE) {
+    uint32_t h;
+    if (nx_get_uint32(buf, &h) < 0)
+      return;
     intro = h & 1;
     if (intro && nx_get_gp(buf, &gp) < 0)
       return;
-  } else if (rc != NX_ETYPE) {
-    return;
+    rc = nxpvmi_decode_from(buf, tid, &m);
   }
-  tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
-  struct pvmbuf *m = NULL;
-  if (nxpvmi_decode_from(buf, tid, &m) < 0)
+  if (rc < 0)
     m = NULL; /* malformed: dropped, as nexus drops a bad frame */
   struct peer *p = arrival(tid, intro, &gp);
   if (p == NULL) {
