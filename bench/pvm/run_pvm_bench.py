@@ -7,7 +7,7 @@ pvmd started here and halted by its pid); and pvm_bcast / pvm_barrier
 among 8 tasks, ours against the real PVM's; and the ping-pong again with
 both sides polling with pvm_nrecv (fig3_pvm --poll), ours against the real
 PVM's (no goal). Prints the medians, the ratios and the goals. Usage:
-run_pvm_bench.py [BUILD_DIR] [--iters N] [--reps N]"""
+run_pvm_bench.py [BUILD_DIR] [--iters N] [--coll-iters N] [--reps N]"""
 import argparse
 import os
 import signal
@@ -55,7 +55,15 @@ def on_signal(signum, frame):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", default="build")
-    ap.add_argument("--iters", type=int, default=2000)
+    # 20,000 round trips of about a microsecond, after 2,000 to warm up:
+    # with 2,000 (2 ms a run) a run of either program over ucx could catch
+    # its peer still starting (4-12 us a round trip in about half the runs
+    # on 2 cores, 2026-11-28), which made the same-run ratios anything from
+    # 0.25x to 4x. Each run stops after a second (fig3's --max-ms).
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--coll-iters", type=int, default=500,
+                    help="pvm_bcast / pvm_barrier calls per run (the real "
+                    "PVM's: a fifth)")
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     b = os.path.abspath(a.build)
@@ -78,7 +86,7 @@ def main():
             [os.path.join(fig3, "fig3_rsr"), "--module", m, "--kind",
              "nonthreaded", "--size", "8", "--iters", str(a.iters),
              "--warm", str(a.iters // 10), "--reps", "1"], env, a.reps)
-        coll_iters = ["--iters", str(max(10, a.iters // 4))]
+        coll_iters = ["--iters", str(max(10, a.coll_iters))]
         for op in ["bcast", "barrier"]:
             rows["nexus-pvm %s/%s" % (op, m)] = median(
                 [os.path.join(mine, "pvm_coll_nexus"), op] + coll_iters, env,
@@ -96,7 +104,8 @@ def main():
                 [real_fig3] + pp + ["--poll"], pvmd.env, a.reps)
             for op in ["bcast", "barrier"]:
                 rows["pvm %s" % op] = median(
-                    [real_coll, op, "--iters", str(max(10, a.iters // 10))],
+                    [real_coll, op, "--iters",
+                     str(max(10, a.coll_iters // 5))],
                     pvmd.env, a.reps)
         else:
             for k in ["pvm/direct/raw", "pvm nrecv/direct/raw", "pvm bcast",
