@@ -1,14 +1,17 @@
-/* pvm_catchout: a spawned task's stdout and stderr, sent line by line to
- * the task that caught them, which writes each line with PVM's prefix
- * ("[t<tid>] ", with a BEGIN and an EOF line per task) or, with
- * PvmShowTids 0, as it came. A task started with an output tid sends its
- * output through a pipe that a thread of its own reads; tasks it spawns
- * send theirs to the same tid unless it calls pvm_catchout itself. */
+/* A spawned task's stdout and stderr. With pvm_catchout: sent line by
+ * line to the task that caught them, which writes each line with PVM's
+ * prefix ("[t<tid>] ", with a BEGIN and an EOF line per task) or, with
+ * PvmShowTids 0, as it came. Without: written to the task log, as PVM's
+ * pvmd writes its tasks' output to its log, $PVM_TMP/pvml.<uid>. Either
+ * way a thread of the task's own reads a pipe its descriptors 1 and 2
+ * point to from its first PVM call; tasks it spawns send theirs to the
+ * same tid unless it calls pvm_catchout itself. */
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pvm_internal.h"
@@ -16,6 +19,7 @@
 enum out_kind { O_BEGIN = 1, O_LINE, O_END };
 
 static int out_fd = -1, saved_out = -1, saved_err = -1;
+static int log_fd = -1; /* the task log, when the output goes there */
 static nx_thread_t out_thread;
 static int out_running;
 static atomic_int out_done;  /* out_main sent its EOF */
@@ -29,7 +33,36 @@ int nxpvmi_out_tid(void) {
   return tid;
 }
 
+/* One line to the task log, in one write (the log is opened to append,
+ * so the lines of tasks writing at once do not mix): the time as PVM's
+ * pvmd writes it, the task and the line. */
+static void log_line(const char *s, size_t n) {
+  char head[64];
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  int h = snprintf(head, sizeof(head), "%02d/%02d %02d:%02d:%02d [t%x] ",
+                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                   (unsigned)nxpvm.mytid);
+  char *l = malloc((size_t)h + n + 1);
+  if (l == NULL)
+    return;
+  memcpy(l, head, (size_t)h);
+  if (n > 0)
+    memcpy(l + h, s, n);
+  l[(size_t)h + n] = '\n';
+  ssize_t w = write(log_fd, l, (size_t)h + n + 1);
+  (void)w; /* a full disk loses the line, as it would PVM's */
+  free(l);
+}
+
 static void out_send(int kind, const char *s, size_t n) {
+  if (log_fd >= 0) {
+    if (kind == O_LINE)
+      log_line(s, n);
+    atomic_fetch_add(&out_sent, 1);
+    return;
+  }
   nx_gp_t gp = NX_GP_NULL;
   nx_buffer_t *b;
   /* The catching task may have left PVM: it waits for us, and prints. */
@@ -86,15 +119,50 @@ static void *out_main(void *arg) {
   return NULL;
 }
 
+static int out_start(int tid);
+
 /* Sends this task's stdout and stderr to `tid` from now on. */
 int nxpvmi_out_start(int tid) {
+  if (tid <= 0)
+    return PvmSysErr;
+  return out_start(tid);
+}
+
+/* Writes this task's stdout and stderr to the task log from now on:
+ * $PVM_TMP/pvml.<uid> ($PVM_TMP: /tmp when not set), where PVM's pvmd
+ * writes them. When it cannot be opened, the output stays where it is. */
+int nxpvmi_out_start_log(void) {
+  const char *dir = getenv("PVM_TMP");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/pvml.%u",
+           dir != NULL && dir[0] != '\0' ? dir : "/tmp", (unsigned)getuid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return PvmSysErr;
+  log_fd = fd;
+  int rc = out_start(0);
+  if (rc < 0) {
+    close(log_fd);
+    log_fd = -1;
+  }
+  return rc;
+}
+
+/* Points descriptors 1 and 2 at a pipe whose reader thread sends each line
+ * to `tid` (0: writes it to the task log). */
+static int out_start(int tid) {
   int fds[2];
-  if (tid <= 0 || out_running || pipe(fds) < 0)
+  if (out_running || pipe(fds) < 0)
     return PvmSysErr;
   fflush(stdout);
   fflush(stderr);
-  saved_out = dup(1);
-  saved_err = dup(2);
+  /* What descriptors 1 and 2 become again when the task leaves PVM: what
+   * they were, or, for a task whose output goes to the log, the log
+   * itself (without the prefix). Not the spawner's pipe, which they
+   * inherited: a copy kept here would hold the spawner's pipe open, and
+   * its pvm_exit would wait for this task's. */
+  saved_out = dup(tid > 0 ? 1 : log_fd);
+  saved_err = dup(tid > 0 ? 2 : log_fd);
   if (saved_out < 0 || saved_err < 0 || dup2(fds[1], 1) < 0 ||
       dup2(fds[1], 2) < 0) {
     close(fds[0]);
@@ -159,9 +227,16 @@ static void out_finish(int ms) {
     return; /* still reading: the process ends with it */
   close(out_fd);
   out_fd = -1;
+  if (log_fd >= 0) {
+    close(log_fd);
+    log_fd = -1;
+  }
 }
 
-void nxpvmi_out_stop(void) { out_finish(-1); }
+/* pvm_exit. Caught output: every line, however long the reader takes (a
+ * process this task started may still hold the pipe). The log: as at
+ * exit, since what reads the lines is this process's own thread. */
+void nxpvmi_out_stop(void) { out_finish(log_fd >= 0 ? 2000 : -1); }
 
 /* A task that ends without pvm_exit: its last lines and its EOF still go
  * to the catching task (flush_at_exit, before the RSRs are confirmed). */

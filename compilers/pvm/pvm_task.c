@@ -923,6 +923,13 @@ static int register_handlers(nx_context_t *ctx) {
   return 0;
 }
 
+/* NXPVM_TASK_OUTPUT=inherit: a spawned task's output goes where its
+ * spawner's goes, not to the task log. */
+static int output_inherited(void) {
+  const char *v = getenv("NXPVM_TASK_OUTPUT");
+  return v != NULL && strcmp(v, "inherit") == 0;
+}
+
 /* Starts nexus and finds out what kind of task this is: started by hand
  * (the root of its own computation), spawned by pvm_spawn (the creator is
  * the parent and says who the root is), or one of an nxrun/mpirun job
@@ -1008,9 +1015,13 @@ static int start(void) {
   if (nxpvm.is_root)
     nxpvm.next_tid = TID_FIRST + (nxpvm.nsiblings > 1 ? nxpvm.nsiblings : 1);
   nxpvm.started = 1;
-  /* A task spawned while its spawner caught output sends its own there. */
+  /* A task spawned while its spawner caught output sends its own there;
+   * another spawned task writes it to the task log, as PVM's pvmd does
+   * (NXPVM_TASK_OUTPUT=inherit: it keeps the spawner's). */
   if (nxpvm.out_tid > 0 && nxpvmi_out_start(nxpvm.out_tid) < 0)
     nxpvm.out_tid = 0;
+  else if (nxpvm.out_tid <= 0 && nxpvm.ptid > 0 && !output_inherited())
+    nxpvmi_out_start_log();
   return nxpvm.mytid;
 
 err_fini:

@@ -137,6 +137,7 @@ def main():
             print("the real PVM half cannot run (%s): checking against %s "
                   "only" % (why, a.expect))
         elif failed(a.compare, real):
+            show_log(real)
             return 1
     r, why = run(a.cmd, a.real)
     if why is not None:
@@ -144,6 +145,7 @@ def main():
     if r.returncode == SKIP:
         skip("%s could not start its PVM" % a.exe)
     if failed(a.exe, r):
+        show_log(r)
         return 1
     if a.number_tids:
         r.stdout = number_tids(r.stdout)
@@ -154,10 +156,12 @@ def main():
             a.exe, a.compare, "".join(difflib.unified_diff(
                 real.stdout.splitlines(True), r.stdout.splitlines(True),
                 "real PVM", "nexus-pvm"))))
+        show_log(r)
         return 1
     if expect is not None and r.stdout != expect:
         print("%s printed:\n%s\nexpected (%s):\n%s" % (
             a.exe, r.stdout, a.expect, expect))
+        show_log(r)
         return 1
     print("%s printed the %s %d lines" % (
         os.path.basename(a.exe),
@@ -171,7 +175,14 @@ def run(cmd, real):
     process, None) or (None, why the real PVM cannot run)."""
     pvmd = None
     env = dict(os.environ)
+    # nexus-pvm's spawned tasks write their output (not caught) to the task
+    # log, $PVM_TMP/pvml.<uid>, as PVM's pvmd does: a log of this run's
+    # own, shown when the run fails (the real PVM's pvmd: in its PVM_TMP).
+    logdir = None
     try:
+        if not real:
+            logdir = tempfile.mkdtemp(prefix="nxpvm-log-")
+            env["PVM_TMP"] = logdir
         if real:
             pvmd = Pvmd()
             why = pvmd.start()
@@ -195,11 +206,27 @@ def run(cmd, real):
                 e.stderr or "")
             r = subprocess.CompletedProcess(cmd, 124, out + (
                 "[timed out after %d s]\n" % RUN_TIMEOUT), err)
+        r.task_log = ""
+        log = os.path.join(logdir or (pvmd.tmp if pvmd else ""),
+                           "pvml.%d" % os.getuid())
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                r.task_log = f.read()
     finally:
         if pvmd is not None:
             pvmd.stop()
+        if logdir is not None:
+            shutil.rmtree(logdir, ignore_errors=True)
     sys.stderr.write(r.stderr)
     return r, None
+
+
+def show_log(r):
+    """The end of a failed run's task log (its spawned tasks' output)."""
+    lines = getattr(r, "task_log", "").splitlines()
+    if lines:
+        print("the task log (spawned tasks' output), last %d lines:\n%s" % (
+            min(60, len(lines)), "\n".join(lines[-60:])))
 
 
 def number_tids(text):
