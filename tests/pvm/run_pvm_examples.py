@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""PVM 3.4's own example programs (Debian's pvm-examples: the sources in
+/usr/share/doc/pvm-examples, the real PVM's builds of them in /usr/bin),
+written by PVM's authors, not here. Builds each from its source against
+nexus-pvm, as a user would (gcc or gfortran, -lnxpvm, -lnxfpvm), runs it
+over each module named, and runs the real PVM's build under a private
+pvmd in the same test: both must exit the same way and print the same
+lines, in any order (tasks print as they go), once tids, context numbers
+and the program's own path are written alike. What a program reads from
+stdin is given to both. Exits 77 (a skip) with the reason when PVM, its
+examples or a compiler is missing.
+
+Usage: run_pvm_examples.py --include DIR --libdir DIR [--libdir DIR]
+                           [--cflags FLAGS] MODULE..."""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run_pvm import Pvmd, SKIP, skip  # noqa: E402
+
+DOC = "/usr/share/doc/pvm-examples"
+TIMEOUT = 60
+
+# (name run, source, extra sources, stdin, argv). Fortran sources are
+# built as f<name>, as Debian names them, but for hitc, which spawns
+# hitc_slave by that name. Left out: programs that need a second copy
+# started by hand (bwtest: here under nxrun in run by hand), that print
+# times (timing), that race by design (ge: a member may leave before the
+# first checks it, on the real PVM too), that wait for a key (mbox, mhf,
+# task0, lmbi, gmbi), or that are usage-only without a running VM.
+PROGRAMS = [
+    ("hello", "examples/hello.c", [], "", []),
+    ("hello_other", "examples/hello_other.c", [], None, []),
+    ("master1", "examples/master1.c", [], "", []),
+    ("slave1", "examples/slave1.c", [], None, []),
+    ("spmd", "examples/spmd.c", [], "", []),
+    ("gexample", "examples/gexample.c", [], "10\n4\n", []),
+    ("inheritb", "examples/inheritb.c", [], "", []),
+    ("inherit2", "examples/inherit2.c", [], None, []),
+    ("tst", "gexamples/tst.c", [], "", []),
+    ("tjf", "gexamples/tjf.c", [], "", []),
+    ("tjl", "gexamples/tjl.c", [], "", []),
+    ("trsg", "gexamples/trsg.c", [], "4\n5\n", []),
+    ("fmaster1", "examples/master1.f", [], "", []),
+    ("fslave1", "examples/slave1.f", [], None, []),
+    ("fspmd", "examples/spmd.f", [], "", []),
+    ("fgexample", "examples/gexample.f", [], "", []),
+    ("hitc", "examples/hitc.f", [], "", []),
+    ("hitc_slave", "examples/hitc_slave.f", [], None, []),
+    ("frsg", "gexamples/frsg.f", [], "4\n5\n", []),
+]
+# The names of the real PVM's builds in /usr/bin, where Debian renamed.
+REAL_NAME = {"hello": "hello.pvm"}
+
+
+def norm(text, exe_dir):
+    """Lines with what differs from run to run written alike, sorted."""
+    text = text.replace(exe_dir + "/", "").replace("/usr/bin/", "")
+    text = text.replace("./", "")
+    text = re.sub(r"\b(t|0x)?4[0-9a-f]{4}\b", "TID", text)
+    text = re.sub(r"\b26[0-9]{4}\b", "TID", text)  # tids and contexts
+    text = re.sub(r"\bhello\.pvm\b", "hello", text)
+    return sorted(line.rstrip() for line in text.splitlines())
+
+
+def build(src_root, out, include, libdir, cflags):
+    """Builds every program into `out`; returns the names that failed."""
+    bad = []
+    inc = os.path.join(src_root, "include")
+    os.makedirs(inc, exist_ok=True)
+    # The Fortran sources include '../include/fpvm3.h', as in PVM's tree.
+    shutil.copy(os.path.join(include, "fpvm3.h"), inc)
+    for name, src, extra, _, _ in PROGRAMS:
+        fortran = src.endswith(".f")
+        cc = "gfortran" if fortran else "gcc"
+        obj = os.path.join(out, name + ".o")
+        # Compiled as PVM's makefiles do; `cflags` (a sanitizer's) only at
+        # the link, so that the program loads the sanitizer's libraries
+        # first without the programs' own slips being checked (tjf.c
+        # indexes one past an array, which UBSan reports).
+        compile_argv = [cc, "-w", "-c", "-o", obj, os.path.basename(src)]
+        compile_argv += (["-fallow-argument-mismatch"] if fortran else
+                         ["-I" + include])
+        link = [cc, "-o", os.path.join(out, name), obj] + cflags
+        link += [os.path.join(src_root, e) for e in extra]
+        link += (["-lnxfpvm"] if fortran else []) + ["-lnxpvm"]
+        for d in libdir:
+            link += ["-L" + d, "-Wl,-rpath," + d]
+        cwd = os.path.join(src_root, os.path.dirname(src))
+        r = subprocess.run(compile_argv, cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode == 0:
+            r = subprocess.run(link, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            print("building %s against nexus-pvm failed:\n%s" % (
+                name, r.stdout[-2000:]))
+            bad.append(name)
+    return bad
+
+
+def run(argv, env, stdin, cwd):
+    try:
+        r = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           timeout=TIMEOUT, cwd=cwd)
+        return r.returncode, r.stdout
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (
+            e.stdout or "")
+        return 124, out + "[timed out after %d s]\n" % TIMEOUT
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--include", required=True,
+                    help="nexus-pvm's include directory (pvm3.h, fpvm3.h)")
+    ap.add_argument("--libdir", required=True, action="append",
+                    help="where libnxpvm and libnxfpvm are (and, given "
+                    "again, libnexus)")
+    ap.add_argument("--cflags", default="",
+                    help="more flags for each compile and link "
+                    "(a sanitizer's)")
+    ap.add_argument("modules", nargs="+")
+    a = ap.parse_args()
+    for f in ("examples.tar.gz", "gexamples.tar.gz"):
+        if not os.path.exists(os.path.join(DOC, f)):
+            skip("PVM's examples are not installed (Debian package "
+                 "pvm-examples)")
+    for tool in ("gcc", "gfortran"):
+        if shutil.which(tool) is None:
+            skip(tool + " is missing")
+    tmp = tempfile.mkdtemp(prefix="nxpvm-examples-")
+    try:
+        return check(a, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check(a, tmp):
+    src = os.path.join(tmp, "src")
+    out = os.path.join(tmp, "bin")
+    os.makedirs(out)
+    for f in ("examples.tar.gz", "gexamples.tar.gz"):
+        with tarfile.open(os.path.join(DOC, f)) as t:
+            t.extractall(src)
+    bad = build(src, out, a.include, a.libdir, a.cflags.split())
+    if bad:
+        return 1
+    mains = [p for p in PROGRAMS if p[3] is not None]
+
+    # The real PVM's builds first, under a private pvmd that finds the
+    # programs they spawn where pvmd looks ($HOME/pvm3/bin/$PVM_ARCH).
+    real = {}
+    pvmd = Pvmd()
+    try:
+        why = pvmd.start()
+        if why is not None:
+            skip("the real PVM: " + why)
+        bindir = os.path.join(pvmd.tmp, "pvm3", "bin", "LINUX64")
+        for name, *_ in PROGRAMS:
+            exe = "/usr/bin/" + REAL_NAME.get(name, name)
+            if not os.path.exists(exe):
+                skip("the real PVM's build of %s is missing (%s)" % (name,
+                                                                    exe))
+            link = os.path.join(bindir, name)
+            if not os.path.exists(link):
+                os.symlink(exe, link)
+        for name, _, _, stdin, argv in mains:
+            real[name] = run([os.path.join(bindir, name)] + argv, pvmd.env,
+                             stdin, bindir)
+    finally:
+        pvmd.stop()
+
+    failed = 0
+    for m in a.modules:
+        logdir = tempfile.mkdtemp(prefix="nxpvm-log-", dir=tmp)
+        env = dict(os.environ, NX_PROTOCOLS=m + ",local", PVM_PATH=out,
+                   PVM_TMP=logdir)
+        for name, _, _, stdin, argv in mains:
+            rc, text = run([os.path.join(out, name)] + argv, env, stdin, out)
+            rrc, rtext = real[name]
+            mine, theirs = norm(text, out), norm(rtext, bindir)
+            if rc == rrc and mine == theirs:
+                print("%s over %s: as the real PVM (exit %d, %d lines)" % (
+                    name, m, rc, len(mine)))
+                continue
+            failed += 1
+            print("%s over %s: exit %d, the real PVM's %d; nexus-pvm "
+                  "printed:\n%s\nthe real PVM printed:\n%s" % (
+                      name, m, rc, rrc, text, rtext))
+            log = os.path.join(logdir, "pvml.%d" % os.getuid())
+            if os.path.exists(log):
+                with open(log, errors="replace") as f:
+                    print("the task log:\n" + f.read()[-4000:])
+    total = len(mains) * len(a.modules)
+    print("%d of %d runs as on the real PVM" % (total - failed, total))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
