@@ -20,6 +20,7 @@ enum out_kind { O_BEGIN = 1, O_LINE, O_END };
 
 static int out_fd = -1, saved_out = -1, saved_err = -1;
 static int log_fd = -1; /* the task log, when the output goes there */
+static int log_tid;     /* the tid its lines carry (set before the reader) */
 static nx_thread_t out_thread;
 static int out_running;
 static atomic_int out_done;  /* out_main sent its EOF */
@@ -43,7 +44,7 @@ static void log_line(const char *s, size_t n) {
   localtime_r(&now, &tm);
   int h = snprintf(head, sizeof(head), "%02d/%02d %02d:%02d:%02d [t%x] ",
                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                   (unsigned)nxpvm.mytid);
+                   (unsigned)log_tid);
   char *l = malloc((size_t)h + n + 1);
   if (l == NULL)
     return;
@@ -140,6 +141,7 @@ int nxpvmi_out_start_log(void) {
   if (fd < 0)
     return PvmSysErr;
   log_fd = fd;
+  log_tid = nxpvm.mytid;
   int rc = out_start(0);
   if (rc < 0) {
     close(log_fd);
