@@ -16,6 +16,7 @@ static const size_t kind_size[K_MAX] = {
     [K_F32] = 4, [K_F64] = 8, [K_STR] = 1};
 
 static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off);
+static int arena_room(struct pvmbuf *b, size_t bytes);
 static struct seg *seg_add(struct pvmbuf *b);
 static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
                             int stride, size_t esize);
@@ -207,19 +208,25 @@ void nxpvmi_buf_drop_all(void) {
  * through memcpy), so an arena whose runs are all its own is the values as
  * they go on the wire (nxpvmi_encode_msg copies it whole). */
 static int arena_grow(struct pvmbuf *b, size_t bytes, size_t *off) {
-  size_t start = b->len;
-  if (start + bytes > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < start + bytes)
-      cap *= 2;
-    char *d = realloc(b->data, cap);
-    if (d == NULL)
-      return PvmNoMem;
-    b->data = d;
-    b->cap = cap;
-  }
-  b->len = start + bytes;
-  *off = start;
+  if (arena_room(b, bytes) < 0)
+    return PvmNoMem;
+  *off = b->len;
+  b->len += bytes;
+  return 0;
+}
+
+/* Room for `bytes` more at the end of the arena, its length unchanged. */
+static int arena_room(struct pvmbuf *b, size_t bytes) {
+  if (b->len + bytes <= b->cap)
+    return 0;
+  size_t cap = b->cap ? b->cap : 64;
+  while (cap < b->len + bytes)
+    cap *= 2;
+  char *d = realloc(b->data, cap);
+  if (d == NULL)
+    return PvmNoMem;
+  b->data = d;
+  b->cap = cap;
   return 0;
 }
 
@@ -262,33 +269,39 @@ int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize) {
   return pack_into(nxpvmi_buf_get(nxpvm.sbuf), kind, p, n, stride, esize);
 }
 
-/* The same into buffer `b`. The common case inline: values copied into
- * an arena and a run table with room for them, no check failing. */
-static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
-                            int stride, size_t esize) {
-  if (b == NULL || n <= 0 || stride < 1 || p == NULL ||
-      (b->encoding == PvmDataInPlace && kind != K_STR))
-    return pack_general(b, kind, p, n, stride, esize);
-  size_t count = (size_t)n * (esize / kind_size[kind]);
+/* Appends to the arena of `b`, which has room for the values and the run
+ * table for one more run: extends the last run when it is of the same
+ * kind and in the arena (fewer headers on the wire, and unpacking does
+ * not care), else adds one. */
+static inline int pack_append(struct pvmbuf *b, int kind, const void *p, int n,
+                              int stride, size_t esize) {
+  size_t count = (size_t)n * (esize / kind_size[kind]); /* 2 a complex */
   size_t bytes = count * kind_size[kind];
-  if (b->len + bytes > b->cap)
-    return pack_general(b, kind, p, n, stride, esize);
   struct seg *last = b->nseg > 0 ? &b->segs[b->nseg - 1] : NULL;
   if (last != NULL && kind != K_STR && last->kind == kind &&
       last->ref == NULL && last->count + count <= UINT32_MAX &&
       last->off + last->count * kind_size[kind] == b->len)
     last->count += count;
-  else if (b->nseg < b->segcap)
-    b->segs[b->nseg++] = (struct seg){kind, count, b->len, NULL, 1, esize};
   else
-    return pack_general(b, kind, p, n, stride, esize);
+    b->segs[b->nseg++] = (struct seg){kind, count, b->len, NULL, 1, esize};
   copy_strided(b->data + b->len, 1, p, (size_t)stride, (size_t)n, esize);
   b->len += bytes;
   b->bytes += bytes;
   return PvmOk;
 }
 
-/* Every case of pack_into: checks, in-place runs, growing. */
+/* The same into buffer `b`. The common case inline: nothing to check
+ * fails, and the arena and run table have room. */
+static inline int pack_into(struct pvmbuf *b, int kind, const void *p, int n,
+                            int stride, size_t esize) {
+  if (b == NULL || n <= 0 || stride < 1 || p == NULL ||
+      (b->encoding == PvmDataInPlace && kind != K_STR) ||
+      b->len + (size_t)n * esize > b->cap || b->nseg == b->segcap)
+    return pack_general(b, kind, p, n, stride, esize);
+  return pack_append(b, kind, p, n, stride, esize);
+}
+
+/* Every other case of pack_into: checks, in-place runs, growing. */
 static int pack_general(struct pvmbuf *b, int kind, const void *p, int n,
                         int stride, size_t esize) {
   if (b == NULL)
@@ -297,8 +310,7 @@ static int pack_general(struct pvmbuf *b, int kind, const void *p, int n,
     return PvmBadParam;
   if (n == 0)
     return PvmOk;
-  size_t per = esize / kind_size[kind]; /* 2 for complex */
-  size_t count = (size_t)n * per;
+  size_t count = (size_t)n * (esize / kind_size[kind]);
   if (b->encoding == PvmDataInPlace && kind != K_STR) {
     struct seg *s = seg_add(b);
     if (s == NULL)
@@ -307,38 +319,11 @@ static int pack_general(struct pvmbuf *b, int kind, const void *p, int n,
     b->bytes += count * kind_size[kind];
     return PvmOk;
   }
-  /* Extend the last segment when it is of the same kind and in the arena:
-   * fewer headers on the wire, and unpacking does not care. */
-  struct seg *last = b->nseg > 0 ? &b->segs[b->nseg - 1] : NULL;
-  size_t bytes = count * kind_size[kind];
-  size_t off;
-  if (last != NULL && kind != K_STR && last->kind == kind &&
-      last->ref == NULL && last->count + count <= UINT32_MAX &&
-      last->off + last->count * kind_size[kind] == b->len) {
-    if (b->len + bytes > b->cap) {
-      size_t cap = b->cap ? b->cap : 64;
-      while (cap < b->len + bytes)
-        cap *= 2;
-      char *d = realloc(b->data, cap);
-      if (d == NULL)
-        return PvmNoMem;
-      b->data = d;
-      b->cap = cap;
-    }
-    off = b->len;
-    b->len += bytes;
-    last->count += count;
-  } else {
-    if (arena_grow(b, bytes, &off) < 0)
-      return PvmNoMem;
-    struct seg *s = seg_add(b);
-    if (s == NULL)
-      return PvmNoMem;
-    *s = (struct seg){kind, count, off, NULL, 1, esize};
-  }
-  copy_strided(b->data + off, 1, p, (size_t)stride, (size_t)n, esize);
-  b->bytes += bytes;
-  return PvmOk;
+  if (arena_room(b, count * kind_size[kind]) < 0 ||
+      (b->nseg == b->segcap &&
+       seg_reserve(b, b->segcap ? 2 * b->segcap : 4) < 0))
+    return PvmNoMem;
+  return pack_append(b, kind, p, n, stride, esize);
 }
 
 /* Takes `n` elements of `kind` from the active receive buffer into `p`,
@@ -434,12 +419,27 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
 enum { F_SRC = 1, F_CTX = 2 };
 #define BLOB_INLINE 1024 /* larger arrays are put by reference */
 
+/* What a byte array takes in an RSR beside its bytes, asked of nexus
+ * once. */
+static size_t bytes_header(void) {
+  static _Atomic size_t hdr;
+  size_t h = atomic_load_explicit(&hdr, memory_order_relaxed);
+  if (h == 0) {
+    h = nx_sizeof_bytes(0);
+    atomic_store_explicit(&hdr, h, memory_order_relaxed);
+  }
+  return h;
+}
+
 /* This machine's format, asked of nexus once. */
 static int native_format(void) {
-  static int native;
-  if (native == 0)
-    native = nx_format_native();
-  return native;
+  static atomic_int native; /* handler and program threads: no race */
+  int f = atomic_load_explicit(&native, memory_order_relaxed);
+  if (f == 0) {
+    f = nx_format_native();
+    atomic_store_explicit(&native, f, memory_order_relaxed);
+  }
+  return f;
 }
 
 static size_t put_varint(uint8_t *p, uint32_t v) {
@@ -579,9 +579,7 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   /* A small array is the rest of the RSR (tried first: most are); a
    * larger one follows its length. A get that fails reads nothing. */
   const void *v;
-  static size_t hdr; /* what a byte array takes beside its bytes */
-  if (hdr == 0)
-    hdr = nx_sizeof_bytes(0);
+  size_t hdr = bytes_header();
   size_t len = 0, rest = nx_buffer_remaining(in);
   uint64_t big;
   int rc;

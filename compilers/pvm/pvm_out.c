@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,7 +35,7 @@ int nxpvmi_out_tid(void) {
   return tid;
 }
 
-/* One line to the task log, in one write (the log is opened to append,
+/* One line to the task log, in one writev (the log is opened to append,
  * so the lines of tasks writing at once do not mix): the time as PVM's
  * pvmd writes it, the task and the line. */
 static void log_line(const char *s, size_t n) {
@@ -45,16 +46,9 @@ static void log_line(const char *s, size_t n) {
   int h = snprintf(head, sizeof(head), "%02d/%02d %02d:%02d:%02d [t%x] ",
                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                    (unsigned)log_tid);
-  char *l = malloc((size_t)h + n + 1);
-  if (l == NULL)
-    return;
-  memcpy(l, head, (size_t)h);
-  if (n > 0)
-    memcpy(l + h, s, n);
-  l[(size_t)h + n] = '\n';
-  ssize_t w = write(log_fd, l, (size_t)h + n + 1);
+  struct iovec v[3] = {{head, (size_t)h}, {(void *)s, n}, {"\n", 1}};
+  ssize_t w = writev(log_fd, v, 3);
   (void)w; /* a full disk loses the line, as it would PVM's */
-  free(l);
 }
 
 static void out_send(int kind, const char *s, size_t n) {
