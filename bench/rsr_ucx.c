@@ -26,8 +26,9 @@
  *     UCX offers here (shared memory, CMA for large messages);
  *   - "as the module": what the ucx module asks of UCX: peer-failure
  *     handling (UCP_ERR_HANDLING_MODE_PEER, shared memory allowed to report
- *     failures with UCX_MM_ERROR_HANDLING=y), a keepalive interval of 1 s
- *     and UCP_FEATURE_WAKEUP.
+ *     failures with UCX_MM_ERROR_HANDLING=y), a keepalive interval of 1 s,
+ *     shared-memory FIFO elements of 256 bytes (UCX_MM_FIFO_ELEM_SIZE) and
+ *     UCP_FEATURE_WAKEUP.
  * Then RSRs: "ping" to a child (this program, "--child") whose
  * non-threaded handler answers "pong" with the same bytes, the main thread
  * waiting in nx_cond_wait; with NX_PROGRESS=poll and with the progress
@@ -65,7 +66,7 @@ struct raw {
   ucp_context_h ctx;
   ucp_worker_h worker;
   ucp_ep_h ep;
-  int peer_mode; /* as the module: error mode PEER, keepalive, wakeup */
+  int peer_mode; /* as the module: error mode PEER, keepalive, FIFO, wakeup */
   volatile int arrived;
   size_t len;
   char *buf;
@@ -138,6 +139,7 @@ static void raw_setup(int rfd, int wfd) {
   if (raw.peer_mode) {
     ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
     ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
+    ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "256");
   }
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                      .features = UCP_FEATURE_AM |

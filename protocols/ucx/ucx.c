@@ -30,6 +30,19 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
       !env_set("UCX_SYSV_ERROR_HANDLING") &&
       ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") != UCS_OK)
     UCX_LOG(u, 1, "cannot enable peer-failure detection on shared memory");
+  /* Frames whose header and payload fit a FIFO element go inline (UCX's
+   * "short" protocol: one copy into the receiver's FIFO); larger ones take
+   * a send buffer first (bcopy). UCX's 128-byte element leaves room for
+   * about 24 bytes of payload after our 48-byte header, so a Fortran M
+   * integer took the slower way; 256 bytes leave about 150. Every
+   * process of a computation must use the same size (the sender indexes
+   * the receiver's FIFO with its own): UCX_WIRE_VERSION says so. */
+  if (!env_set("UCX_MM_FIFO_ELEM_SIZE") &&
+      !env_set("UCX_POSIX_FIFO_ELEM_SIZE") &&
+      !env_set("UCX_SYSV_FIFO_ELEM_SIZE") &&
+      ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", UCX_FIFO_ELEM_DEFAULT) !=
+          UCS_OK)
+    UCX_LOG(u, 1, "cannot set the shared-memory FIFO element size");
   if (!env_set("UCX_KEEPALIVE_INTERVAL") &&
       ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT) !=
           UCS_OK)

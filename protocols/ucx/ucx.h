@@ -37,7 +37,9 @@
 
 #define UCX_NAME "ucx"
 #define UCX_COST 10
-#define UCX_WIRE_VERSION 1
+/* 2: shared-memory FIFO elements of UCX_FIFO_ELEM_DEFAULT bytes (1 had
+ * UCX's 128), which both ends must agree on. */
+#define UCX_WIRE_VERSION 2
 #define UCX_AM_ID 0
 
 /* Descriptor data (docs/ucx.md): u8 version, the 16-byte process uuid, the
@@ -71,6 +73,12 @@
 /* Keepalive interval set when UCX_KEEPALIVE_INTERVAL is not: UCX's default
  * (20 s) would leave a killed peer on shared memory unnoticed that long. */
 #define UCX_KEEPALIVE_DEFAULT "1s"
+/* Shared-memory FIFO element size set when UCX_MM_FIFO_ELEM_SIZE is not
+ * (ucx.c's config_defaults; docs/ucx.md, "Sending"): frames of up to about
+ * 150 bytes of payload go inline. Not larger: with 512 or more, UCX 1.13
+ * did not report a killed peer within 20 s while 1 MiB sends to it were in
+ * flight (conformance-ucx-peer-death). */
+#define UCX_FIFO_ELEM_DEFAULT "256"
 
 struct ucx;
 struct ucx_peer;

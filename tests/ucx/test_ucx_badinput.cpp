@@ -46,7 +46,7 @@ std::vector<uint8_t> gp_bytes(uint64_t context,
   v.push_back(1); // one descriptor
   v.push_back(3);
   v.insert(v.end(), {'u', 'c', 'x'});
-  put_le(v, 1, 2); // wire version
+  put_le(v, 2, 2); // wire version (UCX_WIRE_VERSION)
   v.push_back((uint8_t)scope.size());
   v.insert(v.end(), scope.begin(), scope.end());
   put_le(v, data.size(), 2);
@@ -164,7 +164,10 @@ struct raw_ucp {
     ucp_config_t *cfg;
     if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK)
       return;
+    // As the module sets them (ucx.c, config_defaults): on shared memory
+    // the sender indexes the receiver's FIFO with its own element size.
     ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
+    ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "256");
     ucp_params_t params = {};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM;
