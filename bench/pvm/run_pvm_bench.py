@@ -6,7 +6,9 @@ the real PVM 3.4 (fig3_pvm, routed directly, raw encoding, under a private
 pvmd started here and halted by its pid); and pvm_bcast / pvm_barrier
 among 8 tasks, ours against the real PVM's; and the ping-pong again with
 both sides polling with pvm_nrecv (fig3_pvm --poll), ours against the real
-PVM's (no goal). Prints the medians, the ratios and the goals. Usage:
+PVM's (no goal). Each program runs --reps times, the programs of one
+module (and the real PVM's) in turn. Prints the medians, the ratios and
+the goals. Usage:
 run_pvm_bench.py [BUILD_DIR] [--iters N] [--coll-iters N] [--reps N]"""
 import argparse
 import os
@@ -39,13 +41,22 @@ def run(argv, env, timeout=120):
     return None, "exit %d: %s" % (r.returncode, r.stderr.strip()[-200:])
 
 
-def median(argv, env, reps):
-    vals, why = [], None
+def medians(progs, reps):
+    """{row: (median, None) or (None, why)} of the programs {row: (argv,
+    env)}, run in turn, one run of each per round, `reps` rounds: so a
+    stretch of load the machine goes through weighs on every row alike,
+    not on the rows that ran during it."""
+    vals = {k: [] for k in progs}
+    why = {k: None for k in progs}
     for _ in range(reps):
-        v, why = run(argv, env)
-        if v is not None:
-            vals.append(v)
-    return (statistics.median(vals), None) if vals else (None, why)
+        for k, (argv, env) in progs.items():
+            v, w = run(argv, env)
+            if v is not None:
+                vals[k].append(v)
+            else:
+                why[k] = w
+    return {k: (statistics.median(vals[k]), None) if vals[k] else
+            (None, why[k]) for k in progs}
 
 
 def on_signal(signum, frame):
@@ -77,20 +88,21 @@ def main():
         os.path.join(b, "protocols", m, "libnx_proto_%s.so" % m))]
     for m in built:
         env = dict(os.environ, NX_PROTOCOLS=m + ",local")
-        rows["nexus-pvm/" + m] = median(
-            [os.path.join(mine, "fig3_pvm_nexus")] + pp, env, a.reps)
-        rows["nexus-pvm nrecv/" + m] = median(
-            [os.path.join(mine, "fig3_pvm_nexus")] + pp + ["--poll"], env,
-            a.reps)
-        rows["rsr/" + m] = median(
-            [os.path.join(fig3, "fig3_rsr"), "--module", m, "--kind",
-             "nonthreaded", "--size", "8", "--iters", str(a.iters),
-             "--warm", str(a.iters // 10), "--reps", "1"], env, a.reps)
+        progs = {
+            "nexus-pvm/" + m: ([os.path.join(mine, "fig3_pvm_nexus")] + pp,
+                               env),
+            "nexus-pvm nrecv/" + m: ([os.path.join(mine, "fig3_pvm_nexus")] +
+                                     pp + ["--poll"], env),
+            "rsr/" + m: ([os.path.join(fig3, "fig3_rsr"), "--module", m,
+                          "--kind", "nonthreaded", "--size", "8", "--iters",
+                          str(a.iters), "--warm", str(a.iters // 10),
+                          "--reps", "1"], env),
+        }
         coll_iters = ["--iters", str(max(10, a.coll_iters))]
         for op in ["bcast", "barrier"]:
-            rows["nexus-pvm %s/%s" % (op, m)] = median(
-                [os.path.join(mine, "pvm_coll_nexus"), op] + coll_iters, env,
-                a.reps)
+            progs["nexus-pvm %s/%s" % (op, m)] = (
+                [os.path.join(mine, "pvm_coll_nexus"), op] + coll_iters, env)
+        rows.update(medians(progs, a.reps))
     signal.signal(signal.SIGTERM, on_signal)
     pvmd = Pvmd()
     try:
@@ -98,15 +110,16 @@ def main():
         real_fig3 = os.path.join(fig3, "fig3_pvm")
         real_coll = os.path.join(mine, "pvm_coll_real")
         if why is None:
-            rows["pvm/direct/raw"] = median([real_fig3] + pp, pvmd.env,
-                                            a.reps)
-            rows["pvm nrecv/direct/raw"] = median(
-                [real_fig3] + pp + ["--poll"], pvmd.env, a.reps)
+            progs = {
+                "pvm/direct/raw": ([real_fig3] + pp, pvmd.env),
+                "pvm nrecv/direct/raw": ([real_fig3] + pp + ["--poll"],
+                                         pvmd.env),
+            }
             for op in ["bcast", "barrier"]:
-                rows["pvm %s" % op] = median(
+                progs["pvm %s" % op] = (
                     [real_coll, op, "--iters",
-                     str(max(10, a.coll_iters // 5))],
-                    pvmd.env, a.reps)
+                     str(max(10, a.coll_iters // 5))], pvmd.env)
+            rows.update(medians(progs, a.reps))
         else:
             for k in ["pvm/direct/raw", "pvm nrecv/direct/raw", "pvm bcast",
                       "pvm barrier"]:
