@@ -37,12 +37,23 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
    * integer took the slower way; 256 bytes leave about 150. Every
    * process of a computation must use the same size (the sender indexes
    * the receiver's FIFO with its own): UCX_WIRE_VERSION says so. */
-  if (!env_set("UCX_MM_FIFO_ELEM_SIZE") &&
-      !env_set("UCX_POSIX_FIFO_ELEM_SIZE") &&
-      !env_set("UCX_SYSV_FIFO_ELEM_SIZE") &&
-      ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", UCX_FIFO_ELEM_DEFAULT) !=
-          UCS_OK)
+  static const char *const fifo_vars[] = {"UCX_MM_FIFO_ELEM_SIZE",
+                                          "UCX_POSIX_FIFO_ELEM_SIZE",
+                                          "UCX_SYSV_FIFO_ELEM_SIZE"};
+  int fifo_set = 0;
+  char print[256] = "";
+  for (size_t i = 0; i < sizeof(fifo_vars) / sizeof(fifo_vars[0]); i++) {
+    fifo_set |= env_set(fifo_vars[i]);
+    const char *v = getenv(fifo_vars[i]);
+    size_t n = strlen(print);
+    snprintf(print + n, sizeof(print) - n, "%s;", v != NULL ? v : "");
+  }
+  if (!fifo_set && ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE",
+                                     UCX_FIFO_ELEM_DEFAULT) != UCS_OK)
     UCX_LOG(u, 1, "cannot set the shared-memory FIFO element size");
+  /* What a peer on this host must have set alike (the values as written:
+   * "256" and "256b" count as different, which only costs the ucx route). */
+  u->fifo_print = (uint32_t)ucx_hash((const uint8_t *)print, strlen(print));
   if (!env_set("UCX_KEEPALIVE_INTERVAL") &&
       ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT) !=
           UCS_OK)
@@ -265,6 +276,8 @@ static int ucx_descriptor(void *state, struct nx_desc_buf *out) {
   memcpy(out->data + 1, u->core->process_uuid, UCX_UUID_SIZE);
   for (int i = 0; i < 8; i++)
     out->data[1 + UCX_UUID_SIZE + i] = (uint8_t)(u->address_hash >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    out->data[1 + UCX_UUID_SIZE + 8 + i] = (uint8_t)(u->fifo_print >> (8 * i));
   memcpy(out->data + UCX_DESC_HEAD, u->address, u->address_len);
   out->data_len = (uint16_t)(UCX_DESC_HEAD + u->address_len);
   return 0;

@@ -46,9 +46,10 @@
  * 64-bit FNV-1a hash of the worker address (little-endian), then the UCP
  * worker address itself. UCP parses an address without knowing its length,
  * so only addresses whose hash matches are ever handed to it. */
-#define UCX_DESC_VERSION 1
+/* 2: the FIFO settings' fingerprint after the address hash. */
+#define UCX_DESC_VERSION 2
 #define UCX_UUID_SIZE 16
-#define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8)
+#define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8 + 4)
 #define UCX_ADDR_MAX (NX_DESC_DATA_MAX - UCX_DESC_HEAD)
 
 /* ucp_worker_progress calls per progress() at most. */
@@ -145,6 +146,10 @@ struct ucx {
   ucp_address_t *address;
   size_t address_len;
   uint64_t address_hash;
+  /* The shared-memory FIFO settings this process's UCX uses (ucx.c,
+   * config_defaults), hashed: a peer on this host with others is not
+   * reached over ucx (ucx_desc_parse). */
+  uint32_t fifo_print;
   int efd; /* the worker's event fd, or -1 */
   size_t queue_max;
   int remote; /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */

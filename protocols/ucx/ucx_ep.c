@@ -112,6 +112,15 @@ int ucx_desc_parse(const struct ucx *u, const struct nx_desc *d,
   size_t len = (size_t)d->data_len - UCX_DESC_HEAD;
   if (ucx_hash(d->data + UCX_DESC_HEAD, len) != hash)
     return NX_EUNREACH;
+  /* A process on this host whose shared-memory FIFO settings differ:
+   * UCX's sender indexes the receiver's FIFO with its own element size,
+   * so shared memory between the two would corrupt frames. */
+  uint32_t print = 0;
+  for (int i = 0; i < 4; i++)
+    print |= (uint32_t)d->data[1 + UCX_UUID_SIZE + 8 + i] << (8 * i);
+  if (print != u->fifo_print &&
+      memcmp(d->scope, u->core->host_uuid, UCX_UUID_SIZE) == 0)
+    return NX_EUNREACH;
   *uuid = id;
   *addr = d->data + UCX_DESC_HEAD;
   *addr_len = len;

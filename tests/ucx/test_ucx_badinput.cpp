@@ -34,6 +34,10 @@ void put_le(std::vector<uint8_t> &v, uint64_t x, int bytes) {
     v.push_back((uint8_t)(x >> (8 * i)));
 }
 
+// Where the worker address starts in the ucx descriptor's data (ucx.h's
+// UCX_DESC_HEAD): version, process uuid, address hash, FIFO fingerprint.
+const size_t HEAD = 1 + 16 + 8 + 4;
+
 // The bytes of a buffer holding one gp whose only descriptor is a ucx one
 // with `data` (docs/design.md, "A global pointer in a buffer").
 std::vector<uint8_t> gp_bytes(uint64_t context,
@@ -93,7 +97,7 @@ TEST_CASE("malformed ucx descriptors in gps reach nothing and crash nothing",
   nx_gp_t me;
   REQUIRE(nx_gp_make(nullptr, &me) == 0);
   std::vector<uint8_t> good = ucx_data_of(me);
-  REQUIRE(good.size() > 25);
+  REQUIRE(good.size() > HEAD);
   nx_gp_release(&me);
   std::mt19937_64 rng(12345);
   int decoded = 0;
@@ -117,20 +121,20 @@ TEST_CASE("malformed ucx descriptors in gps reach nothing and crash nothing",
       data = good;
       data[1] ^= 0x5a;
       for (int k = 0; k < 4; k++)
-        data[25 + rng() % (good.size() - 25)] ^= (uint8_t)(1 + rng() % 255);
-      data.resize(25 + (rng() % (good.size() - 25)));
+        data[HEAD + rng() % (good.size() - HEAD)] ^= (uint8_t)(1 + rng() % 255);
+      data.resize(HEAD + (rng() % (good.size() - HEAD)));
       {
         // Damaged *and* re-hashed: that would reach UCX. Only the hash
         // stops such bytes, so keep the hash wrong here and check that.
-        uint64_t h = fnv1a(data.data() + 25, data.size() - 25) + 1;
+        uint64_t h = fnv1a(data.data() + HEAD, data.size() - HEAD) + 1;
         for (int k = 0; k < 8; k++)
           data[17 + k] = (uint8_t)(h >> (8 * k));
       }
       break;
     default: // short, or another version
-      data.assign(good.begin(), good.begin() + (long)(rng() % 26));
+      data.assign(good.begin(), good.begin() + (long)(rng() % (HEAD + 1)));
       if (!data.empty())
-        data[0] = (uint8_t)(2 + rng() % 200);
+        data[0] = (uint8_t)(3 + rng() % 200); // ours is 2
       break;
     }
     std::vector<uint8_t> bytes =
@@ -255,8 +259,8 @@ TEST_CASE_METHOD(session,
   uint64_t st0[STAT_COUNT] = {};
   REQUIRE(peer_stats(peer.gp, cs.me, st0));
   std::vector<uint8_t> data = ucx_data_of(peer.gp);
-  REQUIRE(data.size() > 25);
-  std::vector<uint8_t> address(data.begin() + 25, data.end());
+  REQUIRE(data.size() > HEAD);
+  std::vector<uint8_t> address(data.begin() + HEAD, data.end());
   {
     raw_ucp raw(address);
     REQUIRE(raw.ok);

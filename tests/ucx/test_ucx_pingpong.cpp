@@ -138,3 +138,34 @@ TEST_CASE_METHOD(
   CHECK(st[STAT_SEQ_FRAMES] == (uint64_t)count);
   CHECK(st[STAT_SEQ_BAD] == 0);
 }
+
+// Shared-memory FIFO elements of different sizes in the two processes (the
+// module sets 256 bytes unless UCX_MM_FIFO_ELEM_SIZE says otherwise; UCX's
+// sender indexes the receiver's FIFO with its own size): the peer is not
+// reached over ucx, and the RSRs go another way, intact.
+TEST_CASE("a peer whose FIFO element size differs is reached another way",
+          "[ucx]") {
+  setenv("NX_PROTOCOLS", "ucx,tcp,local", 1);
+  unsetenv("NX_UCX_QUEUE_MAX");
+  unsetenv("UCX_MM_FIFO_ELEM_SIZE");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  client_scope cs;
+  REQUIRE(cs.ok());
+  {
+    // Read by the peer's module only: this process's is set up already.
+    setenv("UCX_MM_FIFO_ELEM_SIZE", "128", 1);
+    peer_process peer;
+    int started = peer.start();
+    unsetenv("UCX_MM_FIFO_ELEM_SIZE");
+    REQUIRE(started == 0);
+    const char *proto = nx_gp_protocol(&peer.gp);
+    REQUIRE(proto != nullptr);
+    CHECK(std::string(proto) == "tcp");
+    uint64_t tag = 1;
+    for (size_t n : {8, 100, 200, 1000, 65536})
+      for (int rep = 0; rep < 10; rep++)
+        REQUIRE(echo_round_trip(peer.gp, cs.me, tag++, n, 20));
+  }
+  CHECK(no_children());
+}
