@@ -36,7 +36,8 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
    * about 24 bytes of payload after our 48-byte header, so a Fortran M
    * integer took the slower way; 256 bytes leave about 150. Every
    * process of a computation must use the same size (the sender indexes
-   * the receiver's FIFO with its own): UCX_WIRE_VERSION says so. */
+   * the receiver's FIFO with its own): UCX_WIRE_VERSION says so, and the
+   * descriptor's fingerprint of these variables (ucx_desc_parse). */
   static const char *const fifo_vars[] = {"UCX_MM_FIFO_ELEM_SIZE",
                                           "UCX_POSIX_FIFO_ELEM_SIZE",
                                           "UCX_SYSV_FIFO_ELEM_SIZE"};

@@ -43,10 +43,10 @@
 #define UCX_AM_ID 0
 
 /* Descriptor data (docs/ucx.md): u8 version, the 16-byte process uuid, the
- * 64-bit FNV-1a hash of the worker address (little-endian), then the UCP
- * worker address itself. UCP parses an address without knowing its length,
- * so only addresses whose hash matches are ever handed to it. */
-/* 2: the FIFO settings' fingerprint after the address hash. */
+ * 64-bit FNV-1a hash of the worker address, the 32-bit fingerprint of the
+ * shared-memory FIFO settings (both little-endian; version 2 added it),
+ * then the UCP worker address itself. UCP parses an address without knowing
+ * its length, so only addresses whose hash matches are ever handed to it. */
 #define UCX_DESC_VERSION 2
 #define UCX_UUID_SIZE 16
 #define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8 + 4)
