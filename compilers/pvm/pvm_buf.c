@@ -419,29 +419,6 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
 enum { F_SRC = 1, F_CTX = 2 };
 #define BLOB_INLINE 1024 /* larger arrays are put by reference */
 
-/* What a byte array takes in an RSR beside its bytes, asked of nexus
- * once. */
-static size_t bytes_header(void) {
-  static _Atomic size_t hdr;
-  size_t h = atomic_load_explicit(&hdr, memory_order_relaxed);
-  if (h == 0) {
-    h = nx_sizeof_bytes(0);
-    atomic_store_explicit(&hdr, h, memory_order_relaxed);
-  }
-  return h;
-}
-
-/* This machine's format, asked of nexus once. */
-static int native_format(void) {
-  static atomic_int native; /* handler and program threads: no race */
-  int f = atomic_load_explicit(&native, memory_order_relaxed);
-  if (f == 0) {
-    f = nx_format_native();
-    atomic_store_explicit(&native, f, memory_order_relaxed);
-  }
-  return f;
-}
-
 static size_t put_varint(uint8_t *p, uint32_t v) {
   size_t n = 0;
   while (v >= 0x80) {
@@ -512,7 +489,7 @@ static void run_values(uint8_t *dst, const struct pvmbuf *b,
 int nxpvmi_encode_msg(nx_buffer_t *o, const struct pvmbuf *b, int src,
                       int tag) {
   /* Only NXPVM_FOREIGN_FORMAT's buffers are written in another order. */
-  int swap = nxpvm.fake_format && nx_buffer_format(o) != native_format();
+  int swap = nxpvm.fake_format && nx_buffer_format(o) != nx_format_native();
   int flags = (src != nxpvm.mytid ? F_SRC : 0) | (b->ctx != 0 ? F_CTX : 0);
   size_t total = 1 + 5 * 4 + (size_t)b->nseg * 6 + b->bytes;
   uint8_t stack[BLOB_INLINE];
@@ -579,7 +556,8 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   /* A small array is the rest of the RSR (tried first: most are); a
    * larger one follows its length. A get that fails reads nothing. */
   const void *v;
-  size_t hdr = bytes_header();
+  size_t hdr =
+      nx_sizeof_bytes(0); /* what a byte array takes beside its bytes */
   size_t len = 0, rest = nx_buffer_remaining(in);
   uint64_t big;
   int rc;
@@ -631,7 +609,7 @@ int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out) {
   b->ctx = (int)ctx;
   b->tag = (int)tag;
   b->src = flags & F_SRC ? (int)src : sender;
-  if (nx_buffer_format(in) != native_format()) {
+  if (nx_buffer_format(in) != nx_format_native()) {
     for (uint32_t i = 0; i < nseg; i++) {
       const struct seg *s = &b->segs[i];
       copy_swapped((uint8_t *)b->data + s->off, p + s->off, s->isize, s->count,

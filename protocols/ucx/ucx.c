@@ -44,8 +44,8 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
   int fifo_set = 0;
   char print[256] = "";
   for (size_t i = 0; i < sizeof(fifo_vars) / sizeof(fifo_vars[0]); i++) {
-    fifo_set |= env_set(fifo_vars[i]);
     const char *v = getenv(fifo_vars[i]);
+    fifo_set |= v != NULL && v[0] != '\0';
     size_t n = strlen(print);
     snprintf(print + n, sizeof(print) - n, "%s;", v != NULL ? v : "");
   }

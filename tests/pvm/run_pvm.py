@@ -170,6 +170,24 @@ def main():
     return 0
 
 
+def run_timed(argv, env, timeout, stdin=None, cwd=None,
+              stderr=subprocess.PIPE):
+    """subprocess.run with the output captured as text. A run past
+    `timeout` comes back as exit 124, with what it printed so far and a
+    line saying so: a failed run that shows how far it got."""
+    try:
+        return subprocess.run(argv, env=env, input=stdin, cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (
+                b or "")
+        return subprocess.CompletedProcess(
+            argv, 124, text(e.stdout) + "[timed out after %d s]\n" % timeout,
+            text(e.stderr))
+
+
 def run(cmd, real):
     """Runs cmd, under a private pvmd if real; returns (the completed
     process, None) or (None, why the real PVM cannot run)."""
@@ -194,18 +212,7 @@ def run(cmd, real):
             # the real half only.
             if "ASAN_OPTIONS" in env:
                 env["ASAN_OPTIONS"] += ":detect_leaks=0"
-        try:
-            r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               timeout=RUN_TIMEOUT)
-        except subprocess.TimeoutExpired as e:
-            # Say how far it got: the output so far, as a failed run.
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (
-                e.stdout or "")
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (
-                e.stderr or "")
-            r = subprocess.CompletedProcess(cmd, 124, out + (
-                "[timed out after %d s]\n" % RUN_TIMEOUT), err)
+        r = run_timed(cmd, env, RUN_TIMEOUT)
         r.task_log = ""
         log = os.path.join(logdir or (pvmd.tmp if pvmd else ""),
                            "pvml.%d" % os.getuid())

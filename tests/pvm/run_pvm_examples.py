@@ -11,7 +11,8 @@ stdin is given to both. Exits 77 (a skip) with the reason when PVM, its
 examples or a compiler is missing.
 
 Usage: run_pvm_examples.py --include DIR --libdir DIR [--libdir DIR]
-                           [--cflags FLAGS] MODULE..."""
+                           [--cflags FLAGS] MODULE...
+(--cflags: a sanitizer's flags, given to each link only.)"""
 import argparse
 import os
 import re
@@ -23,19 +24,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run_pvm import Pvmd, SKIP, skip  # noqa: E402
+from run_pvm import Pvmd, run_timed, skip  # noqa: E402
 
 DOC = "/usr/share/doc/pvm-examples"
 TIMEOUT = 60
 
 # (name run, source, what it reads on stdin; None: a program the others
-# spawn). Fortran sources are
-# built as f<name>, as Debian names them, but for hitc, which spawns
-# hitc_slave by that name. Left out: programs that need a second copy
-# started by hand (bwtest; under nxrun -n 2 it passes, run by hand), that print
-# times (timing), that race by design (ge: a member may leave before the
-# first checks it, on the real PVM too), that wait for a key (mbox, mhf,
-# task0, lmbi, gmbi), or that are usage-only without a running VM.
+# spawn). Fortran sources are built as f<name>, as Debian names them, but
+# for hitc, which spawns hitc_slave by that name. Left out: programs that
+# need a second copy started by hand (bwtest; under nxrun -n 2 it passes,
+# run by hand), that print times (timing), that race by design (ge: a
+# member may leave before the first checks it, on the real PVM too), that
+# wait for a key (mbox, mhf, task0, lmbi, gmbi), or that are usage-only
+# without a running VM.
 PROGRAMS = [
     ("hello", "examples/hello.c", ""),
     ("hello_other", "examples/hello_other.c", None),
@@ -107,15 +108,9 @@ def build(src_root, out, include, libdir, cflags):
 
 
 def run(argv, env, stdin, cwd):
-    try:
-        r = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True,
-                           timeout=TIMEOUT, cwd=cwd)
-        return r.returncode, r.stdout
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (
-            e.stdout or "")
-        return 124, out + "[timed out after %d s]\n" % TIMEOUT
+    """(exit status, stdout and stderr together) of one run."""
+    r = run_timed(argv, env, TIMEOUT, stdin, cwd, stderr=subprocess.STDOUT)
+    return r.returncode, r.stdout
 
 
 def main():
@@ -126,8 +121,7 @@ def main():
                     help="where libnxpvm and libnxfpvm are (and, given "
                     "again, libnexus)")
     ap.add_argument("--cflags", default="",
-                    help="more flags for each compile and link "
-                    "(a sanitizer's)")
+                    help="more flags for each link (a sanitizer's)")
     ap.add_argument("modules", nargs="+")
     a = ap.parse_args()
     for f in ("examples.tar.gz", "gexamples.tar.gz"):

@@ -153,12 +153,8 @@ TEST_CASE("a peer whose FIFO element size differs is reached another way",
   client_scope cs;
   REQUIRE(cs.ok());
   {
-    // Read by the peer's module only: this process's is set up already.
-    setenv("UCX_MM_FIFO_ELEM_SIZE", "128", 1);
     peer_process peer;
-    int started = peer.start();
-    unsetenv("UCX_MM_FIFO_ELEM_SIZE");
-    REQUIRE(started == 0);
+    REQUIRE(peer.start("fifo128") == 0);
     const char *proto = nx_gp_protocol(&peer.gp);
     REQUIRE(proto != nullptr);
     CHECK(std::string(proto) == "tcp");

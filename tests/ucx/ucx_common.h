@@ -10,8 +10,9 @@
 #include "pattern.h"
 
 /* The peer runs as a process context (nx_context_create), with
- * argv[1] = "serve" or "parent" (which first creates a second peer, its
- * own process context, whose gp it hands out through "pid"). Handlers of
+ * argv[1] = "serve", "parent" (which first creates a second peer, its
+ * own process context, whose gp it hands out through "pid") or "fifo128"
+ * (serves with UCX_MM_FIFO_ELEM_SIZE=128 set before nx_init). Handlers of
  * its initial context:
  *   "echo"   gp reply, u64 tag, u64 n, bytes[n]  -> "echoed" at reply:
  *            u64 tag, u64 n, bytes[n] (the same bytes)
