@@ -22,7 +22,7 @@ struct retired {
 };
 static struct retired *reg_retired;
 
-static NXI_TLS nx_context_t *current;
+NXI_TLS nx_context_t *nxi_current;
 
 #define HT_INITIAL 8
 
@@ -178,18 +178,12 @@ void nxi_contexts_finalize(void) {
   atomic_store(&reg_cap, 0);
   reg_next = 1;
   nxi_rt.initial = NULL;
-  current = NULL;
-}
-
-nx_context_t *nxi_context_swap(nx_context_t *ctx) {
-  nx_context_t *old = current;
-  current = ctx;
-  return old;
+  nxi_current = NULL;
 }
 
 nx_context_t *nx_context_self(void) {
-  if (current != NULL)
-    return current;
+  if (nxi_current != NULL)
+    return nxi_current;
   return nxi_ready() ? nxi_rt.initial : NULL;
 }
 

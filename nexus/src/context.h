@@ -38,8 +38,22 @@ void nxi_contexts_finalize(void);
 struct nx_context *nxi_context_get(uint64_t id);
 void nxi_context_put(struct nx_context *ctx);
 const struct nxi_handler *nxi_handler_find(struct nx_context *ctx, uint32_t id);
+/* The calling thread's current context while it runs a handler, else NULL
+ * (nx_context_self then answers the initial context). */
+extern NXI_TLS nx_context_t *nxi_current;
+/* nx_context_id(nx_context_self()) without the calls, for the send path. */
+static inline uint64_t nxi_context_self_id(void) {
+  const struct nx_context *c = nxi_current != NULL ? nxi_current
+                               : nxi_ready()       ? nxi_rt.initial
+                                                   : NULL;
+  return c != NULL ? c->id : 0;
+}
 /* Makes `ctx` the calling thread's current context; returns the previous. */
-nx_context_t *nxi_context_swap(nx_context_t *ctx);
+static inline nx_context_t *nxi_context_swap(nx_context_t *ctx) {
+  nx_context_t *old = nxi_current;
+  nxi_current = ctx;
+  return old;
+}
 /* Destroys an in-process context of this process (nx_context_destroy). */
 int nxi_context_destroy_local(uint64_t id);
 

@@ -246,7 +246,8 @@ int nxi_poll_once(unsigned gen) {
     n += nxi_dlist_fallbacks();
   nxi_ledger_tick(now);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
-    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
+    struct nxi_qnode *q =
+        nxi_mpscq_idle(&nxi_eng.ctlq) ? NULL : nxi_mpscq_pop(&nxi_eng.ctlq);
     if (q == NULL)
       q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)

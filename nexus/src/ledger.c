@@ -627,11 +627,9 @@ void nxi_ledger_lost(uint32_t proc, int status) {
   wake(); /* a finalizing process stops waiting for its acknowledgement */
 }
 
-void nxi_ledger_handled(const struct nx_buffer *b) {
+void nxi_ledger_handled_from_peer(const struct nx_buffer *b) {
   uint32_t origin = nxi_ctxid_proc(b->source);
   uint16_t flags = b->hflags;
-  if (origin == 0 || origin == nxi_rt.proc_id || (flags & NXI_FRAME_F_CTL))
-    return;
   struct nxi_peer *p = peer_get(origin, 1);
   if (p != NULL)
     atomic_fetch_add_explicit(

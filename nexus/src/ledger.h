@@ -113,7 +113,13 @@ void nxi_ledger_set_resender(nxi_ledger_resend_fn fn);
  * here) in this process. Counted for its origin and generation, unless it
  * came from this process or is the runtime's own. Call it before the
  * handler runs (the handler may release `b`). */
-void nxi_ledger_handled(const struct nx_buffer *b);
+void nxi_ledger_handled_from_peer(const struct nx_buffer *b);
+/* Inline: an RSR from this process (the in-process path) costs a test. */
+static inline void nxi_ledger_handled(const struct nx_buffer *b) {
+  uint32_t origin = nxi_ctxid_proc(b->source);
+  if (origin != 0 && origin != nxi_rt.proc_id && !(b->hflags & NXI_FRAME_F_CTL))
+    nxi_ledger_handled_from_peer(b);
+}
 /* How many of process `proc`'s RSRs of generation `gen` were handled
  * here. */
 uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen);

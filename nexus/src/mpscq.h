@@ -4,6 +4,7 @@
 #define NXI_MPSCQ_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #define NXI_MPSCQ_ALIGN 64
 
@@ -21,5 +22,11 @@ void nxi_mpscq_init(struct nxi_mpscq *q);
 void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n);
 /* Returns NULL when empty, or while a producer is between its two steps. */
 struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q);
+/* Nothing to pop, as the consumer sees it: two loads, for a queue that is
+ * empty nearly always (the driver looks at it every round). */
+static inline int nxi_mpscq_idle(struct nxi_mpscq *q) {
+  return q->tail == &q->stub &&
+         atomic_load_explicit(&q->stub.next, memory_order_acquire) == NULL;
+}
 
 #endif /* NXI_MPSCQ_H */

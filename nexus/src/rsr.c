@@ -1,12 +1,14 @@
 /* Remote service requests: start a buffer for a handler at a gp, then hand the
  * sealed frame to the chosen protocol. */
 #include "buf.h"
+#include "context.h"
 #include "dlist.h"
 #include "engine.h"
 #include "frame.h"
 #include "ledger.h"
 #include "order.h"
 #include "send.h"
+#include "services.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint) {
@@ -126,6 +128,10 @@ static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
                                            : &nxi_rt.rsr_sent);
     if (r >= 0 && (hflags & NXI_FRAME_F_CTL) && !forwarding)
       atomic_fetch_add(&nxi_ledger_ctl_inflight, 1);
+    if (r == NX_PROTOCOL_SENT) {
+      nxi_send_done(b, 0); /* sent at once: no send_done comes */
+      r = 0;
+    }
     if (r >= 0 || r == NX_EAGAIN || !nxi_route_fail(hop, r))
       break;
     nxi_ledger_void(b); /* entered again for the next route */
@@ -187,6 +193,55 @@ static int ordered_send(struct nx_buffer *b, unsigned flags) {
   }
 }
 
+/* The fast path (docs/design.md, "The RSR path: fast and slow"): an
+ * unordered RSR of the program's, with no values by reference, to a
+ * destination whose cached route is direct and up. Straight through: seal,
+ * account, one call into the module. Returns 0 (sent), NX_EAGAIN (a full
+ * queue with NX_RSR_NONBLOCK: `b` freed), or NXI_SLOW when it does not
+ * apply or the module refused the frame otherwise, having undone what it
+ * did: route_send then takes the RSR from the start. */
+#define NXI_SLOW 1
+static inline int fast_send(struct nx_buffer *b, unsigned flags) {
+  struct nxi_dlist *dl = b->dl;
+  struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
+  if (rt == NULL || rt->via != NULL || b->xr != NULL || b->ctl != 0 ||
+      atomic_load_explicit(&dl->failed, memory_order_relaxed) != 0 ||
+      atomic_load_explicit(&rt->failed, memory_order_relaxed) != 0 ||
+      nx_endpoint_failed(rt->ep))
+    return NXI_SLOW;
+  nxi_buffer_seal(b);
+  /* Entered in the ledger (ledger.h) with the generation of its route;
+   * nothing to enter for a context of this process. */
+  int ask = 0;
+  if (nxi_ctxid_proc(b->context) != nxi_rt.proc_id) {
+    ask = nxi_ledger_note(b, rt->gen);
+  } else {
+    b->peer = NULL;
+    b->gen = (uint8_t)rt->gen;
+  }
+  struct nxi_peer *peer = b->peer;
+  b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
+  if (b->hflags != 0)
+    nxi_frame_hdr_set_flags(b->hdr, b->hflags);
+  int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
+  if (r < 0) {
+    nxi_ledger_void(b);
+    if (r != NX_EAGAIN || !(flags & NX_RSR_NONBLOCK))
+      return NXI_SLOW;  /* a full queue to wait on, or a route that failed */
+    nxi_buffer_free(b); /* full, and the caller does not wait */
+    return r;
+  }
+  if (r == NX_PROTOCOL_SENT)
+    nxi_buffer_free(b); /* sent at once, and no RSR of the runtime's */
+  /* `b` may be gone: the module owns it. */
+  atomic_fetch_add_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
+  if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed))
+    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
+  if (ask)
+    nxi_ledger_ask(peer);
+  return 0;
+}
+
 int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   /* A buffer already sent (or released) may be freed, reused or queued
    * in a module by now: only its `urefs` word may be read (a slot of
@@ -198,7 +253,7 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
     return NX_EINVAL;
   /* From here on the buffer is the runtime's. */
   atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
-  b->source = nx_context_id(nx_context_self());
+  b->source = nxi_context_self_id();
   if (!nxi_ready()) {
     nxi_buffer_refs_status(b, NX_ENOTINIT);
     nxi_buffer_free(b);
@@ -206,6 +261,9 @@ int nx_rsr_send_flags(nx_buffer_t *b, unsigned flags) {
   }
   if (flags & NX_RSR_ORDERED)
     return ordered_send(b, flags & ~NX_RSR_ORDERED);
+  int r = fast_send(b, flags);
+  if (r != NXI_SLOW)
+    return r;
   return nxi_route_send(b, flags, 0);
 }
 

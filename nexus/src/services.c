@@ -84,7 +84,10 @@ static void core_frame_free(nx_frame_t *frame) {
  * ledger did already (the process was found lost first), or send it again
  * when it is ordered. */
 static void core_send_done(nx_frame_t *frame, int status) {
-  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  nxi_send_done(NXI_CONTAINER_OF(frame, struct nx_buffer, frame), status);
+}
+
+void nxi_send_done(struct nx_buffer *b, int status) {
   if (b->ctl)
     atomic_fetch_sub(&nxi_ledger_ctl_inflight, 1);
   if (status < 0) {

@@ -536,8 +536,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
       p->seq++;
       pthread_mutex_unlock(&p->lock);
       ofi_wake_after_send(o, p);
-      o->core->send_done(f, 0);
-      return 0;
+      return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
     }
     if (rc != -FI_EAGAIN) {
       p->dead = 1;

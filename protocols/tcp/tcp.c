@@ -537,8 +537,7 @@ static int tcp_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
     }
     if (sent == total) {
       pthread_mutex_unlock(&p->lock);
-      t->core->send_done(frame, 0);
-      return 0;
+      return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
     }
     if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
       /* No more writes; the driver fails the queue, closes the

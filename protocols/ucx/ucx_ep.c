@@ -456,8 +456,7 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
       ucx_unlock(u, 0);
     else
       pthread_mutex_unlock(&u->lock);
-    u->core->send_done(frame, 0);
-    return 0;
+    return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
   }
   if (UCS_PTR_IS_ERR(r)) {
     ucs_status_t st = UCS_PTR_STATUS(r);

@@ -350,6 +350,10 @@ static int run_script(const struct nx_protocol_ops *ops, void *state,
     int before = atomic_load(&sends_done);
     while ((r = ops->send(state, ep, &fr->f, 0)) == NX_EAGAIN && now_ms() < end)
       ops->progress(state, NULL);
+    if (r == NX_PROTOCOL_SENT) { /* sent at once: no send_done comes */
+      rogue_send_done(&fr->f, 0);
+      r = 0;
+    }
     if (r != 0) {
       failed++;
       continue;
@@ -562,6 +566,10 @@ static int main_job(const char *so, const char *module) {
       while ((r = ops->send(state, ep, &done.f, 0)) == NX_EAGAIN &&
              now_ms() < end)
         ops->progress(state, NULL);
+      if (r == NX_PROTOCOL_SENT) {
+        rogue_send_done(&done.f, 0);
+        r = 0;
+      }
       while (r == 0 && atomic_load(&sends_done) == before && now_ms() < end)
         ops->progress(state, NULL);
     }

@@ -25,7 +25,11 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 12u
+#define NX_PROTOCOL_ABI_VERSION 13u
+
+/* send's answer for a frame sent at once (struct nx_protocol_ops): the
+ * core takes the frame back without a send_done call. */
+#define NX_PROTOCOL_SENT 1
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
@@ -315,7 +319,10 @@ struct nx_protocol_ops {
   void (*disconnect)(void *state, struct nx_endpoint *ep);
 
   /* Data (mandatory). Returns 0 (the module owns the frame until it calls
-   * send_done or handover); NX_EAGAIN when its queue to that peer is full
+   * send_done or handover); NX_PROTOCOL_SENT when it sent the frame at
+   * once and needs its bytes no more (the frame is the core's again, and
+   * no send_done comes for it: UCX's send returning NULL, an inject);
+   * NX_EAGAIN when its queue to that peer is full
    * (the core keeps the frame, drives progress and tries again, unless the
    * caller passed NX_RSR_NONBLOCK); or another negative code (the core
    * keeps the frame and fails the RSR). Once peer_failed reported `ep`,
