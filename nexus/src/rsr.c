@@ -36,12 +36,23 @@ int nx_rsr_init_name(nx_buffer_t **buf, const nx_gp_t *gp, const char *handler,
   return nx_rsr_init(buf, gp, nx_handler_id(handler), size_hint);
 }
 
+/* Counts one more (n = 1) or one less (n = -1) in `count`, or in this
+ * thread's rsr_sent when `count` is NULL (a program's RSR). */
+static void count_add(atomic_uint_fast64_t *count, int n) {
+  if (count == NULL)
+    nxi_count_sent(n);
+  else if (n > 0)
+    atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
+}
+
 /* Hands the sealed frame to the route's module. The buffer is the module's
  * unless this fails. */
 static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
                    atomic_uint_fast64_t *count) {
   nxi_buffer_refs_status(b, 0);
-  atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+  count_add(count, 1);
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
   int r;
@@ -55,7 +66,7 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
     nxi_progress_help();
   }
   if (r < 0) {
-    atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
+    count_add(count, -1);
   } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
     /* The module has a transfer to progress: poll it every round again
      * (dispatch.c). Written only when it changes: senders on several
@@ -125,7 +136,7 @@ static int route_send(struct nx_buffer *b, unsigned flags, int forwarding,
     r = send_on(b, hop, flags,
                 (hflags & NXI_FRAME_F_CTL) ? &ctl_sent
                 : forwarding               ? &nxi_rt.rsr_forwarded
-                                           : &nxi_rt.rsr_sent);
+                                           : NULL);
     if (r >= 0 && (hflags & NXI_FRAME_F_CTL) && !forwarding)
       atomic_fetch_add(&nxi_ledger_ctl_inflight, 1);
     if (r == NX_PROTOCOL_SENT) {
@@ -223,8 +234,12 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
   if (b->hflags != 0)
     nxi_frame_hdr_set_flags(b->hdr, b->hflags);
+  /* Counted before the module has it: a handler that reads nx_stats never
+   * sees its own RSR handled but not yet sent. */
+  nxi_count_sent(1);
   int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
   if (r < 0) {
+    nxi_count_sent(-1);
     nxi_ledger_void(b);
     if (r != NX_EAGAIN || !(flags & NX_RSR_NONBLOCK))
       return NXI_SLOW;  /* a full queue to wait on, or a route that failed */
@@ -234,7 +249,6 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   if (r == NX_PROTOCOL_SENT)
     nxi_buffer_free(b); /* sent at once, and no RSR of the runtime's */
   /* `b` may be gone: the module owns it. */
-  atomic_fetch_add_explicit(&nxi_rt.rsr_sent, 1, memory_order_relaxed);
   if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed))
     atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
   if (ask)

@@ -75,9 +75,63 @@ void nxi_log(int level, const char *module, const char *fmt, ...) {
   va_end(ap);
 }
 
+NXI_TLS struct nxi_tstats nxi_ts;
+static pthread_mutex_t ts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nxi_tstats *ts_head; /* the sets of living threads */
+static uint64_t ts_retired_sent;   /* what ended threads counted */
+static pthread_key_t ts_key;
+static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
+
+/* A thread ends: its counts join the retired sums, its set leaves the
+ * list (its memory goes with the thread). */
+static void ts_leave(void *arg) {
+  struct nxi_tstats *t = arg;
+  pthread_mutex_lock(&ts_lock);
+  ts_retired_sent += atomic_load_explicit(&t->rsr_sent, memory_order_relaxed);
+  struct nxi_tstats **p = &ts_head;
+  while (*p != NULL && *p != t)
+    p = &(*p)->next;
+  if (*p != NULL)
+    *p = t->next;
+  t->listed = 0;
+  atomic_store_explicit(&t->rsr_sent, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&ts_lock);
+}
+
+static void ts_key_create(void) { pthread_key_create(&ts_key, ts_leave); }
+
+void nxi_tstats_list(void) {
+  pthread_once(&ts_once, ts_key_create);
+  pthread_mutex_lock(&ts_lock);
+  nxi_ts.next = ts_head;
+  ts_head = &nxi_ts;
+  nxi_ts.listed = 1;
+  pthread_mutex_unlock(&ts_lock);
+  pthread_setspecific(ts_key, &nxi_ts);
+}
+
+static uint64_t ts_sum_sent(void) {
+  pthread_mutex_lock(&ts_lock);
+  uint64_t n = ts_retired_sent;
+  for (struct nxi_tstats *t = ts_head; t != NULL; t = t->next)
+    n += atomic_load_explicit(&t->rsr_sent, memory_order_relaxed);
+  pthread_mutex_unlock(&ts_lock);
+  return n;
+}
+
+/* At nx_init, before any RSR of the new run: no thread sends meanwhile, so
+ * storing into another thread's set loses nothing. */
+static void ts_reset(void) {
+  pthread_mutex_lock(&ts_lock);
+  ts_retired_sent = 0;
+  for (struct nxi_tstats *t = ts_head; t != NULL; t = t->next)
+    atomic_store_explicit(&t->rsr_sent, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&ts_lock);
+}
+
 void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.drops_logged, 0);
-  atomic_store(&nxi_rt.rsr_sent, 0);
+  ts_reset();
   atomic_store(&nxi_rt.rsr_handled, 0);
   atomic_store(&nxi_rt.drop_no_handler, 0);
   atomic_store(&nxi_rt.drop_no_context, 0);
@@ -181,7 +235,7 @@ int nx_stats_get(nx_stats_t *s) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
-  s->rsr_sent = atomic_load(&nxi_rt.rsr_sent);
+  s->rsr_sent = ts_sum_sent();
   s->rsr_handled = atomic_load(&nxi_rt.rsr_handled);
   s->drop_no_handler = atomic_load(&nxi_rt.drop_no_handler);
   s->drop_no_context = atomic_load(&nxi_rt.drop_no_context);
