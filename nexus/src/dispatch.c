@@ -249,7 +249,7 @@ int nxi_poll_once(unsigned gen) {
     struct nxi_qnode *q =
         nxi_mpscq_idle(&nxi_eng.ctlq) ? NULL : nxi_mpscq_pop(&nxi_eng.ctlq);
     if (q == NULL)
-      q = nxi_mpscq_pop(&nxi_eng.recvq);
+      q = nxi_mpscq_idle(&nxi_eng.recvq) ? NULL : nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)
       break;
     /* Only the driver writes `popped`: a plain store, no locked op. */

@@ -18,13 +18,8 @@ static struct nxi_module mods[MAX_MODULES];
  * clamped to what the core can build. */
 static struct nx_protocol_ops tables[MAX_MODULES];
 static int nmods;
-static struct nxi_module *loaded[MAX_MODULES];
-static int nloaded;
-
-int nxi_module_count_loaded(void) { return nloaded; }
-struct nxi_module *nxi_module_loaded(int i) {
-  return loaded[i];
-}
+struct nxi_module *nxi_loaded[NXI_MAX_MODULES];
+int nxi_nloaded;
 
 static struct nxi_module *find(const char *name) {
   for (int i = 0; i < nmods; i++)
@@ -294,7 +289,7 @@ static const char *only_when_named(const char *name) {
 
 int nxi_modules_load(const struct nx_core_api *api) {
   nmods = 0;
-  nloaded = 0;
+  nxi_nloaded = 0;
   const char *list = getenv("NX_PROTOCOLS");
   if (list != NULL && list[0] == '\0')
     list = NULL; /* set but empty: as unset */
@@ -323,29 +318,30 @@ int nxi_modules_load(const struct nx_core_api *api) {
       continue;
     }
     if (load(&mods[i], api) == 0)
-      loaded[nloaded++] = &mods[i];
+      nxi_loaded[nxi_nloaded++] = &mods[i];
   }
   /* Preference: NX_PROTOCOLS order when given, else by cost. */
   if (list == NULL)
-    for (int i = 1; i < nloaded; i++)
-      for (int j = i; j > 0 && loaded[j]->ops->cost < loaded[j - 1]->ops->cost;
+    for (int i = 1; i < nxi_nloaded; i++)
+      for (int j = i;
+           j > 0 && nxi_loaded[j]->ops->cost < nxi_loaded[j - 1]->ops->cost;
            j--) {
-        struct nxi_module *t = loaded[j];
-        loaded[j] = loaded[j - 1];
-        loaded[j - 1] = t;
+        struct nxi_module *t = nxi_loaded[j];
+        nxi_loaded[j] = nxi_loaded[j - 1];
+        nxi_loaded[j - 1] = t;
       }
-  for (int i = 0; i < nloaded; i++)
-    loaded[i]->order = i;
+  for (int i = 0; i < nxi_nloaded; i++)
+    nxi_loaded[i]->order = i;
   return 0;
 }
 
 void nxi_modules_unload(void) {
-  for (int i = 0; i < nloaded; i++) {
-    loaded[i]->ops->finalize(loaded[i]->state);
+  for (int i = 0; i < nxi_nloaded; i++) {
+    nxi_loaded[i]->ops->finalize(nxi_loaded[i]->state);
     /* Modules stay mapped: a library they use (libuv, UCX, MPI) may have
      * threads or atexit handlers that outlive finalize. */
   }
-  nloaded = 0;
+  nxi_nloaded = 0;
 }
 
 int nx_module_count(void) { return nxi_ready() ? nmods : NX_ENOTINIT; }
@@ -391,8 +387,8 @@ int nx_module_info(int index, nx_module_info_t *info) {
 
 struct nxi_module *nxi_module_launcher(const char *spec) {
   size_t len = strcspn(spec, ":");
-  for (int i = 0; i < nloaded; i++) {
-    struct nxi_module *m = loaded[i];
+  for (int i = 0; i < nxi_nloaded; i++) {
+    struct nxi_module *m = nxi_loaded[i];
     if (strlen(m->name) == len && strncmp(m->name, spec, len) == 0)
       return m->launch != NULL && m->launch->spawn != NULL ? m : NULL;
   }

@@ -31,9 +31,15 @@ struct nxi_module {
  * with its reason (nxi_module_explain). */
 int nxi_modules_load(const struct nx_core_api *api);
 void nxi_modules_unload(void);
-int nxi_module_count_loaded(void);
+/* The loaded modules, in order of preference; written at nx_init and
+ * nx_finalize only. Inline: the driver asks every poll round. */
+extern struct nxi_module *nxi_loaded[NXI_MAX_MODULES];
+extern int nxi_nloaded;
+static inline int nxi_module_count_loaded(void) { return nxi_nloaded; }
 /* The i-th loaded module, in order of preference. */
-struct nxi_module *nxi_module_loaded(int i);
+static inline struct nxi_module *nxi_module_loaded(int i) {
+  return nxi_loaded[i];
+}
 int nxi_module_count_all(void);
 void nxi_module_explain(int i); /* logs why module i was skipped */
 /* The loaded module whose name begins `spec` ("mpi:host=a" -> mpi), if it
