@@ -153,17 +153,57 @@ def run(argv, env, stdin, cwd):
     return r.returncode, r.stdout
 
 
+# frsg's root as gfortran prints it, when PSum happened to start at 0 and
+# when it did not: lines the real PVM and nexus-pvm have printed.
+FRSG_OK = (" / Test OK: Sum of Squares of first           20  integers is"
+           "         2870")
+FRSG_ERROR = (" / ERROR: The Sum of Squares of the first           20  "
+              "integers / was calculated by Sum1 as        {}  and by Sum2 "
+              "as         {}  for both it should have been         2870")
+
+
+def self_test():
+    """The masks, without PVM: frsg's undefined Sum1 compares alike, in
+    either of its lines and whatever number it is (a tid-like one too),
+    what frsg defines (Sum2 here) still compares, and a program without a
+    mask is compared whole."""
+    def out(line):
+        return "  INPUT values: nprocs = 4\n" + line + "\n"
+    ok, err = out(FRSG_OK), out(FRSG_ERROR.format(68100, 2870))
+    cases = [
+        ("frsg, Sum1 68100 against Test OK", "frsg", err, True),
+        ("frsg, Sum1 263001 (a tid's pattern) against Test OK", "frsg",
+         out(FRSG_ERROR.format(263001, 2870)), True),
+        ("frsg, Sum2 2871 against Test OK", "frsg",
+         out(FRSG_ERROR.format(2870, 2871)), False),
+        ("trsg (no mask), the same two lines", "trsg", err, False),
+    ]
+    bad = 0
+    for what, name, other, same in cases:
+        alike = norm(ok, "/x", name) == norm(other, "/y", name)
+        print("%s: %s: %s" % ("ok" if alike == same else "FAILED", what,
+                              "alike" if alike else "differ"))
+        bad += alike != same
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--include", required=True,
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the masks (MASKS) alone, without PVM")
+    ap.add_argument("--include",
                     help="nexus-pvm's include directory (pvm3.h, fpvm3.h)")
-    ap.add_argument("--libdir", required=True, action="append",
+    ap.add_argument("--libdir", action="append",
                     help="where libnxpvm and libnxfpvm are (and, given "
                     "again, libnexus)")
     ap.add_argument("--cflags", default="",
                     help="more flags for each link (a sanitizer's)")
-    ap.add_argument("modules", nargs="+")
+    ap.add_argument("modules", nargs="*")
     a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    if a.include is None or a.libdir is None or not a.modules:
+        ap.error("--include, --libdir and a module are needed")
     for f in ("examples.tar.gz", "gexamples.tar.gz"):
         if not os.path.exists(os.path.join(DOC, f)):
             skip("PVM's examples are not installed (Debian package "
