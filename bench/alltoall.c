@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -153,23 +154,37 @@ static double run_mpi(const char *prog, int n, int msgs, double *rate) {
   return run_cmd(cmd, rate);
 }
 
+static const char usage[] =
+    "usage: bench_alltoall --scale [--quick] [MODULE...]   (default "
+    "modules: tcp ucx ofi)\n"
+    "       nxrun -n N bench_alltoall --rank MSGS\n"
+    "  --scale   an all-to-all stream among N = 2, 4, 8, 16, 32 process "
+    "contexts\n"
+    "            over each MODULE, beside Open MPI's (mpi_alltoall), and the "
+    "goals\n"
+    "  --quick   fewer messages\n"
+    "  --rank    one process of a run (started by --scale under nxrun)\n";
+
 int main(int argc, char **argv) {
   int msgs = 2000;
   if (argc > 2 && strcmp(argv[1], "--rank") == 0)
     return rank_main(atoi(argv[2]));
-  if (argc < 2 || strcmp(argv[1], "--scale") != 0) {
-    fprintf(stderr,
-            "usage: bench_alltoall --scale [--quick] [MODULE...]   (default "
-            "modules: tcp ucx ofi)\n"
-            "       nxrun -n N bench_alltoall --rank MSGS\n");
-    return 2;
-  }
+  if (argc > 1 && bench_is_help(argv[1]))
+    return bench_help(usage);
+  if (argc < 2 || strcmp(argv[1], "--scale") != 0)
+    return bench_bad_arg("bench_alltoall", argc < 2 ? "(none)" : argv[1],
+                         argc < 2 ? "--scale or --rank is needed" : NULL,
+                         usage);
   const char *mods[8] = {0};
   int nmods = 0, quick = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
-    else if (nmods < 8)
+    else if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    else if (argv[i][0] == '-' || nmods == 8)
+      return bench_bad_arg("bench_alltoall", argv[i], NULL, usage);
+    else
       mods[nmods++] = argv[i];
   }
   if (nmods == 0) {

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -218,6 +219,16 @@ static int count_main(const char *kind, long n) {
   return 0;
 }
 
+static const char usage[] =
+    "usage: bench_mutex [--quick]\n"
+    "  An nx_mutex beside a bare pthread mutex: instructions per "
+    "uncontended\n"
+    "  pair (under valgrind, when installed), nanoseconds per pair "
+    "uncontended\n"
+    "  and contended; prints the ratios and the goals.\n"
+    "  --quick   fewer runs and pairs\n"
+    "  (--count nx|pthread PAIRS: one count, as run under valgrind)\n";
+
 int main(int argc, char **argv) {
   bench_name = "bench_mutex";
   const char *count_kind = NULL;
@@ -231,9 +242,10 @@ int main(int argc, char **argv) {
       count_kind = argv[i + 1];
       count_n = strtol(argv[i + 2], NULL, 10);
       i += 2;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      fprintf(stderr, "usage: bench_mutex [--quick]\n");
-      return 2;
+      return bench_bad_arg("bench_mutex", argv[i], NULL, usage);
     }
   }
   bench_cpus_init();

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -50,9 +51,27 @@ static double stream(const nx_gp_t *to, nx_handler_id_t handler, unsigned flags,
   return (bench_now_us() - t0) * 1e3 / (double)n;
 }
 
+static const char usage[] =
+    "usage: bench_order [--quick]\n"
+    "  One-way streams of 8 B RSRs to this process's own context, without "
+    "and\n"
+    "  with NX_RSR_ORDERED, through a non-threaded and a threaded "
+    "handler;\n"
+    "  prints the best time per RSR of each and the ratio ordered / "
+    "plain.\n"
+    "  --quick   fewer RSRs and runs\n";
+
 int main(int argc, char **argv) {
   bench_name = "bench_order";
-  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  int quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    else
+      return bench_bad_arg("bench_order", argv[i], NULL, usage);
+  }
   long n = quick ? 20000 : 200000;
   int runs = quick ? 3 : 7;
   if (nx_init(&argc, &argv) != 0)

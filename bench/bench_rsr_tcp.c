@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -433,13 +434,19 @@ static void print_goal(const char *goal, const struct result *res, int zc,
   }
 }
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: bench_rsr_tcp [--quick] [--only SYSTEM] "
-          "[--size BYTES] [--no-pin]\n  SYSTEM: raw-blocking, raw-busy, "
-          "rsr-thread, rsr-poll, zc-thread, zc-poll or mpi\n");
-  return 2;
-}
+static const char usage[] =
+    "usage: bench_rsr_tcp [--quick] [--only SYSTEM] [--size BYTES] "
+    "[--no-pin]\n"
+    "  Round trips over tcp between two processes: raw sockets, RSRs and\n"
+    "  zero-copy RSRs (handler thread or polling) and Open MPI, 8 B to 4 "
+    "MiB;\n"
+    "  prints the medians, the ratios and the goals.\n"
+    "  --quick    fewer runs\n"
+    "  --only     one SYSTEM: raw-blocking, raw-busy, rsr-thread, "
+    "rsr-poll,\n"
+    "             zc-thread, zc-poll or mpi\n"
+    "  --size     one payload size in bytes\n"
+    "  --no-pin   leave the processes unpinned\n";
 
 int main(int argc, char **argv) {
   bench_cpus_init();
@@ -461,18 +468,21 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], system_name[s]) == 0)
           only = s;
       if (only < 0)
-        return usage();
+        return bench_bad_arg("bench_rsr_tcp", argv[i], "no such system", usage);
     } else if (strcmp(argv[i], "--no-pin") == 0) {
       pin = 0;
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       char *end;
       unsigned long long v = strtoull(argv[++i], &end, 10);
       if (*end != '\0' || v == 0 || v > MAX_PAYLOAD)
-        return usage();
+        return bench_bad_arg("bench_rsr_tcp", argv[i], "not a size in range",
+                             usage);
       sizes[0] = (size_t)v;
       nsizes = 1;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      return usage();
+      return bench_bad_arg("bench_rsr_tcp", argv[i], NULL, usage);
     }
   }
   ssize_t len = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);

@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -178,6 +179,14 @@ static double fastest(double *v, int n) {
   return best;
 }
 
+static const char usage[] =
+    "usage: bench_spin [--quick]\n"
+    "  What the spin and yield budgets buy (NX_SPIN_US 0, 50, 1000): "
+    "round\n"
+    "  trips in process and over tcp, their times, CPU use, ratios and\n"
+    "  verdicts.\n"
+    "  --quick   one run\n";
+
 int main(int argc, char **argv) {
   bench_cpus_init();
   bench_name = "bench_spin";
@@ -188,9 +197,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;
       runs = 1;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      fprintf(stderr, "usage: bench_spin [--quick]\n");
-      return 2;
+      return bench_bad_arg("bench_spin", argv[i], NULL, usage);
     }
   }
   if (CPU_COUNT(&bench_all_cpus) < 2)

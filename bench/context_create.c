@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "nexus.h"
 
 static double now_ms(void) {
@@ -103,6 +104,15 @@ static double run_set(const char *self, const char *set, int n, double *create,
   return v;
 }
 
+static const char usage[] =
+    "usage: bench_context_create [--quick]\n"
+    "  nx_context_create of this program on this host until ready, then\n"
+    "  nx_context_destroy, per module set, beside fork + exec + wait of\n"
+    "  /bin/true; prints the medians and the goal (under 5 ms with the\n"
+    "  default set).\n"
+    "  --quick   5 runs of each instead of 21\n"
+    "  (--measure N and --child: the processes it starts)\n";
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--child") == 0) {
     if (nx_init(&argc, &argv) < 0)
@@ -112,12 +122,17 @@ int main(int argc, char **argv) {
     return 0;
   }
   int n = 21;
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--quick") == 0)
-      n = 5;
   if (argc > 2 && strcmp(argv[1], "--measure") == 0) {
     n = atoi(argv[2]);
     return measure(argv[0], n < 1 ? 1 : n > 64 ? 64 : n);
+  }
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      n = 5;
+    else if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    else
+      return bench_bad_arg("bench_context_create", argv[i], NULL, usage);
   }
   const char *sets[] = {NULL, "local,tcp", "local,mpi,tcp", "local,ucx,tcp",
                         "local,ofi,tcp"};

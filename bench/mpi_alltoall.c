@@ -11,17 +11,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_args.h"
+
+static const char usage[] =
+    "usage: mpirun -np N mpi_alltoall [MSGS [WINDOW]]   (N >= 2)\n"
+    "  Every rank sends MSGS (default 2000) messages of 8 B to every other\n"
+    "  rank, WINDOW (default 16) rounds at a time; rank 0 prints the time\n"
+    "  and the message rate. The anchor of bench_alltoall --scale.\n";
+
+/* The positive number `arg`, or 0 when it is not one. */
+static int count_arg(const char *arg) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  return arg[0] >= '0' && arg[0] <= '9' && *end == '\0' && v > 0 &&
+                 v <= 1000000000
+             ? (int)v
+             : 0;
+}
+
 int main(int argc, char **argv) {
+  /* The arguments are read before MPI_Init, so that --help and a bad one
+   * need no MPI job. */
+  int msgs = 2000, window = 16;
+  for (int i = 1; i < argc; i++) {
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    int v = count_arg(argv[i]);
+    if (v == 0 || i > 2)
+      return bench_bad_arg("mpi_alltoall", argv[i],
+                           argv[i][0] == '-' ? NULL
+                           : i > 2           ? "one argument too many"
+                                             : "not a positive count",
+                           usage);
+    if (i == 1)
+      msgs = v;
+    else
+      window = v;
+  }
   MPI_Init(&argc, &argv);
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  int msgs = argc > 1 ? atoi(argv[1]) : 2000;
-  int window = argc > 2 ? atoi(argv[2]) : 16;
-  if (msgs < 1 || window < 1 || n < 2) {
+  if (n < 2) {
     if (rank == 0)
-      fprintf(stderr, "usage: mpirun -np N mpi_alltoall MSGS [WINDOW] "
-                      "(N >= 2)\n");
+      fprintf(stderr, "mpi_alltoall: run with 2 ranks or more\n%s", usage);
     MPI_Finalize();
     return 2;
   }

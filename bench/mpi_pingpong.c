@@ -5,12 +5,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h"
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
+static const char usage[] =
+    "usage: mpirun -np 2 mpi_pingpong [--quick] [BYTES...]\n"
+    "  MPI_Send/MPI_Recv round trips between ranks 0 and 1, at each size "
+    "in\n"
+    "  bytes (default 8 1024 65536 1048576); rank 0 prints the median "
+    "times.\n"
+    "  --quick   3 runs of each size instead of 5\n";
+
 int main(int argc, char **argv) {
+  /* Sizes from the command line (bytes), or the usual four: read before
+   * MPI_Init, so that --help and a bad argument need no MPI job. */
+  size_t sizes[32] = {8, 1024, 65536, 1048576};
+  int nsizes = 4;
+  int quick = 0, given = 0;
+  for (int i = 1; i < argc; i++) {
+    char *end;
+    if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+      continue;
+    }
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    if (argv[i][0] == '-')
+      return bench_bad_arg("mpi_pingpong", argv[i], NULL, usage);
+    unsigned long long v = strtoull(argv[i], &end, 10);
+    if (argv[i][0] < '0' || argv[i][0] > '9' || *end != '\0' || given == 32)
+      return bench_bad_arg(
+          "mpi_pingpong", argv[i],
+          given == 32 ? "more than 32 sizes" : "not a size in bytes", usage);
+    sizes[given++] = (size_t)v; /* the sizes given replace the usual four */
+  }
+  if (given > 0)
+    nsizes = given;
   MPI_Init(&argc, &argv);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -20,19 +54,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "mpi_pingpong: run with exactly 2 ranks\n");
     MPI_Finalize();
     return 2;
-  }
-  /* Sizes from the command line (bytes), or the usual four. */
-  size_t sizes[32] = {8, 1024, 65536, 1048576};
-  int nsizes = 4;
-  int quick = 0;
-  if (argc > 1) {
-    nsizes = 0;
-    for (int i = 1; i < argc && nsizes < 32; i++) {
-      if (strcmp(argv[i], "--quick") == 0)
-        quick = 1;
-      else
-        sizes[nsizes++] = (size_t)strtoull(argv[i], NULL, 10);
-    }
   }
   size_t max = 0;
   for (int i = 0; i < nsizes; i++)

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "nexus.h"
 
 /* Wall-clock microseconds: comparable between the ranks of one host. */
@@ -125,6 +126,15 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static const char usage[] =
+    "usage: bench_pmix_boot [--np N] [--rounds R] [--protocols LIST]\n"
+    "  Start-up under mpirun: nx_init + nx_context_peers for N ranks "
+    "(default\n"
+    "  16) beside a program that only calls PMIx_Init, PMIx_Fence and\n"
+    "  PMIx_Finalize, R rounds (default 5); prints the medians and the "
+    "ratios.\n"
+    "  --protocols   NX_PROTOCOLS of the nexus job (default local,tcp)\n";
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--rank-nexus") == 0)
     return rank_nexus();
@@ -139,11 +149,10 @@ int main(int argc, char **argv) {
       rounds = atoi(argv[++i]);
     else if (strcmp(argv[i], "--protocols") == 0 && i + 1 < argc)
       protocols = argv[++i];
-    else {
-      fprintf(stderr, "usage: bench_pmix_boot [--np N] [--rounds R] "
-                      "[--protocols LIST]\n");
-      return 2;
-    }
+    else if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    else
+      return bench_bad_arg("bench_pmix_boot", argv[i], NULL, usage);
   }
   if (np < 1 || np > 1024 || rounds < 1 || rounds > 100) {
     fprintf(stderr, "bench_pmix_boot: --np 1..1024, --rounds 1..100\n");

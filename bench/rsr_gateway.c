@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -496,13 +497,16 @@ static double load_average(void) {
   return load;
 }
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: bench_rsr_gateway [--quick] [--size BYTES] "
-          "[--runs N <= %d]\n",
-          MAX_RUNS);
-  return 2;
-}
+static const char usage[] =
+    "usage: bench_rsr_gateway [--quick] [--size BYTES] [--runs N]\n"
+    "  Round trips through a gateway beside direct ones, over tcp, in one "
+    "run:\n"
+    "  what forwarding an RSR costs; prints the rows and the goals (or a "
+    "SKIP\n"
+    "  line where the host cannot run it).\n"
+    "  --quick   3 runs\n"
+    "  --size    one payload size in bytes (at most 4 MiB)\n"
+    "  --runs    runs of each row, at most 15\n";
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_gateway";
@@ -519,16 +523,20 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = atoi(argv[++i]);
       if (runs <= 0 || runs > MAX_RUNS)
-        return usage();
+        return bench_bad_arg("bench_rsr_gateway", argv[i],
+                             "not a number of runs in range", usage);
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
       char *end;
       unsigned long long v = strtoull(argv[++i], &end, 10);
       if (*end != '\0' || v == 0 || v > MAX_PAYLOAD)
-        return usage();
+        return bench_bad_arg("bench_rsr_gateway", argv[i],
+                             "not a size in range", usage);
       sizes[0] = (size_t)v;
       nsizes = 1;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      return usage();
+      return bench_bad_arg("bench_rsr_gateway", argv[i], NULL, usage);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -355,6 +356,20 @@ static double local_only_anchor(const char *self, const char *mode) {
   return v;
 }
 
+static const char usage[] =
+    "usage: bench_rsr_local [--quick | --smoke] [--null-only | "
+    "--null-threaded]\n"
+    "  In-process RSR round trips, copying and zero-copy, up to 4 MiB, "
+    "beside\n"
+    "  a shared-memory flag ping-pong and a mutex+condvar hand-off in the "
+    "same\n"
+    "  run; prints the medians and the ratios.\n"
+    "  --quick           fewer round trips and runs\n"
+    "  --smoke           every row once, with few round trips\n"
+    "  --null-only       the null non-threaded round trip alone, no "
+    "anchor\n"
+    "  --null-threaded   the null threaded round trip alone, no anchor\n";
+
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_local";
   const char *mode = ""; /* passed on to the local-only anchor */
@@ -373,6 +388,10 @@ int main(int argc, char **argv) {
       null_only = 1;
     } else if (strcmp(argv[i], "--null-threaded") == 0) {
       null_only = 2; /* the threaded null round trip alone: to profile */
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
+    } else {
+      return bench_bad_arg("bench_rsr_local", argv[i], NULL, usage);
     }
   }
   /* With the default module set, what only the local module costs, in

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -206,12 +207,18 @@ static void goal(const char *what, double rsr, double raw, double limit) {
          ratio <= limit ? "met" : "NOT met");
 }
 
+static const char usage[] =
+    "usage: mpirun -np 2 bench_rsr_mpi [--quick] [--size BYTES]\n"
+    "  RSR round trips over the mpi module between ranks 0 and 1 beside\n"
+    "  MPI_Send/MPI_Recv in the same job, 8 B to 4 MiB; prints the "
+    "medians,\n"
+    "  the ratios and the goals.\n"
+    "  --quick   3 runs\n"
+    "  --size    one payload size in bytes (at most 4 MiB)\n";
+
 int main(int argc, char **argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  /* The arguments are read before MPI_Init, so that --help and a bad one
+   * need no MPI job. */
   size_t sizes[MAX_SIZES] = {8, 1024, 65536, 1 << 20, 4 << 20};
   int nsizes = MAX_SIZES;
   for (int i = 1; i < argc; i++) {
@@ -219,23 +226,24 @@ int main(int argc, char **argv) {
       quick = 1;
       runs = 3;
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-      unsigned long long v = strtoull(argv[++i], NULL, 10);
-      if (v == 0 || v > MAX_PAYLOAD) {
-        if (rank == 0)
-          fprintf(stderr, "bench_rsr_mpi: --size 1..%d\n", MAX_PAYLOAD);
-        MPI_Finalize();
-        return 2;
-      }
+      char *end;
+      unsigned long long v = strtoull(argv[++i], &end, 10);
+      if (*end != '\0' || v == 0 || v > MAX_PAYLOAD)
+        return bench_bad_arg("bench_rsr_mpi", argv[i], "not a size in range",
+                             usage);
       sizes[0] = (size_t)v;
       nsizes = 1;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      if (rank == 0)
-        fprintf(stderr, "usage: mpirun -np 2 bench_rsr_mpi [--quick] "
-                        "[--size BYTES]\n");
-      MPI_Finalize();
-      return 2;
+      return bench_bad_arg("bench_rsr_mpi", argv[i], NULL, usage);
     }
   }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size != 2 || provided < MPI_THREAD_SERIALIZED) {
     if (rank == 0)
       fprintf(stderr, "bench_rsr_mpi: needs exactly 2 ranks and "

@@ -21,6 +21,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 
@@ -354,11 +355,16 @@ static double measure(const char *prov, int sys, size_t size, char *why,
   return us;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: bench_rsr_ofi [--quick] [--provider shm|tcp] "
-                  "[--size BYTES]\n");
-  return 2;
-}
+static const char usage[] =
+    "usage: bench_rsr_ofi [--quick] [--provider shm|tcp] [--size BYTES]\n"
+    "  RSR round trips over the ofi module between two processes beside a "
+    "raw\n"
+    "  libfabric ping-pong, per provider (default shm and tcp), 8 B to 4 "
+    "MiB;\n"
+    "  prints the medians, the ratios and the goals.\n"
+    "  --quick      3 runs\n"
+    "  --provider   one provider\n"
+    "  --size       one payload size in bytes (at most 4 MiB)\n";
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ofi";
@@ -370,7 +376,7 @@ int main(int argc, char **argv) {
     size_t size = strtoul(argv[3], NULL, 10);
     int n = atoi(argv[4]);
     if (size > MAX_PAYLOAD || n <= 0)
-      return usage();
+      return bench_bad_arg("bench_rsr_ofi", argv[3], "a bad --measure", usage);
     memset(send_buf, 0x5a, size);
     int warm = n / 10 > 100 ? 100 : n / 10 + 1;
     double t;
@@ -385,7 +391,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[2], "zc-poll") == 0)
       t = rsr_measure("poll", 1, size, warm, n);
     else
-      return usage();
+      return bench_bad_arg("bench_rsr_ofi", argv[2], "no such system", usage);
     printf("%.4f\n", t);
     return 0;
   }
@@ -402,12 +408,16 @@ int main(int argc, char **argv) {
       provs[0] = strcmp(argv[i], "tcp") == 0 ? "tcp;ofi_rxm" : argv[i];
       nprovs = 1;
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-      sizes[0] = strtoul(argv[++i], NULL, 10);
+      char *end;
+      sizes[0] = strtoul(argv[++i], &end, 10);
       nsizes = 1;
-      if (sizes[0] > MAX_PAYLOAD)
-        return usage();
+      if (*end != '\0' || sizes[0] > MAX_PAYLOAD)
+        return bench_bad_arg("bench_rsr_ofi", argv[i], "not a size in range",
+                             usage);
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
     } else {
-      return usage();
+      return bench_bad_arg("bench_rsr_ofi", argv[i], NULL, usage);
     }
   }
   /* Both RSR processes of a measurement: one computation, one key. */

@@ -11,6 +11,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "bench_args.h"
 #include "bench_util.h"
 #include "nexus.h"
 #include "nexus/protocol.h"
@@ -355,26 +356,53 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
   nx_finalize();
 }
 
+static const char usage[] =
+    "usage: bench_rsr_ucx [SCALE [RUNS]] | bench_rsr_ucx --quick\n"
+    "  Round trips between two processes at 8 B to 4 MiB over UCX: RSRs "
+    "over\n"
+    "  the ucx module, copying and zero-copy, beside raw UCP "
+    "active-message\n"
+    "  ping-pongs, in one run; prints the medians, the ratios and the "
+    "goals.\n"
+    "  SCALE     multiplies the round trips per run (default 1)\n"
+    "  RUNS      runs of each row, at most 15 (default 5)\n"
+    "  --quick   a tenth of the round trips in 3 runs\n";
+
+/* The positive number `arg`, or 0 when it is not one. */
+static int count_arg(const char *arg) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  return arg[0] >= '0' && arg[0] <= '9' && *end == '\0' && v > 0 && v <= 1000000
+             ? (int)v
+             : 0;
+}
+
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ucx";
   int child = bench_child_run(argc, argv, on_ping);
   if (child >= 0)
     return child;
+  for (int i = 1; i < argc; i++)
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
   if (argc == 2 && strcmp(argv[1], "--quick") == 0) {
     quick = 1;
     runs = 3;
   } else {
-    if (argc > 1)
-      scale = atoi(argv[1]);
-    if (argc > 2)
-      runs = atoi(argv[2]);
-  }
-  if (scale <= 0 || runs <= 0 || runs > MAX_RUNS) {
-    fprintf(stderr,
-            "usage: bench_rsr_ucx [scale [runs <= %d]] | bench_rsr_ucx "
-            "--quick\n",
-            MAX_RUNS);
-    return 2;
+    for (int i = 1; i < argc; i++) {
+      int v = count_arg(argv[i]);
+      if (v == 0 || i > 2 || (i == 2 && v > MAX_RUNS))
+        return bench_bad_arg("bench_rsr_ucx", argv[i],
+                             argv[i][0] == '-' ? NULL
+                             : i > 2           ? "one argument too many"
+                             : i == 2          ? "not a number of runs, 1-15"
+                                               : "not a positive scale",
+                             usage);
+      if (i == 1)
+        scale = v;
+      else
+        runs = v;
+    }
   }
   setenv("NX_PROTOCOLS", "ucx", 1); /* both processes: ucx only */
   unsetenv("NX_UCX_QUEUE_MAX");

@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "../bench_args.h"
+
 extern char **environ;
 
 static double now_us() {
@@ -413,6 +415,18 @@ static int run_child(const char *self, const std::string &module) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static const char usage[] =
+    "usage: bench_ccxx [MODULE...]   (default: tcp ucx ofi; \"here\" "
+    "always runs)\n"
+    "       bench_ccxx --profile raw|call|rawburst|async N\n"
+    "  A remote int call against the raw RSR request/reply it is built "
+    "from,\n"
+    "  in-process and over each MODULE, ccxx::async against raw requests,\n"
+    "  parfor against pthreads and new (ccxx::here) against\n"
+    "  nx_context_create_local; prints the ratios and the goals.\n"
+    "  --profile   N of one in-process path alone, for instruction "
+    "counts\n";
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--ccxx-serve") == 0)
     return ccxx::start(argc, argv, [](int, char **) { return 0; });
@@ -420,6 +434,15 @@ int main(int argc, char **argv) {
       (strcmp(argv[1], "--one") == 0 || strcmp(argv[1], "--profile") == 0))
     return ccxx::start(argc, argv, one);
   std::vector<std::string> modules = {"here"};
+  for (int i = 1; i < argc; i++) {
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    if (argv[i][0] == '-')
+      return bench_bad_arg(
+          "bench_ccxx", argv[i],
+          strcmp(argv[i], "--profile") == 0 ? "needs PATH and N" : nullptr,
+          usage);
+  }
   if (argc > 1)
     for (int i = 1; i < argc; i++)
       modules.push_back(argv[i]);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../bench_args.h"
 #include "fig3.h"
 
 /* Usage: fig3_pvm --route pvmd|direct --encoding xdr|raw [--size N]
@@ -113,12 +114,21 @@ static int task_main(int direct, int encoding) {
   return 0;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: fig3_pvm --route pvmd|direct --encoding xdr|raw "
-                  "[--size BYTES] [--iters N] [--warm N] [--reps N] "
-                  "[--poll]\n");
-  return 2;
-}
+static const char usage[] =
+    "usage: fig3_pvm --route pvmd|direct --encoding xdr|raw [--poll]\n"
+    "                [--size BYTES] [--iters N] [--warm N] [--reps N] "
+    "[--max-ms N]\n"
+    "  The Figure 3 ping-pong between this PVM task and one it spawns, "
+    "through\n"
+    "  pvmd or direct, in XDR or raw encoding; prints one result line "
+    "(bench/run\n"
+    "  reads it). Needs a running pvmd (PVM_TMP).\n"
+    "  --poll     receive with pvm_nrecv in a loop\n"
+    "  --size     bytes per message, a multiple of 8 (default 8)\n"
+    "  --iters    round trips per rep (default 1000)\n"
+    "  --warm     round trips before timing (default 100)\n"
+    "  --reps     timed reps (default 1)\n"
+    "  --max-ms   stop a rep after this many ms (default 1000)\n";
 
 int main(int argc, char **argv) {
   fig3_prog = "fig3_pvm";
@@ -135,8 +145,10 @@ int main(int argc, char **argv) {
   const char *route = NULL, *encoding = NULL;
   for (int i = 1; i < argc; i++) {
     int r = fig3_common_option(argc, argv, &i, &o);
-    if (r < 0)
-      return usage();
+    if (r < 0) {
+      fputs(usage, stderr);
+      return 2;
+    }
     if (r > 0)
       continue;
     if (strcmp(argv[i], "--route") == 0 && i + 1 < argc)
@@ -145,13 +157,18 @@ int main(int argc, char **argv) {
       encoding = argv[++i];
     else if (strcmp(argv[i], "--poll") == 0)
       poll_recv = 1;
+    else if (bench_is_help(argv[i]))
+      return bench_help(usage);
     else
-      return usage();
+      return bench_bad_arg(fig3_prog, argv[i], NULL, usage);
   }
-  if (route == NULL || encoding == NULL ||
-      (strcmp(route, "pvmd") != 0 && strcmp(route, "direct") != 0) ||
-      (strcmp(encoding, "xdr") != 0 && strcmp(encoding, "raw") != 0))
-    return usage();
+  if (route == NULL || encoding == NULL)
+    return bench_bad_arg(fig3_prog, route == NULL ? "--route" : "--encoding",
+                         "is needed", usage);
+  if (strcmp(route, "pvmd") != 0 && strcmp(route, "direct") != 0)
+    return bench_bad_arg(fig3_prog, route, "not a route", usage);
+  if (strcmp(encoding, "xdr") != 0 && strcmp(encoding, "raw") != 0)
+    return bench_bad_arg(fig3_prog, encoding, "not an encoding", usage);
   int direct = strcmp(route, "direct") == 0;
   int enc = strcmp(encoding, "raw") == 0 ? PvmDataRaw : PvmDataDefault;
 

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_args.h"
 #include "fig3.h"
 #include "nexus.h"
 
@@ -324,14 +325,21 @@ static void mpi_peer_wait(void) {
   nx_mutex_unlock(&m);
 }
 
-static int usage(void) {
-  fprintf(stderr,
-          "usage: fig3_rsr --module local|tcp|ucx|ofi|mpi "
-          "--kind nonthreaded|threaded|new-thread\n"
-          "                [--zero-copy] [--size BYTES] [--iters N] [--warm N] "
-          "[--reps N]\n");
-  return 2;
-}
+static const char usage[] =
+    "usage: fig3_rsr --module local|tcp|ucx|ofi|mpi "
+    "--kind nonthreaded|threaded|new-thread\n"
+    "                [--zero-copy] [--size BYTES] [--iters N] [--warm N] "
+    "[--reps N]\n"
+    "                [--max-ms N]\n"
+    "  The Figure 3 ping-pong: RSRs to a peer context over one module, "
+    "with one\n"
+    "  kind of handler; prints one result line (bench/run reads it).\n"
+    "  --zero-copy   payloads by reference\n"
+    "  --size     bytes per message, a multiple of 8 (default 8)\n"
+    "  --iters    round trips per rep (default 1000)\n"
+    "  --warm     round trips before timing (default 100)\n"
+    "  --reps     timed reps (default 1)\n"
+    "  --max-ms   stop a rep after this many ms (default 1000)\n";
 
 static int lookup(const char *s, const char *const *names, int n) {
   for (int i = 0; i < n; i++)
@@ -347,23 +355,33 @@ int main(int argc, char **argv) {
   int peer = 0;
   for (int i = 1; i < argc; i++) {
     int r = fig3_common_option(argc, argv, &i, &o);
-    if (r < 0)
-      return usage();
+    if (r < 0) {
+      fputs(usage, stderr);
+      return 2;
+    }
     if (r > 0)
       continue;
-    if (strcmp(argv[i], "--peer") == 0)
+    if (strcmp(argv[i], "--peer") == 0) {
       peer = 1;
-    else if (strcmp(argv[i], "--zero-copy") == 0)
+    } else if (strcmp(argv[i], "--zero-copy") == 0) {
       zero_copy = 1;
-    else if (strcmp(argv[i], "--module") == 0 && i + 1 < argc)
+    } else if (strcmp(argv[i], "--module") == 0 && i + 1 < argc) {
       module = lookup(argv[++i], module_names, NMODULES);
-    else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc)
+      if (module < 0)
+        return bench_bad_arg(fig3_prog, argv[i], "not a module", usage);
+    } else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc) {
       kind_index = lookup(argv[++i], kind_names, 3);
-    else
-      return usage();
+      if (kind_index < 0)
+        return bench_bad_arg(fig3_prog, argv[i], "not a kind", usage);
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
+    } else {
+      return bench_bad_arg(fig3_prog, argv[i], NULL, usage);
+    }
   }
   if (module < 0 || kind_index < 0)
-    return usage();
+    return bench_bad_arg(fig3_prog, module < 0 ? "--module" : "--kind",
+                         "is needed", usage);
   nx_mutex_init(&m);
   nx_cond_init(&c);
   ping_id = nx_handler_id("ping");

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../bench_args.h"
 #include "fig3.h"
 
 /* Usage: fig3_tcp [--busy] [--size N] [--iters N] [--warm N] [--reps N]
@@ -148,6 +149,21 @@ static void pin_to(int cpu) {
     fig3_die("pinning to CPU %d: %s", cpu, strerror(errno));
 }
 
+static const char usage[] =
+    "usage: fig3_tcp [--busy] [--size BYTES] [--iters N] [--warm N] "
+    "[--reps N]\n"
+    "                [--max-ms N]\n"
+    "  The Figure 3 floor: a raw TCP ping-pong over loopback between this\n"
+    "  process and a forked child; prints one result line (bench/run reads "
+    "it).\n"
+    "  --busy     busy-poll non-blocking sockets, each side pinned to a "
+    "CPU\n"
+    "  --size     bytes per message, a multiple of 8 (default 8)\n"
+    "  --iters    round trips per rep (default 1000)\n"
+    "  --warm     round trips before timing (default 100)\n"
+    "  --reps     timed reps (default 1)\n"
+    "  --max-ms   stop a rep after this many ms (default 1000)\n";
+
 int main(int argc, char **argv) {
   fig3_prog = "fig3_tcp";
   struct fig3_opts o = {
@@ -155,10 +171,16 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--busy") == 0) {
       busy = 1;
-    } else if (fig3_common_option(argc, argv, &i, &o) <= 0) {
-      fprintf(stderr, "usage: fig3_tcp [--busy] [--size BYTES] [--iters N] "
-                      "[--warm N] [--reps N] [--max-ms N]\n");
-      return 2;
+    } else if (bench_is_help(argv[i])) {
+      return bench_help(usage);
+    } else {
+      int r = fig3_common_option(argc, argv, &i, &o);
+      if (r == 0)
+        return bench_bad_arg(fig3_prog, argv[i], NULL, usage);
+      if (r < 0) {
+        fputs(usage, stderr);
+        return 2;
+      }
     }
   }
   if (busy)

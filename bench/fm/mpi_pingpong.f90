@@ -6,20 +6,45 @@
 ! Usage: mpirun -np 2 fm_mpi_pingpong [reps]
 program fm_mpi_pingpong
   use mpi
+  use, intrinsic :: iso_fortran_env, only: output_unit, error_unit
   implicit none
   integer, parameter :: NBIG = 131072, NSMALL = 200, NREP_BIG = 4
-  integer :: rank, ierr, r, reps
-  character(len=32) :: arg
+  integer :: rank, ierr, r, reps, ios
+  character(len=256) :: arg
   double precision, allocatable :: x(:)
   double precision :: t, small, big
 
-  call MPI_Init(ierr)
-  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  ! The command line, read before MPI_Init, so that --help and a bad
+  ! argument need no MPI job: --help prints the usage (status 0), anything
+  ! but one count is named on stderr with the usage (status 2).
   reps = 31
   if (command_argument_count() >= 1) then
     call get_command_argument(1, arg)
-    read (arg, *) reps
+    if (arg == '--help' .or. arg == '-h') then
+      call print_usage(output_unit)
+      stop
+    end if
+    ios = 1
+    if (len_trim(arg) > 0 .and. len_trim(arg) < 10 .and. &
+        verify(trim(arg), '0123456789') == 0) read (arg, *, iostat=ios) reps
+    if (ios /= 0 .or. command_argument_count() > 1) then
+      if (ios == 0) call get_command_argument(2, arg)
+      if (arg(1:1) == '-') then
+        write (error_unit, '(3a)') "fm_mpi_pingpong: unknown argument '", &
+          trim(arg), "'"
+      else if (ios == 0) then
+        write (error_unit, '(3a)') 'fm_mpi_pingpong: ', trim(arg), &
+          ': one argument too many'
+      else
+        write (error_unit, '(3a)') 'fm_mpi_pingpong: ', trim(arg), &
+          ': not a count'
+      end if
+      call print_usage(error_unit)
+      stop 2, quiet=.true.
+    end if
   end if
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   reps = max(reps, 1)
   allocate (x(NBIG))
   x = 1.5d0
@@ -36,6 +61,16 @@ program fm_mpi_pingpong
   call MPI_Finalize(ierr)
 
 contains
+
+  subroutine print_usage(unit)
+    integer, intent(in) :: unit
+    write (unit, '(a)') &
+      'usage: mpirun -np 2 fm_mpi_pingpong [REPS]', &
+      '  The MPI anchor of fm_bench_pingpong: MPI_Send/MPI_Recv round trips', &
+      '  of an integer and of 1 MiB of doubles between ranks 0 and 1, the', &
+      '  best of REPS batches (default 31); rank 0 prints the two times in', &
+      '  microseconds.'
+  end subroutine
 
   double precision function small_batch()
     integer :: i, v, st(MPI_STATUS_SIZE)

@@ -23,6 +23,7 @@
 module pingpong_procs
   use fm
   use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: output_unit, error_unit
   implicit none
   integer, parameter :: NBIG = 131072
   ! What the echo process does next: a command is echoed (untimed), then
@@ -87,6 +88,90 @@ contains
     call system_clock(c, rate)
     now_us = real(c, c_double)*1.0d6/real(rate, c_double)
   end function
+
+  ! Reads the command line, before fm_init starts anything: reps, or path
+  ! and nprof (--profile). --help prints the usage and stops (status 0);
+  ! an argument it does not take is named on stderr with the usage, and
+  ! the program stops with status 2 (a list-directed read of it would stop
+  ! with a Fortran runtime error). This program started again by fm as its
+  ! echo process carries fm's --fm-child, which is fm_init's to read.
+  subroutine read_args(reps, path, nprof)
+    integer(c_int32_t), intent(inout) :: reps, nprof
+    character(len=*), intent(inout) :: path
+    character(len=256) :: arg
+    integer :: i, n
+    n = command_argument_count()
+    do i = 1, n
+      call get_command_argument(i, arg)
+      if (arg == '--fm-child') return
+    end do
+    if (n == 0) return
+    call get_command_argument(1, arg)
+    if (arg == '--help' .or. arg == '-h') then
+      call print_usage(output_unit)
+      stop
+    end if
+    if (arg == '--profile') then
+      if (n /= 3) call bad_arg(arg, 'needs PATH and N')
+      call get_command_argument(2, path)
+      select case (path)
+      case ('fm8', 'raw8', 'fm1m', 'fm1mcopy', 'raw1m')
+      case default
+        call bad_arg(path, 'not a path (fm8, raw8, fm1m, fm1mcopy, raw1m)')
+      end select
+      call get_command_argument(3, arg)
+      nprof = count_arg(arg, 0)
+    else
+      if (n > 1) then
+        call get_command_argument(2, arg)
+        call bad_arg(arg, 'one argument too many')
+      end if
+      reps = count_arg(arg, 1)
+    end if
+  end subroutine
+
+  ! The count `arg` (digits only, at least `least`), else bad_arg.
+  integer(c_int32_t) function count_arg(arg, least)
+    character(len=*), intent(in) :: arg
+    integer, intent(in) :: least
+    integer :: ios
+    count_arg = -1
+    if (len_trim(arg) > 0 .and. len_trim(arg) < 10 .and. &
+        verify(trim(arg), '0123456789') == 0) &
+      read (arg, *, iostat=ios) count_arg
+    if (count_arg < least) then
+      if (arg(1:1) == '-') call bad_arg(arg, '')
+      call bad_arg(arg, 'not a count')
+    end if
+  end function
+
+  subroutine print_usage(unit)
+    integer, intent(in) :: unit
+    write (unit, '(a)') &
+      'usage: fm_bench_pingpong [REPS]', &
+      '       fm_bench_pingpong --profile fm8|raw8|fm1m|fm1mcopy|raw1m N', &
+      '  The fm channel ping-pong (an integer, and 1 MiB of doubles by', &
+      '  reference and copied) to an echo process, beside the raw RSR', &
+      '  ping-pong and Open MPI (fm_mpi_pingpong under mpirun), in one run;', &
+      '  prints the times, the ratios and the goals. NX_PROTOCOLS picks the', &
+      '  module.', &
+      '  REPS        batches of each a round (default 15)', &
+      '  --profile   N round trips of one path alone, for instruction counts'
+  end subroutine
+
+  ! Names `arg` on stderr (with `why`; blank: an unknown argument) and the
+  ! usage, and stops with status 2.
+  subroutine bad_arg(arg, why)
+    character(len=*), intent(in) :: arg, why
+    if (why == '') then
+      write (error_unit, '(3a)') "fm_bench_pingpong: unknown argument '", &
+        trim(arg), "'"
+    else
+      write (error_unit, '(4a)') 'fm_bench_pingpong: ', trim(arg), ': ', why
+    end if
+    call print_usage(error_unit)
+    stop 2, quiet=.true.
+  end subroutine
 end module
 
 program fm_bench_pingpong
@@ -100,7 +185,7 @@ program fm_bench_pingpong
   type(fm_args) :: a
   type(fm_place) :: place
   character(len=4096) :: self, dir
-  character(len=64) :: arg, proto, path
+  character(len=64) :: proto, path
   character(kind=c_char, len=16) :: cproto
   integer(c_int32_t) :: reps, nprof
   real(c_double), allocatable :: x(:)
@@ -108,27 +193,16 @@ program fm_bench_pingpong
     mpi_big, fm_big_copy, t
   integer :: k, r
 
+  reps = 15
+  path = ''
+  nprof = 0
+  call read_args(reps, path, nprof)
   ! The ping side on one CPU, the echo processes (this program again, and
   ! rsr_echo) on another, as mpirun binds its two ranks; before fm_init
   ! starts threads, which keep the CPU.
   call fm_bench_pin(0)
   call fm_register('echo', c_funloc(echo))
   call fm_init()
-  reps = 15
-  path = ''
-  nprof = 0
-  if (command_argument_count() >= 1) then
-    call get_command_argument(1, arg)
-    if (arg == '--profile') then
-      if (command_argument_count() /= 3) &
-        error stop 'usage: fm_bench_pingpong --profile PATH N'
-      call get_command_argument(2, path)
-      call get_command_argument(3, arg)
-      read (arg, *) nprof
-    else
-      read (arg, *) reps
-    end if
-  end if
   reps = max(reps, 1)
   call get_command_argument(0, self)
   k = index(self, '/', back=.true.)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../bench_args.h"
 #include "nexus.h"
 
 /* The handler hands each ping to the main thread, which answers it: the
@@ -72,7 +73,18 @@ static void answer(nx_buffer_t *buf, double *scratch, size_t scratch_n) {
   nx_gp_release(&reply);
 }
 
+static const char usage[] =
+    "usage: fm_rsr_echo   (no arguments)\n"
+    "  The peer of fm_bench_pingpong's raw RSR anchor, started by it as a\n"
+    "  process context (nx_context_create): answers every \"ping\" with "
+    "the same\n"
+    "  values in \"pong\" until \"quit\". Not run by hand.\n";
+
 int main(int argc, char **argv) {
+  if (argc > 1 && bench_is_help(argv[1]))
+    return bench_help(usage);
+  if (argc > 1)
+    return bench_bad_arg("fm_rsr_echo", argv[1], NULL, usage);
   /* On the echo side's CPU (rsr_anchor.c, fm_bench_pin), before nx_init
    * starts threads. */
   const char *cpu = getenv("FM_BENCH_ECHO_CPU");

@@ -87,7 +87,9 @@ def run(build, kind, module, iters):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--module", default="ucx")
     ap.add_argument("--n1", type=int, default=200)

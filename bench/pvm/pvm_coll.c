@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_args.h"
+
 /* Usage: pvm_coll bcast|barrier [--iters N]
  * Prints "usec <T> iters <N>" (the mean time of one operation at instance
  * 0), or "skip: <reason>" and exits 77 when there is no PVM to run on.
@@ -60,18 +62,43 @@ static int run(int bcast, int iters, int inst) {
   return 0;
 }
 
+static const char usage[] =
+    "usage: pvm_coll bcast|barrier [--iters N]\n"
+    "  pvm_bcast (8 B, acknowledged) or pvm_barrier among 8 tasks of one "
+    "group\n"
+    "  (this program and 7 it spawns); prints the microseconds per "
+    "operation.\n"
+    "  --iters   operations timed (default 1000, at least 10)\n";
+
 int main(int argc, char **argv) {
-  pvm_setopt(PvmAutoErr, 0);
-  if (argc < 2 ||
-      (strcmp(argv[1], "bcast") != 0 && strcmp(argv[1], "barrier") != 0)) {
-    fprintf(stderr, "usage: pvm_coll bcast|barrier [--iters N]\n");
-    return 2;
-  }
+  /* The arguments are read before pvm_mytid, so that --help and a bad one
+   * need no PVM. */
   int iters = 1000;
-  if (argc > 3 && strcmp(argv[2], "--iters") == 0)
-    iters = atoi(argv[3]);
+  for (int i = 1; i < argc; i++) {
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
+    if (i == 1 && strcmp(argv[1], "bcast") != 0 &&
+        strcmp(argv[1], "barrier") != 0)
+      return bench_bad_arg("pvm_coll", argv[1],
+                           argv[1][0] == '-' ? NULL : "not bcast or barrier",
+                           usage);
+    if (i > 1 && strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end != '\0' || argv[i][0] == '\0' || v < 1 || v > 100000000)
+        return bench_bad_arg("pvm_coll", argv[i], "not a positive count",
+                             usage);
+      iters = (int)v;
+    } else if (i > 1) {
+      return bench_bad_arg("pvm_coll", argv[i], NULL, usage);
+    }
+  }
+  if (argc < 2)
+    return bench_bad_arg("pvm_coll", "(none)", "bcast or barrier is needed",
+                         usage);
   if (iters < 10)
     iters = 10;
+  pvm_setopt(PvmAutoErr, 0);
   if (pvm_mytid() < 0) {
     printf("skip: no PVM to run on\n");
     return 77;

@@ -64,7 +64,9 @@ def on_signal(signum, frame):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", nargs="?", default="build")
     # 20,000 round trips of about a microsecond, after 2,000 to warm up:
     # with 2,000 (2 ms a run) a run of either program over ucx could catch

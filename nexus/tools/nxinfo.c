@@ -61,17 +61,21 @@ static void print_module(const nx_module_info_t *m) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 &&
-      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    usage(stdout);
-    return 0;
+  int config = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--config") != 0) {
+      fprintf(stderr, "nxinfo: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+    config = 1;
   }
-  if (argc > 1 && strcmp(argv[1], "--config") == 0)
+  if (config)
     return print_config();
-  if (argc > 1) {
-    usage(stderr);
-    return 2;
-  }
   int r = nx_init(NULL, NULL);
   if (r < 0) {
     fprintf(stderr, "nxinfo: nx_init failed: %s (%s)\n", nx_strerror(r),

@@ -38,8 +38,8 @@ static const char *prog_name = "nxrun";
 static int bootstrapping = 1; /* until every context got the PEERS message */
 static int stop_on_death;     /* --stop-on-death */
 
-static void usage(void) {
-  fprintf(stderr,
+static void usage(FILE *f) {
+  fprintf(f,
           "usage: nxrun -n N [--protocols a,b,...] [--timeout SECONDS] "
           "[--stop-on-death] program [args...]\n"
           "  Starts N process contexts of `program` on this host. Each gets "
@@ -136,15 +136,27 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--stop-on-death") == 0)
       stop_on_death = 1;
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      usage();
+      usage(stdout);
       return 0;
     } else {
-      usage();
+      fprintf(stderr, "%s: %s '%s'\n", prog_name,
+              strcmp(argv[i], "-n") == 0 ||
+                      strcmp(argv[i], "--protocols") == 0 ||
+                      strcmp(argv[i], "--timeout") == 0
+                  ? "a value is missing after"
+                  : "unknown argument",
+              argv[i]);
+      usage(stderr);
       return 2;
     }
   }
   if (n < 1 || n > 4096 || i >= argc || timeout < 1) {
-    usage();
+    fprintf(stderr, "%s: %s\n", prog_name,
+            i >= argc           ? "no program to run"
+            : n < 1 || n > 4096 ? "-n N, 1 <= N <= 4096, is needed"
+                                : "--timeout wants a positive number of "
+                                  "seconds");
+    usage(stderr);
     return 2;
   }
   char **prog = &argv[i];
