@@ -249,20 +249,6 @@ nx_handler_id_t nx_handler_id(const char *name) {
   return h != 0 ? h : 1;
 }
 
-const struct nxi_handler *nxi_handler_find(struct nx_context *ctx,
-                                           uint32_t id) {
-  if (id == 0)
-    return NULL; /* 0 marks an empty slot; no name hashes to it */
-  const struct nxi_htable *t =
-      atomic_load_explicit(&ctx->handlers, memory_order_acquire);
-  for (uint32_t i = id & t->mask;; i = (i + 1) & t->mask) {
-    if (t->slot[i].id == id)
-      return &t->slot[i];
-    if (t->slot[i].id == 0)
-      return NULL;
-  }
-}
-
 /* Registration copies the table (readers never lock) and retires the old
  * copy; a context registers a handful of handlers, once. */
 int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,

@@ -37,7 +37,23 @@ void nxi_contexts_finalize(void);
 /* Looks up a live context and takes a reference; driver lock held. */
 struct nx_context *nxi_context_get(uint64_t id);
 void nxi_context_put(struct nx_context *ctx);
-const struct nxi_handler *nxi_handler_find(struct nx_context *ctx, uint32_t id);
+/* The handler with wire id `id` (nx_handler_id of its name), or NULL. The
+ * id indexes the table (its low bits) and is compared whole in the slot,
+ * so an id nobody registered here finds nothing, never another handler:
+ * in the common case one slot read, inline on the dispatch path. */
+static inline const struct nxi_handler *nxi_handler_find(struct nx_context *ctx,
+                                                         uint32_t id) {
+  if (id == 0)
+    return NULL; /* 0 marks an empty slot; no name hashes to it */
+  const struct nxi_htable *t =
+      atomic_load_explicit(&ctx->handlers, memory_order_acquire);
+  for (uint32_t i = id & t->mask;; i = (i + 1) & t->mask) {
+    if (t->slot[i].id == id)
+      return &t->slot[i];
+    if (t->slot[i].id == 0)
+      return NULL;
+  }
+}
 /* The calling thread's current context while it runs a handler, else NULL
  * (nx_context_self then answers the initial context). */
 extern NXI_TLS nx_context_t *nxi_current;
