@@ -220,7 +220,11 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
       atomic_load_explicit(&rt->failed, memory_order_relaxed) != 0 ||
       nx_endpoint_failed(rt->ep))
     return NXI_SLOW;
-  nxi_buffer_seal(b);
+  /* A frame that stays in this process needs no wire header: its
+   * receiver reads the buffer's fields (protocol.h, in_process). */
+  int wire = !rt->mod->ops->in_process;
+  if (wire)
+    nxi_buffer_seal(b);
   /* Entered in the ledger (ledger.h) with the generation of its route;
    * nothing to enter for a context of this process. */
   int ask = 0;
@@ -232,7 +236,7 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   }
   struct nxi_peer *peer = b->peer;
   b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
-  if (b->hflags != 0)
+  if (b->hflags != 0 && wire)
     nxi_frame_hdr_set_flags(b->hdr, b->hflags);
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */

@@ -90,4 +90,5 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_local = {
     .progress = local_progress,
     .wait_fd = NULL,
     .backend_version = local_backend_version,
+    .in_process = 1,
 };

@@ -372,6 +372,13 @@ struct nx_protocol_ops {
    * datatype) says so here. 0 (or 2) means two: the core then copies a
    * payload put by reference into one piece before send. */
   uint32_t iov_max;
+
+  /* Optional: 1 for a module whose frames never leave this process (it
+   * gives every frame back through handover, as the local module does).
+   * The core's fast path then writes no wire header for them: the frame's
+   * header and iovecs are not set, and the module reads nothing of the
+   * frame but hands it over. 0 for every module that moves bytes. */
+  uint32_t in_process;
 };
 
 /* ctl_close flags. */
