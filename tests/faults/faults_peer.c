@@ -9,8 +9,9 @@
  *     the same under a short NX_FINALIZE_MS: nx_finalize must return
  *     NX_ETIMEDOUT, without a crash, after reporting each RSR it could not
  *     confirm to the error callback (at most COUNT + 1 of them).
- *   faults_peer alltoall SHM COUNT
- *     every rank sends COUNT numbered RSRs to every other, then "done", and
+ *   faults_peer alltoall SHM COUNT [PAD]
+ *     every rank sends COUNT numbered RSRs (each with PAD bytes more, 0 if
+ *     not given) to every other, then "done", and
  *     waits for "done" from every rank that is alive. What happens is
  *     written to the shared file SHM (struct board): each sender's accepted
  *     RSRs, each handled one, the losses reported to each sender's error
@@ -408,7 +409,8 @@ static int all_ready(void) {
 }
 
 static int alltoall(int argc, char **argv) {
-  NXT_EXPECT(argc == 4 && nranks <= MAX_RANKS, 1);
+  NXT_EXPECT((argc == 4 || argc == 5) && nranks <= MAX_RANKS, 1);
+  size_t pad = argc == 5 ? (size_t)atoi(argv[4]) : 0;
   int fd = open(argv[2], O_RDWR);
   NXT_EXPECT(fd >= 0, 1);
   count = (unsigned)atoi(argv[3]);
@@ -434,7 +436,7 @@ static int alltoall(int argc, char **argv) {
     for (int d = first; d < nranks; d++) {
       if (d == rank || dead[d])
         continue;
-      int r = send_u32s(&peers[d], "seq", (uint32_t)rank, seq, 0);
+      int r = send_u32s(&peers[d], "seq", (uint32_t)rank, seq, pad);
       if (r == 0)
         atomic_fetch_add(&board->accepted[rank][d], 1);
       else if (r != NX_EPEERDEAD && r != NX_EUNREACH) {
