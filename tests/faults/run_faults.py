@@ -292,7 +292,7 @@ class Hosts:
     def nft_refused(self):
         """Why the link cannot be filtered with nftables here, or ''."""
         if shutil.which('nft') is None:
-            return 'nft (nftables) is not installed; scripts/deps installs it'
+            return 'nft (nftables) is not installed (scripts/deps installs it)'
         p = self.nft('A', 'add', 'table', 'inet', 'nxfaults')
         if p.returncode != 0:
             return 'the kernel refuses nftables: ' + p.stderr.strip()
@@ -642,8 +642,8 @@ def link_faults(launch, module, scenario):
             time.sleep(3)
             t2 = time.time()
             if refused:
-                hosts.qdisc()
                 dropped = hosts.dropped()
+                hosts.qdisc()
             else:
                 dropped = hosts.drop_count()
                 hosts.heal()
