@@ -542,9 +542,10 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
         bad.append('no rank was ever stopped (the run ended first)')
     if not bad:
         # Which pairs had reports, and with what code (a rank says so on
-        # stderr at its first report to each peer).
+        # stderr at its first report to each peer), and where "done"
+        # overtook RSRs.
         for line in err.splitlines():
-            if 'reported lost' in line:
+            if 'reported lost' in line or 'came before' in line:
                 print(line)
     for b in bad:
         print('FAIL: ' + b)
