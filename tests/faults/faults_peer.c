@@ -9,9 +9,12 @@
  *     the same under a short NX_FINALIZE_MS: nx_finalize must return
  *     NX_ETIMEDOUT, without a crash, after reporting each RSR it could not
  *     confirm to the error callback (at most COUNT + 1 of them).
- *   faults_peer alltoall SHM COUNT
- *     every rank sends COUNT numbered RSRs to every other, then "done", and
- *     waits for "done" from every rank that is alive. What happens is
+ *   faults_peer alltoall SHM COUNT [PAD]
+ *     every rank sends COUNT numbered RSRs (each with PAD bytes more, 0 if
+ *     not given) to every other, then "done" with the number it sent,
+ *     and waits, for every rank that is alive, for its "done" and for
+ *     that many of its RSRs (nexus keeps no order between two
+ *     processes: "done" may overtake them; said on stderr). What happens is
  *     written to the shared file SHM (struct board): each sender's accepted
  *     RSRs, each handled one, the losses reported to each sender's error
  *     callback. The driver kills and stops ranks meanwhile and then checks
@@ -64,6 +67,10 @@ static unsigned count;
 static nx_mutex_t m;
 static nx_cond_t c;
 static int done_from[MAX_RANKS];
+/* From each rank: the RSRs it said it sent ("done"), and those of them
+ * handled here (each seq once). */
+static atomic_uint done_sent[MAX_RANKS];
+static atomic_uint seq_seen[MAX_RANKS];
 static atomic_int dead[MAX_RANKS]; /* read by main without the mutex */
 static _Atomic long flood_seen;
 static unsigned char *flood_seq;
@@ -139,7 +146,14 @@ static void on_seq(nx_context_t *ctx, void *a, nx_buffer_t *b) {
       from >= (uint32_t)nranks || seq >= count)
     return;
   size_t i = ((size_t)from * MAX_RANKS + (size_t)rank) * count + seq;
-  atomic_fetch_add(&board->handled[i], 1);
+  if (atomic_fetch_add(&board->handled[i], 1) == 0 &&
+      atomic_fetch_add(&seq_seen[from], 1) + 1 ==
+          atomic_load(&done_sent[from])) {
+    /* The last one came after "done": wake the wait. */
+    nx_mutex_lock(&m);
+    nx_cond_broadcast(&c);
+    nx_mutex_unlock(&m);
+  }
 }
 
 static void on_ready(nx_context_t *ctx, void *a, nx_buffer_t *b) {
@@ -157,9 +171,17 @@ static void on_ready(nx_context_t *ctx, void *a, nx_buffer_t *b) {
 static void on_done(nx_context_t *ctx, void *a, nx_buffer_t *b) {
   (void)ctx;
   (void)a;
-  uint32_t from;
-  if (nx_get_uint32(b, &from) == 0 && from < (uint32_t)nranks) {
+  uint32_t from, sent;
+  if (nx_get_uint32(b, &from) == 0 && nx_get_uint32(b, &sent) == 0 &&
+      from < (uint32_t)nranks) {
+    unsigned seen = atomic_load(&seq_seen[from]);
+    if (seen < sent)
+      fprintf(stderr,
+              "rank %d: \"done\" from rank %u came before %u of its "
+              "%u RSRs\n",
+              rank, from, sent - seen, sent);
     nx_mutex_lock(&m);
+    atomic_store(&done_sent[from], sent);
     done_from[from] = 1;
     nx_cond_broadcast(&c);
     nx_mutex_unlock(&m);
@@ -394,7 +416,9 @@ static int flood(int argc, char **argv) {
 
 static int all_done(void) {
   for (int i = first; i < nranks; i++)
-    if (i != rank && !done_from[i] && !dead[i])
+    if (i != rank && !dead[i] &&
+        (!done_from[i] ||
+         atomic_load(&seq_seen[i]) < atomic_load(&done_sent[i])))
       return 0;
   return 1;
 }
@@ -408,7 +432,8 @@ static int all_ready(void) {
 }
 
 static int alltoall(int argc, char **argv) {
-  NXT_EXPECT(argc == 4 && nranks <= MAX_RANKS, 1);
+  NXT_EXPECT((argc == 4 || argc == 5) && nranks <= MAX_RANKS, 1);
+  size_t pad = argc == 5 ? (size_t)atoi(argv[4]) : 0;
   int fd = open(argv[2], O_RDWR);
   NXT_EXPECT(fd >= 0, 1);
   count = (unsigned)atoi(argv[3]);
@@ -434,7 +459,7 @@ static int alltoall(int argc, char **argv) {
     for (int d = first; d < nranks; d++) {
       if (d == rank || dead[d])
         continue;
-      int r = send_u32s(&peers[d], "seq", (uint32_t)rank, seq, 0);
+      int r = send_u32s(&peers[d], "seq", (uint32_t)rank, seq, pad);
       if (r == 0)
         atomic_fetch_add(&board->accepted[rank][d], 1);
       else if (r != NX_EPEERDEAD && r != NX_EUNREACH) {
@@ -444,7 +469,8 @@ static int alltoall(int argc, char **argv) {
     }
   for (int d = first; d < nranks; d++)
     if (d != rank && !dead[d])
-      send_u32s(&peers[d], "done", (uint32_t)rank, 0, 0);
+      send_u32s(&peers[d], "done", (uint32_t)rank,
+                atomic_load(&board->accepted[rank][d]), 0);
   wait_until(all_done);
   int r = nx_finalize();
   atomic_store(&board->finalized[rank], 1000 + r);

@@ -30,16 +30,24 @@ The ranks run under nxrun, or for MODULE mpi under Open MPI's mpirun
          gateway 300 ms late, so that it hears from the others before it
          has their lists; what it sent across must still be reported at
          once, not when nx_finalize gives up.
-  netem, partition
+  loss1, loss5, partition, rate, netem
          over tcp between two "hosts": network namespaces joined by a veth
          pair, as tests/cluster/cluster.sh makes them; even ranks on host
-         A, odd ranks on host B (needs root, ip and tc). netem: the link
-         loses 2%, delays 10 ms +- 5 ms and reorders 25% of the packets
-         each way (tc netem) for the whole run. partition: halfway the
-         link drops every packet each way for 1.5 s, then heals (tc netem
-         loss 100%; where the kernel has no netem, a pfifo qdisc of length
-         0 drops them just as well). RSRs between the hosts must be handled
-         once or reported; RSRs within a host must all arrive.
+         A, odd ranks on host B (needs root, ip and tc; nft for loss1,
+         loss5 and partition). RSRs between the hosts must be handled once
+         or reported, RSRs within a host must all arrive, and (but for
+         netem) every rank must have ended within the bound in LINK.
+         loss1, loss5: each end drops 1% (5%) of the packets that reach it
+         over the link, at random, for the whole run (nftables: numgen
+         random mod 100 < N drop; where the kernel refuses nftables, tc
+         netem loss; skipped where it has neither). partition: when rank 0
+         has sent 30% of its RSRs, each end drops every packet from the
+         link for 3 s, then the rules go and the link heals (nftables;
+         skipped where the kernel refuses it). rate: the
+         link carries 1 Mbit/s each way (tc tbf) for the whole run, RSRs of
+         264 bytes. netem (by hand; not in the suite): the link loses 2%,
+         delays 10 ms +- 5 ms and reorders 25% of the packets each way (tc
+         netem), skipped where the kernel has no netem.
   close  the same traffic; the ranks' tcp connections are closed under it
          (ss -K), for tcp only: a closed connection loses its peer (tcp
          does not reconnect), so what was lost must have been reported.
@@ -231,6 +239,12 @@ class Hosts:
                          ('-n', self.ns[h], 'addr', 'add',
                           self.IP[h] + '/30', 'dev', self.dev[h]),
                          ('-n', self.ns[h], 'link', 'set', 'lo', 'up'),
+                         # One packet on the link is one segment of at
+                         # most the MTU, as on a wire (a veth otherwise
+                         # carries TCP's 64 KiB GSO packets whole), so
+                         # that N% loss loses N% of the segments.
+                         ('-n', self.ns[h], 'link', 'set', self.dev[h],
+                          'gso_max_segs', '1'),
                          ('-n', self.ns[h], 'link', 'set', self.dev[h],
                           'up')):
                 p = self.ip(*args)
@@ -257,6 +271,65 @@ class Hosts:
                     raise RuntimeError('tc qdisc add %s: %s' %
                                        (' '.join(spec), p.stderr.strip()))
 
+    def nft(self, host, *args, script=None):
+        return subprocess.run(['ip', 'netns', 'exec', self.ns[host], 'nft'] +
+                              list(args), input=script, capture_output=True,
+                              text=True, timeout=30)
+
+    def nft_both(self, args, scripts=None):
+        """nft with args in both hosts at once (so that a partition starts
+        and ends at nearly the same moment each way); the two results."""
+        procs = [subprocess.Popen(['ip', 'netns', 'exec', self.ns[h], 'nft'] +
+                                  list(args), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+                 for h in 'AB']
+        res = [p.communicate(scripts[i] if scripts else '', timeout=30)
+               for i, p in enumerate(procs)]
+        return [(p.returncode, out, err) for p, (out, err) in
+                zip(procs, res)]
+
+    def nft_refused(self):
+        """Why the link cannot be filtered with nftables here, or ''."""
+        if shutil.which('nft') is None:
+            return 'nft (nftables) is not installed (scripts/deps installs it)'
+        p = self.nft('A', 'add', 'table', 'inet', 'nxfaults')
+        if p.returncode != 0:
+            return 'the kernel refuses nftables: ' + p.stderr.strip()
+        self.nft('A', 'delete', 'table', 'inet', 'nxfaults')
+        return ''
+
+    def drop(self, match):
+        """Until heal(), each end drops the packets that reach it over the
+        link and match (nft words; '' is every packet): so both ways, and
+        to the sender's TCP a drop is a packet lost on the wire (a drop in
+        the sender's output hook would be a local send error instead)."""
+        scripts = ['table inet nxfaults {\n'
+                   '  chain in {\n'
+                   '    type filter hook input priority 0; policy accept;\n'
+                   '    iifname "%s" %s counter drop\n'
+                   '  }\n'
+                   '}\n' % (self.dev[h], match) for h in 'AB']
+        for rc, _, err in self.nft_both(['-f', '-'], scripts):
+            if rc != 0:
+                raise RuntimeError('nft -f (%s): %s' % (match or 'drop all',
+                                                       err.strip()))
+
+    def drop_count(self):
+        """The packets drop()'s rules have dropped so far."""
+        n = 0
+        for _, out, _ in self.nft_both(['list', 'table', 'inet',
+                                        'nxfaults']):
+            n += sum(int(w) for w in re.findall(r'packets (\d+)', out))
+        return n
+
+    def heal(self):
+        """Removes drop()'s rules."""
+        for rc, _, err in self.nft_both(['delete', 'table', 'inet',
+                                         'nxfaults']):
+            if rc != 0:
+                raise RuntimeError('nft delete table: ' + err.strip())
+
     def dropped(self):
         """Packets the root qdiscs of both ends dropped."""
         n = 0
@@ -266,10 +339,10 @@ class Hosts:
                 n += int(w)
         return n
 
-    def link_bytes(self):
-        """Bytes host A's end sent and received."""
+    def link_bytes(self, what=('tx_bytes', 'rx_bytes')):
+        """Bytes host A's end sent and received (or other counters)."""
         got = []
-        for what in ('tx_bytes', 'rx_bytes'):
+        for what in what:
             p = self.ip('netns', 'exec', self.ns['A'], 'cat',
                         '/sys/class/net/%s/statistics/%s' %
                         (self.dev['A'], what))
@@ -340,10 +413,17 @@ class Board:
 
 
 def one_round(launch, module, count, victim, stalled, kill_at, closing,
-              stop_s=0.3, gw=False, inject=None):
+              stop_s=0.3, gw=False, inject=None, bound_s=0, pad=0,
+              env_extra=None, false_reports_ok=False):
     """One run of N ranks all-to-all (4; with a gateway, rank 0 and 4
     members) with the faults injected when the pace rank (the victim, or
-    the first member) has sent kill_at of its RSRs; then the check."""
+    the first member) has sent kill_at of its RSRs; then the check. With
+    bound_s, every rank must also have ended (each accepted RSR handled or
+    reported) within bound_s seconds of their start; pad: bytes more in
+    each RSR. With false_reports_ok, RSRs between live ranks that were
+    all handled once and still reported are said, not failed
+    (docs/design.md section 9, known issues: tcp drops a peer's last
+    counts unread when a write to it fails)."""
     n = NRANKS + 1 if gw else NRANKS
     first = 1 if gw else 0
     pace = victim if victim >= first else first
@@ -352,8 +432,11 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     os.close(fd)
     board = Board(path, count)
     pre = ['--gw', module] if gw else []
-    proc = launch.start(n, pre + ['alltoall', path, str(count)],
-                        run_env(module, victim >= 0))
+    env = run_env(module, victim >= 0)
+    env.update(env_extra or {})
+    t0 = time.time()
+    proc = launch.start(n, pre + ['alltoall', path, str(count)] +
+                        ([str(pad)] if pad else []), env)
     injected = []
     try:
         deadline = time.time() + 120
@@ -394,6 +477,7 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
                     print('rank %d had ended before the kill' % victim)
     finally:
         res = finish(proc, 300)
+    elapsed = time.time() - t0
     if res is None:
         print('FAIL: the ranks hung (no end within the bound)')
         os.unlink(path)
@@ -403,6 +487,7 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     os.unlink(path)
     bad = []
     totals = {'accepted': 0, 'handled': 0, 'reported': 0, 'lost': 0}
+    notes = []
     if gw and victim != 0 and board.finalized(data, 0) != 1000:
         bad.append('the gateway: nx_finalize returned %s' %
                    board.finalized(data, 0))
@@ -433,16 +518,27 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
             totals['lost'] += lost
             if twice:
                 bad.append('%d->%d: %d RSRs handled twice' % (s, d, twice))
-            if d != victim and not cut and (lost or rep):
+            if (d != victim and not cut and not lost and rep and
+                    false_reports_ok):
+                notes.append('%d->%d (both alive, on one host): all %d '
+                             'handled once, and %d of them reported: false '
+                             'reports (docs/design.md section 9, known '
+                             'issues)' % (s, d, acc, rep))
+            elif d != victim and not cut and (lost or rep):
                 bad.append('%d->%d (both alive): %d lost, %d reported' %
                            (s, d, lost, rep))
             if (d == victim or cut) and lost > rep:
                 bad.append('%d->%d: %d accepted RSRs neither handled nor '
                            'reported (%d reported)' % (s, d, lost - rep, rep))
     print('injected: %s; counted: %d accepted, %d handled, %d not handled, '
-          '%d reported lost' % ('; '.join(injected) or 'nothing',
-                                totals['accepted'], totals['handled'],
-                                totals['lost'], totals['reported']))
+          '%d reported lost; the ranks ran %.1f s' %
+          ('; '.join(injected) or 'nothing', totals['accepted'],
+           totals['handled'], totals['lost'], totals['reported'], elapsed))
+    for note in notes:
+        print('NOTE: ' + note)
+    if bound_s and elapsed > bound_s:
+        bad.append('the ranks ran %.1f s, past the bound of %d s' %
+                   (elapsed, bound_s))
     if victim >= first:
         # Not checked (a dead sender hears of nothing), but said: how far
         # the killed rank's RSRs got.
@@ -456,6 +552,13 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
         bad.append('the victim was never killed (the run ended first)')
     if stalled >= 0 and not any('stopped' in i for i in injected):
         bad.append('no rank was ever stopped (the run ended first)')
+    if not bad:
+        # Which pairs had reports, and with what code (a rank says so on
+        # stderr at its first report to each peer), and where "done"
+        # overtook RSRs.
+        for line in err.splitlines():
+            if 'reported lost' in line or 'came before' in line:
+                print(line)
     for b in bad:
         print('FAIL: ' + b)
     if bad:
@@ -463,15 +566,24 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
     return (1 if bad else 0), injected
 
 
+# The link cases' traffic and bound (docs/design.md section 9): RSRs per
+# ordered pair, bytes added to each, and the seconds within which every
+# rank must have ended, each accepted RSR handled or reported.
+# NX_FINALIZE_MS keeps nx_finalize's own bound inside it.
+LINK = {'loss1': (5000, 0, 60), 'loss5': (5000, 0, 60),
+        'partition': (5000, 0, 60), 'rate': (400, 256, 60)}
+LINK_FINALIZE_MS = '30000'
+
+
 def link_faults(launch, module, scenario):
     hosts = Hosts()
     try:
         hosts.setup()
-        netem, why = hosts.has_netem()
-        if scenario == 'netem' and not netem:
-            skip('the kernel has no netem qdisc (tc: %s)' % why)
         launch.hosts = hosts
         if scenario == 'netem':
+            netem, why = hosts.has_netem()
+            if not netem:
+                skip('the kernel has no netem qdisc (tc: %s)' % why)
             spec = ['netem', 'loss', '2%', 'delay', '10ms', '5ms',
                     'reorder', '25%', '50%']
             hosts.qdisc(*spec)
@@ -481,31 +593,88 @@ def link_faults(launch, module, scenario):
             print('link A<->B: %d packets dropped, %d bytes carried' %
                   (hosts.dropped(), sum(hosts.link_bytes())))
             return rc
+        count, pad, bound = LINK[scenario]
+        env = {'NX_FINALIZE_MS': LINK_FINALIZE_MS}
+        refused = hosts.nft_refused()
+        if scenario in ('loss1', 'loss5'):
+            pct = int(scenario[4:])
+            if refused:
+                netem, why = hosts.has_netem()
+                if not netem:
+                    skip('%s, and the kernel has no netem qdisc either '
+                         '(tc: %s)' % (refused, why))
+                hosts.qdisc('netem', 'loss', '%d%%' % pct)
+                how = 'tc netem loss %d%% (%s)' % (pct, refused)
+            else:
+                hosts.drop('numgen random mod 100 < %d' % pct)
+                how = 'nft: numgen random mod 100 < %d drop' % pct
+            print('link A<->B: %s, each way, for the whole run' % how)
+            rc, _ = one_round(launch, module, count, -1, -1, 0, False,
+                              bound_s=bound, pad=pad, env_extra=env,
+                              false_reports_ok=True)
+            dropped = hosts.dropped() if refused else hosts.drop_count()
+            # Each end's rule sees what the other sent (tc's what it
+            # sends): either way, every packet A's end sent or received.
+            packets = sum(hosts.link_bytes(('tx_packets', 'rx_packets')))
+            print('link A<->B: %d of %d packets dropped (%.1f%%), %d bytes '
+                  'carried' % (dropped, packets,
+                               100.0 * dropped / max(packets, 1),
+                               sum(hosts.link_bytes())))
+            return rc
+        if scenario == 'rate':
+            spec = ['tbf', 'rate', '1mbit', 'burst', '16kb', 'latency',
+                    '200ms']
+            p = hosts.tc('A', 'qdisc', 'add', 'dev', hosts.dev['A'], 'root',
+                         *spec)
+            if p.returncode != 0:
+                skip('the kernel refuses the tbf qdisc: ' + p.stderr.strip())
+            hosts.qdisc(*spec)
+            before = sum(hosts.link_bytes())
+            print('link A<->B: tc qdisc %s, each way, for the whole run' %
+                  ' '.join(spec))
+            t0 = time.time()
+            rc, _ = one_round(launch, module, count, -1, -1, 0, False,
+                              bound_s=bound, pad=pad, env_extra=env,
+                              false_reports_ok=True)
+            carried = sum(hosts.link_bytes()) - before
+            print('link A<->B: %d bytes carried in %.1f s (%.2f Mbit/s both '
+                  'ways together), %d packets dropped at the limit' %
+                  (carried, time.time() - t0,
+                   carried * 8 / 1e6 / (time.time() - t0), hosts.dropped()))
+            return rc
+
+        # No fallback: a pfifo qdisc of length 0 (what this case used
+        # without netem) is bypassed while the link's queue is empty, and
+        # dropped 4 packets in a "partition" of 1.5 s.
+        if refused:
+            skip(refused)
 
         def partition():
-            t0 = time.time()
             before = hosts.link_bytes()
-            if netem:
-                hosts.qdisc('netem', 'loss', '100%')
-                how = 'tc netem loss 100%'
-            else:
-                hosts.qdisc('pfifo', 'limit', '0')
-                how = 'tc pfifo limit 0 (no netem here)'
-            time.sleep(1.5)
-            dropped = hosts.dropped()
-            hosts.qdisc()
-            return ('partitioned the hosts for %.1f s (%s, each way; %d '
-                    'packets dropped; %d bytes had crossed the link before)' %
-                    (time.time() - t0, how, dropped, sum(before)))
-        rc, _ = one_round(launch, module, 5000, -1, -1, 0.3, False,
-                          inject=partition)
+            t0 = time.time()
+            hosts.drop('')
+            # Cut both ways from t1 (both ends' rules in) to t2.
+            t1 = time.time()
+            time.sleep(3)
+            t2 = time.time()
+            dropped = hosts.drop_count()
+            hosts.heal()
+            return ('partitioned the hosts for %.1f s each way (nft: drop '
+                    'every packet; %.2f s to cut, %.2f s to count and heal; '
+                    '%d packets dropped; %d bytes had crossed the link '
+                    'before)' % (t2 - t1, t1 - t0, time.time() - t2, dropped,
+                                 sum(before)))
+        rc, _ = one_round(launch, module, count, -1, -1, 0.3, False,
+                          inject=partition, bound_s=bound, pad=pad,
+                          env_extra=env, false_reports_ok=True)
         return rc
     finally:
         hosts.cleanup()
 
 
 SCENARIOS = ('flood', 'bound', 'stop', 'gw-flood', 'gw-kill', 'gw-killgw',
-             'gw-killgw-late', 'netem', 'partition', 'close')
+             'gw-killgw-late', 'netem', 'loss1', 'loss5', 'partition', 'rate',
+             'close')
 
 
 def scenario_once(launch, module, scenario):
@@ -531,7 +700,7 @@ def scenario_once(launch, module, scenario):
             rc, _ = one_round(launch, module, 5000, 0, -1, 0.5, False,
                               gw=True)
             return rc
-    if scenario in ('netem', 'partition'):
+    if scenario in ('netem', 'loss1', 'loss5', 'partition', 'rate'):
         if module != 'tcp':
             skip('the link faults apply to tcp between hosts')
         return link_faults(launch, module, scenario)
