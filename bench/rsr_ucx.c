@@ -19,6 +19,10 @@
 /* Usage: bench_rsr_ucx [scale [runs]] or bench_rsr_ucx --quick. `scale`
  * multiplies the round trips per run (default 1: 20,000 at 8 B down to 250
  * at 4 MiB); --quick makes a tenth of them in 3 runs (a smoke test).
+ * bench_rsr_ucx --raw-count N [--as-module] makes exactly N 8 B round trips
+ * of the raw ping-pong below (after 50 to warm up) and nothing else, both
+ * processes ending normally: what bench/count_rsr.py counts under
+ * callgrind, runs of two lengths subtracted.
  *
  * Two raw anchors, each a ping-pong of UCP active messages with a header
  * of a frame header's size (NX_FRAME_HDR_SIZE) between this process and a
@@ -125,7 +129,9 @@ static void raw_send(size_t len) {
     bench_die("raw: ucp_am_send_nbx", NULL);
 }
 
-static void raw_wait(void) {
+/* Not inlined: bench/count_rsr.py takes this loop out of its count by name
+ * (its empty polls depend on timing) and puts raw_am back. */
+static __attribute__((noinline)) void raw_wait(void) {
   while (!raw.arrived)
     ucp_worker_progress(raw.worker);
   raw.arrived = 0;
@@ -247,6 +253,56 @@ static void bench_raw(int peer_mode, double t[NSIZES][MAX_RUNS], int run) {
   close(p2c[0]), close(p2c[1]), close(c2p[0]), close(c2p[1]);
 }
 
+/* --raw-count: `n` round trips at 8 B after COUNT_WARM, in the way
+ * bench_raw makes them. The child echoes exactly as many and then waits
+ * for a byte on the pipe before it tears down: nothing is in flight when
+ * either side closes, and both exit normally, so that callgrind writes
+ * both profiles. */
+#define COUNT_WARM 50
+
+static void count_raw(int peer_mode, long n) {
+  int p2c[2], c2p[2];
+  if (pipe(p2c) < 0 || pipe(c2p) < 0)
+    bench_die("pipe", NULL);
+  raw.peer_mode = peer_mode;
+  raw.arrived = 0;
+  raw.buf = calloc(1, 64);
+  if (raw.buf == NULL)
+    bench_die("malloc", NULL);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0)
+    bench_die("fork", NULL);
+  char done = 0;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(1);
+    raw_setup(p2c[0], c2p[1]);
+    for (long i = 0; i < COUNT_WARM + n; i++) {
+      raw_wait();
+      raw_send(raw.len);
+    }
+    if (bench_read_all(p2c[0], &done, 1) < 0)
+      _exit(1);
+    raw_teardown();
+    _exit(0);
+  }
+  raw_setup(c2p[0], p2c[1]);
+  for (long i = 0; i < COUNT_WARM + n; i++) {
+    raw_send(8);
+    raw_wait();
+  }
+  int status;
+  if (bench_write_all(p2c[1], &done, 1) < 0 || waitpid(pid, &status, 0) < 0 ||
+      !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    bench_die("raw: the echoing child failed", NULL);
+  raw_teardown();
+  free(raw.buf);
+  printf("raw UCP AM round trips: %ld (%s)\n", n,
+         peer_mode ? "as the module" : "UCX defaults");
+}
+
 /* The cost of copying the payload once (cache-hot): an RSR copies it at
  * each end (nx_put_bytes), the raw ping-pong never. */
 static double bench_memcpy(size_t n) {
@@ -358,6 +414,7 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
 
 static const char usage[] =
     "usage: bench_rsr_ucx [SCALE [RUNS]] | bench_rsr_ucx --quick\n"
+    "       bench_rsr_ucx --raw-count N [--as-module]\n"
     "  Round trips between two processes at 8 B to 4 MiB over UCX: RSRs "
     "over\n"
     "  the ucx module, copying and zero-copy, beside raw UCP "
@@ -366,7 +423,12 @@ static const char usage[] =
     "goals.\n"
     "  SCALE     multiplies the round trips per run (default 1)\n"
     "  RUNS      runs of each row, at most 15 (default 5)\n"
-    "  --quick   a tenth of the round trips in 3 runs\n";
+    "  --quick   a tenth of the round trips in 3 runs\n"
+    "  --raw-count N  only N 8 B round trips of the raw UCP ping-pong, "
+    "UCX\n"
+    "            defaults or (--as-module) set up as the module, for "
+    "callgrind\n"
+    "            (bench/count_rsr.py)\n";
 
 /* The positive number `arg`, or 0 when it is not one. */
 static int count_arg(const char *arg) {
@@ -388,6 +450,16 @@ int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--quick") == 0) {
     quick = 1;
     runs = 3;
+  } else if (argc > 1 && strcmp(argv[1], "--raw-count") == 0) {
+    int n = argc > 2 ? count_arg(argv[2]) : 0;
+    if (n == 0)
+      return bench_bad_arg("bench_rsr_ucx", argc > 2 ? argv[2] : argv[1],
+                           "not a positive number of round trips", usage);
+    if (argc > 4 || (argc == 4 && strcmp(argv[3], "--as-module") != 0))
+      return bench_bad_arg("bench_rsr_ucx", argv[argc > 4 ? 4 : 3],
+                           argc > 4 ? "one argument too many" : NULL, usage);
+    count_raw(argc == 4, n);
+    return 0;
   } else {
     for (int i = 1; i < argc; i++) {
       int v = count_arg(argv[i]);
