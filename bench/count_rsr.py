@@ -13,9 +13,45 @@ the waiting thread's polls.
 
 Over a module: the 8 B non-threaded round trip of fig3_rsr, both
 processes, counted as bench/pvm/count_instr.py counts it (spinning waits
-taken out, runs of two lengths subtracted). Needs valgrind; build with
--Dbuildtype=release as bench/run does."""
+taken out, runs of two lengths subtracted).
+
+Over ucx, beside raw UCP: the anchor is bench_rsr_ucx --raw-count, the
+raw UCP active-message ping-pong of bench_rsr_ucx (8 B with a header of
+NX_FRAME_HDR_SIZE bytes, both processes busy-polling ucp_worker_progress),
+set up as the module sets UCP up (peer-failure handling, keepalive,
+256-byte FIFO elements, UCP_FEATURE_WAKEUP; what nexus adds is taken
+against this one, so that it is nexus's alone) and with UCX's defaults
+(printed for reference). Both are counted in the same run by one rule,
+both processes together, runs of n1 and n2 round trips subtracted (start-up
+and shutdown cancel):
+  - the waiting loops go out whole (inclusive), the polls that found a
+    message with the empty ones: how often a side polls in vain depends on
+    how long the other takes, not on the code. Raw UCP: raw_wait; nexus:
+    hook_wait and nxi_pool_main, dispatch put back without on_ask
+    (count_instr.py's "work", printed first);
+  - what UCP runs for each message that came goes back in, at its cost
+    per message: ucp_am_handler (inclusive: UCP's handling of the active
+    message and the program's callback in it, raw_am copying the 8 B out
+    or the ucx module's ucx_am_recv making the frame), its inclusive cost
+    over the n2 - n1 extra round trips divided by its extra calls, two per
+    round trip. Per message, because nexus's runtime messages (the
+    ledger's asks and answers) come as often as the clock says, as
+    count_instr.py takes on_ask out.
+Both counts then hold the sends (ucp_am_send_nbx and, for nexus, all that
+leads to it), UCP's active-message handler with the callback in it, and
+nexus's dispatch and handlers. Neither holds the poll loops, nor UCT's
+finding of the message in the shared-memory FIFO around the handler (the
+same code for both). Not counted for nexus, and so missing from the
+difference: its work per poll around ucp_worker_progress (nxi_poll_once,
+poll_module, ucx_progress's lock and hand-over of the batch), which runs
+for empty polls too and cannot be told apart from them by function. The
+runtime's own messages count only in ucp_am_handler's average and where
+they are sent outside the waits, as the clock has it: what moves nexus's
+count between runs. Out of both, as in count_instr.py: UCX's timed TSC
+measurement at start-up. UCX_MEM_EVENTS=n as count_instr.py. Needs
+valgrind; build with -Dbuildtype=release as bench/run does."""
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -26,6 +62,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "pvm"))
 import count_instr  # noqa: E402  (the module-level method, shared)
+
+HANDLER = "ucp_am_handler"  # UCP's, for an active message that came
 
 
 def in_process(build, threaded):
@@ -50,6 +88,46 @@ def in_process(build, threaded):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def raw_ucp(build, as_module, n):
+    """(work, ucp_am_handler's inclusive cost, its calls) of `n` raw UCP
+    round trips and their start-up, both processes (bench_rsr_ucx
+    --raw-count): the module docstring's rule."""
+    prog = [os.path.join(build, "bench", "bench_rsr_ucx"), "--raw-count",
+            str(n)] + (["--as-module"] if as_module else [])
+    d = tempfile.mkdtemp(prefix="nx-count-raw-")
+    try:
+        env = dict(os.environ, UCX_MEM_EVENTS="n")
+        r = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--trace-children=yes",
+             "--callgrind-out-file=" + os.path.join(d, "cg.%p")] + prog,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, timeout=1200)
+        files = glob.glob(os.path.join(d, "cg.*"))
+        if (r.returncode != 0 or "round trips: %d" % n not in r.stdout or
+                len(files) != 2):
+            sys.exit("bench_rsr_ucx --raw-count failed: %s" % r.stderr[-400:])
+        work = hinc = hcalls = 0
+        for f in files:
+            total, inc, _ = count_instr.annotate(f, True)
+            work += total - inc["raw_wait"] - inc[count_instr.TIMED_START]
+            hinc += inc[HANDLER]
+            hcalls += count_instr.calls(f, HANDLER)
+        return work, hinc, hcalls
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def per_round_trip(a, b, n):
+    """Instructions per round trip from runs `a` and `b` ((work, handler's
+    cost, handler's calls), of n1 and n2 round trips; n = n2 - n1): the
+    work, plus two messages' worth of the handler."""
+    calls = b[2] - a[2]
+    if calls <= 0:
+        sys.exit("no %s calls between the runs" % HANDLER)
+    per_msg = (b[1] - a[1]) / calls
+    return (b[0] - a[0]) / n + 2 * per_msg, per_msg
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("build", nargs="?", default="build")
@@ -70,11 +148,34 @@ def main():
               ("threaded:" if threaded else "non-threaded:", rt, rt / 2))
     n1, n2 = (100, 600) if a.quick else (200, 1200)
     for mod in [m for m in a.modules.split(",") if m]:
-        w1, _ = count_instr.run(b, "rsr", mod, n1)
-        w2, _ = count_instr.run(b, "rsr", mod, n2)
+        back = HANDLER if mod == "ucx" else None
+        w1, _, x1 = count_instr.run(b, "rsr", mod, n1, back)
+        w2, _, x2 = count_instr.run(b, "rsr", mod, n2, back)
         rt = (w2 - w1) / (n2 - n1)
         print("  over %-4s 8 B round trip, both processes: %7.0f  "
               "(%.0f per RSR)" % (mod, rt, rt / 2))
+        if back is None:
+            continue
+        print("  raw UCP beside it, same rule (docstring), 8 B round trip, "
+              "both processes:")
+        nx, nx_msg = per_round_trip((w1,) + x1, (w2,) + x2, n2 - n1)
+        print("    %-26s %7.0f  (%.0f per RSR; %s %.0f per message)" %
+              ("nexus over ucx:", nx, nx / 2, HANDLER, nx_msg))
+        raw = {}
+        for as_module in (True, False):
+            r1 = raw_ucp(b, as_module, n1)
+            r2 = raw_ucp(b, as_module, n2)
+            raw[as_module], msg = per_round_trip(r1, r2, n2 - n1)
+            print("    %-26s %7.0f  (%.0f per message; %s %.0f)" %
+                  ("raw UCP, " + ("as the module:" if as_module
+                                  else "UCX defaults:"), raw[as_module],
+                   raw[as_module] / 2, HANDLER, msg))
+        add = (nx - raw[True]) / 2
+        print("  nexus adds %.0f instructions per RSR to raw UCP (both "
+              "processes; as the module; budget <= 300: %s)" %
+              (add, "met" if add <= 300 else "NOT met"))
+        print("    (%.0f over raw UCP with UCX defaults)" %
+              ((nx - raw[False]) / 2))
     return 0
 
 

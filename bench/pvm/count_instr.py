@@ -10,9 +10,11 @@ deferring primary thread loops in nxi_pool_main for as long as the other
 side takes, so their instructions depend on the scheduler, not on the
 code: both are taken out (inclusive), and the frame dispatches run from
 inside them are put back (dispatch, inclusive), without the runtime's own
-delivery questions (on_ask), whose number depends on timing. Start-up and
-shutdown cancel in the difference between a run of n2 and one of n1 round
-trips, divided by n2 - n1. What is left is the work of a round trip: the
+delivery questions (on_ask), whose number depends on timing; so is
+UCX's measurement of the TSC at start-up (ucs_x86_init_tsc_freq, a loop
+that runs until enough time passed), taken out. Start-up and shutdown
+cancel in the difference between a run of n2 and one of n1 round trips,
+divided by n2 - n1. What is left is the work of a round trip: the
 packing, the sends, the handlers and the unpacking of both processes. Not
 in it: the module's progress call that finds the message (the same for
 both programs) and the runtime's ledger ticks. "libnxpvm" is the
@@ -53,9 +55,40 @@ def annotate(path, inclusive):
     return total, fn, obj
 
 
-def run(build, kind, module, iters):
-    """(work, libnxpvm's own) instructions of a run, summed over both
-    processes."""
+# UCX measures the TSC's frequency at start-up in a loop that runs until
+# enough time has passed: 0 to 20,000 instructions more or less from one
+# process to the next, start-up that would not cancel between two runs.
+TIMED_START = "ucs_x86_init_tsc_freq"
+
+CALLER = re.compile(r"\s*[\d,]+\s+\([^)]*\)\s+<\s+\S+ \(([\d,]+)x\)")
+CALLEE = re.compile(r"\s*[\d,]+\s+\([^)]*\)\s+\*\s+(\S+) \[")
+
+
+def calls(path, name):
+    """How often function `name` was called in one file: its callers'
+    "(Nx)" in callgrind_annotate --tree=caller."""
+    out = subprocess.run(["callgrind_annotate", "--threshold=100",
+                          "--tree=caller", path], stdout=subprocess.PIPE,
+                         text=True, check=True).stdout
+    n, block = 0, []
+    for line in out.splitlines():
+        m = CALLER.match(line)
+        if m:
+            block.append(int(m.group(1).replace(",", "")))
+            continue
+        m = CALLEE.match(line)
+        if m and m.group(1).endswith(":" + name):
+            n += sum(block)
+        block = []
+    return n
+
+
+def run(build, kind, module, iters, back=None):
+    """(work, libnxpvm's own, back) instructions of a run, summed over
+    both processes; `back` names one more function run from inside the
+    waits, whose inclusive cost and number of calls are summed apart, as
+    the pair `back` (bench/count_rsr.py puts UCP's active-message handler
+    back per message)."""
     if kind == "pvm":
         prog = [os.path.join(build, "bench", "pvm", "fig3_pvm_nexus"),
                 "--route", "direct", "--encoding", "raw"]
@@ -75,13 +108,16 @@ def run(build, kind, module, iters):
         if "usec" not in r.stdout:
             sys.exit("%s %s failed: %s" % (kind, module, r.stderr[-400:]))
         work = own = 0
+        extra = (0, 0)
         for f in glob.glob(os.path.join(d, "cg.*")):
             total, inc, _ = annotate(f, True)
             _, _, obj = annotate(f, False)
             work += (total - inc["hook_wait"] - inc["nxi_pool_main"] +
-                     inc["dispatch"] - inc["on_ask"])
+                     inc["dispatch"] - inc["on_ask"] - inc[TIMED_START])
+            if back is not None:
+                extra = (extra[0] + inc[back], extra[1] + calls(f, back))
             own += sum(v for k, v in obj.items() if k.startswith("libnxpvm"))
-        return work, own
+        return work, own, extra
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -102,8 +138,8 @@ def main():
     n = a.n2 - a.n1
     res = {}
     for kind in ["pvm", "rsr"]:
-        w1, o1 = run(b, kind, a.module, a.n1)
-        w2, o2 = run(b, kind, a.module, a.n2)
+        w1, o1, _ = run(b, kind, a.module, a.n1)
+        w2, o2, _ = run(b, kind, a.module, a.n2)
         res[kind] = ((w2 - w1) / n, (o2 - o1) / n)
     print("instructions per 8 B round trip over %s (both processes)" %
           a.module)
