@@ -7,6 +7,7 @@
  * its successor do not swell, and what that count leaves is reported. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dlist.h"
 #include "order.h"
@@ -73,6 +74,23 @@ struct nxi_peer {
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nxi_peer *_Atomic table[SLOTS];
+
+/* Strays: the counts of RSRs handled here from origins that are not (yet)
+ * peers. An RSR's `source` is the sender's word only: a peer that forges
+ * a new one per frame must not fill `table`, which is never emptied, and
+ * leave no room for the processes that really talk to this one (issue
+ * 44). An origin becomes a peer when this process sends to it or it asks
+ * for its counts (peer_get with `create`), and takes its stray counts
+ * along; until then its counts stay here, the oldest making way for a new
+ * origin when all STRAYS are taken. */
+#define STRAYS 1024u
+struct stray {
+  uint32_t proc;
+  uint64_t handled[NXI_LEDGER_GENS];
+};
+static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stray strays[STRAYS];
+static unsigned stray_next; /* the oldest, replaced next */
 static atomic_int full_logged;
 /* Peers this process sent RSRs to: pushed once, never removed before
  * nxi_ledger_finalize. */
@@ -86,6 +104,49 @@ static _Atomic nxi_ledger_ack_fn acker;
 void nxi_ledger_set_acker(nxi_ledger_ack_fn fn) { atomic_store(&acker, fn); }
 
 static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
+
+/* stray_lock held: the stray entry of `proc`, or NULL. */
+static struct stray *stray_find(uint32_t proc) {
+  for (unsigned i = 0; proc != 0 && i < STRAYS; i++)
+    if (strays[i].proc == proc)
+      return &strays[i];
+  return NULL;
+}
+
+/* A new peer takes its origin's stray counts. Its counts are only added
+ * to after this: nxi_ledger_handled looks for the peer under stray_lock,
+ * so a count either finds the peer or is a stray taken here. */
+static void adopt_strays(struct nxi_peer *p) {
+  pthread_mutex_lock(&stray_lock);
+  struct stray *s = stray_find(p->proc);
+  if (s != NULL) {
+    for (unsigned g = 0; g < GENS; g++)
+      atomic_fetch_add(&p->handled[g], s->handled[g]);
+    memset(s, 0, sizeof(*s));
+  }
+  pthread_mutex_unlock(&stray_lock);
+}
+
+static struct nxi_peer *peer_get(uint32_t proc, int create);
+
+/* An RSR of generation `gen` from `origin`, which is no peer, ran here. */
+static void stray_handled(uint32_t origin, unsigned gen) {
+  pthread_mutex_lock(&stray_lock);
+  struct nxi_peer *p = peer_get(origin, 0);
+  if (p != NULL) {
+    atomic_fetch_add_explicit(&p->handled[gen], 1, memory_order_relaxed);
+  } else {
+    struct stray *s = stray_find(origin);
+    if (s == NULL) {
+      s = &strays[stray_next];
+      stray_next = (stray_next + 1) % STRAYS;
+      memset(s, 0, sizeof(*s));
+      s->proc = origin;
+    }
+    s->handled[gen]++;
+  }
+  pthread_mutex_unlock(&stray_lock);
+}
 
 /* The peer `proc`, created if `create`; NULL if absent (or the table is
  * full, said once: its RSRs then go unrecorded, as before the ledger). */
@@ -122,6 +183,8 @@ static struct nxi_peer *peer_get(uint32_t proc, int create) {
     created = 1;
   }
   pthread_mutex_unlock(&table_lock);
+  if (created)
+    adopt_strays(found);
   if (created) {
     /* A way back to it, kept until finalize: the program may release
      * every gp of a process that sends here before nx_finalize, which
@@ -632,16 +695,26 @@ void nxi_ledger_handled(const struct nx_buffer *b) {
   uint16_t flags = b->hflags;
   if (origin == 0 || origin == nxi_rt.proc_id || (flags & NXI_FRAME_F_CTL))
     return;
-  struct nxi_peer *p = peer_get(origin, 1);
+  unsigned gen = (flags >> NXI_FRAME_GEN_SHIFT) & (GENS - 1);
+  /* Only a peer's counts have room for certain (strays, above). */
+  struct nxi_peer *p = peer_get(origin, 0);
   if (p != NULL)
-    atomic_fetch_add_explicit(
-        &p->handled[(flags >> NXI_FRAME_GEN_SHIFT) & (GENS - 1)], 1,
-        memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->handled[gen], 1, memory_order_relaxed);
+  else
+    stray_handled(origin, gen);
 }
 
 uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen) {
+  if (gen >= GENS)
+    return 0;
   struct nxi_peer *p = peer_get(proc, 0);
-  return p != NULL && gen < GENS ? atomic_load(&p->handled[gen]) : 0;
+  if (p != NULL)
+    return atomic_load(&p->handled[gen]);
+  pthread_mutex_lock(&stray_lock);
+  struct stray *s = stray_find(proc);
+  uint64_t n = s != NULL ? s->handled[gen] : 0;
+  pthread_mutex_unlock(&stray_lock);
+  return n;
 }
 
 int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
@@ -771,6 +844,10 @@ void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {
 
 void nxi_ledger_init(void) {
   atomic_store(&full_logged, 0);
+  pthread_mutex_lock(&stray_lock);
+  memset(strays, 0, sizeof(strays));
+  stray_next = 0;
+  pthread_mutex_unlock(&stray_lock);
   atomic_store(&senders, NULL);
   atomic_store(&nxi_ledger_next_tick, 0);
 }
