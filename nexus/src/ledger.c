@@ -53,6 +53,7 @@ struct nxi_peer {
   uint64_t pending;         /* their sum */
   uint64_t asked_at;        /* `pending` when last asked */
   uint64_t ask_ns;          /* when last asked, 0 if no request is out */
+  uint64_t silent_since;    /* first question since its last answer, or 0 */
   uint64_t pending_since;   /* the tick first saw RSRs unconfirmed, or 0 */
   int listed;               /* on the `senders` list */
   int dying;                /* lost: its entries are reported at `lost_at` */
@@ -373,6 +374,26 @@ static void ask(struct nxi_peer *p, unsigned gens, int fence) {
 
 void nxi_ledger_ask(struct nxi_peer *p) { ask(p, 0, 0); }
 
+void nxi_ledger_asked(uint32_t proc) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return;
+  pthread_mutex_lock(&p->lock);
+  if (p->silent_since == 0)
+    p->silent_since = nxu_now_ns();
+  pthread_mutex_unlock(&p->lock);
+}
+
+int nxi_ledger_silent_for(uint32_t proc, uint64_t ns) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return 0;
+  pthread_mutex_lock(&p->lock);
+  int silent = p->silent_since != 0 && nxu_now_ns() - p->silent_since >= ns;
+  pthread_mutex_unlock(&p->lock);
+  return silent;
+}
+
 uint32_t nxi_ledger_tell_id;
 static _Atomic nxi_ledger_gone_fn goner;
 
@@ -391,12 +412,20 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   uint64_t counts[GENS];
   int ok = nx_get_uint32(b, &proc) == 0 && nx_get_uint8(b, &gens) == 0 &&
            nx_get_uint8(b, &fence) == 0;
+  /* A process tells its own counts: one in another's name is refused. */
+  ok = ok && proc != 0 && proc == nxi_ctxid_proc(b->source);
   for (unsigned g = 0; ok && g < GENS; g++)
     if (gens & 1u << g)
       ok = nx_get_uint64(b, &counts[g]) == 0;
   if (!ok) {
-    b->pos = 0; /* its handler reads it again, and refuses it */
+    b->pos = 0; /* its handler refuses it, and counts it */
     return 0;
+  }
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p != NULL) {
+    pthread_mutex_lock(&p->lock);
+    p->silent_since = 0;
+    pthread_mutex_unlock(&p->lock);
   }
   for (unsigned g = 0; g < GENS; g++)
     if (gens & 1u << g)
@@ -404,7 +433,6 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   if (fence == 1)
     nxi_ledger_fenced(proc, gens);
   if (fence == NXI_LEDGER_TELL_FINAL) {
-    struct nxi_peer *p = peer_get(proc, 0);
     if (p != NULL) {
       pthread_mutex_lock(&p->lock);
       p->ack_owed = 1;
