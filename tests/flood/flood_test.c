@@ -10,8 +10,12 @@
  *   meanwhile starts one good client after another for RUN_S seconds.
  * Checked: every good client gets its answer within ANSWER_S seconds of its
  * start and leaves nx_finalize within FINALIZE_S seconds (the bound
- * docs/design.md states); at least MIN_CLIENTS ran; S still answers after
- * the flood and exits 0 when told to quit.
+ * docs/design.md states); at least MIN_CLIENTS ran; after the flood, one
+ * forged confirmation message of each kind (a question, an answer and an
+ * acknowledgement in another process's name, a "gone" naming its own
+ * sender, a question sent as an ordinary RSR) is dropped and counted in
+ * S's drop_bad_frame, each once; S still answers and exits 0 when told to
+ * quit.
  * The frames, a burst per connection, each with a valid header but for
  * the last: a random `source` (a new origin each time) to a context of S
  * that does not exist, or to S's initial context with a random handler;
@@ -62,6 +66,7 @@ extern char **environ;
 #define FLOODERS 2     /* flooding threads */
 #define BURST 48       /* well-formed frames per flooding connection */
 #define MAX_VICTIMS 64 /* good clients' ids the forgeries name */
+#define NXI_CTL_BIT 1  /* the header's confirmation flag (section 4) */
 
 static const char *mod;
 static char role = 'K';
@@ -112,6 +117,22 @@ static void on_ping(nx_context_t *c, void *a, nx_buffer_t *b) {
   nx_gp_release(&to);
 }
 
+/* "flood.stats": a gp; drop_bad_frame goes back to it. */
+static void on_stats(nx_context_t *c, void *a, nx_buffer_t *b) {
+  (void)c, (void)a;
+  nx_gp_t to = NX_GP_NULL;
+  nx_stats_t st;
+  nx_buffer_t *out;
+  if (nx_get_gp(b, &to) == 0 && nx_stats_get(&st) == 0 &&
+      nx_rsr_init_name(&out, &to, "flood.count", 16) == 0) {
+    if (nx_put_uint64(out, st.drop_bad_frame) == 0)
+      nx_rsr_send(out);
+    else
+      nx_buffer_release(out);
+  }
+  nx_gp_release(&to);
+}
+
 static void on_quit(nx_context_t *c, void *a, nx_buffer_t *b) {
   (void)c, (void)a, (void)b;
   atomic_store(&quit, 1);
@@ -139,6 +160,8 @@ static int serve(void) {
   nx_context_t *self = nx_context_self();
   if (nx_attach_listen(&url) < 0 ||
       nx_handler_register(self, "flood.ping", on_ping, NX_HANDLER_THREADED,
+                          NULL) < 0 ||
+      nx_handler_register(self, "flood.stats", on_stats, NX_HANDLER_THREADED,
                           NULL) < 0 ||
       nx_handler_register(self, "flood.quit", on_quit, NX_HANDLER_THREADED,
                           NULL) < 0)
@@ -483,6 +506,66 @@ static void *flood(void *arg) {
   return NULL;
 }
 
+/* One forged confirmation message of each kind on a connection of its
+ * own, each well-formed but for whose name it is in: the server must drop
+ * and count every one (drop_bad_frame). Returns how many were sent. */
+static int forge_each(void) {
+  uint64_t s = now_ms() | 1;
+  uint8_t f[NX_FRAME_HDR_SIZE + 512];
+  uint32_t v = victim(&s), other = v ^ 0x5a5a5a5a;
+  static const char *names[] = {"nx.ledger.ask", "nx.ledger.tell",
+                                "nx.ledger.gone", "nx.ledger.ack"};
+  int fd = handshake(&s), sent = 0;
+  if (fd < 0)
+    return 0;
+  for (int kind = 0; kind < 4; kind++) {
+    size_t len;
+    do
+      len = payload(&s, kind, v, f + NX_FRAME_HDR_SIZE);
+    while (kind == 1 && len == 0);
+    /* In `v`'s name from `other`; "gone" names its own sender. */
+    uint64_t source = (uint64_t)(kind == 2 ? v : other) << 32 | 1;
+    header(f, NXI_CTL_BIT, nx_handler_id(names[kind]), server_ctx, len, source);
+    if (send_all(fd, f, NX_FRAME_HDR_SIZE + len) == 0)
+      sent++;
+  }
+  /* And a question in its sender's own name, but as an ordinary RSR. */
+  size_t len = payload(&s, 0, other, f + NX_FRAME_HDR_SIZE);
+  header(f, 0, nx_handler_id(names[0]), server_ctx, len,
+         (uint64_t)other << 32 | 1);
+  if (send_all(fd, f, NX_FRAME_HDR_SIZE + len) == 0)
+    sent++;
+  sleep_ms(200);
+  close(fd);
+  return sent;
+}
+
+static atomic_int counted;
+static _Atomic uint64_t count;
+
+static void on_count(nx_context_t *c, void *a, nx_buffer_t *b) {
+  (void)c, (void)a;
+  uint64_t n;
+  if (nx_get_uint64(b, &n) == 0) {
+    atomic_store(&count, n);
+    atomic_store(&counted, 1);
+  }
+}
+
+/* The server's drop_bad_frame, or UINT64_MAX without an answer. */
+static uint64_t bad_frames(const nx_gp_t *srv) {
+  nx_buffer_t *b;
+  atomic_store(&counted, 0);
+  if (nx_rsr_init_name(&b, srv, "flood.stats", 256) < 0)
+    return UINT64_MAX;
+  if (nx_put_gp(b, &mine) < 0 || nx_rsr_send(b) < 0)
+    return UINT64_MAX;
+  uint64_t end = now_ms() + 10000;
+  while (!atomic_load(&counted) && now_ms() < end)
+    sleep_ms(1);
+  return atomic_load(&counted) ? atomic_load(&count) : UINT64_MAX;
+}
+
 /* ---- the checker: the good clients ---- */
 
 static pid_t spawn(const char *self, char *const *argv, int *out_fd) {
@@ -616,6 +699,8 @@ static int check(const char *self) {
   if (nx_init(NULL, NULL) < 0 || nx_attach(url, &srv) < 0 ||
       nx_gp_make(NULL, &mine) < 0 ||
       nx_handler_register(nx_context_self(), "flood.pong", on_pong,
+                          NX_HANDLER_NONTHREADED, NULL) < 0 ||
+      nx_handler_register(nx_context_self(), "flood.count", on_count,
                           NX_HANDLER_NONTHREADED, NULL) < 0) {
     fprintf(stderr, "flood_test: cannot attach to the server\n");
     reap(server, now_ms());
@@ -639,6 +724,18 @@ static int check(const char *self) {
           clients, atomic_load(&conns_accepted), atomic_load(&frames_sent));
   CHECK(clients >= MIN_CLIENTS, "only %d good clients ran", clients);
   CHECK(atomic_load(&conns_accepted) > 0, "no flooding connection accepted");
+
+  /* Forged confirmation messages are dropped and counted, one by one. */
+  uint64_t base = bad_frames(&srv), now = base;
+  int forged = forge_each();
+  CHECK(base != UINT64_MAX && forged == 5, "no count, or %d of 5 sent", forged);
+  for (uint64_t end = now_ms() + 5000;
+       now != UINT64_MAX && now - base < (uint64_t)forged && now_ms() < end;
+       sleep_ms(20))
+    now = bad_frames(&srv);
+  CHECK(now - base == (uint64_t)forged,
+        "%llu of %d forged confirmation messages counted as bad frames",
+        (unsigned long long)(now - base), forged);
 
   /* The server still serves, and ends when told. */
   CHECK(ping(&srv) == 0 && wait_answer(10), "the server stopped answering");
