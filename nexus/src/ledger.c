@@ -82,16 +82,17 @@ static struct nxi_peer *_Atomic table[SLOTS];
  * leave no room for the processes that really talk to this one (issue
  * 44). An origin becomes a peer when this process sends to it or it asks
  * for its counts (peer_get with `create`), and takes its stray counts
- * along; until then its counts stay here, the oldest making way for a new
- * origin when all STRAYS are taken. */
+ * along; until then its counts stay here, in one of STRAY_WAYS places of
+ * the set its id picks, the set's oldest making way for a new origin. */
 #define STRAYS 1024u
+#define STRAY_WAYS 8u /* an origin's place: one of 8 in its set */
 struct stray {
   uint32_t proc;
   uint64_t handled[NXI_LEDGER_GENS];
 };
 static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stray strays[STRAYS];
-static unsigned stray_next; /* the oldest, replaced next */
+static uint8_t stray_next[STRAYS / STRAY_WAYS]; /* each set's oldest */
 static atomic_int full_logged;
 /* Peers this process sent RSRs to: pushed once, never removed before
  * nxi_ledger_finalize. */
@@ -107,10 +108,15 @@ void nxi_ledger_set_acker(nxi_ledger_ack_fn fn) { atomic_store(&acker, fn); }
 static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
 
 /* stray_lock held: the stray entry of `proc`, or NULL. */
+static unsigned stray_set(uint32_t proc) {
+  return (proc * 2654435761u >> 16) % (STRAYS / STRAY_WAYS) * STRAY_WAYS;
+}
+
 static struct stray *stray_find(uint32_t proc) {
-  for (unsigned i = 0; proc != 0 && i < STRAYS; i++)
-    if (strays[i].proc == proc)
-      return &strays[i];
+  struct stray *set = &strays[stray_set(proc)];
+  for (unsigned i = 0; proc != 0 && i < STRAY_WAYS; i++)
+    if (set[i].proc == proc)
+      return &set[i];
   return NULL;
 }
 
@@ -139,8 +145,10 @@ static void stray_handled(uint32_t origin, unsigned gen) {
   } else {
     struct stray *s = stray_find(origin);
     if (s == NULL) {
-      s = &strays[stray_next];
-      stray_next = (stray_next + 1) % STRAYS;
+      unsigned set = stray_set(origin);
+      uint8_t *next = &stray_next[set / STRAY_WAYS];
+      s = &strays[set + *next];
+      *next = (uint8_t)((*next + 1) % STRAY_WAYS);
       memset(s, 0, sizeof(*s));
       s->proc = origin;
     }
@@ -874,7 +882,7 @@ void nxi_ledger_init(void) {
   atomic_store(&full_logged, 0);
   pthread_mutex_lock(&stray_lock);
   memset(strays, 0, sizeof(strays));
-  stray_next = 0;
+  memset(stray_next, 0, sizeof(stray_next));
   pthread_mutex_unlock(&stray_lock);
   atomic_store(&senders, NULL);
   atomic_store(&nxi_ledger_next_tick, 0);
