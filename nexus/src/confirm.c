@@ -188,7 +188,12 @@ static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   uint32_t proc;
   /* Sent by the process that now runs where `proc` ran, never by `proc`.
    * Any peer could claim that `proc` is gone: it counts only once `proc`
-   * has left this process's question unanswered for GONE_WAIT_NS. */
+   * has left this process's question unanswered for GONE_WAIT_NS. What
+   * `proc` did not confirm is then reported lost (nxi_ledger_lost), but
+   * its routes are not failed: the address they lead to serves the
+   * process that answered, and a gp (a forged one, too) may have given a
+   * list of another process `proc`'s name (dlist.c, interning), which
+   * failing `proc`'s lists would cut off. */
   if (!(b->hflags & NXI_FRAME_F_CTL) || nx_get_uint32(b, &proc) < 0 ||
       proc == 0 || proc == nxi_rt.proc_id ||
       proc == nxi_ctxid_proc(b->source)) {
@@ -196,7 +201,7 @@ static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
     return;
   }
   if (nxi_ledger_silent_for(proc, GONE_WAIT_NS))
-    nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
+    nxi_ledger_lost(proc, NX_EPEERDEAD);
 }
 
 /* Answers are taken as they are delivered (nxi_ledger_take_tell); one
