@@ -89,6 +89,7 @@ static struct nxi_peer *_Atomic table[SLOTS];
 struct stray {
   uint32_t proc;
   uint64_t handled[NXI_LEDGER_GENS];
+  uint64_t told[NXI_LEDGER_GENS]; /* as a peer's (nxi_ledger_untold) */
 };
 static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stray strays[STRAYS];
@@ -107,11 +108,12 @@ void nxi_ledger_set_acker(nxi_ledger_ack_fn fn) { atomic_store(&acker, fn); }
 
 static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
 
-/* stray_lock held: the stray entry of `proc`, or NULL. */
+/* The first of the STRAY_WAYS places where `proc`'s counts may be. */
 static unsigned stray_set(uint32_t proc) {
   return (proc * 2654435761u >> 16) % (STRAYS / STRAY_WAYS) * STRAY_WAYS;
 }
 
+/* stray_lock held: the stray entry of `proc`, or NULL. */
 static struct stray *stray_find(uint32_t proc) {
   struct stray *set = &strays[stray_set(proc)];
   for (unsigned i = 0; proc != 0 && i < STRAY_WAYS; i++)
@@ -127,8 +129,12 @@ static void adopt_strays(struct nxi_peer *p) {
   pthread_mutex_lock(&stray_lock);
   struct stray *s = stray_find(p->proc);
   if (s != NULL) {
-    for (unsigned g = 0; g < GENS; g++)
+    pthread_mutex_lock(&p->lock);
+    for (unsigned g = 0; g < GENS; g++) {
       atomic_fetch_add(&p->handled[g], s->handled[g]);
+      p->told[g] = s->told[g];
+    }
+    pthread_mutex_unlock(&p->lock);
     memset(s, 0, sizeof(*s));
   }
   pthread_mutex_unlock(&stray_lock);
@@ -192,9 +198,8 @@ static struct nxi_peer *peer_get(uint32_t proc, int create) {
     created = 1;
   }
   pthread_mutex_unlock(&table_lock);
-  if (created)
-    adopt_strays(found);
   if (created) {
+    adopt_strays(found);
     /* A way back to it, kept until finalize: the program may release
      * every gp of a process that sends here before nx_finalize, which
      * must still tell it what ran here (else it reports those RSRs). */
@@ -819,6 +824,38 @@ uint64_t nxi_ledger_report_all(int status) {
   return total;
 }
 
+/* nxi_ledger_untold's part for strays: those whose counts grew and that a
+ * list of this process's names (one that sent here, but was never sent to
+ * and never asked). One no list names is marked told: nobody is there to
+ * tell. */
+static int untold_strays(uint32_t *procs, unsigned *gens,
+                         struct nxi_dlist **dls, int max) {
+  int n = 0;
+  for (unsigned i = 0; i < STRAYS && n < max; i++) {
+    pthread_mutex_lock(&stray_lock);
+    uint32_t proc = strays[i].proc;
+    unsigned grew = 0;
+    for (unsigned g = 0; proc != 0 && g < GENS; g++)
+      if (strays[i].handled[g] > strays[i].told[g])
+        grew |= 1u << g;
+    pthread_mutex_unlock(&stray_lock);
+    if (grew == 0)
+      continue;
+    struct nxi_dlist *dl = nxi_dlist_of_proc(proc);
+    if (dl != NULL) {
+      procs[n] = proc;
+      gens[n] = grew;
+      dls[n++] = dl;
+      continue;
+    }
+    pthread_mutex_lock(&stray_lock);
+    if (strays[i].proc == proc)
+      memcpy(strays[i].told, strays[i].handled, sizeof(strays[i].told));
+    pthread_mutex_unlock(&stray_lock);
+  }
+  return n;
+}
+
 int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max) {
   int n = 0;
@@ -841,13 +878,21 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
     }
     pthread_mutex_unlock(&p->lock);
   }
-  return n;
+  return n + untold_strays(procs + n, gens + n, dls + n, max - n);
 }
 
 void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count) {
-  struct nxi_peer *p = peer_get(proc, 0);
-  if (p == NULL || gen >= GENS)
+  if (gen >= GENS)
     return;
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL) {
+    pthread_mutex_lock(&stray_lock);
+    struct stray *s = stray_find(proc);
+    if (s != NULL && count > s->told[gen])
+      s->told[gen] = count;
+    pthread_mutex_unlock(&stray_lock);
+    return;
+  }
   pthread_mutex_lock(&p->lock);
   if (count > p->told[gen])
     p->told[gen] = count;
