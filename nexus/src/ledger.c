@@ -90,6 +90,7 @@ struct stray {
   uint32_t proc;
   uint64_t handled[NXI_LEDGER_GENS];
   uint64_t told[NXI_LEDGER_GENS]; /* as a peer's (nxi_ledger_untold) */
+  struct nxi_dlist *dl; /* a list that names it (a reference), or NULL */
 };
 static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stray strays[STRAYS];
@@ -128,22 +129,30 @@ static struct stray *stray_find(uint32_t proc) {
 static void adopt_strays(struct nxi_peer *p) {
   pthread_mutex_lock(&stray_lock);
   struct stray *s = stray_find(p->proc);
+  struct nxi_dlist *dl = NULL;
   if (s != NULL) {
     pthread_mutex_lock(&p->lock);
     for (unsigned g = 0; g < GENS; g++) {
       atomic_fetch_add(&p->handled[g], s->handled[g]);
       p->told[g] = s->told[g];
     }
+    if (p->dl == NULL)
+      p->dl = s->dl;
+    else
+      dl = s->dl;
     pthread_mutex_unlock(&p->lock);
     memset(s, 0, sizeof(*s));
   }
   pthread_mutex_unlock(&stray_lock);
+  if (dl != NULL)
+    nxi_dlist_release(dl);
 }
 
 static struct nxi_peer *peer_get(uint32_t proc, int create);
 
 /* An RSR of generation `gen` from `origin`, which is no peer, ran here. */
 static void stray_handled(uint32_t origin, unsigned gen) {
+  struct nxi_dlist *evicted = NULL;
   pthread_mutex_lock(&stray_lock);
   struct nxi_peer *p = peer_get(origin, 0);
   if (p != NULL) {
@@ -155,12 +164,15 @@ static void stray_handled(uint32_t origin, unsigned gen) {
       uint8_t *next = &stray_next[set / STRAY_WAYS];
       s = &strays[set + *next];
       *next = (uint8_t)((*next + 1) % STRAY_WAYS);
+      evicted = s->dl;
       memset(s, 0, sizeof(*s));
       s->proc = origin;
     }
     s->handled[gen]++;
   }
   pthread_mutex_unlock(&stray_lock);
+  if (evicted != NULL) /* not under stray_lock: it may take dlist.c's */
+    nxi_dlist_release(evicted);
 }
 
 /* The peer `proc`, created if `create`; NULL if absent (or the table is
@@ -825,9 +837,8 @@ uint64_t nxi_ledger_report_all(int status) {
 }
 
 /* nxi_ledger_untold's part for strays: those whose counts grew and that a
- * list of this process's names (one that sent here, but was never sent to
- * and never asked). One no list names is marked told: nobody is there to
- * tell. */
+ * list names (one that sent here, but was never sent to and never asked).
+ * One no list names is marked told: nobody is there to tell. */
 static int untold_strays(uint32_t *procs, unsigned *gens,
                          struct nxi_dlist **dls, int max) {
   int n = 0;
@@ -838,10 +849,14 @@ static int untold_strays(uint32_t *procs, unsigned *gens,
     for (unsigned g = 0; proc != 0 && g < GENS; g++)
       if (strays[i].handled[g] > strays[i].told[g])
         grew |= 1u << g;
+    struct nxi_dlist *dl = grew != 0 ? strays[i].dl : NULL;
+    if (dl != NULL)
+      nxi_dlist_retain(dl);
     pthread_mutex_unlock(&stray_lock);
     if (grew == 0)
       continue;
-    struct nxi_dlist *dl = nxi_dlist_of_proc(proc);
+    if (dl == NULL)
+      dl = nxi_dlist_of_proc(proc);
     if (dl != NULL) {
       procs[n] = proc;
       gens[n] = grew;
@@ -913,6 +928,18 @@ void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl) {
 
 void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {
   struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL && dl != NULL) {
+    /* A stray keeps it too, so that nx_finalize can tell it its counts
+     * after the gp that named it was released. */
+    pthread_mutex_lock(&stray_lock);
+    struct stray *s = stray_find(proc);
+    if (s != NULL && s->dl == NULL) {
+      nxi_dlist_retain(dl);
+      s->dl = dl;
+    }
+    pthread_mutex_unlock(&stray_lock);
+    return;
+  }
   if (p == NULL || dl == NULL)
     return;
   pthread_mutex_lock(&p->lock);
@@ -937,6 +964,14 @@ void nxi_ledger_finalize(void) {
   atomic_store(&resender, NULL);
   resend_run(); /* what is left is reported */
   atomic_store(&senders, NULL);
+  for (unsigned i = 0; i < STRAYS; i++) {
+    pthread_mutex_lock(&stray_lock);
+    struct nxi_dlist *dl = strays[i].dl;
+    memset(&strays[i], 0, sizeof(strays[i]));
+    pthread_mutex_unlock(&stray_lock);
+    if (dl != NULL)
+      nxi_dlist_release(dl);
+  }
   for (unsigned i = 0; i < SLOTS; i++) {
     struct nxi_peer *p = atomic_exchange(&table[i], NULL);
     if (p == NULL)

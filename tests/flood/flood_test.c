@@ -28,9 +28,14 @@
  * then, on half the connections, one malformed header (wrong magic,
  * version or format, handler or context 0, a huge length, a cut-off
  * header) or random bytes.
+ * "stray" (ledger.c): a process that only sends to S, is never sent to
+ * and never asks, is told its final count when S finalizes, so its own
+ * nx_finalize reports nothing lost.
  * usage: flood_test MOD               (the checker)
+ *        flood_test MOD stray         (the "stray" checker)
  *        flood_test MOD server        (S: started by the checker)
  *        flood_test MOD client URL    (C: started by the checker)
+ *        flood_test MOD oneway URL    (the "stray" check's client)
  * Exit: 0 passed, 1 failed, 77 skipped (MOD's peers cannot be forged by a
  * raw program, or MOD is not loaded here). */
 #include <arpa/inet.h>
@@ -133,6 +138,15 @@ static void on_stats(nx_context_t *c, void *a, nx_buffer_t *b) {
   nx_gp_release(&to);
 }
 
+/* "flood.sink": a gp, read (so that a list here names its sender) and
+ * never answered. */
+static void on_sink(nx_context_t *c, void *a, nx_buffer_t *b) {
+  (void)c, (void)a;
+  nx_gp_t from = NX_GP_NULL;
+  nx_get_gp(b, &from);
+  nx_gp_release(&from);
+}
+
 static void on_quit(nx_context_t *c, void *a, nx_buffer_t *b) {
   (void)c, (void)a, (void)b;
   atomic_store(&quit, 1);
@@ -162,6 +176,8 @@ static int serve(void) {
       nx_handler_register(self, "flood.ping", on_ping, NX_HANDLER_THREADED,
                           NULL) < 0 ||
       nx_handler_register(self, "flood.stats", on_stats, NX_HANDLER_THREADED,
+                          NULL) < 0 ||
+      nx_handler_register(self, "flood.sink", on_sink, NX_HANDLER_THREADED,
                           NULL) < 0 ||
       nx_handler_register(self, "flood.quit", on_quit, NX_HANDLER_THREADED,
                           NULL) < 0)
@@ -226,6 +242,49 @@ static int client(const char *url) {
   uint64_t t0 = now_ms();
   int r = nx_finalize();
   printf("FIN %d %llu ms\n", r, (unsigned long long)(now_ms() - t0));
+  fflush(stdout);
+  return 0;
+}
+
+/* ---- O: a one-way client (the "stray" check) ---- */
+
+static atomic_int lost;
+
+static void on_error(int err, uint64_t ctx, uint32_t handler, void *arg) {
+  (void)err, (void)ctx, (void)arg;
+  if (handler != 0)
+    atomic_fetch_add(&lost, 1);
+}
+
+/* Under NX_PROGRESS=poll: sends the server one RSR that it never answers
+ * (so this process stays a stray there: never sent to, never asking),
+ * polls 100 ms for it to leave (the ledger would ask after 200 ms), then
+ * waits without progress for "GO" on stdin, which comes once the server
+ * has finalized, polls and finalizes: the RSR must be settled by the
+ * count the server told unasked as it finalized, not reported lost. */
+static int oneway(const char *url) {
+  nx_gp_t server, me;
+  nx_buffer_t *b;
+  if (nx_init(NULL, NULL) < 0 || nx_attach(url, &server) < 0 ||
+      nx_error_cb_set(on_error, NULL) < 0 || nx_gp_make(NULL, &me) < 0 ||
+      nx_rsr_init_name(&b, &server, "flood.sink", 256) < 0 ||
+      nx_put_gp(b, &me) < 0 || nx_rsr_send(b) < 0)
+    return 1;
+  for (uint64_t end = now_ms() + 100; now_ms() < end;)
+    nx_poll();
+  printf("SENT\n");
+  fflush(stdout);
+  char line[16];
+  if (fgets(line, sizeof(line), stdin) == NULL)
+    return 1;
+  /* What came meanwhile is read before anything is asked (a poll reads
+   * the modules before the ledger's tick asks). */
+  for (uint64_t end = now_ms() + 50; now_ms() < end;)
+    nx_poll();
+  nx_gp_release(&me);
+  nx_gp_release(&server);
+  int r = nx_finalize();
+  printf("FIN %d %d\n", r, atomic_load(&lost));
   fflush(stdout);
   return 0;
 }
@@ -568,23 +627,43 @@ static uint64_t bad_frames(const nx_gp_t *srv) {
 
 /* ---- the checker: the good clients ---- */
 
-static pid_t spawn(const char *self, char *const *argv, int *out_fd) {
-  int p[2];
+/* Starts `argv` with its stdout a pipe (*out_fd) and, if `in_fd` is not
+ * NULL, its stdin another (*in_fd). */
+static pid_t spawn_io(const char *self, char *const *argv, int *out_fd,
+                      int *in_fd) {
+  int p[2], q[2] = {-1, -1};
   if (pipe2(p, O_CLOEXEC) < 0)
     return -1;
+  if (in_fd != NULL && pipe2(q, O_CLOEXEC) < 0) {
+    close(p[0]);
+    close(p[1]);
+    return -1;
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  if (in_fd != NULL)
+    posix_spawn_file_actions_adddup2(&fa, q[0], 0);
   pid_t pid;
   int e = posix_spawn(&pid, self, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   close(p[1]);
+  if (in_fd != NULL)
+    close(q[0]);
   if (e != 0) {
     close(p[0]);
+    if (in_fd != NULL)
+      close(q[1]);
     return -1;
   }
   *out_fd = p[0];
+  if (in_fd != NULL)
+    *in_fd = q[1];
   return pid;
+}
+
+static pid_t spawn(const char *self, char *const *argv, int *out_fd) {
+  return spawn_io(self, argv, out_fd, NULL);
 }
 
 /* Reads one line from `fd` into `line` by `deadline` (now_ms); 0 if none. */
@@ -661,6 +740,86 @@ static void one_client(const char *self, const char *url, int i) {
             line);
 }
 
+/* Starts S (with a fresh key, tcp on 127.0.0.1) and attaches to it: its
+ * pid, its URL, its stdout and a gp to it; -1 on failure. */
+static pid_t start_server(const char *self, char *url, int *sfd, nx_gp_t *srv) {
+  if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+    return -1;
+  char hex[33];
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", key[i]);
+  setenv("NX_KEY", hex, 1);
+  setenv("NX_PROTOCOLS", "tcp,local", 1);
+  setenv("NX_TCP_LISTEN", "127.0.0.1", 1);
+  char *sargv[] = {(char *)self, (char *)mod, "server", NULL};
+  pid_t server = spawn(self, sargv, sfd);
+  char line[256];
+  unsigned p = 0;
+  if (server <= 0 || !read_line(*sfd, line, sizeof(line), now_ms() + 30000) ||
+      sscanf(line, "READY %159s %u", url, &p) != 2 || p == 0) {
+    fprintf(stderr, "flood_test: the server did not start\n");
+    if (server > 0)
+      reap(server, now_ms());
+    return -1;
+  }
+  port = (uint16_t)p;
+  if (nx_init(NULL, NULL) < 0 || nx_attach(url, srv) < 0 ||
+      nx_gp_make(NULL, &mine) < 0 ||
+      nx_handler_register(nx_context_self(), "flood.pong", on_pong,
+                          NX_HANDLER_NONTHREADED, NULL) < 0 ||
+      nx_handler_register(nx_context_self(), "flood.count", on_count,
+                          NX_HANDLER_NONTHREADED, NULL) < 0) {
+    fprintf(stderr, "flood_test: cannot attach to the server\n");
+    reap(server, now_ms());
+    return -1;
+  }
+  return server;
+}
+
+/* The "stray" check: a process that only sends to S, never sent to and
+ * never asking, is told its final count when S finalizes (ledger.c,
+ * strays), so its own nx_finalize reports nothing lost. */
+static int check_stray(const char *self) {
+  alarm(100);
+  char url[160], line[128];
+  int sfd, ofd, ifd;
+  nx_gp_t srv;
+  pid_t server = start_server(self, url, &sfd, &srv);
+  if (server <= 0)
+    return 1;
+  setenv("NX_PROGRESS", "poll", 1);
+  char *argv[] = {(char *)self, (char *)mod, "oneway", url, NULL};
+  pid_t c = spawn_io(self, argv, &ofd, &ifd);
+  unsetenv("NX_PROGRESS");
+  int sent = c > 0 && read_line(ofd, line, sizeof(line), now_ms() + 30000) &&
+             strcmp(line, "SENT") == 0;
+  CHECK(sent, "the one-way client did not send");
+  sleep_ms(200); /* S runs it */
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, &srv, "flood.quit", 8) == 0)
+    nx_rsr_send(b);
+  int st = reap(server, now_ms() + 30000);
+  CHECK(st == 0, "the server's exit status %d", st);
+  int fin = 0, lost_rsrs = -1;
+  if (c > 0) {
+    CHECK(write(ifd, "GO\n", 3) == 3, "cannot write to the client");
+    fin = read_line(ofd, line, sizeof(line), now_ms() + 30000) &&
+          sscanf(line, "FIN %*d %d", &lost_rsrs) == 1;
+    CHECK(fin && lost_rsrs == 0,
+          "the one-way client's RSR was reported lost (%d), or it did not "
+          "finalize: %s",
+          lost_rsrs, fin ? line : "");
+    CHECK(reap(c, now_ms() + 10000) == 0, "the one-way client's exit");
+    close(ifd);
+    close(ofd);
+  }
+  close(sfd);
+  nx_gp_release(&srv);
+  nx_gp_release(&mine);
+  nx_finalize();
+  return failures == 0 ? 0 : 1;
+}
+
 static int check(const char *self) {
   if (strcmp(mod, "tcp") != 0) {
     /* The flood speaks tcp's handshake and framing on a raw socket. A
@@ -674,38 +833,12 @@ static int check(const char *self) {
     return 77;
   }
   alarm(RUN_S + 100); /* a hang fails the test, even in the checker */
-  if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
-    return 1;
-  char hex[33];
-  for (int i = 0; i < 16; i++)
-    snprintf(hex + 2 * i, 3, "%02x", key[i]);
-  setenv("NX_KEY", hex, 1);
-  setenv("NX_PROTOCOLS", "tcp,local", 1);
-  setenv("NX_TCP_LISTEN", "127.0.0.1", 1);
-  char *sargv[] = {(char *)self, (char *)mod, "server", NULL};
+  char url[160];
   int sfd;
-  pid_t server = spawn(self, sargv, &sfd);
-  char line[256], url[160] = "";
-  unsigned p = 0;
-  if (server <= 0 || !read_line(sfd, line, sizeof(line), now_ms() + 30000) ||
-      sscanf(line, "READY %159s %u", url, &p) != 2 || p == 0) {
-    fprintf(stderr, "flood_test: the server did not start\n");
-    if (server > 0)
-      reap(server, now_ms());
-    return 1;
-  }
-  port = (uint16_t)p;
   nx_gp_t srv;
-  if (nx_init(NULL, NULL) < 0 || nx_attach(url, &srv) < 0 ||
-      nx_gp_make(NULL, &mine) < 0 ||
-      nx_handler_register(nx_context_self(), "flood.pong", on_pong,
-                          NX_HANDLER_NONTHREADED, NULL) < 0 ||
-      nx_handler_register(nx_context_self(), "flood.count", on_count,
-                          NX_HANDLER_NONTHREADED, NULL) < 0) {
-    fprintf(stderr, "flood_test: cannot attach to the server\n");
-    reap(server, now_ms());
+  pid_t server = start_server(self, url, &sfd, &srv);
+  if (server <= 0)
     return 1;
-  }
   server_ctx = nx_gp_context(&srv);
 
   pthread_t th[FLOODERS];
@@ -765,5 +898,11 @@ int main(int argc, char **argv) {
     role = 'C';
     return client(argv[3]);
   }
+  if (argc >= 4 && strcmp(argv[2], "oneway") == 0) {
+    role = 'O';
+    return oneway(argv[3]);
+  }
+  if (argc >= 3 && strcmp(argv[2], "stray") == 0)
+    return strcmp(mod, "tcp") == 0 ? check_stray(argv[0]) : 77;
   return check(argv[0]);
 }
