@@ -119,8 +119,10 @@ void nxi_ledger_set_resender(nxi_ledger_resend_fn fn);
 
 /* Receiving: the received RSR `b` was handled (or dropped, and reported
  * here) in this process. Counted for its origin and generation, unless it
- * came from this process or is the runtime's own. Call it before the
- * handler runs (the handler may release `b`). */
+ * came from this process or is the runtime's own; an origin that is not a
+ * peer (never sent to, never asking) is counted among a bounded set of
+ * strays (ledger.c), not given a peer. Call it before the handler runs
+ * (the handler may release `b`). */
 void nxi_ledger_handled(const struct nx_buffer *b);
 /* How many of process `proc`'s RSRs of generation `gen` were handled
  * here. */
@@ -150,7 +152,7 @@ void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
  * that this process can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
 /* The same for a process the ledger already knows (it sent here or was
- * sent to), with no list yet: dlist.c's known hook. */
+ * sent to), with no list yet, a stray included: dlist.c's known hook. */
 void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl);
 
 /* Called (wakes nothing by itself) when entries settle: waiters recheck. */
