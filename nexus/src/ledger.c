@@ -153,6 +153,7 @@ static struct nxi_peer *peer_get(uint32_t proc, int create);
 /* An RSR of generation `gen` from `origin`, which is no peer, ran here. */
 static void stray_handled(uint32_t origin, unsigned gen) {
   struct nxi_dlist *evicted = NULL;
+  int added = 0;
   pthread_mutex_lock(&stray_lock);
   struct nxi_peer *p = peer_get(origin, 0);
   if (p != NULL) {
@@ -167,12 +168,23 @@ static void stray_handled(uint32_t origin, unsigned gen) {
       evicted = s->dl;
       memset(s, 0, sizeof(*s));
       s->proc = origin;
+      added = 1;
     }
     s->handled[gen]++;
   }
   pthread_mutex_unlock(&stray_lock);
-  if (evicted != NULL) /* not under stray_lock: it may take dlist.c's */
+  /* Not under stray_lock: these take dlist.c's. */
+  if (evicted != NULL)
     nxi_dlist_release(evicted);
+  if (added) {
+    /* A way back to it, as a new peer gets one (peer_get): the program
+     * may release every gp of that process before nx_finalize. */
+    struct nxi_dlist *dl = nxi_dlist_of_proc(origin);
+    if (dl != NULL) {
+      nxi_ledger_known(origin, dl);
+      nxi_dlist_release(dl);
+    }
+  }
 }
 
 /* The peer `proc`, created if `create`; NULL if absent (or the table is
