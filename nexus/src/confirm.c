@@ -23,6 +23,10 @@
 #define ACK "nx.ledger.ack"
 /* Most peers one round of nx_flush asks; the rest wait a round. */
 #define ROUND_MAX 64
+/* "gone" is believed only about a process that left a question
+ * unanswered this long: any peer can send it, and a live process answers
+ * in far less. */
+#define GONE_WAIT_NS (1000 * 1000 * 1000ull)
 
 static nx_mutex_t flush_m;
 static nx_cond_t flush_c;
@@ -84,7 +88,26 @@ static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
   }
   /* A request that finds the queue full is asked again later. A failed
    * route reports the process lost. */
-  nx_rsr_send_flags(b, flags);
+  if (nx_rsr_send_flags(b, flags) == 0)
+    nxi_ledger_asked(proc);
+}
+
+/* A malformed confirmation message, or one in another process's name (its
+ * process is not its frame's origin) or sent as an ordinary RSR: dropped
+ * and counted as a bad frame, as any bad input from a peer (docs/design.md
+ * section 9). */
+static void refuse(const nx_buffer_t *b, const char *what) {
+  atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+  nxi_log(1, NULL,
+          "dropped a malformed or forged %s from process %#x (header flags "
+          "%#x)",
+          what, (unsigned)nxi_ctxid_proc(b->source), (unsigned)b->hflags);
+}
+
+/* Whether `b` came as a confirmation message from process `proc`. */
+static int from(const nx_buffer_t *b, uint32_t proc) {
+  return (b->hflags & NXI_FRAME_F_CTL) && proc != 0 &&
+         proc == nxi_ctxid_proc(b->source);
 }
 
 /* The ledger's hook: never waits for room (the driver's tick asks too). */
@@ -97,18 +120,21 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)address;
   uint32_t proc;
   uint8_t gens, fence;
-  nx_gp_t reply;
-  if (nx_get_uint32(b, &proc) < 0 || proc == 0 || nx_get_uint8(b, &gens) < 0 ||
-      nx_get_uint8(b, &fence) < 0 || nx_get_gp(b, &reply) < 0)
+  nx_gp_t reply = NX_GP_NULL;
+  /* A process asks about itself, with a gp to itself to answer to. */
+  if (nx_get_uint32(b, &proc) < 0 || !from(b, proc) ||
+      nx_get_uint8(b, &gens) < 0 || nx_get_uint8(b, &fence) < 0 ||
+      nx_get_gp(b, &reply) < 0 || nxi_ctxid_proc(reply.context) != proc) {
+    refuse(b, "question");
+    nx_gp_release(&reply);
     return;
-  if (nxi_ctxid_proc(reply.context) == proc) {
-    nxi_ledger_route(proc, reply.protos);
-    send_tell(proc, reply.protos, gens, fence, 0);
-    /* What the failed route lost never comes: ordered streams from that
-     * process stop waiting for it. */
-    if (fence)
-      nxi_order_skip(proc);
   }
+  nxi_ledger_route(proc, reply.protos);
+  send_tell(proc, reply.protos, gens, fence, 0);
+  /* What the failed route lost never comes: ordered streams from that
+   * process stop waiting for it. */
+  if (fence)
+    nxi_order_skip(proc);
   nx_gp_release(&reply);
 }
 
@@ -160,17 +186,31 @@ static void on_gone(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
   uint32_t proc;
-  if (nx_get_uint32(b, &proc) == 0 && proc != 0 && proc != nxi_rt.proc_id) {
-    nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
+  /* Sent by the process that now runs where `proc` ran, never by `proc`.
+   * Any peer could claim that `proc` is gone: it counts only once `proc`
+   * has left this process's question unanswered for GONE_WAIT_NS. What
+   * `proc` did not confirm is then reported lost (nxi_ledger_lost), but
+   * its routes are not failed: the address they lead to serves the
+   * process that answered, and a gp (a forged one, too) may have given a
+   * list of another process `proc`'s name (dlist.c, interning), which
+   * failing `proc`'s lists would cut off. */
+  if (!(b->hflags & NXI_FRAME_F_CTL) || nx_get_uint32(b, &proc) < 0 ||
+      proc == 0 || proc == nxi_rt.proc_id ||
+      proc == nxi_ctxid_proc(b->source)) {
+    refuse(b, "\"gone\"");
+    return;
   }
+  if (nxi_ledger_silent_for(proc, GONE_WAIT_NS))
+    nxi_ledger_lost(proc, NX_EPEERDEAD);
 }
 
 /* Answers are taken as they are delivered (nxi_ledger_take_tell); one
- * that reaches its handler after all (malformed) is dropped here. */
+ * that reaches its handler after all (malformed, in another process's
+ * name, or sent as an ordinary RSR) is dropped here. */
 static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
-  (void)b;
+  refuse(b, "answer");
 }
 
 /* The ledger's hook: `proc` told this process its final counts. */
@@ -190,8 +230,10 @@ static void on_ack(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)ctx;
   (void)address;
   uint32_t proc;
-  if (nx_get_uint32(b, &proc) < 0)
+  if (nx_get_uint32(b, &proc) < 0 || !from(b, proc)) {
+    refuse(b, "acknowledgement");
     return;
+  }
   nx_mutex_lock(&flush_m);
   for (int i = 0; i < nawaiting; i++)
     if (awaiting[i] == proc) {

@@ -7,6 +7,7 @@
  * its successor do not swell, and what that count leaves is reported. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dlist.h"
 #include "order.h"
@@ -52,6 +53,7 @@ struct nxi_peer {
   uint64_t pending;         /* their sum */
   uint64_t asked_at;        /* `pending` when last asked */
   uint64_t ask_ns;          /* when last asked, 0 if no request is out */
+  uint64_t silent_since;    /* first question since its last answer, or 0 */
   uint64_t pending_since;   /* the tick first saw RSRs unconfirmed, or 0 */
   int listed;               /* on the `senders` list */
   int dying;                /* lost: its entries are reported at `lost_at` */
@@ -73,6 +75,26 @@ struct nxi_peer {
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nxi_peer *_Atomic table[SLOTS];
+
+/* Strays: the counts of RSRs handled here from origins that are not (yet)
+ * peers. An RSR's `source` is the sender's word only: a peer that forges
+ * a new one per frame must not fill `table`, which is never emptied, and
+ * leave no room for the processes that really talk to this one (issue
+ * 44). An origin becomes a peer when this process sends to it or it asks
+ * for its counts (peer_get with `create`), and takes its stray counts
+ * along; until then its counts stay here, in one of STRAY_WAYS places of
+ * the set its id picks, the set's oldest making way for a new origin. */
+#define STRAYS 1024u
+#define STRAY_WAYS 8u /* an origin's place: one of 8 in its set */
+struct stray {
+  uint32_t proc;
+  uint64_t handled[NXI_LEDGER_GENS];
+  uint64_t told[NXI_LEDGER_GENS]; /* as a peer's (nxi_ledger_untold) */
+  struct nxi_dlist *dl; /* a list that names it (a reference), or NULL */
+};
+static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stray strays[STRAYS];
+static uint8_t stray_next[STRAYS / STRAY_WAYS]; /* each set's oldest */
 static atomic_int full_logged;
 /* Peers this process sent RSRs to: pushed once, never removed before
  * nxi_ledger_finalize. */
@@ -86,6 +108,84 @@ static _Atomic nxi_ledger_ack_fn acker;
 void nxi_ledger_set_acker(nxi_ledger_ack_fn fn) { atomic_store(&acker, fn); }
 
 static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
+
+/* The first of the STRAY_WAYS places where `proc`'s counts may be. */
+static unsigned stray_set(uint32_t proc) {
+  return (proc * 2654435761u >> 16) % (STRAYS / STRAY_WAYS) * STRAY_WAYS;
+}
+
+/* stray_lock held: the stray entry of `proc`, or NULL. */
+static struct stray *stray_find(uint32_t proc) {
+  struct stray *set = &strays[stray_set(proc)];
+  for (unsigned i = 0; proc != 0 && i < STRAY_WAYS; i++)
+    if (set[i].proc == proc)
+      return &set[i];
+  return NULL;
+}
+
+/* A new peer takes its origin's stray counts. Its counts are only added
+ * to after this: nxi_ledger_handled looks for the peer under stray_lock,
+ * so a count either finds the peer or is a stray taken here. */
+static void adopt_strays(struct nxi_peer *p) {
+  pthread_mutex_lock(&stray_lock);
+  struct stray *s = stray_find(p->proc);
+  struct nxi_dlist *dl = NULL;
+  if (s != NULL) {
+    pthread_mutex_lock(&p->lock);
+    for (unsigned g = 0; g < GENS; g++) {
+      atomic_fetch_add(&p->handled[g], s->handled[g]);
+      p->told[g] = s->told[g];
+    }
+    if (p->dl == NULL)
+      p->dl = s->dl;
+    else
+      dl = s->dl;
+    pthread_mutex_unlock(&p->lock);
+    memset(s, 0, sizeof(*s));
+  }
+  pthread_mutex_unlock(&stray_lock);
+  if (dl != NULL)
+    nxi_dlist_release(dl);
+}
+
+static struct nxi_peer *peer_get(uint32_t proc, int create);
+
+/* An RSR of generation `gen` from `origin`, which is no peer, ran here. */
+static void stray_handled(uint32_t origin, unsigned gen) {
+  struct nxi_dlist *evicted = NULL;
+  int added = 0;
+  pthread_mutex_lock(&stray_lock);
+  struct nxi_peer *p = peer_get(origin, 0);
+  if (p != NULL) {
+    atomic_fetch_add_explicit(&p->handled[gen], 1, memory_order_relaxed);
+  } else {
+    struct stray *s = stray_find(origin);
+    if (s == NULL) {
+      unsigned set = stray_set(origin);
+      uint8_t *next = &stray_next[set / STRAY_WAYS];
+      s = &strays[set + *next];
+      *next = (uint8_t)((*next + 1) % STRAY_WAYS);
+      evicted = s->dl;
+      memset(s, 0, sizeof(*s));
+      s->proc = origin;
+      added = 1;
+    }
+    s->handled[gen]++;
+  }
+  pthread_mutex_unlock(&stray_lock);
+  /* Not under stray_lock: these take dlist.c's. */
+  if (evicted != NULL)
+    nxi_dlist_release(evicted);
+  if (added) {
+    /* A way back to it, as a new peer gets one (peer_get): the program
+     * may release every gp of that process before nx_finalize. */
+    struct nxi_dlist *dl = nxi_dlist_of_proc(origin);
+    if (dl != NULL) {
+      nxi_ledger_known(origin, dl);
+      nxi_dlist_release(dl);
+    }
+  }
+}
 
 /* The peer `proc`, created if `create`; NULL if absent (or the table is
  * full, said once: its RSRs then go unrecorded, as before the ledger). */
@@ -123,6 +223,7 @@ static struct nxi_peer *peer_get(uint32_t proc, int create) {
   }
   pthread_mutex_unlock(&table_lock);
   if (created) {
+    adopt_strays(found);
     /* A way back to it, kept until finalize: the program may release
      * every gp of a process that sends here before nx_finalize, which
      * must still tell it what ran here (else it reports those RSRs). */
@@ -310,6 +411,26 @@ static void ask(struct nxi_peer *p, unsigned gens, int fence) {
 
 void nxi_ledger_ask(struct nxi_peer *p) { ask(p, 0, 0); }
 
+void nxi_ledger_asked(uint32_t proc) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return;
+  pthread_mutex_lock(&p->lock);
+  if (p->silent_since == 0)
+    p->silent_since = nxu_now_ns();
+  pthread_mutex_unlock(&p->lock);
+}
+
+int nxi_ledger_silent_for(uint32_t proc, uint64_t ns) {
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL)
+    return 0;
+  pthread_mutex_lock(&p->lock);
+  int silent = p->silent_since != 0 && nxu_now_ns() - p->silent_since >= ns;
+  pthread_mutex_unlock(&p->lock);
+  return silent;
+}
+
 uint32_t nxi_ledger_tell_id;
 static _Atomic nxi_ledger_gone_fn goner;
 
@@ -328,12 +449,20 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   uint64_t counts[GENS];
   int ok = nx_get_uint32(b, &proc) == 0 && nx_get_uint8(b, &gens) == 0 &&
            nx_get_uint8(b, &fence) == 0;
+  /* A process tells its own counts: one in another's name is refused. */
+  ok = ok && proc != 0 && proc == nxi_ctxid_proc(b->source);
   for (unsigned g = 0; ok && g < GENS; g++)
     if (gens & 1u << g)
       ok = nx_get_uint64(b, &counts[g]) == 0;
   if (!ok) {
-    b->pos = 0; /* its handler reads it again, and refuses it */
+    b->pos = 0; /* its handler refuses it, and counts it */
     return 0;
+  }
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p != NULL) {
+    pthread_mutex_lock(&p->lock);
+    p->silent_since = 0;
+    pthread_mutex_unlock(&p->lock);
   }
   for (unsigned g = 0; g < GENS; g++)
     if (gens & 1u << g)
@@ -341,7 +470,6 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   if (fence == 1)
     nxi_ledger_fenced(proc, gens);
   if (fence == NXI_LEDGER_TELL_FINAL) {
-    struct nxi_peer *p = peer_get(proc, 0);
     if (p != NULL) {
       pthread_mutex_lock(&p->lock);
       p->ack_owed = 1;
@@ -630,16 +758,26 @@ void nxi_ledger_lost(uint32_t proc, int status) {
 void nxi_ledger_handled_from_peer(const struct nx_buffer *b) {
   uint32_t origin = nxi_ctxid_proc(b->source);
   uint16_t flags = b->hflags;
-  struct nxi_peer *p = peer_get(origin, 1);
+  unsigned gen = (flags >> NXI_FRAME_GEN_SHIFT) & (GENS - 1);
+  /* Only a peer's counts have room for certain (strays, above). */
+  struct nxi_peer *p = peer_get(origin, 0);
   if (p != NULL)
-    atomic_fetch_add_explicit(
-        &p->handled[(flags >> NXI_FRAME_GEN_SHIFT) & (GENS - 1)], 1,
-        memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->handled[gen], 1, memory_order_relaxed);
+  else
+    stray_handled(origin, gen);
 }
 
 uint64_t nxi_ledger_handled_from(uint32_t proc, unsigned gen) {
+  if (gen >= GENS)
+    return 0;
   struct nxi_peer *p = peer_get(proc, 0);
-  return p != NULL && gen < GENS ? atomic_load(&p->handled[gen]) : 0;
+  if (p != NULL)
+    return atomic_load(&p->handled[gen]);
+  pthread_mutex_lock(&stray_lock);
+  struct stray *s = stray_find(proc);
+  uint64_t n = s != NULL ? s->handled[gen] : 0;
+  pthread_mutex_unlock(&stray_lock);
+  return n;
 }
 
 int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
@@ -708,6 +846,41 @@ uint64_t nxi_ledger_report_all(int status) {
   return total;
 }
 
+/* nxi_ledger_untold's part for strays: those whose counts grew and that a
+ * list names (one that sent here, but was never sent to and never asked).
+ * One no list names is marked told: nobody is there to tell. */
+static int untold_strays(uint32_t *procs, unsigned *gens,
+                         struct nxi_dlist **dls, int max) {
+  int n = 0;
+  for (unsigned i = 0; i < STRAYS && n < max; i++) {
+    pthread_mutex_lock(&stray_lock);
+    uint32_t proc = strays[i].proc;
+    unsigned grew = 0;
+    for (unsigned g = 0; proc != 0 && g < GENS; g++)
+      if (strays[i].handled[g] > strays[i].told[g])
+        grew |= 1u << g;
+    struct nxi_dlist *dl = grew != 0 ? strays[i].dl : NULL;
+    if (dl != NULL)
+      nxi_dlist_retain(dl);
+    pthread_mutex_unlock(&stray_lock);
+    if (grew == 0)
+      continue;
+    if (dl == NULL)
+      dl = nxi_dlist_of_proc(proc);
+    if (dl != NULL) {
+      procs[n] = proc;
+      gens[n] = grew;
+      dls[n++] = dl;
+      continue;
+    }
+    pthread_mutex_lock(&stray_lock);
+    if (strays[i].proc == proc)
+      memcpy(strays[i].told, strays[i].handled, sizeof(strays[i].told));
+    pthread_mutex_unlock(&stray_lock);
+  }
+  return n;
+}
+
 int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max) {
   int n = 0;
@@ -730,13 +903,21 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
     }
     pthread_mutex_unlock(&p->lock);
   }
-  return n;
+  return n + untold_strays(procs + n, gens + n, dls + n, max - n);
 }
 
 void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count) {
-  struct nxi_peer *p = peer_get(proc, 0);
-  if (p == NULL || gen >= GENS)
+  if (gen >= GENS)
     return;
+  struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL) {
+    pthread_mutex_lock(&stray_lock);
+    struct stray *s = stray_find(proc);
+    if (s != NULL && count > s->told[gen])
+      s->told[gen] = count;
+    pthread_mutex_unlock(&stray_lock);
+    return;
+  }
   pthread_mutex_lock(&p->lock);
   if (count > p->told[gen])
     p->told[gen] = count;
@@ -757,6 +938,18 @@ void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl) {
 
 void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {
   struct nxi_peer *p = peer_get(proc, 0);
+  if (p == NULL && dl != NULL) {
+    /* A stray keeps it too, so that nx_finalize can tell it its counts
+     * after the gp that named it was released. */
+    pthread_mutex_lock(&stray_lock);
+    struct stray *s = stray_find(proc);
+    if (s != NULL && s->dl == NULL) {
+      nxi_dlist_retain(dl);
+      s->dl = dl;
+    }
+    pthread_mutex_unlock(&stray_lock);
+    return;
+  }
   if (p == NULL || dl == NULL)
     return;
   pthread_mutex_lock(&p->lock);
@@ -769,6 +962,10 @@ void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {
 
 void nxi_ledger_init(void) {
   atomic_store(&full_logged, 0);
+  pthread_mutex_lock(&stray_lock);
+  memset(strays, 0, sizeof(strays));
+  memset(stray_next, 0, sizeof(stray_next));
+  pthread_mutex_unlock(&stray_lock);
   atomic_store(&senders, NULL);
   atomic_store(&nxi_ledger_next_tick, 0);
 }
@@ -777,6 +974,14 @@ void nxi_ledger_finalize(void) {
   atomic_store(&resender, NULL);
   resend_run(); /* what is left is reported */
   atomic_store(&senders, NULL);
+  for (unsigned i = 0; i < STRAYS; i++) {
+    pthread_mutex_lock(&stray_lock);
+    struct nxi_dlist *dl = strays[i].dl;
+    memset(&strays[i], 0, sizeof(strays[i]));
+    pthread_mutex_unlock(&stray_lock);
+    if (dl != NULL)
+      nxi_dlist_release(dl);
+  }
   for (unsigned i = 0; i < SLOTS; i++) {
     struct nxi_peer *p = atomic_exchange(&table[i], NULL);
     if (p == NULL)

@@ -61,6 +61,12 @@ typedef void (*nxi_ledger_ask_fn)(uint32_t proc, struct nxi_dlist *dl,
                                   unsigned gens, int fence);
 void nxi_ledger_set_asker(nxi_ledger_ask_fn fn);
 
+/* A question went to `proc` (confirm.c): the first since its last answer
+ * starts the silence nxi_ledger_silent_for measures. */
+void nxi_ledger_asked(uint32_t proc);
+/* Whether `proc` has left a question unanswered for `ns` or longer. */
+int nxi_ledger_silent_for(uint32_t proc, uint64_t ns);
+
 /* Process `proc` says it has handled `count` of this process's RSRs of
  * generation `gen`: the oldest entries of that generation are settled. */
 void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count);
@@ -83,7 +89,9 @@ void nxi_ledger_rerouted(uint32_t proc, unsigned gen, int status);
 /* The handler id of that answer (confirm.c sets it). A received answer is
  * taken where it is delivered (nxi_deliver): it settles entries before
  * the module reports its sender gone, when that was the sender's last
- * word. Returns 1 if it took (and released) `b`. */
+ * word. An answer whose process is not its frame's origin (the high half
+ * of its `source`) is not taken. Returns 1 if it took (and released)
+ * `b`. */
 extern uint32_t nxi_ledger_tell_id;
 int nxi_ledger_take_tell(struct nx_buffer *b);
 /* A confirmation message `b` for a process that is not (or no longer)
@@ -111,8 +119,10 @@ void nxi_ledger_set_resender(nxi_ledger_resend_fn fn);
 
 /* Receiving: the received RSR `b` was handled (or dropped, and reported
  * here) in this process. Counted for its origin and generation, unless it
- * came from this process or is the runtime's own. Call it before the
- * handler runs (the handler may release `b`). */
+ * came from this process or is the runtime's own; an origin that is not a
+ * peer (never sent to, never asking) is counted among a bounded set of
+ * strays (ledger.c), not given a peer. Call it before the handler runs
+ * (the handler may release `b`). */
 void nxi_ledger_handled_from_peer(const struct nx_buffer *b);
 /* Inline: an RSR from this process (the in-process path) costs a test. */
 static inline void nxi_ledger_handled(const struct nx_buffer *b) {
@@ -148,7 +158,7 @@ void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
  * that this process can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
 /* The same for a process the ledger already knows (it sent here or was
- * sent to), with no list yet: dlist.c's known hook. */
+ * sent to), with no list yet, a stray included: dlist.c's known hook. */
 void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl);
 
 /* Called (wakes nothing by itself) when entries settle: waiters recheck. */
