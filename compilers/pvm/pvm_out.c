@@ -446,28 +446,32 @@ static void drop(struct held *h) {
 
 /* A connection from a task on this host: kept if it is this user's. */
 static void accept_one(void) {
+  /* Counted before it leaves the backlog: pvm_exit looks at the backlog,
+   * then at the count (waiting()). */
+  atomic_fetch_add(&kp.open, 1);
   int c = accept4(kp.lfd, NULL, NULL, SOCK_CLOEXEC);
   if (c < 0)
-    return;
+    goto err;
   struct ucred cr;
   socklen_t cl = sizeof(cr);
   if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
-      cr.uid != getuid()) {
-    close(c);
-    return;
-  }
+      cr.uid != getuid())
+    goto err_close;
   if (kp.n == kp.cap) {
     int cap = kp.cap ? 2 * kp.cap : 16;
     struct held *h = realloc(kp.h, (size_t)cap * sizeof(*h));
-    if (h == NULL) { /* the task's writes go on; its watcher drops them */
-      close(c);
-      return;
-    }
+    if (h == NULL) /* the task's writes go on; its watcher drops them */
+      goto err_close;
     kp.h = h;
     kp.cap = cap;
   }
   kp.h[kp.n++] = (struct held){c, -1, 0, {NULL, 0, 0}};
-  atomic_fetch_add(&kp.open, 1);
+  return;
+
+err_close:
+  close(c);
+err:
+  atomic_fetch_sub(&kp.open, 1);
 }
 
 /* A task's hand-over: its tid and its pipe's read end, in one message.
@@ -623,6 +627,13 @@ err_sock:
   return -1;
 }
 
+/* Whether a task's connection waits to be accepted: a task that ended
+ * before the keeper thread got to it still has its lines in the pipe. */
+static int waiting(void) {
+  struct pollfd p = {kp.lfd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
 /* The catching task's pvm_exit, once its children have ended: waits
  * until every pipe it holds has ended (so every line and EOF is written),
  * as long as lines still come. A pipe still open after 2 s without a line
@@ -634,7 +645,8 @@ void nxpvmi_out_keep_stop(void) {
     return;
   unsigned moved = atomic_load(&kp.moved);
   for (int idle = 0, all = 0;
-       atomic_load(&kp.open) > 0 && idle < 2000 && all < 60000; idle++, all++) {
+       (waiting() || atomic_load(&kp.open) > 0) && idle < 2000 && all < 60000;
+       idle++, all++) {
     usleep(1000);
     unsigned now = atomic_load(&kp.moved);
     if (now != moved) {
