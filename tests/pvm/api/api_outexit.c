@@ -24,16 +24,19 @@
 static const char *const kinds[NCHILD] = {"flush", "after", "noexit"};
 
 /* What each child's caught output must be, after the prefix. */
-static const char *const want_flush[] = {"BEGIN",
-                                         "on stderr, before pvm_exit",
-                                         "buffered before pvm_exit",
-                                         "and another, 42",
-                                         "buffered after pvm_exit",
-                                         "EOF"};
-static const char *const want_after[] = {"BEGIN", "written after pvm_exit",
-                                         "on stderr after pvm_exit", "EOF"};
-static const char *const want_noexit[] = {"BEGIN", "buffered, then exit 0",
-                                          "line 1", "line 2", "EOF"};
+static const char *const want_flush[] = {
+    "BEGIN",           "on stderr, before pvm_exit", "buffered before pvm_exit",
+    "and another, 42", "buffered after pvm_exit",    "EOF",
+};
+static const char *const want_after[] = {
+    "BEGIN",
+    "written after pvm_exit",
+    "on stderr after pvm_exit",
+    "EOF",
+};
+static const char *const want_noexit[] = {
+    "BEGIN", "buffered, then exit 0", "line 1", "line 2", "EOF",
+};
 static const char *const *const wants[NCHILD] = {want_flush, want_after,
                                                  want_noexit};
 static const int nwant[NCHILD] = {6, 4, 5};
@@ -42,6 +45,18 @@ static void say(int fd, const char *s) {
   ssize_t w = write(fd, s, strlen(s));
   (void)w;
 }
+
+/* LeakSanitizer's exit hook (sanitizer/lsan_interface.h), called at exit
+ * in sanitizer builds only: the child that ends without pvm_exit skips
+ * the leak check. Its nexus runtime is still up then, and over ucx LSan
+ * reports UCX's worker memory (libucs, libuct) as leaked; the report is
+ * on the task's stderr, which pvm_catchout catches to the task's end, and
+ * is no output of the program's. (It came before too, unseen: the task's
+ * stderr was put back to the spawner's before exit.) Every other process
+ * keeps the check. */
+static int no_leak_check;
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void) { return no_leak_check; }
 
 static int child(const char *kind) {
   static char buf[1 << 16];
@@ -63,6 +78,7 @@ static int child(const char *kind) {
     say(2, "on stderr after pvm_exit\n");
     return 0;
   }
+  no_leak_check = 1;
   setvbuf(stdout, buf, _IOFBF, sizeof(buf));
   printf("buffered, then exit 0\nline 1\nline 2\n");
   exit(0); /* no pvm_exit: the atexit handlers run, then the flush */
