@@ -16,10 +16,10 @@
  * keeper thread below reads it until every write end has closed, that is
  * until the task's process (and whatever it started that kept the
  * descriptors) has ended, and only then writes the EOF line. Where the
- * hand-over cannot be made (the catching task on another host), a thread
- * of the task's own reads the pipe and sends each line by RSR until its
- * pvm_exit or exit, as the keeper's host-local socket cannot be
- * reached. The task log is written by the task's own thread too. */
+ * hand-over cannot be made (the catching task on another host: the
+ * socket is host-local), a thread of the task's own reads the pipe and
+ * sends each line by RSR, until its pvm_exit or exit. The task log is
+ * written by the task's own thread too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -223,8 +223,7 @@ static void *out_main(void *arg) {
  * keeper lives, and this thread, which waits for the keeper to hang up.
  * If it does while the task still runs (its process died, or it gave up
  * waiting for a pipe that a leftover process held open), the thread
- * reads the pipe and drops the lines, as PVM's pvmd drops the output of a
- * task whose catcher has gone; the writers never block. */
+ * reads the pipe and drops the lines: the writers never block. */
 static void *watch_main(void *arg) {
   (void)arg;
   char buf[4096];
