@@ -50,6 +50,9 @@ static atomic_int out_done;  /* out_main sent its EOF */
 static atomic_uint out_sent; /* lines (and BEGIN) sent: its progress */
 static int handed;           /* out_fd's copy went to the keeper */
 static int handed_sock = -1; /* the connection it went on */
+static nx_thread_t watch_th; /* watch_main */
+static int watching;
+static atomic_int watch_stop;
 
 /* The keeper (a catching task): the pipes its caught tasks on this host
  * handed over. `h` is the keeper thread's alone; pvm_exit reads the
@@ -231,6 +234,8 @@ static void *watch_main(void *arg) {
   while ((r = read(handed_sock, buf, sizeof(buf))) > 0 ||
          (r < 0 && errno == EINTR))
     ;
+  if (atomic_load(&watch_stop))
+    return NULL; /* the process is ending: the keeper reads on */
   while ((r = read(out_fd, buf, sizeof(buf))) > 0 || (r < 0 && errno == EINTR))
     ;
   return NULL;
@@ -327,18 +332,13 @@ static int out_start(int tid) {
     handed_sock = sock;
     handed = 1;
     nxpvm.out_tid = tid;
-    pthread_t th;
-    pthread_attr_t at;
-    int ok = pthread_attr_init(&at) == 0;
-    /* Detached: it ends only when the process does. */
-    if (!ok || pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) != 0 ||
-        pthread_create(&th, &at, watch_main, NULL) != 0) {
+    if (nx_thread_create(&watch_th, watch_main, NULL) == 0) {
+      watching = 1;
+    } else {
       /* No watcher: the keeper alone reads (its end would be SIGPIPE). */
       close(out_fd);
       out_fd = -1;
     }
-    if (ok)
-      pthread_attr_destroy(&at);
     return PvmOk;
   }
   /* What descriptors 1 and 2 become again when the task leaves PVM: what
@@ -426,6 +426,20 @@ void nxpvmi_out_stop(void) { out_finish(log_fd >= 0 ? 2000 : -1); }
 /* A task that ends without pvm_exit: its last lines and its EOF still go
  * to the catching task (flush_at_exit, before the RSRs are confirmed). */
 void nxpvmi_out_stop_at_exit(void) { out_finish(2000); }
+
+/* At exit (an atexit handler, pvm_exit or not): the watcher ends, so the
+ * process ends with no thread of ours (ThreadSanitizer sleeps a second at
+ * the exit of a process that has more than one). What exit flushes after
+ * the atexit handlers still reaches the keeper; the read end's copy stays
+ * open to the end, so those writes never meet a pipe without a reader. */
+void nxpvmi_out_unwatch(void) {
+  if (!watching)
+    return;
+  atomic_store(&watch_stop, 1);
+  shutdown(handed_sock, SHUT_RDWR); /* wakes its read */
+  nx_thread_join(watch_th, NULL);
+  watching = 0;
+}
 
 /* The keeper's side. */
 

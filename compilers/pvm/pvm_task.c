@@ -1043,10 +1043,13 @@ err_fini:
 static pid_t at_exit_pid; /* 0: not installed; a forked child does not */
 
 static void flush_at_exit(void) {
-  if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid) {
+  if (getpid() != at_exit_pid)
+    return;
+  if (nxpvm.started && !nxpvm.closing) {
     nxpvmi_out_stop_at_exit(); /* caught output: the last lines, EOF */
     nx_flush(2000);
   }
+  nxpvmi_out_unwatch(); /* also after pvm_exit */
 }
 
 int pvm_mytid(void) {
