@@ -196,10 +196,11 @@ struct pvmstate {
   int noreset;           /* this task set PvmNoReset */
   int fds[2];            /* pvm_getfds: readable while a message is queued */
   int has_fds;
-  FILE *catch_ff; /* pvm_catchout's file */
-  int out_tid;    /* where this task's output goes (0: its own stdout) */
-  int showtids;   /* PvmShowTids */
-  int *gone_q;    /* children whose end the root has not been told yet */
+  FILE *catch_ff;   /* pvm_catchout's file */
+  int out_tid;      /* where this task's output goes (0: its own stdout) */
+  uint64_t out_key; /* its keeper on this host, pvm_out.c (0: none) */
+  int showtids;     /* PvmShowTids */
+  int *gone_q;      /* children whose end the root has not been told yet */
   int ngone, gonecap;
   unsigned deaths; /* tasks marked dead so far: receives look again */
 };
@@ -349,11 +350,14 @@ const char *nxpvmi_arch(void);
 int nxpvmi_is_this_host(const char *name);
 
 /* pvm_out.c */
-int nxpvmi_out_tid(void);
+int nxpvmi_out_dest(uint64_t *key);
+int nxpvmi_out_keep_start(void);
+void nxpvmi_out_keep_stop(void);
 int nxpvmi_out_start(int tid);
 int nxpvmi_out_start_log(void);
 void nxpvmi_out_stop(void);
 void nxpvmi_out_stop_at_exit(void);
+void nxpvmi_out_unwatch(void);
 void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
 /* pvm_mbox.c */

@@ -724,11 +724,13 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)addr;
   int from;
   int32_t roottid, mctx, otid;
+  uint64_t okey;
   nx_gp_t gp = NX_GP_NULL;
   if (nxpvmi_origin(buf, &from) < 0 || nx_get_int32(buf, &roottid) < 0 ||
       nx_get_gp(buf, &gp) < 0)
     return;
-  if (nx_get_int32(buf, &mctx) < 0 || nx_get_int32(buf, &otid) < 0) {
+  if (nx_get_int32(buf, &mctx) < 0 || nx_get_int32(buf, &otid) < 0 ||
+      nx_get_uint64(buf, &okey) < 0) {
     nx_gp_release(&gp);
     return;
   }
@@ -737,6 +739,7 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nxpvm.roottid = roottid;
   nxpvm.ctx = mctx;     /* a spawned task starts in its spawner's context */
   nxpvm.out_tid = otid; /* and sends its output where it says */
+  nxpvm.out_key = okey; /* handing it to that task's keeper, if here */
   nxpvm.ptid = from;
   nx_cond_broadcast(&nxpvm.c);
   nx_mutex_unlock(&nxpvm.m);
@@ -1040,10 +1043,13 @@ err_fini:
 static pid_t at_exit_pid; /* 0: not installed; a forked child does not */
 
 static void flush_at_exit(void) {
-  if (nxpvm.started && !nxpvm.closing && getpid() == at_exit_pid) {
+  if (getpid() != at_exit_pid)
+    return;
+  if (nxpvm.started && !nxpvm.closing) {
     nxpvmi_out_stop_at_exit(); /* caught output: the last lines, EOF */
     nx_flush(2000);
   }
+  nxpvmi_out_unwatch(); /* also after pvm_exit */
 }
 
 int pvm_mytid(void) {
@@ -1177,6 +1183,9 @@ int pvm_exit(void) {
   free(rs);
   free(tids);
   wait_for_tasks();
+  /* A catching task: its caught tasks' last lines and EOFs, read from
+   * their pipes to the end (pvm_out.c), before it returns. */
+  nxpvmi_out_keep_stop();
   nxpvmi_seq_stop();
   /* From here a handler thread drops what arrives (a late RSR has no one
    * to read it), so the peers can be freed. */
@@ -1314,6 +1323,8 @@ struct spawn_req {
   int flag;
   char *where;
   int remote;
+  int out_tid;      /* where the tasks' output goes (0: the task log) */
+  uint64_t out_key; /* the keeper that reads it, if on this host */
 };
 
 static int spawn_prepare(char *task, char **argv, int flag, char *where,
@@ -1322,6 +1333,7 @@ static int spawn_prepare(char *task, char **argv, int flag, char *where,
   if (rc < 0)
     return rc;
   r->found = find_task(task);
+  r->out_tid = nxpvmi_out_dest(&r->out_key);
   int argc = 0;
   while (argv != NULL && argv[argc] != NULL)
     argc++;
@@ -1393,12 +1405,13 @@ static int spawn_start(const struct spawn_req *r, int want) {
   nx_buffer_t *b;
   rc = nxpvmi_resolve_root(&root);
   if (rc == 0)
-    rc = nxpvmi_rsr(tid, &gp, H_HELLO, 64, &b);
+    rc = nxpvmi_rsr(tid, &gp, H_HELLO, 80, &b);
   if (rc == 0) {
     nx_put_int32(b, nxpvm.roottid);
     nx_put_gp(b, &root);
     nx_put_int32(b, nxpvm.ctx);
-    nx_put_int32(b, nxpvmi_out_tid());
+    nx_put_int32(b, r->out_tid);
+    nx_put_uint64(b, r->out_key);
     rc = nxpvmi_nx_to_pvm(nxpvmi_send(b));
   }
   if (rc == 0 && !nxpvm.is_root &&

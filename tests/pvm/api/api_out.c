@@ -16,6 +16,18 @@ static const char *const want[] = {"BEGIN", "a line from the child",
 #define NWANT (int)(sizeof(want) / sizeof(want[0]))
 #define NOEXIT 200
 
+/* LeakSanitizer's exit hook (sanitizer/lsan_interface.h), called at exit
+ * in sanitizer builds only: the child that ends without pvm_exit skips
+ * the leak check. Its nexus runtime is still up then, and over ucx LSan
+ * reports UCX's worker memory (libucs, libuct) as leaked; the report is
+ * on the task's stderr, which pvm_catchout catches to the task's end, and
+ * is no output of the program's. (It came before too, unseen: the task's
+ * stderr was put back to the spawner's before exit.) Every other process
+ * keeps the check. */
+static int no_leak_check;
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void) { return no_leak_check; }
+
 int main(int argc, char **argv) {
   if (task_start() < 0)
     return 77;
@@ -27,6 +39,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "noexit") == 0) {
+    no_leak_check = 1;
     for (int i = 0; i < NOEXIT; i++)
       printf("line %d\n", i);
     fprintf(stderr, "the last, on stderr\n");
