@@ -47,6 +47,14 @@ static void count_add(atomic_uint_fast64_t *count, int n) {
     atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
 }
 
+/* The module has a transfer to progress: poll it every round again
+ * (dispatch.c). Written only when it changes: senders on several threads
+ * would otherwise bounce the line. */
+static inline void mark_sent(struct nxi_module *m) {
+  if (!atomic_load_explicit(&m->sent, memory_order_relaxed))
+    atomic_store_explicit(&m->sent, 1, memory_order_relaxed);
+}
+
 /* Hands the sealed frame to the route's module. The buffer is the module's
  * unless this fails. */
 static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
@@ -65,14 +73,10 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
       break;
     nxi_progress_help();
   }
-  if (r < 0) {
+  if (r < 0)
     count_add(count, -1);
-  } else if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed)) {
-    /* The module has a transfer to progress: poll it every round again
-     * (dispatch.c). Written only when it changes: senders on several
-     * threads would otherwise bounce the line. */
-    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
-  }
+  else
+    mark_sent(rt->mod);
   return r;
 }
 
@@ -253,8 +257,7 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   if (r == NX_PROTOCOL_SENT)
     nxi_buffer_free(b); /* sent at once, and no RSR of the runtime's */
   /* `b` may be gone: the module owns it. */
-  if (!atomic_load_explicit(&rt->mod->sent, memory_order_relaxed))
-    atomic_store_explicit(&rt->mod->sent, 1, memory_order_relaxed);
+  mark_sent(rt->mod);
   if (ask)
     nxi_ledger_ask(peer);
   return 0;
