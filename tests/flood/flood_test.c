@@ -61,6 +61,7 @@
 #include <nexus/protocol.h>
 
 #include "nxu_auth.h"
+#include "nxu_wire.h"
 
 extern char **environ;
 
@@ -381,32 +382,19 @@ err:
   return -1;
 }
 
-static void le16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-static void le32(uint8_t *p, uint32_t v) {
-  le16(p, (uint16_t)v);
-  le16(p + 2, (uint16_t)(v >> 16));
-}
-static void le64(uint8_t *p, uint64_t v) {
-  le32(p, (uint32_t)v);
-  le32(p + 4, (uint32_t)(v >> 32));
-}
-
 /* A frame header (docs/design.md section 4). */
 static void header(uint8_t *h, uint16_t flags, uint32_t handler,
                    uint64_t context, uint64_t len, uint64_t source) {
-  le32(h, NX_FRAME_MAGIC);
+  nxu_le32(h, NX_FRAME_MAGIC);
   h[4] = NX_FRAME_VERSION;
   h[5] = (uint8_t)nx_format_native();
-  le16(h + 6, flags);
-  le32(h + 8, handler);
-  le32(h + 12, 0);
-  le64(h + 16, context);
-  le64(h + 24, 0);
-  le64(h + 32, len);
-  le64(h + 40, source);
+  nxu_le16(h + 6, flags);
+  nxu_le32(h + 8, handler);
+  nxu_le32(h + 12, 0);
+  nxu_le64(h + 16, context);
+  nxu_le64(h + 24, 0);
+  nxu_le64(h + 32, len);
+  nxu_le64(h + 40, source);
 }
 
 static uint32_t victim(uint64_t *s) {
@@ -529,9 +517,9 @@ static size_t bad_frame(uint64_t *s, uint8_t *f) {
   case 0: f[0] ^= 0x40; break;                           /* magic */
   case 1: f[4] = (uint8_t)(NX_FRAME_VERSION + 1); break; /* version */
   case 2: f[5] = 7; break;                               /* format */
-  case 3: le32(f + 8, 0); break;                         /* handler 0 */
-  case 4: le64(f + 16, 0); break;                        /* context 0 */
-  case 5: le64(f + 32, ~0ull >> 1); break;               /* huge length */
+  case 3: nxu_le32(f + 8, 0); break;                     /* handler 0 */
+  case 4: nxu_le64(f + 16, 0); break;                    /* context 0 */
+  case 5: nxu_le64(f + 32, ~0ull >> 1); break;           /* huge length */
   case 6: return rnd(s) % NX_FRAME_HDR_SIZE;             /* cut off */
   default:
     for (size_t i = 0; i < NX_FRAME_HDR_SIZE; i++)
