@@ -1,6 +1,6 @@
-/* What nxi_copy (nexus/src/buf.h) buys: glibc's memcpy against nxi_copy,
- * which copies with 16-byte SSE2 moves when 4 KiB <= n < 1 MiB and the
- * destination lies 1 to 63 bytes past the source within a page, timed in
+/* What nxi_copy (nexus/src/buffers/buf.h) buys: glibc's memcpy against
+ * nxi_copy, which copies with 16-byte SSE2 moves when 4 KiB <= n < 1 MiB and
+ * the destination lies 1 to 63 bytes past the source within a page, timed in
  * turns in one run for the skewed copies a payload at offset 5 of a
  * page-aligned block makes (into it, and out of it into a page-aligned
  * array) and for an aligned copy, at 3 KiB to 1 MiB. */
@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "bench_args.h"
-#include "buf.h"
+#include "buffers/buf.h"
 
 /* The payload's offset in its block, as in a buffer's frame. */
 #define SKEW 5
@@ -132,7 +132,8 @@ int main(int argc, char **argv) {
 
   char cpu[128];
   cpu_model(cpu, sizeof(cpu));
-  printf("memcpy against nxi_copy (nexus/src/buf.h); %s; median of %d runs "
+  printf("memcpy against nxi_copy (nexus/src/buffers/buf.h); %s; median of %d "
+         "runs "
          "of %zu MiB each,\nthe two in turns within each run\n",
          cpu, reps, volume >> 20);
   printf("  %-30s %-8s %6s %11s %11s %9s\n", "case", "size", "skew", "memcpy",

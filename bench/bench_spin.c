@@ -1,5 +1,5 @@
 /* What the spin and yield budgets buy: the spin phase (NX_SPIN_US, default
- * 50 us, with its first NXI_SPIN_PURE_NS of pauses: nexus/src/engine.h,
+ * 50 us, with its first NXI_SPIN_PURE_NS of pauses: nexus/src/engine/engine.h,
  * waiter.c, primary.c) and the 1 ms yield phase after it. 8 B RSR round
  * trips with NX_SPIN_US=0, 50 and 1000 in turns within each run: in process
  * over the local module (non-threaded and threaded handlers) and between

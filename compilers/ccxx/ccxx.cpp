@@ -904,7 +904,7 @@ int destroy_context(nx_gp_t *gp, uint32_t del, const std::type_info &type) {
   if (result == NX_EPEERDEAD) {
     // The process is gone already; nx_finalize reaps it. Destroying it now
     // races with libnexus's process monitor, which may still be handling
-    // the hang-up (a use-after-free in nexus/src/process.c under ASan).
+    // the hang-up (a use-after-free in nexus/src/processes/ under ASan).
     nx_gp_release(gp);
     return result;
   }

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "processes/ctl.h"
 #include "nexus.h"
 #include "nexus/protocol.h"
 #include "nxu_key.h"

@@ -1,5 +1,5 @@
-// Tests of nexus/src/buffer.c through stand-alone buffers: put/get of every
-// type, lengths, errors that leave the buffer usable, formats (receiver
+// Tests of nexus/src/buffers/buffer.c through stand-alone buffers: put/get of
+// every type, lengths, errors that leave the buffer usable, formats (receiver
 // makes right), retain/release and the nx_sizeof_* bounds.
 #include <catch2/catch.hpp>
 
@@ -998,7 +998,7 @@ TEST_CASE("nx_sizeof_* bound the real growth of a buffer", "[buffer]") {
 
 // Above 64 KiB a payload has a page-aligned block of its own, so a
 // page-aligned array put there lands 5 bytes past a page boundary (the tag
-// and the count come first): the copy nexus/src/buf.h's nxi_copy makes
+// and the count come first): the copy nexus/src/buffers/buf.h's nxi_copy makes
 // with vector moves, from 4 KiB to just under 1 MiB. Sizes around its
 // bounds come back unchanged, read into a page-aligned array.
 TEST_CASE("page-aligned byte arrays around the vector copy's bounds",

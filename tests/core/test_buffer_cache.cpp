@@ -1,5 +1,5 @@
-// Tests of the cache of large payload blocks in nexus/src/bufmem.c: a freed
-// block serves the next payload of its size class, on any thread; the
+// Tests of the cache of large payload blocks in nexus/src/buffers/bufmem.c: a
+// freed block serves the next payload of its size class, on any thread; the
 // per-class and byte caps hold; NX_BUFFER_CACHE sets the cap or turns the
 // cache off; nx_finalize frees what the cache holds; under AddressSanitizer
 // a cached block stays poisoned.
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "buffer_cache.h"
+#include "buffers/buffer_cache.h"
 #include "nexus.h"
 #include "runtime_guard.h"
 

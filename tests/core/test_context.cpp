@@ -1,4 +1,4 @@
-// Tests of nexus/src/context.c: in-process context creation (init runs
+// Tests of nexus/src/contexts/context.c: in-process context creation (init runs
 // first, in the new context), context data, handler tables per context,
 // and many create/destroy cycles.
 #include <catch2/catch.hpp>

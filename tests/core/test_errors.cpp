@@ -1,4 +1,4 @@
-// Tests of nexus/src/error.c: the NX_ERRNO_MAP codes, nx_strerror and
+// Tests of nexus/src/base/error.c: the NX_ERRNO_MAP codes, nx_strerror and
 // nx_err_name.
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
-// Tests of nexus/src/gp.c: making, copying, comparing and releasing global
-// pointers, and carrying them in buffers (nx_put_gp/nx_get_gp).
+// Tests of nexus/src/contexts/gp.c: making, copying, comparing and releasing
+// global pointers, and carrying them in buffers (nx_put_gp/nx_get_gp).
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Tests of nexus/src/module.c with fixture modules: a good module, two of
-// another ABI version (a newer one and the one before this), one missing a
+// Tests of nexus/src/modules/module.c with fixture modules: a good module, two
+// of another ABI version (a newer one and the one before this), one missing a
 // mandatory slot, one whose init fails and one with a bad launcher table;
 // NX_PROTOCOLS order; and malformed frame headers handed to the core
 // through the fixture's receive path.

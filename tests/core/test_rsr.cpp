@@ -1,4 +1,4 @@
-// Tests of nexus/src/rsr.c and the local module: RSR ping-pong between
+// Tests of nexus/src/rsr/rsr.c and the local module: RSR ping-pong between
 // in-process contexts, every type through an RSR (native and foreign
 // format), global pointers carried in RSRs and used by the receiver.
 #include <catch2/catch.hpp>

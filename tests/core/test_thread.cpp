@@ -1,6 +1,7 @@
-// Tests of the thread module (threads/posix/thread.c behind nexus/thread.h):
-// threads, error-checking mutexes, condition variables and keys, first
-// without the runtime, then with nx_init's progress hooks installed.
+// Tests of the thread module (nexus/src/threads/posix/thread.c behind
+// nexus/thread.h): threads, error-checking mutexes, condition variables and
+// keys, first without the runtime, then with nx_init's progress hooks
+// installed.
 //
 // Catch2 v2 assertions are not thread-safe, so worker threads only record
 // what they saw; the main thread asserts. Workers block with nx_cond_wait;
@@ -342,8 +343,8 @@ TEST_CASE("nx_mutex_destroy refuses a held mutex with NX_EBUSY", "[mutex]") {
 }
 
 // Whether a thread sleeps in the kernel on `m`: the mark a sleeper sets in
-// the owner field (its low bit, threads/posix/thread.c). White-box: it
-// lets the tests below act only once the sleepers' path is taken.
+// the owner field (its low bit, nexus/src/threads/posix/thread.c). White-box:
+// it lets the tests below act only once the sleepers' path is taken.
 static bool has_sleepers(nx_mutex_t *m) {
   return (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) & 1) != 0;
 }

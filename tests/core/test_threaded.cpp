@@ -1,4 +1,4 @@
-// Tests of threaded handlers (the engine: nexus/src/dispatch.c, fiber.c,
+// Tests of threaded handlers (the engine: nexus/src/rsr/dispatch.c, fiber.c,
 // primary.c, waiter.c): a handler that blocks until a later RSR wakes it does
 // not deadlock; lazily (NX_THREADED=lazy, the default) it parks on a stack of
 // its own and holds no thread, on runtime threads (NX_THREADED=thread) the

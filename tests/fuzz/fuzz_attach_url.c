@@ -1,12 +1,12 @@
-/* libFuzzer target: the attach URL parser (nexus/src/attach.c) on arbitrary
- * text; what it accepts fits the buffers it was given. */
+/* libFuzzer target: the attach URL parser (nexus/src/processes/attach.c) on
+ * arbitrary text; what it accepts fits the buffers it was given. */
 #include "fuzz.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attach.h"
+#include "processes/attach.h"
 #include "nexus/errors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,4 +1,4 @@
-/* libFuzzer target: the buffer getters (nexus/src/buffer.c, gp.c) on
+/* libFuzzer target: the buffer getters (nexus/src/buffers/buffer.c, gp.c) on
  * arbitrary bytes. The first byte picks the format; each following pair of
  * bytes picks a getter (every type, its array form, bytes, gps, gets in
  * place) and an array count; the rest is the buffer. A getter may fail,

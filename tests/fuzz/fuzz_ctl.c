@@ -1,5 +1,5 @@
-/* libFuzzer target: the control channel's codec (nexus/src/ctl.c): every
- * parser on arbitrary messages; what a parser accepts lies inside the
+/* libFuzzer target: the control channel's codec (nexus/src/processes/ctl.c):
+ * every parser on arbitrary messages; what a parser accepts lies inside the
  * message and encodes back to the same bytes. */
 #include "fuzz.h"
 
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "processes/ctl.h"
 
 static void check_peer(const uint8_t *msg, size_t len,
                        const struct nxi_ctl_peer *p) {

@@ -1,11 +1,11 @@
-/* libFuzzer target: the descriptor-list parser (nexus/src/dlist.c): the
+/* libFuzzer target: the descriptor-list parser (nexus/src/modules/dlist.c): the
  * length check, then interning, on arbitrary bytes. */
 #include "fuzz.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "dlist.h"
+#include "modules/dlist.h"
 #include "nexus.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

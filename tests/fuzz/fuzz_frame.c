@@ -1,12 +1,13 @@
-/* libFuzzer target: the frame header check (nexus/src/frame.c) on arbitrary
- * 48-byte headers; a header it accepts must encode back to the same fields. */
+/* libFuzzer target: the frame header check (nexus/src/buffers/frame.c) on
+ * arbitrary 48-byte headers; a header it accepts must encode back to the same
+ * fields. */
 #include "fuzz.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "buffers/frame.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;

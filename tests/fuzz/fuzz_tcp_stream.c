@@ -34,11 +34,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "frame.h"
+#include "buffers/buf.h"
+#include "buffers/frame.h"
 #include "nexus.h"
 #include "nxu_auth.h"
-#include "services.h"
+#include "runtime/core_api.h"
 #include "tcp_conn.h"
 
 extern const struct nx_protocol_ops nx_protocol_tcp;

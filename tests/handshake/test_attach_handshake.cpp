@@ -1,6 +1,6 @@
-// Attach's handshake, NXA2 (nexus/src/attach.c): against this process's own
-// listener, a raw client shows that both sides prove the key over fresh
-// nonces and the key never crosses the wire; a recorded proof replayed, a
+// Attach's handshake, NXA2 (nexus/src/processes/attach.c): against this
+// process's own listener, a raw client shows that both sides prove the key over
+// fresh nonces and the key never crosses the wire; a recorded proof replayed, a
 // wrong key and the old NXA1 exchange (which sent the key) are refused and
 // counted; nx_attach with a URL of another key refuses the listener.
 #include <catch2/catch.hpp>

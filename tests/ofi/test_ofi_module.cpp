@@ -86,7 +86,7 @@ void wr64(uint8_t *p, uint64_t v) {
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// The core's checks (nexus/src/runtime.c), enough for the module.
+// The core's checks (nexus/src/runtime/runtime.c), enough for the module.
 int stub_frame_alloc(const void *hdr, nx_frame_t **frame) {
   const uint8_t *h = static_cast<const uint8_t *>(hdr);
   uint64_t len = rd64(h + 32);

@@ -1,5 +1,5 @@
-/* The PMIx bootstrap (nexus/src/boot_pmix.c), run as every process of a
- * job that a PMIx server started (mpirun here) without the mpi module:
+/* The PMIx bootstrap (nexus/src/processes/boot_pmix.c), run as every process of
+ * a job that a PMIx server started (mpirun here) without the mpi module:
  *   test_pmix MOD N [BOOT]   with NX_PROTOCOLS=local,MOD and no NX_KEY;
  * MOD may be SAME/OTHER (ucx/tcp): SAME between processes of one host,
  * OTHER between hosts (the hosts come with the hellos: NX_HOST_ID, or the

@@ -1,4 +1,4 @@
-// Tests of nexus/src/attach.c: a program started separately joins a
+// Tests of nexus/src/processes/attach.c: a program started separately joins a
 // running computation through its URL; a wrong key or garbage is refused,
 // and the listener keeps serving.
 #include <catch2/catch.hpp>

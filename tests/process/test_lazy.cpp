@@ -1,4 +1,4 @@
-// Lazy threaded handlers between processes (nexus/src/fiber.c): many
+// Lazy threaded handlers between processes (nexus/src/rsr/fiber.c): many
 // handlers park at once in one process, each on its own condition variable,
 // and RSRs from another process resume them one by one. Parked handlers hold
 // no thread.

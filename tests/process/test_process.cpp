@@ -1,6 +1,6 @@
-// Tests of nexus/src/parent.c and child.c: process contexts started with
-// nx_context_create on this host, their bootstrap and their ends; no process
-// or file descriptor is left behind.
+// Tests of nexus/src/processes/parent.c and child.c: process contexts started
+// with nx_context_create on this host, their bootstrap and their ends; no
+// process or file descriptor is left behind.
 #include <catch2/catch.hpp>
 
 #include <atomic>

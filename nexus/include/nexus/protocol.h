@@ -271,7 +271,7 @@ struct nx_launch_ops {
    * channel to it. Returns 0, NX_EINVAL, NX_ENOENT (no such program),
    * NX_ETIMEDOUT, NX_ENOTSUP, or another negative code.
    *
-   * The control channel carries the core's messages (nexus/src/ctl.h)
+   * The control channel carries the core's messages (nexus/src/processes/ctl.h)
    * both ways, whole and in order: ctl_send sends one (blocking until the
    * backend took it); ctl_recv receives one into buf (cap bytes), waiting
    * at most timeout_ms (-1: forever), and returns its length, 0 when the

@@ -1,0 +1,49 @@
+/* The protocol module loader's view of the loaded modules: what the descriptor
+ * lists, the engine, the launcher and nxinfo ask of it. */
+#ifndef NXI_MODULE_H
+#define NXI_MODULE_H
+
+#include "base/rt.h"
+
+struct nxi_module {
+  char name[NX_PROTO_NAME_MAX + 1];
+  char path[512];
+  int loaded;
+  int error;
+  char reason[256];
+  int order; /* position in NX_PROTOCOLS, or by cost */
+  void *dl_handle;
+  const struct nx_protocol_ops *ops;
+  const struct nx_launch_ops *launch; /* NULL: it starts no processes */
+  void *state;
+  struct nx_desc_buf desc;
+  int wait_fd; /* -1: none; the engine watches the others */
+  /* The poll policy (dispatch.c), kept by the driver: */
+  atomic_int sent;       /* an RSR went out through it (dispatch.c clears it) */
+  uint64_t poll_ns;      /* what a poll that finds nothing costs (averaged) */
+  uint64_t hot_until;    /* polled every round until then */
+  uint64_t next_poll;    /* after that (cold), not polled before then */
+  uint64_t poll_ns_init; /* poll_ns as measured at nx_init (nx_module_info) */
+};
+
+/* Finds, validates and initialises the modules (NX_PROTOCOLS, or every
+ * one found), handing each `api`. Returns 0; a module that fails is kept
+ * with its reason (nxi_module_explain). */
+int nxi_modules_load(const struct nx_core_api *api);
+void nxi_modules_unload(void);
+/* The loaded modules, in order of preference; written at nx_init and
+ * nx_finalize only. Inline: the driver asks every poll round. */
+extern struct nxi_module *nxi_loaded[NXI_MAX_MODULES];
+extern int nxi_nloaded;
+static inline int nxi_module_count_loaded(void) { return nxi_nloaded; }
+/* The i-th loaded module, in order of preference. */
+static inline struct nxi_module *nxi_module_loaded(int i) {
+  return nxi_loaded[i];
+}
+int nxi_module_count_all(void);
+void nxi_module_explain(int i); /* logs why module i was skipped */
+/* The loaded module whose name begins `spec` ("mpi:host=a" -> mpi), if it
+ * starts processes; NULL otherwise. */
+struct nxi_module *nxi_module_launcher(const char *spec);
+
+#endif /* NXI_MODULE_H */

@@ -1,0 +1,712 @@
+/* The creator side of process contexts: starting a program as a context
+ * (fork/exec here, or a launcher module's spawn), the handshake that makes its
+ * gp, watching it, and ending it. */
+#include "processes/parent.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "processes/boot.h"
+#include "processes/chan.h"
+#include "services/confirm.h"
+#include "contexts/context.h"
+#include "engine/engine.h"
+#include "modules/dlist.h"
+#include "buffers/frame.h"
+#include "services/ledger.h"
+#include "processes/node.h"
+#include "nxu_key.h"
+#include "nxu_opt.h"
+#include "nxu_time.h"
+
+extern char **environ;
+
+#define DESTROY_GRACE_MS 5000
+#define KILL_GRACE_MS 2000
+
+/* The creator side: children started with nx_context_create. A monitor
+ * thread watches the sockets of those it forked, so a child that dies is
+ * noticed (and its routes failed) even when no RSR goes to it. A child a
+ * module spawned is not watched (no backend tells of its end: see
+ * docs/mpi.md) and not reaped here (its launcher does that). */
+
+struct child {
+  struct child *next;
+  pid_t pid; /* 0: a module spawned it */
+  struct nxi_chan chan;
+  uint32_t proc;
+  int dead;   /* its channel closed */
+  int reaped; /* waitpid returned it */
+  int status;
+  int signalled; /* the signal nexus sent it to end it (0: none) */
+  int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
+};
+
+static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct child *kids;
+static pthread_t monitor;
+static int monitoring;
+static int wake_pipe[2] = {-1, -1};
+
+static void report_exit(const struct child *c) {
+  /* Its end, when it is the child's own doing: printed, unless its creator
+   * reports ends itself (NX_CREATE_QUIET_END: NX_DEBUG level 1). */
+  int level = c->quiet ? 1 : 0;
+  char who[64];
+  if (c->proc != 0)
+    snprintf(who, sizeof(who), "process context %#x (pid %d)", c->proc,
+             (int)c->pid);
+  else
+    snprintf(who, sizeof(who), "process context being created (pid %d)",
+             (int)c->pid);
+  if (WIFSIGNALED(c->status) && WTERMSIG(c->status) == c->signalled)
+    nxi_log(1, NULL,
+            "%s ended by nexus with signal %d (it did not exit when "
+            "asked)",
+            who, c->signalled); /* ours: not the child's fault */
+  else if (WIFSIGNALED(c->status))
+    nxi_log(level, NULL, "%s was killed by signal %d", who,
+            WTERMSIG(c->status));
+  else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) != 0)
+    nxi_log(level, NULL, "%s exited with status %d", who,
+            WEXITSTATUS(c->status));
+}
+
+/* Kids lock held. */
+static void try_reap(struct child *c, int options) {
+  if (c->reaped)
+    return;
+  pid_t r = waitpid(c->pid, &c->status, options);
+  if (r == c->pid) {
+    c->reaped = 1;
+    report_exit(c);
+  }
+}
+
+static void *monitor_main(void *arg) {
+  (void)arg;
+  struct pollfd *fds = NULL;
+  struct child **who = NULL;
+  size_t cap = 0;
+  for (;;) {
+    size_t n = 0;
+    pthread_mutex_lock(&kids_lock);
+    size_t want = 1;
+    for (struct child *c = kids; c != NULL; c = c->next)
+      want++;
+    if (want > cap) {
+      struct pollfd *f = realloc(fds, want * sizeof(*fds));
+      struct child **w = f != NULL ? realloc(who, want * sizeof(*who)) : NULL;
+      if (f != NULL)
+        fds = f;
+      if (w != NULL) {
+        who = w;
+        cap = want;
+      }
+    }
+    if (cap == 0) {
+      pthread_mutex_unlock(&kids_lock);
+      break;
+    }
+    fds[n].fd = wake_pipe[0];
+    fds[n].events = POLLIN;
+    who[n++] = NULL;
+    for (struct child *c = kids; c != NULL && n < cap; c = c->next) {
+      if (c->dead) {
+        try_reap(c, WNOHANG);
+        continue;
+      }
+      if (c->chan.fd < 0)
+        continue;
+      fds[n].fd = c->chan.fd;
+      fds[n].events = POLLIN;
+      who[n++] = c;
+    }
+    pthread_mutex_unlock(&kids_lock);
+    int r = poll(fds, (nfds_t)n, 100);
+    if (r < 0 && errno != EINTR)
+      break;
+    if (fds[0].revents & POLLIN) {
+      char c;
+      if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
+        break;
+    }
+    for (size_t i = 1; i < n; i++) {
+      if (fds[i].revents == 0)
+        continue;
+      /* The child may have been destroyed (and freed, its socket closed)
+       * while we polled: use it only if it is still on the list, with the
+       * socket we polled. */
+      pthread_mutex_lock(&kids_lock);
+      struct child *c = kids;
+      while (c != NULL && c != who[i])
+        c = c->next;
+      if (c == NULL || c->chan.fd != fds[i].fd) {
+        pthread_mutex_unlock(&kids_lock);
+        continue;
+      }
+      uint8_t buf[64];
+      ssize_t got = recv(fds[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (got > 0 || (got < 0 && errno == EAGAIN)) {
+        pthread_mutex_unlock(&kids_lock);
+        continue; /* nothing the creator needs after READY */
+      }
+      uint32_t proc = c->proc;
+      int was_dead = c->dead;
+      c->dead = 1;
+      try_reap(c, WNOHANG);
+      pthread_mutex_unlock(&kids_lock);
+      if (!was_dead)
+        nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
+    }
+  }
+  free(fds);
+  free(who);
+  return NULL;
+}
+
+static int ensure_monitor(void) {
+  if (monitoring)
+    return 0;
+  if (pipe2(wake_pipe, O_CLOEXEC) < 0)
+    return NX_EAGAIN;
+  if (pthread_create(&monitor, NULL, monitor_main, NULL) != 0) {
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+    return NX_EAGAIN;
+  }
+  monitoring = 1;
+  return 0;
+}
+
+static void poke_monitor(char c) {
+  if (monitoring) {
+    ssize_t w = write(wake_pipe[1], &c, 1);
+    (void)w;
+  }
+}
+
+/* "NX_KEY=<32 hex digits>": the computation's key, for a child. */
+static void key_var(char *buf, size_t cap) {
+  if (cap < 8 + 2 * NX_KEY_SIZE)
+    return;
+  memcpy(buf, "NX_KEY=", 7);
+  nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, buf + 7);
+}
+
+/* Whether `var` ("NAME=...") sets a name that is in `vars` (NULL-ended
+ * "NAME=value" entries, or NULL). */
+static int var_in(const char *var, char *const *vars) {
+  size_t len = strcspn(var, "=");
+  for (size_t i = 0; vars != NULL && vars[i] != NULL; i++)
+    if (strncmp(vars[i], var, len) == 0 && vars[i][len] == '=')
+      return 1;
+  return 0;
+}
+
+/* The child's environment: ours (unless NX_CREATE_ENV_ONLY), without
+ * launcher variables and those `extra` sets, then `extra`, plus its
+ * channel and the computation's key. Built before fork: the child may only
+ * call async-signal-safe functions. */
+static char **child_env(int fd, const nx_context_attr_t *attr) {
+  char *const *extra = attr->env;
+  size_t n = 0, x = 0;
+  while (!(attr->flags & NX_CREATE_ENV_ONLY) && environ[n] != NULL)
+    n++;
+  while (extra != NULL && extra[x] != NULL)
+    x++;
+  char **env = calloc(n + x + 3, sizeof(char *));
+  if (env == NULL)
+    return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
+        strncmp(environ[i], "NX_KEY=", 7) != 0 &&
+        strncmp(environ[i], "NX_RANK=", 8) != 0 &&
+        strncmp(environ[i], "NX_SIZE=", 8) != 0 &&
+        strncmp(environ[i], "NX_PROC_ID=", 11) != 0 &&
+        !var_in(environ[i], extra))
+      env[k++] = environ[i];
+  for (size_t i = 0; i < x; i++)
+    env[k++] = extra[i];
+  static char fd_var[32];
+  static char key[8 + 2 * NX_KEY_SIZE];
+  snprintf(fd_var, sizeof(fd_var), "NX_CTL_FD=%d", fd);
+  key_var(key, sizeof(key));
+  env[k++] = fd_var;
+  env[k++] = key;
+  return env;
+}
+
+/* NX_CREATE_TIMEOUT, checked at nx_init (nxu_opt_check_all). */
+static int create_timeout_ms(void) {
+  uint64_t s = 30;
+  char why[128];
+  nxu_opt_number("NX_CREATE_TIMEOUT", &s, why, sizeof(why));
+  return (int)s * 1000;
+}
+
+/* Starts a child with fork/exec and a socket pair as its channel. */
+static int fork_child(const char *exe, char *const argv[],
+                      const nx_context_attr_t *attr, struct child *c) {
+  static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&create_lock); /* child_env's static strings */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    pthread_mutex_unlock(&create_lock);
+    return NX_EAGAIN;
+  }
+  char **env = child_env(sv[1], attr);
+  int r = env != NULL ? ensure_monitor() : NX_ENOMEM;
+  if (r < 0)
+    goto err_free;
+  pid_t pid = fork();
+  if (pid < 0) {
+    r = NX_EAGAIN;
+    goto err_free;
+  }
+  if (pid == 0) {
+    /* The child: only async-signal-safe calls until exec. */
+    fcntl(sv[1], F_SETFD, 0);
+    execvpe(exe, argv, env);
+    uint8_t msg[5] = {NXI_CTL_EXECFAIL};
+    int e = errno;
+    memcpy(msg + 1, &e, 4);
+    send(sv[1], msg, sizeof(msg), MSG_NOSIGNAL);
+    _exit(127);
+  }
+  close(sv[1]);
+  free(env);
+  pthread_mutex_unlock(&create_lock);
+  c->pid = pid;
+  c->chan.fd = sv[0];
+  return 0;
+
+err_free:
+  pthread_mutex_unlock(&create_lock);
+  free(env);
+  close(sv[0]);
+  close(sv[1]);
+  return r;
+}
+
+/* Starts a child through module m's launcher; its channel is the
+ * module's. Besides what the launcher gives it, it gets the key. */
+/* What a launcher passes on to a child (NULL-ended): the entries of
+ * `attr`, then `a` and `b` (either may be NULL). Free the array only. */
+static char **launcher_env(const nx_context_attr_t *attr, char *a, char *b) {
+  size_t x = 0;
+  while (attr->env != NULL && attr->env[x] != NULL)
+    x++;
+  char **env = calloc(x + 3, sizeof(*env));
+  if (env == NULL)
+    return NULL;
+  for (size_t i = 0; i < x; i++)
+    env[i] = attr->env[i];
+  env[x] = a;
+  env[x + (a != NULL)] = b;
+  return env;
+}
+
+static int spawn_child(struct nxi_module *m, const nx_node_t *node,
+                       const char *exe, char *const argv[],
+                       const nx_context_attr_t *attr, int timeout_ms,
+                       struct child *c) {
+  char key[8 + 2 * NX_KEY_SIZE];
+  key_var(key, sizeof(key));
+  char **env = launcher_env(attr, key, NULL);
+  if (env == NULL)
+    return NX_ENOMEM;
+  void *ctl = NULL;
+  int r = m->launch->spawn(m->state, node->host, node->id, exe, argv,
+                           (const char *const *)env, timeout_ms, &ctl);
+  free(env);
+  if (r < 0)
+    return r;
+  c->pid = 0;
+  c->reaped = 1; /* nothing for us to reap */
+  c->chan.mod = m;
+  c->chan.ctl = ctl;
+  return 0;
+}
+
+/* Where `exe` is on this host (a name without '/' is searched in PATH),
+ * into `out`. Open MPI's mpirun ends the whole job when a program it is
+ * asked to spawn cannot be run, so a PMIx child's program is looked for
+ * here first. */
+static int find_exe(const char *exe, char *out, size_t cap) {
+  if (strchr(exe, '/') != NULL) {
+    if (strlen(exe) >= cap || access(exe, X_OK) != 0)
+      return NX_ENOENT;
+    strcpy(out, exe);
+    return 0;
+  }
+  const char *path = getenv("PATH");
+  if (path == NULL || path[0] == '\0')
+    path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path != '\0') {
+    size_t len = strcspn(path, ":");
+    if (len > 0 && len + 1 + strlen(exe) < cap) {
+      snprintf(out, cap, "%.*s/%s", (int)len, path, exe);
+      if (access(out, X_OK) == 0)
+        return 0;
+    }
+    path += len + (path[len] == ':');
+  }
+  return NX_ENOENT;
+}
+
+/* "NX_CTL_TCP=<token>:<port>:<ip>,<ip>...": where a child started through
+ * PMIx connects back to (every IPv4 address of this host that is up) and
+ * the 16-byte token (hex) it proves itself with. */
+static int tcp_var(char *buf, size_t cap, const uint8_t *token, int port) {
+  int n = snprintf(buf, cap, "NX_CTL_TCP=");
+  nxu_hex_encode(token, 16, buf + n);
+  n += 32;
+  n += snprintf(buf + n, cap - (size_t)n, ":%d:", port);
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0)
+    return NX_EIO;
+  int count = 0;
+  for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+        !(i->ifa_flags & IFF_UP))
+      continue;
+    char ip[INET_ADDRSTRLEN];
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
+    if (inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip)) == NULL ||
+        (size_t)n + strlen(ip) + 2 >= cap)
+      continue;
+    n += snprintf(buf + n, cap - (size_t)n, "%s%s", count ? "," : "", ip);
+    count++;
+  }
+  freeifaddrs(ifs);
+  return count > 0 ? 0 : NX_EUNREACH;
+}
+
+/* Starts a child through the PMIx server this process joined
+ * (PMIx_Spawn); its channel is a TCP connection it makes back to us,
+ * proven by a token that only its environment holds. */
+static int pmix_child(const nx_node_t *node, const char *exe,
+                      char *const argv[], const nx_context_attr_t *attr,
+                      int timeout_ms, struct child *c) {
+  char path[4096];
+  int r = find_exe(exe, path, sizeof(path));
+  if (r < 0)
+    return r;
+  uint8_t token[16];
+  if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
+    return NX_EIO;
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t salen = sizeof(sa);
+  if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+      listen(ls, 8) != 0 || getsockname(ls, (struct sockaddr *)&sa, &salen)) {
+    if (ls >= 0)
+      close(ls);
+    return NX_EAGAIN;
+  }
+  /* PMIx_Spawn copies the variables: they may live on this stack. */
+  char tcp[4096], key[8 + 2 * NX_KEY_SIZE];
+  key_var(key, sizeof(key));
+  r = tcp_var(tcp, sizeof(tcp), token, ntohs(sa.sin_port));
+  char **env = r == 0 ? launcher_env(attr, key, tcp) : NULL;
+  if (r == 0 && env == NULL)
+    r = NX_ENOMEM;
+  if (r == 0) {
+    const char *host =
+        strncmp(node->host, "pmix:host=", 10) == 0 ? node->host + 10 : NULL;
+    r = nxi_pmix_spawn(path, argv, env, host);
+  }
+  free(env);
+  /* Its connection, with the token first; anything else is turned away. */
+  uint64_t deadline = nxu_now_ms() + (uint64_t)timeout_ms;
+  int conn = -1;
+  while (r == 0 && conn < 0) {
+    uint64_t now = nxu_now_ms();
+    if (now >= deadline) {
+      r = NX_ETIMEDOUT;
+      break;
+    }
+    struct pollfd p = {.fd = ls, .events = POLLIN};
+    if (poll(&p, 1, (int)(deadline - now)) <= 0)
+      continue;
+    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+      continue;
+    uint8_t got[sizeof(token)];
+    long n = nxi_ctl_recv_stream(fd, got, sizeof(got), 2000);
+    if (n == (long)sizeof(token) && memcmp(got, token, sizeof(token)) == 0)
+      conn = fd;
+    else
+      close(fd);
+  }
+  close(ls);
+  if (r < 0)
+    return r;
+  c->pid = 0;
+  c->reaped = 1; /* its launcher reaps it */
+  c->chan.fd = conn;
+  c->chan.stream = 1;
+  r = ensure_monitor();
+  if (r < 0) {
+    close(conn);
+    c->chan.fd = -1;
+  }
+  return r;
+}
+
+/* Waits for the child's READY, makes its gp, and tells the child who its
+ * creator is (its one peer). The same for every kind of channel. */
+static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
+  uint8_t *buf = malloc(NXI_CTL_MAX);
+  long n = buf != NULL ? nxi_chan_recv(&c->chan, buf, timeout_ms) : NX_ENOMEM;
+  struct nxi_ctl_peer ready;
+  int r;
+  if (n > 0 && buf[0] == NXI_CTL_EXECFAIL)
+    r = NX_ENOENT;
+  else if (n == 0)
+    r = NX_EPEERDEAD;
+  else if (n < 0)
+    r = (int)n;
+  else
+    r = nxi_ctl_parse_ready(buf, (size_t)n, &ready);
+  nx_gp_t child_gp = NX_GP_NULL;
+  if (r == 0)
+    r = nxi_chan_peer_gp(&ready, &child_gp);
+  if (r == 0) {
+    nxi_ctl_put_peers_head(buf, UINT32_MAX, 1);
+    size_t len = nxi_chan_self_entry(buf + NXI_CTL_PEERS_HEAD,
+                                     NXI_CTL_MAX - NXI_CTL_PEERS_HEAD);
+    r = len > 0 ? nxi_chan_send(&c->chan, buf, NXI_CTL_PEERS_HEAD + len)
+                : NX_ENOMEM;
+    if (r < 0)
+      nx_gp_release(&child_gp);
+  }
+  free(buf);
+  if (r == 0)
+    *gp = child_gp;
+  /* A malformed READY (a bad or truncated descriptor list included) is
+   * the child's fault: NX_EPEERDEAD, as process.h promises. */
+  return r == NX_EPROTO || r == NX_ERANGE ? NX_EPEERDEAD : r;
+}
+
+static void kill_and_reap(struct child *c, int grace_ms);
+
+/* Whether `attr` is well formed (nx_context_create_attr). */
+static int attr_ok(const nx_context_attr_t *attr) {
+  if ((attr->flags & ~(NX_CREATE_ENV_ONLY | NX_CREATE_QUIET_END)) != 0 ||
+      attr->timeout_ms < 0)
+    return 0;
+  for (size_t i = 0; attr->env != NULL && attr->env[i] != NULL; i++) {
+    const char *v = attr->env[i];
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v || strchr(v, '\n') != NULL ||
+        strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0 ||
+        strncmp(v, "NX_CTL_TCP=", 11) == 0)
+      return 0;
+  }
+  return 1;
+}
+
+int nx_context_create(const nx_node_t *node, const char *exe,
+                      char *const argv[], nx_gp_t *gp) {
+  return nx_context_create_attr(node, exe, argv, NULL, gp);
+}
+
+int nx_context_create_attr(const nx_node_t *node, const char *exe,
+                           char *const argv[], const nx_context_attr_t *attr,
+                           nx_gp_t *gp) {
+  static const nx_context_attr_t defaults = {NULL, 0, 0};
+  if (attr == NULL)
+    attr = &defaults;
+  if (node == NULL || exe == NULL || exe[0] == '\0' || gp == NULL ||
+      !attr_ok(attr))
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  struct nxi_module *m = NULL;
+  int pmix = 0;
+  if (!nxi_node_is_local(node) &&
+      (m = nxi_module_launcher(node->host)) == NULL) {
+    if (!nxi_node_spec_pmix(node->host) || !nxi_boot_pmix())
+      return NX_ENOTSUP;
+    pmix = 1;
+  }
+  if ((m != NULL || pmix) && (attr->flags & NX_CREATE_ENV_ONLY))
+    return NX_ENOTSUP; /* a launcher gives its processes its environment */
+  char *const default_argv[] = {(char *)exe, NULL};
+  if (argv == NULL || argv[0] == NULL)
+    argv = default_argv;
+  struct child *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NX_ENOMEM;
+  c->chan.fd = -1;
+  c->quiet = (attr->flags & NX_CREATE_QUIET_END) != 0;
+  int timeout_ms =
+      attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
+  uint64_t start = nxu_now_ms();
+  int r = m != NULL ? spawn_child(m, node, exe, argv, attr, timeout_ms, c)
+          : pmix    ? pmix_child(node, exe, argv, attr, timeout_ms, c)
+                    : fork_child(exe, argv, attr, c);
+  if (r < 0) {
+    free(c);
+    return r;
+  }
+  uint64_t spent = nxu_now_ms() - start;
+  nx_gp_t child_gp = NX_GP_NULL;
+  r = handshake(c, spent < (uint64_t)timeout_ms ? timeout_ms - (int)spent : 1,
+                &child_gp);
+  if (r == NX_ETIMEDOUT)
+    nxi_log(0, NULL,
+            "process context %s (pid %d) started but did not call "
+            "nx_context_ready or nx_context_serve within %d s "
+            "(NX_CREATE_TIMEOUT): nx_context_create returns NX_ETIMEDOUT "
+            "and ends it",
+            exe, (int)c->pid, timeout_ms / 1000);
+  if (r < 0) {
+    kill_and_reap(c, 0); /* it failed us already: no grace */
+    nxi_chan_close(&c->chan, NX_CTL_ABANDON);
+    free(c);
+    return r;
+  }
+  c->proc = nxi_ctxid_proc(child_gp.context);
+  pthread_mutex_lock(&kids_lock);
+  c->next = kids;
+  kids = c;
+  pthread_mutex_unlock(&kids_lock);
+  poke_monitor('w');
+  *gp = child_gp;
+  return 0;
+}
+
+/* Waits at most `ms` for the child to end and reaps it; 1 if it has. Sleeps
+ * on a pidfd, so the wait ends as the child does; where the kernel has no
+ * pidfd_open, in slices from 100 us up to 10 ms. */
+static int reap_within(struct child *c, int ms) {
+  int pfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+  uint64_t deadline = nxu_now_ms() + (uint64_t)ms;
+  long slice_ns = 100 * 1000;
+  int done;
+  for (;;) {
+    pthread_mutex_lock(&kids_lock);
+    try_reap(c, WNOHANG);
+    done = c->reaped;
+    pthread_mutex_unlock(&kids_lock);
+    uint64_t now = nxu_now_ms();
+    if (done || now >= deadline)
+      break;
+    if (pfd >= 0) {
+      struct pollfd p = {.fd = pfd, .events = POLLIN};
+      poll(&p, 1, (int)(deadline - now));
+    } else {
+      struct timespec ts = {0, slice_ns};
+      nanosleep(&ts, NULL);
+      slice_ns = slice_ns < 5000000 ? slice_ns * 2 : 10000000;
+    }
+  }
+  if (pfd >= 0)
+    close(pfd);
+  return done;
+}
+
+/* Asks the child to end, gives it `grace_ms`, then insists. A child a
+ * module spawned is only asked: its launcher reaps it, and closing its
+ * channel (MPI's disconnect) waits until it has let go. */
+static void kill_and_reap(struct child *c, int grace_ms) {
+  /* With how many of its RSRs ran here: its nx_finalize need not ask (a
+   * creator in MPI's disconnect may not answer; ledger.h). */
+  uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
+  nxu_le32(msg + 1, nxi_rt.proc_id);
+  for (unsigned g = 0; g < NXI_FRAME_GENS; g++)
+    nxu_le64(msg + 5 + 8 * g, nxi_ledger_handled_from(c->proc, g));
+  nxi_chan_send(&c->chan, msg, sizeof(msg));
+  if (c->pid == 0 || reap_within(c, grace_ms))
+    return;
+  pthread_mutex_lock(&kids_lock);
+  c->signalled = SIGTERM;
+  pthread_mutex_unlock(&kids_lock);
+  kill(c->pid, SIGTERM);
+  if (reap_within(c, KILL_GRACE_MS))
+    return;
+  pthread_mutex_lock(&kids_lock);
+  c->signalled = SIGKILL;
+  pthread_mutex_unlock(&kids_lock);
+  kill(c->pid, SIGKILL);
+  reap_within(c, 60000);
+}
+
+static int process_destroy(uint64_t context) {
+  uint32_t proc = nxi_ctxid_proc(context);
+  pthread_mutex_lock(&kids_lock);
+  struct child **pp = &kids;
+  while (*pp != NULL && (*pp)->proc != proc)
+    pp = &(*pp)->next;
+  struct child *c = *pp;
+  if (c != NULL)
+    *pp = c->next; /* the monitor no longer watches it */
+  pthread_mutex_unlock(&kids_lock);
+  if (c == NULL)
+    return NX_ENOCONTEXT;
+  poke_monitor('w');
+  /* What this process sent it runs before it is asked to end (ledger.h);
+   * what does not, in time, is reported when it is gone. */
+  if (nxi_eng_me.handlers == 0)
+    nxi_confirm_flush_proc(proc, DESTROY_GRACE_MS);
+  /* Its lists fail before it ends: a module that sees its connections
+   * close would call it dead (NX_EPEERDEAD) first, and the first code a
+   * list fails with is the one RSRs and the error callback get. */
+  nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
+  kill_and_reap(c, DESTROY_GRACE_MS);
+  nxi_chan_close(&c->chan, 0);
+  free(c);
+  return 0;
+}
+
+int nx_context_destroy(const nx_gp_t *gp) {
+  if (gp == NULL)
+    return NX_EINVAL;
+  if (!nxi_ready())
+    return NX_ENOTINIT;
+  if (gp->context == nxi_rt.initial->id)
+    return NX_EBUSY;
+  if (nxi_ctxid_proc(gp->context) != nxi_rt.proc_id)
+    return process_destroy(gp->context);
+  return nxi_context_destroy_local(gp->context);
+}
+
+void nxi_parent_finalize(void) {
+  pthread_mutex_lock(&kids_lock);
+  struct child *list = kids;
+  kids = NULL;
+  pthread_mutex_unlock(&kids_lock);
+  if (monitoring) {
+    poke_monitor('q');
+    pthread_join(monitor, NULL);
+    close(wake_pipe[0]);
+    close(wake_pipe[1]);
+    monitoring = 0;
+  }
+  while (list != NULL) {
+    struct child *c = list;
+    list = c->next;
+    kill_and_reap(c, DESTROY_GRACE_MS);
+    nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+    free(c);
+  }
+}

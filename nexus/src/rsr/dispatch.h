@@ -1,0 +1,26 @@
+/* Running what arrived (dispatch.c): polling the modules, looking up each
+ * RSR's context and handler, running it here or queueing it for a runtime
+ * thread. */
+#ifndef NXI_DISPATCH_H
+#define NXI_DISPATCH_H
+
+#include "buffers/buf.h"
+
+void nxi_run(struct nx_buffer *b);
+/* Runs a job from the thread queue on a runtime thread: resumes a parked
+ * handler, or starts a threaded one on a stack of its own. */
+void nxi_run_queued(struct nx_buffer *b);
+/* One round: poll every module, then run up to a batch of arrived RSRs.
+ * Stops early if a handler blocked and gave the driver lock away. */
+int nxi_poll_once(unsigned gen);
+/* One round that polls every module, cold ones too, if the driver lock is
+ * free: what a thread does before it sleeps in epoll, so that it sleeps
+ * only when no module has work and every wait fd is armed. Returns the
+ * events handled. */
+int nxi_poll_before_sleep(void);
+/* Hands a complete received buffer to the dispatcher (any thread). */
+void nxi_deliver(struct nx_buffer *b);
+/* Drives progress once if no other thread does, else yields the CPU. */
+void nxi_progress_help(void);
+
+#endif /* NXI_DISPATCH_H */

@@ -1,0 +1,483 @@
+/* Lazy threaded handlers (fiber.h). A threaded handler runs on a stack taken
+ * from a pool, switched to with Boost.Context's fcontext (two switches when
+ * it returns). When it waits on a nexus condition variable or a contended
+ * nexus mutex it parks: it switches back to whoever resumed it, which goes
+ * on; whoever bumps the word it waits on makes it runnable (the thread
+ * queue, engine.h), and a runtime thread resumes it there, maybe on another
+ * OS thread than the one it started on.
+ *
+ * Migrating between threads has one trap: a compiler may keep the address
+ * of a thread-local variable in a register across a call, and read the old
+ * thread's copy after the switch. So the functions that switch and then
+ * touch thread-locals do so only through calls that cannot be inlined
+ * (NXI_NOIPA), and the state a handler keeps in thread-locals (its context,
+ * the mutexes it holds) is swapped by the resumer, which never migrates. */
+#include "rsr/dispatch.h"
+#include "rsr/fiber.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "contexts/context.h"
+#include "engine/engine.h"
+#include "rsr/stages.h"
+#include "rsr/order.h"
+#include "threads/nxi_thread.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FIBER_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FIBER_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FIBER_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define FIBER_TSAN 1
+#endif
+#endif
+#ifdef FIBER_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef FIBER_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#ifdef NXI_HAVE_FCONTEXT
+
+/* Boost.Context's switch (libboost_context), declared here as the C
+ * functions they are: jump_fcontext saves the caller's registers on its
+ * stack, switches to `to` and passes `data`; it returns when something
+ * jumps back, with where that came from. */
+typedef void *fctx_t;
+struct fctx_transfer {
+  fctx_t fctx;
+  void *data;
+};
+extern struct fctx_transfer jump_fcontext(fctx_t to, void *data);
+extern fctx_t make_fcontext(void *sp, size_t size,
+                            void (*fn)(struct fctx_transfer));
+
+/* What a fiber asks of its resumer when it switches back. */
+#define REQ_DONE ((void *)1) /* the handler returned: pool the fiber */
+#define REQ_PARK ((void *)2) /* park it on f->word */
+#define REQ_EXIT ((void *)3) /* the handler called nx_thread_exit: free it */
+
+#define FREE_MAX 64       /* idle fibers kept for reuse */
+#define PARK_BUCKETS 256u /* parked fibers, hashed by the word they wait on */
+
+struct nxi_fiber {
+  fctx_t fctx;                /* where it goes on, while switched out */
+  fctx_t back;                /* where it returns to: its resumer */
+  char *map;                  /* its stack's mapping, guard page first */
+  size_t map_size;            /* the mapping's size */
+  struct nx_buffer *job;      /* the RSR whose handler it runs */
+  nx_context_t *self_ctx;     /* its nx_context_self(), while switched out */
+  struct nxi_thread_state ts; /* its mutex count and identity, switched out */
+  const uint32_t *word;       /* parked: the word it waits on, */
+  uint32_t old;               /* and the value it waits to change */
+  struct nxi_fiber *next;     /* in the free list or a park bucket */
+  struct nxi_fiber **pprev;
+  struct nxi_fiber *all_next, *all_prev; /* every fiber (fib.all) */
+  int idle;                              /* pooled: free to take */
+#ifdef FIBER_ASAN
+  void *asan_fake;       /* its fake stack, while switched out */
+  const void *back_base; /* its resumer's stack */
+  size_t back_size;
+#endif
+#ifdef FIBER_TSAN
+  void *tsan;      /* its ThreadSanitizer fiber */
+  void *tsan_back; /* its resumer's */
+#endif
+};
+
+static struct {
+  int on;
+  size_t stack_size;
+  size_t page;
+  pthread_mutex_t lock; /* the free list and `all` */
+  struct nxi_fiber *free;
+  int nfree;
+  struct nxi_fiber *all; /* every fiber, to free the idle ones at the end */
+  unsigned epoch;        /* bumped when they are: older spares are gone */
+  pthread_mutex_t park_lock;
+  struct nxi_fiber *parked_at[PARK_BUCKETS];
+  atomic_int parked;
+} fib = {.lock = PTHREAD_MUTEX_INITIALIZER,
+         .park_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The fiber running on this thread, NULL on the thread's own stack. */
+static NXI_TLS struct nxi_fiber *cur;
+
+/* One idle fiber kept by each thread, taken before the shared free list:
+ * a handler that returns at once then costs no lock. Valid only while its
+ * epoch is the pool's (nxi_fiber_fini frees every idle fiber). */
+static NXI_TLS struct {
+  struct nxi_fiber *f;
+  unsigned epoch;
+  int registered; /* spare_key set: the spare goes back when the thread ends */
+} spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static NXI_NOIPA struct nxi_fiber *cur_get(void) { return cur; }
+
+static void fiber_main(struct fctx_transfer t);
+
+/* Frees a fiber; fib.lock held (it leaves `all`). */
+static void stack_free(struct nxi_fiber *f) {
+  if (f->all_prev != NULL)
+    f->all_prev->all_next = f->all_next;
+  else
+    fib.all = f->all_next;
+  if (f->all_next != NULL)
+    f->all_next->all_prev = f->all_prev;
+#ifdef FIBER_ASAN
+  /* Frames left on it are poisoned; a later mapping there must not be. */
+  __asan_unpoison_memory_region(f->map, f->map_size);
+#endif
+#ifdef FIBER_TSAN
+  __tsan_destroy_fiber(f->tsan);
+#endif
+  munmap(f->map, f->map_size);
+  free(f);
+}
+
+static struct nxi_fiber *fiber_new(void) {
+  struct nxi_fiber *f = calloc(1, sizeof(*f));
+  if (f == NULL)
+    return NULL;
+  f->map_size = fib.page + fib.stack_size;
+  f->map = mmap(NULL, f->map_size, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (f->map == MAP_FAILED) {
+    free(f);
+    return NULL;
+  }
+  /* A guard page under the stack: an overflow faults at once. */
+  if (mprotect(f->map, fib.page, PROT_NONE) != 0) {
+    munmap(f->map, f->map_size);
+    free(f);
+    return NULL;
+  }
+  f->fctx = make_fcontext(f->map + f->map_size, fib.stack_size, fiber_main);
+#ifdef FIBER_TSAN
+  f->tsan = __tsan_create_fiber(0);
+#endif
+  pthread_mutex_lock(&fib.lock);
+  f->all_next = fib.all;
+  if (fib.all != NULL)
+    fib.all->all_prev = f;
+  fib.all = f;
+  pthread_mutex_unlock(&fib.lock);
+  return f;
+}
+
+static struct nxi_fiber *fiber_get(void) {
+  struct nxi_fiber *f = spare.f;
+  unsigned epoch = __atomic_load_n(&fib.epoch, __ATOMIC_RELAXED);
+  if (f != NULL && spare.epoch == epoch) {
+    spare.f = NULL;
+    __atomic_store_n(&f->idle, 0, __ATOMIC_RELAXED);
+    return f;
+  }
+  pthread_mutex_lock(&fib.lock);
+  f = fib.free;
+  if (f != NULL) {
+    fib.free = f->next;
+    fib.nfree--;
+    __atomic_store_n(&f->idle, 0, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&fib.lock);
+  return f != NULL ? f : fiber_new();
+}
+
+/* Puts `f` on the shared free list, or frees it when the list is full. */
+static void fiber_put_shared(struct nxi_fiber *f) {
+  pthread_mutex_lock(&fib.lock);
+  if (fib.nfree < FREE_MAX) {
+    f->next = fib.free;
+    fib.free = f;
+    fib.nfree++;
+  } else {
+    stack_free(f);
+  }
+  pthread_mutex_unlock(&fib.lock);
+}
+
+/* A thread that ends gives its spare back. */
+static void spare_release(void *unused) {
+  (void)unused;
+  struct nxi_fiber *f = spare.f;
+  spare.f = NULL;
+  if (f != NULL && spare.epoch == __atomic_load_n(&fib.epoch, __ATOMIC_RELAXED))
+    fiber_put_shared(f);
+}
+
+static void spare_key_make(void) {
+  if (pthread_key_create(&spare_key, spare_release) != 0)
+    spare_key = (pthread_key_t)-1;
+}
+
+static void fiber_put(struct nxi_fiber *f) {
+  __atomic_store_n(&f->idle, 1, __ATOMIC_RELAXED);
+  unsigned epoch = __atomic_load_n(&fib.epoch, __ATOMIC_RELAXED);
+  if (spare.f == NULL || spare.epoch != epoch) {
+    if (!spare.registered) {
+      pthread_once(&spare_once, spare_key_make);
+      if (spare_key == (pthread_key_t)-1 ||
+          pthread_setspecific(spare_key, (void *)1) != 0) {
+        fiber_put_shared(f); /* no way to get it back at thread exit */
+        return;
+      }
+      spare.registered = 1;
+    }
+    spare.f = f;
+    spare.epoch = epoch;
+    return;
+  }
+  fiber_put_shared(f);
+}
+
+/* The fiber side of a switch: back to the resumer with request `req`; on
+ * return (maybe on another thread) notes the new resumer. */
+static NXI_NOIPA void came_in(struct nxi_fiber *f, struct fctx_transfer t) {
+  f->back = t.fctx;
+#ifdef FIBER_ASAN
+  __sanitizer_finish_switch_fiber(f->asan_fake, &f->back_base, &f->back_size);
+#endif
+}
+
+static NXI_NOIPA void switch_out(struct nxi_fiber *f, void *req) {
+#ifdef FIBER_ASAN
+  /* NULL for a stack left for good: ASan frees its fake stack. */
+  __sanitizer_start_switch_fiber(req == REQ_EXIT ? NULL : &f->asan_fake,
+                                 f->back_base, f->back_size);
+#endif
+#ifdef FIBER_TSAN
+  __tsan_switch_to_fiber(f->tsan_back, 0);
+#endif
+  struct fctx_transfer t = jump_fcontext(f->back, req);
+  came_in(f, t);
+}
+
+static void fiber_main(struct fctx_transfer t) {
+  struct nxi_fiber *f = t.data;
+  came_in(f, t);
+  for (;;) {
+    struct nx_buffer *b = f->job;
+    struct nx_context *ctx = b->ctx;
+    nxi_stage_handled(b); /* as it starts (nxi_run) */
+    b->fn(ctx, (void *)(uintptr_t)b->address, b);
+    nxi_order_end(b);
+    nxi_buffer_handler_done(b);
+    nxi_context_put(ctx);
+    switch_out(f, REQ_DONE);
+  }
+}
+
+static unsigned bucket_of(const uint32_t *word) {
+  uintptr_t a = (uintptr_t)word;
+  return (unsigned)((a >> 2) ^ (a >> 12)) % PARK_BUCKETS;
+}
+
+/* Makes a parked or just-parking fiber runnable: a runtime thread takes
+ * its RSR off the thread queue and resumes it. */
+static void runnable(struct nxi_fiber *f) { nxi_tq_push(f->job); }
+
+/* The resumer's side of a park, once the fiber has switched out: it waits
+ * in its bucket unless the word changed meanwhile. The count goes up
+ * before the word is read, and a waker bumps the word before it reads the
+ * count, so one of them sees the other. */
+static void park_commit(struct nxi_fiber *f) {
+  atomic_fetch_add_explicit(&nxi_rt.lazy_parked, 1, memory_order_relaxed);
+  pthread_mutex_lock(&fib.park_lock);
+  atomic_fetch_add(&fib.parked, 1);
+  if (__atomic_load_n(f->word, __ATOMIC_SEQ_CST) != f->old) {
+    atomic_fetch_sub(&fib.parked, 1);
+    pthread_mutex_unlock(&fib.park_lock);
+    runnable(f);
+    return;
+  }
+  struct nxi_fiber **head = &fib.parked_at[bucket_of(f->word)];
+  f->next = *head;
+  if (f->next != NULL)
+    f->next->pprev = &f->next;
+  f->pprev = head;
+  *head = f;
+  pthread_mutex_unlock(&fib.park_lock);
+}
+
+/* Runs `f` on this thread until it returns or parks. The resumer never
+ * migrates, so it may keep thread-locals across the switch. */
+void nxi_fiber_resume(struct nxi_fiber *f) {
+  struct nxi_fiber *prev = cur;
+  cur = f;
+  nx_context_t *my_ctx = nxi_context_swap(f->self_ctx);
+  nxi_thread_state_swap(&f->ts);
+#ifdef FIBER_ASAN
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(&fake, f->map + fib.page, fib.stack_size);
+#endif
+#ifdef FIBER_TSAN
+  f->tsan_back = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(f->tsan, 0);
+#endif
+  struct fctx_transfer t = jump_fcontext(f->fctx, f);
+#ifdef FIBER_ASAN
+  __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+  f->fctx = t.fctx;
+  nxi_thread_state_swap(&f->ts);
+  f->self_ctx = nxi_context_swap(my_ctx);
+  cur = prev;
+  if (t.data == REQ_EXIT) {
+    pthread_mutex_lock(&fib.lock);
+    stack_free(f);
+    pthread_mutex_unlock(&fib.lock);
+  } else if (t.data == REQ_DONE) {
+    f->job = NULL;
+    fiber_put(f);
+  } else {
+    park_commit(f);
+  }
+}
+
+int nxi_fiber_start(struct nx_buffer *b) {
+  struct nxi_fiber *f = fiber_get();
+  if (f == NULL)
+    return NX_ENOMEM;
+  atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1, memory_order_relaxed);
+  f->job = b;
+  f->self_ctx = b->ctx;
+  f->ts.locks = 0;
+  f->ts.id = (uint64_t)(uintptr_t)f; /* unlike any pthread_t: its own object */
+  b->fiber = f;
+  nxi_fiber_resume(f);
+  return 0;
+}
+
+int nxi_fiber_can_park(void) {
+  /* Not from inside a module's progress (waiter.c, hook_block): the
+   * thread would go on driving with that module's call still open on the
+   * parked stack. */
+  return cur_get() != NULL && nxi_thread_locks_held() == 0 &&
+         !nxi_eng_me.polling;
+}
+
+int nxi_fiber_park(const uint32_t *word, uint32_t old) {
+  struct nxi_fiber *f = cur_get();
+  /* A handler that holds a mutex keeps its thread: the mutex belongs to
+   * the thread it was locked on. */
+  if (f == NULL || nxi_thread_locks_held() != 0)
+    return NX_EAGAIN;
+  f->word = word;
+  f->old = old;
+  switch_out(f, REQ_PARK);
+  return 0;
+}
+
+void nxi_fiber_exit(void) {
+  struct nxi_fiber *f = cur_get();
+  if (f == NULL)
+    return;
+  struct nx_buffer *b = f->job;
+  struct nx_context *ctx = b->ctx;
+  nxi_order_end(b);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+  switch_out(f, REQ_EXIT);
+  abort(); /* never resumed */
+}
+
+void nxi_fiber_wake(const uint32_t *word, int n) {
+  if (atomic_load(&fib.parked) == 0)
+    return;
+  struct nxi_fiber *woken = NULL;
+  pthread_mutex_lock(&fib.park_lock);
+  struct nxi_fiber *f = fib.parked_at[bucket_of(word)];
+  while (f != NULL && n > 0) {
+    struct nxi_fiber *next = f->next;
+    if (f->word == word) {
+      *f->pprev = next;
+      if (next != NULL)
+        next->pprev = f->pprev;
+      atomic_fetch_sub(&fib.parked, 1);
+      f->next = woken;
+      woken = f;
+      n--;
+    }
+    f = next;
+  }
+  pthread_mutex_unlock(&fib.park_lock);
+  while (woken != NULL) {
+    struct nxi_fiber *next = woken->next;
+    runnable(woken);
+    woken = next;
+  }
+}
+
+int nxi_fiber_init(int on, size_t stack_size) {
+  long page = sysconf(_SC_PAGESIZE);
+  fib.page = page > 0 ? (size_t)page : 4096;
+  fib.stack_size = (stack_size + fib.page - 1) / fib.page * fib.page;
+  fib.on = on;
+  atomic_store(&fib.parked, 0);
+  memset(fib.parked_at, 0, sizeof(fib.parked_at));
+  return 0;
+}
+
+int nxi_fiber_fini(void) {
+  int busy = 0; /* handlers parked, waiting to resume, or running */
+  pthread_mutex_lock(&fib.lock);
+  struct nxi_fiber *f = fib.all;
+  while (f != NULL) {
+    struct nxi_fiber *next = f->all_next;
+    if (__atomic_load_n(&f->idle, __ATOMIC_RELAXED))
+      stack_free(f);
+    else
+      busy++;
+    f = next;
+  }
+  fib.free = NULL;
+  fib.nfree = 0;
+  /* Every thread's spare is gone. */
+  __atomic_store_n(&fib.epoch, fib.epoch + 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&fib.lock);
+  return busy;
+}
+
+int nxi_fiber_enabled(void) { return fib.on; }
+
+#else /* no fcontext: threaded handlers run on runtime threads */
+
+int nxi_fiber_init(int on, size_t stack_size) {
+  (void)on;
+  (void)stack_size;
+  return 0;
+}
+int nxi_fiber_fini(void) { return 0; }
+int nxi_fiber_enabled(void) { return 0; }
+int nxi_fiber_start(struct nx_buffer *b) {
+  (void)b;
+  return NX_ENOMEM;
+}
+void nxi_fiber_resume(struct nxi_fiber *f) { (void)f; }
+int nxi_fiber_park(const uint32_t *word, uint32_t old) {
+  (void)word;
+  (void)old;
+  return NX_EAGAIN;
+}
+int nxi_fiber_can_park(void) { return 0; }
+void nxi_fiber_exit(void) {}
+void nxi_fiber_wake(const uint32_t *word, int n) {
+  (void)word;
+  (void)n;
+}
+
+#endif
