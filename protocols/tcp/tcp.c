@@ -239,7 +239,8 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
   pthread_mutex_unlock(&p->lock);
   complete(t, done, 0);
   if (r < 0) {
-    tcp_peer_fail(t, p, strerror(-r));
+    if (!tcp_conn_drain(c))
+      tcp_peer_fail(t, p, strerror(-r));
     return;
   }
   tcp_conn_poll(c, EPOLLIN | (more ? EPOLLOUT : 0));
@@ -258,7 +259,9 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
     t->events++;
   complete(t, done, 0);
   if (r < 0) {
-    tcp_peer_fail(t, p, strerror(-r));
+    /* What the peer sent before it went is read first (tcp_conn.h). */
+    if (!tcp_conn_drain(p->conn))
+      tcp_peer_fail(t, p, strerror(-r));
     return;
   }
   if (p->conn != NULL)
@@ -287,8 +290,9 @@ static void service(struct tcp *t, struct tcp_peer *p) {
   pthread_mutex_unlock(&p->lock);
   if (dead) {
     /* A sender found the connection broken (or it failed before). */
-    if (queued || p->conn != NULL || p->out != NULL ||
-        !atomic_load(&p->reported))
+    if ((queued || p->conn != NULL || p->out != NULL ||
+         !atomic_load(&p->reported)) &&
+        !tcp_conn_drain(p->conn))
       tcp_peer_fail(t, p, strerror(error));
     return;
   }
