@@ -128,8 +128,8 @@ static struct stray *stray_find(uint32_t proc) {
 }
 
 /* A new peer takes its origin's stray counts. Its counts are only added
- * to after this: nxi_ledger_handled looks for the peer under stray_lock,
- * so a count either finds the peer or is a stray taken here. */
+ * to after this: nxi_ledger_handled_from_peer looks for the peer under
+ * stray_lock, so a count either finds the peer or is a stray taken here. */
 static void adopt_strays(struct nxi_peer *p) {
   pthread_mutex_lock(&stray_lock);
   struct stray *s = stray_find(p->proc);
