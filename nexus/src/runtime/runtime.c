@@ -149,6 +149,9 @@ int nx_init(int *argc, char ***argv) {
     goto err_cache;
   nxi_frame_init();
   nxi_rt_reset();
+  /* Reliability's stages (rsr/stages.h) from the start, before anything
+   * can send or handle an RSR; nxi_confirm_init adds the messages. */
+  nxi_ledger_init();
 
   r = nxi_progress_init();
   if (r < 0)

@@ -274,7 +274,6 @@ static const struct nxi_route_stages route_stages = {
 };
 
 int nxi_confirm_init(void) {
-  nxi_ledger_init();
   int r = nx_mutex_init(&flush_m);
   if (r < 0)
     return r;
