@@ -239,8 +239,7 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
   pthread_mutex_unlock(&p->lock);
   complete(t, done, 0);
   if (r < 0) {
-    if (!tcp_conn_drain(c))
-      tcp_peer_fail(t, p, strerror(-r));
+    tcp_peer_fail(t, p, strerror(-r));
     return;
   }
   tcp_conn_poll(c, EPOLLIN | (more ? EPOLLOUT : 0));
@@ -259,9 +258,7 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
     t->events++;
   complete(t, done, 0);
   if (r < 0) {
-    /* What the peer sent before it went is read first (tcp_conn.h). */
-    if (!tcp_conn_drain(p->conn))
-      tcp_peer_fail(t, p, strerror(-r));
+    tcp_peer_fail(t, p, strerror(-r));
     return;
   }
   if (p->conn != NULL)
@@ -290,9 +287,8 @@ static void service(struct tcp *t, struct tcp_peer *p) {
   pthread_mutex_unlock(&p->lock);
   if (dead) {
     /* A sender found the connection broken (or it failed before). */
-    if ((queued || p->conn != NULL || p->out != NULL ||
-         !atomic_load(&p->reported)) &&
-        !tcp_conn_drain(p->conn))
+    if (queued || p->conn != NULL || p->out != NULL ||
+        !atomic_load(&p->reported))
       tcp_peer_fail(t, p, strerror(error));
     return;
   }

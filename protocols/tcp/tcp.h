@@ -75,9 +75,6 @@ enum tcp_answer {
 #define TCP_STAGE_SIZE 65536
 /* At most this many readv calls per connection per progress call. */
 #define TCP_READ_ROUNDS 16
-/* At most this many budgets of frames read from a broken connection
- * before its peer is failed (tcp_conn_drain). */
-#define TCP_DRAIN_ROUNDS 64
 /* Frames one progress call delivers at most: about what the core
  * dispatches per round, so a peer that floods small frames fills its own
  * socket buffers, not our memory. */

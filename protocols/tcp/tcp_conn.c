@@ -803,29 +803,11 @@ static void read_frames(struct tcp_conn *c) {
   }
 }
 
-int tcp_conn_drain(struct tcp_conn *c) {
-  if (c == NULL || c->state != CONN_OPEN)
-    return 0;
-  struct tcp *t = c->t;
-  int budget = t->budget;
-  for (int i = 0; i < TCP_DRAIN_ROUNDS && c->state == CONN_OPEN; i++) {
-    int before = t->events;
-    t->budget = TCP_DELIVER_MAX;
-    read_frames(c);
-    if (t->events == before)
-      break; /* nothing more to read: the end is not here yet */
-  }
-  t->budget = budget;
-  return c->state != CONN_OPEN;
-}
-
 /* Events. */
 
 void tcp_conn_event(struct tcp_conn *c, uint32_t events) {
   if (c->state == CONN_CLOSING)
     return; /* closed by an earlier event of the same epoll_wait */
-  if ((events & EPOLLERR) && tcp_conn_drain(c))
-    return; /* read up to the error, which failed the peer */
   if (events & EPOLLERR) {
     /* A socket error (a refused connect, a reset): find out which. */
     int err = 0;

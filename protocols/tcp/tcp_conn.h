@@ -19,14 +19,6 @@ void tcp_conn_event(struct tcp_conn *c, uint32_t events);
 /* Reads the connection that delivered last, without asking epoll; 1 if
  * it delivered again (tcp.c, progress_round). */
 int tcp_conn_read_hot(struct tcp *t);
-/* Reads what the peer sent before its connection broke, before the peer
- * is failed: a write to it failed, or epoll reported an error. Linux
- * keeps a reset connection's received bytes readable, and the last of
- * them can be what settles RSRs (a count the peer told as it ended).
- * Delivers whole frames, past the delivery budget, until the socket is
- * empty; returns 1 if it found the end of the connection there (the peer
- * was failed then), 0 if the caller still has to. */
-int tcp_conn_drain(struct tcp_conn *c);
 /* Delivers read-ahead that connections kept when the budget ran out. */
 void tcp_conn_read_left(struct tcp *t);
 /* The timer fired: runs the handshake deadlines that passed. */
