@@ -19,9 +19,41 @@ struct nxi_mpscq {
 };
 
 void nxi_mpscq_init(struct nxi_mpscq *q);
-void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n);
-/* Returns NULL when empty, or while a producer is between its two steps. */
-struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q);
+/* Inline, as both run once per RSR. */
+static inline void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n) {
+  atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+  struct nxi_qnode *prev =
+      atomic_exchange_explicit(&q->head, n, memory_order_acq_rel);
+  atomic_store_explicit(&prev->next, n, memory_order_release);
+}
+
+/* Returns NULL when empty, or while a producer is between its two steps
+ * (its item is counted in `pushed` only after the link is made). */
+static inline struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
+  struct nxi_qnode *tail = q->tail;
+  struct nxi_qnode *next =
+      atomic_load_explicit(&tail->next, memory_order_acquire);
+  if (tail == &q->stub) {
+    if (next == NULL)
+      return NULL;
+    q->tail = next;
+    tail = next;
+    next = atomic_load_explicit(&next->next, memory_order_acquire);
+  }
+  if (next != NULL) {
+    q->tail = next;
+    return tail;
+  }
+  if (tail != atomic_load_explicit(&q->head, memory_order_acquire))
+    return NULL;
+  nxi_mpscq_push(q, &q->stub);
+  next = atomic_load_explicit(&tail->next, memory_order_acquire);
+  if (next != NULL) {
+    q->tail = next;
+    return tail;
+  }
+  return NULL;
+}
 /* Nothing to pop, as the consumer sees it: two loads, for a queue that is
  * empty nearly always (the driver looks at it every round). */
 static inline int nxi_mpscq_idle(struct nxi_mpscq *q) {
