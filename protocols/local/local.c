@@ -64,12 +64,6 @@ static int local_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
   return 0;
 }
 
-static int local_progress(void *state, nx_frame_batch_t *batch) {
-  (void)state;
-  (void)batch;
-  return 0;
-}
-
 static const char *local_backend_version(void *state) {
   (void)state;
   return "in-process hand-over";
@@ -87,7 +81,7 @@ NX_PROTOCOL_EXPORT const struct nx_protocol_ops nx_protocol_local = {
     .connect = local_connect,
     .disconnect = local_disconnect,
     .send = local_send,
-    .progress = local_progress,
+    .progress = NULL, /* nothing to poll: sends hand over at once */
     .wait_fd = NULL,
     .backend_version = local_backend_version,
     .in_process = 1,

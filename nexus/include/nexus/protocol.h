@@ -331,11 +331,14 @@ struct nx_protocol_ops {
   int (*send)(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
               unsigned flags);
 
-  /* Progress. progress (mandatory) never blocks and returns the number of
-   * events handled; the frames it completes go into `batch` (with
+  /* Progress. progress never blocks and returns the number of events
+   * handled; the frames it completes go into `batch` (with
    * nx_frame_batch_add), which the core dispatches once progress returned.
    * `batch` may be NULL (the core, or the module itself, polling outside
-   * the driver's round): frames then go through frame_deliver. wait_fd
+   * the driver's round): frames then go through frame_deliver. progress
+   * is NULL in a module with nothing to poll (every send completes inside
+   * send, and frames come only through handover or frame_deliver, as in
+   * the local module): the core then never polls it. wait_fd
    * (optional) returns an fd that becomes readable when progress has
    * work, or a negative code if there is none. */
   int (*progress)(void *state, struct nx_frame_batch *batch);

@@ -186,7 +186,6 @@ static int load(struct nxi_module *m, const struct nx_core_api *api) {
                         : !ops->connect    ? "connect"
                         : !ops->disconnect ? "disconnect"
                         : !ops->send       ? "send"
-                        : !ops->progress   ? "progress"
                                            : NULL;
   if (missing != NULL)
     return fail(m, NX_EMODULE, "mandatory slot %s is NULL", missing);

@@ -47,6 +47,8 @@ int nxi_progress_init(void) {
  * starting point (it keeps averaging cold polls) and for nxinfo. What a
  * poll finds here is delivered as any other. */
 static uint64_t poll_cost(struct nxi_module *m) {
+  if (m->ops->progress == NULL)
+    return 0; /* never polled */
   unsigned gen = nxi_driver_lock();
   uint64_t best = UINT64_MAX;
   for (int i = 0; i < 16; i++) {

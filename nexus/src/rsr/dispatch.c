@@ -234,8 +234,11 @@ int nxi_poll_once(unsigned gen) {
   uint64_t now = poll_now;
   /* A handler dispatched straight from a poll may block and give the
    * driver lock away: then this round stops. */
-  for (int i = 0; i < nmods && nxi_drive_gen() == gen; i++)
-    n += poll_module(nxi_module_loaded(i), now, all);
+  for (int i = 0; i < nmods && nxi_drive_gen() == gen; i++) {
+    struct nxi_module *m = nxi_module_loaded(i);
+    if (m->ops->progress != NULL) /* NULL: nothing to poll (protocol.h) */
+      n += poll_module(m, now, all);
+  }
   if (nxi_dlist_fallbacks_due()) /* routes failed: the next candidates */
     n += nxi_dlist_fallbacks();
   nxi_stage_tick(now);
