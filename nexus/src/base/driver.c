@@ -5,46 +5,23 @@
 
 #include "threads/nxi_thread.h"
 
-static _Alignas(NXI_CACHELINE) atomic_int driver;
+_Alignas(NXI_CACHELINE) atomic_int nxi_driver_word;
 
 NXI_TLS struct nxi_drive_tls nxi_drive_me;
-
-int nxi_drive_begin(unsigned *gen) {
-  if (nxi_drive_me.driving > 0) {
-    nxi_drive_me.driving++;
-    *gen = nxi_drive_me.gen;
-    return 1;
-  }
-  int expected = 0;
-  if (atomic_load_explicit(&driver, memory_order_relaxed) != 0 ||
-      !atomic_compare_exchange_strong_explicit(
-          &driver, &expected, 1, memory_order_acquire, memory_order_relaxed))
-    return 0;
-  nxi_drive_me.driving = 1;
-  *gen = nxi_drive_me.gen;
-  return 1;
-}
-
-void nxi_drive_end(unsigned gen) {
-  if (gen != nxi_drive_me.gen || nxi_drive_me.driving == 0)
-    return; /* given away meanwhile */
-  if (--nxi_drive_me.driving == 0)
-    atomic_store_explicit(&driver, 0, memory_order_release);
-}
 
 void nxi_drive_lose(void) {
   if (nxi_drive_me.driving == 0)
     return;
   nxi_drive_me.driving = 0;
   nxi_drive_me.gen++;
-  atomic_store_explicit(&driver, 0, memory_order_release);
+  atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
 }
 
 struct nxi_drive_hold nxi_drive_suspend(void) {
   struct nxi_drive_hold h = {nxi_drive_me.driving, nxi_drive_me.gen};
   if (h.depth > 0) {
     nxi_drive_me.driving = 0;
-    atomic_store_explicit(&driver, 0, memory_order_release);
+    atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
   }
   return h;
 }
@@ -54,9 +31,10 @@ void nxi_drive_resume(struct nxi_drive_hold h) {
     return;
   int expected = 0;
   if (nxi_drive_me.gen == h.gen && nxi_drive_me.driving == 0 &&
-      atomic_load_explicit(&driver, memory_order_relaxed) == 0 &&
-      atomic_compare_exchange_strong_explicit(
-          &driver, &expected, 1, memory_order_acquire, memory_order_relaxed)) {
+      atomic_load_explicit(&nxi_driver_word, memory_order_relaxed) == 0 &&
+      atomic_compare_exchange_strong_explicit(&nxi_driver_word, &expected, 1,
+                                              memory_order_acquire,
+                                              memory_order_relaxed)) {
     nxi_drive_me.driving = h.depth;
     return;
   }

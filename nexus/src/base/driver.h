@@ -15,12 +15,35 @@ struct nxi_drive_tls {
 };
 
 extern NXI_TLS struct nxi_drive_tls nxi_drive_me;
+/* The lock: 1 while a thread holds it (driver.c). */
+extern atomic_int nxi_driver_word;
 
 /* Takes the lock if free (or already ours); 1 and the generation in *gen
- * on success, 0 when another thread holds it. */
-int nxi_drive_begin(unsigned *gen);
+ * on success, 0 when another thread holds it. Inline, as the next one:
+ * a waiting thread takes and drops the lock every round. */
+static inline int nxi_drive_begin(unsigned *gen) {
+  if (nxi_drive_me.driving > 0) {
+    nxi_drive_me.driving++;
+    *gen = nxi_drive_me.gen;
+    return 1;
+  }
+  int expected = 0;
+  if (atomic_load_explicit(&nxi_driver_word, memory_order_relaxed) != 0 ||
+      !atomic_compare_exchange_strong_explicit(&nxi_driver_word, &expected, 1,
+                                               memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0;
+  nxi_drive_me.driving = 1;
+  *gen = nxi_drive_me.gen;
+  return 1;
+}
 /* Drops one hold taken at generation `gen` (nothing if given away since). */
-void nxi_drive_end(unsigned gen);
+static inline void nxi_drive_end(unsigned gen) {
+  if (gen != nxi_drive_me.gen || nxi_drive_me.driving == 0)
+    return; /* given away meanwhile */
+  if (--nxi_drive_me.driving == 0)
+    atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
+}
 /* Gives the lock away from inside a handler that is about to block. */
 void nxi_drive_lose(void);
 

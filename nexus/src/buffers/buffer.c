@@ -34,16 +34,6 @@ void nxi_buffer_seal(struct nx_buffer *b) {
  * reference of the program's; a received buffer starts with the runtime's
  * only, dropped when its handler returns. */
 
-static void buffer_unref(struct nx_buffer *b) {
-  /* A count of one is ours alone: nobody else can be retaining it (that
-   * needs a reference), so free it without a locked operation. */
-  if (atomic_load_explicit(&b->refs, memory_order_acquire) == 1 ||
-      atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
-    nxi_buffer_free(b);
-}
-
-void nxi_buffer_handler_done(struct nx_buffer *b) { buffer_unref(b); }
-
 int nx_buffer_create(size_t size_hint, nx_buffer_t **buf) {
   if (buf == NULL)
     return NX_EINVAL;
@@ -84,7 +74,7 @@ int nx_buffer_release(nx_buffer_t *b) {
   } while (!atomic_compare_exchange_weak_explicit(
       &b->urefs, &u, u == NXI_UREFS_RSR ? 0 : u - 1, memory_order_acquire,
       memory_order_relaxed));
-  buffer_unref(b);
+  nxi_buffer_handler_done(b); /* the reference's unref */
   return 0;
 }
 

@@ -13,8 +13,8 @@
  * only grows (old arrays are kept until nx_finalize) and a context is
  * unpublished under the driver lock, which every lookup holds. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nx_context *_Atomic *_Atomic reg_slots;
-static atomic_uint reg_cap;
+struct nx_context *_Atomic *_Atomic nxi_reg_slots;
+atomic_uint nxi_reg_cap;
 static uint32_t reg_next = 1;
 struct retired {
   struct retired *next;
@@ -33,7 +33,7 @@ static struct nxi_htable *htable_new(uint32_t cap) {
   return t;
 }
 
-static void context_free(struct nx_context *ctx) {
+void nxi_context_free(struct nx_context *ctx) {
   struct nxi_htable *t = atomic_load(&ctx->handlers);
   int first = 1;
   while (t != NULL) {
@@ -51,39 +51,17 @@ static void context_free(struct nx_context *ctx) {
   free(ctx);
 }
 
-void nxi_context_put(struct nx_context *ctx) {
-  if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
-    context_free(ctx);
-}
-
-struct nx_context *nxi_context_get(uint64_t id) {
-  if (nxi_ctxid_proc(id) != nxi_rt.proc_id)
-    return NULL;
-  uint32_t idx = nxi_ctxid_index(id);
-  struct nx_context *_Atomic *slots =
-      atomic_load_explicit(&reg_slots, memory_order_acquire);
-  if (slots == NULL ||
-      idx >= atomic_load_explicit(&reg_cap, memory_order_acquire))
-    return NULL;
-  struct nx_context *ctx =
-      atomic_load_explicit(&slots[idx], memory_order_acquire);
-  if (ctx == NULL || atomic_load_explicit(&ctx->dead, memory_order_relaxed))
-    return NULL;
-  atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
-  return ctx;
-}
-
 static int publish(struct nx_context *ctx) {
   pthread_mutex_lock(&reg_lock);
   uint32_t idx = reg_next;
-  uint32_t cap = atomic_load(&reg_cap);
+  uint32_t cap = atomic_load(&nxi_reg_cap);
   if (idx == UINT32_MAX) {
     pthread_mutex_unlock(&reg_lock);
     return NX_ENOMEM;
   }
   if (idx >= cap) {
     uint32_t ncap = cap ? cap * 2 : 64;
-    struct nx_context *_Atomic *old = atomic_load(&reg_slots);
+    struct nx_context *_Atomic *old = atomic_load(&nxi_reg_slots);
     struct nx_context *_Atomic *slots = calloc(ncap, sizeof(*slots));
     struct retired *ret = malloc(sizeof(*ret));
     if (slots == NULL || ret == NULL) {
@@ -94,8 +72,8 @@ static int publish(struct nx_context *ctx) {
     }
     for (uint32_t i = 0; i < cap; i++)
       atomic_init(&slots[i], atomic_load(&old[i]));
-    atomic_store_explicit(&reg_slots, slots, memory_order_release);
-    atomic_store_explicit(&reg_cap, ncap, memory_order_release);
+    atomic_store_explicit(&nxi_reg_slots, slots, memory_order_release);
+    atomic_store_explicit(&nxi_reg_cap, ncap, memory_order_release);
     ret->mem = old;
     ret->next = reg_retired;
     reg_retired = ret;
@@ -103,7 +81,7 @@ static int publish(struct nx_context *ctx) {
   reg_next++;
   ctx->index = idx;
   ctx->id = nxi_ctxid(nxi_rt.proc_id, idx);
-  atomic_store_explicit(&reg_slots[idx], ctx, memory_order_release);
+  atomic_store_explicit(&nxi_reg_slots[idx], ctx, memory_order_release);
   pthread_mutex_unlock(&reg_lock);
   return 0;
 }
@@ -117,7 +95,7 @@ static int unpublish_locked(struct nx_context *ctx) {
   if (!atomic_compare_exchange_strong(&ctx->dead, &expected, 1))
     return NX_ENOCONTEXT;
   pthread_mutex_lock(&reg_lock);
-  atomic_store(&atomic_load(&reg_slots)[ctx->index], NULL);
+  atomic_store(&atomic_load(&nxi_reg_slots)[ctx->index], NULL);
   pthread_mutex_unlock(&reg_lock);
   return 0;
 }
@@ -143,7 +121,7 @@ static struct nx_context *context_new(void) {
   atomic_init(&ctx->refs, 1);
   pthread_mutex_init(&ctx->lock, NULL);
   if (publish(ctx) < 0) {
-    context_free(ctx);
+    nxi_context_free(ctx);
     return NULL;
   }
   return ctx;
@@ -158,8 +136,8 @@ int nxi_contexts_init(void) {
 }
 
 void nxi_contexts_finalize(void) {
-  struct nx_context *_Atomic *slots = atomic_load(&reg_slots);
-  uint32_t cap = atomic_load(&reg_cap);
+  struct nx_context *_Atomic *slots = atomic_load(&nxi_reg_slots);
+  uint32_t cap = atomic_load(&nxi_reg_cap);
   for (uint32_t i = 0; i < cap; i++) {
     struct nx_context *ctx = atomic_load(&slots[i]);
     if (ctx != NULL) {
@@ -174,8 +152,8 @@ void nxi_contexts_finalize(void) {
     free(r->mem);
     free(r);
   }
-  atomic_store(&reg_slots, NULL);
-  atomic_store(&reg_cap, 0);
+  atomic_store(&nxi_reg_slots, NULL);
+  atomic_store(&nxi_reg_cap, 0);
   reg_next = 1;
   nxi_rt.initial = NULL;
   nxi_current = NULL;

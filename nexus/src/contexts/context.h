@@ -34,9 +34,34 @@ struct nx_context {
 /* Creates the initial context (nxi_rt.initial); and frees them all. */
 int nxi_contexts_init(void);
 void nxi_contexts_finalize(void);
-/* Looks up a live context and takes a reference; driver lock held. */
-struct nx_context *nxi_context_get(uint64_t id);
-void nxi_context_put(struct nx_context *ctx);
+/* The registry (context.c): a context's index (the low 32 bits of its id)
+ * to the context. */
+extern struct nx_context *_Atomic *_Atomic nxi_reg_slots;
+extern atomic_uint nxi_reg_cap;
+void nxi_context_free(struct nx_context *ctx);
+
+/* Looks up a live context and takes a reference; driver lock held. Inline,
+ * as the next one: both run once per RSR. */
+static inline struct nx_context *nxi_context_get(uint64_t id) {
+  if (nxi_ctxid_proc(id) != nxi_rt.proc_id)
+    return NULL;
+  uint32_t idx = nxi_ctxid_index(id);
+  struct nx_context *_Atomic *slots =
+      atomic_load_explicit(&nxi_reg_slots, memory_order_acquire);
+  if (slots == NULL ||
+      idx >= atomic_load_explicit(&nxi_reg_cap, memory_order_acquire))
+    return NULL;
+  struct nx_context *ctx =
+      atomic_load_explicit(&slots[idx], memory_order_acquire);
+  if (ctx == NULL || atomic_load_explicit(&ctx->dead, memory_order_relaxed))
+    return NULL;
+  atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
+  return ctx;
+}
+static inline void nxi_context_put(struct nx_context *ctx) {
+  if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
+    nxi_context_free(ctx);
+}
 /* The handler with wire id `id` (nx_handler_id of its name), or NULL. The
  * id indexes the table (its low bits) and is compared whole in the slot,
  * so an id nobody registered here finds nothing, never another handler:

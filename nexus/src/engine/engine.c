@@ -20,12 +20,6 @@ void nxi_progress_wake(void) {
   }
 }
 
-void nxi_requeue(struct nx_buffer *b) {
-  nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
-  atomic_fetch_add(&nxi_eng.pushed, 1);
-  nxi_progress_wake();
-}
-
 /* A waiter's word is announced in `word_sleepers` before the last look at
  * it, so nx_cond_signal (which bumps the word first) either is seen here
  * or sees us and writes the eventfd. */

@@ -187,7 +187,8 @@ int nxi_route_resend(struct nx_buffer *b) {
  * and a number is used only once the module accepted its RSR. The lock is
  * never held while progress runs (handlers there may send on the same
  * stream): a full queue lets it go, helps progress, and tries again. */
-static int ordered_send(struct nx_buffer *b, unsigned flags) {
+static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
+                                                  unsigned flags) {
   struct nxi_ostream *s = nxi_order_stream(b->source, b->context);
   if (s == NULL) {
     nxi_buffer_refs_status(b, NX_ENOMEM);
