@@ -55,6 +55,17 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
   /* What a peer on this host must have set alike (the values as written:
    * "256" and "256b" count as different, which only costs the ucx route). */
   u->fifo_print = (uint32_t)ucx_hash((const uint8_t *)print, strlen(print));
+  /* The shared-memory transports' first pool of receive buffers: UCX
+   * makes 512 of about 8 KiB for each (posix and sysv) as the worker is
+   * created, and touching those 8 MiB was two thirds of
+   * ucp_worker_create (20 of 30 ms for UCX's start and end in a child
+   * process; with 64, 6 ms: docs/ucx.md). The pool grows by as many
+   * again when more are held. */
+  if (!env_set("UCX_MM_RX_BUFS_GROW") && !env_set("UCX_POSIX_RX_BUFS_GROW") &&
+      !env_set("UCX_SYSV_RX_BUFS_GROW") &&
+      ucp_config_modify(cfg, "MM_RX_BUFS_GROW", UCX_RX_BUFS_GROW_DEFAULT) !=
+          UCS_OK)
+    UCX_LOG(u, 1, "cannot set the shared-memory receive pool's growth");
   if (!env_set("UCX_KEEPALIVE_INTERVAL") &&
       ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT) !=
           UCS_OK)

@@ -80,6 +80,8 @@
  * did not report a killed peer within 20 s while 1 MiB sends to it were in
  * flight (conformance-ucx-peer-death). */
 #define UCX_FIFO_ELEM_DEFAULT "256"
+/* Receive buffers the shared-memory transports make at once (ucx.c). */
+#define UCX_RX_BUFS_GROW_DEFAULT "64"
 
 struct ucx;
 struct ucx_peer;
