@@ -1,5 +1,6 @@
 /* Mutual challenge-response over fresh nonces: each side of a handshake proves
- * it holds the computation's key without sending it (HMAC-SHA256, libcrypto).
+ * it holds the computation's key without sending it (HMAC-SHA256, libcrypto,
+ * loaded at the first proof).
  */
 #ifndef NXU_AUTH_H
 #define NXU_AUTH_H
@@ -14,15 +15,6 @@ extern "C" {
 #define NXU_NONCE_SIZE 32
 #define NXU_MAC_SIZE 32
 
-/* Starts libcrypto without its exit-time cleanup (nx_init calls it before
- * any handshake). libcrypto otherwise frees its state in an atexit handler
- * registered at its first use, which runs before the handlers registered
- * earlier: a runtime still at work in one of those (a PVM program's
- * pvm_exit in a static destructor, nexus-pvm's flush at exit) crashed in
- * its next handshake. Returns 0, or NX_EIO when libcrypto cannot start
- * (the handshakes then fail on their own). */
-int nxu_auth_init(void);
-
 /* Fills `out` with NXU_NONCE_SIZE fresh random bytes (getrandom). Returns 0
  * or NX_EIO. */
 int nxu_auth_nonce(uint8_t out[NXU_NONCE_SIZE]);
@@ -30,7 +22,8 @@ int nxu_auth_nonce(uint8_t out[NXU_NONCE_SIZE]);
 /* The proof a side of role `role` ("client" or "server", so one side's
  * proof never passes for the other's) gives for the nonces of both sides
  * and the context bytes `ctx` (identities, status): HMAC-SHA256 under the
- * key of `key_len` bytes. Returns 0 or NX_EIO. */
+ * key of `key_len` bytes. Returns 0 or NX_EIO (libcrypto could not be
+ * loaded or started: every handshake then fails). */
 int nxu_auth_mac(const uint8_t *key, size_t key_len, const char *role,
                  const uint8_t client_nonce[NXU_NONCE_SIZE],
                  const uint8_t server_nonce[NXU_NONCE_SIZE], const uint8_t *ctx,

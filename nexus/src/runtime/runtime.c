@@ -141,8 +141,6 @@ int nx_init(int *argc, char ***argv) {
   r = nxi_buffer_cache_init();
   if (r < 0)
     goto err_unlock;
-  if (nxu_auth_init() < 0)
-    nxi_log(1, NULL, "libcrypto did not start: handshakes will fail");
   nxi_rt.explicit_order = getenv("NX_PROTOCOLS") != NULL;
   r = new_identity();
   if (r < 0)
