@@ -19,7 +19,7 @@ Over ucx, beside raw UCP: the anchor is bench_rsr_ucx --raw-count, the
 raw UCP active-message ping-pong of bench_rsr_ucx (8 B with a header of
 NX_FRAME_HDR_SIZE bytes, both processes busy-polling ucp_worker_progress),
 set up as the module sets UCP up (peer-failure handling, keepalive,
-256-byte FIFO elements, receive buffers made 64 at a time,
+256-byte FIFO elements, receive buffers made 128 at a time,
 UCP_FEATURE_WAKEUP; what nexus adds is taken
 against this one, so that it is nexus's alone) and with UCX's defaults
 (printed for reference). Both are counted in the same run by one rule,

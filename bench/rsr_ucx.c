@@ -33,7 +33,7 @@
  *     handling (UCP_ERR_HANDLING_MODE_PEER, shared memory allowed to report
  *     failures with UCX_MM_ERROR_HANDLING=y), a keepalive interval of 1 s,
  *     shared-memory FIFO elements of 256 bytes (UCX_MM_FIFO_ELEM_SIZE),
- *     receive buffers made 64 at a time (UCX_MM_RX_BUFS_GROW) and
+ *     receive buffers made 128 at a time (UCX_MM_RX_BUFS_GROW) and
  *     UCP_FEATURE_WAKEUP.
  * Then RSRs: "ping" to a child (this program, "--child") whose
  * non-threaded handler answers "pong" with the same bytes, the main thread
@@ -148,7 +148,7 @@ static void raw_setup(int rfd, int wfd) {
     ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
     ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
     ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "256");
-    ucp_config_modify(cfg, "MM_RX_BUFS_GROW", "64");
+    ucp_config_modify(cfg, "MM_RX_BUFS_GROW", "128");
   }
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                      .features = UCP_FEATURE_AM |

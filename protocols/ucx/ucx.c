@@ -59,8 +59,12 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
    * makes 512 of about 8 KiB for each (posix and sysv) as the worker is
    * created, and touching those 8 MiB was two thirds of
    * ucp_worker_create (20 of 30 ms for UCX's start and end in a child
-   * process; with 64, 6 ms: docs/ucx.md). The pool grows by as many
-   * again when more are held. */
+   * process; with 128, 7 ms: docs/ucx.md). Not 64: each of the FIFO's
+   * 64 elements holds a buffer from the start, so a second pool (a
+   * second segment) came at once, and a sender that first attached it as
+   * its owner exited had UCX print an error (shmat: Invalid argument)
+   * into the program's output. The pool grows by as many again when more
+   * are held. */
   if (!env_set("UCX_MM_RX_BUFS_GROW") && !env_set("UCX_POSIX_RX_BUFS_GROW") &&
       !env_set("UCX_SYSV_RX_BUFS_GROW") &&
       ucp_config_modify(cfg, "MM_RX_BUFS_GROW", UCX_RX_BUFS_GROW_DEFAULT) !=

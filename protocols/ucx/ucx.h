@@ -81,7 +81,7 @@
  * flight (conformance-ucx-peer-death). */
 #define UCX_FIFO_ELEM_DEFAULT "256"
 /* Receive buffers the shared-memory transports make at once (ucx.c). */
-#define UCX_RX_BUFS_GROW_DEFAULT "64"
+#define UCX_RX_BUFS_GROW_DEFAULT "128"
 
 struct ucx;
 struct ucx_peer;
