@@ -20,14 +20,25 @@ static int env_set(const char *name) {
   return s != NULL && s[0] != '\0';
 }
 
+/* Whether the user set a shared-memory transport's setting `name`, for
+ * both (UCX_MM_<name>) or for posix or sysv alone. */
+static int mm_env_set(const char *name) {
+  static const char *const prefixes[] = {"UCX_MM_", "UCX_POSIX_", "UCX_SYSV_"};
+  char var[64];
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+    snprintf(var, sizeof(var), "%s%s", prefixes[i], name);
+    if (env_set(var))
+      return 1;
+  }
+  return 0;
+}
+
 /* Our defaults for UCX settings the user left alone. Shared-memory
  * transports in UCX 1.13 report peer failure only when asked to; without
  * that, endpoints created with UCP_ERR_HANDLING_MODE_PEER fall back to
  * TCP even between processes of one host. */
 static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
-  if (!env_set("UCX_MM_ERROR_HANDLING") &&
-      !env_set("UCX_POSIX_ERROR_HANDLING") &&
-      !env_set("UCX_SYSV_ERROR_HANDLING") &&
+  if (!mm_env_set("ERROR_HANDLING") &&
       ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") != UCS_OK)
     UCX_LOG(u, 1, "cannot enable peer-failure detection on shared memory");
   /* Frames whose header and payload fit a FIFO element go inline (UCX's
@@ -65,8 +76,7 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
    * its owner exited had UCX print an error (shmat: Invalid argument)
    * into the program's output. The pool grows by as many again when more
    * are held. */
-  if (!env_set("UCX_MM_RX_BUFS_GROW") && !env_set("UCX_POSIX_RX_BUFS_GROW") &&
-      !env_set("UCX_SYSV_RX_BUFS_GROW") &&
+  if (!mm_env_set("RX_BUFS_GROW") &&
       ucp_config_modify(cfg, "MM_RX_BUFS_GROW", UCX_RX_BUFS_GROW_DEFAULT) !=
           UCS_OK)
     UCX_LOG(u, 1, "cannot set the shared-memory receive pool's growth");

@@ -4,7 +4,7 @@
 #include <stddef.h>
 
 void nxi_mpscq_init(struct nxi_mpscq *q) {
-  atomic_init(&q->stub.next, NULL);
-  atomic_init(&q->head, &q->stub);
-  q->tail = &q->stub;
+  atomic_init(&q->sentinel.next, NULL);
+  atomic_init(&q->head, &q->sentinel);
+  q->tail = &q->sentinel;
 }

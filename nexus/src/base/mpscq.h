@@ -15,7 +15,7 @@ struct nxi_qnode {
 struct nxi_mpscq {
   _Alignas(NXI_MPSCQ_ALIGN) struct nxi_qnode *_Atomic head;
   _Alignas(NXI_MPSCQ_ALIGN) struct nxi_qnode *tail;
-  struct nxi_qnode stub;
+  struct nxi_qnode sentinel; /* always in the queue: it is never empty */
 };
 
 void nxi_mpscq_init(struct nxi_mpscq *q);
@@ -33,7 +33,7 @@ static inline struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
   struct nxi_qnode *tail = q->tail;
   struct nxi_qnode *next =
       atomic_load_explicit(&tail->next, memory_order_acquire);
-  if (tail == &q->stub) {
+  if (tail == &q->sentinel) {
     if (next == NULL)
       return NULL;
     q->tail = next;
@@ -46,7 +46,7 @@ static inline struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
   }
   if (tail != atomic_load_explicit(&q->head, memory_order_acquire))
     return NULL;
-  nxi_mpscq_push(q, &q->stub);
+  nxi_mpscq_push(q, &q->sentinel);
   next = atomic_load_explicit(&tail->next, memory_order_acquire);
   if (next != NULL) {
     q->tail = next;
@@ -57,8 +57,8 @@ static inline struct nxi_qnode *nxi_mpscq_pop(struct nxi_mpscq *q) {
 /* Nothing to pop, as the consumer sees it: two loads, for a queue that is
  * empty nearly always (the driver looks at it every round). */
 static inline int nxi_mpscq_idle(struct nxi_mpscq *q) {
-  return q->tail == &q->stub &&
-         atomic_load_explicit(&q->stub.next, memory_order_acquire) == NULL;
+  return q->tail == &q->sentinel &&
+         atomic_load_explicit(&q->sentinel.next, memory_order_acquire) == NULL;
 }
 
 #endif /* NXI_MPSCQ_H */

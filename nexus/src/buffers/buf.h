@@ -146,14 +146,17 @@ void nxi_buffer_own(struct nx_buffer *b, void *data, size_t len,
 void nxi_buffer_own_track(struct nx_buffer *b);
 int nxi_buffer_unwrap(struct nx_buffer *b);
 void nxi_buffer_unwrap_all(void);
-/* Releases the runtime's hold on a handler's buffer (and drops any
- * reference: buffer.c's unref). A count of one is ours alone: nobody else
- * can be retaining it (that needs a reference), so it is freed without a
- * locked operation. */
-static inline void nxi_buffer_handler_done(struct nx_buffer *b) {
+/* Drops one reference to `b`; the last one frees it. A count of one is
+ * the caller's alone: nobody else can be retaining it (that needs a
+ * reference), so it is freed without a locked operation. */
+static inline void nxi_buffer_unref(struct nx_buffer *b) {
   if (atomic_load_explicit(&b->refs, memory_order_acquire) == 1 ||
       atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
     nxi_buffer_free(b);
+}
+/* Releases the runtime's hold on a handler's buffer. */
+static inline void nxi_buffer_handler_done(struct nx_buffer *b) {
+  nxi_buffer_unref(b);
 }
 /* Encodes the frame header from the buffer's fields and sets up the iovs. */
 void nxi_buffer_seal(struct nx_buffer *b);

@@ -74,7 +74,7 @@ int nx_buffer_release(nx_buffer_t *b) {
   } while (!atomic_compare_exchange_weak_explicit(
       &b->urefs, &u, u == NXI_UREFS_RSR ? 0 : u - 1, memory_order_acquire,
       memory_order_relaxed));
-  nxi_buffer_handler_done(b); /* the reference's unref */
+  nxi_buffer_unref(b);
   return 0;
 }
 

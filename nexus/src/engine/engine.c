@@ -9,9 +9,7 @@
 struct nxi_engine nxi_eng;
 NXI_TLS struct nxi_engine_tls nxi_eng_me;
 
-void nxi_progress_wake(void) {
-  if (atomic_load(&nxi_eng.sleepers) == 0)
-    return;
+void nxi_progress_wake_sleeper(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&nxi_eng.wake_pending, &expected, 1)) {
     uint64_t one = 1;

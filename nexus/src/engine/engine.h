@@ -134,15 +134,20 @@ struct nxi_engine_tls {
 extern NXI_TLS struct nxi_engine_tls nxi_eng_me;
 
 /* engine.c: sleeping in epoll and waking sleepers. */
-void nxi_progress_wake(void);
+void nxi_progress_wake_sleeper(void);
+/* Wakes a thread asleep in epoll, if any: a load when none sleeps (every
+ * RSR queued asks). */
+static inline void nxi_progress_wake(void) {
+  if (atomic_load(&nxi_eng.sleepers) != 0)
+    nxi_progress_wake_sleeper();
+}
 /* Puts a received buffer on the receive queue, behind what is there, and
  * wakes a driver (any thread): dispatch.c's queue, and an ordered RSR
  * whose turn came (order.c). Inline: once per RSR. */
 static inline void nxi_requeue(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
   atomic_fetch_add(&nxi_eng.pushed, 1);
-  if (atomic_load(&nxi_eng.sleepers) != 0)
-    nxi_progress_wake();
+  nxi_progress_wake();
 }
 /* Sleeps in epoll until a module fd, the eventfd, or the timeout. A
  * waiter passes the word it waits on (NULL otherwise). */
