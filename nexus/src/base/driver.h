@@ -55,8 +55,31 @@ struct nxi_drive_hold {
   int depth;
   unsigned gen;
 };
-struct nxi_drive_hold nxi_drive_suspend(void);
-void nxi_drive_resume(struct nxi_drive_hold h);
+static inline struct nxi_drive_hold nxi_drive_suspend(void) {
+  struct nxi_drive_hold h = {nxi_drive_me.driving, nxi_drive_me.gen};
+  if (h.depth > 0) {
+    nxi_drive_me.driving = 0;
+    atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
+  }
+  return h;
+}
+/* Inline, as nxi_drive_suspend: once per lazy threaded handler. */
+static inline void nxi_drive_resume(struct nxi_drive_hold h) {
+  if (h.depth == 0)
+    return;
+  int expected = 0;
+  if (nxi_drive_me.gen == h.gen && nxi_drive_me.driving == 0 &&
+      atomic_load_explicit(&nxi_driver_word, memory_order_relaxed) == 0 &&
+      atomic_compare_exchange_strong_explicit(&nxi_driver_word, &expected, 1,
+                                              memory_order_acquire,
+                                              memory_order_relaxed)) {
+    nxi_drive_me.driving = h.depth;
+    return;
+  }
+  /* Taken meanwhile: the frames up the stack no longer hold it. */
+  if (nxi_drive_me.gen == h.gen)
+    nxi_drive_me.gen++;
+}
 
 /* Whether this thread holds the lock, and at which generation. */
 static inline int nxi_driving(void) { return nxi_drive_me.driving > 0; }

@@ -77,8 +77,8 @@ void nxi_log(int level, const char *module, const char *fmt, ...) {
 
 NXI_TLS struct nxi_tstats nxi_ts;
 static pthread_mutex_t ts_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nxi_tstats *ts_head; /* the sets of living threads */
-static uint64_t ts_retired_sent;   /* what ended threads counted */
+static struct nxi_tstats *ts_head;        /* the sets of living threads */
+static uint64_t ts_retired[NXI_TS_COUNT]; /* what ended threads counted */
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
 
@@ -87,14 +87,16 @@ static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
 static void ts_leave(void *arg) {
   struct nxi_tstats *t = arg;
   pthread_mutex_lock(&ts_lock);
-  ts_retired_sent += atomic_load_explicit(&t->rsr_sent, memory_order_relaxed);
+  for (int i = 0; i < NXI_TS_COUNT; i++) {
+    ts_retired[i] += atomic_load_explicit(&t->n[i], memory_order_relaxed);
+    atomic_store_explicit(&t->n[i], 0, memory_order_relaxed);
+  }
   struct nxi_tstats **p = &ts_head;
   while (*p != NULL && *p != t)
     p = &(*p)->next;
   if (*p != NULL)
     *p = t->next;
   t->listed = 0;
-  atomic_store_explicit(&t->rsr_sent, 0, memory_order_relaxed);
   pthread_mutex_unlock(&ts_lock);
 }
 
@@ -110,22 +112,25 @@ void nxi_tstats_list(void) {
   pthread_setspecific(ts_key, &nxi_ts);
 }
 
-static uint64_t ts_sum_sent(void) {
+/* Every thread's counter `which`, living and ended, summed. */
+static uint64_t ts_sum(int which) {
   pthread_mutex_lock(&ts_lock);
-  uint64_t n = ts_retired_sent;
+  uint64_t n = ts_retired[which];
   for (struct nxi_tstats *t = ts_head; t != NULL; t = t->next)
-    n += atomic_load_explicit(&t->rsr_sent, memory_order_relaxed);
+    n += atomic_load_explicit(&t->n[which], memory_order_relaxed);
   pthread_mutex_unlock(&ts_lock);
   return n;
 }
 
-/* At nx_init, before any RSR of the new run: no thread sends meanwhile, so
- * storing into another thread's set loses nothing. */
+/* At nx_init, before any RSR of the new run: no thread counts meanwhile,
+ * so storing into another thread's set loses nothing. */
 static void ts_reset(void) {
   pthread_mutex_lock(&ts_lock);
-  ts_retired_sent = 0;
-  for (struct nxi_tstats *t = ts_head; t != NULL; t = t->next)
-    atomic_store_explicit(&t->rsr_sent, 0, memory_order_relaxed);
+  for (int i = 0; i < NXI_TS_COUNT; i++) {
+    ts_retired[i] = 0;
+    for (struct nxi_tstats *t = ts_head; t != NULL; t = t->next)
+      atomic_store_explicit(&t->n[i], 0, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&ts_lock);
 }
 
@@ -139,7 +144,6 @@ void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.threads_created, 0);
   atomic_store(&nxi_rt.rsr_failed, 0);
   atomic_store(&nxi_rt.peers_failed, 0);
-  atomic_store(&nxi_rt.lazy_started, 0);
   atomic_store(&nxi_rt.lazy_parked, 0);
   atomic_store(&nxi_rt.rsr_forwarded, 0);
   atomic_store(&nxi_rt.route_fallbacks, 0);
@@ -235,7 +239,7 @@ int nx_stats_get(nx_stats_t *s) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
-  s->rsr_sent = ts_sum_sent();
+  s->rsr_sent = ts_sum(NXI_TS_SENT);
   s->rsr_handled = atomic_load(&nxi_rt.rsr_handled);
   s->drop_no_handler = atomic_load(&nxi_rt.drop_no_handler);
   s->drop_no_context = atomic_load(&nxi_rt.drop_no_context);
@@ -243,7 +247,7 @@ int nx_stats_get(nx_stats_t *s) {
   s->threads_created = atomic_load(&nxi_rt.threads_created);
   s->rsr_failed = atomic_load(&nxi_rt.rsr_failed);
   s->peers_failed = atomic_load(&nxi_rt.peers_failed);
-  s->lazy_started = atomic_load(&nxi_rt.lazy_started);
+  s->lazy_started = ts_sum(NXI_TS_LAZY_STARTED);
   s->lazy_parked = atomic_load(&nxi_rt.lazy_parked);
   s->rsr_forwarded = atomic_load(&nxi_rt.rsr_forwarded);
   s->route_fallbacks = atomic_load(&nxi_rt.route_fallbacks);

@@ -44,35 +44,42 @@ struct nxi_runtime {
    * gateway is added (nxi_dlist_self_add). */
   struct nxi_dlist *_Atomic self_dl;
   atomic_uint_fast64_t rsr_handled, drop_no_handler, drop_no_context,
-      drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_started,
-      lazy_parked, rsr_forwarded, route_fallbacks;
+      drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_parked,
+      rsr_forwarded, route_fallbacks;
   atomic_int drops_logged;
 };
 
 extern struct nxi_runtime nxi_rt;
 
-/* Counters the send path bumps, one set per thread, so that no cache line
+/* Counters the RSR paths bump, one set per thread, so that no cache line
  * is shared on the path (docs/design.md, "The RSR path"): only the owning
  * thread writes its set (relaxed loads and stores, no locked operation),
  * and nx_stats_get sums every thread's. A thread's set is listed at its
- * first send and folded into the retired sums when the thread ends. */
+ * first count and folded into the retired sums when the thread ends. */
+enum {
+  NXI_TS_SENT,         /* nx_stats_t rsr_sent */
+  NXI_TS_LAZY_STARTED, /* nx_stats_t lazy_started */
+  NXI_TS_COUNT
+};
 struct nxi_tstats {
-  atomic_uint_fast64_t rsr_sent;
+  atomic_uint_fast64_t n[NXI_TS_COUNT];
   struct nxi_tstats *next;
   int listed;
 };
 extern NXI_TLS struct nxi_tstats nxi_ts;
 void nxi_tstats_list(void);
-/* Adds `n` (+1, or -1 to take back a count) to this thread's rsr_sent. */
-static inline void nxi_count_sent(int n) {
+/* Adds `n` (+1, or -1 to take back a count) to this thread's counter
+ * `which` (NXI_TS_*). */
+static inline void nxi_ts_add(int which, int n) {
   if (!nxi_ts.listed)
     nxi_tstats_list();
   atomic_store_explicit(
-      &nxi_ts.rsr_sent,
-      atomic_load_explicit(&nxi_ts.rsr_sent, memory_order_relaxed) +
+      &nxi_ts.n[which],
+      atomic_load_explicit(&nxi_ts.n[which], memory_order_relaxed) +
           (uint_fast64_t)(int64_t)n,
       memory_order_relaxed);
 }
+static inline void nxi_count_sent(int n) { nxi_ts_add(NXI_TS_SENT, n); }
 
 static inline int nxi_ready(void) {
   return atomic_load_explicit(&nxi_rt.refs, memory_order_acquire) > 0;

@@ -352,7 +352,7 @@ int nxi_fiber_start(struct nx_buffer *b) {
   struct nxi_fiber *f = fiber_get();
   if (f == NULL)
     return NX_ENOMEM;
-  atomic_fetch_add_explicit(&nxi_rt.lazy_started, 1, memory_order_relaxed);
+  nxi_ts_add(NXI_TS_LAZY_STARTED, 1); /* on the resumer's own thread */
   f->job = b;
   f->self_ctx = b->ctx;
   f->ts.locks = 0;

@@ -23,7 +23,7 @@ int nxi_fiber_enabled(void);
 
 /* Runs `b`'s handler on a pooled stack until it returns or parks. Returns
  * 0, or NX_ENOMEM when no stack could be had (the caller runs it the
- * old way). Counts it in nxi_rt.lazy_started. */
+ * old way). Counts it in this thread's lazy_started (rt.h). */
 int nxi_fiber_start(struct nx_buffer *b);
 /* Resumes a parked handler made runnable (`b->fiber`) until it returns or
  * parks again. */
