@@ -1,9 +1,10 @@
 #!/bin/sh
 # Installs the build into a scratch DESTDIR, builds tests/install/helper_hello.c
 # against it with pkg-config alone, and checks that the installed library
-# loads the installed module, not the build tree's; that the installed nxinfo
-# and nxrun start with a clean environment (their rpath); and that README's
-# "A first program" compiles as printed and prints "hello 42".
+# loads the installed module, not the build tree's, and its PMIx plugin;
+# that the installed nxinfo and nxrun start with a clean environment (their
+# rpath); and that README's "A first program" compiles as printed and
+# prints "hello 42".
 set -eu
 build=$1
 src=$2
@@ -22,6 +23,19 @@ echo "$out"
 echo "$out" | grep -qx "protocol local" || { echo "FAIL: no RSR over local"; exit 1; }
 echo "$out" | grep -qx "local $libdir/nexus/libnx_proto_local.so" ||
   { echo "FAIL: the module was not loaded from the install"; exit 1; }
+
+# The PMIx bootstrap's plugin, in a build with PMIx: installed with the
+# modules, and found there by the installed library. A process with a
+# PMIx server's variables but no server loads it, and the plugin's
+# PMIx_Init then fails, saying so (docs/pmix.md).
+if [ -f "$build/nexus/libnx_boot_pmix.so" ]; then
+  [ -f "$libdir/nexus/libnx_boot_pmix.so" ] ||
+    { echo "FAIL: libnx_boot_pmix.so was not installed in $libdir/nexus"; exit 1; }
+  out=$(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$libdir" NX_PROTOCOLS=local \
+    PMIX_NAMESPACE=nx-install-test PMIX_RANK=0 "$tmp/hello" 2>&1) || true
+  echo "$out" | grep -q "PMIx_Init failed" ||
+    { echo "$out"; echo "FAIL: the installed library did not load its PMIx plugin"; exit 1; }
+fi
 
 # The installed tools, with nothing in the environment pointing at the
 # library: they must find it themselves.

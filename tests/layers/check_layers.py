@@ -49,6 +49,9 @@ CALLBACK_DATA = {
     'nxi_handler': "a handler the program registered (nx_handler_register)",
     'nxi_ref': "the program's release function for a value put by "
                "reference (nx_put_*_ref)",
+    'nxi_boot_pmix_plugin': "the table the PMIx bootstrap's plugin "
+                            "exports (processes/boot_pmix.h), called by "
+                            "its loader in the same folder",
 }
 
 

@@ -1,5 +1,6 @@
-/* The PMIx bootstrap (nexus/src/processes/boot_pmix.c), run as every process of
- * a job that a PMIx server started (mpirun here) without the mpi module:
+/* The PMIx bootstrap (nexus/src/processes/boot_pmix*.c), run as every
+ * process of a job that a PMIx server started (mpirun here) without the mpi
+ * module:
  *   test_pmix MOD N [BOOT]   with NX_PROTOCOLS=local,MOD and no NX_KEY;
  * MOD may be SAME/OTHER (ucx/tcp): SAME between processes of one host,
  * OTHER between hosts (the hosts come with the hellos: NX_HOST_ID, or the
@@ -14,7 +15,9 @@
  * intact, with nothing dropped. A second nx_context_peers (the same list)
  * is the barrier before nx_finalize; then rank 0 runs a program of its own
  * (test_pmix --boot none), which inherits the PMIx variables but must not
- * join the job. Exit 0, 1 (a check failed) or 77
+ * join the job. libpmix is in a process that joined through PMIx, and in
+ * no process started by hand or by nxrun (the bootstrap's plugin is loaded
+ * only to join: docs/pmix.md). Exit 0, 1 (a check failed) or 77
  * (MOD does not load here, with the reason).
  *   test_pmix --boot none    started by hand: nx_bootstrap() is "none" and
  *                            nx_context_peers says NX_ENOENT;
@@ -211,6 +214,19 @@ static void release(nx_gp_t *gps, int n) {
   free(gps);
 }
 
+/* Whether libpmix is mapped into this process (/proc/self/maps). */
+static int pmix_mapped(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (f == NULL)
+    return -1;
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL)
+    found = strstr(line, "/libpmix.so") != NULL;
+  fclose(f);
+  return found;
+}
+
 /* A process started by hand, or by nxrun: no PMIx exchange. */
 static int run_boot(const char *want) {
   CHECK(nx_bootstrap() == NULL);
@@ -220,6 +236,9 @@ static int run_boot(const char *want) {
   if (!CHECK(boot != NULL && strcmp(boot, want) == 0))
     fprintf(stderr, "test_pmix: bootstrap %s, not %s\n",
             boot != NULL ? boot : "(null)", want);
+  if (!CHECK(pmix_mapped() == 0))
+    fprintf(stderr, "test_pmix: libpmix loaded in a process that did not "
+                    "join through PMIx\n");
   nx_node_t node;
   CHECK(nx_nodes_acquire("pmix", 1, &node) == NX_ENOTSUP);
   nx_gp_t *gps = NULL;
@@ -303,6 +322,8 @@ int main(int argc, char **argv) {
   if (!CHECK(boot != NULL && strcmp(boot, want_boot) == 0))
     fprintf(stderr, "test_pmix: bootstrap %s, not %s\n",
             boot != NULL ? boot : "(null)", want_boot);
+  if (boot != NULL && strcmp(boot, "pmix") == 0 && !CHECK(pmix_mapped() == 1))
+    fprintf(stderr, "test_pmix: joined through PMIx without libpmix\n");
   nx_context_t *self = nx_context_self();
   CHECK(nx_error_cb_set(on_error, NULL) == 0);
   CHECK(nx_handler_register(self, "hello", on_hello, NX_HANDLER_NONTHREADED,

@@ -1,17 +1,19 @@
-/* The PMIx bootstrap (built when PMIx is found): a process that a PMIx
- * server started (mpirun, srun --mpi=pmix, prterun) learns its rank and
- * the job's size from it, and the job's processes exchange rank 0's key and
- * their descriptor lists through the job's PMIx store, each exchange one
- * put, commit and fence. */
+/* The PMIx bootstrap, built as its own plugin (boot_pmix.h) when PMIx is
+ * found: a process that a PMIx server started (mpirun, srun --mpi=pmix,
+ * prterun) learns its rank and the job's size from it, and the job's
+ * processes exchange rank 0's key and their descriptor lists through the
+ * job's PMIx store, each exchange one put, commit and fence. libnexus
+ * loads it (boot_pmix_load.c) and has made its checks of the process's
+ * variables before it calls join. */
 #include <pmix.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "processes/boot.h"
-#include "nxu_opt.h"
-#include "base/rt.h"
+#include "nexus/errors.h"
+#include "processes/boot_pmix.h"
 
 /* A fence that does not complete in this time fails the exchange (where
  * the server honours PMIX_TIMEOUT; the launcher's own bound otherwise). */
@@ -25,6 +27,24 @@ static uint32_t job_size;
 static int joined;
 
 static void leave_at_exit(void) { PMIx_Finalize(NULL, 0); }
+
+/* The core's logger (set_log); nothing is said until it is set. */
+static void (*log_fn)(int level, const char *msg);
+
+static void set_log(void (*log)(int level, const char *msg)) { log_fn = log; }
+
+static void plog(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void plog(int level, const char *fmt, ...) {
+  if (log_fn == NULL)
+    return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  log_fn(level, msg);
+}
 /* Each exchange names its values anew ("nx.key.3"): a process that calls
  * nx_init or nx_context_peers again must not read the last round's. */
 static unsigned round_no;
@@ -45,41 +65,22 @@ static int status_to_nx(pmix_status_t s) {
 
 /* Logs a failed PMIx call once, where it is found, and converts it. */
 static int fail(const char *what, pmix_status_t s) {
-  nxi_log(0, NULL, "PMIx bootstrap: %s: %s", what, PMIx_Error_string(s));
+  plog(0, "PMIx bootstrap: %s: %s", what, PMIx_Error_string(s));
   return status_to_nx(s);
 }
 
-int nxi_pmix_join(void) {
-  /* A plain process pays one getenv: PMIx_Init is called only where a
-   * PMIx server left its variables (as PMIx clients detect one), or where
-   * the program (or MPI) already initialized PMIx. */
-  const char *ns = getenv("PMIX_NAMESPACE");
-  const char *rank = getenv("PMIX_RANK");
-  int under = ns != NULL && ns[0] != '\0' && rank != NULL && rank[0] != '\0';
+static int bp_join(int under) {
   if (joined)
     return 1; /* a later nx_init of this process */
-  /* NX_PMIX=off: a job whose other processes are no nexus programs, which
-   * would never join the exchanges (nx_init checked the value). */
-  int off = 0;
-  char why[128];
-  if (nxu_opt_choice("NX_PMIX", &off, why, sizeof(why)) == 0 && off == 1)
-    return 0;
   if (!under && !PMIx_Initialized())
-    return 0;
-  /* A process that one of the job's processes started (system, fork and
-   * exec) inherits the server's variables but is none of them: a process
-   * that joined marks itself with NX_PMIX_PID, as the mpi module's ranks
-   * do with NX_MPI_PID. */
-  const char *pid = getenv("NX_PMIX_PID");
-  if (pid != NULL && pid[0] != '\0' && strtol(pid, NULL, 10) != (long)getpid())
     return 0;
   pmix_status_t s = PMIx_Init(&me, NULL, 0);
   if (s != PMIX_SUCCESS) {
     /* Variables left by a server this process cannot reach: not a job. */
-    nxi_log(0, NULL,
-            "PMIx bootstrap: PMIx_Init failed (%s) although PMIX_NAMESPACE "
-            "is set; starting without a job",
-            PMIx_Error_string(s));
+    plog(0,
+         "PMIx bootstrap: PMIx_Init failed (%s) although PMIX_NAMESPACE "
+         "is set; starting without a job",
+         PMIx_Error_string(s));
     return 0;
   }
   pmix_proc_t job;
@@ -101,12 +102,12 @@ int nxi_pmix_join(void) {
   setenv("NX_PMIX_PID", mine, 1);
   joined = 1;
   if (atexit(leave_at_exit) != 0)
-    nxi_log(1, NULL, "PMIx bootstrap: no atexit slot for PMIx_Finalize");
+    plog(1, "PMIx bootstrap: no atexit slot for PMIx_Finalize");
   return 1;
 }
 
-int nxi_pmix_spawn(const char *exe, char *const argv[], char *const env[],
-                   const char *host) {
+static int bp_spawn(const char *exe, char *const argv[], char *const env[],
+                    const char *host) {
   if (!joined)
     return NX_ENOTSUP;
   pmix_app_t app;
@@ -141,10 +142,6 @@ int nxi_pmix_spawn(const char *exe, char *const argv[], char *const env[],
   if (info != NULL)
     PMIX_INFO_FREE(info, ninfo);
   return r;
-}
-
-void nxi_pmix_leave(void) {
-  /* Nothing until the process exits (leave_at_exit). */
 }
 
 /* Puts `len` bytes under `key` for every process of the job (PMIX_GLOBAL:
@@ -187,7 +184,7 @@ static int get(uint32_t rank, const char *key, void **bytes, size_t *len) {
     return fail("PMIx_Get", s);
   int r = 0;
   if (v == NULL || v->type != PMIX_BYTE_OBJECT) {
-    nxi_log(0, NULL, "PMIx bootstrap: %s of rank %u is not bytes", key, rank);
+    plog(0, "PMIx bootstrap: %s of rank %u is not bytes", key, rank);
     r = NX_EPROTO;
   } else {
     size_t n = v->data.bo.size;
@@ -203,7 +200,7 @@ static int get(uint32_t rank, const char *key, void **bytes, size_t *len) {
   return r;
 }
 
-int nxi_pmix_key(uint8_t *key, size_t len) {
+static int bp_key(uint8_t *key, size_t len) {
   char name[32];
   snprintf(name, sizeof(name), "nx.key.%u", ++round_no);
   int r = me.rank == 0 ? put(name, key, len) : 0;
@@ -215,7 +212,7 @@ int nxi_pmix_key(uint8_t *key, size_t len) {
   size_t n = 0;
   r = get(0, name, &k, &n);
   if (r == 0 && n != len) {
-    nxi_log(0, NULL, "PMIx bootstrap: rank 0's key has %zu bytes", n);
+    plog(0, "PMIx bootstrap: rank 0's key has %zu bytes", n);
     r = NX_EPROTO;
   }
   if (r == 0)
@@ -224,8 +221,8 @@ int nxi_pmix_key(uint8_t *key, size_t len) {
   return r;
 }
 
-int nxi_pmix_gather(const void *mine, size_t len, void **all, size_t **lens,
-                    int *count, int *rank) {
+static int bp_gather(const void *mine, size_t len, void **all, size_t **lens,
+                     int *count, int *rank) {
   char name[32];
   snprintf(name, sizeof(name), "nx.peer.%u", ++round_no);
   int r = put(name, mine, len);
@@ -263,3 +260,13 @@ int nxi_pmix_gather(const void *mine, size_t len, void **all, size_t **lens,
   *rank = (int)me.rank;
   return 0;
 }
+
+__attribute__((visibility("default")))
+const struct nxi_boot_pmix_plugin nxi_boot_pmix_plugin = {
+    .version = NXI_BOOT_PMIX_VERSION,
+    .set_log = set_log,
+    .join = bp_join,
+    .key = bp_key,
+    .gather = bp_gather,
+    .spawn = bp_spawn,
+};
