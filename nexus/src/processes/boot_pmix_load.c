@@ -2,6 +2,7 @@
  * checks of the process's variables, then the plugin (boot_pmix.h) loaded
  * for the processes that join a PMIx server, and only for them. */
 #include <dlfcn.h>
+#include <link.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,19 +23,15 @@ static void plugin_log(int level, const char *msg) {
   nxi_log(level, NULL, "%s", msg);
 }
 
-/* Whether PMIx is in this process already (the program's, or its MPI's),
- * asked without loading it. */
-static int pmix_in_process(void) {
-  static const char *const names[] = {"libpmix.so.2", "libpmix.so"};
-  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-    void *h = dlopen(names[i], RTLD_LAZY | RTLD_NOLOAD);
-    if (h != NULL) {
-      dlclose(h);
-      return 1;
-    }
-  }
-  return 0;
+static int is_pmix(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  (void)arg;
+  return info->dlpi_name != NULL && strstr(info->dlpi_name, "/libpmix.so");
 }
+
+/* Whether PMIx is in this process already (the program's, or its MPI's):
+ * a look at the loaded objects' names, no file opened. */
+static int pmix_in_process(void) { return dl_iterate_phdr(is_pmix, NULL); }
 
 /* Opens `path` if it is there; a plugin that is there but does not load,
  * or comes from another build, is said why and skipped. */
