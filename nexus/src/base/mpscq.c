@@ -6,5 +6,5 @@
 void nxi_mpscq_init(struct nxi_mpscq *q) {
   atomic_init(&q->sentinel.next, NULL);
   atomic_init(&q->head, &q->sentinel);
-  q->tail = &q->sentinel;
+  atomic_init(&q->tail, &q->sentinel);
 }

@@ -25,8 +25,8 @@ void nxi_engine_sleep(int timeout_ms, const uint32_t *word, uint32_t old) {
   atomic_fetch_add(&nxi_eng.sleepers, 1);
   if (word != NULL)
     atomic_fetch_add(&nxi_eng.word_sleepers, 1);
-  if (atomic_load(&nxi_eng.pushed) == atomic_load(&nxi_eng.popped) &&
-      atomic_load(&nxi_eng.tq_len) == 0 && !atomic_load(&nxi_eng.stopping) &&
+  if (!nxi_queued() && atomic_load(&nxi_eng.tq_len) == 0 &&
+      !atomic_load(&nxi_eng.stopping) &&
       (word == NULL || __atomic_load_n(word, __ATOMIC_SEQ_CST) == old)) {
     struct epoll_event ev[8];
     int n = epoll_wait(nxi_eng.epfd, ev, 8, timeout_ms);

@@ -87,8 +87,6 @@ enum {
 /* Fields written by one side and read by the other sit on lines of their
  * own, so that a spinning reader does not slow the writer down. */
 struct nxi_engine {
-  _Alignas(NXI_CACHELINE) atomic_uint pushed; /* RSRs queued (producers) */
-  _Alignas(NXI_CACHELINE) atomic_uint popped; /* RSRs taken (the driver) */
   _Alignas(NXI_CACHELINE) atomic_int sleepers;
   atomic_int word_sleepers; /* poll-mode waiters asleep in epoll */
   atomic_int wake_pending;
@@ -99,7 +97,7 @@ struct nxi_engine {
   struct nxi_mpscq recvq;
   /* The runtime's own messages (confirmations, ledger.h), dispatched
    * before the RSRs queued ahead of them: an answer does not wait behind a
-   * backlog. Counted in pushed and popped too. */
+   * backlog. */
   struct nxi_mpscq ctlq;
   int epfd;
   int evfd;
@@ -146,8 +144,13 @@ static inline void nxi_progress_wake(void) {
  * whose turn came (order.c). Inline: once per RSR. */
 static inline void nxi_requeue(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
-  atomic_fetch_add(&nxi_eng.pushed, 1);
   nxi_progress_wake();
+}
+/* Whether either receive queue holds something not yet dispatched, from
+ * any thread (nxi_mpscq_empty): a queue of its own is read by no counter
+ * of pushes, whose locked add every queued RSR paid. */
+static inline int nxi_queued(void) {
+  return !nxi_mpscq_empty(&nxi_eng.recvq) || !nxi_mpscq_empty(&nxi_eng.ctlq);
 }
 /* Sleeps in epoll until a module fd, the eventfd, or the timeout. A
  * waiter passes the word it waits on (NULL otherwise). */

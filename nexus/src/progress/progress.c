@@ -81,17 +81,28 @@ void nxi_progress_start(void) {
 }
 
 static int undelivered(void) {
-  return (int)(atomic_load(&nxi_eng.pushed) - atomic_load(&nxi_eng.popped)) +
-         atomic_load(&nxi_eng.tq_len);
+  return nxi_queued() || atomic_load(&nxi_eng.tq_len) > 0;
 }
 
 int nxi_progress_drain(unsigned ms) {
   uint64_t deadline = nxu_now_ns() + (uint64_t)ms * 1000000u;
-  int left;
   /* The progress thread (or a pooled one, for threaded handlers) may be the
    * one running them: helping is enough, and harmless when it is busy. */
-  while ((left = undelivered()) > 0 && nxu_now_ns() < deadline)
+  while (undelivered() && nxu_now_ns() < deadline)
     nxi_progress_help();
+  if (!undelivered())
+    return 0;
+  /* Counted for the report by a walk of the queues, which only the driver
+   * may make; a driver that keeps the lock (a handler that never returns)
+   * leaves "at least one". */
+  int left = atomic_load(&nxi_eng.tq_len);
+  unsigned gen;
+  if (nxi_drive_begin(&gen)) {
+    left += nxi_mpscq_count(&nxi_eng.recvq) + nxi_mpscq_count(&nxi_eng.ctlq);
+    nxi_drive_end(gen);
+  } else if (nxi_queued()) {
+    left++;
+  }
   return left;
 }
 

@@ -173,8 +173,7 @@ static struct nx_buffer *buffer_of(nx_frame_t *f) {
 static void deliver_batch(nx_frame_batch_t *batch) {
   if (batch->count == 1 &&
       !(buffer_of(batch->frames[0])->hflags & NXI_FRAME_F_CTL) &&
-      atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) ==
-          atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+      nxi_mpscq_idle(&nxi_eng.recvq) && nxi_mpscq_idle(&nxi_eng.ctlq)) {
     dispatch(buffer_of(batch->frames[0]));
     return;
   }
@@ -243,17 +242,12 @@ int nxi_poll_once(unsigned gen) {
     n += nxi_dlist_fallbacks();
   nxi_stage_tick(now);
   for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
-    struct nxi_qnode *q =
-        nxi_mpscq_idle(&nxi_eng.ctlq) ? NULL : nxi_mpscq_pop(&nxi_eng.ctlq);
+    /* A pop of an empty queue is its idle test (mpscq.h). */
+    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
     if (q == NULL)
-      q = nxi_mpscq_idle(&nxi_eng.recvq) ? NULL : nxi_mpscq_pop(&nxi_eng.recvq);
+      q = nxi_mpscq_pop(&nxi_eng.recvq);
     if (q == NULL)
       break;
-    /* Only the driver writes `popped`: a plain store, no locked op. */
-    atomic_store_explicit(
-        &nxi_eng.popped,
-        atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed) + 1,
-        memory_order_release);
     dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
     n++;
   }
@@ -284,7 +278,6 @@ int nxi_poll_before_sleep(void) {
 
 static void enqueue_ctl(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.ctlq, &b->qnode);
-  atomic_fetch_add(&nxi_eng.pushed, 1);
   nxi_progress_wake();
 }
 
@@ -297,9 +290,7 @@ void nxi_deliver(struct nx_buffer *b) {
      * takes its turn behind what arrived before it (services/ledger.h). */
     if (nxi_ctxid_proc(b->context) == nxi_rt.proc_id && nxi_rel()->take(b))
       return;
-    if (!(hflags & NXI_FRAME_F_FENCE) &&
-        atomic_load_explicit(&nxi_eng.pushed, memory_order_relaxed) !=
-            atomic_load_explicit(&nxi_eng.popped, memory_order_relaxed)) {
+    if (!(hflags & NXI_FRAME_F_FENCE) && nxi_queued()) {
       b->pos = 0;
       enqueue_ctl(b); /* ahead of the backlog */
       return;
