@@ -9,7 +9,10 @@ handlers; then threaded ones), NX_PROTOCOLS=local and NX_PROGRESS=poll so
 that no progress thread spins; what callgrind counts inside bench_rsr
 (--toggle-collect), divided by the round trips the program reports. That
 includes the program's own mutex and condition variable (its waiter) and
-the waiting thread's polls.
+the waiting thread's polls. Beside it, the locked instructions among them
+(lock-prefixed, or xchg with memory: some 20 cycles each, which a count of
+instructions does not show), from the same profile made with
+--dump-instr=yes and each object's disassembly.
 
 Over a module: the 8 B non-threaded round trip of fig3_rsr, both
 processes, counted as bench/pvm/count_instr.py counts it (spinning waits
@@ -67,8 +70,61 @@ import count_instr  # noqa: E402  (the module-level method, shared)
 HANDLER = "ucp_am_handler"  # UCP's, for an active message that came
 
 
+# Instructions that lock the memory bus (or its cache line) whatever their
+# operands: any `lock`-prefixed one, and xchg with a memory operand.
+LOCKED = re.compile(r"^(lock\s|xchg\S*\s.*\()")
+POSITION = re.compile(r"^(0x[0-9a-f]+|[+-]\d+|\*)\s")
+
+
+def locked_ops(cg_file):
+    """Locked read-modify-write instructions executed, from a callgrind
+    profile made with --dump-instr=yes: each object's counts by address
+    (the cost lines; a call's inclusive line is skipped), matched against
+    its disassembly (objdump). Callgrind counts instructions; a locked one
+    costs some 20 cycles more than a plain one, which no count of
+    instructions shows."""
+    names, counts, ob, last, skip = {}, {}, None, 0, False
+    for line in open(cg_file):
+        m = re.match(r"^ob=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+        if m:
+            if m.group(2):
+                names[m.group(1)] = m.group(2)
+            ob = names.get(m.group(1))
+            continue
+        m = re.match(r"^cob=\((\d+)\) (.*)$", line.rstrip("\n"))
+        if m:
+            names[m.group(1)] = m.group(2)
+            continue
+        if line.startswith("calls="):
+            skip = True
+            continue
+        m = POSITION.match(line)
+        if not m:
+            continue
+        p = m.group(1)
+        last = (int(p, 16) if p.startswith("0x") else
+                last + int(p) if p[0] in "+-" else last)
+        parts = line.split()
+        if skip:
+            skip = False
+        elif ob is not None and len(parts) >= 3:
+            key = (ob, last)
+            counts[key] = counts.get(key, 0) + int(parts[2])
+    total = 0
+    for obj in set(o for o, _ in counts):
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True).stdout
+        for line in dis.splitlines():
+            m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+            if m and LOCKED.match(m.group(2)):
+                total += counts.get((obj, int(m.group(1), 16)), 0)
+    return total
+
+
 def in_process(build, threaded):
-    """Instructions per in-process null round trip."""
+    """(instructions, locked instructions) per in-process null round
+    trip."""
     prog = os.path.join(build, "bench", "bench_rsr_local")
     d = tempfile.mkdtemp(prefix="nx-count-")
     try:
@@ -76,7 +132,7 @@ def in_process(build, threaded):
         env = dict(os.environ, NX_PROTOCOLS="local", NX_PROGRESS="poll")
         r = subprocess.run(
             ["valgrind", "--tool=callgrind", "--toggle-collect=bench_rsr",
-             "--callgrind-out-file=" + out, prog,
+             "--dump-instr=yes", "--callgrind-out-file=" + out, prog,
              "--null-threaded" if threaded else "--null-only", "--quick"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, timeout=1800)
@@ -84,7 +140,8 @@ def in_process(build, threaded):
         if r.returncode != 0 or m is None:
             sys.exit("bench_rsr_local failed: %s" % r.stderr[-400:])
         total, _, _ = count_instr.annotate(out, False)
-        return total / int(m.group(1))
+        n = int(m.group(1))
+        return total / n, locked_ops(out) / n
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -144,9 +201,10 @@ def main():
     b = os.path.abspath(a.build)
     print("instructions per RSR (callgrind)")
     for threaded in (False, True):
-        rt = in_process(b, threaded)
-        print("  in process, null round trip, %-12s %7.0f  (%.0f per RSR)" %
-              ("threaded:" if threaded else "non-threaded:", rt, rt / 2))
+        rt, locked = in_process(b, threaded)
+        print("  in process, null round trip, %-12s %7.0f  (%.0f per RSR; "
+              "%.1f locked)" % ("threaded:" if threaded else "non-threaded:",
+                                rt, rt / 2, locked))
     n1, n2 = (100, 600) if a.quick else (200, 1200)
     for mod in [m for m in a.modules.split(",") if m]:
         back = HANDLER if mod == "ucx" else None
