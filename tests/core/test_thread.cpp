@@ -689,6 +689,17 @@ void timedwait_timeout_test() {
   elapsed = now_seconds(CLOCK_MONOTONIC) - start;
   CHECK(rc == NX_ETIMEDOUT);
   CHECK(elapsed < 5.0);
+
+  // So does one before the epoch (a negative tv_sec), which the kernel's
+  // futex refuses instead of timing out.
+  struct timespec before_epoch = {-1, 0};
+  start = now_seconds(CLOCK_MONOTONIC);
+  while ((rc = nx_cond_timedwait(&cv, &m, &before_epoch)) == 0 &&
+         now_seconds(CLOCK_MONOTONIC) - start < 5.0) {
+  }
+  elapsed = now_seconds(CLOCK_MONOTONIC) - start;
+  CHECK(rc == NX_ETIMEDOUT);
+  CHECK(elapsed < 5.0);
   CHECK(nx_mutex_unlock(&m) == 0);
 
   CHECK(nx_cond_destroy(&cv) == 0);

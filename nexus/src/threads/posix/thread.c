@@ -39,6 +39,10 @@ int nxi_errno_slow(int err) {
 int nxi_futex_wait(const uint32_t *word, uint32_t old,
                    const struct timespec *abstime) {
   long r;
+  /* A deadline before the epoch has passed; the kernel would refuse it
+   * (EINVAL), and the caller, taking that for a wake-up, would wait again. */
+  if (abstime != NULL && abstime->tv_sec < 0)
+    return NX_ETIMEDOUT;
   if (abstime != NULL)
     r = syscall(SYS_futex, word,
                 FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME,
