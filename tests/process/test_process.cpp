@@ -74,6 +74,12 @@ TEST_CASE("nodes on this host; other specs are not supported yet",
   CHECK(std::string(nodes[0].host) == "localhost");
   CHECK(nx_nodes_acquire("mpi:hosts=a,b", 2, nodes) == NX_ENOTSUP);
   CHECK(nx_nodes_acquire(nullptr, 1, nodes) == NX_EINVAL);
+  // A spec too long for a node's host is NX_EINVAL (process.h), also when
+  // no loaded module is named by it.
+  std::string longspec = "nosuch:" + std::string(60, 'a');
+  CHECK(nx_nodes_acquire(longspec.c_str(), 1, nodes) == NX_EINVAL);
+  CHECK(nx_nodes_acquire(longspec.substr(0, 63).c_str(), 1, nodes) ==
+        NX_ENOTSUP);
   CHECK(nx_node_release(&nodes[0]) == 0);
   nx_node_t far = nodes[0];
   std::snprintf(far.host, sizeof(far.host), "elsewhere.example");

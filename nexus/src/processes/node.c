@@ -20,6 +20,13 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
      * spec, which nx_context_create hands to the module. */
     if (spec[0] == '\0' || spec[0] == ':')
       return NX_EINVAL;
+    /* The node keeps the spec in `host`: too long a one is refused whatever
+     * module it names, loaded or not. */
+    if (strlen(spec) >= sizeof(nodes[0].host)) {
+      nxi_log(0, NULL, "nodes \"%.32s...\": longer than %zu characters", spec,
+              sizeof(nodes[0].host) - 1);
+      return NX_EINVAL;
+    }
     if (!nxi_ready())
       return NX_ENOTINIT;
     struct nxi_module *m = nxi_module_launcher(spec);
@@ -42,8 +49,6 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
                 spec);
         return NX_EINVAL;
       }
-      if (strlen(spec) >= sizeof(nodes[0].host))
-        return NX_EINVAL;
     } else if (m == NULL) {
       nxi_log(0, NULL,
               "nodes \"%s\": no loaded protocol module named \"%.*s\" starts "
@@ -52,13 +57,8 @@ int nx_nodes_acquire(const char *spec, int count, nx_node_t *nodes) {
       return NX_ENOTSUP;
     }
     char why[256] = "not accepted by the module";
-    int r = m == NULL ? 0
-            : strlen(spec) < sizeof(nodes[0].host)
-                ? m->launch->node_spec(m->state, spec, why, sizeof(why))
-                : NX_EINVAL;
-    if (strlen(spec) >= sizeof(nodes[0].host))
-      snprintf(why, sizeof(why), "longer than %zu characters",
-               sizeof(nodes[0].host) - 1);
+    int r =
+        m == NULL ? 0 : m->launch->node_spec(m->state, spec, why, sizeof(why));
     if (r < 0) {
       nxi_log(0, NULL, "nodes \"%s\": %s", spec, why);
       return r;
