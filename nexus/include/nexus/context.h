@@ -65,14 +65,15 @@ NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg,
                                       nx_gp_t *gp);
 
 /* Destroys the context `gp` names. An in-process context: RSRs that arrive
- * for it later are dropped and counted (NX_ENOCONTEXT); handlers running in
- * it finish first. A process context this process made with
- * nx_context_create: it is asked to end (its nx_context_serve returns),
- * given 5 s, then sent SIGTERM and, 2 s later, SIGKILL, and reaped; RSRs to
- * it then fail with NX_ENOCONTEXT. Returns 0, NX_EINVAL, NX_ENOCONTEXT
- * (unknown, already destroyed, or another process's context that this
- * process did not create), NX_EBUSY (the process's initial context) or
- * NX_ENOTINIT. */
+ * for it later are dropped and counted (NX_ENOCONTEXT); the call returns at
+ * once, and handlers already dispatched to it (running, or queued for a
+ * thread) still run, its handler table and data valid until they end. A process
+ * context this process made with nx_context_create: it is asked to end (its
+ * nx_context_serve returns), given 5 s, then sent SIGTERM and, 2 s later,
+ * SIGKILL, and reaped; RSRs to it then fail with NX_ENOCONTEXT. Returns 0,
+ * NX_EINVAL, NX_ENOCONTEXT (unknown, already destroyed, or another process's
+ * context that this process did not create), NX_EBUSY (the process's initial
+ * context) or NX_ENOTINIT. */
 NX_EXTERN int nx_context_destroy(const nx_gp_t *gp);
 
 /* The current context of the calling thread: inside a handler or init the

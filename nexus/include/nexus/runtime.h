@@ -99,15 +99,21 @@ typedef struct nx_stats {
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */
 NX_EXTERN int nx_stats_get(nx_stats_t *stats);
 
-/* Called for every RSR the runtime drops, with the reason, the destination
- * context id and the handler id, on the thread that drives progress at the
- * time (a runtime thread, or an application thread waiting in nexus). It
- * must not block. Reasons: NX_ENOHANDLER, NX_ENOCONTEXT (here), and
- * NX_EPEERDEAD for an RSR that was accepted but whose peer died first.
- * When a peer process dies, it is called once more with NX_EPEERDEAD,
- * handler 0 and a context id whose low 32 bits are 0: that names every
- * context of the dead process (all share its high 32 bits). A program
- * waiting for replies from it signals its waiters from here. */
+/* Called for every RSR the runtime drops or loses, with the reason, the
+ * destination context id and the handler id, on the thread that finds it:
+ * for a drop at dispatch the thread that drives progress at the time (a
+ * runtime thread, or an application thread waiting in nexus); for a loss
+ * the one that learns of it (docs/design.md section 9 lists them). It must
+ * not block. Reasons: NX_ENOHANDLER, NX_ENOCONTEXT (dropped here); for an
+ * RSR nx_rsr_send accepted that is lost, the code its process was lost
+ * with (NX_EPEERDEAD; NX_ENOCONTEXT for a process context this process
+ * destroyed; or a module's code), its module's send status, NX_ETIMEDOUT
+ * (not confirmed by nx_finalize) or NX_EFINALIZED. When a peer process
+ * dies or is destroyed, it is called once more with the code it was lost
+ * with (NX_EPEERDEAD unless a module or a destroy gave another), handler 0
+ * and a context id whose low 32 bits are 0: that names every context of
+ * the dead process (all share its high 32 bits). A program waiting for
+ * replies from it signals its waiters from here. */
 typedef void (*nx_error_cb)(int err, uint64_t context, uint32_t handler,
                             void *arg);
 
