@@ -655,3 +655,65 @@ TEST_CASE("a relay of threaded handlers parked on one condition variable",
     unsetenv("NX_PROGRESS");
   }
 }
+
+namespace {
+// Handlers of every kind call nx_flush and nx_gateway_use, which a handler
+// may not (rsr.h, gp.h: NX_EBUSY); a lazy threaded handler, on a stack of
+// its own, is a handler too.
+std::atomic<int> busy_flush[3], busy_gw[3];
+latch *busy_done;
+nx_gp_t busy_gw_gp; // a gp that says it names a gateway (another process)
+
+void busy_check(int kind) {
+  busy_flush[kind] = nx_flush(0);
+  busy_gw[kind] = nx_gateway_use(&busy_gw_gp);
+  busy_done->add();
+}
+void busy0(nx_context_t *, void *, nx_buffer_t *) { busy_check(0); }
+void busy1(nx_context_t *, void *, nx_buffer_t *) { busy_check(1); }
+void busy2(nx_context_t *, void *, nx_buffer_t *) { busy_check(2); }
+
+void busy_run() {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  for (int k = 0; k < 3; k++)
+    busy_flush[k] = busy_gw[k] = 1;
+  latch done;
+  busy_done = &done;
+  nx_context_t *self = nx_context_self();
+  REQUIRE(nx_handler_register(self, "busy0", busy0, NX_HANDLER_NONTHREADED,
+                              nullptr) == 0);
+  REQUIRE(nx_handler_register(self, "busy1", busy1, NX_HANDLER_THREADED,
+                              nullptr) == 0);
+  REQUIRE(nx_handler_register(self, "busy2", busy2, NX_HANDLER_NEW_THREAD,
+                              nullptr) == 0);
+  nx_gp_t gp;
+  REQUIRE(nx_gp_make(nullptr, &gp) == 0);
+  // A gateway's gp as another process would see it: made while this
+  // process is one, under another process id.
+  REQUIRE(nx_gateway_enable() == 0);
+  REQUIRE(nx_gp_make(nullptr, &busy_gw_gp) == 0);
+  busy_gw_gp.context ^= (uint64_t)1 << 32;
+  send(&gp, "busy0");
+  send(&gp, "busy1");
+  send(&gp, "busy2");
+  REQUIRE(done.wait_for(3) == 3);
+  for (int k = 0; k < 3; k++) {
+    INFO("handler kind " << k);
+    CHECK(busy_flush[k] == NX_EBUSY);
+    CHECK(busy_gw[k] == NX_EBUSY);
+  }
+  nx_gp_release(&busy_gw_gp);
+  nx_gp_release(&gp);
+}
+} // namespace
+
+TEST_CASE("nx_flush and nx_gateway_use refuse every kind of handler",
+          "[threaded]") {
+  SECTION("lazy or as configured") { busy_run(); }
+  SECTION("NX_THREADED=thread") {
+    setenv("NX_THREADED", "thread", 1);
+    busy_run();
+    unsetenv("NX_THREADED");
+  }
+}

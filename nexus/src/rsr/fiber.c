@@ -454,6 +454,10 @@ int nxi_fiber_fini(void) {
 
 int nxi_fiber_enabled(void) { return fib.on; }
 
+int nxi_in_handler(void) {
+  return nxi_eng_me.handlers > 0 || cur_get() != NULL;
+}
+
 #else /* no fcontext: threaded handlers run on runtime threads */
 
 int nxi_fiber_init(int on, size_t stack_size) {
@@ -479,5 +483,6 @@ void nxi_fiber_wake(const uint32_t *word, int n) {
   (void)word;
   (void)n;
 }
+int nxi_in_handler(void) { return nxi_eng_me.handlers > 0; }
 
 #endif

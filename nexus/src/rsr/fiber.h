@@ -43,4 +43,11 @@ void nxi_fiber_exit(void);
 /* Makes up to `n` handlers parked on `word` runnable. */
 void nxi_fiber_wake(const uint32_t *word, int n);
 
+/* Whether the caller runs inside a handler of any kind: one run by
+ * nxi_run (counted in nxi_eng_me.handlers) or a lazy threaded handler on
+ * its own stack (which that count does not see: it may resume on another
+ * thread). For the calls a handler may not make (nx_flush,
+ * nx_gateway_use, docs/design.md section 2). */
+int nxi_in_handler(void);
+
 #endif /* NXI_FIBER_H */

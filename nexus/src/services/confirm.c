@@ -13,6 +13,7 @@
 #include "contexts/context.h"
 #include "modules/dlist.h"
 #include "engine/engine.h"
+#include "rsr/fiber.h"
 #include "rsr/stages.h"
 #include "services/ledger.h"
 #include "nxu_time.h"
@@ -419,7 +420,7 @@ int nx_flush(int timeout_ms) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
-  if (nxi_eng_me.handlers > 0)
+  if (nxi_in_handler())
     return NX_EBUSY; /* the answers need the progress this handler holds */
   return nxi_confirm_flush(timeout_ms);
 }

@@ -17,6 +17,7 @@
 #include "buffers/buf.h"
 #include "modules/dlist.h"
 #include "engine/engine.h"
+#include "rsr/fiber.h"
 #include "buffers/frame.h"
 #include "rsr/stages.h"
 #include "services/gateway.h"
@@ -215,7 +216,7 @@ int nx_gateway_use(const nx_gp_t *gw) {
     return NX_EINVAL;
   if (!nxi_dlist_is_gateway(gw->protos))
     return NX_ENOTSUP; /* its process does not forward */
-  if (nxi_eng_me.handlers > 0)
+  if (nxi_in_handler())
     return NX_EBUSY; /* the answer needs the progress this handler holds */
   pthread_mutex_lock(&gw_lock);
   int r = 0;
