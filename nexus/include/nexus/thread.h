@@ -82,10 +82,13 @@ NX_EXTERN int nx_mutex_unlock(nx_mutex_t *mutex);
 /* Condition variables. Waiters must hold `mutex` and re-check their
  * predicate after waking: like POSIX, a wait may return spuriously.
  * nx_cond_timedwait takes an absolute CLOCK_REALTIME deadline and returns
- * NX_ETIMEDOUT when it passes. Return 0 or NX_EINVAL (NULL, a wait
- * without holding `mutex`, a deadline whose tv_nsec is outside
- * [0, 1e9)); nx_cond_destroy returns NX_EBUSY while a thread sleeps on
- * the variable. */
+ * NX_ETIMEDOUT when it passes (a NULL deadline: none, as nx_cond_wait).
+ * Return 0 or NX_EINVAL (a NULL `cond` or `mutex`, a wait without holding
+ * `mutex`, a deadline whose tv_nsec is outside [0, 1e9)); nx_cond_destroy
+ * returns NX_EBUSY while a thread sleeps on the variable in the kernel (not
+ * while a waiter still drives progress or a lazy threaded handler is parked on
+ * it: destroying a variable that someone waits on is the program's error, as
+ * with pthreads). */
 NX_EXTERN int nx_cond_init(nx_cond_t *cond);
 NX_EXTERN int nx_cond_destroy(nx_cond_t *cond);
 NX_EXTERN int nx_cond_wait(nx_cond_t *cond, nx_mutex_t *mutex);
