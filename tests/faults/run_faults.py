@@ -86,6 +86,15 @@ def run_env(module, kill=False):
         # fi_sendmsg for good (docs/design.md section 9, known issues):
         # killed ranks are tested over the network provider.
         env['FI_PROVIDER'] = 'tcp;ofi_rxm'
+    if module == 'ucx' and kill:
+        # The same for UCX's shared-memory transports: a rank killed
+        # between reserving a slot of a receiver's FIFO and marking it
+        # written leaves that FIFO stuck for good, and the receiver gets
+        # nothing more over it from anyone, with no error (docs/ucx.md,
+        # "Failure"; made to happen at will with gdb, docs/design.md's
+        # known issues): killed ranks are tested over UCX's other
+        # transports, tcp between processes of a host.
+        env['UCX_TLS'] = '^sysv,posix'
     return env
 
 
