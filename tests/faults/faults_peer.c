@@ -60,7 +60,9 @@ struct board {
 /* run_faults.py reads the board at these offsets. */
 _Static_assert(offsetof(struct board, handled) == 580, "board layout");
 
-static int rank, nranks;
+/* Atomic: handlers and the error callback may read them (and find 0) while
+ * main is still in nx_context_peers, which is given locals. */
+static _Atomic int rank, nranks;
 static nx_gp_t *peers;
 static struct board *board;
 static unsigned count;
@@ -113,7 +115,10 @@ static int rank_of(uint64_t context) {
 static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   (void)err;
   (void)arg;
+  /* peers is published under m (main, after nx_context_peers). */
+  nx_mutex_lock(&m);
   int d = rank_of(context);
+  nx_mutex_unlock(&m);
   if (d < 0)
     return;
   if (handler == 0) {
@@ -521,9 +526,16 @@ int main(int argc, char **argv) {
     handler_us = (unsigned)atoi(argv[4]);
     NXT_EXPECT(count <= (1u << 20), 1);
   }
-  NXT_EXPECT(nx_context_peers(&peers, &nranks, &rank) == 0, 1);
-  /* Publishes peers and nranks to the handlers that take m (on_table). */
+  nx_gp_t *all = NULL;
+  int n_all = 0, me = -1;
+  NXT_EXPECT(nx_context_peers(&all, &n_all, &me) == 0, 1);
+  /* Published under m to the handlers and the error callback that take it
+   * (on_table, on_error); the error callback, set above, may run while
+   * nx_context_peers does. */
   nx_mutex_lock(&m);
+  peers = all;
+  rank = me;
+  nranks = n_all;
   nx_mutex_unlock(&m);
   if (strcmp(argv[1], "flood") == 0) {
     if (gw && rank == 0)
