@@ -50,7 +50,12 @@ struct nxi_peer {
   /* Sending: entries [base, base + count) in a ring of `cap`. */
   struct entry *ring;
   size_t head, count, cap;
-  uint64_t base;            /* sequence of the oldest entry */
+  uint64_t base; /* sequence of the oldest entry */
+  /* Entries that are closed or of another generation than cur_gen, that
+   * of the latest entry: while there are none, a count settles the oldest
+   * entries at once (nxi_ledger_confirm), without a look at each. */
+  size_t foreign;
+  unsigned cur_gen;
   uint64_t confirmed[GENS]; /* entries settled by the peer's counts */
   uint64_t open[GENS];      /* entries neither voided nor settled */
   uint64_t pending;         /* their sum */
@@ -119,7 +124,7 @@ static unsigned slot_of(uint32_t proc) { return (proc * 2654435761u) % SLOTS; }
  * tries after a while. Every hold is a few field updates (a report lets it
  * go first), and a pthread mutex pair was a third of what entering an RSR
  * cost (58 of 170 instructions, callgrind). Not reentrant. */
-static inline void peer_lock(struct nxi_peer *p) {
+static __attribute__((noinline)) void peer_lock_wait(struct nxi_peer *p) {
   for (unsigned i = 0;
        atomic_exchange_explicit(&p->lock, 1, memory_order_acquire) != 0;)
     while (atomic_load_explicit(&p->lock, memory_order_relaxed) != 0) {
@@ -128,6 +133,13 @@ static inline void peer_lock(struct nxi_peer *p) {
       else
         sched_yield(); /* its holder may be off the CPU */
     }
+}
+
+/* The spinning apart (peer_lock_wait), so that a lock taken at once costs
+ * its exchange and its test. */
+static inline void peer_lock(struct nxi_peer *p) {
+  if (atomic_exchange_explicit(&p->lock, 1, memory_order_acquire) != 0)
+    peer_lock_wait(p);
 }
 
 static inline void peer_unlock(struct nxi_peer *p) {
@@ -283,11 +295,12 @@ static void wake(void) {
     s->wake();
 }
 
-/* Peer lock held. Removes the oldest entry. */
+/* Peer lock held. Removes the oldest entry, a closed one. */
 static void pop(struct nxi_peer *p) {
   p->head = (p->head + 1) & (p->cap - 1);
   p->count--;
   p->base++;
+  p->foreign--;
 }
 
 /* The ring's capacity is a power of two (grow): a mask, not a division. */
@@ -300,6 +313,8 @@ enum { OPEN = 0, VOIDED = 1, SETTLED = 2 };
 /* Peer lock held. Entry `e` leaves the open ones (`how`: VOIDED or
  * SETTLED); the closed ones at the front leave the ring. */
 static void close_entry(struct nxi_peer *p, struct entry *e, int how) {
+  if (e->gen == p->cur_gen)
+    p->foreign++; /* open and of cur_gen until now */
   e->voided = (uint8_t)how;
   p->open[e->gen]--;
   p->pending--;
@@ -327,6 +342,47 @@ static int grow(struct nxi_peer *p) {
   return 0;
 }
 
+/* Peer lock held. Entries of generation `gen` follow (a route replaced
+ * another): the entries foreign to it are counted again. */
+static __attribute__((noinline)) void set_cur_gen(struct nxi_peer *p,
+                                                  unsigned gen) {
+  p->cur_gen = gen;
+  p->foreign = 0;
+  for (size_t i = 0; i < p->count; i++)
+    if (at(p, i)->voided != OPEN || at(p, i)->gen != gen)
+      p->foreign++;
+}
+
+/* Peer lock held: makes room in `p` for an entry of generation `gen` when
+ * that is not the common case (its ring full, a new generation, its first
+ * entry, or it is lost or closed). Returns 0 or NX_ENOMEM/NX_EPEERDEAD
+ * (no entry is made). */
+static __attribute__((noinline)) int note_room(struct nxi_peer *p,
+                                               unsigned gen) {
+  if (p->dead || p->dying || p->closed)
+    return NX_EPEERDEAD;
+  if (grow(p) != 0)
+    return NX_ENOMEM;
+  if (gen != p->cur_gen)
+    set_cur_gen(p, gen);
+  if (!p->listed) {
+    /* Its first entry: the tick looks at it from now on. */
+    p->listed = 1;
+    p->next_sender = atomic_load(&senders);
+    while (!atomic_compare_exchange_weak(&senders, &p->next_sender, p))
+      ;
+  }
+  return 0;
+}
+
+/* Peer lock held, a window gathered since the last request: ask now, unless
+ * a request is out and was sent less than ASK_AGAIN_NS ago (looked at once a
+ * window). */
+static __attribute__((noinline)) int ask_due(const struct nxi_peer *p) {
+  return p->ask_ns == 0 || (p->pending % NXI_LEDGER_WINDOW == 0 &&
+                            nxu_now_ns() - p->ask_ns > ASK_AGAIN_NS);
+}
+
 int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
   b->peer = NULL;
   gen &= GENS - 1;
@@ -337,34 +393,26 @@ int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
   struct nxi_peer *p = peer_find(proc);
   if (p == NULL && (p = peer_add(proc)) == NULL)
     return 0;
-  int ask = 0;
   peer_lock(p);
-  if (!p->dead && !p->dying && !p->closed && grow(p) == 0) {
-    *at(p, p->count) =
-        (struct entry){b->context, b->handler, 0, (uint8_t)gen, 0};
-    b->seq = p->base + p->count;
-    b->peer = p;
-    if (!p->listed) {
-      /* Its first entry: the tick looks at it from now on. */
-      p->listed = 1;
-      p->next_sender = atomic_load(&senders);
-      while (!atomic_compare_exchange_weak(&senders, &p->next_sender, p))
-        ;
-    }
-    p->count++;
-    p->open[gen]++;
-    p->pending++;
-    if (p->dl == NULL && b->dl != NULL) {
-      nxi_dlist_retain(b->dl);
-      p->dl = b->dl;
-    }
-    /* Ask once a window has gathered since the last request, and again
-     * if a request went unanswered for long. */
-    if (p->pending >= p->asked_at + NXI_LEDGER_WINDOW &&
-        (p->ask_ns == 0 || (p->pending % NXI_LEDGER_WINDOW == 0 &&
-                            nxu_now_ns() - p->ask_ns > ASK_AGAIN_NS)))
-      ask = 1;
+  if ((p->count >= p->cap || gen != p->cur_gen || !p->listed ||
+       (p->dead | p->dying | p->closed)) &&
+      note_room(p, gen) != 0) {
+    peer_unlock(p);
+    return 0;
   }
+  *at(p, p->count) =
+      (struct entry){b->context, b->handler, OPEN, (uint8_t)gen, 0};
+  b->seq = p->base + p->count;
+  b->peer = p;
+  p->count++;
+  p->open[gen]++;
+  p->pending++;
+  if (p->dl == NULL && b->dl != NULL) {
+    nxi_dlist_retain(b->dl);
+    p->dl = b->dl;
+  }
+  /* Ask once a window has gathered since the last request. */
+  int ask = p->pending >= p->asked_at + NXI_LEDGER_WINDOW && ask_due(p);
   peer_unlock(p);
   return ask;
 }
@@ -625,8 +673,20 @@ void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count) {
     return;
   peer_lock(p);
   p->ask_ns = 0;
-  /* The oldest open entries of that generation; those of others (a failed
-   * route's, waiting for their fence) are stepped over. */
+  if (p->foreign == 0 && gen == p->cur_gen) {
+    /* Every entry open and of that generation: the oldest settle at once. */
+    uint64_t k = count > p->confirmed[gen] ? count - p->confirmed[gen] : 0;
+    if (k > p->count)
+      k = p->count;
+    p->head = (p->head + (size_t)k) & (p->cap - 1);
+    p->count -= (size_t)k;
+    p->base += k;
+    p->open[gen] -= k;
+    p->pending -= k;
+    p->confirmed[gen] += k;
+  }
+  /* Else the oldest open entries of that generation; those of others (a
+   * failed route's, waiting for their fence) are stepped over. */
   for (size_t i = 0;
        i < p->count && p->confirmed[gen] < count && p->open[gen] > 0; i++) {
     struct entry *e = at(p, i);
@@ -685,7 +745,7 @@ static struct entry *take_open(struct nxi_peer *p, size_t *n) {
   if (out == NULL && p->pending > 0)
     k = 0; /* no memory: reported below as a count */
   p->base += p->count;
-  p->head = p->count = 0;
+  p->head = p->count = p->foreign = 0;
   for (unsigned g = 0; g < GENS; g++)
     p->open[g] = 0;
   p->suspect = 0;
