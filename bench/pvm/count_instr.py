@@ -83,12 +83,15 @@ def calls(path, name):
     return n
 
 
-def run(build, kind, module, iters, back=None):
+def run(build, kind, module, iters, back=None, cond_wait=False):
     """(work, libnxpvm's own, back) instructions of a run, summed over
     both processes; `back` names one more function run from inside the
     waits, whose inclusive cost and number of calls are summed apart, as
     the pair `back` (bench/count_rsr.py puts UCP's active-message handler
-    back per message)."""
+    back per message). With `cond_wait`, the whole of nx_cond_timedwait
+    is waiting, not only the wait hook in it: also its mutex taken again
+    after the wake-up, which spins while the handler that signalled still
+    holds it (bench/count_rsr.py)."""
     if kind == "pvm":
         prog = [os.path.join(build, "bench", "pvm", "fig3_pvm_nexus"),
                 "--route", "direct", "--encoding", "raw"]
@@ -114,6 +117,8 @@ def run(build, kind, module, iters, back=None):
             _, _, obj = annotate(f, False)
             work += (total - inc["hook_wait"] - inc["nxi_pool_main"] +
                      inc["dispatch"] - inc["on_ask"] - inc[TIMED_START])
+            if cond_wait:
+                work -= max(0, inc["nx_cond_timedwait"] - inc["hook_wait"])
             if back is not None:
                 extra = (extra[0] + inc[back], extra[1] + calls(f, back))
             own += sum(v for k, v in obj.items() if k.startswith("libnxpvm"))
