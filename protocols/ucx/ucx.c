@@ -99,12 +99,9 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
   int r = nxu_opt_size("NX_UCX_QUEUE_MAX", &u->queue_max, why, why_len);
   if (r < 0)
     goto err_free;
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  /* Senders wait for the driver's short UCP calls: spin a little first. */
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-  pthread_mutex_init(&u->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
+  /* Senders wait for the driver's short UCP calls: it spins a little
+   * first (nxu_lock.h). */
+  nxu_lock_init(&u->lock);
 
   ucp_config_t *cfg;
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
@@ -210,7 +207,6 @@ err_worker:
 err_context:
   ucp_cleanup(u->context);
 err_lock:
-  pthread_mutex_destroy(&u->lock);
 err_free:
   free(u);
   return r;
@@ -290,7 +286,6 @@ static void ucx_finalize(void *state) {
   ucx_rx_free_all(u);
   ucx_peers_free_all(u);
   ucp_cleanup(u->context);
-  pthread_mutex_destroy(&u->lock);
   free(u);
 }
 

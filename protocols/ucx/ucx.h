@@ -12,6 +12,7 @@
 #include <ucp/api/ucp.h>
 
 #include "nexus/protocol.h"
+#include "nxu_lock.h"
 #include "nxu_uuid.h"
 
 /* The files:
@@ -157,7 +158,7 @@ struct ucx {
   int remote; /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */
   char version[64];
 
-  pthread_mutex_t lock; /* every UCP call, and all below */
+  nxu_lock_t lock; /* every UCP call, and all below */
   struct nxu_uuid_table peers;
   int events;   /* callbacks run during the current UCP call(s) */
   int received; /* frames the AM handler took during this progress() */

@@ -37,7 +37,7 @@ int ucx_status_to_nx(ucs_status_t status) {
 
 /* The lock and the hand-over to the core. */
 
-void ucx_lock(struct ucx *u) { pthread_mutex_lock(&u->lock); }
+void ucx_lock(struct ucx *u) { nxu_lock(&u->lock); }
 
 void ucx_unlock(struct ucx *u, int deliver) {
   /* Nothing gathered, as after every idle poll: the unlock alone (the
@@ -45,7 +45,7 @@ void ucx_unlock(struct ucx *u, int deliver) {
   if (u->done == NULL && u->dropped == NULL && u->reports == NULL &&
       (!deliver || u->ready == NULL)) {
     u->batch = NULL;
-    pthread_mutex_unlock(&u->lock);
+    nxu_unlock(&u->lock);
     return;
   }
   struct ucx_batch b = {NULL, NULL, NULL, NULL};
@@ -62,7 +62,7 @@ void ucx_unlock(struct ucx *u, int deliver) {
   int finalizing = u->finalizing;
   nx_frame_batch_t *batch = u->batch; /* set by progress only */
   u->batch = NULL;
-  pthread_mutex_unlock(&u->lock);
+  nxu_unlock(&u->lock);
   /* The peer first, then its RSRs: whoever hears of a lost RSR can find
    * its destination failed already. */
   if (b.reports != NULL)
@@ -463,7 +463,7 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
     if (more)
       ucx_unlock(u, 0);
     else
-      pthread_mutex_unlock(&u->lock);
+      nxu_unlock(&u->lock);
     return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
   }
   if (UCS_PTR_IS_ERR(r)) {

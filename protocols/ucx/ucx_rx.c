@@ -110,10 +110,10 @@ static void queue_frame(struct ucx *u, struct ucx_rxq *q, nx_frame_t *f) {
  * the core goes with its next unlock. */
 void ucx_data_release(void *arg, void *data) {
   struct ucx *u = arg;
-  pthread_mutex_lock(&u->lock);
+  nxu_lock(&u->lock);
   ucp_am_data_release(u->worker, data);
   u->held--;
-  pthread_mutex_unlock(&u->lock);
+  nxu_unlock(&u->lock);
 }
 
 /* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA): the frame's
