@@ -192,7 +192,7 @@ static struct tcp_peer *tcp_peer_get(struct tcp *t, const uint8_t *uuid) {
     pthread_mutex_unlock(&t->peers_lock);
     return NULL;
   }
-  pthread_mutex_init(&p->lock, NULL);
+  nxu_lock_init(&p->lock);
   nx_endpoint_init(&p->base, uuid);
   atomic_init(&p->refs, 1);
   p->fd = -1;
@@ -210,7 +210,6 @@ static void tcp_peer_release(struct tcp *t, struct tcp_peer *p) {
   nxu_uuid_remove(&t->peers, &p->base);
   pthread_mutex_unlock(&t->peers_lock);
   complete(t, p->qhead, NX_EPEERDEAD);
-  pthread_mutex_destroy(&p->lock);
   free(p);
 }
 
@@ -232,11 +231,11 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
   c->deadline = 0; /* the handshake is over */
   p->conn = c;
   nx_frame_t *done = NULL;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   p->fd = c->fd;
   int r = flush_locked(p, &done);
   int more = p->qhead != NULL;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   complete(t, done, 0);
   if (r < 0) {
     tcp_peer_fail(t, p, strerror(-r));
@@ -248,12 +247,12 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
 static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
   nx_frame_t *done = NULL;
   int r = 0, more = 0;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (p->fd >= 0) {
     r = flush_locked(p, &done);
     more = p->qhead != NULL;
   }
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (done != NULL)
     t->events++;
   complete(t, done, 0);
@@ -266,9 +265,9 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
 }
 
 static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   nx_frame_t *q = mark_dead_locked(p);
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (p->conn != NULL)
     tcp_conn_close(p->conn);
   if (p->out != NULL)
@@ -281,10 +280,10 @@ static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
 
 /* What the driver does for a peer on the attention stack. */
 static void service(struct tcp *t, struct tcp_peer *p) {
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   int dead = p->dead, open = p->fd >= 0, queued = p->qhead != NULL;
   int error = p->error;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (dead) {
     /* A sender found the connection broken (or it failed before). */
     if (queued || p->conn != NULL || p->out != NULL ||
@@ -383,9 +382,9 @@ static int queues_empty(struct tcp *t) {
   for (struct nx_endpoint *l = nxu_uuid_first(&t->peers); l != NULL && empty;
        l = nxu_uuid_next(&t->peers, l)) {
     struct tcp_peer *p = peer_of(l);
-    pthread_mutex_lock(&p->lock);
+    nxu_lock(&p->lock);
     empty = p->qhead == NULL || p->dead;
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
   }
   pthread_mutex_unlock(&t->peers_lock);
   return empty;
@@ -443,9 +442,9 @@ static void tcp_finalize(void *state) {
   for (struct nx_endpoint *l = nxu_uuid_first(&t->peers); l != NULL;
        l = nxu_uuid_next(&t->peers, l)) {
     struct tcp_peer *p = peer_of(l);
-    pthread_mutex_lock(&p->lock);
+    nxu_lock(&p->lock);
     nx_frame_t *q = mark_dead_locked(p);
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     if (q != NULL)
       TCP_LOG(t, 1, "finalize: dropping frames that could not be sent");
     complete(t, q, NX_EFINALIZED);
@@ -463,7 +462,6 @@ static void tcp_finalize(void *state) {
   while ((l = nxu_uuid_first(&t->peers)) != NULL) {
     struct tcp_peer *p = peer_of(l);
     nxu_uuid_remove(&t->peers, l);
-    pthread_mutex_destroy(&p->lock);
     free(p);
   }
   pthread_mutex_destroy(&t->peers_lock);
@@ -495,12 +493,12 @@ static int tcp_connect(void *state, const struct nx_desc *peer,
   struct tcp_peer *p = tcp_peer_get(t, d.uuid);
   if (p == NULL)
     return NX_ENOMEM;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (p->naddr == 0) {
     memcpy(p->addr, d.addr, sizeof(d.addr[0]) * (size_t)d.naddr);
     p->naddr = d.naddr;
   }
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   *ep = &p->base;
   return 0;
 }
@@ -517,9 +515,9 @@ static int tcp_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
   size_t total = frame_total(frame);
   frame->module_data[0] = NULL;
   frame->module_data[1] = NULL;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (p->dead) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EPEERDEAD;
   }
   if (p->qhead == NULL && p->fd >= 0) {
@@ -536,7 +534,7 @@ static int tcp_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
       frame->module_data[1] = (void *)(uintptr_t)sent;
     }
     if (sent == total) {
-      pthread_mutex_unlock(&p->lock);
+      nxu_unlock(&p->lock);
       return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
     }
     if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -545,22 +543,22 @@ static int tcp_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
       p->dead = 1;
       p->fd = -1;
       p->error = errno;
-      pthread_mutex_unlock(&p->lock);
+      nxu_unlock(&p->lock);
       attend(t, p);
       return NX_EPEERDEAD;
     }
     enqueue_locked(p, frame, total - sent);
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     attend(t, p); /* the driver polls for writable */
     return 0;
   }
   if (p->qhead != NULL && p->qbytes + total > t->queue_max) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EAGAIN;
   }
   int first = p->qhead == NULL;
   enqueue_locked(p, frame, total);
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   /* Behind other frames, the driver is already at work on this peer. */
   if (first)
     attend(t, p);

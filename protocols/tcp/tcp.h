@@ -13,6 +13,7 @@
 
 #include "nexus/protocol.h"
 #include "nxu_auth.h"
+#include "nxu_lock.h"
 #include "nxu_uuid.h"
 
 /* The files:
@@ -129,7 +130,7 @@ struct tcp_listener {
  * and while it waits for the driver's attention. */
 struct tcp_peer {
   struct nx_endpoint base; /* first: its uuid, under tcp.peers_lock */
-  pthread_mutex_t lock;
+  nxu_lock_t lock;
   atomic_uint refs;
 
   /* Under `lock`: the send side. `fd` is the open connection's socket, or

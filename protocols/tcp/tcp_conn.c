@@ -137,9 +137,9 @@ void tcp_conn_close(struct tcp_conn *c) {
   t->nclosed++;
   struct tcp_peer *p = c->peer;
   if (p != NULL && p->conn == c) {
-    pthread_mutex_lock(&p->lock);
+    nxu_lock(&p->lock);
     p->fd = -1; /* senders stop writing before the socket goes */
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     p->conn = NULL;
   }
   if (p != NULL && p->out == c)
@@ -200,11 +200,11 @@ static unsigned get_le16(const uint8_t *p) {
 static void try_connect(struct tcp *t, struct tcp_peer *p, int index) {
   for (;; index++) {
     struct tcp_addr a;
-    pthread_mutex_lock(&p->lock);
+    nxu_lock(&p->lock);
     int have = index < p->naddr && !p->dead;
     if (have)
       a = p->addr[index];
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     if (!have) {
       t->peer_fail(t, p,
                    index == 0 ? "no address to connect to"
@@ -439,9 +439,9 @@ static void proof_received(struct tcp_conn *c) {
     return;
   }
   c->peer = p;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   int dead = p->dead;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   unsigned status = TCP_ANSWER_ACCEPT;
   if (dead || p->conn != NULL)
     status = TCP_ANSWER_GONE;
