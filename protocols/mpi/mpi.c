@@ -266,10 +266,10 @@ static int mpimod_init(const struct nx_core_api *core, void **state, char *why,
   atomic_init(&m->tx_typed, 0);
   atomic_init(&m->rx_count, 0);
   atomic_init(&m->progress_calls, 0);
-  pthread_mutex_init(&m->big, NULL);
+  nxu_lock_init(&m->big);
   pthread_mutex_init(&m->peers_lock, NULL);
-  pthread_mutex_init(&m->tx_lock, NULL);
-  pthread_mutex_init(&m->ring_lock, NULL);
+  nxu_lock_init(&m->tx_lock);
+  nxu_lock_init(&m->ring_lock);
   pthread_mutex_init(&m->spawn_lock, NULL);
   pthread_cond_init(&m->spawn_cond, NULL);
   m->parent = MPI_COMM_NULL;
@@ -351,10 +351,7 @@ err_mpi:
     MPI_Finalize();
   pthread_cond_destroy(&m->spawn_cond);
   pthread_mutex_destroy(&m->spawn_lock);
-  pthread_mutex_destroy(&m->ring_lock);
-  pthread_mutex_destroy(&m->tx_lock);
   pthread_mutex_destroy(&m->peers_lock);
-  pthread_mutex_destroy(&m->big);
   free(m);
   return r;
 }
@@ -385,7 +382,6 @@ static void mpimod_finalize(void *state) {
   for (int i = 0; m->peers != NULL && i < m->size; i++) {
     if (m->peers[i] == NULL)
       continue;
-    pthread_mutex_destroy(&m->peers[i]->lock);
     free(m->peers[i]);
   }
   free(m->peers);
@@ -406,10 +402,7 @@ static void mpimod_finalize(void *state) {
     MPI_Finalize();
   pthread_cond_destroy(&m->spawn_cond);
   pthread_mutex_destroy(&m->spawn_lock);
-  pthread_mutex_destroy(&m->ring_lock);
-  pthread_mutex_destroy(&m->tx_lock);
   pthread_mutex_destroy(&m->peers_lock);
-  pthread_mutex_destroy(&m->big);
   free(m);
 }
 
@@ -477,7 +470,7 @@ static int mpimod_connect(void *state, const struct nx_desc *peer,
   if (p == NULL) {
     p = calloc(1, sizeof(*p));
     if (p != NULL) {
-      pthread_mutex_init(&p->lock, NULL);
+      nxu_lock_init(&p->lock);
       p->rank = rank;
       nx_endpoint_init(&p->base, uuid);
       atomic_init(&p->reported, 0);

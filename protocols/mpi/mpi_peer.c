@@ -40,9 +40,9 @@ struct mpimod_peer *mpimod_peer_find(struct mpimod *m, int rank) {
 
 void mpimod_peer_fail(struct mpimod *m, struct mpimod_peer *p,
                       const char *why) {
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   p->dead = 1;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (atomic_exchange(&p->reported, 1) || m->finalizing)
     return;
   MPIMOD_LOG(m, 1, "rank %d: %s", p->rank, why);

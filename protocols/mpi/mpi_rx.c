@@ -374,7 +374,7 @@ static void body_arrived(struct mpimod *m, int src, MPI_Message *msg,
 /* Takes FRAME messages from the slots, in order; returns the events. */
 static int take_frames(struct mpimod *m) {
   int n = 0;
-  pthread_mutex_lock(&m->ring_lock);
+  nxu_lock(&m->ring_lock);
   for (int k = 0; k < MPIMOD_MATCH_MAX && m->ring_posted; k++) {
     struct mpimod_slot *sl = &m->slots[m->ring_head];
     MPI_Status st;
@@ -405,7 +405,7 @@ static int take_frames(struct mpimod *m) {
     }
     m->ring_head = (m->ring_head + 1) % MPIMOD_SLOTS;
   }
-  pthread_mutex_unlock(&m->ring_lock);
+  nxu_unlock(&m->ring_lock);
   return n;
 }
 
@@ -500,7 +500,7 @@ int mpimod_rx_progress(struct mpimod *m) {
 
 int mpimod_rx_ready(struct mpimod *m) {
   int flag = 0;
-  pthread_mutex_lock(&m->ring_lock);
+  nxu_lock(&m->ring_lock);
   if (m->ring_posted) {
     /* Does not free the request, and polls MPI when it is not complete. */
     mpimod_lock(m);
@@ -508,7 +508,7 @@ int mpimod_rx_ready(struct mpimod *m) {
                            MPI_STATUS_IGNORE);
     mpimod_unlock(m);
   }
-  pthread_mutex_unlock(&m->ring_lock);
+  nxu_unlock(&m->ring_lock);
   return flag;
 }
 
@@ -517,7 +517,7 @@ int mpimod_rx_ready(struct mpimod *m) {
  * after the linger leave their memory to MPI (leaked) and their requests
  * are released. Everything queued is freed, not delivered. */
 void mpimod_rx_abandon(struct mpimod *m) {
-  pthread_mutex_lock(&m->ring_lock);
+  nxu_lock(&m->ring_lock);
   if (m->ring_posted) {
     for (int i = 0; i < MPIMOD_SLOTS; i++) {
       if (m->slots[i].req == MPI_REQUEST_NULL)
@@ -544,7 +544,7 @@ void mpimod_rx_abandon(struct mpimod *m) {
     }
     m->ring_posted = 0;
   }
-  pthread_mutex_unlock(&m->ring_lock);
+  nxu_unlock(&m->ring_lock);
   if (m->rx_n > 0)
     MPIMOD_LOG(m, 1,
                "finalize: %d receives still in flight; their memory "

@@ -98,9 +98,9 @@ static int track(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
     atomic_fetch_add(&m->tx_typed, 1);
   f->module_data[1] = (void *)((uintptr_t)n | (failed ? FRAME_FAILED : 0) |
                                (typed ? FRAME_TYPED : 0));
-  pthread_mutex_lock(&m->tx_lock);
+  nxu_lock(&m->tx_lock);
   int r = track_locked(m, p, f, reqs, n);
-  pthread_mutex_unlock(&m->tx_lock);
+  nxu_unlock(&m->tx_lock);
   if (r == 0)
     return 0;
   mpimod_lock(m);
@@ -282,23 +282,23 @@ int mpimod_send_frame(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f) {
   f->module_data[0] = NULL;
   f->module_data[1] = NULL;
   int mpi_error = MPI_SUCCESS;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (p->dead) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EPEERDEAD;
   }
   /* Backpressure: a frame that would take the bytes in flight to this
    * rank past queue_max waits, unless nothing is in flight (a frame larger
    * than the bound must still go). */
   if (p->inflight > 0 && p->inflight + total > m->queue_max) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EAGAIN;
   }
   int r = plen <= m->inline_max ? post_inline(m, p, f, plen, &mpi_error)
                                 : post_split(m, p, f, plen, &mpi_error);
   if (r == POSTED)
     p->inflight += total; /* the driver subtracts it under this lock */
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (mpi_error != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -343,9 +343,9 @@ static void finish(struct mpimod *m, struct mpimod_tx *t) {
   int lost = ((uintptr_t)f->module_data[1] & FRAME_FAILED) != 0;
   if ((uintptr_t)f->module_data[1] & FRAME_TYPED)
     atomic_fetch_sub(&m->tx_typed, 1);
-  pthread_mutex_lock(&t->peer->lock);
+  nxu_lock(&t->peer->lock);
   t->peer->inflight -= total;
-  pthread_mutex_unlock(&t->peer->lock);
+  nxu_unlock(&t->peer->lock);
   free(f->module_data[0]);
   f->module_data[0] = NULL;
   if (lost)
@@ -356,10 +356,10 @@ static void finish(struct mpimod *m, struct mpimod_tx *t) {
 int mpimod_tx_progress(struct mpimod *m) {
   if (atomic_load_explicit(&m->tx_count, memory_order_relaxed) == 0)
     return 0;
-  pthread_mutex_lock(&m->tx_lock);
+  nxu_lock(&m->tx_lock);
   int n = m->tx_n, outc = 0, nfin = 0;
   if (n == 0 || scratch(m) < 0) {
-    pthread_mutex_unlock(&m->tx_lock);
+    nxu_unlock(&m->tx_lock);
     return 0;
   }
   mpimod_lock(m);
@@ -388,7 +388,7 @@ int mpimod_tx_progress(struct mpimod *m) {
   }
   m->tx_n = k;
   atomic_store(&m->tx_count, k);
-  pthread_mutex_unlock(&m->tx_lock);
+  nxu_unlock(&m->tx_lock);
   /* send_done outside the locks: the core may free memory and count. The
    * scratch array is the driver's, so it stays valid meanwhile. */
   for (int i = 0; i < nfin; i++)
@@ -407,7 +407,7 @@ int mpimod_tx_progress(struct mpimod *m) {
  * frames, so they are neither freed nor reported done; their requests are
  * released so that MPI does not keep them either. */
 void mpimod_tx_abandon(struct mpimod *m) {
-  pthread_mutex_lock(&m->tx_lock);
+  nxu_lock(&m->tx_lock);
   if (m->tx_n > 0)
     MPIMOD_LOG(m, 1,
                "finalize: %d sends still in flight; their frames are "
@@ -420,7 +420,7 @@ void mpimod_tx_abandon(struct mpimod *m) {
   }
   m->tx_n = 0;
   atomic_store(&m->tx_count, 0);
-  pthread_mutex_unlock(&m->tx_lock);
+  nxu_unlock(&m->tx_lock);
 }
 
 void mpimod_tx_fini(struct mpimod *m) {

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "nexus/protocol.h"
+#include "nxu_lock.h"
 
 /* The files:
  *   mpi.c     the ops table, init and finalize, descriptors, endpoints,
@@ -77,7 +78,7 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
  * destination in that process. Peers live until finalize. */
 struct mpimod_peer {
   struct nx_endpoint base; /* first: its uuid */
-  pthread_mutex_t lock;    /* the send side: posting, inflight, dead */
+  nxu_lock_t lock;         /* the send side: posting, inflight, dead */
   int rank;
   size_t inflight; /* bytes of accepted frames not yet completed */
   int dead;
@@ -144,7 +145,7 @@ struct mpimod {
   int rank, size;
   int own_mpi;    /* this module called MPI_Init_thread */
   int serialized; /* MPI gave THREAD_SERIALIZED: `big` guards every call */
-  pthread_mutex_t big;
+  nxu_lock_t big;
   size_t queue_max;
   size_t inline_max;
   unsigned watch_us;
@@ -156,7 +157,7 @@ struct mpimod {
   struct mpimod_peer **peers; /* by rank, created by connect */
 
   /* Sends in flight: any thread appends, the driver tests. */
-  pthread_mutex_t tx_lock;
+  nxu_lock_t tx_lock;
   MPI_Request *tx_req;
   struct mpimod_tx *tx_of;
   int tx_n, tx_cap;
@@ -171,10 +172,10 @@ struct mpimod {
   /* Receiving, driver only (but see ring_lock). */
   struct mpimod_src *srcs; /* by rank */
   struct mpimod_slot slots[MPIMOD_SLOTS];
-  int ring_head;             /* the slot the next FRAME message lands in */
-  int ring_posted;           /* the slots have receives posted */
-  pthread_mutex_t ring_lock; /* the watcher looks at the head slot too */
-  int *owing;                /* sources owed BODY messages */
+  int ring_head;        /* the slot the next FRAME message lands in */
+  int ring_posted;      /* the slots have receives posted */
+  nxu_lock_t ring_lock; /* the watcher looks at the head slot too */
+  int *owing;           /* sources owed BODY messages */
   int nowing;
   MPI_Request *rx_req; /* BODY (and dropped) receives in flight */
   struct mpimod_rx **rx_of;
@@ -212,12 +213,12 @@ struct mpimod {
 
 static inline void mpimod_lock(struct mpimod *m) {
   if (m->serialized)
-    pthread_mutex_lock(&m->big);
+    nxu_lock(&m->big);
 }
 
 static inline void mpimod_unlock(struct mpimod *m) {
   if (m->serialized)
-    pthread_mutex_unlock(&m->big);
+    nxu_unlock(&m->big);
 }
 
 #define MPIMOD_LOG(m, level, ...)                                              \

@@ -21,6 +21,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "nexus/protocol.h"
+#include "nxu_lock.h"
 #include "nxu_uuid.h"
 
 /* The files:
@@ -168,7 +169,7 @@ struct ofi_rail {
   /* With FI_THREAD_DOMAIN every call on the domain holds `lock`; with
    * FI_THREAD_SAFE the provider serialises itself and `lock` is unused. */
   int serialize;
-  pthread_mutex_t lock;
+  nxu_lock_t lock;
   int wait_fd; /* the completion queue's fd (FI_WAIT_FD), or -1 */
   /* Small messages go with FI_INJECT and no completion, unless the
    * provider wants FI_CONTEXT (its scratch space would be shared). */
@@ -198,7 +199,7 @@ struct ofi_rail {
  * kept until finalize (so its sequence numbers never restart). */
 struct ofi_peer {
   struct nx_endpoint base; /* first: its uuid, under ofi.peers_lock */
-  pthread_mutex_t lock;
+  nxu_lock_t lock;
   struct ofi_rail *rail;
   fi_addr_t addr;
   size_t eager_max;          /* the smaller of ours and its receive buffers' */

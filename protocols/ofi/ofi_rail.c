@@ -130,7 +130,6 @@ static void rail_close(struct ofi_rail *r) {
   r->scratch = NULL;
   r->nrxbufs = 0;
   r->repost = NULL;
-  pthread_mutex_destroy(&r->lock);
 }
 
 static void post_rxbuf(struct ofi_rail *r, struct ofi_rxbuf *b) {
@@ -161,7 +160,7 @@ static int rail_open(struct ofi *o, struct ofi_rail *r, struct fi_info *info,
   r->o = o;
   r->index = o->nrails;
   r->wait_fd = -1;
-  pthread_mutex_init(&r->lock, NULL);
+  nxu_lock_init(&r->lock);
   snprintf(r->prov, sizeof(r->prov), "%s", info->fabric_attr->prov_name);
   snprintf(r->fabric_name, sizeof(r->fabric_name), "%s",
            info->fabric_attr->name != NULL ? info->fabric_attr->name : "?");

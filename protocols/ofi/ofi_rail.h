@@ -12,12 +12,12 @@ uint64_t ofi_tag(uint64_t id, uint32_t seq, uint32_t frag);
  * the rail's lock when the provider needs it (FI_THREAD_DOMAIN). */
 static inline void ofi_rail_lock(struct ofi_rail *r) {
   if (r->serialize)
-    pthread_mutex_lock(&r->lock);
+    nxu_lock(&r->lock);
 }
 
 static inline void ofi_rail_unlock(struct ofi_rail *r) {
   if (r->serialize)
-    pthread_mutex_unlock(&r->lock);
+    nxu_unlock(&r->lock);
 }
 
 /* Opens the rails fi_getinfo offers (shm and the first other provider

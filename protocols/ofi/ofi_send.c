@@ -49,7 +49,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     *err = NX_ENOMEM;
     return NULL;
   }
-  pthread_mutex_init(&p->lock, NULL);
+  nxu_lock_init(&p->lock);
   nx_endpoint_init(&p->base, t->uuid);
   p->rail = t->rail;
   p->eager_max = t->eager_max;
@@ -67,7 +67,6 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     pthread_mutex_unlock(&o->peers_lock);
     OFI_LOG(o, 1, "%s: fi_av_insert: %s", t->rail->prov,
             n < 0 ? fi_strerror(-n) : "address refused");
-    pthread_mutex_destroy(&p->lock);
     free(p);
     *err = NX_EUNREACH;
     return NULL;
@@ -87,7 +86,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     free(hm);
     hello = NULL;
   }
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (hello != NULL) {
     hello->peer = p;
     hello->nparts = 1;
@@ -107,7 +106,7 @@ struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
     p->dead = 1;
     p->why = "out of memory";
   }
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   pthread_mutex_unlock(&o->peers_lock);
   if (p->gone)
     ofi_peer_kill(o, p, "its process has ended");
@@ -131,13 +130,13 @@ static void attend(struct ofi *o, struct ofi_peer *p, int wake) {
 }
 
 void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why) {
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   int was = p->dead;
   if (!was) {
     p->dead = 1;
     p->why = why;
   }
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (!was)
     attend(o, p, 1);
 }
@@ -156,10 +155,10 @@ void ofi_peer_refused(struct ofi *o, uint64_t id) {
   pthread_mutex_unlock(&o->peers_lock);
   if (found == NULL)
     return;
-  pthread_mutex_lock(&found->lock);
+  nxu_lock(&found->lock);
   if (!found->dead)
     found->status = NX_EACCES;
-  pthread_mutex_unlock(&found->lock);
+  nxu_unlock(&found->lock);
   ofi_peer_kill(o, found, "it refused our key (another computation's)");
 }
 
@@ -508,13 +507,13 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   int inject = !large && !bounce && r->can_inject &&
                OFI_PRE_SIZE + plen <= r->inject_max;
 
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (p->dead) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EPEERDEAD;
   }
   if (p->inflight > 0 && p->inflight + bytes > o->queue_max) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     return NX_EAGAIN;
   }
   if (inject && p->qhead == NULL) {
@@ -534,14 +533,14 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     ofi_rail_unlock(r);
     if (rc == 0) {
       p->seq++;
-      pthread_mutex_unlock(&p->lock);
+      nxu_unlock(&p->lock);
       ofi_wake_after_send(o, p);
       return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
     }
     if (rc != -FI_EAGAIN) {
       p->dead = 1;
       p->why = fi_strerror((int)-rc);
-      pthread_mutex_unlock(&p->lock);
+      nxu_unlock(&p->lock);
       attend(o, p, 1);
       return NX_EPEERDEAD;
     }
@@ -557,7 +556,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   if (err == 0 && large && pieces > r->iov_max)
     op->gather = gather_make(f, plen, frag, r->iov_max, &err);
   if (err < 0) {
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     if (op != NULL)
       free(op->bounce);
     free(op);
@@ -596,7 +595,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
       if (op->posted == 0) {
         p->inflight -= bytes;
         live_del(p, op);
-        pthread_mutex_unlock(&p->lock);
+        nxu_unlock(&p->lock);
         attend(o, p, 1);
         free(op->bounce);
         free(op->gather);
@@ -613,7 +612,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     queued = 1;
   }
   int dead = p->dead;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (posted)
     ofi_wake_after_send(o, p);
   if (queued)
@@ -680,12 +679,12 @@ void ofi_send_completed(struct ofi *o, struct ofi_ctx *c, int err) {
    * error is one a resend may cure, and not under the lock. */
   int alive =
       err != 0 && transient(err) && op->frame != NULL && ofi_wake_peer_alive(p);
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (alive && !p->dead && c->tries < OFI_RESEND_MAX) {
     int first = p->redo == NULL;
     c->tries++;
     redo_push_locked(p, c, nxu_now_ns() + (OFI_RESEND_NS << (c->tries - 1)));
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
     if (first)
       OFI_LOG(o, 1,
               "peer %02x%02x%02x%02x: a send failed (%s), its process "
@@ -705,7 +704,7 @@ void ofi_send_completed(struct ofi *o, struct ofi_ctx *c, int err) {
   }
   int finished = op_finished_locked(p, op);
   int dead = p->dead;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (kill)
     attend(o, p, 0);
   if (finished)
@@ -742,7 +741,7 @@ static ssize_t redo_post_locked(struct ofi *o, struct ofi_peer *p,
 static void service_peer(struct ofi *o, struct ofi_peer *p) {
   struct ofi_op *ok = NULL, *failed = NULL;
   int posted = 0, again = 0;
-  pthread_mutex_lock(&p->lock);
+  nxu_lock(&p->lock);
   if (!p->dead) {
     ssize_t rc = redo_post_locked(o, p, &posted);
     if (rc == -FI_EAGAIN) {
@@ -797,7 +796,7 @@ static void service_peer(struct ofi *o, struct ofi_peer *p) {
     }
   }
   int dead = p->dead;
-  pthread_mutex_unlock(&p->lock);
+  nxu_unlock(&p->lock);
   if (posted) {
     ofi_wake_after_send(o, p);
     o->events++;
@@ -846,9 +845,9 @@ int ofi_sends_pending(struct ofi *o) {
   int pending = 0;
   pthread_mutex_lock(&o->peers_lock);
   for (struct ofi_peer *p = o->all; p != NULL && !pending; p = p->all_next) {
-    pthread_mutex_lock(&p->lock);
+    nxu_lock(&p->lock);
     pending = !p->dead && p->live != NULL;
-    pthread_mutex_unlock(&p->lock);
+    nxu_unlock(&p->lock);
   }
   pthread_mutex_unlock(&o->peers_lock);
   return pending;
@@ -869,7 +868,6 @@ void ofi_peers_free(struct ofi *o) {
       op = n;
     }
     ofi_wake_peer_fini(p);
-    pthread_mutex_destroy(&p->lock);
     free(p);
     p = next;
   }
