@@ -142,7 +142,10 @@ void nxi_contexts_finalize(void) {
     struct nx_context *ctx = atomic_load(&slots[i]);
     if (ctx != NULL) {
       atomic_store(&slots[i], NULL);
-      nxi_context_put(ctx);
+      if (ctx == nxi_rt.initial)
+        nxi_context_free(ctx); /* counts no references (context.h) */
+      else
+        nxi_context_put(ctx);
     }
   }
   free(slots);

@@ -41,7 +41,10 @@ extern atomic_uint nxi_reg_cap;
 void nxi_context_free(struct nx_context *ctx);
 
 /* Looks up a live context and takes a reference; driver lock held. Inline,
- * as the next one: both run once per RSR. */
+ * as the next one: both run once per RSR. The initial context takes none:
+ * it cannot be destroyed (nx_context_destroy: NX_EBUSY) and lives until
+ * nxi_contexts_finalize, which runs once no handler can run; so an RSR to
+ * it, the common case between processes, pays no locked add and sub. */
 static inline struct nx_context *nxi_context_get(uint64_t id) {
   if (nxi_ctxid_proc(id) != nxi_rt.proc_id)
     return NULL;
@@ -55,11 +58,13 @@ static inline struct nx_context *nxi_context_get(uint64_t id) {
       atomic_load_explicit(&slots[idx], memory_order_acquire);
   if (ctx == NULL || atomic_load_explicit(&ctx->dead, memory_order_relaxed))
     return NULL;
-  atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
+  if (ctx != nxi_rt.initial)
+    atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
   return ctx;
 }
 static inline void nxi_context_put(struct nx_context *ctx) {
-  if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
+  if (ctx != nxi_rt.initial &&
+      atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
     nxi_context_free(ctx);
 }
 /* The handler with wire id `id` (nx_handler_id of its name), or NULL. The
