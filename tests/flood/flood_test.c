@@ -65,7 +65,7 @@
 
 extern char **environ;
 
-#define RUN_S 20       /* good clients are started for this long */
+#define RUN_S 10       /* good clients are started for this long */
 #define ANSWER_S 15    /* a client's start to its answer (sanitizers) */
 #define FINALIZE_S 5   /* its answer to its exit: the bound of the docs */
 #define MIN_CLIENTS 5  /* fewer means the test proved nothing */
