@@ -135,7 +135,9 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
     nx_mutex_unlock(&m);
   } else if (handler == nx_handler_id("flood") ||
              handler == nx_handler_id("stop")) {
-    atomic_fetch_add(&flood_reported, 1);
+    if (atomic_fetch_add(&flood_reported, 1) == 0)
+      fprintf(stderr, "rank %d: first flood RSR to rank %d reported lost: %s\n",
+              rank, d, nx_err_name(err));
   } else if (board != NULL && handler == nx_handler_id("seq")) {
     if (atomic_fetch_add(&board->reported[rank][d], 1) == 0)
       fprintf(stderr, "rank %d: RSRs to rank %d reported lost: %s\n", rank, d,
