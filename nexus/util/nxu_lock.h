@@ -18,9 +18,6 @@ typedef struct {
   atomic_int word;
 } nxu_lock_t;
 
-#define NXU_LOCK_INIT                                                          \
-  { 0 }
-
 static inline void nxu_lock_init(nxu_lock_t *l) { atomic_init(&l->word, 0); }
 
 /* The wait of a lock found held (`c` its word then). */

@@ -348,9 +348,11 @@ static __attribute__((noinline)) void set_cur_gen(struct nxi_peer *p,
                                                   unsigned gen) {
   p->cur_gen = gen;
   p->foreign = 0;
-  for (size_t i = 0; i < p->count; i++)
-    if (at(p, i)->voided != OPEN || at(p, i)->gen != gen)
+  for (size_t i = 0; i < p->count; i++) {
+    const struct entry *e = at(p, i);
+    if (e->voided != OPEN || e->gen != gen)
       p->foreign++;
+  }
 }
 
 /* Peer lock held: makes room in `p` for an entry of generation `gen` when
