@@ -6,6 +6,7 @@
 // their own thread.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -715,5 +716,138 @@ TEST_CASE("nx_flush and nx_gateway_use refuse every kind of handler",
     setenv("NX_THREADED", "thread", 1);
     busy_run();
     unsetenv("NX_THREADED");
+  }
+}
+
+namespace {
+// A burst of threaded RSRs to one context, queued before any runs: the
+// stack the first one starts on carries the dispatching loop on, and the
+// others are calls there (docs/design.md, "Carrying the loop on"); every
+// eighth blocks on a condition variable, so the loop goes back to its
+// thread and the blocked handler keeps the stack. Each runs once, keeps
+// its identity and context across the wait, and those that wait at once
+// have identities of their own. The main thread's condition variable is
+// signalled only when what it waits for is there: a signal ends the
+// carrying of its wait.
+constexpr int BURST = 64;
+constexpr int BLOCKERS = BURST / 8;
+struct burst_state {
+  nx_mutex_t m;
+  nx_cond_t c;    // the main thread waits on it
+  nx_cond_t gate; // the blockers wait on it
+  int arrived = 0, done = 0;
+  bool open = false;
+  int seen[BURST] = {};
+  std::vector<uint64_t> waiting_ids;
+  int bad = 0;
+  burst_state() {
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+    nx_cond_init(&gate);
+  }
+  bool all_but_blockers() const {
+    return done == BURST - BLOCKERS && arrived == BURST;
+  }
+};
+
+void on_burst(nx_context_t *ctx, void *, nx_buffer_t *buf) {
+  auto *s = static_cast<burst_state *>(nx_context_data(ctx));
+  int32_t i = -1;
+  int got = nx_get_int32(buf, &i);
+  uint64_t id = nx_thread_id();
+  nx_mutex_lock(&s->m);
+  if (got != 0 || i < 0 || i >= BURST) {
+    s->bad++;
+    i = 0;
+  }
+  s->seen[i]++;
+  s->arrived++;
+  if (i % 8 == 7) {
+    s->waiting_ids.push_back(id);
+    if (s->all_but_blockers())
+      nx_cond_signal(&s->c);
+    while (!s->open)
+      nx_cond_wait(&s->gate, &s->m);
+    if (nx_thread_id() != id || nx_context_self() != ctx)
+      s->bad++;
+  }
+  s->done++;
+  if (s->all_but_blockers() || s->done == BURST)
+    nx_cond_signal(&s->c);
+  nx_mutex_unlock(&s->m);
+}
+
+void burst_run() {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_stats_t before;
+  REQUIRE(nx_stats_get(&before) == 0);
+  burst_state s;
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(
+              [](nx_context_t *ctx, void *arg) {
+                nx_context_set_data(ctx, arg);
+                return nx_handler_register(ctx, "burst", on_burst,
+                                           NX_HANDLER_THREADED, nullptr);
+              },
+              &s, &gp) == 0);
+  for (int round = 0; round < 3; round++) {
+    nx_mutex_lock(&s.m);
+    s.arrived = s.done = 0;
+    s.open = false;
+    s.waiting_ids.clear();
+    for (int &n : s.seen)
+      n = 0;
+    nx_mutex_unlock(&s.m);
+    for (int i = 0; i < BURST; i++) {
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &gp, "burst", 4) == 0);
+      REQUIRE(nx_put_int32(b, i) == 0);
+      REQUIRE(nx_rsr_send(b) == 0);
+    }
+    // This thread waits in nexus: it (or the primary) dispatches.
+    nx_mutex_lock(&s.m);
+    while (!s.all_but_blockers())
+      REQUIRE(nx_cond_wait(&s.c, &s.m) == 0);
+    std::vector<uint64_t> ids = s.waiting_ids;
+    s.open = true;
+    nx_cond_broadcast(&s.gate);
+    while (s.done < BURST)
+      REQUIRE(nx_cond_wait(&s.c, &s.m) == 0);
+    nx_mutex_unlock(&s.m);
+    INFO("round " << round);
+    CHECK(s.bad == 0);
+    for (int i = 0; i < BURST; i++) {
+      INFO("RSR " << i);
+      CHECK(s.seen[i] == 1);
+    }
+    REQUIRE(ids.size() == (size_t)BLOCKERS);
+    std::sort(ids.begin(), ids.end());
+    CHECK(std::unique(ids.begin(), ids.end()) == ids.end());
+  }
+  nx_stats_t after;
+  REQUIRE(nx_stats_get(&after) == 0);
+  if (lazy_mode()) {
+    CHECK(after.lazy_started - before.lazy_started >= 3u * BURST);
+    CHECK(after.lazy_parked - before.lazy_parked >= 3u * BLOCKERS);
+  }
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  nx_gp_release(&gp);
+}
+} // namespace
+
+TEST_CASE("a burst of threaded handlers, some blocking: each runs once and "
+          "keeps its identity",
+          "[threaded]") {
+  SECTION("lazy or as configured") { burst_run(); }
+  SECTION("NX_PROGRESS=poll") {
+    setenv("NX_PROGRESS", "poll", 1);
+    burst_run();
+    unsetenv("NX_PROGRESS");
+  }
+  SECTION("NX_HANDLER_STACK=64k: no stack carries the loop on") {
+    setenv("NX_HANDLER_STACK", "64k", 1);
+    burst_run();
+    unsetenv("NX_HANDLER_STACK");
   }
 }

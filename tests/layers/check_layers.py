@@ -38,6 +38,10 @@ LAYERS = ['threads', 'base', 'buffers', 'modules', 'contexts', 'engine',
 # Functions that take a function pointer and are not hooks, and why.
 NOT_HOOKS = {
     'nxi_rthread_spawn': 'starts a runtime thread running fn now: a call',
+    'nxi_fiber_dispatch': 'runs a threaded handler now, and `drain` after '
+                          'it on the same stack before returning (never '
+                          'once it returned: a handler that parks ends '
+                          'that): a call',
     'nxi_buffer_own': "keeps a protocol module's release function for a "
                       "frame it lent (nx_core_api's own): the module's "
                       "function, not a core layer's",

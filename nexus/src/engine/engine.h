@@ -124,6 +124,10 @@ struct nxi_engine_tls {
   int primary;  /* the progress thread */
   int handlers; /* handlers running on this thread (nesting depth) */
   int waiting;  /* inside the wait stage (waiter.c) */
+  /* The outermost wait's word and the value it waits to change (waiter.c):
+   * a lazy handler it starts may carry its polling on (fiber.c). */
+  const uint32_t *wait_word;
+  uint32_t wait_old;
   /* Inside a module's progress (dispatch.c): a wait must not give the
    * driver's role away, nor a handler park (waiter.c, fiber.c). */
   int polling;

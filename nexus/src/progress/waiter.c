@@ -25,7 +25,10 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   if (abstime == NULL && nxi_fiber_park(word, old) == 0)
     return 0;
   atomic_fetch_add(&nxi_eng.waiters, 1);
-  nxi_eng_me.waiting++;
+  if (nxi_eng_me.waiting++ == 0) {
+    nxi_eng_me.wait_word = word;
+    nxi_eng_me.wait_old = old;
+  }
   /* When the wait (or its idle stretch) began; 0: not read yet. The clock
    * is read at the first check, 64 rounds in: a reply that comes sooner
    * (most do) costs no clock read. */

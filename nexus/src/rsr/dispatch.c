@@ -61,6 +61,8 @@ static int await_turn(struct nx_buffer *b, struct nx_context *ctx) {
   return 0;
 }
 
+static int drain_queued(unsigned gen);
+
 static void dispatch(struct nx_buffer *b) {
   struct nx_context *ctx = nxi_context_get(b->context);
   if (ctx == NULL) {
@@ -117,7 +119,7 @@ static void dispatch(struct nx_buffer *b) {
       /* Run it without the driver lock: a handler that blocks in the
        * kernel must not stop every other thread from driving. */
       struct nxi_drive_hold held = nxi_drive_suspend();
-      int r = nxi_fiber_start(b);
+      int r = nxi_fiber_dispatch(b, drain_queued);
       nxi_drive_resume(held);
       if (r == 0)
         return;
@@ -220,6 +222,27 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
   return r > 0 ? r : 0;
 }
 
+/* Runs up to a batch of the RSRs queued (runtime messages first), while
+ * this thread holds the driver lock at generation `gen`. */
+static inline int run_queued(unsigned gen) {
+  int n = 0;
+  for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
+    /* A pop of an empty queue is its idle test (mpscq.h). */
+    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
+    if (q == NULL)
+      q = nxi_mpscq_pop(&nxi_eng.recvq);
+    if (q == NULL)
+      break;
+    dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
+    n++;
+  }
+  return n;
+}
+
+/* The same, out of line: a stack that carries a thread's polling on runs
+ * the queue through it (fiber.c). */
+static int drain_queued(unsigned gen) { return run_queued(gen); }
+
 int nxi_poll_once(unsigned gen) {
   int n = 0;
   int nmods = nxi_module_count_loaded();
@@ -241,17 +264,7 @@ int nxi_poll_once(unsigned gen) {
   if (nxi_dlist_fallbacks_due()) /* routes failed: the next candidates */
     n += nxi_dlist_fallbacks();
   nxi_stage_tick(now);
-  for (int i = 0; i < BATCH && nxi_drive_gen() == gen; i++) {
-    /* A pop of an empty queue is its idle test (mpscq.h). */
-    struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
-    if (q == NULL)
-      q = nxi_mpscq_pop(&nxi_eng.recvq);
-    if (q == NULL)
-      break;
-    dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
-    n++;
-  }
-  return n;
+  return n + run_queued(gen);
 }
 
 int nxi_poll_before_sleep(void) {

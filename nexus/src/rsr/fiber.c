@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/driver.h"
 #include "contexts/context.h"
 #include "engine/engine.h"
 #include "rsr/stages.h"
@@ -67,6 +68,15 @@ extern fctx_t make_fcontext(void *sp, size_t size,
 #define REQ_DONE ((void *)1) /* the handler returned: pool the fiber */
 #define REQ_PARK ((void *)2) /* park it on f->word */
 #define REQ_EXIT ((void *)3) /* the handler called nx_thread_exit: free it */
+/* A handler called on a carrying stack (nxi_fiber_dispatch) returned after
+ * it parked: the stack's frames below it are a loop another stack took
+ * over. Pool it afresh (or free it: the sanitizers keep a record of the
+ * frames they saw entered). */
+#define REQ_RESET ((void *)4)
+
+/* A stack this small carries no polling on (fiber_carry): the modules'
+ * progress runs there then. */
+#define CARRY_STACK_MIN (256u * 1024u)
 
 #define FREE_MAX 64       /* idle fibers kept for reuse */
 #define PARK_BUCKETS 256u /* parked fibers, hashed by the word they wait on */
@@ -85,6 +95,20 @@ struct nxi_fiber {
   struct nxi_fiber **pprev;
   struct nxi_fiber *all_next, *all_prev; /* every fiber (fib.all) */
   int idle;                              /* pooled: free to take */
+  /* A handler (`job`) runs on it, not the polling it may carry on. */
+  unsigned char running;
+  /* It carries on its starting thread's polling once its first handler
+   * returned, if that handler never parked (fiber_carry). */
+  unsigned char carry;
+  /* It carries that polling now: a threaded handler dispatched there is
+   * called on it (nxi_fiber_dispatch). */
+  unsigned char carrying;
+  /* Its handler parked while it carried: that polling went back to the
+   * thread, and the stack ends with the handler (REQ_RESET). */
+  unsigned char displaced;
+  const uint32_t *carry_word; /* the wait it carries on (NULL: a runtime */
+  uint32_t carry_old;         /* thread's loop), and the value it waits on */
+  int (*carry_drain)(unsigned gen); /* the dispatcher's queue, run */
 #ifdef FIBER_ASAN
   void *asan_fake;       /* its fake stack, while switched out */
   const void *back_base; /* its resumer's stack */
@@ -98,6 +122,7 @@ struct nxi_fiber {
 
 static struct {
   int on;
+  int carry; /* stacks are big enough to carry polling on */
   size_t stack_size;
   size_t page;
   pthread_mutex_t lock; /* the free list and `all` */
@@ -256,8 +281,9 @@ static NXI_NOIPA void came_in(struct nxi_fiber *f, struct fctx_transfer t) {
 static NXI_NOIPA void switch_out(struct nxi_fiber *f, void *req) {
 #ifdef FIBER_ASAN
   /* NULL for a stack left for good: ASan frees its fake stack. */
-  __sanitizer_start_switch_fiber(req == REQ_EXIT ? NULL : &f->asan_fake,
-                                 f->back_base, f->back_size);
+  __sanitizer_start_switch_fiber(
+      req == REQ_EXIT || req == REQ_RESET ? NULL : &f->asan_fake, f->back_base,
+      f->back_size);
 #endif
 #ifdef FIBER_TSAN
   __tsan_switch_to_fiber(f->tsan_back, 0);
@@ -266,19 +292,109 @@ static NXI_NOIPA void switch_out(struct nxi_fiber *f, void *req) {
   came_in(f, t);
 }
 
+static void fiber_carry(struct nxi_fiber *f);
+
 static void fiber_main(struct fctx_transfer t) {
   struct nxi_fiber *f = t.data;
   came_in(f, t);
   for (;;) {
     struct nx_buffer *b = f->job;
     struct nx_context *ctx = b->ctx;
+    f->running = 1;
     nxi_stage_handled(b); /* as it starts (nxi_run) */
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
+    f->running = 0;
     nxi_order_end(b);
     nxi_buffer_handler_done(b);
     nxi_context_put(ctx);
+    if (f->carry) /* cleared if it parked: maybe on another thread now */
+      fiber_carry(f);
     switch_out(f, REQ_DONE);
   }
+}
+
+/* The end of a handler called on a carrying stack that parked meanwhile
+ * (fiber_call): the frames below it are a loop of the thread it left,
+ * which went on without them. Never returns into them. */
+static NXI_NOIPA __attribute__((noreturn)) void
+fiber_end_displaced(struct nxi_fiber *f, struct nx_buffer *b,
+                    struct nx_context *ctx) {
+  nxi_order_end(b);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+  switch_out(f, REQ_RESET);
+  abort(); /* never resumed */
+}
+
+/* Calls threaded handler `b` on carrying stack `f` (nxi_fiber_dispatch):
+ * no switch. It has an identity of its own (the stack's), as on a stack
+ * started for it; if it parks, the thread takes its polling back and the
+ * handler ends on this stack wherever it resumes. */
+static int fiber_call(struct nxi_fiber *f, struct nx_buffer *b) {
+  nxi_ts_add(NXI_TS_LAZY_STARTED, 1);
+  f->job = b;
+  b->fiber = f;
+  f->ts.locks = 0;
+  f->ts.id = (uint64_t)(uintptr_t)f;
+  nxi_thread_state_swap(&f->ts);
+  struct nx_context *ctx = b->ctx;
+  nx_context_t *old = nxi_context_swap(ctx);
+  f->running = 1;
+  nxi_stage_handled(b);
+  b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  f->running = 0;
+  if (f->displaced)
+    fiber_end_displaced(f, b, ctx);
+  /* Never parked: still on the thread that called it. */
+  nxi_context_swap(old);
+  nxi_thread_state_swap(&f->ts);
+  f->job = NULL;
+  nxi_order_end(b);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+  return 0;
+}
+
+/* Its first handler returned without parking, on the thread that started
+ * it: the stack carries on that thread's polling (its wait, or a runtime
+ * thread's loop) for what is queued already (what that handler sent to a
+ * context of this process, say), and threaded handlers among it are calls
+ * (fiber_call): a second handler costs no switch. The modules are not
+ * polled here: back to the thread once the queue is empty or the wait is
+ * over, and wherever the thread's own loop decides otherwise (the primary
+ * deferring to a waiter, a handler queued for a runtime thread, the role
+ * lost). Not inlined: it reads thread-locals, and the handler before it
+ * may have run elsewhere (it did not, or `carry` would be 0; the compiler
+ * does not know that). */
+static inline int carry_more(const struct nxi_fiber *f) {
+  if (f->carry_word != NULL
+          ? __atomic_load_n(f->carry_word, __ATOMIC_ACQUIRE) != f->carry_old
+          : !nxi_eng_me.primary ||
+                atomic_load_explicit(&nxi_eng.waiters, memory_order_relaxed) >
+                    0)
+    return 0;
+  return nxi_ready() &&
+         !atomic_load_explicit(&nxi_eng.stopping, memory_order_relaxed) &&
+         atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) == 0 &&
+         !(nxi_mpscq_idle(&nxi_eng.recvq) && nxi_mpscq_idle(&nxi_eng.ctlq));
+}
+
+static NXI_NOIPA void fiber_carry(struct nxi_fiber *f) {
+  f->carry = 0;
+  if (!carry_more(f))
+    return; /* the usual case between processes: nothing queued yet */
+  f->carrying = 1;
+  nxi_thread_state_swap(&f->ts); /* the thread's identity, as on its stack */
+  int n;
+  do {
+    unsigned gen;
+    if (!nxi_drive_begin(&gen))
+      break;
+    n = f->carry_drain(gen);
+    nxi_drive_end(gen);
+  } while (n > 0 && carry_more(f));
+  f->carrying = 0;
+  nxi_thread_state_swap(&f->ts);
 }
 
 static unsigned bucket_of(const uint32_t *word) {
@@ -343,16 +459,43 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   } else if (t.data == REQ_DONE) {
     f->job = NULL;
     fiber_put(f);
+  } else if (t.data == REQ_RESET) {
+    f->job = NULL;
+    f->displaced = 0;
+#if defined(FIBER_ASAN) || defined(FIBER_TSAN)
+    pthread_mutex_lock(&fib.lock);
+    stack_free(f);
+    pthread_mutex_unlock(&fib.lock);
+#else
+    f->fctx = make_fcontext(f->map + f->map_size, fib.stack_size, fiber_main);
+    fiber_put(f);
+#endif
   } else {
+    /* Parked: it carries nothing on from now on; a handler called while
+     * it carried takes the stack with it (fiber_call). */
+    f->carry = 0;
+    if (f->carrying) {
+      f->carrying = 0;
+      f->displaced = 1;
+    }
     park_commit(f);
   }
 }
 
-int nxi_fiber_start(struct nx_buffer *b) {
+/* Starts `b`'s handler on a stack of its own; with `word` (a wait's, or
+ * NXI_CARRY_LOOP) the stack carries on the thread's polling afterwards
+ * (fiber_carry). */
+#define NXI_CARRY_LOOP ((const uint32_t *)1)
+static int fiber_launch(struct nx_buffer *b, const uint32_t *word, uint32_t old,
+                        int (*drain)(unsigned gen)) {
   struct nxi_fiber *f = fiber_get();
   if (f == NULL)
     return NX_ENOMEM;
   nxi_ts_add(NXI_TS_LAZY_STARTED, 1); /* on the resumer's own thread */
+  f->carry = word != NULL;
+  f->carry_word = word != NXI_CARRY_LOOP ? word : NULL;
+  f->carry_old = old;
+  f->carry_drain = drain;
   f->job = b;
   f->self_ctx = b->ctx;
   f->ts.locks = 0;
@@ -362,11 +505,37 @@ int nxi_fiber_start(struct nx_buffer *b) {
   return 0;
 }
 
+int nxi_fiber_start(struct nx_buffer *b) {
+  return fiber_launch(b, NULL, 0, NULL);
+}
+
+int nxi_fiber_dispatch(struct nx_buffer *b, int (*drain)(unsigned gen)) {
+  struct nxi_fiber *f = cur;
+  if (f != NULL) {
+    /* On a carrying stack outside any handler: a call. Else (inside a
+     * handler) on a stack of its own, on top, as before. */
+    if (f->carrying && !f->running && nxi_eng_me.handlers == 0)
+      return fiber_call(f, b);
+    return fiber_launch(b, NULL, 0, NULL);
+  }
+  /* On the thread's own stack, dispatched by its outermost loop: the new
+   * stack may carry that loop on. */
+  const uint32_t *word = NULL;
+  if (fib.carry && nxi_eng_me.handlers == 0) {
+    if (nxi_eng_me.waiting == 1)
+      word = nxi_eng_me.wait_word;
+    else if (nxi_eng_me.waiting == 0 && nxi_eng_me.primary)
+      word = NXI_CARRY_LOOP;
+  }
+  return fiber_launch(b, word, nxi_eng_me.wait_old, drain);
+}
+
 int nxi_fiber_can_park(void) {
   /* Not from inside a module's progress (waiter.c, hook_block): the
    * thread would go on driving with that module's call still open on the
    * parked stack. */
-  return cur_get() != NULL && nxi_thread_locks_held() == 0 &&
+  struct nxi_fiber *f = cur_get();
+  return f != NULL && f->running && nxi_thread_locks_held() == 0 &&
          !nxi_eng_me.polling;
 }
 
@@ -374,7 +543,7 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old) {
   struct nxi_fiber *f = cur_get();
   /* A handler that holds a mutex keeps its thread: the mutex belongs to
    * the thread it was locked on. */
-  if (f == NULL || nxi_thread_locks_held() != 0)
+  if (f == NULL || !f->running || nxi_thread_locks_held() != 0)
     return NX_EAGAIN;
   f->word = word;
   f->old = old;
@@ -384,7 +553,7 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old) {
 
 void nxi_fiber_exit(void) {
   struct nxi_fiber *f = cur_get();
-  if (f == NULL)
+  if (f == NULL || !f->running)
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;
@@ -427,6 +596,7 @@ int nxi_fiber_init(int on, size_t stack_size) {
   fib.page = page > 0 ? (size_t)page : 4096;
   fib.stack_size = (stack_size + fib.page - 1) / fib.page * fib.page;
   fib.on = on;
+  fib.carry = fib.stack_size >= CARRY_STACK_MIN;
   atomic_store(&fib.parked, 0);
   memset(fib.parked_at, 0, sizeof(fib.parked_at));
   return 0;
@@ -455,7 +625,8 @@ int nxi_fiber_fini(void) {
 int nxi_fiber_enabled(void) { return fib.on; }
 
 int nxi_in_handler(void) {
-  return nxi_eng_me.handlers > 0 || cur_get() != NULL;
+  struct nxi_fiber *f = cur_get();
+  return nxi_eng_me.handlers > 0 || (f != NULL && f->running);
 }
 
 #else /* no fcontext: threaded handlers run on runtime threads */
@@ -469,6 +640,11 @@ int nxi_fiber_fini(void) { return 0; }
 int nxi_fiber_enabled(void) { return 0; }
 int nxi_fiber_start(struct nx_buffer *b) {
   (void)b;
+  return NX_ENOMEM;
+}
+int nxi_fiber_dispatch(struct nx_buffer *b, int (*drain)(unsigned gen)) {
+  (void)b;
+  (void)drain;
   return NX_ENOMEM;
 }
 void nxi_fiber_resume(struct nxi_fiber *f) { (void)f; }

@@ -25,6 +25,15 @@ int nxi_fiber_enabled(void);
  * 0, or NX_ENOMEM when no stack could be had (the caller runs it the
  * old way). Counts it in this thread's lazy_started (rt.h). */
 int nxi_fiber_start(struct nx_buffer *b);
+/* The same for a threaded handler dispatched by a thread's polling: on a
+ * stack that carries that polling on (fiber.c, fiber_carry) the handler is
+ * called there, without a switch; started from the outermost loop of a
+ * runtime thread or a waiting thread, the new stack carries its polling on
+ * once the handler returned, calling `drain` (the dispatcher's: runs what
+ * is queued while this thread drives at the generation given, returns how
+ * many ran). `drain` is called only before this returns: a handler that
+ * parks ends the carrying. */
+int nxi_fiber_dispatch(struct nx_buffer *b, int (*drain)(unsigned gen));
 /* Resumes a parked handler made runnable (`b->fiber`) until it returns or
  * parks again. */
 void nxi_fiber_resume(struct nxi_fiber *f);
