@@ -355,18 +355,8 @@ static int fiber_call(struct nxi_fiber *f, struct nx_buffer *b) {
   return 0;
 }
 
-/* Its first handler returned without parking, on the thread that started
- * it: the stack carries on that thread's polling (its wait, or a runtime
- * thread's loop) for what is queued already (what that handler sent to a
- * context of this process, say), and threaded handlers among it are calls
- * (fiber_call): a second handler costs no switch. The modules are not
- * polled here: back to the thread once the queue is empty or the wait is
- * over, and wherever the thread's own loop decides otherwise (the primary
- * deferring to a waiter, a handler queued for a runtime thread, the role
- * lost). Not inlined: it reads thread-locals, and the handler before it
- * may have run elsewhere (it did not, or `carry` would be 0; the compiler
- * does not know that). */
-static inline int carry_more(const struct nxi_fiber *f) {
+/* Whether a stack should carry its thread's polling on now. */
+static inline int carry_worth(const struct nxi_fiber *f) {
   if (f->carry_word != NULL
           ? __atomic_load_n(f->carry_word, __ATOMIC_ACQUIRE) != f->carry_old
           : !nxi_eng_me.primary ||
@@ -379,20 +369,31 @@ static inline int carry_more(const struct nxi_fiber *f) {
          !(nxi_mpscq_idle(&nxi_eng.recvq) && nxi_mpscq_idle(&nxi_eng.ctlq));
 }
 
+/* Its first handler returned without parking, on the thread that started
+ * it: the stack carries on that thread's polling (its wait, or a runtime
+ * thread's loop) for a batch of what is queued already (what that handler
+ * sent to a context of this process, say), and threaded handlers among it
+ * are calls (fiber_call): a second handler costs no switch. Not when the
+ * queue is empty or the wait is over, nor where the thread's own loop
+ * would decide otherwise (the primary deferring to a waiter, a handler
+ * queued for a runtime thread, the role lost); the modules are polled by
+ * the thread's loop, not here. Not inlined: it reads thread-locals, and the
+ * handler before it may have run elsewhere (it did not, or `carry` would be 0;
+ * the compiler does not know that). */
 static NXI_NOIPA void fiber_carry(struct nxi_fiber *f) {
   f->carry = 0;
-  if (!carry_more(f))
+  if (!carry_worth(f))
     return; /* the usual case between processes: nothing queued yet */
   f->carrying = 1;
   nxi_thread_state_swap(&f->ts); /* the thread's identity, as on its stack */
-  int n;
-  do {
-    unsigned gen;
-    if (!nxi_drive_begin(&gen))
-      break;
-    n = f->carry_drain(gen);
+  /* One batch: the thread's loop polls the modules (and runs the
+   * runtime's clock) between batches, and must not wait behind a queue
+   * that a sender on another thread keeps full. */
+  unsigned gen;
+  if (nxi_drive_begin(&gen)) {
+    f->carry_drain(gen);
     nxi_drive_end(gen);
-  } while (n > 0 && carry_more(f));
+  }
   f->carrying = 0;
   nxi_thread_state_swap(&f->ts);
 }
