@@ -294,6 +294,15 @@ static NXI_NOIPA void switch_out(struct nxi_fiber *f, void *req) {
 
 static void fiber_carry(struct nxi_fiber *f);
 
+/* A handler's RSR is done: its ordered stream's turn passes, the buffer
+ * and the context reference go. No thread-locals: it may run on another
+ * thread than the handler started on. */
+static void job_end(struct nx_buffer *b, struct nx_context *ctx) {
+  nxi_order_end(b);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+}
+
 static void fiber_main(struct fctx_transfer t) {
   struct nxi_fiber *f = t.data;
   came_in(f, t);
@@ -304,9 +313,7 @@ static void fiber_main(struct fctx_transfer t) {
     nxi_stage_handled(b); /* as it starts (nxi_run) */
     b->fn(ctx, (void *)(uintptr_t)b->address, b);
     f->running = 0;
-    nxi_order_end(b);
-    nxi_buffer_handler_done(b);
-    nxi_context_put(ctx);
+    job_end(b, ctx);
     if (f->carry) /* cleared if it parked: maybe on another thread now */
       fiber_carry(f);
     switch_out(f, REQ_DONE);
@@ -319,9 +326,7 @@ static void fiber_main(struct fctx_transfer t) {
 static NXI_NOIPA __attribute__((noreturn)) void
 fiber_end_displaced(struct nxi_fiber *f, struct nx_buffer *b,
                     struct nx_context *ctx) {
-  nxi_order_end(b);
-  nxi_buffer_handler_done(b);
-  nxi_context_put(ctx);
+  job_end(b, ctx);
   switch_out(f, REQ_RESET);
   abort(); /* never resumed */
 }
@@ -349,9 +354,7 @@ static int fiber_call(struct nxi_fiber *f, struct nx_buffer *b) {
   nxi_context_swap(old);
   nxi_thread_state_swap(&f->ts);
   f->job = NULL;
-  nxi_order_end(b);
-  nxi_buffer_handler_done(b);
-  nxi_context_put(ctx);
+  job_end(b, ctx);
   return 0;
 }
 
@@ -558,9 +561,7 @@ void nxi_fiber_exit(void) {
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;
-  nxi_order_end(b);
-  nxi_buffer_handler_done(b);
-  nxi_context_put(ctx);
+  job_end(b, ctx);
   switch_out(f, REQ_EXIT);
   abort(); /* never resumed */
 }
