@@ -809,7 +809,16 @@ void tcp_conn_event(struct tcp_conn *c, uint32_t events) {
   if (c->state == CONN_CLOSING)
     return; /* closed by an earlier event of the same epoll_wait */
   if (events & EPOLLERR) {
-    /* A socket error (a refused connect, a reset): find out which. */
+    /* A socket error (a refused connect, a reset). An open connection
+     * first reads what its peer sent before a reset: a process that ends
+     * with bytes of ours unread resets its connections, and its last
+     * frames (its final counts, docs/design.md section 9) came before
+     * that. The kernel gives those bytes, then the error, which ends the
+     * read (lost_errno); the socket stays readable until then. */
+    if (c->state == CONN_OPEN && (events & (EPOLLIN | EPOLLHUP))) {
+      read_frames(c);
+      return;
+    }
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);

@@ -321,3 +321,57 @@ TEST_CASE_METHOD(session,
   CHECK(s[STAT_DROP_NO_CONTEXT] - base[STAT_DROP_NO_CONTEXT] == 1003);
   CHECK(peer.quit() == 0);
 }
+
+TEST_CASE_METHOD(session,
+                 "a connection reset right after its last frames: the peer "
+                 "reads them before it drops the connection",
+                 "[tcp]") {
+  peer_process peer;
+  REQUIRE(peer.start() == "");
+  REQUIRE(peer.port != 0);
+  uint64_t base[STAT_COUNT];
+  REQUIRE(peer_stats(peer.gp, cs.me, base));
+  // A process that ends with bytes of its peer's unread resets its
+  // connections (SO_LINGER of 0 does the same at once). The frames it sent
+  // before lie in the peer's socket ahead of the reset; the peer's driver,
+  // held in a handler meanwhile ("stall"), finds frames and reset at once.
+  // Frames for a context nobody has are counted when read: the count shows
+  // that every one was.
+  const int conns = 8, frames = 100;
+  int fds[conns];
+  for (int &fd : fds) {
+    fd = handshaken(peer.port);
+    REQUIRE(fd >= 0);
+  }
+  std::vector<uint8_t> f =
+      frame_header(nx_handler_id("echo"), 0x00c0ffee00000042ull, 3);
+  f.insert(f.end(), {1, 2, 3});
+  std::vector<uint8_t> many;
+  for (int i = 0; i < frames; i++)
+    many.insert(many.end(), f.begin(), f.end());
+  long stalls = the_client.stalled.get();
+  REQUIRE(send_stall(peer.gp, cs.me, 300) == 0);
+  REQUIRE(the_client.stalled.wait_for(stalls + 1, 10) == stalls + 1);
+  for (int fd : fds) {
+    struct linger reset = {1, 0};
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)) == 0);
+    CHECK(send_bytes(fd, many));
+    close(fd); // a reset, not a FIN
+  }
+  uint64_t want = (uint64_t)conns * (uint64_t)frames;
+  uint64_t s[STAT_COUNT] = {};
+  uint64_t end = now_ms() + 10000;
+  do {
+    REQUIRE(peer_stats(peer.gp, cs.me, s));
+    if (s[STAT_DROP_NO_CONTEXT] - base[STAT_DROP_NO_CONTEXT] >= want &&
+        s[STAT_SOCKETS] == base[STAT_SOCKETS])
+      break;
+    sleep_ms(20);
+  } while (now_ms() < end);
+  CHECK(s[STAT_DROP_NO_CONTEXT] - base[STAT_DROP_NO_CONTEXT] == want);
+  // Whole frames, then the reset: nothing was cut short.
+  CHECK(s[STAT_DROP_BAD_FRAME] == base[STAT_DROP_BAD_FRAME]);
+  CHECK(s[STAT_SOCKETS] == base[STAT_SOCKETS]); // each one closed
+  CHECK(echo_round_trip(peer.gp, cs.me, 1, 100));
+  CHECK(peer.quit() == 0);
+}
