@@ -41,9 +41,12 @@ static int nawaiting;
 static atomic_uint settled_gen;
 
 /* Tells `proc` how many of its RSRs of generations `gens` ran here; they
- * count as told once sent, or in any case if `always`. */
-static void send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
-                      int fence, int always) {
+ * count as told once sent, or in any case if `always`. `fence` is the
+ * answer's fence byte (ledger.h): 0 asked, 1 a fence's, or
+ * NXI_LEDGER_TELL_FINAL, which `proc` acknowledges. Returns 0 (sent) or a
+ * negative code. */
+static int send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
+                     int fence, int always) {
   nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_buffer_t *b;
   uint64_t counts[NXI_FRAME_GENS];
@@ -56,7 +59,7 @@ static void send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
     if (r == 0)
       r = nx_put_uint8(b, (uint8_t)gens);
     if (r == 0)
-      r = nx_put_uint8(b, (uint8_t)(fence != 0));
+      r = nx_put_uint8(b, (uint8_t)fence); /* 0, 1 or TELL_FINAL */
     for (unsigned g = 0; r == 0 && g < NXI_FRAME_GENS; g++)
       if (gens & 1u << g)
         r = nx_put_uint64(b, counts[g]);
@@ -68,6 +71,7 @@ static void send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
   for (unsigned g = 0; g < NXI_FRAME_GENS && (r == 0 || always); g++)
     if (gens & 1u << g)
       nxi_ledger_told(proc, g, counts[g]);
+  return r;
 }
 
 /* Asks `proc` for its counts of generations `gens`, with a fence if
@@ -133,7 +137,7 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
     return;
   }
   nxi_ledger_route(proc, reply.protos);
-  send_tell(proc, reply.protos, gens, fence, 0);
+  send_tell(proc, reply.protos, gens, fence != 0, 0);
   /* What the failed route lost never comes: ordered streams from that
    * process stop waiting for it. */
   if (fence)
@@ -216,6 +220,17 @@ static void on_tell(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   refuse(b, "answer");
 }
 
+/* `proc` is no longer waited for (it acknowledged, or cannot). */
+static void unawait(uint32_t proc) {
+  nx_mutex_lock(&flush_m);
+  for (int i = 0; i < nawaiting; i++)
+    if (awaiting[i] == proc) {
+      awaiting[i] = awaiting[--nawaiting];
+      break;
+    }
+  nx_mutex_unlock(&flush_m);
+}
+
 /* The ledger's stage: `proc` told this process its final counts. */
 static void send_ack(uint32_t proc, struct nxi_dlist *dl) {
   nx_gp_t to = nxi_initial_gp(proc, dl);
@@ -237,13 +252,7 @@ static void on_ack(nx_context_t *ctx, void *address, nx_buffer_t *b) {
     refuse(b, "acknowledgement");
     return;
   }
-  nx_mutex_lock(&flush_m);
-  for (int i = 0; i < nawaiting; i++)
-    if (awaiting[i] == proc) {
-      awaiting[i] = awaiting[--nawaiting];
-      break;
-    }
-  nx_mutex_unlock(&flush_m);
+  unawait(proc);
   nx_cond_broadcast(&flush_c);
 }
 
@@ -316,32 +325,53 @@ void nxi_confirm_tell_all(int final) {
     if ((n = nxi_ledger_untold(procs, gens, dls, ROUND_MAX)) == 0)
       break;
     for (int i = 0; i < n; i++) {
+      /* Added first: the acknowledgement may come before the send returns.
+       * A tell that could not be sent is not waited for. */
       if (final) {
         nx_mutex_lock(&flush_m);
         if (nawaiting < AWAIT_MAX)
           awaiting[nawaiting++] = procs[i];
         nx_mutex_unlock(&flush_m);
       }
-      send_tell(procs[i], dls[i], gens[i], final ? NXI_LEDGER_TELL_FINAL : 0,
-                1);
+      int r = send_tell(procs[i], dls[i], gens[i],
+                        final ? NXI_LEDGER_TELL_FINAL : 0, 1);
+      if (final && r < 0)
+        unawait(procs[i]);
       nxi_dlist_release(dls[i]);
     }
   }
 }
 
+/* Whether a live list names `proc`. */
+static int reachable(uint32_t proc) {
+  struct nxi_dlist *dl = nxi_dlist_of_proc(proc);
+  if (dl != NULL)
+    nxi_dlist_release(dl);
+  return dl != NULL;
+}
+
 void nxi_confirm_wait_acks(int timeout_ms) {
-  struct timespec ts = nxu_realtime_in((uint64_t)timeout_ms * 1000000u);
+  uint64_t deadline = nxu_now_ns() + (uint64_t)timeout_ms * 1000000u;
   /* Waiting here drives progress (waiter.c). */
   nx_mutex_lock(&flush_m);
   for (;;) {
-    /* A process found lost meanwhile acknowledges nothing. */
+    /* A process found lost meanwhile, or whose every list failed (a
+     * connection that closed as the process ended: the ledger hears of
+     * its loss later, or not at all), acknowledges nothing. */
     for (int i = 0; i < nawaiting;)
-      if (nxi_ledger_is_lost(awaiting[i]))
+      if (nxi_ledger_is_lost(awaiting[i]) || !reachable(awaiting[i]))
         awaiting[i] = awaiting[--nawaiting];
       else
         i++;
-    if (nawaiting == 0 || nx_cond_timedwait(&flush_c, &flush_m, &ts) != 0)
+    if (nawaiting == 0)
       break;
+    uint64_t now = nxu_now_ns();
+    if (now >= deadline)
+      break;
+    /* Looked at again every 10 ms: a failed list wakes no one here. */
+    uint64_t slice = deadline - now < 10000000u ? deadline - now : 10000000u;
+    struct timespec ts = nxu_realtime_in(slice);
+    nx_cond_timedwait(&flush_c, &flush_m, &ts);
   }
   if (nawaiting > 0)
     nxi_log(1, NULL,
