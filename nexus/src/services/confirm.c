@@ -342,36 +342,19 @@ void nxi_confirm_tell_all(int final) {
   }
 }
 
-/* Whether a live list names `proc`. */
-static int reachable(uint32_t proc) {
-  struct nxi_dlist *dl = nxi_dlist_of_proc(proc);
-  if (dl != NULL)
-    nxi_dlist_release(dl);
-  return dl != NULL;
-}
-
 void nxi_confirm_wait_acks(int timeout_ms) {
-  uint64_t deadline = nxu_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  struct timespec ts = nxu_realtime_in((uint64_t)timeout_ms * 1000000u);
   /* Waiting here drives progress (waiter.c). */
   nx_mutex_lock(&flush_m);
   for (;;) {
-    /* A process found lost meanwhile, or whose every list failed (a
-     * connection that closed as the process ended: the ledger hears of
-     * its loss later, or not at all), acknowledges nothing. */
+    /* A process found lost meanwhile acknowledges nothing. */
     for (int i = 0; i < nawaiting;)
-      if (nxi_ledger_is_lost(awaiting[i]) || !reachable(awaiting[i]))
+      if (nxi_ledger_is_lost(awaiting[i]))
         awaiting[i] = awaiting[--nawaiting];
       else
         i++;
-    if (nawaiting == 0)
+    if (nawaiting == 0 || nx_cond_timedwait(&flush_c, &flush_m, &ts) != 0)
       break;
-    uint64_t now = nxu_now_ns();
-    if (now >= deadline)
-      break;
-    /* Looked at again every 10 ms: a failed list wakes no one here. */
-    uint64_t slice = deadline - now < 10000000u ? deadline - now : 10000000u;
-    struct timespec ts = nxu_realtime_in(slice);
-    nx_cond_timedwait(&flush_c, &flush_m, &ts);
   }
   if (nawaiting > 0)
     nxi_log(1, NULL,
