@@ -9,42 +9,6 @@
 
 using namespace tcp_test;
 
-namespace {
-
-uint64_t realtime_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int introduce(const nx_gp_t &to, const nx_gp_t &other) {
-  nx_buffer_t *b;
-  int r = nx_rsr_init_name(&b, &to, "introduce", nx_sizeof_gp(&other));
-  if (r != 0)
-    return r;
-  if ((r = nx_put_gp(b, &other)) != 0) {
-    nx_buffer_release(b);
-    return r;
-  }
-  return nx_rsr_send(b);
-}
-
-int blast(const nx_gp_t &to, uint32_t count, uint64_t start) {
-  nx_buffer_t *b;
-  int r = nx_rsr_init_name(&b, &to, "blast",
-                           nx_sizeof_int32(1) + nx_sizeof_int64(1));
-  if (r != 0)
-    return r;
-  if ((r = nx_put_uint32(b, count)) != 0 ||
-      (r = nx_put_uint64(b, start)) != 0) {
-    nx_buffer_release(b);
-    return r;
-  }
-  return nx_rsr_send(b);
-}
-
-} // namespace
-
 TEST_CASE_METHOD(session,
                  "two processes connecting to each other at once keep one "
                  "connection and lose nothing",
