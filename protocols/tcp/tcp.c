@@ -167,6 +167,8 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p);
 /* Driver only: the peer is dead; fails its queue, closes its connections,
  * reports it once. */
 static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why);
+/* Driver only: a write to the peer failed with errno `err`. */
+static void peer_write_failed(struct tcp *t, struct tcp_peer *p, int err);
 
 /* The endpoint is a peer's first member. */
 static struct tcp_peer *peer_of(struct nx_endpoint *ep) {
@@ -238,7 +240,7 @@ static void tcp_peer_open(struct tcp *t, struct tcp_peer *p,
   nxu_unlock(&p->lock);
   complete(t, done, 0);
   if (r < 0) {
-    tcp_peer_fail(t, p, strerror(-r));
+    peer_write_failed(t, p, -r);
     return;
   }
   tcp_conn_poll(c, EPOLLIN | (more ? EPOLLOUT : 0));
@@ -257,7 +259,7 @@ static void tcp_peer_flush(struct tcp *t, struct tcp_peer *p) {
     t->events++;
   complete(t, done, 0);
   if (r < 0) {
-    tcp_peer_fail(t, p, strerror(-r));
+    peer_write_failed(t, p, -r);
     return;
   }
   if (p->conn != NULL)
@@ -278,6 +280,30 @@ static void tcp_peer_fail(struct tcp *t, struct tcp_peer *p, const char *why) {
   complete(t, q, NX_EPEERDEAD);
 }
 
+/* EPIPE: the connection was reset after the peer's FIN (tcp_conn_event),
+ * so the peer ended its writing first, and what it sent before (its last
+ * reply, its final counts) may still lie unread in the socket. The
+ * connection is read to its end first; the EOF there fails the peer, as a
+ * close does. Meanwhile nothing more is written to it. Any other error
+ * (a reset without a FIN: a broken connection) fails the peer now. */
+static void peer_write_failed(struct tcp *t, struct tcp_peer *p, int err) {
+  if (err == EPIPE && !t->finalizing && p->conn != NULL &&
+      p->conn->state == CONN_OPEN) {
+    TCP_LOG(t, 2, "peer %02x%02x%02x%02x: %s; reading what it sent first",
+            p->base.uuid[0], p->base.uuid[1], p->base.uuid[2], p->base.uuid[3],
+            strerror(err));
+    nxu_lock(&p->lock);
+    p->dead = 1;
+    p->fd = -1;
+    p->error = err;
+    nxu_unlock(&p->lock);
+    tcp_conn_poll(p->conn, EPOLLIN);
+    tcp_conn_read(p->conn);
+    return;
+  }
+  tcp_peer_fail(t, p, strerror(err));
+}
+
 /* What the driver does for a peer on the attention stack. */
 static void service(struct tcp *t, struct tcp_peer *p) {
   nxu_lock(&p->lock);
@@ -288,7 +314,7 @@ static void service(struct tcp *t, struct tcp_peer *p) {
     /* A sender found the connection broken (or it failed before). */
     if (queued || p->conn != NULL || p->out != NULL ||
         !atomic_load(&p->reported))
-      tcp_peer_fail(t, p, strerror(error));
+      peer_write_failed(t, p, error);
     return;
   }
   if (open)

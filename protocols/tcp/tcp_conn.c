@@ -130,6 +130,7 @@ void tcp_conn_close(struct tcp_conn *c) {
   struct tcp *t = c->t;
   if (c->state == CONN_WAIT_HELLO)
     t->handshaking--;
+  int was_open = c->state == CONN_OPEN;
   c->state = CONN_CLOSING;
   c->deadline = 0;
   if (t->hot == c)
@@ -155,6 +156,11 @@ void tcp_conn_close(struct tcp_conn *c) {
   }
   if (c->fd >= 0) {
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    /* A FIN after what was written, before the close: should the close
+     * reset the connection (bytes of the peer's unread), the peer then
+     * still reads what we sent (see tcp_conn_event). */
+    if (was_open)
+      shutdown(c->fd, SHUT_WR);
     close(c->fd);
     c->fd = -1;
   }
@@ -639,6 +645,11 @@ static void deliver(struct tcp_conn *c, nx_frame_t *f) {
   c->t->hot = c;
 }
 
+void tcp_conn_read(struct tcp_conn *c) {
+  if (c->state == CONN_OPEN)
+    read_frames(c);
+}
+
 int tcp_conn_read_hot(struct tcp *t) {
   struct tcp_conn *c = t->hot;
   if (c == NULL || c->state != CONN_OPEN)
@@ -809,19 +820,25 @@ void tcp_conn_event(struct tcp_conn *c, uint32_t events) {
   if (c->state == CONN_CLOSING)
     return; /* closed by an earlier event of the same epoll_wait */
   if (events & EPOLLERR) {
-    /* A socket error (a refused connect, a reset). An open connection
-     * first reads what its peer sent before a reset: a process that ends
-     * with bytes of ours unread resets its connections, and its last
-     * frames (its final counts, docs/design.md section 9) came before
-     * that. The kernel gives those bytes, then the error, which ends the
-     * read (lost_errno); the socket stays readable until then. */
-    if (c->state == CONN_OPEN && (events & (EPOLLIN | EPOLLHUP))) {
-      read_frames(c);
-      return;
-    }
+    /* A socket error (a refused connect, a reset): find out which. */
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    /* EPIPE: the reset came after the peer's FIN. A process that ends
+     * says it is done (FIN) and then resets its connections that still
+     * hold bytes of ours unread; what it sent before (a reply, its final
+     * counts, docs/design.md section 9) lies in the socket ahead of the
+     * FIN, and is read and delivered first: the kernel gives those
+     * bytes, then EOF (the error was taken above), which ends the read
+     * the way a close does. A reset without a FIN (ECONNRESET) is a
+     * broken connection: its unread tail belongs to a route that failed,
+     * and the peer's later RSRs take the next route, which the tail
+     * must not overtake; it is dropped, and what it carried is reported
+     * (docs/design.md section 6, "Falling back"). */
+    if (err == EPIPE && c->state == CONN_OPEN) {
+      read_frames(c);
+      return;
+    }
     conn_lost(c, strerror(err != 0 ? err : EIO));
     return;
   }

@@ -16,6 +16,9 @@ void tcp_conn_close(struct tcp_conn *c);
 void tcp_conn_poll(struct tcp_conn *c, uint32_t events);
 /* Handles what epoll reported for the connection. */
 void tcp_conn_event(struct tcp_conn *c, uint32_t events);
+/* Reads what the open connection holds now, as when epoll reports it
+ * readable: to its EOF, which fails its peer (tcp.c, peer_write_failed). */
+void tcp_conn_read(struct tcp_conn *c);
 /* Reads the connection that delivered last, without asking epoll; 1 if
  * it delivered again (tcp.c, progress_round). */
 int tcp_conn_read_hot(struct tcp *t);

@@ -9,10 +9,12 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "nexus/protocol.h"
+#include "gp_forge.h"
 #include "nxu_auth.h"
 #include "runtime_guard.h"
 #define NX_HARNESS_TCP
@@ -115,13 +117,16 @@ bool recv_exact(int fd, uint8_t *p, size_t n, int timeout_ms) {
   return true;
 }
 
-// A raw client that passed the handshake, or -1.
-int handshaken(uint16_t port) {
+// A raw client that passed the handshake, or -1; it says it is the
+// process `uuid` when given, else a fresh one.
+int handshaken(uint16_t port, const std::vector<uint8_t> *uuid = nullptr) {
   int fd = raw_connect(port);
   if (fd < 0)
     return -1;
   uint8_t answer[24];
   std::vector<uint8_t> h = hello();
+  if (uuid != nullptr)
+    std::copy(uuid->begin(), uuid->end(), h.begin() + 6);
   if (!send_bytes(fd, h) || !prove(fd, h, key_bytes()) ||
       !recv_exact(fd, answer, sizeof(answer), 5000) ||
       std::memcmp(answer, "NXT1", 4) != 0 || answer[6] != 0 || answer[7] != 0) {
@@ -165,6 +170,18 @@ std::vector<uint8_t> frame_header(uint32_t handler, uint64_t context,
   put(24, 0, 8);
   put(32, length, 8);
   return h;
+}
+
+// `n` whole frames of 3 bytes to a context nobody has: the peer drops and
+// counts each one when it reads it (STAT_DROP_NO_CONTEXT).
+std::vector<uint8_t> frames_for_nobody(int n) {
+  std::vector<uint8_t> f =
+      frame_header(nx_handler_id("echo"), 0x00c0ffee00000042ull, 3);
+  f.insert(f.end(), {1, 2, 3});
+  std::vector<uint8_t> many;
+  for (int i = 0; i < n; i++)
+    many.insert(many.end(), f.begin(), f.end());
+  return many;
 }
 
 } // namespace
@@ -323,32 +340,32 @@ TEST_CASE_METHOD(session,
 }
 
 TEST_CASE_METHOD(session,
-                 "a connection reset right after its last frames: the peer "
-                 "reads them before it drops the connection",
+                 "a connection reset right after its last frames: read to "
+                 "its end when a FIN came first, dropped when not",
                  "[tcp]") {
   peer_process peer;
   REQUIRE(peer.start() == "");
   REQUIRE(peer.port != 0);
   uint64_t base[STAT_COUNT];
   REQUIRE(peer_stats(peer.gp, cs.me, base));
-  // A process that ends with bytes of its peer's unread resets its
-  // connections (SO_LINGER of 0 does the same at once). The frames it sent
-  // before lie in the peer's socket ahead of the reset; the peer's driver,
-  // held in a handler meanwhile ("stall"), finds frames and reset at once.
-  // Frames for a context nobody has are counted when read: the count shows
-  // that every one was.
+  // A process that ends says it is done (FIN, tcp's finalize) and then,
+  // holding bytes of its peer's unread, resets its connections (SO_LINGER
+  // of 0 resets at once). The frames it sent lie in the peer's socket
+  // ahead of the FIN and the reset; the peer's driver, held in a handler
+  // meanwhile ("stall"), finds them all at once. A reset without a FIN is
+  // a broken connection: its tail is dropped (docs/tcp.md, "Failure").
+  // Frames for a context nobody has are counted when read: the count
+  // shows how many were.
+  bool fin = false;
+  SECTION("FIN, then the reset: every frame is read") { fin = true; }
+  SECTION("the reset alone: the tail is dropped") { fin = false; }
   const int conns = 8, frames = 100;
   int fds[conns];
   for (int &fd : fds) {
     fd = handshaken(peer.port);
     REQUIRE(fd >= 0);
   }
-  std::vector<uint8_t> f =
-      frame_header(nx_handler_id("echo"), 0x00c0ffee00000042ull, 3);
-  f.insert(f.end(), {1, 2, 3});
-  std::vector<uint8_t> many;
-  for (int i = 0; i < frames; i++)
-    many.insert(many.end(), f.begin(), f.end());
+  std::vector<uint8_t> many = frames_for_nobody(frames);
   long stalls = the_client.stalled.get();
   REQUIRE(send_stall(peer.gp, cs.me, 300) == 0);
   REQUIRE(the_client.stalled.wait_for(stalls + 1, 10) == stalls + 1);
@@ -356,9 +373,11 @@ TEST_CASE_METHOD(session,
     struct linger reset = {1, 0};
     CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)) == 0);
     CHECK(send_bytes(fd, many));
-    close(fd); // a reset, not a FIN
+    if (fin)
+      CHECK(shutdown(fd, SHUT_WR) == 0);
+    close(fd); // a reset
   }
-  uint64_t want = (uint64_t)conns * (uint64_t)frames;
+  uint64_t want = fin ? (uint64_t)conns * (uint64_t)frames : 0;
   uint64_t s[STAT_COUNT] = {};
   uint64_t end = now_ms() + 10000;
   do {
@@ -368,10 +387,70 @@ TEST_CASE_METHOD(session,
       break;
     sleep_ms(20);
   } while (now_ms() < end);
+  // Frames read in the round that closed the last socket may run after
+  // the answer above: one more round trip, then they are counted.
+  CHECK(echo_round_trip(peer.gp, cs.me, 1, 100));
+  REQUIRE(peer_stats(peer.gp, cs.me, s));
   CHECK(s[STAT_DROP_NO_CONTEXT] - base[STAT_DROP_NO_CONTEXT] == want);
   // Whole frames, then the reset: nothing was cut short.
   CHECK(s[STAT_DROP_BAD_FRAME] == base[STAT_DROP_BAD_FRAME]);
   CHECK(s[STAT_SOCKETS] == base[STAT_SOCKETS]); // each one closed
   CHECK(echo_round_trip(peer.gp, cs.me, 1, 100));
+  CHECK(peer.quit() == 0);
+}
+
+TEST_CASE_METHOD(session,
+                 "a send that finds the connection reset after the peer's "
+                 "FIN: what the peer sent first is read before it is dropped",
+                 "[tcp]") {
+  peer_process peer;
+  REQUIRE(peer.start() == "");
+  REQUIRE(peer.port != 0);
+  // The raw client says it is process `uuid`; a forged gp names a context
+  // there, reachable over tcp only, so that the peer's sends to it take
+  // this very connection.
+  std::vector<uint8_t> uuid(16);
+  for (size_t i = 0; i < uuid.size(); i++)
+    uuid[i] = (uint8_t)(0xf0 ^ i);
+  gp_forge forge;
+  REQUIRE(forge.init(cs.me));
+  nx_gp_t there = NX_GP_NULL;
+  REQUIRE(forge.make(forge.scope, desc(uuid, {v4(127, 0, 0, 1, 9)}), &there) ==
+          0);
+  int fd = handshaken(peer.port, &uuid);
+  REQUIRE(fd >= 0);
+  REQUIRE(introduce(peer.gp, there) == 0);
+  nx_gp_release(&there);
+  uint64_t base[STAT_COUNT];
+  REQUIRE(peer_stats(peer.gp, cs.me, base)); // "introduce" ran before it
+  // The peer's main thread sends one "seq" there 150 ms from now, while
+  // its driver is held in "stall" (400 ms). Before that, the client sends
+  // frames, its FIN, and resets: the send finds the reset (EPIPE) first,
+  // before the driver has read anything. Frames for a context nobody has
+  // are counted when read.
+  const int frames = 100;
+  REQUIRE(blast(peer.gp, 1, realtime_ns() + 150000000ull) == 0);
+  long stalls = the_client.stalled.get();
+  REQUIRE(send_stall(peer.gp, cs.me, 400) == 0);
+  REQUIRE(the_client.stalled.wait_for(stalls + 1, 10) == stalls + 1);
+  std::vector<uint8_t> many = frames_for_nobody(frames);
+  struct linger reset = {1, 0};
+  CHECK(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)) == 0);
+  CHECK(send_bytes(fd, many));
+  CHECK(shutdown(fd, SHUT_WR) == 0);
+  close(fd);
+  uint64_t s[STAT_COUNT] = {};
+  uint64_t end = now_ms() + 10000;
+  do {
+    REQUIRE(peer_stats(peer.gp, cs.me, s));
+    if (s[STAT_SOCKETS] + 1 == base[STAT_SOCKETS])
+      break;
+    sleep_ms(20);
+  } while (now_ms() < end);
+  CHECK(s[STAT_SOCKETS] + 1 == base[STAT_SOCKETS]); // the client's closed
+  CHECK(echo_round_trip(peer.gp, cs.me, 1, 100));
+  REQUIRE(peer_stats(peer.gp, cs.me, s));
+  CHECK(s[STAT_DROP_NO_CONTEXT] - base[STAT_DROP_NO_CONTEXT] == frames);
+  CHECK(s[STAT_DROP_BAD_FRAME] == base[STAT_DROP_BAD_FRAME]);
   CHECK(peer.quit() == 0);
 }
