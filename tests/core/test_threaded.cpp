@@ -15,6 +15,7 @@
 #include <vector>
 #include <unistd.h>
 
+#include "capture_stderr.h"
 #include "latch.h"
 #include "nexus.h"
 #include "runtime_guard.h"
@@ -288,6 +289,7 @@ struct lazy_world {
   long count = 0;
   std::atomic<int> started{0};
   std::atomic<int> bad{0};
+  std::atomic<int> returned{0};
   int pipe_fd = -1;
   latch done;
   lazy_world() {
@@ -371,6 +373,23 @@ void on_quit(nx_context_t *ctx, void *, nx_buffer_t *) {
   w->bad++;
 }
 
+// Non-threaded: nx_thread_exit must not end the thread it runs on (the
+// driver's, or a waiting one's); the call returns.
+void on_quit_here(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  nx_thread_exit(nullptr);
+  w->returned++;
+  w->done.add();
+}
+
+// New-thread: ends its own thread; nothing after the call runs.
+void on_quit_new(nx_context_t *ctx, void *, nx_buffer_t *) {
+  lazy_world *w = lw(ctx);
+  w->done.add();
+  nx_thread_exit(nullptr);
+  w->bad++;
+}
+
 // Threaded: a timed wait that times out (a timed wait does not park).
 void on_timed(nx_context_t *ctx, void *, nx_buffer_t *) {
   lazy_world *w = lw(ctx);
@@ -403,6 +422,8 @@ int lazy_init(nx_context_t *ctx, void *arg) {
             {"reader", on_reader, NX_HANDLER_THREADED},
             {"tick", on_tick, NX_HANDLER_NONTHREADED},
             {"quit", on_quit, NX_HANDLER_THREADED},
+            {"quit_here", on_quit_here, NX_HANDLER_NONTHREADED},
+            {"quit_new", on_quit_new, NX_HANDLER_NEW_THREAD},
             {"timed", on_timed, NX_HANDLER_THREADED}};
   for (auto &h : hs) {
     int r = nx_handler_register(ctx, h.name, h.fn, h.kind, nullptr);
@@ -539,6 +560,46 @@ TEST_CASE("nx_thread_exit in a lazy handler ends the handler, not its thread",
   CHECK(w.bad.load() == 0);
   REQUIRE(nx_stats_get(&after) == 0);
   CHECK(after.threads_created - before.threads_created < 8);
+}
+
+TEST_CASE("nx_thread_exit in a non-threaded handler returns and says so; in "
+          "a new-thread handler it ends that thread, and nx_finalize finds "
+          "nothing left",
+          "[threaded]") {
+  // In any mode (lazy or not). Before: the non-threaded handler ended the
+  // progress thread (nothing ran after it), and nx_finalize returned
+  // NX_EBUSY for the new-thread handlers' ended threads.
+  lazy_world w;
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t gp = NX_GP_NULL;
+  REQUIRE(nx_context_create_local(lazy_init, &w, &gp) == 0);
+  std::string err = capture_stderr([&] {
+    for (int i = 0; i < 5; i++)
+      send(&gp, "quit_here");
+    CHECK(w.done.wait_for(5, 30) == 5);
+  });
+  CHECK(w.returned.load() == 5);
+  const std::string said = "nx_thread_exit called in a handler that runs on "
+                           "a thread not its own";
+  size_t at = err.find(said);
+  CHECK(at != std::string::npos);
+  if (at != std::string::npos)
+    CHECK(err.find(said, at + 1) == std::string::npos); // said once
+  // The thread those ran on goes on: more RSRs are handled.
+  for (int i = 0; i < 5; i++)
+    send(&gp, "tick");
+  CHECK(w.done.wait_for(10, 30) == 10);
+  nx_stats_t before, after;
+  REQUIRE(nx_stats_get(&before) == 0);
+  for (int i = 0; i < 5; i++)
+    send(&gp, "quit_new");
+  CHECK(w.done.wait_for(15, 30) == 15);
+  REQUIRE(nx_stats_get(&after) == 0);
+  CHECK(w.bad.load() == 0);
+  CHECK(after.rsr_handled - before.rsr_handled == 5);
+  nx_gp_release(&gp);
+  CHECK(rt.finalize() == 0);
 }
 
 TEST_CASE("a timed wait in a lazy handler times out", "[threaded]") {

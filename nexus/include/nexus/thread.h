@@ -44,7 +44,11 @@ NX_EXTERN int nx_thread_create(nx_thread_t *thread, nx_thread_fn fn, void *arg);
 /* Ends the calling thread with `result`; does not return. Called from a
  * lazy threaded handler (docs/design.md, "Where handlers run"), it ends
  * that handler instead (its RSR counts as handled, `result` is ignored)
- * and the OS thread it ran on goes on. */
+ * and the OS thread it ran on goes on; from an NX_HANDLER_NEW_THREAD
+ * handler, it ends the handler's own thread. From any other handler (a
+ * non-threaded one, or a threaded one under NX_THREADED=thread), which
+ * runs on a thread that is not its own, it returns at once (misuse,
+ * said once on stderr): return from the handler instead. */
 NX_EXTERN void nx_thread_exit(void *result);
 
 /* Waits for `thread` to end and stores its result in `*result` (may be NULL).

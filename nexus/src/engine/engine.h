@@ -123,7 +123,10 @@ struct nxi_engine_tls {
   int runtime;  /* a runtime thread (progress or pool) */
   int primary;  /* the progress thread */
   int handlers; /* handlers running on this thread (nesting depth) */
-  int waiting;  /* inside the wait stage (waiter.c) */
+  /* A thread of its own for one NX_HANDLER_NEW_THREAD handler (dispatch.c):
+   * nx_thread_exit in that handler may end it. */
+  int handler_thread;
+  int waiting; /* inside the wait stage (waiter.c) */
   /* The outermost wait's word and the value it waits to change (waiter.c):
    * a lazy handler it starts may carry its polling on (fiber.c). */
   const uint32_t *wait_word;

@@ -161,6 +161,27 @@ static void hook_signal(const uint32_t *word, int n) {
   }
 }
 
+/* nx_thread_exit: a lazy threaded handler on its own stack ends there
+ * (fiber.c), and a new-thread handler's thread may end (dispatch.c ends
+ * the handler as it unwinds). Any other handler runs on a thread that is
+ * not its own (a non-threaded one on the driver or on a thread waiting in
+ * nx_cond_wait, a threaded one under NX_THREADED=thread): ending that
+ * thread would stop progress or the program's wait, so it goes on. */
+static int hook_exit(void) {
+  nxi_fiber_exit(); /* on a handler's own stack: does not return */
+  if (nxi_eng_me.handlers == 0 ||
+      (nxi_eng_me.handler_thread && nxi_eng_me.handlers == 1))
+    return 0;
+  static atomic_int said;
+  if (!atomic_exchange(&said, 1))
+    nxi_log(0, NULL,
+            "nx_thread_exit called in a handler that runs on a thread not its "
+            "own (a non-threaded handler, or a threaded one under "
+            "NX_THREADED=thread): the thread goes on and the call returns; "
+            "return from the handler instead (said once)");
+  return 1;
+}
+
 static const struct nxi_thread_stages stages = {
     .wait = hook_wait,
     .block = hook_block,
@@ -168,7 +189,7 @@ static const struct nxi_thread_stages stages = {
     .signal = hook_signal,
     .can_park = nxi_fiber_can_park,
     .park = nxi_fiber_park,
-    .exit_handler = nxi_fiber_exit,
+    .exit_handler = hook_exit,
 };
 
 void nxi_waiter_stages_install(void) { nxi_thread_stages_set(&stages); }

@@ -16,6 +16,14 @@
 
 #define BATCH 64
 
+/* What follows a handler that nxi_run ran: its ordered stream's turn
+ * passes, the buffer and the context reference go. */
+static inline void run_end(struct nx_buffer *b, struct nx_context *ctx) {
+  nxi_order_end(b);
+  nxi_buffer_handler_done(b);
+  nxi_context_put(ctx);
+}
+
 void nxi_run(struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
   /* Counted as its handler starts: what the handler does (wake the thread
@@ -26,9 +34,7 @@ void nxi_run(struct nx_buffer *b) {
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   nxi_eng_me.handlers--;
   nxi_context_swap(old);
-  nxi_order_end(b);
-  nxi_buffer_handler_done(b);
-  nxi_context_put(ctx);
+  run_end(b, ctx);
 }
 
 void nxi_run_queued(struct nx_buffer *b) {
@@ -39,9 +45,23 @@ void nxi_run_queued(struct nx_buffer *b) {
   }
 }
 
+/* nx_thread_exit in a new-thread handler ends its thread (it is the
+ * handler's own): the handler's end and the thread's run here, as the
+ * thread unwinds. */
+static void new_thread_exited(void *self) {
+  struct nx_buffer *b = nxi_rthread_arg(self);
+  nxi_eng_me.handlers--;
+  nxi_context_swap(NULL);
+  run_end(b, b->ctx);
+  nxi_rthread_end(self);
+}
+
 /* A thread of its own for one NX_HANDLER_NEW_THREAD handler. */
 static void *new_thread_main(void *self) {
+  nxi_eng_me.handler_thread = 1;
+  pthread_cleanup_push(new_thread_exited, self);
   nxi_run(nxi_rthread_arg(self));
+  pthread_cleanup_pop(0);
   return nxi_rthread_end(self);
 }
 

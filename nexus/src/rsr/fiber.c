@@ -97,6 +97,9 @@ struct nxi_fiber {
   int idle;                              /* pooled: free to take */
   /* A handler (`job`) runs on it, not the polling it may carry on. */
   unsigned char running;
+  /* The handlers nxi_run runs on its thread below it (nxi_eng_me.handlers
+   * as it came in): more, and one of those runs inside its handler. */
+  int depth;
   /* It carries on its starting thread's polling once its first handler
    * returned, if that handler never parked (fiber_carry). */
   unsigned char carry;
@@ -273,6 +276,7 @@ static void fiber_put(struct nxi_fiber *f) {
  * return (maybe on another thread) notes the new resumer. */
 static NXI_NOIPA void came_in(struct nxi_fiber *f, struct fctx_transfer t) {
   f->back = t.fctx;
+  f->depth = nxi_eng_me.handlers;
 #ifdef FIBER_ASAN
   __sanitizer_finish_switch_fiber(f->asan_fake, &f->back_base, &f->back_size);
 #endif
@@ -345,6 +349,7 @@ static int fiber_call(struct nxi_fiber *f, struct nx_buffer *b) {
   struct nx_context *ctx = b->ctx;
   nx_context_t *old = nxi_context_swap(ctx);
   f->running = 1;
+  f->depth = nxi_eng_me.handlers;
   nxi_stage_handled(b);
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
   f->running = 0;
@@ -557,7 +562,10 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old) {
 
 void nxi_fiber_exit(void) {
   struct nxi_fiber *f = cur_get();
-  if (f == NULL || !f->running)
+  /* Not from a handler that nxi_run runs inside this one's (a
+   * non-threaded handler dispatched by its wait): that one is the
+   * caller, and it runs on a thread not its own. */
+  if (f == NULL || !f->running || nxi_eng_me.handlers != f->depth)
     return;
   struct nx_buffer *b = f->job;
   struct nx_context *ctx = b->ctx;

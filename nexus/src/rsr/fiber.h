@@ -47,7 +47,8 @@ int nxi_fiber_park(const uint32_t *word, uint32_t old);
  * holds no nexus mutex). */
 int nxi_fiber_can_park(void);
 /* nx_thread_exit on a handler's own stack: ends the handler (its RSR is
- * done, the stack is freed) and does not return. Elsewhere returns. */
+ * done, the stack is freed) and does not return. Elsewhere, or from a
+ * handler nxi_run runs inside that one, returns. */
 void nxi_fiber_exit(void);
 /* Makes up to `n` handlers parked on `word` runnable. */
 void nxi_fiber_wake(const uint32_t *word, int n);

@@ -21,7 +21,10 @@
  *    (nexus/src/rsr/fiber.h) parks instead of sleeping, until `*word` is
  *    signalled; park returns NX_EAGAIN when the caller cannot park.
  *  - exit_handler: nx_thread_exit was called; on a handler's own stack it
- *    ends that handler and does not return. */
+ *    ends that handler and does not return. Else it returns nonzero when
+ *    the calling thread must not end (it runs a handler on a thread that
+ *    is not the handler's own: nx_thread_exit then returns), 0 when it
+ *    may. */
 struct nxi_thread_stages {
   int (*wait)(const uint32_t *word, uint32_t old,
               const struct timespec *abstime);
@@ -30,7 +33,7 @@ struct nxi_thread_stages {
   void (*signal)(const uint32_t *word, int n);
   int (*can_park)(void);
   int (*park)(const uint32_t *word, uint32_t old);
-  void (*exit_handler)(void);
+  int (*exit_handler)(void);
 };
 
 /* Installs `stages` (NULL removes them). Not thread-safe against concurrent

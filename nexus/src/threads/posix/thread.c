@@ -76,8 +76,8 @@ void nx_thread_exit(void *result) {
   /* In a lazy threaded handler it ends the handler, not the OS thread it
    * runs on (which has its own work below the handler's stack). */
   const struct nxi_thread_stages *h = get_stages();
-  if (h != NULL && h->exit_handler != NULL)
-    h->exit_handler();
+  if (h != NULL && h->exit_handler != NULL && h->exit_handler() != 0)
+    return; /* misuse, said on stderr: the thread is not the handler's */
   pthread_exit(result);
 }
 
