@@ -319,7 +319,7 @@ void nxi_confirm_tell_all(int final) {
   uint32_t procs[ROUND_MAX];
   unsigned gens[ROUND_MAX];
   struct nxi_dlist *dls[ROUND_MAX];
-  int n;
+  int n, told = 0;
   /* Each round marks its peers told: the next finds the others. */
   for (int round = 0; round < 1024; round++) {
     if ((n = nxi_ledger_untold(procs, gens, dls, ROUND_MAX)) == 0)
@@ -337,9 +337,12 @@ void nxi_confirm_tell_all(int final) {
                         final ? NXI_LEDGER_TELL_FINAL : 0, 1);
       if (final && r < 0)
         unawait(procs[i]);
+      told += r == 0;
       nxi_dlist_release(dls[i]);
     }
   }
+  if (final && told > 0)
+    nxi_log(2, NULL, "nx_finalize: final counts told to %d process(es)", told);
 }
 
 void nxi_confirm_wait_acks(int timeout_ms) {
