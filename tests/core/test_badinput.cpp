@@ -374,3 +374,79 @@ TEST_CASE("a context whose init fails is not created", "[badinput]") {
             &gp) == NX_EACCES);
   CHECK(nx_gp_is_null(&gp));
 }
+
+namespace {
+// What nx_finalize returned where it must not stop the runtime, and what a
+// nested nx_init/nx_finalize pair returned in a handler.
+struct finalize_inside {
+  latch n;
+  std::atomic<int> rc_nonthreaded{1}, rc_threaded{1}, rc_errcb{1};
+  std::atomic<int> rc_errcb_init{1};
+  std::atomic<int> rc_nested_init{1}, rc_nested_fini{1};
+};
+finalize_inside *fin_world;
+
+void fin_nonthreaded(nx_context_t *, void *, nx_buffer_t *) {
+  fin_world->rc_nonthreaded = nx_finalize();
+  fin_world->n.add();
+}
+void fin_threaded(nx_context_t *, void *, nx_buffer_t *) {
+  fin_world->rc_threaded = nx_finalize();
+  fin_world->n.add();
+}
+void fin_nested(nx_context_t *, void *, nx_buffer_t *) {
+  fin_world->rc_nested_init = nx_init(nullptr, nullptr);
+  fin_world->rc_nested_fini = nx_finalize();
+  fin_world->n.add();
+}
+void fin_errcb(int, uint64_t, uint32_t, void *) {
+  fin_world->rc_errcb_init = nx_init(nullptr, nullptr);
+  fin_world->rc_errcb = nx_finalize();
+  fin_world->n.add();
+}
+int fin_init(nx_context_t *ctx, void *) {
+  int r = nx_handler_register(ctx, "nonthreaded", fin_nonthreaded,
+                              NX_HANDLER_NONTHREADED, nullptr);
+  if (r == 0)
+    r = nx_handler_register(ctx, "threaded", fin_threaded, NX_HANDLER_THREADED,
+                            nullptr);
+  if (r == 0)
+    r = nx_handler_register(ctx, "nested", fin_nested, NX_HANDLER_NONTHREADED,
+                            nullptr);
+  return r;
+}
+} // namespace
+
+TEST_CASE("nx_finalize from a handler, nx_init and nx_finalize from an error "
+          "callback: NX_EBUSY, and the runtime goes on; a nested "
+          "nx_init/nx_finalize pair in a handler counts",
+          "[badinput]") {
+  // Before: from a non-threaded handler it stopped the runtime under the
+  // handler (0, then NX_ENOTINIT for the program's own nx_finalize).
+  finalize_inside w;
+  fin_world = &w;
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t gp;
+  REQUIRE(nx_context_create_local(fin_init, nullptr, &gp) == 0);
+  send(&gp, "nonthreaded");
+  send(&gp, "threaded");
+  send(&gp, "nested");
+  REQUIRE(w.n.wait_for(3) == 3);
+  CHECK(w.rc_nonthreaded == NX_EBUSY);
+  CHECK(w.rc_threaded == NX_EBUSY);
+  CHECK(w.rc_nested_init == 0);
+  CHECK(w.rc_nested_fini == 0);
+  REQUIRE(nx_error_cb_set(fin_errcb, nullptr) == 0);
+  send(&gp, "no-such-handler");
+  REQUIRE(w.n.wait_for(4) == 4);
+  CHECK(w.rc_errcb_init == NX_EBUSY);
+  CHECK(w.rc_errcb == NX_EBUSY);
+  REQUIRE(nx_error_cb_set(nullptr, nullptr) == 0);
+  // Still running: an RSR runs, and the program's nx_finalize stops it.
+  send(&gp, "nested");
+  REQUIRE(w.n.wait_for(5) == 5);
+  nx_gp_release(&gp);
+  CHECK(rt.finalize() == 0);
+  fin_world = nullptr;
+}

@@ -22,9 +22,9 @@ extern "C" {
  * bytes for the process identity or key, or a module's wait fd cannot be
  * watched), NX_EAGAIN (no thread to watch the creator's control channel),
  * NX_EBUSY (an earlier nx_finalize had to leave blocked handler threads
- * running), or the error of agreeing on the job's key (a rank of an MPI
- * job or a PMIx server's process: the module's or PMIx's code, NX_EPROTO
- * for a malformed key). */
+ * running, or called from an error callback), or the error of agreeing on
+ * the job's key (a rank of an MPI job or a PMIx server's process: the
+ * module's or PMIx's code, NX_EPROTO for a malformed key). */
 NX_EXTERN int nx_init(int *argc, char ***argv);
 
 /* Stops the runtime. First it delivers: RSRs sent to contexts of this
@@ -38,7 +38,10 @@ NX_EXTERN int nx_init(int *argc, char ***argv);
  * threads are still blocked in program code after a two-second grace
  * period, they are left running, nothing they might use is freed, and
  * NX_EBUSY is returned (the runtime is stopped all the same). Not from a
- * handler. Returns 0, NX_ETIMEDOUT, NX_EBUSY or NX_ENOTINIT. */
+ * handler: there the call that would stop the runtime does nothing and
+ * returns NX_EBUSY (one that matches a nested nx_init only counts down,
+ * as anywhere). From an error callback it returns NX_EBUSY, as nx_init
+ * does. Returns 0, NX_ETIMEDOUT, NX_EBUSY or NX_ENOTINIT. */
 NX_EXTERN int nx_finalize(void);
 
 /* The version of the library the program runs with ("0.1.0"), which may

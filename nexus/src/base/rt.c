@@ -25,6 +25,8 @@ static int errcb_end = 1; /* slots in use are below it */
 static unsigned errcb_serial;
 static _Thread_local int in_errcb;
 
+int nxi_in_error_cb(void) { return in_errcb > 0; }
+
 static void errcbs_clear(void) {
   pthread_rwlock_wrlock(&errcb_lock);
   for (int i = 0; i < ERRCBS; i++)

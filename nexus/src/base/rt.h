@@ -100,6 +100,8 @@ void nxi_report_proc(int status, uint32_t proc);
 void nxi_proc_retire(uint32_t proc);
 /* 1 if `proc` is the process id of an earlier run of this process. */
 int nxi_proc_is_former(uint32_t proc);
+/* Whether the calling thread runs an error callback (nx_error_cb_set). */
+int nxi_in_error_cb(void);
 void nxi_vlog(int level, const char *module, const char *fmt, va_list ap);
 void nxi_log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

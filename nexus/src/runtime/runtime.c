@@ -126,6 +126,10 @@ static int new_identity(void) {
 int nx_init(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
+  /* Not from an error callback: the callbacks' lock is held there, and
+   * nx_init takes it under init_lock (nx_finalize too). */
+  if (nxi_in_error_cb())
+    return NX_EBUSY;
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&nxi_rt.refs) > 0) {
     atomic_fetch_add(&nxi_rt.refs, 1);
@@ -221,10 +225,19 @@ err_unlock:
 }
 
 int nx_finalize(void) {
+  if (nxi_in_error_cb())
+    return NX_EBUSY; /* as nx_init */
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&nxi_rt.refs) == 0) {
     pthread_mutex_unlock(&init_lock);
     return NX_ENOTINIT;
+  }
+  /* The call that would stop the runtime cannot from a handler: the
+   * runtime runs below it (the handler's context, the driver, a thread's
+   * wait). One that counts a nested nx_init down can. */
+  if (atomic_load(&nxi_rt.refs) == 1 && nxi_in_handler()) {
+    pthread_mutex_unlock(&init_lock);
+    return NX_EBUSY;
   }
   int result = 0;
   if (atomic_load(&nxi_rt.refs) == 1) {
