@@ -266,6 +266,8 @@ c     Every exit is notified (tag 99).
 
    20 continue
       call pvmfrecv(ptid, -1, bufid)
+c     The parent gone (a failed run): end rather than ask again for ever.
+      if (bufid .lt. 0) return
       call pvmfbufinfo(bufid, bytes, tag, src, info)
       if (tag .eq. 1) then
          call pvmfunpack(INTEGER4, i4, 3, 1, info)
