@@ -1,31 +1,42 @@
 /* nxrun: starts N process contexts of one program on this host, gives each the
- * gps of all, forwards signals, and reports any that dies. */
+ * gps of all, forwards signals, and reports any that dies. One libuv loop
+ * does the watching: the children are spawned with uv_spawn and reaped by
+ * its exit callbacks, their control channels are uv_poll handles, signals
+ * come through uv_signal handles, and the bootstrap's deadline is a timer. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include <uv.h>
 
 #include "processes/ctl.h"
 #include "nexus.h"
 #include "nexus/protocol.h"
 #include "nxu_key.h"
 
+/* Set in a child's environment: the child is nxrun's exec step, run in the
+ * new process before the program (exec_rank). Its value is nxrun's pid. */
+#define EXEC_STEP_ENV "NXRUN_EXEC_PARENT"
+/* The control channel's descriptor in every child. */
+#define CHILD_CTL_FD 3
+
 struct proc {
+  uv_process_t handle;
+  uv_poll_t ctl; /* its control channel, read while bootstrapping */
+  int fd;        /* nxrun's end of the control channel; -1 none */
+  int polling;   /* `ctl` initialised (closed once the bootstrap ends) */
   pid_t pid;
-  int fd;
   int ready;
   int done;
-  int status;
+  int64_t exit_status;
+  int term_signal;
   int stopped; /* the signal nxrun sent to stop it (0: none) */
   uint64_t context;
   uint8_t *entry; /* its READY message minus the type byte */
@@ -37,6 +48,16 @@ static int nprocs;
 static const char *prog_name = "nxrun";
 static int bootstrapping = 1; /* until every context got the PEERS message */
 static int stop_on_death;     /* --stop-on-death */
+static int failed;            /* nxrun's exit status will be 1 */
+static int nready, nended;
+static int timeout_s = 60;
+static uint8_t *msg_buf; /* NXI_CTL_MAX bytes: one control message */
+
+static uv_loop_t *loop;
+static uv_timer_t deadline;
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP};
+#define NFORWARDED (int)(sizeof(forwarded) / sizeof(forwarded[0]))
+static uv_signal_t sig_handles[NFORWARDED];
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -52,18 +73,37 @@ static void usage(FILE *f) {
           "dies (non-zero status or a signal) later.\n");
 }
 
+/* The exec step, in a new child before its program runs: uv_spawn cannot
+ * run code between fork and exec, so the child runs nxrun again with
+ * EXEC_STEP_ENV set, and this sets PR_SET_PDEATHSIG (SIGKILL) and execs
+ * the program in the same process. nxrun is single-threaded, so the child
+ * dies with it, whatever kills it; a child whose nxrun is already gone
+ * (it was reparented) ends here. The setting survives the exec. */
+static int exec_rank(const char *parent, char **argv) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != (pid_t)atol(parent))
+    _exit(1);
+  unsetenv(EXEC_STEP_ENV);
+  if (argv[1] == NULL)
+    _exit(2);
+  execvp(argv[1], &argv[1]);
+  fprintf(stderr, "%s: cannot run %s: %s\n", prog_name, argv[1],
+          strerror(errno));
+  _exit(127);
+}
+
 static void describe(const struct proc *p, int rank) {
   /* One nxrun stopped: its end is nxrun's doing, whatever its status. */
   if (p->stopped != 0)
     fprintf(stderr, "%s: context %d (pid %d) stopped by nxrun\n", prog_name,
             rank, (int)p->pid);
-  else if (WIFSIGNALED(p->status))
+  else if (p->term_signal != 0)
     fprintf(stderr, "%s: context %d (pid %d) was killed by signal %d (%s)\n",
-            prog_name, rank, (int)p->pid, WTERMSIG(p->status),
-            strsignal(WTERMSIG(p->status)));
-  else if (WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0)
+            prog_name, rank, (int)p->pid, p->term_signal,
+            strsignal(p->term_signal));
+  else if (p->exit_status != 0)
     fprintf(stderr, "%s: context %d (pid %d) exited with status %d\n",
-            prog_name, rank, (int)p->pid, WEXITSTATUS(p->status));
+            prog_name, rank, (int)p->pid, (int)p->exit_status);
 }
 
 /* Sends `sig` to every context still running; `ours`: nxrun stops them
@@ -77,53 +117,211 @@ static void kill_all(int sig, int ours) {
     }
 }
 
-/* Reaps whatever ended; tells the survivors. Returns how many ended. */
-static int reap(int *failed) {
-  int n = 0;
-  for (;;) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0)
-      break;
-    for (int i = 0; i < nprocs; i++) {
-      struct proc *p = &procs[i];
-      if (p->pid != pid)
-        continue;
-      p->done = 1;
-      p->status = status;
-      n++;
-      if (bootstrapping && !p->ready) {
-        /* The others would wait for it until the timeout: stop them. */
-        fprintf(stderr,
-                "%s: context %d (pid %d) ended before it was ready; stopping "
-                "the others\n",
-                prog_name, i, (int)p->pid);
-        *failed = 1;
-      }
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        int first = !*failed;
-        *failed = 1;
-        describe(p, i);
-        if (stop_on_death && !bootstrapping && first && p->stopped == 0) {
-          fprintf(stderr, "%s: stopping the other contexts (--stop-on-death)\n",
-                  prog_name);
-          kill_all(SIGTERM, 1);
-        }
-        if (p->context != 0) {
-          uint8_t msg[NXI_CTL_PEER_DEAD_LEN];
-          nxi_ctl_put_peer_dead(msg, p->context);
-          for (int j = 0; j < nprocs; j++)
-            if (!procs[j].done)
-              nxi_ctl_send(procs[j].fd, msg, sizeof(msg));
-        }
-      }
+static void close_handle(uv_handle_t *h) {
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+/* The bootstrap is over (every context got PEERS, or it failed): its
+ * deadline and the control channels' watches go. */
+static void bootstrap_end(void) {
+  bootstrapping = 0;
+  close_handle((uv_handle_t *)&deadline);
+  for (int i = 0; i < nprocs; i++)
+    if (procs[i].polling)
+      close_handle((uv_handle_t *)&procs[i].ctl);
+}
+
+/* The bootstrap failed: every context is stopped. */
+static void bootstrap_fail(void) {
+  failed = 1;
+  if (!bootstrapping)
+    return;
+  bootstrap_end();
+  kill_all(SIGKILL, 1);
+}
+
+/* Every context got READY: each gets all of them, in rank order. */
+static void send_peers(void) {
+  size_t len = NXI_CTL_PEERS_HEAD;
+  for (int r = 0; r < nprocs; r++)
+    len += procs[r].entry_len;
+  if (len > NXI_CTL_MAX) {
+    fprintf(stderr, "%s: too many contexts for one message\n", prog_name);
+    bootstrap_fail();
+    return;
+  }
+  for (int r = 0; r < nprocs; r++) {
+    size_t off = NXI_CTL_PEERS_HEAD;
+    nxi_ctl_put_peers_head(msg_buf, (uint32_t)r, (uint32_t)nprocs);
+    for (int q = 0; q < nprocs; q++) {
+      memcpy(msg_buf + off, procs[q].entry, procs[q].entry_len);
+      off += procs[q].entry_len;
+    }
+    nxi_ctl_send(procs[r].fd, msg_buf, off);
+  }
+  bootstrap_end();
+}
+
+/* A context's control channel is readable while bootstrapping: its READY
+ * message, or its end (then its exit callback tells the rest). */
+static void on_ctl(uv_poll_t *h, int status, int events) {
+  (void)events;
+  struct proc *p = h->data;
+  int rank = (int)(p - procs);
+  long len = status < 0 ? -1 : nxi_ctl_recv(p->fd, msg_buf, 0);
+  struct nxi_ctl_peer peer;
+  if (len <= 0 || nxi_ctl_parse_ready(msg_buf, (size_t)len, &peer) < 0) {
+    uv_poll_stop(h);
+    if (len <= 0)
+      return; /* it is ending: its exit callback tells the rest */
+    fprintf(stderr, "%s: context %d sent a bad READY message\n", prog_name,
+            rank);
+    bootstrap_fail();
+    return;
+  }
+  uv_poll_stop(h);
+  p->entry = malloc((size_t)len - 1);
+  if (p->entry == NULL) {
+    bootstrap_fail();
+    return;
+  }
+  memcpy(p->entry, msg_buf + 1, (size_t)len - 1);
+  p->entry_len = (size_t)len - 1;
+  p->context = peer.context;
+  p->ready = 1;
+  if (++nready == nprocs)
+    send_peers();
+}
+
+static void on_deadline(uv_timer_t *t) {
+  (void)t;
+  fprintf(stderr,
+          "%s: %d of %d contexts not ready after %d s (did they call "
+          "nx_init and nx_context_peers?)\n",
+          prog_name, nprocs - nready, nprocs, timeout_s);
+  bootstrap_fail();
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  (void)h;
+  if (bootstrapping) {
+    kill_all(sig, 0);
+    bootstrap_fail();
+    return;
+  }
+  fprintf(stderr, "%s: forwarding signal %d to the contexts\n", prog_name, sig);
+  kill_all(sig, 0);
+  failed = 1;
+}
+
+/* A context ended (libuv reaped it): reported, the survivors told. Once
+ * all have ended, the loop's last handles go and uv_run returns. */
+static void on_child_exit(uv_process_t *h, int64_t exit_status,
+                          int term_signal) {
+  struct proc *p = h->data;
+  int rank = (int)(p - procs);
+  p->done = 1;
+  p->exit_status = exit_status;
+  p->term_signal = term_signal;
+  nended++;
+  close_handle((uv_handle_t *)h);
+  if (bootstrapping && !p->ready) {
+    /* The others would wait for it until the timeout: stop them. */
+    fprintf(stderr,
+            "%s: context %d (pid %d) ended before it was ready; stopping "
+            "the others\n",
+            prog_name, rank, (int)p->pid);
+    bootstrap_fail();
+  }
+  if (term_signal != 0 || exit_status != 0) {
+    int first = !failed;
+    failed = 1;
+    describe(p, rank);
+    if (stop_on_death && !bootstrapping && first && p->stopped == 0) {
+      fprintf(stderr, "%s: stopping the other contexts (--stop-on-death)\n",
+              prog_name);
+      kill_all(SIGTERM, 1);
+    }
+    if (p->context != 0) {
+      uint8_t msg[NXI_CTL_PEER_DEAD_LEN];
+      nxi_ctl_put_peer_dead(msg, p->context);
+      for (int j = 0; j < nprocs; j++)
+        if (!procs[j].done)
+          nxi_ctl_send(procs[j].fd, msg, sizeof(msg));
     }
   }
-  return n;
+  if (nended == nprocs) {
+    if (bootstrapping)
+      bootstrap_end();
+    for (int i = 0; i < NFORWARDED; i++)
+      close_handle((uv_handle_t *)&sig_handles[i]);
+  }
+}
+
+/* Starts rank `r` (its exec step, exec_rank, then the program) with its
+ * end of a new control channel as CHILD_CTL_FD. 0, or a libuv error. */
+static int spawn_rank(int r, const char *self, char **prog, int argc_prog) {
+  struct proc *p = &procs[r];
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return uv_translate_sys_error(errno);
+  char rank[32];
+  snprintf(rank, sizeof(rank), "%d", r);
+  setenv("NX_RANK", rank, 1); /* the child's environment is nxrun's */
+  char **args = calloc((size_t)argc_prog + 2, sizeof(*args));
+  if (args == NULL) {
+    close(sv[0]);
+    close(sv[1]);
+    return UV_ENOMEM;
+  }
+  args[0] = (char *)prog_name;
+  for (int i = 0; i < argc_prog; i++)
+    args[i + 1] = prog[i];
+  uv_stdio_container_t stdio[CHILD_CTL_FD + 1];
+  for (int fd = 0; fd < CHILD_CTL_FD; fd++) {
+    stdio[fd].flags = UV_INHERIT_FD;
+    stdio[fd].data.fd = fd;
+  }
+  stdio[CHILD_CTL_FD].flags = UV_INHERIT_FD;
+  stdio[CHILD_CTL_FD].data.fd = sv[1];
+  uv_process_options_t o = {
+      .exit_cb = on_child_exit,
+      .file = self,
+      .args = args,
+      .stdio_count = CHILD_CTL_FD + 1,
+      .stdio = stdio,
+  };
+  p->handle.data = p;
+  int rc = uv_spawn(loop, &p->handle, &o);
+  free(args);
+  close(sv[1]);
+  if (rc != 0) {
+    close(sv[0]);
+    close_handle((uv_handle_t *)&p->handle);
+    return rc;
+  }
+  p->pid = p->handle.pid;
+  p->fd = sv[0];
+  p->ctl.data = p;
+  if ((rc = uv_poll_init(loop, &p->ctl, p->fd)) == 0) {
+    p->polling = 1;
+    rc = uv_poll_start(&p->ctl, UV_READABLE | UV_DISCONNECT, on_ctl);
+  }
+  return rc;
 }
 
 int main(int argc, char **argv) {
-  int n = 0, timeout = 60;
+  const char *parent = getenv(EXEC_STEP_ENV);
+  if (parent != NULL)
+    return exec_rank(parent, argv);
+  /* Standard descriptors that are closed are /dev/null from here on: the
+   * children inherit all three, and no socket of ours may take their
+   * numbers. */
+  for (int fd = 0; fd < CHILD_CTL_FD; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+      return 1;
+  int n = 0;
   const char *protocols = NULL;
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
@@ -132,7 +330,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--protocols") == 0 && i + 1 < argc)
       protocols = argv[++i];
     else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
-      timeout = atoi(argv[++i]);
+      timeout_s = atoi(argv[++i]);
     else if (strcmp(argv[i], "--stop-on-death") == 0)
       stop_on_death = 1;
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -150,7 +348,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (n < 1 || n > 4096 || i >= argc || timeout < 1) {
+  if (n < 1 || n > 4096 || i >= argc || timeout_s < 1) {
     fprintf(stderr, "%s: %s\n", prog_name,
             i >= argc           ? "no program to run"
             : n < 1 || n > 4096 ? "-n N, 1 <= N <= 4096, is needed"
@@ -159,173 +357,69 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  char **prog = &argv[i];
   nprocs = n;
   procs = calloc((size_t)n, sizeof(*procs));
+  msg_buf = malloc(NXI_CTL_MAX);
   uint8_t key[NX_KEY_SIZE];
-  if (procs == NULL || getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+  if (procs == NULL || msg_buf == NULL ||
+      getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
     fprintf(stderr, "%s: out of memory or randomness\n", prog_name);
     return 1;
   }
+  for (int r = 0; r < n; r++)
+    procs[r].fd = -1;
+  /* The exec step is this program again (exec_rank), by its path now:
+   * /proc/self/exe in the child would name whatever runs there. */
+  char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (sl <= 0) {
+    perror("nxrun: /proc/self/exe");
+    return 1;
+  }
+  self[sl] = '\0';
+
+  /* What every child gets in its environment (NX_RANK is set per child). */
   char keyhex[2 * NX_KEY_SIZE + 1];
   nxu_hex_encode(key, NX_KEY_SIZE, keyhex);
+  char num[32];
+  setenv("NX_KEY", keyhex, 1);
+  snprintf(num, sizeof(num), "%d", n);
+  setenv("NX_SIZE", num, 1);
+  snprintf(num, sizeof(num), "%d", CHILD_CTL_FD);
+  setenv("NX_CTL_FD", num, 1);
+  if (protocols != NULL)
+    setenv("NX_PROTOCOLS", protocols, 1);
+  snprintf(num, sizeof(num), "%ld", (long)getpid());
+  setenv(EXEC_STEP_ENV, num, 1);
 
-  /* Signals arrive through a signalfd, so nothing runs in a handler. */
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
-  int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
-  pid_t self = getpid();
-
+  loop = uv_default_loop();
+  for (int s = 0; s < NFORWARDED; s++) {
+    uv_signal_init(loop, &sig_handles[s]);
+    uv_signal_start(&sig_handles[s], on_signal, forwarded[s]);
+  }
+  uv_timer_init(loop, &deadline);
+  uv_timer_start(&deadline, on_deadline, (uint64_t)timeout_s * 1000, 0);
   for (int r = 0; r < n; r++) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-      perror("nxrun: socketpair");
+    int rc = spawn_rank(r, self, &argv[i], argc - i);
+    if (rc != 0) {
+      fprintf(stderr, "%s: cannot start context %d: %s\n", prog_name, r,
+              uv_strerror(rc));
       kill_all(SIGKILL, 1);
       return 1;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-      perror("nxrun: fork");
-      kill_all(SIGKILL, 1);
-      return 1;
-    }
-    if (pid == 0) {
-      /* nxrun is single-threaded: a child dies with it, whatever kills it. */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != self)
-        _exit(1);
-      sigprocmask(SIG_UNBLOCK, &mask, NULL);
-      char buf[32];
-      fcntl(sv[1], F_SETFD, 0);
-      snprintf(buf, sizeof(buf), "%d", sv[1]);
-      setenv("NX_CTL_FD", buf, 1);
-      setenv("NX_KEY", keyhex, 1);
-      snprintf(buf, sizeof(buf), "%d", r);
-      setenv("NX_RANK", buf, 1);
-      snprintf(buf, sizeof(buf), "%d", n);
-      setenv("NX_SIZE", buf, 1);
-      if (protocols != NULL)
-        setenv("NX_PROTOCOLS", protocols, 1);
-      execvp(prog[0], prog);
-      fprintf(stderr, "%s: cannot run %s: %s\n", prog_name, prog[0],
-              strerror(errno));
-      _exit(127);
-    }
-    close(sv[1]);
-    procs[r].pid = pid;
-    procs[r].fd = sv[0];
   }
+  unsetenv(EXEC_STEP_ENV);
 
-  /* Bootstrap: every context reports READY; then each gets all of them. */
-  int failed = 0, ready = 0, ended = 0;
-  uint8_t *buf = malloc(NXI_CTL_MAX);
-  time_t deadline = time(NULL) + timeout;
-  while (ready < n && buf != NULL) {
-    struct pollfd fds[n + 1];
-    fds[0].fd = sfd;
-    fds[0].events = POLLIN;
-    for (int r = 0; r < n; r++) {
-      fds[r + 1].fd = procs[r].ready || procs[r].done ? -1 : procs[r].fd;
-      fds[r + 1].events = POLLIN;
-    }
-    int left = (int)(deadline - time(NULL));
-    if (left <= 0 || poll(fds, (nfds_t)n + 1, left * 1000) == 0) {
-      fprintf(stderr,
-              "%s: %d of %d contexts not ready after %d s (did they call "
-              "nx_init and nx_context_peers?)\n",
-              prog_name, n - ready, n, timeout);
-      failed = 1;
-      break;
-    }
-    if (fds[0].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
-          si.ssi_signo != SIGCHLD) {
-        kill_all((int)si.ssi_signo, 0);
-        failed = 1;
-      }
-      ended += reap(&failed);
-      if (failed)
-        break;
-    }
-    for (int r = 0; r < n; r++) {
-      if (!(fds[r + 1].revents & (POLLIN | POLLHUP)))
-        continue;
-      long len = nxi_ctl_recv(procs[r].fd, buf, 0);
-      struct nxi_ctl_peer peer;
-      if (len <= 0 || nxi_ctl_parse_ready(buf, (size_t)len, &peer) < 0) {
-        fds[r + 1].fd = -1;
-        if (len <= 0)
-          continue; /* it is ending: SIGCHLD tells the rest */
-        fprintf(stderr, "%s: context %d sent a bad READY message\n", prog_name,
-                r);
-        failed = 1;
-        break;
-      }
-      procs[r].entry = malloc((size_t)len - 1);
-      if (procs[r].entry == NULL) {
-        failed = 1;
-        break;
-      }
-      memcpy(procs[r].entry, buf + 1, (size_t)len - 1);
-      procs[r].entry_len = (size_t)len - 1;
-      procs[r].context = peer.context;
-      procs[r].ready = 1;
-      ready++;
-    }
-    if (failed)
-      break;
-  }
-  if (!failed && ready == n) {
-    size_t len = NXI_CTL_PEERS_HEAD;
-    for (int r = 0; r < n; r++)
-      len += procs[r].entry_len;
-    if (len > NXI_CTL_MAX) {
-      fprintf(stderr, "%s: too many contexts for one message\n", prog_name);
-      failed = 1;
-    }
-    for (int r = 0; r < n && !failed; r++) {
-      size_t off = NXI_CTL_PEERS_HEAD;
-      nxi_ctl_put_peers_head(buf, (uint32_t)r, (uint32_t)n);
-      for (int q = 0; q < n; q++) {
-        memcpy(buf + off, procs[q].entry, procs[q].entry_len);
-        off += procs[q].entry_len;
-      }
-      nxi_ctl_send(procs[r].fd, buf, off);
-    }
-  }
-  if (failed)
-    kill_all(SIGKILL, 1);
-  bootstrapping = 0;
-
-  /* Run: forward signals, report deaths, until every context ended. */
-  while (ended < n) {
-    struct pollfd p = {.fd = sfd, .events = POLLIN};
-    if (poll(&p, 1, 1000) <= 0) {
-      ended += reap(&failed); /* in case SIGCHLDs were merged */
-      continue;
-    }
-    struct signalfd_siginfo si;
-    if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
-      continue;
-    if (si.ssi_signo != SIGCHLD) {
-      fprintf(stderr, "%s: forwarding signal %d to the contexts\n", prog_name,
-              (int)si.ssi_signo);
-      kill_all((int)si.ssi_signo, 0);
-      failed = 1;
-    }
-    ended += reap(&failed);
-  }
+  /* The bootstrap (every context's READY, then PEERS to each), then the
+   * run (signals forwarded, deaths reported), until every context ended. */
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
   for (int r = 0; r < n; r++) {
-    close(procs[r].fd);
+    if (procs[r].fd >= 0)
+      close(procs[r].fd);
     free(procs[r].entry);
   }
   free(procs);
-  free(buf);
+  free(msg_buf);
   return failed ? 1 : 0;
 }
