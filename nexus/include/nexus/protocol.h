@@ -378,9 +378,11 @@ struct nx_protocol_ops {
 
   /* Optional: 1 for a module whose frames never leave this process (it
    * gives every frame back through handover, as the local module does).
-   * The core's fast path then writes no wire header for them: the frame's
-   * header and iovecs are not set, and the module reads nothing of the
-   * frame but hands it over. 0 for every module that moves bytes. */
+   * The core's fast path then writes no wire header for them and hands
+   * them over itself, without calling send; the frames send still gets
+   * (the slow path's) have no header and iovecs set either, and the
+   * module reads nothing of the frame but hands it over. 0 for every
+   * module that moves bytes. */
   uint32_t in_process;
 };
 

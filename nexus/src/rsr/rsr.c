@@ -246,6 +246,17 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */
   nxi_count_sent(1);
+  if (!wire) {
+    /* A module whose frames stay here would only hand it back
+     * (protocol.h, in_process): the core hands it over itself, as
+     * core_handover does, a call into the module and one back the
+     * fewer. It holds no values by reference and is no runtime message
+     * (tested above): it goes on the receive queue as it is. */
+    b->kind = NXI_BUF_RECV;
+    b->pos = 0;
+    nxi_requeue(b);
+    return 0;
+  }
   int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
   if (r < 0) {
     nxi_count_sent(-1);
