@@ -601,6 +601,29 @@ static int tcp_progress(void *state, nx_frame_batch_t *batch) {
   return n;
 }
 
+/* A listening socket that reports an error or a hang-up (destroyed by
+ * `ss -K -l`, say) accepts nothing again, and would report it at every
+ * epoll_wait, level-triggered: the core could not sleep, and each round
+ * logged it (319,448 lines in 2 s). It leaves the epoll set and is closed,
+ * said once; connections made already go on, and a peer that connects
+ * later is refused there (docs/tcp.md, "Failure"). */
+static void listener_failed(struct tcp_listener *l) {
+  struct tcp *t = l->t;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+    err = errno;
+  char text[64];
+  tcp_addr_format(&l->addr, text, sizeof(text));
+  TCP_LOG(t, 0,
+          "the listening socket on %s failed (%s): no connection is "
+          "accepted there any more",
+          text, err != 0 ? strerror(err) : "hung up");
+  epoll_ctl(t->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+  close(l->fd);
+  l->fd = -1;
+}
+
 /* One epoll_wait that does not wait, and each socket's events handed to
  * the one handler of its kind: the listener accepts, the connection
  * writes, reads (tcp_conn.c's one frame reader) or runs its handshake.
@@ -630,9 +653,10 @@ static int progress_round(struct tcp *t) {
     if (src->kind == TCP_SRC_CONN) {
       tcp_conn_event((struct tcp_conn *)src, ev[i].events);
     } else if (src->kind == TCP_SRC_LISTENER) {
-      if (ev[i].events & EPOLLERR)
-        TCP_LOG(t, 0, "a listening socket reports an error");
-      tcp_conn_accept((struct tcp_listener *)src);
+      if (ev[i].events & (EPOLLERR | EPOLLHUP))
+        listener_failed((struct tcp_listener *)src);
+      else
+        tcp_conn_accept((struct tcp_listener *)src);
     } else {
       tcp_conn_expire(t);
     }

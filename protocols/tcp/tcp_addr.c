@@ -388,6 +388,8 @@ int tcp_listeners_open(struct tcp *t, char *why, size_t why_len) {
 
 void tcp_listeners_close(struct tcp *t) {
   for (int i = 0; i < t->nlisten; i++) {
+    if (t->listen[i].fd < 0)
+      continue; /* failed and closed (tcp.c, listener_failed) */
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, t->listen[i].fd, NULL);
     close(t->listen[i].fd);
   }
