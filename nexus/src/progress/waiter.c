@@ -21,8 +21,10 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   if (!nxi_ready() || atomic_load(&nxi_eng.stopping))
     return NX_EAGAIN;
   /* A threaded handler on a stack of its own parks (timed waits excepted:
-   * nothing would end them); its thread goes on. */
-  if (abstime == NULL && nxi_fiber_park(word, old) == 0)
+   * nothing would end them); its thread goes on. A thread on its own
+   * stack (the common wait) is told apart inline. */
+  if (abstime == NULL && nxi_fiber_cur != NULL &&
+      nxi_fiber_park(word, old) == 0)
     return 0;
   atomic_fetch_add(&nxi_eng.waiters, 1);
   if (nxi_eng_me.waiting++ == 0) {

@@ -139,8 +139,9 @@ static struct {
 } fib = {.lock = PTHREAD_MUTEX_INITIALIZER,
          .park_lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The fiber running on this thread, NULL on the thread's own stack. */
-static NXI_TLS struct nxi_fiber *cur;
+/* The fiber running on this thread, NULL on the thread's own stack
+ * (fiber.h: nxi_fiber_cur). */
+NXI_TLS struct nxi_fiber *nxi_fiber_cur;
 
 /* One idle fiber kept by each thread, taken before the shared free list:
  * a handler that returns at once then costs no lock. Valid only while its
@@ -153,7 +154,7 @@ static NXI_TLS struct {
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 
-static NXI_NOIPA struct nxi_fiber *cur_get(void) { return cur; }
+static NXI_NOIPA struct nxi_fiber *cur_get(void) { return nxi_fiber_cur; }
 
 static void fiber_main(struct fctx_transfer t);
 
@@ -441,8 +442,8 @@ static void park_commit(struct nxi_fiber *f) {
 /* Runs `f` on this thread until it returns or parks. The resumer never
  * migrates, so it may keep thread-locals across the switch. */
 void nxi_fiber_resume(struct nxi_fiber *f) {
-  struct nxi_fiber *prev = cur;
-  cur = f;
+  struct nxi_fiber *prev = nxi_fiber_cur;
+  nxi_fiber_cur = f;
   nx_context_t *my_ctx = nxi_context_swap(f->self_ctx);
   nxi_thread_state_swap(&f->ts);
 #ifdef FIBER_ASAN
@@ -460,7 +461,7 @@ void nxi_fiber_resume(struct nxi_fiber *f) {
   f->fctx = t.fctx;
   nxi_thread_state_swap(&f->ts);
   f->self_ctx = nxi_context_swap(my_ctx);
-  cur = prev;
+  nxi_fiber_cur = prev;
   if (t.data == REQ_EXIT) {
     pthread_mutex_lock(&fib.lock);
     stack_free(f);
@@ -519,7 +520,7 @@ int nxi_fiber_start(struct nx_buffer *b) {
 }
 
 int nxi_fiber_dispatch(struct nx_buffer *b, int (*drain)(unsigned gen)) {
-  struct nxi_fiber *f = cur;
+  struct nxi_fiber *f = nxi_fiber_cur;
   if (f != NULL) {
     /* On a carrying stack outside any handler: a call. Else (inside a
      * handler) on a stack of its own, on top, as before. */
@@ -640,6 +641,8 @@ int nxi_in_handler(void) {
 }
 
 #else /* no fcontext: threaded handlers run on runtime threads */
+
+NXI_TLS struct nxi_fiber *nxi_fiber_cur; /* never set */
 
 int nxi_fiber_init(int on, size_t stack_size) {
   (void)on;

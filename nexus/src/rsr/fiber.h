@@ -8,8 +8,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/rt.h"
+
 struct nx_buffer;
 struct nxi_fiber;
+
+/* The fiber running on this thread, NULL on the thread's own stack (and
+ * always without fcontext). Read inline only where no switch came before
+ * in the calling function (fiber.c says why): a wait's first test of
+ * whether it could park at all (waiter.c). */
+extern NXI_TLS struct nxi_fiber *nxi_fiber_cur;
 
 /* Sets the pool up (nx_init): `on` 0 keeps threaded handlers on runtime
  * threads, as without fcontext. Returns 0. */
