@@ -84,6 +84,16 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
       ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT) !=
           UCS_OK)
     UCX_LOG(u, 1, "cannot set the keepalive interval");
+  /* This host only (u->remote 0, the default): shared memory and self are
+   * all the module uses, so UCX need not start its network transports.
+   * Its tcp transport alone, which opens sockets on every interface, was
+   * about 3 of the 6.8 ms nx_init took with ucx in a new process
+   * (2026-11-29, docs/ucx.md). Not when the user names the transports, or
+   * has shared memory not report peer failure (then UCX takes tcp for
+   * that, above). */
+  if (!u->remote && !env_set("UCX_TLS") && !mm_env_set("ERROR_HANDLING") &&
+      ucp_config_modify(cfg, "TLS", UCX_TLS_LOCAL) != UCS_OK)
+    UCX_LOG(u, 1, "cannot leave UCX's network transports out");
 }
 
 /* The ops. */
@@ -110,7 +120,6 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
     r = ucx_status_to_nx(st);
     goto err_lock;
   }
-  config_defaults(u, cfg);
   /* Other hosts only when asked: UCX judges "same host" by its own system
    * id, which hosts cloned from one image (or network namespaces of one
    * machine) share, and without devices named by the user it would pick
@@ -118,6 +127,7 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
   const char *remote = getenv("NX_UCX_REMOTE");
   u->remote = remote != NULL && remote[0] != '\0' ? strcmp(remote, "0") != 0
                                                   : env_set("UCX_NET_DEVICES");
+  config_defaults(u, cfg);
   ucp_params_t params = {
       .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                     UCP_PARAM_FIELD_REQUEST_SIZE,

@@ -83,6 +83,8 @@
 #define UCX_FIFO_ELEM_DEFAULT "256"
 /* Receive buffers the shared-memory transports make at once (ucx.c). */
 #define UCX_RX_BUFS_GROW_DEFAULT "128"
+/* UCX_TLS when only this host is reached (ucx.c, config_defaults). */
+#define UCX_TLS_LOCAL "sm,self"
 
 struct ucx;
 struct ucx_peer;
