@@ -33,7 +33,9 @@
  *     handling (UCP_ERR_HANDLING_MODE_PEER, shared memory allowed to report
  *     failures with UCX_MM_ERROR_HANDLING=y), a keepalive interval of 1 s,
  *     shared-memory FIFO elements of 256 bytes (UCX_MM_FIFO_ELEM_SIZE),
- *     receive buffers made 128 at a time (UCX_MM_RX_BUFS_GROW) and
+ *     receive buffers made 128 at a time (UCX_MM_RX_BUFS_GROW), only the
+ *     shared-memory transports and self (UCX_TLS=sm,self, unless UCX_TLS is
+ *     set: the module reaches only this host by default) and
  *     UCP_FEATURE_WAKEUP.
  * Then RSRs: "ping" to a child (this program, "--child") whose
  * non-threaded handler answers "pong" with the same bytes, the main thread
@@ -149,6 +151,8 @@ static void raw_setup(int rfd, int wfd) {
     ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
     ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "256");
     ucp_config_modify(cfg, "MM_RX_BUFS_GROW", "128");
+    if (getenv("UCX_TLS") == NULL)
+      ucp_config_modify(cfg, "TLS", "sm,self"); /* this host only */
   }
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                      .features = UCP_FEATURE_AM |
