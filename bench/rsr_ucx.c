@@ -151,7 +151,8 @@ static void raw_setup(int rfd, int wfd) {
     ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
     ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "256");
     ucp_config_modify(cfg, "MM_RX_BUFS_GROW", "128");
-    if (getenv("UCX_TLS") == NULL)
+    const char *tls = getenv("UCX_TLS");
+    if (tls == NULL || tls[0] == '\0')
       ucp_config_modify(cfg, "TLS", "sm,self"); /* this host only */
   }
   ucp_params_t pp = {.field_mask = UCP_PARAM_FIELD_FEATURES,

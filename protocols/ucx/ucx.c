@@ -85,10 +85,10 @@ static void config_defaults(struct ucx *u, ucp_config_t *cfg) {
           UCS_OK)
     UCX_LOG(u, 1, "cannot set the keepalive interval");
   /* This host only (u->remote 0, the default): shared memory and self are
-   * all the module uses, so UCX need not start its network transports.
-   * Its tcp transport alone, which opens sockets on every interface, was
-   * about 3 of the 6.8 ms nx_init took with ucx in a new process
-   * (2026-11-29, docs/ucx.md). Not when the user names the transports, or
+   * all the module uses, so UCX need not start its network transports
+   * (its tcp transport opens sockets on every interface): nx_init with
+   * ucx in a new process took 5.8 ms instead of 6.7 (medians, 2026-11-29,
+   * docs/ucx.md). Not when the user names the transports, or
    * has shared memory not report peer failure (then UCX takes tcp for
    * that, above). */
   if (!u->remote && !env_set("UCX_TLS") && !mm_env_set("ERROR_HANDLING") &&
