@@ -4,9 +4,9 @@
  * error at every epoll_wait: the process could not sleep and logged the
  * same line each round (319,448 lines in 2 s).
  *
- * Checked: one line on stderr names the failed listener, and no other
- * line mentions it after 1.5 s of waiting in nx_cond_timedwait; a connect
- * to its port is refused; nx_finalize returns 0.
+ * Checked (tests/common/expect.h): one line on stderr names the failed
+ * listener, and no other line mentions it after 1.5 s of waiting in
+ * nx_cond_timedwait; a connect to its port is refused; nx_finalize returns 0.
  *
  * Skips (exit 77, with the reason) when not root or when ss -K cannot
  * destroy a socket here (no iproute2, or a kernel without
@@ -23,16 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "nexus.h"
-
-static int failures;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stdout, "FAILED: %s (line %d)\n", #cond, __LINE__);              \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* A port free on 127.0.0.1 now. */
 static int free_port(void) {
@@ -126,8 +118,8 @@ int main(void) {
   while (nx_cond_timedwait(&c, &m, &until) == 0)
     ;
   nx_mutex_unlock(&m);
-  CHECK(connect_refused(port));
-  CHECK(nx_finalize() == 0);
+  int refused = connect_refused(port);
+  int fin = nx_finalize();
   fflush(stderr);
   dup2(saved_err, 2);
 
@@ -149,9 +141,10 @@ int main(void) {
   fclose(f);
   printf("%d line(s) on stderr, %d about the listening socket\n", lines,
          listener_lines);
-  CHECK(failed_lines == 1);
-  CHECK(listener_lines == 1);
-  if (failures == 0)
-    printf("passed\n");
-  return failures == 0 ? 0 : 1;
+  NXT_EXPECT(refused, 1);
+  NXT_EXPECT(fin == 0, 1);
+  NXT_EXPECT(failed_lines == 1, 1);
+  NXT_EXPECT(listener_lines == 1, 1);
+  printf("passed\n");
+  return 0;
 }
