@@ -25,13 +25,6 @@
  * frames wait in its queue while an earlier frame's payload is still
  * coming, so delivery keeps the sender's order. */
 
-static uint64_t rd64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-
 static int post(struct mpimod *m, int i) {
   mpimod_lock(m);
   int e =
@@ -303,7 +296,7 @@ static int frame_arrived(struct mpimod *m, const uint8_t *buf,
     drop_source(m, src, "a frame shorter than its header", 1);
     return drain(m, src);
   }
-  uint64_t len = rd64(buf + 32);
+  uint64_t len = nx_frame_payload_len(buf);
   if (len == (uint64_t)count - NX_FRAME_HDR_SIZE) {
     if (s->head == NULL) /* the common case: nothing ahead of it */
       return frame_bytes(m, src, buf, len);

@@ -662,7 +662,7 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
     /* NX_EPROTO is counted by the core already. */
     if (rc != NX_EPROTO)
       OFI_LOG(o, 0, "no memory for a frame of %llu bytes: dropped",
-              (unsigned long long)ofi_get64(hdr + 32));
+              (unsigned long long)nx_frame_payload_len(hdr));
     f = NULL;
   }
   if (m[2] == OFI_EAGER) {
@@ -679,7 +679,7 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
     return;
   }
   /* RTS: the payload comes in fragments of `frag` bytes. */
-  uint64_t total = ofi_get64(hdr + 32);
+  uint64_t total = nx_frame_payload_len(hdr);
   uint64_t frag = len == OFI_RTS_SIZE ? ofi_get64(m + OFI_PRE_SIZE) : 0;
   uint64_t nparts = frag > 0 && total > 0 ? (total - 1) / frag + 1 : 0;
   post_rxbuf(r, b);

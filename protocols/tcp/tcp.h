@@ -189,6 +189,7 @@ struct tcp_conn {
   size_t hdr_len;
   nx_frame_t *rx; /* the frame whose payload is being read */
   size_t rx_off;
+  int rx_lead; /* rx's iov[1] is its lead: the tail's place comes next */
   /* Read-ahead left over when the delivery budget ran out; consumed before
    * the socket is read again. */
   uint8_t *left;

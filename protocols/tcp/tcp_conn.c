@@ -673,7 +673,9 @@ static int header_done(struct tcp_conn *c) {
   struct tcp *t = c->t;
   nx_frame_t *f;
   c->hdr_len = 0;
-  int r = t->core->frame_alloc(c->hdr, &f);
+  /* A frame with a lead comes in two steps: the lead, then the tail
+   * where the receiving program says (frame_place). */
+  int r = t->core->frame_alloc_lead(c->hdr, &f);
   if (r < 0) {
     /* NX_EPROTO is counted by the core already: no bad_peer. */
     t->peer_fail(t, c->peer,
@@ -687,6 +689,18 @@ static int header_done(struct tcp_conn *c) {
   }
   c->rx = f;
   c->rx_off = 0;
+  c->rx_lead = f->iov[1].iov_len + NX_FRAME_HDR_SIZE < f->len;
+  return 0;
+}
+
+/* The lead is in: the stream goes on into the tail's place. */
+static int lead_done(struct tcp_conn *c) {
+  c->rx_lead = 0;
+  c->rx_off = 0;
+  if (c->t->core->frame_place(c->rx) < 0) {
+    c->t->peer_fail(c->t, c->peer, "no memory for a frame it sent");
+    return -1;
+  }
   return 0;
 }
 
@@ -700,6 +714,8 @@ static int rx_advance(struct tcp_conn *c, size_t n) {
   }
   c->rx_off += n;
   if (c->rx_off == c->rx->iov[1].iov_len) {
+    if (c->rx_lead)
+      return lead_done(c);
     nx_frame_t *f = c->rx;
     c->rx = NULL;
     deliver(c, f);

@@ -165,6 +165,9 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
     r = NX_EUNREACH;
     goto err_worker;
   }
+  u->lead_max = wattr.max_am_header - NX_FRAME_HDR_SIZE;
+  if (u->lead_max > UCX_LEAD_MAX)
+    u->lead_max = UCX_LEAD_MAX;
   st = ucp_worker_get_address(u->worker, &u->address, &u->address_len);
   if (st != UCS_OK) {
     snprintf(why, why_len, "ucp_worker_get_address: %s", ucs_status_string(st));

@@ -66,6 +66,13 @@
  * 8 B, where the lock and ucp_am_data_release of giving the data back
  * cost more than the copy. */
 #define UCX_WRAP_MIN 1024
+/* Receive placement (docs/design.md): a frame whose payload has a lead
+ * (nx_frame_lead) of at most this many bytes travels with the lead in the
+ * active message's header, so that the receiver has it before the tail,
+ * which a rendezvous then fetches straight into the memory the receiving
+ * program names. Larger leads (values before a big array) go as any
+ * frame. Bounded by the worker's max_am_header too (ucx.c). */
+#define UCX_LEAD_MAX 1024
 /* The worker's event fd is armed only after this much idleness (see
  * ucx_progress): arming costs system calls here and makes senders signal
  * us, which would slow a busy ping-pong down. */
@@ -97,6 +104,7 @@ struct ucx_req {
   nx_frame_t *frame;
   struct ucx_peer *peer;
   struct ucx_req *prev, *next;
+  void *lead_hdr; /* a send with its lead apart (ucx_send), or NULL */
 };
 
 /* Another process: the endpoint connect() returns, shared by every
@@ -157,7 +165,8 @@ struct ucx {
   uint32_t fifo_print;
   int efd; /* the worker's event fd, or -1 */
   size_t queue_max;
-  int remote; /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */
+  size_t lead_max; /* the largest lead sent in the header (UCX_LEAD_MAX) */
+  int remote;      /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */
   char version[64];
 
   nxu_lock_t lock; /* every UCP call, and all below */

@@ -231,6 +231,40 @@ static void req_unlink(struct ucx_req *q) {
     q->next->prev = q->prev;
   p->inflight -= frame_bytes(q->frame);
   p->nreq--;
+  free(q->lead_hdr);
+  q->lead_hdr = NULL;
+}
+
+/* A frame with a lead (nx_frame_lead) small enough: the header and the
+ * lead in one block, to go as the active message's header, and the tail
+ * (always one piece: one array's elements, copied into the payload or put
+ * by reference) as its data. Returns the block, or NULL to send the frame
+ * as any other (no lead, too long a lead, no memory). */
+static uint8_t *lead_split(const struct ucx *u, const nx_frame_t *frame,
+                           const void **tail, size_t *tail_len) {
+  const struct iovec *iov = nx_frame_iovs(frame);
+  size_t lead = nx_frame_lead(iov[0].iov_base);
+  if (lead == 0 || lead > u->lead_max)
+    return NULL;
+  size_t at = 0; /* payload offset of piece i */
+  int i = 1;
+  while (i < frame->iovcnt && at + iov[i].iov_len <= lead)
+    at += iov[i++].iov_len;
+  if (i != frame->iovcnt - 1)
+    return NULL; /* the tail is not the last piece's end: not ours */
+  uint8_t *h = malloc(NX_FRAME_HDR_SIZE + lead);
+  if (h == NULL)
+    return NULL;
+  memcpy(h, iov[0].iov_base, NX_FRAME_HDR_SIZE);
+  size_t off = 0;
+  for (int k = 1; k < i; k++) {
+    memcpy(h + NX_FRAME_HDR_SIZE + off, iov[k].iov_base, iov[k].iov_len);
+    off += iov[k].iov_len;
+  }
+  memcpy(h + NX_FRAME_HDR_SIZE + off, iov[i].iov_base, lead - off);
+  *tail = (const uint8_t *)iov[i].iov_base + (lead - off);
+  *tail_len = iov[i].iov_len - (lead - off);
+  return h;
 }
 
 /* Lock held: fails the peer's sends that UCX still holds. Freeing a
@@ -447,7 +481,16 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
   };
   const void *data = frame->iovcnt > 1 ? iov[1].iov_base : NULL;
   size_t count = frame->iovcnt > 1 ? iov[1].iov_len : 0;
-  if (frame->iovcnt > 2) {
+  const void *hdr = iov[0].iov_base;
+  size_t hdr_len = NX_FRAME_HDR_SIZE;
+  /* UCX reads the header until the send completes: the block is freed
+   * with the request (req_unlink), or at once if the send was. */
+  uint8_t *lead_hdr = NULL;
+  if (__builtin_expect(nx_frame_lead(hdr) != 0, 0) &&
+      (lead_hdr = lead_split(u, frame, &data, &count)) != NULL) {
+    hdr = lead_hdr;
+    hdr_len = NX_FRAME_HDR_SIZE + nx_frame_lead(lead_hdr);
+  } else if (frame->iovcnt > 2) {
     /* Values put by reference: UCX gathers the pieces (reading them until
      * the send completes, which the frame guarantees). */
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
@@ -455,8 +498,10 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
     data = iov + 1;
     count = (size_t)frame->iovcnt - 1;
   }
-  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, UCX_AM_ID, iov[0].iov_base,
-                                       NX_FRAME_HDR_SIZE, data, count, &param);
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(p->ep, UCX_AM_ID, hdr, hdr_len, data, count, &param);
+  if (r == NULL || UCS_PTR_IS_ERR(r))
+    free(lead_hdr);
   if (r == NULL) {
     /* Sent already (copied out): the common case for small frames. */
     int more = u->done != NULL || u->dropped != NULL || u->reports != NULL;
@@ -480,6 +525,7 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
    * of the request now, before unlocking, is in time. */
   struct ucx_req *q = r;
   q->frame = frame;
+  q->lead_hdr = lead_hdr;
   q->peer = p;
   q->prev = NULL;
   q->next = p->reqs;

@@ -142,6 +142,36 @@ static ucs_status_t try_wrap(struct ucx *u, const void *header, void *data,
   return UCS_INPROGRESS;
 }
 
+/* A frame whose lead came in the header (ucx_send): the lead into the
+ * frame, then the receiving program's placement (frame_place), which sets
+ * iov[1] to where the `length` bytes of data (the tail) go. Returns 0,
+ * NX_EPROTO (counted) or NX_ENOMEM. */
+static int recv_lead(struct ucx *u, const void *header, size_t lead,
+                     size_t length, nx_frame_t **out) {
+  nx_frame_t *f;
+  int r = u->core->frame_alloc_lead(header, &f);
+  if (r < 0) {
+    if (r != NX_EPROTO)
+      UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+    return r;
+  }
+  if (f->iovcnt < 2 || f->iov[1].iov_len != lead ||
+      f->len != NX_FRAME_HDR_SIZE + lead + length) {
+    u->core->frame_free(f);
+    u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
+                                "frame header");
+    return NX_EPROTO;
+  }
+  memcpy(f->iov[1].iov_base, (const uint8_t *)header + NX_FRAME_HDR_SIZE, lead);
+  if (u->core->frame_place(f) < 0) {
+    u->core->frame_free(f);
+    UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+    return NX_ENOMEM;
+  }
+  *out = f;
+  return 0;
+}
+
 ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
                          void *data, size_t length,
                          const ucp_am_recv_param_t *param) {
@@ -149,33 +179,47 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
   int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   u->received++;
   u->events++;
-  if (header_length != NX_FRAME_HDR_SIZE || header == NULL) {
+  /* The frame header, and after it the payload's lead when the sender
+   * sent it apart (ucx_send): the lead the header announces, exactly. */
+  size_t lead = header != NULL && header_length >= NX_FRAME_HDR_SIZE
+                    ? nx_frame_lead(header)
+                    : 0;
+  if (header == NULL || (header_length != NX_FRAME_HDR_SIZE &&
+                         header_length != NX_FRAME_HDR_SIZE + lead)) {
     u->core->bad_peer(UCX_NAME, "an active message without a frame header");
     return refuse(rndv, UCS_ERR_INVALID_PARAM);
   }
   /* The sender, for order only (frame_alloc checks the rest). */
   uint64_t from = nxu_rd64((const uint8_t *)header + 40) >> 32;
   struct ucx_rxq *q = rxq_find(u, from);
-  if (!rndv && length >= UCX_WRAP_MIN &&
-      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
-    ucs_status_t st = try_wrap(u, header, data, length, q);
-    if (st != UCS_ERR_LAST)
-      return st;
-  }
   nx_frame_t *f;
-  int r = u->core->frame_alloc(header, &f);
-  if (r < 0) {
-    /* NX_EPROTO is counted by the core already. */
-    if (r != NX_EPROTO)
-      UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
-    return refuse(rndv,
-                  r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
-  }
-  if (f->iovcnt < 2 || f->iov[1].iov_len != length) {
-    u->core->frame_free(f);
-    u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
-                                "frame header");
-    return refuse(rndv, UCS_ERR_INVALID_PARAM);
+  int r;
+  if (header_length > NX_FRAME_HDR_SIZE) {
+    r = recv_lead(u, header, lead, length, &f);
+    if (r < 0)
+      return refuse(rndv,
+                    r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
+  } else {
+    if (!rndv && length >= UCX_WRAP_MIN &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+      ucs_status_t st = try_wrap(u, header, data, length, q);
+      if (st != UCS_ERR_LAST)
+        return st;
+    }
+    r = u->core->frame_alloc(header, &f);
+    if (r < 0) {
+      /* NX_EPROTO is counted by the core already. */
+      if (r != NX_EPROTO)
+        UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+      return refuse(rndv,
+                    r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
+    }
+    if (f->iovcnt < 2 || f->iov[1].iov_len != length) {
+      u->core->frame_free(f);
+      u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
+                                  "frame header");
+      return refuse(rndv, UCS_ERR_INVALID_PARAM);
+    }
   }
   if (!rndv) {
     /* Copied into the frame: UCX takes the data back when we return. */

@@ -351,7 +351,47 @@ static void conf_oreport(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   conf_counts_reply(b, conf_oseq_take);
 }
 
+/* "dplace": receive placement with a conversion where the value lands.
+ * Payload = gp reply, u32 tag, u64 n, then n doubles last (in whatever
+ * format the sender chose). conf_dplace_at names conf_dmem (room for
+ * CONF_DPLACE_MAX doubles); the handler gets the doubles into that same
+ * memory, which converts them there when the formats differ, and answers
+ * "pong": the tag plus 1000000 if they were placed, n * 8, and their
+ * bytes in this machine's order. */
+#define CONF_DPLACE_MAX (1u << 20)
+static double *conf_dmem;
+
+static int conf_dplace_at(nx_context_t *ctx, void *addr, nx_buffer_t *lead,
+                          size_t tail, nx_place_t *where) {
+  (void)ctx, (void)addr, (void)lead;
+  if (conf_dmem == NULL)
+    return NX_ENOMEM;
+  where->addr = conf_dmem;
+  where->len = CONF_DPLACE_MAX * sizeof(double);
+  return tail <= where->len ? 1 : 0;
+}
+
+static void conf_dplace(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  uint32_t tag = 0;
+  uint64_t n = 0;
+  nx_buffer_t *o;
+  if (nx_get_gp(b, &reply) == 0 && nx_get_uint32(b, &tag) == 0 &&
+      nx_get_uint64(b, &n) == 0 && n <= CONF_DPLACE_MAX &&
+      nx_get_double_array(b, conf_dmem, n) == 0 &&
+      nx_rsr_init_name(&o, &reply, "pong", n * 8 + 32) == 0) {
+    nx_put_uint32(o, tag + (nx_buffer_placement(b) == 1 ? 1000000u : 0u));
+    nx_put_uint64(o, n * 8);
+    nx_put_bytes(o, conf_dmem, n * 8);
+    nx_rsr_send(o);
+  }
+  nx_gp_release(&reply);
+}
+
 static int conf_register(nx_context_t *ctx) {
+  if (conf_dmem == NULL)
+    conf_dmem = (double *)malloc(CONF_DPLACE_MAX * sizeof(double));
   int r =
       nx_handler_register(ctx, "ping", conf_ping, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
@@ -389,6 +429,11 @@ static int conf_register(nx_context_t *ctx) {
   if (r == 0)
     r = nx_handler_register(ctx, "ping_refs_t", conf_ping_refs,
                             NX_HANDLER_THREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "dplace", conf_dplace, NX_HANDLER_NONTHREADED,
+                            NULL);
+  if (r == 0)
+    r = nx_handler_set_place(ctx, "dplace", conf_dplace_at);
   return r;
 }
 

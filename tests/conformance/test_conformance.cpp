@@ -123,6 +123,9 @@ struct inbox {
   uint32_t cb_handler = 0;
   long rogue_done = 0;
   std::string rogue_said;
+  long placed_lost = 0;          // "pong"s lost after they were placed
+  int last_placement = 0;        // nx_buffer_placement of the last "pong"
+  bool last_placed_same = false; // its bytes read from the placed memory
   inbox() {
     nx_mutex_init(&m);
     nx_cond_init(&c);
@@ -133,6 +136,9 @@ struct inbox {
     pongs = typed = counts_in = hits = hits_bad = lies = 0;
     cb_no_handler = cb_no_context = rogue_done = 0;
     last_tag = 0;
+    last_placement = 0;
+    placed_lost = 0;
+    last_placed_same = false;
     pong_source = third_source = peer_saw = peer_self = 0;
     typed_bad = -1;
     last_bytes.clear();
@@ -159,16 +165,79 @@ struct inbox {
 
 inbox *box;
 
+// Receive placement: where "pong"'s trailing bytes go when the case below
+// installs place_pong. `mode` says what the callback answers.
+// PLACE_HOLD places, but first waits until the case lets it go (the
+// death case below, which kills the sender meanwhile).
+enum place_mode {
+  PLACE_HERE,
+  PLACE_DECLINE,
+  PLACE_SHORT,
+  PLACE_FAIL,
+  PLACE_HOLD
+};
+struct place_box {
+  std::vector<uint8_t> mem;
+  place_mode mode = PLACE_HERE;
+  std::atomic<long> asked{0}, bad{0};
+  std::atomic<int> holding{0}, release{0};
+} pbox;
+
+int place_pong(nx_context_t *, void *, nx_buffer_t *lead, size_t tail,
+               nx_place_t *where) {
+  pbox.asked++;
+  uint32_t tag = 0;
+  uint64_t len = 0;
+  const void *p = nullptr;
+  // The lead reads as the values before the tail; the tail is not in it.
+  if (nx_get_uint32(lead, &tag) != 0 || nx_get_uint64(lead, &len) != 0 ||
+      len != tail || nx_get_bytes_ptr(lead, &p, len) != NX_ERANGE)
+    pbox.bad++;
+  switch (pbox.mode) {
+  case PLACE_HOLD:
+    // Blocks the receiving thread, which a real callback must not do:
+    // here it holds the frame half-read while its sender is killed.
+    pbox.holding = 1;
+    for (int ms = 0; ms < 30000 && !pbox.release.load(); ms++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    [[fallthrough]];
+  case PLACE_HERE:
+    where->addr = pbox.mem.data();
+    where->len = pbox.mem.size();
+    return 1;
+  case PLACE_SHORT:
+    where->addr = pbox.mem.data();
+    where->len = tail - 1;
+    return 1;
+  case PLACE_FAIL: return NX_ENOTSUP;
+  case PLACE_DECLINE: break;
+  }
+  return 0;
+}
+
 void on_pong(nx_context_t *, void *, nx_buffer_t *b) {
   uint32_t tag = 0;
   uint64_t len = 0;
   std::vector<uint8_t> bytes;
+  bool same = false;
   if (nx_get_uint32(b, &tag) == 0 && nx_get_uint64(b, &len) == 0) {
     bytes.resize(len);
-    if (nx_get_bytes(b, bytes.data(), len) != 0)
+    const void *at = nullptr;
+    if (nx_buffer_placement(b) == 1) {
+      // Read in place: the placed memory itself.
+      if (nx_get_bytes_ptr(b, &at, len) == 0) {
+        same = at == pbox.mem.data();
+        std::memcpy(bytes.data(), at, len);
+      } else {
+        bytes.clear();
+      }
+    } else if (nx_get_bytes(b, bytes.data(), len) != 0) {
       bytes.clear();
+    }
   }
   nx_mutex_lock(&box->m);
+  box->last_placement = nx_buffer_placement(b);
+  box->last_placed_same = same;
   box->last_tag = tag;
   box->last_bytes.swap(bytes);
   box->pong_source = nx_buffer_source(b);
@@ -276,6 +345,10 @@ void on_error(int err, uint64_t context, uint32_t handler, void *) {
   nx_mutex_lock(&box->m);
   if (err == NX_EPEERDEAD && handler == 0)
     box->deaths++;
+  if (err == NX_EPEERDEAD && handler == nx_handler_id("pong")) {
+    box->placed_lost++;
+    box->cb_context = context;
+  }
   if (err == NX_ENOHANDLER || err == NX_ENOCONTEXT) {
     (err == NX_ENOHANDLER ? box->cb_no_handler : box->cb_no_context)++;
     box->cb_context = context;
@@ -532,6 +605,97 @@ TEST_CASE("zero copy: ping-pong of every size put by reference and read in "
       REQUIRE(s.in.wait([&] { return z.calls.load() >= 3; }, 10));
       CHECK(z.calls.load() == 3);
       CHECK(z.bad.load() == 0);
+    }
+  }
+}
+
+// The modules that receive a frame's tail where the receiving program says
+// (docs/modules.md); the others deliver it whole, and the callback is not
+// asked.
+bool module_places() {
+  std::string m = module_under_test();
+  return m == "tcp" || m == "ucx";
+}
+
+TEST_CASE("receive placement: a large trailing array lands where the "
+          "receiver's callback says, or arrives as before",
+          "[conformance]") {
+  session s;
+  INFO("module " << module_under_test());
+  REQUIRE(nx_handler_set_place(nx_context_self(), "pong", place_pong) == 0);
+  REQUIRE(nx_handler_set_place(nx_context_self(), "no_such", place_pong) ==
+          NX_ENOHANDLER);
+  uint64_t rng = 99;
+  uint32_t tag = 5000;
+  for (place_mode mode : {PLACE_HERE, PLACE_DECLINE, PLACE_SHORT, PLACE_FAIL}) {
+    for (size_t size : {size_t(NX_PLACE_MIN) - 1, size_t(NX_PLACE_MIN),
+                        size_t(64) << 10, size_t(1) << 20, size_t(16) << 20}) {
+      INFO("mode " << mode << ", " << size << " bytes");
+      std::vector<uint8_t> bytes(size);
+      fill_random(bytes.data(), size, rng);
+      pbox.mode = mode;
+      pbox.mem.assign(size, 0xa5);
+      pbox.asked = 0;
+      pbox.bad = 0;
+      ++tag;
+      long before = s.in.pongs;
+      ping(s, &s.peer, "ping", tag, bytes);
+      REQUIRE(s.in.wait([&] { return s.in.pongs > before; }));
+      // The values are the same whatever placement did.
+      CHECK(s.in.last_tag == tag);
+      CHECK((s.in.last_bytes == bytes)); // not printed: up to 16 MiB
+      bool asks = module_places() && size >= NX_PLACE_MIN;
+      CHECK(pbox.asked.load() == (asks ? 1 : 0));
+      CHECK(pbox.bad.load() == 0);
+      int want = !asks                 ? 0
+                 : mode == PLACE_HERE  ? 1
+                 : mode == PLACE_SHORT ? int(NX_EMSGSIZE)
+                 : mode == PLACE_FAIL  ? int(NX_ENOTSUP)
+                                       : 0;
+      CHECK(s.in.last_placement == want);
+      if (want == 1) {
+        CHECK(s.in.last_placed_same);
+        CHECK((pbox.mem == bytes));
+      } else {
+        // Memory not taken is not written.
+        CHECK(std::count(pbox.mem.begin(), pbox.mem.end(), 0xa5) ==
+              std::ptrdiff_t(size));
+      }
+    }
+  }
+  REQUIRE(nx_handler_set_place(nx_context_self(), "pong", nullptr) == 0);
+}
+
+TEST_CASE("receive placement: doubles in the other byte order are placed "
+          "and converted where they land",
+          "[conformance]") {
+  session s;
+  INFO("module " << module_under_test());
+  const int other =
+      nx_format_native() == NX_FORMAT_LITTLE ? NX_FORMAT_BIG : NX_FORMAT_LITTLE;
+  uint32_t tag = 9000;
+  for (int format : {nx_format_native(), other}) {
+    for (size_t n : {size_t(1000), size_t(1024), size_t(1) << 17}) {
+      INFO("format " << format << ", " << n << " doubles");
+      std::vector<double> d(n);
+      for (size_t i = 0; i < n; i++)
+        d[i] = double(i) * 0.25 - 3.5;
+      nx_buffer_t *b;
+      REQUIRE(nx_rsr_init_name(&b, &s.peer, "dplace", n * 8 + 64) == 0);
+      REQUIRE(nx_buffer_set_format(b, format) == 0);
+      REQUIRE(nx_put_gp(b, &s.me) == 0);
+      REQUIRE(nx_put_uint32(b, ++tag) == 0);
+      REQUIRE(nx_put_uint64(b, n) == 0);
+      REQUIRE(nx_put_double_array(b, d.data(), n) == 0);
+      long before = s.in.pongs;
+      REQUIRE(nx_rsr_send(b) == 0);
+      REQUIRE(s.in.wait([&] { return s.in.pongs > before; }));
+      // Placed at the peer where the module places and the doubles reach
+      // NX_PLACE_MIN bytes (1000 doubles do not).
+      bool placed = module_places() && n * 8 >= NX_PLACE_MIN;
+      CHECK(s.in.last_tag == tag + (placed ? 1000000u : 0u));
+      REQUIRE(s.in.last_bytes.size() == n * 8);
+      CHECK(std::memcmp(s.in.last_bytes.data(), d.data(), n * 8) == 0);
     }
   }
 }
@@ -864,6 +1028,60 @@ TEST_CASE("[zc-mods] ping-pong of every size put by reference, one array, "
     CHECK(r->calls.load() == 1);
 }
 
+// The peer process (our child running conf_peer), or -1.
+pid_t peer_child() {
+  pid_t child = -1;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d != nullptr && (e = readdir(d)) != nullptr) {
+    std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
+    std::string pid, comm, state;
+    long ppid = 0;
+    if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
+        comm == "(conf_peer)")
+      child = std::stoi(pid);
+  }
+  if (d != nullptr)
+    closedir(d);
+  return child;
+}
+
+TEST_CASE("peer death: a placed value whose sender dies midway is reported "
+          "to the receiver, and nothing is written past the memory named",
+          "[conformance][own-test][peer-death]") {
+  if (in_process())
+    skip_test("an in-process context does not die on its own");
+  if (job_mode())
+    skip_test("mpirun ends the whole job when a rank is killed");
+  if (!module_places())
+    skip_test("the module delivers frames whole: nothing is placed");
+  session s;
+  pid_t child = peer_child();
+  REQUIRE(child > 0);
+  // 64 MiB: far more than the sockets or a rendezvous hold, so the
+  // sender is still sending (or the receiver still fetching) when it dies.
+  const size_t size = size_t(64) << 20;
+  pbox.mode = PLACE_HOLD;
+  pbox.mem.assign(size + 4096, 0xa5); // 4 KiB past the memory named
+  pbox.holding = 0;
+  pbox.release = 0;
+  REQUIRE(nx_handler_set_place(nx_context_self(), "pong", place_pong) == 0);
+  std::vector<uint8_t> bytes(size, 0x3c);
+  ping(s, &s.peer, "ping", 77, bytes);
+  for (int ms = 0; ms < 60000 && !pbox.holding.load(); ms++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(pbox.holding.load() == 1);
+  REQUIRE(kill(child, SIGKILL) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  pbox.release = 1;
+  REQUIRE(s.in.wait([&] { return s.in.placed_lost > 0; }, 30));
+  CHECK(s.in.placed_lost == 1);
+  CHECK(s.in.cb_context == nx_context_id(nx_context_self()));
+  CHECK(s.in.pongs == 0); // its handler never ran
+  CHECK(std::count(pbox.mem.begin() + size, pbox.mem.end(), 0xa5) == 4096);
+  pbox.mode = PLACE_HERE;
+}
+
 TEST_CASE("peer death: the error is reported, later RSRs fail, nothing hangs",
           "[conformance][own-test][peer-death]") {
   if (in_process())
@@ -881,20 +1099,7 @@ TEST_CASE("peer death: the error is reported, later RSRs fail, nothing hangs",
   std::vector<int> rc(n);
   {
     session s;
-    // Find the peer: our child running conf_peer.
-    pid_t child = -1;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d != nullptr && (e = readdir(d)) != nullptr) {
-      std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
-      std::string pid, comm, state;
-      long ppid = 0;
-      if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
-          comm == "(conf_peer)")
-        child = std::stoi(pid);
-    }
-    if (d != nullptr)
-      closedir(d);
+    pid_t child = peer_child(); // our child running conf_peer
     REQUIRE(child > 0);
     long before = s.in.pongs;
     ping(s, &s.peer, "ping", 1, std::vector<uint8_t>(10));

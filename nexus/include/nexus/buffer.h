@@ -71,13 +71,22 @@ NX_EXTERN int nx_buffer_rewind(nx_buffer_t *buf);
 NX_EXTERN size_t nx_buffer_length(const nx_buffer_t *buf);
 NX_EXTERN size_t nx_buffer_remaining(const nx_buffer_t *buf);
 
+/* What receive placement (nx_handler_set_place) did with a received
+ * buffer's trailing array: 1 placed where the callback said; 0 not placed
+ * (no callback, no trailing array, a module that does not place, or the
+ * callback declined); a negative NX_E* code when the callback failed with
+ * it or named too little memory (NX_EMSGSIZE). The values read the same in
+ * every case. NX_EINVAL for a NULL buffer or one not received. */
+NX_EXTERN int nx_buffer_placement(const nx_buffer_t *buf);
+
 /* The packed contents of a buffer, in its format (nx_buffer_format), for a
  * program that moves them by other means (a file, a pipe, a launcher).
  * `*data` stays valid until the buffer changes or is released (a received
  * buffer still held at nx_finalize: until then, when its payload is
  * copied out of the protocol module's memory). Returns 0 or NX_EINVAL (a
- * NULL argument, or an RSR buffer holding values put by reference, which
- * are not in its contents). */
+ * NULL argument, an RSR buffer holding values put by reference, or a
+ * received one whose trailing array was placed: neither is in its
+ * contents). */
 NX_EXTERN int nx_buffer_bytes(const nx_buffer_t *buf, const void **data,
                               size_t *len);
 

@@ -98,6 +98,52 @@ NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name,
                                   nx_handler_fn fn, int kind,
                                   nx_handler_id_t *id);
 
+/* Receive placement (docs/design.md, "Receive placement"). An RSR whose
+ * payload ends with an array of at least NX_PLACE_MIN bytes (put last,
+ * copied or by reference) carries the marks that let the receiver name
+ * where those bytes go before they are fetched: the array's elements, the
+ * "tail". When such a frame arrives for a handler that has a placement
+ * callback, and the module that receives it places (docs/modules.md says
+ * which do), the callback is asked once its leading bytes are in: `lead`
+ * holds the values before the tail, readable with nx_get_* from the start
+ * (the tail itself is not in it: its get gives NX_ERANGE); `tail_bytes` is
+ * the length of the tail's elements. To place them, the callback writes
+ * where to `*where` and returns 1; the module then writes the tail there
+ * (at most `tail_bytes` bytes from where->addr), and the handler runs with
+ * the buffer as always: its get of the tail (nx_get_*_array with
+ * where->addr itself costs no copy, with other memory one copy;
+ * nx_get_*_array_ptr gives where->addr) converts the byte order where the
+ * elements are, if the sender's differs. Returning 0 declines, a negative
+ * NX_E* code says it failed, and where->len < tail_bytes (or a NULL
+ * where->addr) refuses the memory: in all three cases nothing is written
+ * there and the tail arrives in the runtime's memory as without a
+ * callback (nx_buffer_placement says which happened).
+ *
+ * The callback runs on the thread that receives the frame, possibly inside
+ * a protocol module's receive path with its lock held, before the handler
+ * and possibly before the handlers of RSRs that arrived earlier. It may
+ * read `lead` (nx_get_*, nx_buffer_*) and its own data; it must not block
+ * or call other nexus functions (send, lock, wait). Memory it names must
+ * stay valid until the handler ran; if the frame is lost after it was
+ * placed (its sender died midway), the error callback hears of it with
+ * NX_EPEERDEAD, the context and the handler, from the progress driver. */
+#define NX_PLACE_MIN 8192u
+
+typedef struct nx_place {
+  void *addr; /* where the tail's elements go */
+  size_t len; /* bytes there, at least tail_bytes */
+} nx_place_t;
+
+typedef int (*nx_place_fn)(nx_context_t *ctx, void *address, nx_buffer_t *lead,
+                           size_t tail_bytes, nx_place_t *where);
+
+/* Sets the placement callback of the handler registered under `name` in
+ * `ctx` (NULL `fn` removes it); registering the handler again keeps it.
+ * Returns 0; NX_EINVAL (NULL `ctx` or `name`); NX_ENOHANDLER (no handler
+ * of that name in `ctx`); NX_ENOMEM. */
+NX_EXTERN int nx_handler_set_place(nx_context_t *ctx, const char *name,
+                                   nx_place_fn fn);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,7 +25,7 @@ extern "C" {
 /* Bumped whenever either table below changes. The core loads only a
  * module built for this version and refuses any other with NX_EABI: no
  * older ABI ever shipped, so none is kept loadable. */
-#define NX_PROTOCOL_ABI_VERSION 13u
+#define NX_PROTOCOL_ABI_VERSION 14u
 
 /* send's answer for a frame sent at once (struct nx_protocol_ops): the
  * core takes the frame back without a send_done call. */
@@ -43,12 +43,37 @@ extern "C" {
  *                         (NX_RSR_ORDERED), 0 for an unordered RSR
  *    16    8 context     destination context id
  *    24    8 address     address within that context
- *    32    8 length      payload bytes that follow
+ *    32    8 length      payload bytes that follow (with the flag
+ *                         NX_FRAME_F_TAIL: the low 48 bits; the high 16
+ *                         the payload's lead, nx_frame_lead)
  *    40    8 source      the sending context's id (0: not known); its
  *                         high 32 bits are the sending process's id */
 #define NX_FRAME_HDR_SIZE 48u
 #define NX_FRAME_MAGIC 0x3152584eu
 #define NX_FRAME_VERSION 3u
+
+/* Receive placement (docs/design.md, "Receive placement"): a frame whose
+ * payload ends with a large array has flag bit 2 set and the length of
+ * its "lead", the payload's bytes before that array's elements (the
+ * tail), in the length field's high 16 bits. A module that receives in
+ * two steps (frame_alloc_lead below) may read it to send the lead apart. */
+#define NX_FRAME_F_TAIL 4u
+static inline size_t nx_frame_lead(const void *hdr) {
+  const unsigned char *h = (const unsigned char *)hdr;
+  if (!((h[6] | h[7] << 8) & NX_FRAME_F_TAIL))
+    return 0;
+  return (size_t)(h[38] | h[39] << 8);
+}
+
+/* The payload's length the header announces (what follows the header),
+ * for a module that reads it before frame_alloc checks the header. */
+static inline uint64_t nx_frame_payload_len(const void *hdr) {
+  const unsigned char *h = (const unsigned char *)hdr;
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; i--)
+    len = len << 8 | h[32 + i];
+  return nx_frame_lead(hdr) != 0 ? len & (((uint64_t)1 << 48) - 1) : len;
+}
 
 /* Largest scope and module bytes a descriptor may carry. */
 #define NX_DESC_SCOPE_MAX 32u
@@ -213,6 +238,24 @@ struct nx_core_api {
   int (*frame_wrap)(const void *hdr, void *data, size_t len,
                     void (*release)(void *arg, void *data), void *arg,
                     nx_frame_t **frame);
+
+  /* Receive placement (ABI 14): the payload in two steps, so that the
+   * receiving program can say where its tail goes (docs/design.md,
+   * "Receive placement"). frame_alloc_lead is frame_alloc, except that
+   * for a frame with a lead (nx_frame_lead(hdr) != 0) the frame's iov[1]
+   * has room for the lead only: then iov[1].iov_len + NX_FRAME_HDR_SIZE <
+   * frame->len. Once the lead is in iov[1], the module calls frame_place,
+   * which asks the handler's placement callback (on this thread: the
+   * module's locks may be held, the callback calls no nexus function) and
+   * sets iov[1] to where the tail goes, frame->len - NX_FRAME_HDR_SIZE -
+   * lead bytes: the program's memory, or the core's. The module writes
+   * exactly those bytes there, then delivers the frame or frees it as any
+   * other (a placed frame freed is reported to the receiving program).
+   * frame_place returns 0 or NX_ENOMEM (the frame is still the module's
+   * to free). A module that uses frame_alloc only receives every frame
+   * whole, as before. */
+  int (*frame_alloc_lead)(const void *hdr, nx_frame_t **frame);
+  int (*frame_place)(nx_frame_t *frame);
 };
 
 #define NX_KEY_SIZE 16u

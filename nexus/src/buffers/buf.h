@@ -93,10 +93,19 @@ struct nx_buffer {
   uint32_t handler;
   uint64_t context;
   uint64_t address;
-  uint64_t source;      /* the sending context's id (header), or 0 */
-  uint32_t order;       /* its number in an ordered stream (order.h), or 0 */
-  uint16_t hflags;      /* the header's flags (ledger.h), as sent or received */
-  struct nxi_dlist *dl; /* SEND: destination's descriptors (not owned) */
+  uint64_t source; /* the sending context's id (header), or 0 */
+  uint32_t order;  /* its number in an ordered stream (order.h), or 0 */
+  uint16_t hflags; /* the header's flags (ledger.h), as sent or received */
+  /* Receive placement (docs/design.md): the payload offset where the
+   * trailing array's elements start (the lead), 0 when there is none, and
+   * the payload's length they run to. SEND: set by the last array put,
+   * valid while nothing follows it (tail_end is the payload's length);
+   * RECV: as the header said. */
+  uint32_t tail_at;
+  int32_t place_status; /* RECV: what nx_buffer_placement answers */
+  uint64_t tail_end;
+  void *place; /* RECV: where the tail's elements were placed, or NULL */
+  struct nxi_dlist *dl;   /* SEND: destination's descriptors (not owned) */
   struct nx_context *ctx; /* RECV, queued for a thread: target (ref) */
   nx_handler_fn fn;
   struct nxi_fiber *fiber; /* RECV, threaded: the stack its handler runs on */
@@ -167,6 +176,16 @@ int nxi_buffer_reserve(struct nx_buffer *b, size_t extra);
  * references). */
 static inline size_t nxi_buffer_wire_len(const struct nx_buffer *b) {
   return b->len + (b->xr != NULL ? b->xr->bytes : 0);
+}
+/* Notes a put array's elements, [at, end) of the payload, as the tail
+ * that a receiver may place, if they are large enough; a later put makes
+ * the payload end elsewhere (nxi_buffer_seal looks). */
+static inline void nxi_buffer_tail_note(struct nx_buffer *b, size_t at,
+                                        size_t end) {
+  if (end - at >= NX_PLACE_MIN && at <= UINT16_MAX) {
+    b->tail_at = (uint32_t)at;
+    b->tail_end = end;
+  }
 }
 /* Sets up the frame's iovecs over the data and the references. */
 void nxi_buffer_refs_iov(struct nx_buffer *b);

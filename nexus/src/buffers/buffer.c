@@ -16,6 +16,11 @@ void nxi_buffer_seal(struct nx_buffer *b) {
                             .len = nxi_buffer_wire_len(b),
                             .source = b->source,
                             .order = b->order};
+  /* The last value a large array: its receiver may place it. */
+  if (__builtin_expect(b->tail_at != 0, 0) && b->tail_end == f.len) {
+    f.flags = NX_FRAME_F_TAIL;
+    f.lead = (uint16_t)b->tail_at;
+  }
   nxi_frame_hdr_encode(b->hdr, &f);
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
@@ -80,7 +85,7 @@ int nx_buffer_release(nx_buffer_t *b) {
 
 int nx_buffer_bytes(const nx_buffer_t *b, const void **data, size_t *len) {
   if (b == NULL || data == NULL || len == NULL ||
-      (b->xr != NULL && b->xr->bytes != 0))
+      (b->xr != NULL && b->xr->bytes != 0) || b->place != NULL)
     return NX_EINVAL;
   *data = b->data;
   *len = b->len;
@@ -130,12 +135,25 @@ int nx_buffer_rewind(nx_buffer_t *b) {
   return 0;
 }
 
+/* The bytes of a placed tail, which are not in `data`. */
+static size_t placed_len(const nx_buffer_t *b) {
+  return b->place != NULL ? (size_t)(b->tail_end - b->tail_at) : 0;
+}
+
 size_t nx_buffer_length(const nx_buffer_t *b) {
-  return b != NULL ? nxi_buffer_wire_len(b) : 0;
+  return b != NULL ? nxi_buffer_wire_len(b) + placed_len(b) : 0;
 }
 
 size_t nx_buffer_remaining(const nx_buffer_t *b) {
-  return b != NULL ? b->len - b->pos : 0;
+  if (b == NULL)
+    return 0;
+  return b->len - b->pos + (b->pos < b->len ? placed_len(b) : 0);
+}
+
+int nx_buffer_placement(const nx_buffer_t *b) {
+  if (b == NULL || b->kind != NXI_BUF_RECV)
+    return NX_EINVAL;
+  return b->place_status;
 }
 
 /* Sizes. */
@@ -186,6 +204,8 @@ static int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
   if (count != 0)
     nxi_copy_elems(p + 5, v, size, count, nxi_buffer_swapped(b));
   b->len += 5 + size * count;
+  size_t end = nxi_buffer_wire_len(b);
+  nxi_buffer_tail_note(b, end - size * count, end);
   return 0;
 }
 
@@ -214,7 +234,7 @@ static int get_scalar(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
  * k, k zero bytes` then the elements; a get in place may have set FLIPPED
  * after converting the elements where they are. */
 static int array_at(const struct nx_buffer *b, uint8_t tag, size_t size,
-                    size_t count, size_t *off, int *swap) {
+                    size_t count, uint8_t **elems, size_t *adv, int *swap) {
   size_t left = b->len - b->pos;
   if (left == 0)
     return NX_ERANGE;
@@ -235,10 +255,20 @@ static int array_at(const struct nx_buffer *b, uint8_t tag, size_t size,
   nxi_copy_elems((uint8_t *)&n, p + 1, 4, 1, nxi_buffer_swapped(b));
   if (n != count)
     return NX_ETYPE;
+  *swap = nxi_buffer_swapped(b) ^ !!(p[0] & NXI_TAG_FLIPPED);
+  if (b->place != NULL && b->pos + hdr == b->len) {
+    /* The tail, placed (nx_handler_set_place): its elements are where
+     * the placement callback said, and the lead ends with its header. */
+    if (count * size != b->tail_end - b->tail_at)
+      return NX_ERANGE;
+    *elems = b->place;
+    *adv = hdr;
+    return 0;
+  }
   if ((left - hdr) / size < count)
     return NX_ERANGE;
-  *off = hdr;
-  *swap = nxi_buffer_swapped(b) ^ !!(p[0] & NXI_TAG_FLIPPED);
+  *elems = b->data + b->pos + hdr;
+  *adv = hdr + size * count;
   return 0;
 }
 
@@ -246,14 +276,20 @@ static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
                      size_t count) {
   if (b == NULL || (v == NULL && count != 0) || b->kind == NXI_BUF_SEND)
     return NX_EINVAL;
-  size_t off;
+  uint8_t *e;
+  size_t adv;
   int swap;
-  int r = array_at(b, tag, size, count, &off, &swap);
+  int r = array_at(b, tag, size, count, &e, &adv, &swap);
   if (r < 0)
     return r;
-  if (count != 0)
-    nxi_copy_elems(v, b->data + b->pos + off, size, count, swap);
-  b->pos += off + size * count;
+  if (count != 0 && e != v)
+    nxi_copy_elems(v, e, size, count, swap);
+  else if (count != 0 && swap && size > 1) {
+    /* Got into the placed memory itself: converted where it is, once. */
+    nxi_swap_elems(e, size, count);
+    b->data[b->pos] ^= NXI_TAG_FLIPPED;
+  }
+  b->pos += adv;
   return 0;
 }
 
@@ -264,13 +300,13 @@ static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
                          size_t size, size_t count) {
   if (b == NULL || v == NULL || b->kind == NXI_BUF_SEND)
     return NX_EINVAL;
-  size_t off;
+  uint8_t *e;
+  size_t adv;
   int swap;
-  int r = array_at(b, tag, size, count, &off, &swap);
+  int r = array_at(b, tag, size, count, &e, &adv, &swap);
   if (r < 0)
     return r;
   uint8_t *p = b->data + b->pos;
-  uint8_t *e = p + off;
   if (swap && size > 1 && count != 0) {
     nxi_swap_elems(e, size, count);
     p[0] ^= NXI_TAG_FLIPPED;
@@ -282,7 +318,7 @@ static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
       return NX_ENOMEM;
   }
   *v = out;
-  b->pos += off + size * count;
+  b->pos += adv;
   return 0;
 }
 

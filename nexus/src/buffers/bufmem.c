@@ -323,6 +323,9 @@ static inline void zero_fields(void *p, size_t n) {
   uint8_t *d = p;
   __m128i z = _mm_setzero_si128();
   __asm__("" : "+x"(z)); /* opaque: not turned back into a memset */
+  /* Unrolled whole (n is a constant): at 19 stores gcc kept the loop, 3
+   * instructions a store more (callgrind). */
+#pragma GCC unroll 32
   for (; n >= 16; n -= 16, d += 16)
     _mm_storeu_si128((__m128i *)d, z);
   memset(d, 0, n);

@@ -75,6 +75,8 @@ int nxi_put_array_ref(struct nx_buffer *b, uint8_t tag, const void *v,
     x->live++;
     x->bytes += len;
   }
+  size_t end = nxi_buffer_wire_len(b);
+  nxi_buffer_tail_note(b, end - len, end);
   return 0;
 }
 

@@ -26,6 +26,16 @@ void nxi_frame_init(void) {
 int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
   uint8_t fmt = h[NXI_HDR_FORMAT];
   uint64_t len = nxu_rd64(h + NXI_HDR_LENGTH);
+  uint16_t flags = nxu_rd16(h + NXI_HDR_FLAGS);
+  uint16_t lead = 0;
+  if (flags & NX_FRAME_F_TAIL) {
+    /* The lead holds at least the array's tag and count, and a tail
+     * follows it. */
+    lead = (uint16_t)(len >> 48);
+    len &= ((uint64_t)1 << 48) - 1;
+    if (lead < 5 || lead >= len)
+      return NX_EPROTO;
+  }
   if (nxu_rd32(h + NXI_HDR_MAGIC) != NX_FRAME_MAGIC ||
       h[NXI_HDR_VERSION] != NX_FRAME_VERSION ||
       (fmt != NX_FORMAT_LITTLE && fmt != NX_FORMAT_BIG) ||
@@ -39,6 +49,7 @@ int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out) {
   out->len = len;
   out->source = nxu_rd64(h + NXI_HDR_SOURCE);
   out->order = nxu_rd32(h + NXI_HDR_ORDER);
-  out->flags = nxu_rd16(h + NXI_HDR_FLAGS);
+  out->flags = flags;
+  out->lead = lead;
   return 0;
 }

@@ -17,7 +17,10 @@ struct nxi_frame_hdr {
   uint64_t len;
   uint64_t source; /* the sending context's id, or 0 */
   uint32_t order;  /* its number in an ordered stream (order.h), or 0 */
-  uint16_t flags;  /* NXI_FRAME_F_* and the route generation (decode only) */
+  uint16_t flags;  /* NXI_FRAME_F_* and the route generation; encode
+                    * writes NX_FRAME_F_TAIL only, the rest is set in
+                    * place (nxi_frame_hdr_set_flags) */
+  uint16_t lead;   /* with NX_FRAME_F_TAIL: the payload's lead, else 0 */
 };
 
 /* Computes the largest payload a peer may announce (this machine's
@@ -46,12 +49,12 @@ static inline void nxi_frame_hdr_encode(uint8_t *h,
   nxu_le32(h + NXI_HDR_MAGIC, NX_FRAME_MAGIC);
   h[NXI_HDR_VERSION] = NX_FRAME_VERSION;
   h[NXI_HDR_FORMAT] = f->fmt;
-  nxu_le16(h + NXI_HDR_FLAGS, 0);
+  nxu_le16(h + NXI_HDR_FLAGS, f->flags & NX_FRAME_F_TAIL);
   nxu_le32(h + NXI_HDR_HANDLER, f->handler);
   nxu_le32(h + NXI_HDR_ORDER, f->order);
   nxu_le64(h + NXI_HDR_CONTEXT, f->context);
   nxu_le64(h + NXI_HDR_ADDRESS, f->address);
-  nxu_le64(h + NXI_HDR_LENGTH, f->len);
+  nxu_le64(h + NXI_HDR_LENGTH, f->len | (uint64_t)f->lead << 48);
   nxu_le64(h + NXI_HDR_SOURCE, f->source);
 }
 
@@ -65,7 +68,8 @@ int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
  * passes the source on unchanged, so it names the first sender; 0 when
  * the sender did not say). */
 static inline void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {
-  nxu_le16(h + NXI_HDR_FLAGS, flags);
+  nxu_le16(h + NXI_HDR_FLAGS,
+           (uint16_t)(flags | (nxu_rd16(h + NXI_HDR_FLAGS) & NX_FRAME_F_TAIL)));
 }
 
 /* Header flag of the runtime's own confirmation messages: they are not
@@ -80,6 +84,9 @@ static inline void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {
  * (modules/dlist.h, struct nxi_route): how many routes to that process failed
  * before it. The receiver counts each generation apart, so that RSRs a failed
  * route lost are told from those its successor carries. */
+/* Bit 2, NX_FRAME_F_TAIL (nexus/protocol.h): the payload ends with an
+ * array whose elements may be placed (docs/design.md, "Receive
+ * placement"); its lead is in the length field's high 16 bits. */
 #define NXI_FRAME_GEN_SHIFT 8
 #define NXI_FRAME_GENS 8u
 

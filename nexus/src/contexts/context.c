@@ -291,3 +291,34 @@ int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
     *id = hid;
   return 0;
 }
+
+/* A copy of the table, as nx_handler_register makes one, with the
+ * handler's placement callback changed. */
+int nx_handler_set_place(nx_context_t *ctx, const char *name, nx_place_fn fn) {
+  if (ctx == NULL || name == NULL)
+    return NX_EINVAL;
+  uint32_t hid = nx_handler_id(name);
+  pthread_mutex_lock(&ctx->lock);
+  struct nxi_htable *old = atomic_load(&ctx->handlers);
+  const struct nxi_handler *cur = nxi_handler_find(ctx, hid);
+  if (cur == NULL || strcmp(cur->name, name) != 0) {
+    pthread_mutex_unlock(&ctx->lock);
+    return NX_ENOHANDLER;
+  }
+  struct nxi_htable *t = htable_new(old->mask + 1);
+  if (t == NULL) {
+    pthread_mutex_unlock(&ctx->lock);
+    return NX_ENOMEM;
+  }
+  for (uint32_t i = 0; i <= old->mask; i++) {
+    t->slot[i] = old->slot[i]; /* the same capacity: the same places */
+    old->slot[i].name = NULL;
+    if (t->slot[i].id == hid)
+      t->slot[i].place = fn;
+  }
+  t->count = old->count;
+  t->retired = old;
+  atomic_store_explicit(&ctx->handlers, t, memory_order_release);
+  pthread_mutex_unlock(&ctx->lock);
+  return 0;
+}

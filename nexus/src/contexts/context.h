@@ -12,6 +12,7 @@ struct nxi_handler {
   uint8_t kind;
   nx_handler_fn fn;
   char *name;
+  nx_place_fn place; /* its placement callback (nx_handler_set_place) */
 };
 
 struct nxi_htable {

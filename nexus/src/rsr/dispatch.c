@@ -1,6 +1,8 @@
 /* Running what arrived: polling the modules, looking up each RSR's context and
  * handler, and running it here or queueing it for a runtime thread. */
+#include <pthread.h>
 #include <sched.h>
+#include <string.h>
 
 #include "rsr/dispatch.h"
 #include "contexts/context.h"
@@ -263,8 +265,59 @@ static inline int run_queued(unsigned gen) {
  * the queue through it (fiber.c). */
 static int drain_queued(unsigned gen) { return run_queued(gen); }
 
+/* Losses to report from the driver (nxi_drop_later): a few at a time in
+ * practice (a placed frame whose sender died midway); beyond LATER_MAX
+ * waiting, the rest are counted and logged, not lost silently. */
+#define LATER_MAX 256
+static struct {
+  pthread_mutex_t lock;
+  unsigned n, missed;
+  struct {
+    int err;
+    uint32_t handler;
+    uint64_t context;
+  } e[LATER_MAX];
+} later = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static atomic_int later_pending;
+
+void nxi_drop_later(int err, uint64_t context, uint32_t handler) {
+  pthread_mutex_lock(&later.lock);
+  if (later.n < LATER_MAX) {
+    later.e[later.n].err = err;
+    later.e[later.n].context = context;
+    later.e[later.n].handler = handler;
+    later.n++;
+  } else {
+    later.missed++;
+  }
+  pthread_mutex_unlock(&later.lock);
+  atomic_store_explicit(&later_pending, 1, memory_order_release);
+  nxi_progress_wake();
+}
+
+static __attribute__((noinline)) void drops_report(void) {
+  atomic_store_explicit(&later_pending, 0, memory_order_relaxed);
+  pthread_mutex_lock(&later.lock);
+  unsigned n = later.n, missed = later.missed;
+  __typeof__(later.e[0]) e[LATER_MAX];
+  memcpy(e, later.e, n * sizeof(e[0]));
+  later.n = later.missed = 0;
+  pthread_mutex_unlock(&later.lock);
+  for (unsigned i = 0; i < n; i++)
+    nxi_drop(e[i].err, e[i].context, e[i].handler);
+  if (missed != 0) {
+    atomic_fetch_add(&nxi_rt.rsr_failed, missed);
+    nxi_log(0, NULL,
+            "%u more RSRs lost at this end could not be reported "
+            "one by one",
+            missed);
+  }
+}
+
 int nxi_poll_once(unsigned gen) {
   int n = 0;
+  if (atomic_load_explicit(&later_pending, memory_order_acquire))
+    drops_report();
   int nmods = nxi_module_count_loaded();
   int all = atomic_load_explicit(&nxi_eng.poll_all, memory_order_relaxed);
   if (all)

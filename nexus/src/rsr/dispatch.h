@@ -22,5 +22,9 @@ int nxi_poll_before_sleep(void);
 void nxi_deliver(struct nx_buffer *b);
 /* Drives progress once if no other thread does, else yields the CPU. */
 void nxi_progress_help(void);
+/* Reports an RSR lost at this end (nxi_drop: the error callback) from the
+ * driver's next poll round: for a caller that must not run program code
+ * (a module's receive path, its lock held). Any thread. */
+void nxi_drop_later(int err, uint64_t context, uint32_t handler);
 
 #endif /* NXI_DISPATCH_H */

@@ -4,6 +4,8 @@
 #include "rsr/dispatch.h"
 #include "runtime/core_api.h"
 
+#include "contexts/context.h"
+
 #include "modules/dlist.h"
 #include "engine/engine.h"
 #include "buffers/frame.h"
@@ -30,6 +32,8 @@ static void recv_init(struct nx_buffer *b, const struct nxi_frame_hdr *f) {
   b->order = f->order;
   b->hflags = f->flags;
   b->len = (size_t)f->len;
+  b->tail_at = f->lead;
+  b->tail_end = f->len;
   b->frame.iov[0].iov_base = b->hdr;
   b->frame.iov[0].iov_len = NX_FRAME_HDR_SIZE;
   b->frame.iov[1].iov_base = b->data;
@@ -50,6 +54,71 @@ static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
     return NX_ENOMEM;
   recv_init(b, &f);
   *frame = &b->frame;
+  return 0;
+}
+
+/* Receive placement (protocol.h; docs/design.md, "Receive placement"):
+ * room for the lead only, when the frame has one. */
+static int core_frame_alloc_lead(const void *hdr, nx_frame_t **frame) {
+  struct nxi_frame_hdr f;
+  if (nxi_frame_hdr_decode(hdr, &f) < 0) {
+    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
+    return NX_EPROTO;
+  }
+  struct nx_buffer *b = nxi_buffer_alloc(f.lead != 0 ? f.lead : (size_t)f.len);
+  if (b == NULL)
+    return NX_ENOMEM;
+  recv_init(b, &f);
+  if (f.lead != 0) {
+    b->len = f.lead;
+    b->frame.iov[1].iov_len = f.lead;
+  }
+  *frame = &b->frame;
+  return 0;
+}
+
+/* Asks the handler's placement callback where the tail of `b` (its lead
+ * in) goes: the memory, or NULL (place_status says why). */
+static void *place_ask(struct nx_buffer *b, size_t tail) {
+  struct nx_context *ctx = nxi_context_get(b->context);
+  if (ctx == NULL)
+    return NULL; /* another process's (a gateway's frame), or none */
+  const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
+  nx_place_fn fn = h != NULL ? h->place : NULL;
+  void *where = NULL;
+  if (fn != NULL) {
+    nx_place_t w = {NULL, 0};
+    b->pos = 0;
+    nx_context_t *old = nxi_context_swap(ctx);
+    int r = fn(ctx, (void *)(uintptr_t)b->address, b, tail, &w);
+    nxi_context_swap(old);
+    b->pos = 0;
+    if (r > 0 && w.addr != NULL && w.len >= tail) {
+      where = w.addr;
+      b->place_status = 1;
+    } else {
+      b->place_status = r > 0 ? NX_EMSGSIZE : r < 0 ? r : 0;
+    }
+  }
+  nxi_context_put(ctx);
+  return where;
+}
+
+static int core_frame_place(nx_frame_t *frame) {
+  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  size_t tail = (size_t)(b->tail_end - b->tail_at);
+  void *where = place_ask(b, tail);
+  if (where != NULL) {
+    b->place = where;
+    b->frame.iov[1].iov_base = where;
+  } else {
+    /* Declined: the tail follows the lead in the core's memory. */
+    if (nxi_buffer_reserve(b, tail) < 0)
+      return NX_ENOMEM;
+    b->frame.iov[1].iov_base = b->data + b->len;
+    b->len += tail;
+  }
+  b->frame.iov[1].iov_len = tail;
   return 0;
 }
 
@@ -78,7 +147,12 @@ static void core_frame_deliver(nx_frame_t *frame) {
 }
 
 static void core_frame_free(nx_frame_t *frame) {
-  nxi_buffer_free(NXI_CONTAINER_OF(frame, struct nx_buffer, frame));
+  struct nx_buffer *b = NXI_CONTAINER_OF(frame, struct nx_buffer, frame);
+  /* A program that named memory for it hears that it will not come; not
+   * from here, where the module may hold its lock. */
+  if (b->place != NULL)
+    nxi_drop_later(NX_EPEERDEAD, b->context, b->handler);
+  nxi_buffer_free(b);
 }
 
 /* A frame the module could not deliver (its peer died with it queued) is
@@ -141,4 +215,6 @@ const struct nx_core_api nxi_core_api = {
     .log = core_log,
     .key = nxi_rt.key,
     .frame_wrap = core_frame_wrap,
+    .frame_alloc_lead = core_frame_alloc_lead,
+    .frame_place = core_frame_place,
 };
