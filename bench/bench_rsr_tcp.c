@@ -45,17 +45,28 @@ enum system {
   RSR_POLL,
   ZC_THREAD,
   ZC_POLL,
+  PL_THREAD,
+  PL_POLL,
+  ZP_THREAD,
+  ZP_POLL,
   MPI,
   NSYSTEMS
 };
 
+/* PL_* are the RSR_* round trips with receive placement: both ends name
+ * their receive buffer (bench_place), so the copy out is not made; ZP_*
+ * the ZC_* ones with it: the bytes cross once each way, from the sender's
+ * memory into the receiver's, as MPI's do. */
 static const char *const system_name[NSYSTEMS] = {
     "raw-blocking", "raw-busy", "rsr-thread", "rsr-poll",
-    "zc-thread",    "zc-poll",  "mpi"};
+    "zc-thread",    "zc-poll",  "pl-thread",  "pl-poll",
+    "zp-thread",    "zp-poll",  "mpi"};
 static const char *const system_label[NSYSTEMS] = {
     "raw TCP, blocking recv",     "raw TCP, busy-polled recv",
     "RSR, progress thread",       "RSR, NX_PROGRESS=poll",
     "zero copy, progress thread", "zero copy, NX_PROGRESS=poll",
+    "placed, progress thread",    "placed, NX_PROGRESS=poll",
+    "zero copy placed, thread",   "zero copy placed, poll",
     "Open MPI, tcp BTL"};
 
 #define MAX_PAYLOAD (4 << 20)
@@ -208,8 +219,13 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
  * runs, so that no idle peer spins while another system is measured. With
  * `zc` the pings put send_buf by reference: it never changes, so it may go
  * again before its release came; every release is waited for at the end. */
-static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
+static double rsr_run(const char *mode, int zc, int place, size_t size,
+                      int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
+  if (place)
+    setenv("BENCH_PLACE", "1", 1);
+  else
+    unsetenv("BENCH_PLACE");
   char cpu_arg[16];
   snprintf(cpu_arg, sizeof(cpu_arg), "%d", pin_cpu[1]);
   struct bench_child child;
@@ -225,6 +241,11 @@ static double rsr_run(const char *mode, int zc, size_t size, int warm, int n) {
                       NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
                       NX_HANDLER_NONTHREADED, NULL);
+  bench_place_into(recv_buf, sizeof(recv_buf));
+  if (place) {
+    nx_handler_set_place(nx_context_self(), "pong", bench_place);
+    nx_handler_set_place(nx_context_self(), "pong_ref", bench_place);
+  }
   bench_child_connect(&child, "tcp");
   nx_handler_id_t ping = nx_handler_id("ping");
   nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
@@ -417,13 +438,17 @@ static void print_size(const struct result *res, int n) {
            res->med[MPI], quick ? 3 : 5);
 }
 
-/* Prints one goal for both modes of the RSRs (`zc` 0) or the zero-copy
- * RSRs (`zc` 1): met when rsr <= limit * anchor. */
+/* Prints one goal for both modes of the RSRs (`zc` 0), the zero-copy
+ * RSRs (`zc` 1), the placed ones (2) or the zero-copy placed ones (3):
+ * met when rsr <= limit * anchor. */
 static void print_goal(const char *goal, const struct result *res, int zc,
                        enum system anchor, double limit) {
   printf("  %s\n", goal);
-  for (int s = zc ? ZC_THREAD : RSR_THREAD; s <= (zc ? ZC_POLL : RSR_POLL);
-       s++) {
+  int first = zc == 3   ? ZP_THREAD
+              : zc == 2 ? PL_THREAD
+              : zc      ? ZC_THREAD
+                        : RSR_THREAD;
+  for (int s = first; s <= first + 1; s++) {
     if (res == NULL || isnan(res->med[s]) || isnan(res->med[anchor])) {
       printf("    %-28s not measured\n", system_label[s]);
       continue;
@@ -444,13 +469,17 @@ static const char usage[] =
     "  --quick    fewer runs\n"
     "  --only     one SYSTEM: raw-blocking, raw-busy, rsr-thread, "
     "rsr-poll,\n"
-    "             zc-thread, zc-poll or mpi\n"
+    "             zc-thread, zc-poll, pl-thread, pl-poll, zp-thread, "
+    "zp-poll\n"
+    "             or mpi\n"
     "  --size     one payload size in bytes\n"
     "  --no-pin   leave the processes unpinned\n";
 
 int main(int argc, char **argv) {
   bench_cpus_init();
   bench_name = "bench_rsr_tcp";
+  bench_child_place_mem = recv_buf; /* the child's on_ping copies there */
+  bench_child_place_len = sizeof(recv_buf);
   int child = bench_child_run(argc, argv, on_ping);
   if (child >= 0)
     return child;
@@ -548,9 +577,17 @@ int main(int argc, char **argv) {
         case RSR_POLL:
         case ZC_THREAD:
         case ZC_POLL:
-          v[s][r] = rsr_run(s == RSR_POLL || s == ZC_POLL ? "poll" : "thread",
-                            s >= ZC_THREAD, size, warm, n);
+        case PL_THREAD:
+        case PL_POLL:
+        case ZP_THREAD:
+        case ZP_POLL: {
+          int poll =
+              s == RSR_POLL || s == ZC_POLL || s == PL_POLL || s == ZP_POLL;
+          int zc = s == ZC_THREAD || s == ZC_POLL || s >= ZP_THREAD;
+          v[s][r] = rsr_run(poll ? "poll" : "thread", zc, s >= PL_THREAD, size,
+                            warm, n);
           break;
+        }
         case MPI:
           if (r == runs / 2)
             res->med[MPI] = mpi_run(&mpi, size);
@@ -595,5 +632,15 @@ int main(int argc, char **argv) {
              MPI, 1.0);
   print_goal("4 MiB: zero copy no slower than Open MPI's tcp BTL", huge, 1, MPI,
              1.0);
+  printf("receive placement (issue 40): goal: RSR 1 MiB no slower than Open "
+         "MPI's tcp BTL\n");
+  print_goal("1 MiB: placed no slower than Open MPI's tcp BTL", large, 2, MPI,
+             1.0);
+  print_goal("4 MiB: placed no slower than Open MPI's tcp BTL", huge, 2, MPI,
+             1.0);
+  print_goal("1 MiB: zero copy placed no slower than Open MPI's tcp BTL", large,
+             3, MPI, 1.0);
+  print_goal("4 MiB: zero copy placed no slower than Open MPI's tcp BTL", huge,
+             3, MPI, 1.0);
   return 0;
 }

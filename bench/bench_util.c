@@ -354,6 +354,27 @@ static void on_hello(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_get_gp(buf, &bench_reply_gp);
 }
 
+static void *place_mem;
+static size_t place_len;
+
+void bench_place_into(void *mem, size_t len) {
+  place_mem = mem;
+  place_len = len;
+}
+
+int bench_place(nx_context_t *ctx, void *addr, nx_buffer_t *lead, size_t tail,
+                nx_place_t *where) {
+  (void)ctx, (void)addr, (void)lead;
+  if (place_mem == NULL || tail > place_len)
+    return 0;
+  where->addr = place_mem;
+  where->len = place_len;
+  return 1;
+}
+
+void *bench_child_place_mem;
+size_t bench_child_place_len;
+
 int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent || nx_init(NULL, NULL) != 0)
@@ -364,6 +385,11 @@ int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping) {
   nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "ping_ref", on_ping_ref, NX_HANDLER_NONTHREADED,
                       NULL);
+  if (getenv("BENCH_PLACE") != NULL) {
+    bench_place_into(bench_child_place_mem, bench_child_place_len);
+    nx_handler_set_place(self, "ping", bench_place);
+    nx_handler_set_place(self, "ping_ref", bench_place);
+  }
   nx_handler_register(self, "quit", bench_on_quit, NX_HANDLER_NONTHREADED,
                       NULL);
   nx_gp_t me;

@@ -82,6 +82,17 @@ void bench_wait_replies(long want, int timeout_s);
 void bench_echo(nx_buffer_t *ping, const nx_gp_t *reply, nx_handler_id_t pong,
                 void *scratch, size_t scratch_len);
 
+/* Receive placement (nx_handler_set_place): bench_place_into names where
+ * the trailing bytes of RSRs to the handlers given bench_place go, as a
+ * receiver that posted its buffer; a "ping" handler that then gets them
+ * into that memory (bench_echo with it as `scratch`) copies nothing. The
+ * child of bench_child_run places its "ping" when the variable
+ * BENCH_PLACE is set (its parent sets it before bench_child_spawn), and its
+ * "ping_ref" too: bench_echo_ref then answers from the placed memory. */
+void bench_place_into(void *mem, size_t len);
+int bench_place(nx_context_t *ctx, void *addr, nx_buffer_t *lead, size_t tail,
+                nx_place_t *where);
+
 /* --- zero copy: payloads put by reference and read in place ------------- */
 
 /* The zero-copy round trip's payload: a uint64 count, then that many bytes
@@ -134,6 +145,10 @@ int bench_child_main(int fd, pid_t parent, nx_handler_fn on_ping);
  * [CPU]", pins to CPU if given and returns bench_child_main's status;
  * otherwise -1 (the caller is the parent). */
 int bench_child_run(int argc, char **argv, nx_handler_fn on_ping);
+/* The memory the child's "ping" is placed into under BENCH_PLACE (its
+ * on_ping's scratch): set by the program before bench_child_run. */
+extern void *bench_child_place_mem;
+extern size_t bench_child_place_len;
 
 struct bench_child {
   pid_t pid;
