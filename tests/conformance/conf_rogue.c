@@ -259,6 +259,7 @@ static int make_frame(const char *what, uint64_t context,
   uint32_t handler = handler_id("rogue_hit");
   size_t payload = ROGUE_PAYLOAD;
   uint64_t length = ROGUE_PAYLOAD;
+  uint16_t flags = 0;
   if (strcmp(what, "good") == 0) {
   } else if (strcmp(what, "magic") == 0) {
     magic = 0x12345678u;
@@ -286,6 +287,11 @@ static int make_frame(const char *what, uint64_t context,
     /* Far above any limit on a frame: refused, never allocated. */
     handler = handler_id("rogue_lie");
     length = (uint64_t)1 << 62;
+  } else if (strcmp(what, "badlead") == 0) {
+    /* Receive placement's lead (flag bit 2, the length's high 16 bits)
+     * past the payload's end: a bad header. */
+    flags = NX_FRAME_F_TAIL;
+    length |= (uint64_t)(ROGUE_PAYLOAD + 5) << 48;
   } else if (strcmp(what, "truncated") == 0) {
     handler = handler_id("rogue_lie");
     length = 1000;
@@ -296,6 +302,7 @@ static int make_frame(const char *what, uint64_t context,
   put_le(r->hdr, magic, 4);
   r->hdr[4] = (uint8_t)version;
   r->hdr[5] = format;
+  put_le(r->hdr + 6, flags, 2);
   put_le(r->hdr + 8, handler, 4);
   put_le(r->hdr + 16, context, 8);
   put_le(r->hdr + 32, length, 8);

@@ -205,7 +205,7 @@ int place_pong(nx_context_t *, void *, nx_buffer_t *lead, size_t tail,
     where->addr = pbox.mem.data();
     where->len = pbox.mem.size();
     return 1;
-  case PLACE_SHORT:
+  case PLACE_SHORT: // one byte too few: refused, nothing written
     where->addr = pbox.mem.data();
     where->len = tail - 1;
     return 1;
@@ -634,7 +634,9 @@ TEST_CASE("receive placement: a large trailing array lands where the "
       std::vector<uint8_t> bytes(size);
       fill_random(bytes.data(), size, rng);
       pbox.mode = mode;
-      pbox.mem.assign(size, 0xa5);
+      // 64 bytes more than the value: a value shorter than the memory
+      // named fills its length only.
+      pbox.mem.assign(size + 64, 0xa5);
       pbox.asked = 0;
       pbox.bad = 0;
       ++tag;
@@ -655,11 +657,12 @@ TEST_CASE("receive placement: a large trailing array lands where the "
       CHECK(s.in.last_placement == want);
       if (want == 1) {
         CHECK(s.in.last_placed_same);
-        CHECK((pbox.mem == bytes));
+        CHECK(std::equal(bytes.begin(), bytes.end(), pbox.mem.begin()));
+        CHECK(std::count(pbox.mem.begin() + size, pbox.mem.end(), 0xa5) == 64);
       } else {
         // Memory not taken is not written.
         CHECK(std::count(pbox.mem.begin(), pbox.mem.end(), 0xa5) ==
-              std::ptrdiff_t(size));
+              std::ptrdiff_t(size + 64));
       }
     }
   }
@@ -1205,6 +1208,9 @@ std::vector<bad_case> bad_cases(const frame_traits &t) {
       // (mpi checks sizes first: there it is a lie).
       {"a length over the frame limit", "huge,good", 1, 0, 0, after_bad, 0,
        t.stream, false},
+      // Receive placement's lead past the payload's end: a bad header.
+      {"a placement lead past the payload", "badlead,good", 1, 0, 0, after_bad,
+       0, t.stream, false},
       // The rogue hangs up itself in the middle of the payload.
       {"a truncated payload", "good,truncated", 1, 0, 0, 1, 0, false, false},
   };
