@@ -63,10 +63,7 @@ static int accept_frames;
 
 static int rogue_frame_alloc(const void *hdr, nx_frame_t **frame) {
   *frame = NULL;
-  const uint8_t *h = hdr;
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; i--)
-    len = len << 8 | h[32 + i];
+  uint64_t len = nx_frame_payload_len(hdr);
   if (!accept_frames || len > ROGUE_RX_MAX)
     return NX_EPROTO;
   struct rogue_rx *rx = calloc(1, sizeof(*rx) + (size_t)len);
@@ -82,6 +79,13 @@ static int rogue_frame_alloc(const void *hdr, nx_frame_t **frame) {
   rx->f.module_data[0] = rx;
   *frame = &rx->f;
   return 0;
+}
+
+/* The rogue takes every payload whole (rogue_frame_alloc is its
+ * frame_alloc_lead too), so a module never has a lead to place. */
+static int rogue_frame_place(nx_frame_t *frame) {
+  (void)frame;
+  return NX_ENOMEM;
 }
 
 static void rogue_frame_deliver(nx_frame_t *frame) {
@@ -143,6 +147,8 @@ static const struct nx_core_api rogue_core = {
     .frame_alloc = rogue_frame_alloc,
     .frame_deliver = rogue_frame_deliver,
     .frame_free = rogue_frame_free,
+    .frame_alloc_lead = rogue_frame_alloc,
+    .frame_place = rogue_frame_place,
     .send_done = rogue_send_done,
     .handover = rogue_handover,
     .peer_failed = rogue_peer_failed,
