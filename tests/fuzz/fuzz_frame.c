@@ -1,6 +1,6 @@
 /* libFuzzer target: the frame header check (nexus/src/buffers/frame.c) on
  * arbitrary 48-byte headers; a header it accepts must encode back to the same
- * fields. */
+ * fields, a receive placement lead included. */
 #include "fuzz.h"
 
 #include <stdint.h>
@@ -28,6 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     NXT_ASSERT(g.fmt == f.fmt && g.handler == f.handler &&
                g.context == f.context && g.address == f.address &&
                g.len == f.len && g.source == f.source);
+    /* A receive placement lead (flag bit 2) survives it too. */
+    NXT_ASSERT(g.lead == f.lead &&
+               ((g.flags ^ f.flags) & NX_FRAME_F_TAIL) == 0);
+    NXT_ASSERT(f.lead == 0 || (f.lead >= 5 && f.lead < f.len));
   }
   return 0;
 }
