@@ -203,7 +203,15 @@ static void discard(struct mpimod *m, MPI_Message *msg, int src, int count) {
 static int frame_bytes(struct mpimod *m, int src, const uint8_t *buf,
                        uint64_t len) {
   nx_frame_t *f;
-  int r = m->core->frame_alloc(buf, &f);
+  int r = m->core->frame_alloc_lead(buf, &f);
+  size_t lead = r == 0 && f->iov[1].iov_len < len ? f->iov[1].iov_len : 0;
+  if (lead != 0) {
+    /* A lead (receive placement): the tail is copied once, to where the
+     * receiving program says. */
+    memcpy(f->iov[1].iov_base, buf + NX_FRAME_HDR_SIZE, lead);
+    if ((r = m->core->frame_place(f)) < 0)
+      m->core->frame_free(f);
+  }
   if (r < 0) {
     /* NX_EPROTO: the core counted the bad header. Unlike a byte stream,
      * MPI keeps message boundaries, so the next frame from this rank is
@@ -213,8 +221,9 @@ static int frame_bytes(struct mpimod *m, int src, const uint8_t *buf,
                  (unsigned long long)len, r);
     return 0;
   }
-  if (len > 0)
-    memcpy(f->iov[1].iov_base, buf + NX_FRAME_HDR_SIZE, (size_t)len);
+  if (len > lead)
+    memcpy(f->iov[1].iov_base, buf + NX_FRAME_HDR_SIZE + lead,
+           (size_t)len - lead);
   nx_frame_batch_add(m->core, m->batch, f);
   return 1;
 }
@@ -255,17 +264,25 @@ static int drain(struct mpimod *m, int src) {
   return n;
 }
 
-/* A header whose payload comes in BODY messages. */
+/* A header whose payload comes in BODY messages; or, with `lead` bytes
+ * after it (receive placement: docs/mpi.md), one whose tail does, into
+ * the memory the receiving program names (frame_place). */
 static void head_arrived(struct mpimod *m, int src, const uint8_t *hdr,
-                         uint64_t len) {
+                         uint64_t len, size_t lead) {
   struct mpimod_src *s = &m->srcs[src];
   struct mpimod_rx *rx = rx_new(m, src, MPIMOD_RX_BODY);
   if (rx == NULL) {
     drop_source(m, src, "no memory for a frame", 0);
     return;
   }
-  rx->body_len = (size_t)len;
-  int r = m->core->frame_alloc(hdr, &rx->frame);
+  rx->body_len = (size_t)len - lead;
+  int r = lead == 0 ? m->core->frame_alloc(hdr, &rx->frame)
+                    : m->core->frame_alloc_lead(hdr, &rx->frame);
+  if (r == 0 && lead != 0) {
+    memcpy(rx->frame->iov[1].iov_base, hdr + NX_FRAME_HDR_SIZE, lead);
+    if ((r = m->core->frame_place(rx->frame)) < 0)
+      m->core->frame_free(rx->frame);
+  }
   if (r < 0) {
     /* Refused (NX_EPROTO, counted by the core) or no memory: its payload
      * is received and dropped, and the rank's later frames still count. */
@@ -316,7 +333,11 @@ static int frame_arrived(struct mpimod *m, const uint8_t *buf,
     rx->buf_len = (size_t)count;
     enqueue(s, rx);
   } else if ((size_t)count == NX_FRAME_HDR_SIZE) {
-    head_arrived(m, src, buf, len);
+    head_arrived(m, src, buf, len, 0);
+  } else if ((size_t)count > NX_FRAME_HDR_SIZE &&
+             (size_t)count - NX_FRAME_HDR_SIZE == nx_frame_lead(buf) &&
+             nx_frame_lead(buf) < len) {
+    head_arrived(m, src, buf, len, nx_frame_lead(buf));
   } else {
     drop_source(m, src, "a frame whose header does not match its size", 1);
   }

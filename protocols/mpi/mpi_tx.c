@@ -226,10 +226,37 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
       return NX_ENOMEM;
   }
   struct cursor c = {.v = nx_frame_iovs(f), .n = f->iovcnt, .k = 1, .in = 0};
+  /* A lead (receive placement) goes with the header, from a block of
+   * their own that the frame keeps until it completes (module_data[0]),
+   * and the BODY messages carry the tail. */
+  const void *head = c.v[0].iov_base;
+  size_t head_len = NX_FRAME_HDR_SIZE;
+  size_t lead = nx_frame_lead(head);
+  if (lead != 0 && lead <= MPIMOD_LEAD_MAX && lead < plen &&
+      (f->module_data[0] = malloc(NX_FRAME_HDR_SIZE + lead)) != NULL) {
+    uint8_t *h = f->module_data[0];
+    memcpy(h, head, NX_FRAME_HDR_SIZE);
+    for (size_t got = 0; got < lead;) {
+      while (c.in == c.v[c.k].iov_len) {
+        c.k++;
+        c.in = 0;
+      }
+      size_t take = c.v[c.k].iov_len - c.in;
+      if (take > lead - got)
+        take = lead - got;
+      memcpy(h + NX_FRAME_HDR_SIZE + got,
+             (const uint8_t *)c.v[c.k].iov_base + c.in, take);
+      c.in += take;
+      got += take;
+    }
+    head = h;
+    head_len += lead;
+    plen -= lead; /* no more chunks than counted above */
+  }
   int posted = 0, head_done = 0, typed = 0;
   mpimod_lock(m);
-  int e = MPI_Isend(c.v[0].iov_base, NX_FRAME_HDR_SIZE, MPI_BYTE, p->rank,
-                    MPIMOD_TAG_FRAME, m->comm, &reqs[0]);
+  int e = MPI_Isend(head, (int)head_len, MPI_BYTE, p->rank, MPIMOD_TAG_FRAME,
+                    m->comm, &reqs[0]);
   if (e == MPI_SUCCESS)
     posted = 1;
   for (size_t off = 0; e == MPI_SUCCESS && off < plen; off += MPIMOD_CHUNK) {
@@ -251,6 +278,8 @@ static int post_split(struct mpimod *m, struct mpimod_peer *p, nx_frame_t *f,
   if (posted == 0) {
     *mpi_error = e;
     r = NX_EPEERDEAD;
+    free(f->module_data[0]); /* the core keeps the frame */
+    f->module_data[0] = NULL;
   } else {
     /* Some messages are out: the frame is ours until they complete, even
      * if the rest could not be posted (it then completes as lost). */

@@ -37,7 +37,9 @@
 
 #define MPIMOD_NAME "mpi"
 #define MPIMOD_COST 30
-#define MPIMOD_WIRE_VERSION 1
+/* 2: a frame with a receive placement lead of at most MPIMOD_LEAD_MAX
+ * bytes sends it with its header (docs/mpi.md). */
+#define MPIMOD_WIRE_VERSION 2
 
 /* Descriptor (docs/mpi.md). Scope: the job id, 16 bytes every rank of the
  * job shares. Data: u8 version, 3 zero bytes, u32 world rank (LE), the
@@ -63,6 +65,12 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
  * holds. */
 #define MPIMOD_INLINE_LIMIT ((size_t)16384)
 #define MPIMOD_SLOT_SIZE (NX_FRAME_HDR_SIZE + MPIMOD_INLINE_LIMIT)
+/* A larger frame whose payload has a lead (nx_frame_lead, receive
+ * placement) of at most this many bytes sends the lead in its FRAME
+ * message after the header, and the tail alone in BODY messages: the
+ * receiver has the lead before it receives the tail, into the memory the
+ * receiving program names. */
+#define MPIMOD_LEAD_MAX ((size_t)1024)
 /* Receives kept posted for FRAME messages. */
 #define MPIMOD_SLOTS 8
 

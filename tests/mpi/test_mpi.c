@@ -521,7 +521,7 @@ static int make_gp(const struct mpi_desc *d, nx_gp_t *gp) {
   bytes[n++] = 3;
   memcpy(bytes + n, "mpi", 3);
   n += 3;
-  bytes[n++] = 1; /* wire version */
+  bytes[n++] = 2; /* wire version (MPIMOD_WIRE_VERSION) */
   bytes[n++] = 0;
   bytes[n++] = d->scope_len;
   memcpy(bytes + n, d->scope, d->scope_len);
