@@ -43,7 +43,8 @@
 
 #define OFI_NAME "ofi"
 #define OFI_COST 20
-#define OFI_WIRE_VERSION 1
+/* 2: an RTS may carry a lead (OFI_LEAD_MAX). */
+#define OFI_WIRE_VERSION 2
 #define OFI_API_VERSION FI_VERSION(1, 17)
 #define OFI_UUID_SIZE 16
 
@@ -77,6 +78,12 @@
 #define OFI_HDR_SIZE 16u
 #define OFI_PRE_SIZE (OFI_HDR_SIZE + NX_FRAME_HDR_SIZE)
 #define OFI_RTS_SIZE (OFI_PRE_SIZE + 8u)
+/* A large frame whose payload has a receive placement lead
+ * (nx_frame_lead) of at most this many bytes, and that fits the peer's
+ * receive buffers, sends it in its RTS after the fragment size; its
+ * fragments then carry the tail, which the receiver fetches into the
+ * memory the receiving program names (docs/ofi.md). */
+#define OFI_LEAD_MAX 1024u
 #define OFI_HELLO_SIZE (OFI_HDR_SIZE + NX_KEY_SIZE)
 /* A HELLO then carries the sender's address on that rail (u16 length and
  * the bytes), so that a receiver that refuses its key can say so. */
@@ -281,6 +288,10 @@ struct ofi_op {
                       iovecs than it has pieces */
   struct ofi_gather *gather; /* fragments sent partly from copies, or NULL */
   uint8_t pre[OFI_RTS_SIZE];
+  /* An RTS that carries the payload's lead (receive placement: the
+   * fragments carry the tail only), or NULL; and the lead's length. */
+  uint8_t *rts;
+  size_t lead;
   struct ofi_ctx ctx[]; /* one per part */
 };
 

@@ -657,7 +657,19 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
   }
   const uint8_t *hdr = m + OFI_HDR_SIZE;
   nx_frame_t *f = NULL;
-  int rc = o->core->frame_alloc(hdr, &f);
+  /* An RTS with the payload's lead after its fragment size (receive
+   * placement): the lead goes into the frame, and the fragments, the
+   * tail, to where the receiving program says (frame_place). */
+  size_t lead = m[2] == OFI_RTS ? nx_frame_lead(hdr) : 0;
+  int with_lead = lead != 0 && len == OFI_RTS_SIZE + lead &&
+                  lead < nx_frame_payload_len(hdr);
+  int rc = with_lead ? o->core->frame_alloc_lead(hdr, &f)
+                     : o->core->frame_alloc(hdr, &f);
+  if (rc == 0 && with_lead) {
+    memcpy(f->iov[1].iov_base, m + OFI_RTS_SIZE, lead);
+    if ((rc = o->core->frame_place(f)) < 0)
+      o->core->frame_free(f);
+  }
   if (rc < 0) {
     /* NX_EPROTO is counted by the core already. */
     if (rc != NX_EPROTO)
@@ -679,8 +691,9 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
     return;
   }
   /* RTS: the payload comes in fragments of `frag` bytes. */
-  uint64_t total = nx_frame_payload_len(hdr);
-  uint64_t frag = len == OFI_RTS_SIZE ? ofi_get64(m + OFI_PRE_SIZE) : 0;
+  uint64_t total = nx_frame_payload_len(hdr) - (with_lead ? lead : 0);
+  uint64_t frag =
+      len == OFI_RTS_SIZE || with_lead ? ofi_get64(m + OFI_PRE_SIZE) : 0;
   uint64_t nparts = frag > 0 && total > 0 ? (total - 1) / frag + 1 : 0;
   post_rxbuf(r, b);
   if (frag < 4096 || frag > OFI_FRAG_CAP || nparts > OFI_FRAGS_MAX ||

@@ -399,7 +399,9 @@ static ssize_t post_part(struct ofi *o, struct ofi_op *op, unsigned i,
       iov[0] = (struct iovec){
           op->bounce, OFI_HELLO_ADDR + ofi_get16(op->bounce + OFI_HELLO_SIZE)};
     } else if (op->large) {
-      iov[0] = (struct iovec){op->pre, OFI_RTS_SIZE};
+      iov[0] = op->rts != NULL
+                   ? (struct iovec){op->rts, OFI_RTS_SIZE + op->lead}
+                   : (struct iovec){op->pre, OFI_RTS_SIZE};
     } else if (op->bounce != NULL) {
       iov[0] = (struct iovec){op->bounce, OFI_PRE_SIZE + plen};
     } else {
@@ -420,7 +422,7 @@ static ssize_t post_part(struct ofi *o, struct ofi_op *op, unsigned i,
   } else {
     /* The fragment from the pieces it lies in, or as planned when they
      * are more than the provider takes (gather_make). */
-    size_t off = (size_t)(i - 1) * op->frag;
+    size_t off = op->lead + (size_t)(i - 1) * op->frag; /* lead: in RTS */
     struct iovec iov[NX_FRAME_IOV_MAX];
     const struct ofi_gplan *g = gather_plan(op->gather, i - 1);
     size_t n =
@@ -470,6 +472,7 @@ static void op_complete(struct ofi *o, struct ofi_op *op, int status) {
     o->core->send_done(op->frame, status);
   free(op->bounce);
   free(op->gather);
+  free(op->rts);
   free(op);
 }
 
@@ -492,14 +495,20 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   int large = plen > p->eager_max;
   size_t frag = 0;
   unsigned nparts = 1;
+  /* A lead goes in the RTS when the fragments need no copies (gather). */
+  size_t lead = large ? nx_frame_lead(nx_frame_iovs(f)[0].iov_base) : 0;
+  if (lead > OFI_LEAD_MAX || lead >= plen || lead + 8 > p->eager_max ||
+      pieces > r->iov_max)
+    lead = 0;
   if (large) {
+    size_t tail = plen - lead;
     frag = r->frag_max;
-    if (plen / frag >= OFI_FRAGS_MAX) {
-      frag = plen / (OFI_FRAGS_MAX - 1) + 1;
+    if (tail / frag >= OFI_FRAGS_MAX) {
+      frag = tail / (OFI_FRAGS_MAX - 1) + 1;
       if (frag > OFI_FRAG_CAP || frag > r->msg_max)
         return NX_EMSGSIZE; /* 256 GiB and more */
     }
-    nparts = 1 + (unsigned)((plen - 1) / frag + 1); /* plen > 0 here */
+    nparts = 1 + (unsigned)((tail - 1) / frag + 1); /* tail > 0 here */
   }
   /* A small frame goes as one message from its pieces, after the module
    * header, if the provider takes that many iovecs; else from a copy. */
@@ -555,10 +564,14 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   }
   if (err == 0 && large && pieces > r->iov_max)
     op->gather = gather_make(f, plen, frag, r->iov_max, &err);
+  if (err == 0 && lead != 0 && (op->rts = malloc(OFI_RTS_SIZE + lead)) == NULL)
+    err = NX_ENOMEM;
   if (err < 0) {
     nxu_unlock(&p->lock);
-    if (op != NULL)
+    if (op != NULL) {
       free(op->bounce);
+      free(op->rts);
+    }
     free(op);
     return err;
   }
@@ -572,6 +585,12 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   put_pre(o, op->pre, large ? OFI_RTS : OFI_EAGER, op->seq, f);
   if (large)
     ofi_put64(op->pre + OFI_PRE_SIZE, frag);
+  if (op->rts != NULL) {
+    struct iovec lv[NX_FRAME_IOV_MAX];
+    memcpy(op->rts, op->pre, OFI_RTS_SIZE);
+    gather_copy(op->rts + OFI_RTS_SIZE, lv, span(f, 0, lead, lv));
+    op->lead = lead;
+  }
   if (bounce) {
     /* The pieces of a frame put by reference are gathered here too. */
     memcpy(op->bounce, op->pre, OFI_PRE_SIZE);
@@ -599,6 +618,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
         attend(o, p, 1);
         free(op->bounce);
         free(op->gather);
+        free(op->rts);
         free(op);
         return NX_EPEERDEAD; /* the core keeps the frame */
       }

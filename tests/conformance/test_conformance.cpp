@@ -614,7 +614,7 @@ TEST_CASE("zero copy: ping-pong of every size put by reference and read in "
 // asked.
 bool module_places() {
   std::string m = module_under_test();
-  return m == "tcp" || m == "ucx" || m == "mpi";
+  return m == "tcp" || m == "ucx" || m == "mpi" || m == "ofi";
 }
 
 TEST_CASE("receive placement: a large trailing array lands where the "

@@ -103,8 +103,9 @@ NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name,
  * copied or by reference) carries the marks that let the receiver name
  * where those bytes go before they are fetched: the array's elements, the
  * "tail". When such a frame arrives for a handler that has a placement
- * callback, and the module that receives it places (tcp, ucx and mpi:
- * docs/design.md, "Receive placement"), the callback is asked once its leading bytes are in: `lead`
+ * callback, and the module that receives it places (every module that
+ * reaches other processes; not local, which hands the sender's buffer
+ * over: docs/design.md, "Receive placement"), the callback is asked once its leading bytes are in: `lead`
  * holds the values before the tail, readable with nx_get_* from the start
  * (the tail itself is not in it: its get gives NX_ERANGE); `tail_bytes` is
  * the length of the tail's elements. To place them, the callback writes
