@@ -610,8 +610,8 @@ TEST_CASE("zero copy: ping-pong of every size put by reference and read in "
 }
 
 // The modules that receive a frame's tail where the receiving program says
-// (docs/modules.md); the others deliver it whole, and the callback is not
-// asked.
+// (docs/design.md, "Receive placement"): all but local, which hands the
+// sender's buffer over, and whose callback is not asked.
 bool module_places() {
   std::string m = module_under_test();
   return m == "tcp" || m == "ucx" || m == "mpi" || m == "ofi";
