@@ -105,13 +105,13 @@ NX_EXTERN int nx_handler_register(nx_context_t *ctx, const char *name,
  * "tail". When such a frame arrives for a handler that has a placement
  * callback, and the module that receives it places (every module that
  * reaches other processes; not local, which hands the sender's buffer
- * over: docs/design.md, "Receive placement"), the callback is asked once its leading bytes are in: `lead`
- * holds the values before the tail, readable with nx_get_* from the start
- * (the tail itself is not in it: its get gives NX_ERANGE); `tail_bytes` is
- * the length of the tail's elements. To place them, the callback writes
- * where to `*where` and returns 1; the module then writes the tail there
- * (at most `tail_bytes` bytes from where->addr), and the handler runs with
- * the buffer as always: its get of the tail (nx_get_*_array with
+ * over: docs/design.md, "Receive placement"), the callback is asked once its
+ * leading bytes are in: `lead` holds the values before the tail, readable with
+ * nx_get_* from the start (the tail itself is not in it: its get gives
+ * NX_ERANGE); `tail_bytes` is the length of the tail's elements. To place them,
+ * the callback writes where to `*where` and returns 1; the module then writes
+ * the tail there (at most `tail_bytes` bytes from where->addr), and the handler
+ * runs with the buffer as always: its get of the tail (nx_get_*_array with
  * where->addr itself costs no copy, with other memory one copy;
  * nx_get_*_array_ptr gives where->addr) converts the byte order where the
  * elements are, if the sender's differs. Returning 0 declines, a negative
