@@ -43,38 +43,32 @@ static void recv_init(struct nx_buffer *b, const struct nxi_frame_hdr *f) {
   b->frame.len = NX_FRAME_HDR_SIZE + (size_t)f->len;
 }
 
-static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
+/* A buffer for the frame `hdr` announces, with room for its whole
+ * payload, or (`lead_only`, receive placement: protocol.h, docs/design.md)
+ * for its lead only when it has one. */
+static int frame_alloc(const void *hdr, nx_frame_t **frame, int lead_only) {
   struct nxi_frame_hdr f;
   if (nxi_frame_hdr_decode(hdr, &f) < 0) {
     atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
     return NX_EPROTO;
   }
-  struct nx_buffer *b = nxi_buffer_alloc((size_t)f.len);
+  size_t room = lead_only && f.lead != 0 ? f.lead : (size_t)f.len;
+  struct nx_buffer *b = nxi_buffer_alloc(room);
   if (b == NULL)
     return NX_ENOMEM;
   recv_init(b, &f);
+  b->len = room;
+  b->frame.iov[1].iov_len = room;
   *frame = &b->frame;
   return 0;
 }
 
-/* Receive placement (protocol.h; docs/design.md, "Receive placement"):
- * room for the lead only, when the frame has one. */
+static int core_frame_alloc(const void *hdr, nx_frame_t **frame) {
+  return frame_alloc(hdr, frame, 0);
+}
+
 static int core_frame_alloc_lead(const void *hdr, nx_frame_t **frame) {
-  struct nxi_frame_hdr f;
-  if (nxi_frame_hdr_decode(hdr, &f) < 0) {
-    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
-    return NX_EPROTO;
-  }
-  struct nx_buffer *b = nxi_buffer_alloc(f.lead != 0 ? f.lead : (size_t)f.len);
-  if (b == NULL)
-    return NX_ENOMEM;
-  recv_init(b, &f);
-  if (f.lead != 0) {
-    b->len = f.lead;
-    b->frame.iov[1].iov_len = f.lead;
-  }
-  *frame = &b->frame;
-  return 0;
+  return frame_alloc(hdr, frame, 1);
 }
 
 /* Asks the handler's placement callback where the tail of `b` (its lead
