@@ -80,13 +80,13 @@ static inline void nxi_frame_hdr_set_flags(uint8_t *h, uint16_t flags) {
  * receiver answers it after the RSRs it received before it, not ahead of
  * them as other confirmation messages. */
 #define NXI_FRAME_F_FENCE 2u
+/* Bit 2, NX_FRAME_F_TAIL (nexus/protocol.h): the payload ends with an
+ * array whose elements may be placed (docs/design.md, "Receive
+ * placement"); its lead is in the length field's high 16 bits. */
 /* Bits 8-10 of the flags: the generation of the sender's route
  * (modules/dlist.h, struct nxi_route): how many routes to that process failed
  * before it. The receiver counts each generation apart, so that RSRs a failed
  * route lost are told from those its successor carries. */
-/* Bit 2, NX_FRAME_F_TAIL (nexus/protocol.h): the payload ends with an
- * array whose elements may be placed (docs/design.md, "Receive
- * placement"); its lead is in the length field's high 16 bits. */
 #define NXI_FRAME_GEN_SHIFT 8
 #define NXI_FRAME_GENS 8u
 
