@@ -18,8 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <poll.h>
@@ -32,6 +30,7 @@
 #include "latch.h"
 #include "nexus.h"
 
+#include "child_pid.h"
 #include "conf_handlers.h"
 
 namespace {
@@ -1031,23 +1030,8 @@ TEST_CASE("[zc-mods] ping-pong of every size put by reference, one array, "
     CHECK(r->calls.load() == 1);
 }
 
-// The peer process (our child running conf_peer), or -1.
-pid_t peer_child() {
-  pid_t child = -1;
-  DIR *d = opendir("/proc");
-  struct dirent *e;
-  while (d != nullptr && (e = readdir(d)) != nullptr) {
-    std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
-    std::string pid, comm, state;
-    long ppid = 0;
-    if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
-        comm == "(conf_peer)")
-      child = std::stoi(pid);
-  }
-  if (d != nullptr)
-    closedir(d);
-  return child;
-}
+// The peer process: our child running conf_peer, or -1.
+pid_t peer_child() { return nxt_child_pid("conf_peer"); }
 
 TEST_CASE("peer death: the error is reported, later RSRs fail, nothing hangs",
           "[conformance][own-test][peer-death]") {

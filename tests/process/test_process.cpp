@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child_pid.h"
 #include "latch.h"
 #include "nexus.h"
 #include "runtime_guard.h"
@@ -36,23 +37,11 @@ bool no_children() {
   return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
 }
 
-// The pid of our running ctx_child, or -1.
+// The pid of our running ctx_child, or -1 (looked for a while).
 pid_t find_child() {
   pid_t child = -1;
-  for (int tries = 0; tries < 100 && child < 0; tries++) {
-    DIR *dir = opendir("/proc");
-    struct dirent *e;
-    while (dir != nullptr && (e = readdir(dir)) != nullptr) {
-      std::ifstream st(std::string("/proc/") + e->d_name + "/stat");
-      std::string pid, comm, state;
-      long ppid = 0;
-      if (st >> pid >> comm >> state >> ppid && ppid == getpid() &&
-          comm.find("ctx_child") != std::string::npos && state != "Z")
-        child = std::stoi(pid);
-    }
-    if (dir != nullptr)
-      closedir(dir);
-  }
+  for (int tries = 0; tries < 100 && child < 0; tries++)
+    child = nxt_child_pid("ctx_child");
   return child;
 }
 

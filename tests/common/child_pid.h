@@ -1,0 +1,36 @@
+/* The pid of a child of this process running a given program, read from
+ * /proc (for a test that kills or watches the process a nexus call
+ * started for it). */
+#ifndef NX_TEST_CHILD_PID_H
+#define NX_TEST_CHILD_PID_H
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* A living (not zombie) child whose command name is `comm` (at most 15
+ * characters, as the kernel keeps it), or -1. */
+static inline pid_t nxt_child_pid(const char *comm) {
+  pid_t child = -1;
+  DIR *dir = opendir("/proc");
+  struct dirent *e;
+  while (dir != NULL && child < 0 && (e = readdir(dir)) != NULL) {
+    char path[288], name[64], state;
+    int pid, ppid;
+    snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      continue;
+    if (fscanf(f, "%d (%63[^)]) %c %d", &pid, name, &state, &ppid) == 4 &&
+        ppid == (int)getpid() && state != 'Z' && strcmp(name, comm) == 0)
+      child = (pid_t)pid;
+    fclose(f);
+  }
+  if (dir != NULL)
+    closedir(dir);
+  return child;
+}
+
+#endif /* NX_TEST_CHILD_PID_H */
