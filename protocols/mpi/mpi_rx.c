@@ -205,13 +205,8 @@ static int frame_bytes(struct mpimod *m, int src, const uint8_t *buf,
   nx_frame_t *f;
   int r = m->core->frame_alloc_lead(buf, &f);
   size_t lead = r == 0 && f->iov[1].iov_len < len ? f->iov[1].iov_len : 0;
-  if (lead != 0) {
-    /* A lead (receive placement): the tail is copied once, to where the
-     * receiving program says. */
-    memcpy(f->iov[1].iov_base, buf + NX_FRAME_HDR_SIZE, lead);
-    if ((r = m->core->frame_place(f)) < 0)
-      m->core->frame_free(f);
-  }
+  if (lead != 0) /* the tail is copied once, to where the program says */
+    r = nx_frame_place_lead(m->core, f, buf + NX_FRAME_HDR_SIZE);
   if (r < 0) {
     /* NX_EPROTO: the core counted the bad header. Unlike a byte stream,
      * MPI keeps message boundaries, so the next frame from this rank is
@@ -278,11 +273,8 @@ static void head_arrived(struct mpimod *m, int src, const uint8_t *hdr,
   rx->body_len = (size_t)len - lead;
   int r = lead == 0 ? m->core->frame_alloc(hdr, &rx->frame)
                     : m->core->frame_alloc_lead(hdr, &rx->frame);
-  if (r == 0 && lead != 0) {
-    memcpy(rx->frame->iov[1].iov_base, hdr + NX_FRAME_HDR_SIZE, lead);
-    if ((r = m->core->frame_place(rx->frame)) < 0)
-      m->core->frame_free(rx->frame);
-  }
+  if (r == 0 && lead != 0)
+    r = nx_frame_place_lead(m->core, rx->frame, hdr + NX_FRAME_HDR_SIZE);
   if (r < 0) {
     /* Refused (NX_EPROTO, counted by the core) or no memory: its payload
      * is received and dropped, and the rank's later frames still count. */

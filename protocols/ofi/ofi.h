@@ -289,7 +289,8 @@ struct ofi_op {
   struct ofi_gather *gather; /* fragments sent partly from copies, or NULL */
   uint8_t pre[OFI_RTS_SIZE];
   /* An RTS that carries the payload's lead (receive placement: the
-   * fragments carry the tail only), or NULL; and the lead's length. */
+   * fragments carry the tail only), in the op's own allocation after
+   * ctx[], or NULL; and the lead's length. */
   uint8_t *rts;
   size_t lead;
   struct ofi_ctx ctx[]; /* one per part */

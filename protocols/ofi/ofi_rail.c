@@ -665,11 +665,8 @@ static void on_message(struct ofi_rail *r, struct ofi_rxbuf *b, size_t len) {
                   lead < nx_frame_payload_len(hdr);
   int rc = with_lead ? o->core->frame_alloc_lead(hdr, &f)
                      : o->core->frame_alloc(hdr, &f);
-  if (rc == 0 && with_lead) {
-    memcpy(f->iov[1].iov_base, m + OFI_RTS_SIZE, lead);
-    if ((rc = o->core->frame_place(f)) < 0)
-      o->core->frame_free(f);
-  }
+  if (rc == 0 && with_lead)
+    rc = nx_frame_place_lead(o->core, f, m + OFI_RTS_SIZE);
   if (rc < 0) {
     /* NX_EPROTO is counted by the core already. */
     if (rc != NX_EPROTO)

@@ -472,7 +472,6 @@ static void op_complete(struct ofi *o, struct ofi_op *op, int status) {
     o->core->send_done(op->frame, status);
   free(op->bounce);
   free(op->gather);
-  free(op->rts);
   free(op);
 }
 
@@ -555,7 +554,9 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     }
     /* No room in the provider now: queue it like any other. */
   }
-  struct ofi_op *op = calloc(1, sizeof(*op) + nparts * sizeof(struct ofi_ctx));
+  /* An RTS with a lead lives after the parts' contexts, in the op. */
+  size_t rts_at = sizeof(struct ofi_op) + nparts * sizeof(struct ofi_ctx);
+  struct ofi_op *op = calloc(1, rts_at + (lead != 0 ? OFI_RTS_SIZE + lead : 0));
   int err = op != NULL ? 0 : NX_ENOMEM;
   if (err == 0 && bounce) {
     op->bounce = malloc(OFI_PRE_SIZE + plen);
@@ -564,17 +565,15 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
   }
   if (err == 0 && large && pieces > r->iov_max)
     op->gather = gather_make(f, plen, frag, r->iov_max, &err);
-  if (err == 0 && lead != 0 && (op->rts = malloc(OFI_RTS_SIZE + lead)) == NULL)
-    err = NX_ENOMEM;
   if (err < 0) {
     nxu_unlock(&p->lock);
-    if (op != NULL) {
+    if (op != NULL)
       free(op->bounce);
-      free(op->rts);
-    }
     free(op);
     return err;
   }
+  if (lead != 0)
+    op->rts = (uint8_t *)op + rts_at;
   op->peer = p;
   op->frame = f;
   op->bytes = bytes;
@@ -618,7 +617,6 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
         attend(o, p, 1);
         free(op->bounce);
         free(op->gather);
-        free(op->rts);
         free(op);
         return NX_EPEERDEAD; /* the core keeps the frame */
       }

@@ -162,9 +162,8 @@ static int recv_lead(struct ucx *u, const void *header, size_t lead,
                                 "frame header");
     return NX_EPROTO;
   }
-  memcpy(f->iov[1].iov_base, (const uint8_t *)header + NX_FRAME_HDR_SIZE, lead);
-  if (u->core->frame_place(f) < 0) {
-    u->core->frame_free(f);
+  if (nx_frame_place_lead(u->core, f,
+                          (const uint8_t *)header + NX_FRAME_HDR_SIZE) < 0) {
     UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
     return NX_ENOMEM;
   }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "errors.h"
@@ -259,6 +260,20 @@ struct nx_core_api {
 };
 
 #define NX_KEY_SIZE 16u
+
+/* Receive placement's second step for a module that has a frame's lead
+ * whole in memory of its own (after the header of a message, say): copies
+ * it into the frame frame_alloc_lead returned (iov[1], exactly its
+ * length) and calls frame_place. Returns 0, or frame_place's error after
+ * freeing the frame. */
+static inline int nx_frame_place_lead(const struct nx_core_api *core,
+                                      nx_frame_t *frame, const void *lead) {
+  memcpy(frame->iov[1].iov_base, lead, frame->iov[1].iov_len);
+  int r = core->frame_place(frame);
+  if (r < 0)
+    core->frame_free(frame);
+  return r;
+}
 
 /* Hands a complete received frame to the core: into `batch` during
  * progress, through frame_deliver otherwise (batch NULL: a module thread,
