@@ -640,8 +640,11 @@ TEST_CASE("receive placement: a large trailing array lands where the "
       pbox.bad = 0;
       ++tag;
       long before = s.in.pongs;
+      nx_stats_t st0, st1;
+      REQUIRE(nx_stats_get(&st0) == 0);
       ping(s, &s.peer, "ping", tag, bytes);
       REQUIRE(s.in.wait([&] { return s.in.pongs > before; }));
+      REQUIRE(nx_stats_get(&st1) == 0);
       // The values are the same whatever placement did.
       CHECK(s.in.last_tag == tag);
       CHECK((s.in.last_bytes == bytes)); // not printed: up to 16 MiB
@@ -654,6 +657,7 @@ TEST_CASE("receive placement: a large trailing array lands where the "
                  : mode == PLACE_FAIL  ? int(NX_ENOTSUP)
                                        : 0;
       CHECK(s.in.last_placement == want);
+      CHECK(st1.rsr_placed - st0.rsr_placed == (want == 1 ? 1u : 0u));
       if (want == 1) {
         CHECK(s.in.last_placed_same);
         CHECK(std::equal(bytes.begin(), bytes.end(), pbox.mem.begin()));

@@ -97,6 +97,9 @@ typedef struct nx_stats {
                                process (nx_gateway_enable) */
   uint64_t route_fallbacks; /* routes replaced by the next candidate after
                                their module failed (docs/design.md 6) */
+  uint64_t rsr_placed;      /* RSRs whose trailing array a module wrote
+                               where a placement callback said
+                               (nx_handler_set_place) */
 } nx_stats_t;
 
 /* Writes the current counters. Returns 0, NX_EINVAL or NX_ENOTINIT. */

@@ -149,6 +149,7 @@ void nxi_rt_reset(void) {
   atomic_store(&nxi_rt.lazy_parked, 0);
   atomic_store(&nxi_rt.rsr_forwarded, 0);
   atomic_store(&nxi_rt.route_fallbacks, 0);
+  atomic_store(&nxi_rt.rsr_placed, 0);
   errcbs_clear();
 }
 
@@ -253,6 +254,7 @@ int nx_stats_get(nx_stats_t *s) {
   s->lazy_parked = atomic_load(&nxi_rt.lazy_parked);
   s->rsr_forwarded = atomic_load(&nxi_rt.rsr_forwarded);
   s->route_fallbacks = atomic_load(&nxi_rt.route_fallbacks);
+  s->rsr_placed = atomic_load(&nxi_rt.rsr_placed);
   return 0;
 }
 

@@ -45,7 +45,7 @@ struct nxi_runtime {
   struct nxi_dlist *_Atomic self_dl;
   atomic_uint_fast64_t rsr_handled, drop_no_handler, drop_no_context,
       drop_bad_frame, threads_created, rsr_failed, peers_failed, lazy_parked,
-      rsr_forwarded, route_fallbacks;
+      rsr_forwarded, route_fallbacks, rsr_placed;
   atomic_int drops_logged;
 };
 

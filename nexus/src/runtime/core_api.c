@@ -90,6 +90,9 @@ static void *place_ask(struct nx_buffer *b, size_t tail) {
     if (r > 0 && w.addr != NULL && w.len >= tail) {
       where = w.addr;
       b->place_status = 1;
+      /* Large frames only (NX_PLACE_MIN): a shared counter costs nothing
+       * here. */
+      atomic_fetch_add_explicit(&nxi_rt.rsr_placed, 1, memory_order_relaxed);
     } else {
       b->place_status = r > 0 ? NX_EMSGSIZE : r < 0 ? r : 0;
     }
