@@ -1,10 +1,13 @@
-! The channel ping-pong benchmark, in Fortran: an integer and 1 MiB of
-! doubles (131072) to an echo process in a new process context and back,
-! with the 1 MiB array sent by reference (zero copy, the default) and
-! copied (fm_zerocopy_min(0)), against the raw RSR ping-pong over the same
-! module (rsr_anchor.c, with its peer rsr_echo.c) and Open MPI's
-! MPI_Send/MPI_Recv from Fortran (fm_mpi_pingpong under mpirun), in one
-! run. Each is timed as the best of `reps` short batches of round trips
+! The channel ping-pong benchmark, in Fortran: an integer, 1 MiB of
+! doubles (131072) and 4 MiB (524288) to an echo process in a new process
+! context and back, with the arrays sent by reference (zero copy, the
+! default; 1 MiB also copied, fm_zerocopy_min(0)) and received where they
+! arrive (receive placement), against the raw RSR ping-pong over the same
+! module (rsr_anchor.c, with its peer rsr_echo.c: copied in and out) and
+! Open MPI's MPI_Send/MPI_Recv from Fortran (fm_mpi_pingpong under mpirun),
+! with its defaults (shared memory) and on the module's transport (ucx:
+! pml ucx on any transport; tcp: the tcp BTL on lo; ofi: the ofi MTL), in
+! one run. Each is timed as the best of `reps` short batches of round trips
 ! (per round trip), and the channel's and the raw RSR's batches alternate,
 ! so a machine whose load changes (two cores shared with builds) weighs on
 ! both alike and one clean batch of each is found. Prints the times, the
@@ -25,10 +28,11 @@ module pingpong_procs
   use, intrinsic :: iso_c_binding
   use, intrinsic :: iso_fortran_env, only: output_unit, error_unit
   implicit none
-  integer, parameter :: NBIG = 131072
+  integer, parameter :: NBIG = 131072, NBIG4 = 524288
   ! What the echo process does next: a command is echoed (untimed), then
   ! that many round trips follow.
-  integer(c_int32_t), parameter :: CMD_QUIT = 0, CMD_SMALL = 1, CMD_BIG = 2
+  integer(c_int32_t), parameter :: CMD_QUIT = 0, CMD_SMALL = 1, CMD_BIG = 2, &
+    CMD_BIG4 = 3
 
   interface
     integer(c_int) function fm_bench_rsr_start(exe, nmax, proto, len) &
@@ -53,17 +57,17 @@ module pingpong_procs
 contains
 
   ! echo(in, out): runs the commands that arrive on `in`: [kind, n, zc],
-  ! echoed, then n integers (CMD_SMALL) or n arrays (CMD_BIG) sent back,
-  ! arrays of zc bytes and more by reference.
+  ! echoed, then n integers (CMD_SMALL) or n arrays (CMD_BIG: 1 MiB,
+  ! CMD_BIG4: 4 MiB) sent back, arrays of zc bytes and more by reference.
   subroutine echo(args) bind(c)
     type(c_ptr), value :: args
     type(fm_inport) :: in
     type(fm_outport) :: out
     integer(c_int32_t) :: cmd(3), v, i
-    real(c_double), allocatable :: x(:)
+    real(c_double), allocatable :: x(:), x4(:)
     call fm_arg_get(args, 1, in)
     call fm_arg_get(args, 2, out)
-    allocate (x(NBIG))
+    allocate (x(NBIG), x4(NBIG4))
     do
       call fm_receive(in, cmd)
       call fm_send(out, cmd)
@@ -74,10 +78,15 @@ contains
           call fm_receive(in, v)
           call fm_send(out, v)
         end do
-      else
+      else if (cmd(1) == CMD_BIG) then
         do i = 1, cmd(2)
           call fm_receive(in, x)
           call fm_send(out, x)
+        end do
+      else
+        do i = 1, cmd(2)
+          call fm_receive(in, x4)
+          call fm_send(out, x4)
         end do
       end if
     end do
@@ -178,7 +187,8 @@ program fm_bench_pingpong
   use pingpong_procs
   implicit none
   ! Round trips per batch: about a millisecond each.
-  integer, parameter :: NSMALL = 200, NREP_BIG = 4, ZC = 32768, ROUNDS = 3
+  integer, parameter :: NSMALL = 200, NREP_BIG = 4, NREP_BIG4 = 2, &
+    ZC = 32768, ROUNDS = 3
   type(fm_inport) :: ain, bin
   type(fm_outport) :: aout, bout
   type(fm_block) :: blk
@@ -188,9 +198,11 @@ program fm_bench_pingpong
   character(len=64) :: proto, path
   character(kind=c_char, len=16) :: cproto
   integer(c_int32_t) :: reps, nprof
-  real(c_double), allocatable :: x(:)
+  real(c_double), allocatable :: x(:), x4(:)
   real(c_double) :: fm_small, fm_big, raw_small, raw_big, mpi_small, &
-    mpi_big, fm_big_copy, t
+    mpi_big, fm_big_copy, t, fm_big4, raw_big4, mpi_big4, tr_small, &
+    tr_big, tr_big4
+  character(len=128) :: mca
   integer :: k, r
 
   reps = 15
@@ -208,8 +220,9 @@ program fm_bench_pingpong
   k = index(self, '/', back=.true.)
   dir = '.'
   if (k > 0) dir = self(1:k - 1)
-  allocate (x(NBIG))
+  allocate (x(NBIG), x4(NBIG4))
   x = 1.5d0
+  x4 = 2.5d0
 
   fm_small = huge(t)
   raw_small = huge(t)
@@ -218,6 +231,12 @@ program fm_bench_pingpong
   raw_big = huge(t)
   mpi_small = huge(t)
   mpi_big = huge(t)
+  fm_big4 = huge(t)
+  raw_big4 = huge(t)
+  mpi_big4 = huge(t)
+  tr_small = huge(t)
+  tr_big = huge(t)
+  tr_big4 = huge(t)
   if (path /= '') then
     call start_peers()
     select case (path)
@@ -246,6 +265,20 @@ program fm_bench_pingpong
   ! (The peers live through every round: nexus reports the end of the raw
   ! RSR's peer to fm as a death, which would fail the next receive.)
   call start_peers()
+  ! Open MPI on the transport the module uses, beside its defaults.
+  select case (proto)
+  case ('ucx')
+    ! (Open MPI 4.1 takes UCX only on its listed InfiniBand and GPU
+    ! transports unless told otherwise.)
+    mca = '--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any'
+  case ('tcp')
+    mca = '--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo'
+  case ('ofi')
+    mca = '--mca pml cm --mca mtl ofi'
+  case default
+    mca = ''
+    tr_big = -1
+  end select
   do k = 1, ROUNDS
     do r = 1, reps
       fm_small = min(fm_small, fm_batch(CMD_SMALL, NSMALL, ZC))
@@ -253,14 +286,17 @@ program fm_bench_pingpong
       fm_big = min(fm_big, fm_batch(CMD_BIG, NREP_BIG, ZC))
       fm_big_copy = min(fm_big_copy, fm_batch(CMD_BIG, NREP_BIG, 0))
       raw_big = min(raw_big, raw_batch(NBIG, NREP_BIG))
+      fm_big4 = min(fm_big4, fm_batch(CMD_BIG4, NREP_BIG4, ZC))
+      raw_big4 = min(raw_big4, raw_batch(NBIG4, NREP_BIG4))
     end do
-    if (mpi_big > 0) call mpi_round(mpi_small, mpi_big)
+    if (mpi_big > 0) call mpi_round('', mpi_small, mpi_big, mpi_big4)
+    if (tr_big > 0) call mpi_round(mca, tr_small, tr_big, tr_big4)
   end do
   call stop_peers()
 
-  write (*, '(a,i0,a,i0,a,i0,a,i0,a)') 'us per round trip, the best of ', &
+  write (*, '(a,i0,a,i0,a,i0,a,i0,a,i0,a)') 'us per round trip, the best of ', &
     ROUNDS, 'x', reps, ' alternating batches (', NSMALL, &
-    ' round trips at 8 B, ', NREP_BIG, ' at 1 MiB)'
+    ' round trips at 8 B, ', NREP_BIG, ' at 1 MiB, ', NREP_BIG4, ' at 4 MiB)'
   write (*, '(a,a)') 'fm channel ping-pong (Fortran) vs raw RSR over ', &
     trim(proto)
   write (*, '(a)') 'size        fm us  raw RSR us   fm/raw   goal'
@@ -270,16 +306,39 @@ program fm_bench_pingpong
     fm_big/raw_big, '   <= 1.20: ', verdict(fm_big/raw_big <= 1.2d0)
   write (*, '(a,f12.2,f12.2,f9.2,a)') '1 MiB*', &
     fm_big_copy, raw_big, fm_big_copy/raw_big, '   (comparison)'
+  write (*, '(a,f12.2,f12.2,f9.2,a)') '4 MiB', fm_big4, raw_big4, &
+    fm_big4/raw_big4, '   (no goal)'
   write (*, '(a)') '(1 MiB*: the array copied into the message, fm_zerocopy_min(0))'
   if (mpi_big > 0 .and. mpi_big < huge(t)) then
-    write (*, '(a)') 'vs Open MPI MPI_Send/MPI_Recv from Fortran (mpirun -np 2): fm us, MPI us, fm/MPI'
+    write (*, '(a)') 'vs Open MPI MPI_Send/MPI_Recv from Fortran (mpirun -np 2, '// &
+      'its defaults): fm us, MPI us, fm/MPI'
     write (*, '(a,f12.2,f12.2,f9.2,a)') '8 B  ', fm_small, mpi_small, &
       fm_small/mpi_small, '   (no goal)'
     write (*, '(a,f12.2,f12.2,f9.2,a,a)') '1 MiB', fm_big, mpi_big, &
       fm_big/mpi_big, '   <= 1.00: ', verdict(fm_big/mpi_big <= 1.0d0)
+    write (*, '(a,f12.2,f12.2,f9.2,a)') '4 MiB', fm_big4, mpi_big4, &
+      fm_big4/mpi_big4, '   (no goal)'
   else
     write (*, '(a)') 'MPI row skipped: fm_mpi_pingpong not built (no mpifort)'// &
       ' or mpirun failed'
+  end if
+  if (tr_big > 0 .and. tr_big < huge(t)) then
+    write (*, '(3a)') 'vs Open MPI on the same transport (', trim(mca), &
+      '): fm us, MPI us, fm/MPI'
+    write (*, '(a,f12.2,f12.2,f9.2,a)') '8 B  ', fm_small, tr_small, &
+      fm_small/tr_small, '   (no goal)'
+    if (proto == 'ucx') then
+      write (*, '(a,f12.2,f12.2,f9.2,a,a)') '1 MiB', fm_big, tr_big, &
+        fm_big/tr_big, '   <= 1.00: ', verdict(fm_big/tr_big <= 1.0d0)
+    else
+      write (*, '(a,f12.2,f12.2,f9.2,a,a)') '1 MiB', fm_big, tr_big, &
+        fm_big/tr_big, '   <= 1.20: ', verdict(fm_big/tr_big <= 1.2d0)
+    end if
+    write (*, '(a,f12.2,f12.2,f9.2,a)') '4 MiB', fm_big4, tr_big4, &
+      fm_big4/tr_big4, '   (no goal)'
+  else if (len_trim(mca) > 0) then
+    write (*, '(3a)') 'Open MPI on the same transport (', trim(mca), &
+      ') skipped: mpirun failed'
   end if
   call fm_finalize()
 
@@ -304,10 +363,15 @@ contains
         call fm_receive(bin, v)
         if (v /= i) error stop 'fm_bench_pingpong: wrong echo'
       end do
-    else
+    else if (kind == CMD_BIG) then
       do i = 1, n
         call fm_send(aout, x)
         call fm_receive(bin, x)
+      end do
+    else
+      do i = 1, n
+        call fm_send(aout, x4)
+        call fm_receive(bin, x4)
       end do
     end if
     fm_batch = (now_us() - t0)/n
@@ -333,7 +397,7 @@ contains
     call fm_arg(a, ain)
     call fm_arg(a, bout)
     call fm_processcall(blk, 'echo', a, place)
-    if (fm_bench_rsr_start(trim(dir)//'/fm_rsr_echo'//c_null_char, NBIG, &
+    if (fm_bench_rsr_start(trim(dir)//'/fm_rsr_echo'//c_null_char, NBIG4, &
                            cproto, 16) /= 0) &
       error stop 'fm_bench_pingpong: the raw RSR peer did not start'
     proto = ''
@@ -346,13 +410,17 @@ contains
     t = fm_batch(CMD_BIG, NREP_BIG, ZC)
     t = fm_batch(CMD_BIG, NREP_BIG, 0)
     t = raw_batch(NBIG, NREP_BIG)
+    t = fm_batch(CMD_BIG4, NREP_BIG4, ZC)
+    t = raw_batch(NBIG4, NREP_BIG4)
   end subroutine
 
-  ! One mpirun of fm_mpi_pingpong (reps batches of each size): keeps the
-  ! better times. Both are set negative when it does not run.
-  subroutine mpi_round(small, big)
-    real(c_double), intent(inout) :: small, big
-    real(c_double) :: s, b
+  ! One mpirun of fm_mpi_pingpong (reps batches of each size) with the
+  ! options `mca`: keeps the better times. All are set negative when it
+  ! does not run.
+  subroutine mpi_round(mca, small, big, big4)
+    character(len=*), intent(in) :: mca
+    real(c_double), intent(inout) :: small, big, big4
+    real(c_double) :: s, b, b4
     character(len=16) :: n
     character(len=64) :: out
     integer :: st, u, k
@@ -363,21 +431,24 @@ contains
     ! (The ALLOW_RUN_AS_ROOT pair only matters when run as root, as in CI.)
     call execute_command_line('OMPI_ALLOW_RUN_AS_ROOT=1 '// &
       'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --map-by core --bind-to core -np 2 '// &
+      trim(mca)//' '// &
       trim(dir)//'/fm_mpi_pingpong '//trim(n)// &
       ' > '//trim(out)//' 2>&1', exitstat=st)
     call fm_bench_pin(0)
     open (newunit=u, file=trim(out), status='old', iostat=k)
     if (k /= 0) st = 1
     if (k == 0) then
-      if (st == 0) read (u, *, iostat=st) s, b
+      if (st == 0) read (u, *, iostat=st) s, b, b4
       close (u, status='delete')
     end if
     if (st /= 0) then
       small = -1
       big = -1
+      big4 = -1
     else
       small = min(small, s)
       big = min(big, b)
+      big4 = min(big4, b4)
     end if
   end subroutine
 

@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     CPU_SET(atoi(cpu), &set);
     sched_setaffinity(0, sizeof(set), &set);
   }
-  size_t scratch_n = (size_t)1 << 17;
+  size_t scratch_n = (size_t)1 << 19; /* 4 MiB of doubles */
   double *scratch = malloc(scratch_n * sizeof(double));
   if (scratch == NULL || nx_init(&argc, &argv) != 0)
     return 1;

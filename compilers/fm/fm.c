@@ -100,10 +100,14 @@ void fm_on_peer_dead(uint32_t proc) {
     fm_blocks_peer_dead(proc);
 }
 
+static void claim_lost(uint64_t context);
+
 static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   (void)arg;
   if (err == NX_EPEERDEAD && handler == 0)
     fm_on_peer_dead((uint32_t)(context >> 32));
+  else if (err == NX_EPEERDEAD && handler == fm_g.h_enq)
+    claim_lost(context); /* or a message this process sent: no claim */
 }
 
 /* ---- outport destinations ---------------------------------------------- */
@@ -284,7 +288,9 @@ static struct fm_queue *queue_new(void) {
   q->magic = FM_QUEUE_MAGIC;
   nx_mutex_init(&q->m);
   nx_cond_init(&q->c);
+  pthread_mutex_init(&q->pl, NULL);
   if (nx_gp_make(q, &q->self) != 0) {
+    pthread_mutex_destroy(&q->pl);
     free(q);
     return NULL;
   }
@@ -304,8 +310,13 @@ static void msgs_free(struct fm_msg *m) {
   }
 }
 
+static void post_close(struct fm_queue *q);
+
 /* Releases what a queue holds; the memory stays (late handlers see DEAD). */
 static void queue_clear_locked(struct fm_queue *q) {
+  pthread_mutex_lock(&q->pl);
+  post_close(q);
+  pthread_mutex_unlock(&q->pl);
   msgs_free(q->head);
   msgs_free(q->held);
   q->head = q->tail = q->held = q->held_tail = NULL;
@@ -372,16 +383,153 @@ static void forward(const nx_gp_t *to, nx_buffer_t *buf) {
   nx_rsr_send(out);
 }
 
+/* ---- receive placement -------------------------------------------------
+ *
+ * A receive into a contiguous array (fmi_receive_into) that finds nothing
+ * ready posts its variable on the queue. When a message's leading values
+ * are in, nexus asks place_enq (a placement callback on "fm.enq", run by
+ * the receiving thread, possibly inside a module with its lock held): if
+ * that message is the one the receive would take next (its outport's next
+ * number, nothing else ready, the same type and count), it claims the post
+ * and the module writes the values straight into the variable. The
+ * receive then takes exactly that message, whose get into the variable
+ * copies nothing; it does not return before the claim is settled, by the
+ * message's handler (claim_arrived) or by nexus's report that the message
+ * was lost (claim_lost), so a variable is never written after its receive
+ * returned. One claim per process at a time: the report names a context
+ * and a handler, not a queue. Under the queue's `pl`; nothing under it
+ * calls into nexus. */
+
+/* Closes a post (under pl). */
+static void post_close(struct fm_queue *q) {
+  if (q->post.state == FM_POST_CLAIMED)
+    atomic_store(&fm_g.claim, NULL);
+  free(q->post.seen);
+  memset(&q->post, 0, sizeof(q->post));
+}
+
+/* Opens a post for the receive `owner` that waits (under m, nothing
+ * ready), unless another receive's is open: the variable and every
+ * outport's next number, which stay what they are while it is open (a
+ * message made ready closes it). */
+static void post_open(struct fm_queue *q, const void *owner, int type, void *v,
+                      size_t n) {
+  size_t ns = 0;
+  for (struct fm_sender *s = q->senders; s != NULL; s = s->next)
+    ns++;
+  struct fm_seen *seen = ns > 0 ? malloc(ns * sizeof(*seen)) : NULL;
+  if (ns > 0 && seen == NULL)
+    return; /* no post: the values are copied */
+  size_t i = 0;
+  for (struct fm_sender *s = q->senders; s != NULL; s = s->next, i++) {
+    seen[i].a = s->a;
+    seen[i].b = s->b;
+    seen[i].next_seq = s->next_seq;
+  }
+  pthread_mutex_lock(&q->pl);
+  if (q->post.state != FM_POST_NONE) { /* another receive's */
+    pthread_mutex_unlock(&q->pl);
+    free(seen);
+    return;
+  }
+  q->post.state = FM_POST_OPEN;
+  q->post.owner = owner;
+  q->post.type = type;
+  q->post.count = n;
+  q->post.addr = v;
+  q->post.bytes = n * fm_type_size(type);
+  q->post.seen = seen;
+  q->post.nseen = ns;
+  pthread_mutex_unlock(&q->pl);
+}
+
+/* The placement callback of "fm.enq" (nexus/context.h: reads `lead` and
+ * the queue's post, under pl; calls nothing else of nexus). */
+static int place_enq(nx_context_t *ctx, void *address, nx_buffer_t *lead,
+                     size_t tail_bytes, nx_place_t *where) {
+  struct fm_queue *q = address;
+  int8_t kind;
+  uint64_t a, b, seq, count;
+  int type;
+  uint32_t len;
+  if (q == NULL || header_get(lead, &kind, &a, &b, &seq) != 0 ||
+      kind != MSG_DATA || fmi_value_head_get(lead, &type, &count, &len) != 0)
+    return 0;
+  int placed = 0;
+  pthread_mutex_lock(&q->pl);
+  struct fm_post *p = &q->post;
+  uint64_t next = 0; /* an outport not seen yet starts at 0 */
+  for (size_t i = 0; i < p->nseen; i++)
+    if (p->seen[i].a == a && p->seen[i].b == b)
+      next = p->seen[i].next_seq;
+  struct fm_queue *none = NULL;
+  if (p->state == FM_POST_OPEN && seq == next && type == p->type &&
+      count == p->count && tail_bytes == p->bytes &&
+      atomic_compare_exchange_strong(&fm_g.claim, &none, q)) {
+    p->state = FM_POST_CLAIMED; /* msg stays NULL until it arrives */
+    p->ctx = ctx;
+    where->addr = p->addr;
+    where->len = p->bytes;
+    placed = 1;
+  }
+  pthread_mutex_unlock(&q->pl);
+  return placed;
+}
+
+/* A message made ready (`m`, placed or not) or refused (`m` NULL,
+ * `placed` its buffer's placement) by queue_accept, under m: a placed one
+ * settles the claim, for the receive to take it; any other ready message
+ * closes an open post (the receive wakes and takes it); a placed one
+ * refused voids the claim (the receive goes on waiting, its variable
+ * written). */
+static void post_accepted(struct fm_queue *q, struct fm_msg *m, int placed) {
+  pthread_mutex_lock(&q->pl);
+  if (q->post.state == FM_POST_CLAIMED && placed && m != NULL)
+    q->post.msg = m;
+  else if (q->post.state == FM_POST_OPEN ||
+           (placed && q->post.state == FM_POST_CLAIMED))
+    post_close(q);
+  pthread_mutex_unlock(&q->pl);
+}
+
+/* nexus reported a message for "fm.enq" in `context` lost after it was
+ * placed: the claimed post of that context, if its message never came,
+ * is void (the receive goes on, and reports the death if nothing comes). */
+static void claim_lost(uint64_t context) {
+  struct fm_queue *q = atomic_load(&fm_g.claim);
+  if (q == NULL)
+    return;
+  nx_mutex_lock(&q->m);
+  pthread_mutex_lock(&q->pl);
+  nx_context_t *ctx = q->post.state == FM_POST_CLAIMED && q->post.msg == NULL
+                          ? q->post.ctx
+                          : NULL;
+  pthread_mutex_unlock(&q->pl);
+  /* Stable while m is held: only holders of m settle a claim. */
+  if (ctx != NULL && nx_context_id(ctx) == context) {
+    pthread_mutex_lock(&q->pl);
+    post_close(q);
+    pthread_mutex_unlock(&q->pl);
+    nx_cond_broadcast(&q->c);
+  }
+  nx_mutex_unlock(&q->m);
+}
+
 /* Puts a message in its place (takes `buf`, positioned after the header):
  * in order per outport, held while the inport moves, forwarded after. */
 static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
                          uint64_t a, uint64_t b, uint64_t seq) {
+  int placed = nx_buffer_placement(buf) == 1;
   nx_mutex_lock(&q->m);
   if (q->magic != FM_QUEUE_MAGIC) {
+    if (placed)
+      post_accepted(q, NULL, 1);
     nx_mutex_unlock(&q->m);
     nx_buffer_release(buf);
     return;
   }
+  /* A claimed post keeps the queue live (queue_pack waits for it): a
+   * placed message is never held or forwarded. */
   if (q->state == FM_Q_FORWARD) {
     nx_gp_t to;
     int r = nx_gp_copy(&q->fwd, &to);
@@ -395,6 +543,7 @@ static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
   }
   struct fm_msg *m = calloc(1, sizeof(*m));
   if (m == NULL) {
+    post_accepted(q, NULL, placed);
     nx_mutex_unlock(&q->m);
     nx_buffer_release(buf);
     return;
@@ -413,6 +562,7 @@ static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
     return;
   }
   if (kind == MSG_DUP) { /* a stale copy of an outport tried to send */
+    post_accepted(q, NULL, placed);
     q->dups++;
     nx_cond_broadcast(&q->c);
     nx_mutex_unlock(&q->m);
@@ -425,6 +575,7 @@ static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
   for (struct fm_msg *p = s ? s->pending : NULL; p != NULL && !dup; p = p->next)
     dup = p->seq == seq;
   if (s == NULL || dup) { /* out of memory, or a number taken twice */
+    post_accepted(q, NULL, placed);
     if (dup) {
       q->dups++; /* the receiver is told, never silently short */
       nx_cond_broadcast(&q->c);
@@ -443,7 +594,9 @@ static void queue_accept(struct fm_queue *q, nx_buffer_t *buf, int8_t kind,
       ready_append(q, p);
       s->next_seq++;
     }
-  } else { /* overtook an earlier message of its outport: wait for it */
+    post_accepted(q, m, placed);
+  } else { /* overtook an earlier message of its outport: wait for it
+            * (never a placed one: place_enq claims only the next) */
     struct fm_msg **pp = &s->pending;
     while (*pp != NULL && (*pp)->seq < seq)
       pp = &(*pp)->next;
@@ -542,6 +695,8 @@ static void h_moved(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 int fm_register_handlers(nx_context_t *ctx) {
   int r =
       nx_handler_register(ctx, "fm.enq", h_enq, NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_set_place(ctx, "fm.enq", place_enq);
   if (r == 0)
     r = nx_handler_register(ctx, "fm.fwd", h_fwd, NX_HANDLER_NONTHREADED, NULL);
   if (r == 0)
@@ -730,11 +885,19 @@ static int try_take(struct fm_queue *q, nx_buffer_t **msg) {
     q->dups--;
     return FM_EDUPLICATE;
   }
-  while (q->head != NULL) {
-    struct fm_msg *m = q->head;
-    q->head = m->next;
-    if (q->head == NULL)
-      q->tail = NULL;
+  /* Not a message placed into another receive's variable: that one is
+   * its (post.msg is set under m). */
+  struct fm_msg **pp = &q->head, *prev = NULL;
+  while (*pp != NULL) {
+    struct fm_msg *m = *pp;
+    if (m == q->post.msg) {
+      prev = m;
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    if (q->tail == m)
+      q->tail = prev;
     if (!m->end) {
       *msg = m->buf;
       free(m);
@@ -753,18 +916,70 @@ static int try_take(struct fm_queue *q, nx_buffer_t **msg) {
   return TAKE_WAIT;
 }
 
-int fm_receive(fm_port_t *in, nx_buffer_t **msg) {
+/* Takes the claimed message out of the ready list (under m and pl). */
+static nx_buffer_t *take_claimed(struct fm_queue *q) {
+  struct fm_msg *m = q->post.msg, *prev = NULL;
+  for (struct fm_msg *p = q->head; p != m; p = p->next)
+    prev = p;
+  if (prev != NULL)
+    prev->next = m->next;
+  else
+    q->head = m->next;
+  if (q->tail == m)
+    q->tail = prev;
+  nx_buffer_t *buf = m->buf;
+  free(m);
+  post_close(q);
+  return buf;
+}
+
+/* Receives the next message; with `v` (a contiguous array of `n` values
+ * of `type`, large and placeable), a wait posts it (see "Receive
+ * placement" above). */
+static int receive(fm_port_t *in, nx_buffer_t **msg, int type, void *v,
+                   size_t n) {
   struct fm_queue *q;
   int r = inport_queue(in, &q);
   if (r != 0)
     return r;
   if (msg == NULL)
     return FM_EINVAL;
+  char me; /* this receive's token: the owner of its post */
   nx_mutex_lock(&q->m);
-  while ((r = try_take(q, msg)) == TAKE_WAIT)
+  for (;;) {
+    pthread_mutex_lock(&q->pl);
+    int mine = q->post.state != FM_POST_NONE && q->post.owner == &me;
+    int claimed = mine && q->post.state == FM_POST_CLAIMED;
+    if (claimed && q->post.msg != NULL) {
+      *msg = take_claimed(q);
+      pthread_mutex_unlock(&q->pl);
+      r = 0;
+      break;
+    }
+    if (mine && !claimed)
+      post_close(q); /* taken, or opened again below */
+    pthread_mutex_unlock(&q->pl);
+    if (!claimed && (r = try_take(q, msg)) != TAKE_WAIT)
+      break;
+    /* Nothing for us yet; or a message is being written into `v`: the
+     * receive waits for it, whatever else comes (a death: claim_lost). */
+    if (!claimed && v != NULL && q->state == FM_Q_LIVE)
+      post_open(q, &me, type, v, n);
     nx_cond_wait(&q->c, &q->m);
+  }
   nx_mutex_unlock(&q->m);
   return r;
+}
+
+int fm_receive(fm_port_t *in, nx_buffer_t **msg) {
+  return receive(in, msg, 0, NULL, 0);
+}
+
+int fmi_receive_into(fm_port_t *in, int type, void *v, size_t n,
+                     nx_buffer_t **msg) {
+  int ok = v != NULL && fmi_type_placeable(type) &&
+           n * fm_type_size(type) >= NX_PLACE_MIN;
+  return receive(in, msg, type, ok ? v : NULL, n);
 }
 
 int fm_msg_free(nx_buffer_t *msg) {
@@ -817,9 +1032,22 @@ static int msgs_count(const struct fm_msg *m) {
  * overtook, and the ready messages in order. */
 static int queue_pack(nx_buffer_t *out, struct fm_queue *q) {
   nx_mutex_lock(&q->m);
-  if (q->state != FM_Q_LIVE) {
-    nx_mutex_unlock(&q->m);
-    return FM_EUNDEFINED;
+  /* A message being written into a waiting receive's variable is that
+   * receive's: the port moves once it has it. An open post closes, so
+   * that nothing is placed for a port on its way. */
+  for (;;) {
+    if (q->state != FM_Q_LIVE) {
+      nx_mutex_unlock(&q->m);
+      return FM_EUNDEFINED;
+    }
+    pthread_mutex_lock(&q->pl);
+    int claimed = q->post.state == FM_POST_CLAIMED;
+    if (!claimed)
+      post_close(q);
+    pthread_mutex_unlock(&q->pl);
+    if (!claimed)
+      break;
+    nx_cond_wait(&q->c, &q->m);
   }
   int r = nx_put_gp(out, &q->self);
   if (r == 0)
@@ -1051,7 +1279,7 @@ static int receive_values(fm_port_t *in, int type, void *v, size_t n) {
   nx_buffer_t *b;
   if (v == NULL && n > 0)
     return FM_EINVAL;
-  int r = fm_receive(in, &b);
+  int r = fmi_receive_into(in, type, v, n, &b);
   if (r != 0)
     return r;
   r = fm_get_values(b, type, v, n);
@@ -1137,6 +1365,7 @@ static void free_queues(void) {
     struct fm_queue *n = q->all_next;
     nx_cond_destroy(&q->c);
     nx_mutex_destroy(&q->m);
+    pthread_mutex_destroy(&q->pl);
     free(q);
     q = n;
   }

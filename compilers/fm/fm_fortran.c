@@ -341,7 +341,11 @@ void fm_f_receive(fm_port_t *in, CFI_cdesc_t *d, int *stat) {
     return;
   }
   int r = view_of(d, &v);
-  if (r == 0 && (r = fm_receive(in, &b)) == 0) {
+  /* A contiguous array may take its values where they arrive: then
+   * value_get's get into it copies nothing (fm.c, "Receive placement"). */
+  if (r == 0 &&
+      (r = fmi_receive_into(in, v.type, v.contig ? d->base_addr : NULL, v.n,
+                            &b)) == 0) {
     r = value_get(b, d, &v);
     fm_msg_free(b);
   }

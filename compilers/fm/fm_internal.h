@@ -3,6 +3,7 @@
 #ifndef FM_INTERNAL_H
 #define FM_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "fm.h"
@@ -49,6 +50,33 @@ enum fm_queue_state {
   FM_Q_FORWARD = 2 /* the inport lives at `fwd`: arrivals go there */
 };
 
+/* A receive that waits with its variable named (fm.c, "Receive
+ * placement"): the next message for it may be written there by the
+ * protocol module, before its handler runs. */
+enum fm_post_state {
+  FM_POST_NONE = 0, /* no receive waits with its variable */
+  FM_POST_OPEN,     /* one waits, and nothing is ready for it */
+  FM_POST_CLAIMED   /* a message is being written into the variable */
+};
+
+/* An outport's next sequence number, as the queue knew it. */
+struct fm_seen {
+  uint64_t a, b, next_seq;
+};
+
+struct fm_post {
+  int state;         /* enum fm_post_state */
+  const void *owner; /* the receive that posted (one per queue at a time) */
+  int type;          /* the variable: its type, count, address and bytes */
+  uint64_t count;
+  void *addr;
+  size_t bytes;
+  struct fm_seen *seen; /* every outport's next number when it opened */
+  size_t nseen;
+  nx_context_t *ctx;  /* claimed: the context that receives */
+  struct fm_msg *msg; /* claimed: the message, once its handler ran */
+};
+
 /* The queue of a channel or merger, in the context of the inport holder. */
 struct fm_queue {
   uint32_t magic;
@@ -63,6 +91,11 @@ struct fm_queue {
   int32_t nout, nended;
   int32_t dups; /* sends of stale outport copies, not yet reported */
   struct fm_queue *all_next; /* every queue of this process, for cleanup */
+  /* The post: under `pl`, and under `m` too but for its claim by nexus's
+   * placement callback, which takes `pl` alone. `pl` is a plain mutex that
+   * no thread holds while it calls into nexus. */
+  pthread_mutex_t pl;
+  struct fm_post post;
 };
 
 /* What this process knows of one outport (a sender id): the sequence
@@ -98,6 +131,9 @@ struct fm_global {
   struct fm_block *blocks; /* open blocks, to wake on a death */
   struct fm_writer *writers[FM_WRITER_BUCKETS]; /* under m */
   char exe[4096];
+  /* The one queue of this process whose post is claimed, or NULL: a loss
+   * report names a context and a handler, not a queue. */
+  struct fm_queue *_Atomic claim;
   int error_cb; /* the handle of fm's error callback (nx_error_cb_add) */
 };
 
@@ -118,6 +154,13 @@ int fmi_units_put_ref(nx_buffer_t *b, int type, const void *v, size_t n,
 int fmi_value_head_put(nx_buffer_t *b, int type, uint64_t count, uint32_t len);
 int fmi_value_head_get(nx_buffer_t *b, int *type, uint64_t *count,
                        uint32_t *len);
+int fmi_type_placeable(int type);
+
+/* fm.c: a receive of `n` values of `type` into contiguous memory at `v`,
+ * which the message's values may be written into before it is taken
+ * (fm.c, "Receive placement"); the message as fm_receive gives it. */
+int fmi_receive_into(fm_port_t *in, int type, void *v, size_t n,
+                     nx_buffer_t **msg);
 
 /* fm_fortran.c: the Fortran binding's entry points (module fm binds them
  * under the generic names fm_send, fm_receive, fm_put, fm_get, fm_arg,

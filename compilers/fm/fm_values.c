@@ -66,6 +66,17 @@ int fmi_type_is_char(int type) {
   return type == FM_TYPE_CHAR || type == FM_TYPE_UCS4;
 }
 
+/* Whether a contiguous array of `type` is got by one typed array get of
+ * exactly its bytes into the array itself (so its elements may be written
+ * there before the get: fm.c, "Receive placement"). Not x87 values (two
+ * arrays, moved through a copy) nor characters (cut or padded). */
+int fmi_type_placeable(int type) {
+  if (type <= 0 || type > FM_TYPE_MAX)
+    return 0;
+  int u = types[type].unit;
+  return u != U_NONE && u != U_X87 && u != U_CHAR;
+}
+
 static int big_endian(void) {
   const uint16_t one = 1;
   uint8_t first;

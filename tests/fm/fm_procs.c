@@ -1,7 +1,7 @@
 /* A test program for libfm between OS processes: argv[1] picks the check
- * (migrate, dead, vc, copy; copy takes the placement in argv[2]: threads,
- * contexts or processes); it exits 0 on success, 1 on failure, 77 when the
- * module asked for in FM_TEST_MODULE is not loaded. */
+ * (migrate, dead, vc, copy, place, place-dead; copy takes the placement in
+ * argv[2]: threads, contexts or processes); it exits 0 on success, 1 on
+ * failure, 77 when the module asked for in FM_TEST_MODULE is not loaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +292,145 @@ static int check_dead(void) {
   return failures;
 }
 
+/* Large arrays, received into the variable they arrive in (docs/fm.md,
+ * "Receive placement"). */
+#define PLACE_ROUNDS 20
+#define PLACE_BIG (4 << 20)
+
+static double big_value(int round, size_t i) { return round * 1e7 + (double)i; }
+
+/* Echoes PLACE_ROUNDS arrays of doubles (1 MiB), then one of int32 and one
+ * of doubles (4 MiB each); writes how many of its receives were placed. */
+static void echo_big(fm_args_t *args) {
+  fm_port_t in, *out = arg(args, 1);
+  int32_t *placed = arg(args, 2);
+  fm_moveport(arg(args, 0), &in);
+  nx_stats_t s0, s1;
+  nx_stats_get(&s0);
+  size_t n = (1 << 20) / sizeof(double);
+  double *d = malloc(PLACE_BIG);
+  int32_t *k = malloc(PLACE_BIG);
+  int r = d != NULL && k != NULL ? 0 : FM_ENOMEM;
+  for (int i = 0; i < PLACE_ROUNDS && r == 0; i++)
+    if ((r = fm_receive_double_array(&in, d, n)) == 0)
+      r = fm_send_double_array(out, d, n);
+  if (r == 0 && (r = fm_receive_int32_array(&in, k, PLACE_BIG / 4)) == 0)
+    r = fm_send_int32_array(out, k, PLACE_BIG / 4);
+  if (r == 0 && (r = fm_receive_double_array(&in, d, PLACE_BIG / 8)) == 0)
+    r = fm_send_double_array(out, d, PLACE_BIG / 8);
+  nx_stats_get(&s1);
+  placed[0] = r == 0 ? (int32_t)(s1.rsr_placed - s0.rsr_placed) : r;
+  free(d);
+  free(k);
+}
+
+static int check_place(void) {
+  fm_port_t in, out, bin, bout;
+  EXPECT(fm_channel(&in, &out) == 0);
+  EXPECT(fm_channel(&bin, &bout) == 0);
+  fm_block_t *b;
+  fm_args_t *a;
+  fm_place_t place = {FM_PLACE_PROCESS, NULL, 0, NULL};
+  int32_t child_placed = -1;
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &in) == 0);
+  EXPECT(fm_args_add_port(a, &bout) == 0);
+  EXPECT(fm_args_add(a, FM_TYPE_INT32, &child_placed, 1, FM_OUT) == 0);
+  EXPECT(fm_processcall(b, "echo_big", &place, a) == 0);
+  nx_stats_t s0, s1;
+  nx_stats_get(&s0);
+  size_t n = (1 << 20) / sizeof(double);
+  double *d = malloc(PLACE_BIG), *e = malloc(PLACE_BIG);
+  int32_t *k = malloc(PLACE_BIG), *l = malloc(PLACE_BIG);
+  EXPECT(d != NULL && e != NULL && k != NULL && l != NULL);
+  size_t bad = 0;
+  for (int i = 0; i < PLACE_ROUNDS && d != NULL && e != NULL; i++) {
+    for (size_t j = 0; j < n; j++)
+      d[j] = big_value(i, j);
+    memset(e, 0, n * sizeof(double));
+    EXPECT(fm_send_double_array(&out, d, n) == 0);
+    EXPECT(fm_receive_double_array(&bin, e, n) == 0);
+    bad += memcmp(d, e, n * sizeof(double)) != 0;
+  }
+  EXPECT(bad == 0);
+  if (k != NULL && l != NULL) {
+    for (size_t j = 0; j < PLACE_BIG / 4; j++)
+      k[j] = (int32_t)(j * 2654435761u);
+    memset(l, 0, PLACE_BIG);
+    EXPECT(fm_send_int32_array(&out, k, PLACE_BIG / 4) == 0);
+    EXPECT(fm_receive_int32_array(&bin, l, PLACE_BIG / 4) == 0);
+    EXPECT(memcmp(k, l, PLACE_BIG) == 0);
+  }
+  if (d != NULL && e != NULL) {
+    for (size_t j = 0; j < PLACE_BIG / 8; j++)
+      d[j] = big_value(-1, j);
+    memset(e, 0, PLACE_BIG);
+    EXPECT(fm_send_double_array(&out, d, PLACE_BIG / 8) == 0);
+    EXPECT(fm_receive_double_array(&bin, e, PLACE_BIG / 8) == 0);
+    EXPECT(memcmp(d, e, PLACE_BIG) == 0);
+  }
+  nx_stats_get(&s1);
+  EXPECT(fm_processes_end(b) == 0);
+  /* Each receive here waits from right after its send until the echo
+   * comes: a whole 1 MiB round trip later. So every one posts its
+   * variable before the reply's leading values are in, unless this
+   * thread lost its core for that long, which 22 times in a row it does
+   * not: at least one placed is the check (each one counted). */
+  unsigned long long placed = s1.rsr_placed - s0.rsr_placed;
+  fprintf(stderr, "fm_procs place: %llu of %d receives here placed, %d there\n",
+          placed, PLACE_ROUNDS + 2, child_placed);
+  EXPECT(placed >= 1 && placed <= PLACE_ROUNDS + 2);
+  EXPECT(child_placed >= 0 && child_placed <= PLACE_ROUNDS + 2);
+  free(d);
+  free(e);
+  free(k);
+  free(l);
+  return failures;
+}
+
+/* Sends a 64 MiB array and dies at once, most likely in the middle of its
+ * transfer. */
+static void send_die(fm_args_t *args) {
+  fm_port_t *out = arg(args, 0);
+  size_t n = (64u << 20) / sizeof(double);
+  double *d = calloc(n, sizeof(double));
+  if (d != NULL)
+    fm_send_double_array(out, d, n);
+  _exit(3);
+}
+
+/* A receive whose variable a dying sender's message was being written
+ * into wakes with FM_EPEERDEAD (the loss reported, or nothing arrived),
+ * never hangs, and the queue serves the next sender. */
+static int check_place_dead(void) {
+  fm_port_t in, out;
+  EXPECT(fm_channel(&in, &out) == 0);
+  fm_block_t *b;
+  fm_args_t *a;
+  fm_place_t place = {FM_PLACE_PROCESS, NULL, 0, NULL};
+  EXPECT(fm_processes_begin(&b) == 0);
+  EXPECT(fm_args_create(&a) == 0);
+  EXPECT(fm_args_add_port(a, &out) == 0);
+  EXPECT(fm_processcall(b, "send_die", &place, a) == 0);
+  size_t n = (64u << 20) / sizeof(double);
+  double *d = malloc(n * sizeof(double));
+  EXPECT(d != NULL);
+  if (d != NULL) {
+    nx_stats_t s0, s1;
+    nx_stats_get(&s0);
+    int r = fm_receive_double_array(&in, d, n);
+    nx_stats_get(&s1);
+    /* The whole message may have come before the death: then it is 0. */
+    fprintf(stderr, "fm_procs place-dead: %s, %llu placed\n", fm_strerror(r),
+            (unsigned long long)(s1.rsr_placed - s0.rsr_placed));
+    EXPECT(r == FM_EPEERDEAD || r == 0);
+  }
+  EXPECT(fm_processes_end(b) == FM_EPEERDEAD);
+  free(d);
+  return failures;
+}
+
 static int check_vc(void) {
   int dims[2] = {2, 2};
   fm_processors_t *vc, *sub;
@@ -341,6 +480,8 @@ int main(int argc, char **argv) {
   fm_register("send7", send7);
   fm_register("acker", acker);
   fm_register("copier", copier);
+  fm_register("echo_big", echo_big);
+  fm_register("send_die", send_die);
   int r = fm_init(&argc, &argv);
   if (r != 0) {
     fprintf(stderr, "fm_procs: fm_init: %s\n", fm_strerror(r));
@@ -369,6 +510,10 @@ int main(int argc, char **argv) {
     check_dead();
   else if (strcmp(what, "vc") == 0)
     check_vc();
+  else if (strcmp(what, "place") == 0)
+    check_place();
+  else if (strcmp(what, "place-dead") == 0)
+    check_place_dead();
   else if (strcmp(what, "copy") == 0) {
     const char *pl = argc > 2 ? argv[2] : "processes";
     place.kind = strcmp(pl, "threads") == 0    ? FM_PLACE_THREAD
