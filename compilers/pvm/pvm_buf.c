@@ -628,6 +628,103 @@ nomem:
   return NX_ENOMEM;
 }
 
+/* A direct message, pvm_psend's form for an array of NX_PLACE_MIN bytes or
+ * more (pvm_msg.c, "Receive placement"): typed values, the array last
+ *
+ *   u16 NXPVM_DIRECT, u32 seq, i32 tag, i32 ctx, u8 kind, u64 count,
+ *   the array (count elements of the kind, put by reference)
+ *
+ * so that nexus marks it for placement and converts its byte order; `seq`
+ * counts the messages the sender sent this task before it. The source is
+ * the sending task. */
+int nxpvmi_encode_direct(nx_buffer_t *o, uint32_t seq, int tag, int ctx,
+                         int kind, const void *p, size_t count,
+                         nx_release_fn fn, void *arg) {
+  int rc = nx_put_uint16(o, NXPVM_DIRECT);
+  if (rc == 0)
+    rc = nx_put_uint32(o, seq);
+  if (rc == 0)
+    rc = nx_put_int32(o, tag);
+  if (rc == 0)
+    rc = nx_put_int32(o, ctx);
+  if (rc == 0)
+    rc = nx_put_uint8(o, (uint8_t)kind);
+  if (rc == 0)
+    rc = nx_put_uint64(o, count);
+  if (rc < 0)
+    return rc;
+  switch (kind) {
+  case K_I8: return nx_put_int8_array_ref(o, p, count, fn, arg);
+  case K_I16: return nx_put_int16_array_ref(o, p, count, fn, arg);
+  case K_I32: return nx_put_int32_array_ref(o, p, count, fn, arg);
+  case K_I64: return nx_put_int64_array_ref(o, p, count, fn, arg);
+  case K_F32: return nx_put_float_array_ref(o, p, count, fn, arg);
+  case K_F64: return nx_put_double_array_ref(o, p, count, fn, arg);
+  default: return NX_EINVAL;
+  }
+}
+
+/* The array of a direct message into `v` (converted to this machine's
+ * order where it lies when `v` is where it was placed). */
+static int get_run(nx_buffer_t *in, int kind, void *v, size_t count) {
+  switch (kind) {
+  case K_I8: return nx_get_int8_array(in, v, count);
+  case K_I16: return nx_get_int16_array(in, v, count);
+  case K_I32: return nx_get_int32_array(in, v, count);
+  case K_I64: return nx_get_int64_array(in, v, count);
+  case K_F32: return nx_get_float_array(in, v, count);
+  case K_F64: return nx_get_double_array(in, v, count);
+  default: return NX_EPROTO;
+  }
+}
+
+/* The inverse, from the u16 on: NX_ETYPE with nothing read when the next
+ * value is not a u16. Into a new buffer of one run (a copy out of the RSR,
+ * as nxpvmi_decode_from's), or, when `at` is not NULL (the message was
+ * placed there), into `at` itself, which costs no copy: the new buffer then
+ * holds the message's tag, context and length but no values. */
+int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
+                         void *at) {
+  uint16_t form;
+  uint32_t seq;
+  int32_t tag, ctx;
+  uint8_t kind;
+  uint64_t count;
+  int rc = nx_get_uint16(in, &form);
+  if (rc < 0)
+    return rc;
+  if (form != NXPVM_DIRECT || nx_get_uint32(in, &seq) < 0 ||
+      nx_get_int32(in, &tag) < 0 || nx_get_int32(in, &ctx) < 0 ||
+      nx_get_uint8(in, &kind) < 0 || nx_get_uint64(in, &count) < 0 ||
+      kind < K_I8 || kind >= K_STR || count == 0 || count > UINT32_MAX ||
+      tag < 0)
+    return NX_EPROTO;
+  struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
+  if (b == NULL)
+    return NX_ENOMEM;
+  size_t bytes = (size_t)count * kind_size[kind];
+  if (at == NULL &&
+      (arena_room(b, bytes) < 0 || (b->segcap < 1 && seg_reserve(b, 1) < 0))) {
+    nxpvmi_buf_free(b);
+    return NX_ENOMEM;
+  }
+  if (get_run(in, kind, at != NULL ? at : b->data, (size_t)count) < 0) {
+    nxpvmi_buf_free(b);
+    return NX_EPROTO;
+  }
+  if (at == NULL) {
+    b->segs[0] = (struct seg){kind, (size_t)count, 0, NULL, 1, kind_size[kind]};
+    b->nseg = 1;
+    b->len = bytes;
+  }
+  b->bytes = bytes;
+  b->tag = tag;
+  b->ctx = ctx;
+  b->src = sender;
+  *out = b;
+  return 0;
+}
+
 /* ---- the PVM calls ---- */
 
 int pvm_mkbuf(int encoding) {
@@ -847,6 +944,8 @@ static int type_kind(int t) {
   default: return 0;
   }
 }
+
+int nxpvmi_kind_of_type(int datatype) { return type_kind(datatype); }
 
 int nxpvmi_pack_type(int datatype, const void *p, int n) {
   int k = type_kind(datatype);
