@@ -72,6 +72,7 @@ static inline void buf_empty(struct pvmbuf *b, int id, int encoding) {
   b->wid = 0;
   b->bytes = 0;
   b->queued = 0;
+  b->held = NULL;
   b->next = NULL;
 }
 
@@ -96,6 +97,10 @@ struct pvmbuf *nxpvmi_buf_new(int encoding) {
 void nxpvmi_buf_free(struct pvmbuf *b) {
   if (b == NULL)
     return;
+  if (b->held != NULL) {
+    nx_buffer_release(b->held);
+    b->held = NULL;
+  }
   if (!cacheable(b)) {
     buf_release(b);
     return;
@@ -374,7 +379,9 @@ static int unpack_general(struct pvmbuf *b, int kind, void *p, int n,
       return PvmNoData;
     size_t take = want - done < avail ? want - done : avail;
     const char *src =
-        s->ref != NULL ? s->ref : b->data + s->off + b->relem * kind_size[kind];
+        s->ref == NULL   ? b->data + s->off + b->relem * kind_size[kind]
+        : s->stride == 1 ? (const char *)s->ref + b->relem * kind_size[kind]
+                         : s->ref;
     copy_strided((char *)p + done * (size_t)stride * esize, (size_t)stride, src,
                  1, take, esize);
     done += take;
@@ -678,11 +685,28 @@ static int get_run(nx_buffer_t *in, int kind, void *v, size_t count) {
   }
 }
 
+/* The array of a direct message where it lies in the RSR (`*v`), in this
+ * machine's order. */
+static int get_run_ptr(nx_buffer_t *in, int kind, const void **v,
+                       size_t count) {
+  switch (kind) {
+  case K_I8: return nx_get_int8_array_ptr(in, (const int8_t **)v, count);
+  case K_I16: return nx_get_int16_array_ptr(in, (const int16_t **)v, count);
+  case K_I32: return nx_get_int32_array_ptr(in, (const int32_t **)v, count);
+  case K_I64: return nx_get_int64_array_ptr(in, (const int64_t **)v, count);
+  case K_F32: return nx_get_float_array_ptr(in, (const float **)v, count);
+  case K_F64: return nx_get_double_array_ptr(in, (const double **)v, count);
+  default: return NX_EPROTO;
+  }
+}
+
 /* The inverse, from the u16 on: NX_ETYPE with nothing read when the next
- * value is not a u16. Into a new buffer of one run (a copy out of the RSR,
- * as nxpvmi_decode_from's), or, when `at` is not NULL (the message was
- * placed there), into `at` itself, which costs no copy: the new buffer then
- * holds the message's tag, context and length but no values. */
+ * value is not a u16. Into a new buffer of one run that stays where it
+ * lies in the RSR, which the buffer retains (`held`) until it is freed: no
+ * copy until pvm_upk* (or pvm_precv) copies the values out. When `at` is
+ * not NULL (the message was placed there), the values are read at `at`
+ * itself, which costs no copy either, and the new buffer holds the
+ * message's tag, context and length but no values. */
 int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
                          void *at) {
   uint16_t form;
@@ -703,19 +727,22 @@ int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
   if (b == NULL)
     return NX_ENOMEM;
   size_t bytes = (size_t)count * kind_size[kind];
-  if (at == NULL &&
-      (arena_room(b, bytes) < 0 || (b->segcap < 1 && seg_reserve(b, 1) < 0))) {
+  if (at == NULL && b->segcap < 1 && seg_reserve(b, 1) < 0) {
     nxpvmi_buf_free(b);
     return NX_ENOMEM;
   }
-  if (get_run(in, kind, at != NULL ? at : b->data, (size_t)count) < 0) {
+  const void *v = NULL;
+  rc = at != NULL ? get_run(in, kind, at, (size_t)count)
+                  : get_run_ptr(in, kind, &v, (size_t)count);
+  if (rc == 0 && at == NULL && (rc = nx_buffer_retain(in)) == 0)
+    b->held = in;
+  if (rc < 0) {
     nxpvmi_buf_free(b);
-    return NX_EPROTO;
+    return rc == NX_ENOMEM ? NX_ENOMEM : NX_EPROTO;
   }
   if (at == NULL) {
-    b->segs[0] = (struct seg){kind, (size_t)count, 0, NULL, 1, kind_size[kind]};
+    b->segs[0] = (struct seg){kind, (size_t)count, 0, v, 1, kind_size[kind]};
     b->nseg = 1;
-    b->len = bytes;
   }
   b->bytes = bytes;
   b->tag = tag;
@@ -770,7 +797,7 @@ int pvm_freebuf(int bufid) {
  * freeing it and making a new one would give, the same id included (no
  * lower id is free), without the trip through the buffer cache. */
 static int reusable(const struct pvmbuf *b) {
-  if (b == NULL || b->id == nxpvm.rbuf || b->queued ||
+  if (b == NULL || b->id == nxpvm.rbuf || b->queued || b->held != NULL ||
       b->cap > CACHE_MAX_BYTES || b->segcap > 64)
     return 0;
   for (int i = 0; i < b->id - 1; i++)

@@ -48,6 +48,7 @@ struct pvmbuf {
   int ctx, dst, wid; /* message context, destination, wait id (minfo) */
   size_t bytes;      /* payload bytes (the runs' sum), for pvm_bufinfo */
   int queued;        /* in the receive queue */
+  nx_buffer_t *held; /* a direct message's RSR, retained: its run is there */
   struct pvmbuf *next;
   /* A new field is reset in buf_empty (pvm_buf.c) too. */
 };
