@@ -8,11 +8,15 @@
  * was queued; a small and a large message of one tag racing (pvm_precv
  * takes them in send order, also with tag -1); a psend'ed message received
  * with pvm_recv and pvm_upkdouble in pieces; a ping-pong of 1 MiB both
- * ways. Each receive's values, source, tag and length are checked. Whether
+ * ways; a sender killed while its direct message is on its way (the
+ * receive returns PvmSysErr, or the whole message should it have crossed
+ * first). Each receive's values, source, tag and length are checked. Whether
  * a message was placed or copied is not visible to a PVM program (nor in
  * any nexus counter): the values must be the same either way, and are
  * checked. nexus-pvm only. */
+#include <nexus.h>
 #include <pvm3.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,10 +191,93 @@ static int parent(int tid) {
   return 0;
 }
 
+/* F: a task that dies while its direct message is on its way. It gets
+ * the parent's gp (packed by nexus, in a PVM message), sends the parent a
+ * direct message of LOST_BYTES built by hand (the form pvm_buf.c
+ * describes: u16 1, u32 seq, i32 tag, i32 ctx, u8 kind, u64 count, the
+ * array by reference; seq 0: its first message to the parent) and is
+ * killed as soon as nexus accepted it, while most of the array has not
+ * crossed. A change of that form changes this test with it. */
+#define LOST_BYTES (64 * MIB)
+#define K_F64 6
+
+static void no_release(void *arg, const void *v, int status) {
+  (void)arg;
+  (void)v;
+  (void)status;
+}
+
+static int lost_child(void) {
+  int parent = pvm_parent();
+  NXT_EXPECT(pvm_recv(parent, TAG_GO) > 0, 1);
+  int len;
+  char packed[4096];
+  NXT_EXPECT(pvm_upkint(&len, 1, 1) == 0 && len > 0 && len < 4096, 1);
+  NXT_EXPECT(pvm_upkbyte(packed, len, 1) == 0, 1);
+  nx_buffer_t *in;
+  nx_gp_t gp;
+  NXT_EXPECT(
+      nx_buffer_from_bytes(packed, (size_t)len, nx_format_native(), &in) == 0,
+      1);
+  NXT_EXPECT(nx_get_gp(in, &gp) == 0, 1);
+  nx_buffer_release(in);
+  size_t n = LOST_BYTES / sizeof(double);
+  double *v = malloc(LOST_BYTES);
+  NXT_EXPECT(v != NULL, 1);
+  fill(v, PVM_DOUBLE, n, 600);
+  nx_buffer_t *b;
+  NXT_EXPECT(nx_rsr_init_name(&b, &gp, "nxpvm.msg", 64) == 0, 1);
+  NXT_EXPECT(nx_put_uint16(b, 1) == 0 && nx_put_uint32(b, 0) == 0 &&
+                 nx_put_int32(b, 600) == 0 && nx_put_int32(b, 0) == 0 &&
+                 nx_put_uint8(b, K_F64) == 0 && nx_put_uint64(b, n) == 0 &&
+                 nx_put_double_array_ref(b, v, n, no_release, NULL) == 0,
+             1);
+  NXT_EXPECT(nx_rsr_send_flags(b, NX_RSR_ORDERED) == 0, 1);
+  raise(SIGKILL);
+  return 1;
+}
+
+static int lost_parent(const char *self) {
+  char *av[] = {"lost", NULL};
+  int tid;
+  NXT_EXPECT(pvm_spawn((char *)self, av, PvmTaskDefault, "", 1, &tid) == 1, 1);
+  nx_gp_t me;
+  nx_buffer_t *out;
+  const void *bytes;
+  size_t len;
+  NXT_EXPECT(nx_gp_make(NULL, &me) == 0, 1);
+  NXT_EXPECT(nx_buffer_create(nx_sizeof_gp(&me), &out) == 0, 1);
+  NXT_EXPECT(nx_put_gp(out, &me) == 0, 1);
+  NXT_EXPECT(nx_buffer_bytes(out, &bytes, &len) == 0, 1);
+  int n = (int)len;
+  NXT_EXPECT(pvm_initsend(PvmDataDefault) > 0, 1);
+  NXT_EXPECT(pvm_pkint(&n, 1, 1) == 0 && pvm_pkbyte((char *)bytes, n, 1) == 0,
+             1);
+  NXT_EXPECT(pvm_send(tid, TAG_GO) == 0, 1);
+  nx_buffer_release(out);
+  nx_gp_release(&me);
+  size_t items = LOST_BYTES / sizeof(double);
+  double *v = calloc(items, sizeof(double));
+  NXT_EXPECT(v != NULL, 1);
+  /* Lost midway (placed or not): PvmSysErr, as from a task that ended;
+   * should the whole array have crossed before the kill: the values. */
+  int src, tag, rlen;
+  int rc = pvm_precv(tid, 600, v, (int)items, PVM_DOUBLE, &src, &tag, &rlen);
+  NXT_EXPECT(rc == PvmSysErr || (rc == 0 && rlen == LOST_BYTES &&
+                                 check(v, PVM_DOUBLE, items, 600)),
+             1);
+  free(v);
+  printf("F: a sender killed midway: pvm_precv returned %s\n",
+         rc == PvmSysErr ? "PvmSysErr" : "the whole message");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0)
     return pvm_mytid() < 0 ? 77 : child();
+  if (argc > 1 && strcmp(argv[1], "lost") == 0)
+    return pvm_mytid() < 0 ? 77 : lost_child();
   if (pvm_mytid() < 0) {
     printf("skip: pvm_mytid failed (no module reaches a spawned task)\n");
     return 77;
@@ -210,6 +297,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rc = parent(tid);
+  /* Over ucx, UCX's worker destroy at nx_finalize (pvm_exit) asserts
+   * (ucp_ep.c: "proto_reqs" not empty) after a peer died in the middle of
+   * a rendezvous, placed or not (also with pvm_recv, every time), so F is
+   * left out there until the ucx module finishes such requests. */
+  const char *mods = getenv("NX_PROTOCOLS");
+  if (rc == 0 && mods != NULL && strncmp(mods, "ucx", 3) == 0) {
+    printf("F: skipped over ucx (UCX asserts at nx_finalize after a peer "
+           "died midway)\n");
+  } else if (rc == 0) {
+    pvm_setopt(PvmAutoErr, 0); /* PvmSysErr is expected */
+    rc = lost_parent(self);
+  }
   pvm_exit();
   return rc;
 }
