@@ -974,6 +974,11 @@ static int type_kind(int t) {
 
 int nxpvmi_kind_of_type(int datatype) { return type_kind(datatype); }
 
+/* Bytes of one element of `kind` (0 for no kind). */
+size_t nxpvmi_kind_size(int kind) {
+  return kind > 0 && kind < K_MAX ? kind_size[kind] : 0;
+}
+
 int nxpvmi_pack_type(int datatype, const void *p, int n) {
   int k = type_kind(datatype);
   if (k == 0)

@@ -331,6 +331,7 @@ int nxpvmi_encode_direct(nx_buffer_t *out, uint32_t seq, int tag, int ctx,
 int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
                          void *at);
 int nxpvmi_kind_of_type(int datatype);
+size_t nxpvmi_kind_size(int kind);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
 int nxpvmi_pack_type(int datatype, const void *p, int n);

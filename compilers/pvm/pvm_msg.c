@@ -87,7 +87,8 @@ int nxpvmi_place(nx_context_t *ctx, void *addr, nx_buffer_t *lead,
   pthread_mutex_lock(&place_m);
   if (posted.state == P_POSTED && !posted.queued && tid == posted.tid &&
       seq == posted.seen && (posted.tag == -1 || tag == posted.tag) &&
-      mctx == posted.ctx && kind == posted.kind && tail_bytes <= posted.cap) {
+      mctx == posted.ctx && kind == posted.kind && tail_bytes <= posted.cap &&
+      count * nxpvmi_kind_size(kind) == tail_bytes) {
     posted.state = P_CLAIMED;
     where->addr = posted.buf;
     where->len = posted.cap;
@@ -639,9 +640,11 @@ static int precv_placed(int tid, int tag, int kind, void *buf, size_t cap,
     /* Resolved, or never claimed and now never to be: let go. */
     int end = st == P_DONE || st == P_LOST ||
               (st == P_POSTED && (posted.queued || dead));
-    if (end) {
+    if (st == P_DONE) {
       *rtag = posted.rtag;
       *rbytes = posted.rbytes;
+    }
+    if (end) {
       posted.state = P_NONE;
       rc = st == P_DONE ? 1 : st == P_LOST ? PvmSysErr : 0;
     }
