@@ -72,6 +72,7 @@ static inline void buf_empty(struct pvmbuf *b, int id, int encoding) {
   b->wid = 0;
   b->bytes = 0;
   b->queued = 0;
+  b->held = NULL;
   b->next = NULL;
 }
 
@@ -96,6 +97,10 @@ struct pvmbuf *nxpvmi_buf_new(int encoding) {
 void nxpvmi_buf_free(struct pvmbuf *b) {
   if (b == NULL)
     return;
+  if (b->held != NULL) {
+    nx_buffer_release(b->held);
+    b->held = NULL;
+  }
   if (!cacheable(b)) {
     buf_release(b);
     return;
@@ -374,7 +379,9 @@ static int unpack_general(struct pvmbuf *b, int kind, void *p, int n,
       return PvmNoData;
     size_t take = want - done < avail ? want - done : avail;
     const char *src =
-        s->ref != NULL ? s->ref : b->data + s->off + b->relem * kind_size[kind];
+        s->ref == NULL   ? b->data + s->off + b->relem * kind_size[kind]
+        : s->stride == 1 ? (const char *)s->ref + b->relem * kind_size[kind]
+                         : s->ref;
     copy_strided((char *)p + done * (size_t)stride * esize, (size_t)stride, src,
                  1, take, esize);
     done += take;
@@ -628,6 +635,123 @@ nomem:
   return NX_ENOMEM;
 }
 
+/* A direct message, pvm_psend's form for an array of NX_PLACE_MIN bytes or
+ * more (pvm_msg.c, "Receive placement"): typed values, the array last
+ *
+ *   u16 NXPVM_DIRECT, u32 seq, i32 tag, i32 ctx, u8 kind, u64 count,
+ *   the array (count elements of the kind, put by reference)
+ *
+ * so that nexus marks it for placement and converts its byte order; `seq`
+ * counts the messages the sender sent this task before it. The source is
+ * the sending task. */
+int nxpvmi_encode_direct(nx_buffer_t *o, uint32_t seq, int tag, int ctx,
+                         int kind, const void *p, size_t count,
+                         nx_release_fn fn, void *arg) {
+  int rc = nx_put_uint16(o, NXPVM_DIRECT);
+  if (rc == 0)
+    rc = nx_put_uint32(o, seq);
+  if (rc == 0)
+    rc = nx_put_int32(o, tag);
+  if (rc == 0)
+    rc = nx_put_int32(o, ctx);
+  if (rc == 0)
+    rc = nx_put_uint8(o, (uint8_t)kind);
+  if (rc == 0)
+    rc = nx_put_uint64(o, count);
+  if (rc < 0)
+    return rc;
+  switch (kind) {
+  case K_I8: return nx_put_int8_array_ref(o, p, count, fn, arg);
+  case K_I16: return nx_put_int16_array_ref(o, p, count, fn, arg);
+  case K_I32: return nx_put_int32_array_ref(o, p, count, fn, arg);
+  case K_I64: return nx_put_int64_array_ref(o, p, count, fn, arg);
+  case K_F32: return nx_put_float_array_ref(o, p, count, fn, arg);
+  case K_F64: return nx_put_double_array_ref(o, p, count, fn, arg);
+  default: return NX_EINVAL;
+  }
+}
+
+/* The array of a direct message into `v` (converted to this machine's
+ * order where it lies when `v` is where it was placed). */
+static int get_run(nx_buffer_t *in, int kind, void *v, size_t count) {
+  switch (kind) {
+  case K_I8: return nx_get_int8_array(in, v, count);
+  case K_I16: return nx_get_int16_array(in, v, count);
+  case K_I32: return nx_get_int32_array(in, v, count);
+  case K_I64: return nx_get_int64_array(in, v, count);
+  case K_F32: return nx_get_float_array(in, v, count);
+  case K_F64: return nx_get_double_array(in, v, count);
+  default: return NX_EPROTO;
+  }
+}
+
+/* The array of a direct message where it lies in the RSR (`*v`), in this
+ * machine's order. */
+static int get_run_ptr(nx_buffer_t *in, int kind, const void **v,
+                       size_t count) {
+  switch (kind) {
+  case K_I8: return nx_get_int8_array_ptr(in, (const int8_t **)v, count);
+  case K_I16: return nx_get_int16_array_ptr(in, (const int16_t **)v, count);
+  case K_I32: return nx_get_int32_array_ptr(in, (const int32_t **)v, count);
+  case K_I64: return nx_get_int64_array_ptr(in, (const int64_t **)v, count);
+  case K_F32: return nx_get_float_array_ptr(in, (const float **)v, count);
+  case K_F64: return nx_get_double_array_ptr(in, (const double **)v, count);
+  default: return NX_EPROTO;
+  }
+}
+
+/* The inverse, from the u16 on: NX_ETYPE with nothing read when the next
+ * value is not a u16. Into a new buffer of one run that stays where it
+ * lies in the RSR, which the buffer retains (`held`) until it is freed: no
+ * copy until pvm_upk* (or pvm_precv) copies the values out. When `at` is
+ * not NULL (the message was placed there), the values are read at `at`
+ * itself, which costs no copy either, and the new buffer holds the
+ * message's tag, context and length but no values. */
+int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
+                         void *at) {
+  uint16_t form;
+  uint32_t seq;
+  int32_t tag, ctx;
+  uint8_t kind;
+  uint64_t count;
+  int rc = nx_get_uint16(in, &form);
+  if (rc < 0)
+    return rc;
+  if (form != NXPVM_DIRECT || nx_get_uint32(in, &seq) < 0 ||
+      nx_get_int32(in, &tag) < 0 || nx_get_int32(in, &ctx) < 0 ||
+      nx_get_uint8(in, &kind) < 0 || nx_get_uint64(in, &count) < 0 ||
+      kind < K_I8 || kind >= K_STR || count == 0 || count > UINT32_MAX ||
+      tag < 0)
+    return NX_EPROTO;
+  struct pvmbuf *b = nxpvmi_buf_new(PvmDataDefault);
+  if (b == NULL)
+    return NX_ENOMEM;
+  size_t bytes = (size_t)count * kind_size[kind];
+  if (at == NULL && b->segcap < 1 && seg_reserve(b, 1) < 0) {
+    nxpvmi_buf_free(b);
+    return NX_ENOMEM;
+  }
+  const void *v = NULL;
+  rc = at != NULL ? get_run(in, kind, at, (size_t)count)
+                  : get_run_ptr(in, kind, &v, (size_t)count);
+  if (rc == 0 && at == NULL && (rc = nx_buffer_retain(in)) == 0)
+    b->held = in;
+  if (rc < 0) {
+    nxpvmi_buf_free(b);
+    return rc == NX_ENOMEM ? NX_ENOMEM : NX_EPROTO;
+  }
+  if (at == NULL) {
+    b->segs[0] = (struct seg){kind, (size_t)count, 0, v, 1, kind_size[kind]};
+    b->nseg = 1;
+  }
+  b->bytes = bytes;
+  b->tag = tag;
+  b->ctx = ctx;
+  b->src = sender;
+  *out = b;
+  return 0;
+}
+
 /* ---- the PVM calls ---- */
 
 int pvm_mkbuf(int encoding) {
@@ -673,7 +797,7 @@ int pvm_freebuf(int bufid) {
  * freeing it and making a new one would give, the same id included (no
  * lower id is free), without the trip through the buffer cache. */
 static int reusable(const struct pvmbuf *b) {
-  if (b == NULL || b->id == nxpvm.rbuf || b->queued ||
+  if (b == NULL || b->id == nxpvm.rbuf || b->queued || b->held != NULL ||
       b->cap > CACHE_MAX_BYTES || b->segcap > 64)
     return 0;
   for (int i = 0; i < b->id - 1; i++)
@@ -846,6 +970,13 @@ static int type_kind(int t) {
   case PVM_ULONG: return K_I64;
   default: return 0;
   }
+}
+
+int nxpvmi_kind_of_type(int datatype) { return type_kind(datatype); }
+
+/* Bytes of one element of `kind` (0 for no kind). */
+size_t nxpvmi_kind_size(int kind) {
+  return kind > 0 && kind < K_MAX ? kind_size[kind] : 0;
 }
 
 int nxpvmi_pack_type(int datatype, const void *p, int n) {

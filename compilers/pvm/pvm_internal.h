@@ -48,6 +48,7 @@ struct pvmbuf {
   int ctx, dst, wid; /* message context, destination, wait id (minfo) */
   size_t bytes;      /* payload bytes (the runs' sum), for pvm_bufinfo */
   int queued;        /* in the receive queue */
+  nx_buffer_t *held; /* a direct message's RSR, retained: its run is there */
   struct pvmbuf *next;
   /* A new field is reset in buf_empty (pvm_buf.c) too. */
 };
@@ -66,6 +67,11 @@ struct peer {
   int child;  /* this task spawned it */
   int remote; /* on a module's node (an added host): see wait_for_tasks */
   int ptid;
+  /* Messages ("nxpvm.msg" RSRs) sent to the task, and handled here from
+   * it: a direct message carries its sender's count, which tells the
+   * receiver whether every earlier one was handled (pvm_msg.c, "Receive
+   * placement"). */
+  uint32_t msgs_out, msgs_in;
 };
 
 /* A request waiting for its reply from the root task. */
@@ -277,7 +283,8 @@ int nxpvmi_resolve_root(nx_gp_t *gp);
 int nxpvmi_resolve_process(int tid, nx_gp_t *gp);
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
                nx_buffer_t **buf);
-int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf);
+int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf, uint32_t *seq);
+uint32_t nxpvmi_msg_seq(int tid);
 /* Sends a buffer made by nxpvmi_rsr or nxpvmi_rsr_msg: ordered, so that
  * the RSRs from one task to another run there one at a time, in the order
  * they were sent, as PVM's messages between two tasks arrive. */
@@ -315,6 +322,16 @@ int nxpvmi_encode_msg(nx_buffer_t *out, const struct pvmbuf *b, int src,
                       int tag);
 int nxpvmi_decode(nx_buffer_t *in, struct pvmbuf **out);
 int nxpvmi_decode_from(nx_buffer_t *in, int sender, struct pvmbuf **out);
+/* A direct message (pvm_psend's large arrays): its values the RSR's last
+ * array, by reference, typed, so that they may be placed (pvm_msg.c). */
+#define NXPVM_DIRECT 1 /* the u16 that starts one */
+int nxpvmi_encode_direct(nx_buffer_t *out, uint32_t seq, int tag, int ctx,
+                         int kind, const void *p, size_t count,
+                         nx_release_fn fn, void *arg);
+int nxpvmi_decode_direct(nx_buffer_t *in, int sender, struct pvmbuf **out,
+                         void *at);
+int nxpvmi_kind_of_type(int datatype);
+size_t nxpvmi_kind_size(int kind);
 int nxpvmi_pack(int kind, const void *p, int n, int stride, size_t esize);
 int nxpvmi_unpack(int kind, void *p, int n, int stride, size_t esize);
 int nxpvmi_pack_type(int datatype, const void *p, int n);
@@ -328,6 +345,12 @@ int nxpvmi_unpack_from(struct pvmbuf *b, int kind, void *p, int n, int stride,
 /* pvm_msg.c */
 int nxpvmi_send_buf(int tid, int tag, struct pvmbuf *b);
 int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b);
+int nxpvmi_place(nx_context_t *ctx, void *addr, nx_buffer_t *lead,
+                 size_t tail_bytes, nx_place_t *where);
+void *nxpvmi_place_target(void);
+void nxpvmi_place_arrived(int tid, uint32_t msgs_in);
+void nxpvmi_place_done(int ok, int tag, size_t bytes);
+void nxpvmi_place_lost(void);
 
 /* pvm_group.c */
 void nxpvmi_on_grp(nx_context_t *ctx, void *addr, nx_buffer_t *buf);

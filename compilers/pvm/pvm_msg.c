@@ -4,6 +4,7 @@
  * between two tasks is the order of their RSRs. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,9 +12,143 @@
 
 #include "pvm_internal.h"
 
+/* ---- Receive placement ----
+ *
+ * pvm_psend of an array of NX_PLACE_MIN bytes or more to another task
+ * sends a direct message (pvm_buf.c): the array is the RSR's last value,
+ * put by reference, so nexus marks it for placement. A pvm_precv waiting
+ * for a message from one task (not -1), with no matching message queued,
+ * no message handler (pvm_addmhf) and no matcher (pvm_recvf) set, posts
+ * its buffer here. When a direct message's leading values arrive, nexus
+ * asks nxpvmi_place (the callback of "nxpvm.msg"), which claims the posted
+ * receive when the message is the one pvm_recv would take next: from that
+ * task, tag and context matching, of the receive's element kind, not
+ * longer than its buffer, no matching message queued since it was posted
+ * (enqueue_locked marks that), and every message that task sent this one
+ * before it already handled here (its `seq`, the sender's count, equals
+ * the count of its messages handled here, which on_msg reports). Messages
+ * between two tasks keep their order (NX_RSR_ORDERED), but the callback
+ * may run before the handlers of messages that arrived before it: the
+ * counts say whether any is still in flight, and then it declines.
+ *
+ * The values land in the receive's buffer; on_msg reads them there (no
+ * copy; the byte order converted in place) and tells the receive, which
+ * returns. If the frame is lost instead (its sender died midway), nexus
+ * reports NX_EPEERDEAD for "nxpvm.msg" in this task's context, and the
+ * receive fails as one from a dead task does: PvmSysErr. The receive never
+ * returns while its claim is outstanding.
+ *
+ * The state is guarded by place_m, a plain pthread mutex (the callback may
+ * run inside a module's receive path), which no thread holds while it
+ * calls into nexus or takes another lock; nxpvm.m may be held while it is
+ * taken. `armed` (under nxpvm.m) says a receive is posted, for the hot
+ * paths that look. */
+enum { P_NONE, P_POSTED, P_CLAIMED, P_DONE, P_LOST };
+
+static pthread_mutex_t place_m = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  int state;
+  int tid, tag, ctx, kind;
+  void *buf;
+  size_t cap;    /* bytes at buf */
+  uint32_t seen; /* messages of tid's handled here */
+  int queued;    /* a matching message was queued: pvm_recv takes it */
+  int rtag;      /* P_DONE: the message's tag and length */
+  size_t rbytes;
+} posted;
+static int armed;
+
+static int posted_matches(const struct pvmbuf *b) {
+  return b->src == posted.tid && (posted.tag == -1 || b->tag == posted.tag) &&
+         b->ctx == posted.ctx;
+}
+
+/* nexus's placement callback for "nxpvm.msg" (above). Reads the lead: the
+ * header, if any, must be the plain one (a first message's carries a gp,
+ * not read here); then the direct message's values before its array. */
+int nxpvmi_place(nx_context_t *ctx, void *addr, nx_buffer_t *lead,
+                 size_t tail_bytes, nx_place_t *where) {
+  (void)ctx;
+  (void)addr;
+  uint16_t form;
+  uint32_t h, seq;
+  int32_t tag, mctx;
+  uint8_t kind;
+  uint64_t count;
+  int r = nx_get_uint16(lead, &form);
+  if (r == NX_ETYPE && nx_get_uint32(lead, &h) == 0 && h == 0)
+    r = nx_get_uint16(lead, &form);
+  if (r < 0 || form != NXPVM_DIRECT || nx_get_uint32(lead, &seq) < 0 ||
+      nx_get_int32(lead, &tag) < 0 || nx_get_int32(lead, &mctx) < 0 ||
+      nx_get_uint8(lead, &kind) < 0 || nx_get_uint64(lead, &count) < 0)
+    return 0;
+  int tid = nxpvmi_tid_of_context(nx_buffer_source(lead));
+  int rc = 0;
+  pthread_mutex_lock(&place_m);
+  if (posted.state == P_POSTED && !posted.queued && tid == posted.tid &&
+      seq == posted.seen && (posted.tag == -1 || tag == posted.tag) &&
+      mctx == posted.ctx && kind == posted.kind && tail_bytes <= posted.cap &&
+      count * nxpvmi_kind_size(kind) == tail_bytes) {
+    posted.state = P_CLAIMED;
+    where->addr = posted.buf;
+    where->len = posted.cap;
+    rc = 1;
+  }
+  pthread_mutex_unlock(&place_m);
+  return rc;
+}
+
+/* on_msg: where the claimed receive's values are (called for a placed
+ * message, so one is claimed). */
+void *nxpvmi_place_target(void) {
+  pthread_mutex_lock(&place_m);
+  void *at = posted.state == P_CLAIMED ? posted.buf : NULL;
+  pthread_mutex_unlock(&place_m);
+  return at;
+}
+
+/* on_msg, with nxpvm.m held: `tid`'s messages handled here are now
+ * `msgs_in`. */
+void nxpvmi_place_arrived(int tid, uint32_t msgs_in) {
+  if (!armed)
+    return;
+  pthread_mutex_lock(&place_m);
+  if (posted.tid == tid)
+    posted.seen = msgs_in;
+  pthread_mutex_unlock(&place_m);
+}
+
+/* on_msg, with nxpvm.m held: the placed message's handler ran (`ok` 0: it
+ * was malformed, or the task is closing). */
+void nxpvmi_place_done(int ok, int tag, size_t bytes) {
+  pthread_mutex_lock(&place_m);
+  if (posted.state == P_CLAIMED) {
+    posted.state = ok ? P_DONE : P_LOST;
+    posted.rtag = tag;
+    posted.rbytes = bytes;
+  }
+  pthread_mutex_unlock(&place_m);
+  nx_cond_broadcast(&nxpvm.c);
+}
+
+/* The error callback, with nxpvm.m held: the placed message was lost. */
+void nxpvmi_place_lost(void) {
+  pthread_mutex_lock(&place_m);
+  if (posted.state == P_CLAIMED)
+    posted.state = P_LOST;
+  pthread_mutex_unlock(&place_m);
+  nx_cond_broadcast(&nxpvm.c);
+}
+
 /* Queues a received message and wakes the receivers. Called with nxpvm.m
  * held or not (it takes the mutex only when free): see the callers. */
 static void enqueue_locked(struct pvmbuf *b) {
+  if (armed && b->src == posted.tid) {
+    pthread_mutex_lock(&place_m);
+    if (posted_matches(b))
+      posted.queued = 1;
+    pthread_mutex_unlock(&place_m);
+  }
   b->queued = 1;
   b->next = NULL;
   b->dst = nxpvm.mytid;
@@ -34,6 +169,27 @@ static void enqueue_locked(struct pvmbuf *b) {
 /* With nxpvm.m held. */
 void nxpvmi_deliver(struct pvmbuf *b) { enqueue_locked(b); }
 
+/* Starts a message's RSR to `tid` (`*gp` to release after the send): the
+ * fast path, else the general one (it may ask the root) and its errors.
+ * `*seq` (may be NULL): the count of messages sent to `tid` before. */
+static int msg_rsr(int tid, size_t hint, nx_buffer_t **o, nx_gp_t *gp,
+                   uint32_t *seq) {
+  uint32_t n;
+  int rc = nxpvmi_rsr_msg(tid, hint, o, &n);
+  if (rc == 1) {
+    /* Not known here yet, or ended. */
+    rc = nxpvmi_resolve(tid, gp);
+    if (rc < 0)
+      return rc;
+    rc = nxpvmi_rsr(tid, gp, H_MSG, hint, o);
+    if (rc == 0)
+      n = nxpvmi_msg_seq(tid);
+  }
+  if (rc == 0 && seq != NULL)
+    *seq = n;
+  return rc;
+}
+
 /* Sends buffer `b` to `tid` as coming from `src`. A message to this task
  * itself is queued here at once (in order with every other delivery). */
 int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
@@ -51,15 +207,7 @@ int nxpvmi_send_as(int src, int tid, int tag, const struct pvmbuf *b) {
   nx_gp_t gp = NX_GP_NULL;
   nx_buffer_t *o;
   size_t hint = b->bytes + 6 * (size_t)b->nseg + 32;
-  int rc = nxpvmi_rsr_msg(tid, hint, &o);
-  if (rc == 1) {
-    /* Not known here yet, or ended: the general path (it may ask the
-     * root) and its errors. */
-    rc = nxpvmi_resolve(tid, &gp);
-    if (rc < 0)
-      return rc;
-    rc = nxpvmi_rsr(tid, &gp, H_MSG, hint, &o);
-  }
+  int rc = msg_rsr(tid, hint, &o, &gp, NULL);
   if (rc == 0) {
     int r = nxpvmi_encode_msg(o, b, src, tag);
     if (r < 0) {
@@ -363,11 +511,74 @@ int pvm_trecv(int tid, int msgtag, struct timeval *tmout) {
   return receive("pvm_trecv", tid, msgtag, 1, &d, 1);
 }
 
+/* A direct message's array, until nexus no longer reads it. */
+struct ref_wait {
+  nx_mutex_t m;
+  nx_cond_t c;
+  int done;
+};
+
+static void ref_released(void *arg, const void *v, int status) {
+  struct ref_wait *w = arg;
+  (void)v;
+  (void)status; /* a failed RSR is reported as for any RSR */
+  nx_mutex_lock(&w->m);
+  w->done = 1;
+  nx_cond_signal(&w->c);
+  nx_mutex_unlock(&w->m);
+}
+
+/* pvm_psend's direct message (see "Receive placement" above): `count`
+ * elements of `kind` at `p`, put by reference; returns once nexus no
+ * longer reads them, as PVM's psend returns with the buffer free to
+ * change. */
+static int psend_direct(int tid, int tag, int kind, const void *p,
+                        size_t count) {
+  nx_gp_t gp = NX_GP_NULL;
+  nx_buffer_t *o;
+  uint32_t seq = 0;
+  int rc = msg_rsr(tid, 64, &o, &gp, &seq);
+  if (rc < 0)
+    return rc;
+  struct ref_wait w;
+  nx_mutex_init(&w.m);
+  nx_cond_init(&w.c);
+  w.done = 0;
+  int r = nxpvmi_encode_direct(o, seq, tag, nxpvm.ctx, kind, p, count,
+                               ref_released, &w);
+  if (r < 0) {
+    nx_buffer_release(o); /* calls ref_released if the array was put */
+    w.done = 1;
+  } else {
+    r = nxpvmi_send(o);
+  }
+  nx_mutex_lock(&w.m);
+  while (!w.done)
+    nx_cond_wait(&w.c, &w.m);
+  nx_mutex_unlock(&w.m);
+  nx_cond_destroy(&w.c);
+  nx_mutex_destroy(&w.m);
+  nx_gp_release(&gp);
+  return r == 0 ? PvmOk : nxpvmi_nx_to_pvm(r);
+}
+
 /* psend and precv use a buffer of their own and leave the active ones as
- * they were. */
+ * they were; an array of NX_PLACE_MIN bytes or more to another task goes
+ * as a direct message. */
 int pvm_psend(int tid, int msgtag, void *buf, int len, int datatype) {
   if (len < 0 || (buf == NULL && len > 0) || nxpvmi_type_size(datatype) == 0)
     return nxpvmi_err("pvm_psend", PvmBadParam);
+  size_t bytes = (size_t)len * (size_t)nxpvmi_type_size(datatype);
+  if (bytes >= NX_PLACE_MIN && tid > 0 && msgtag >= 0 && nxpvmi_started() &&
+      tid != nxpvm.mytid) {
+    int kind = nxpvmi_kind_of_type(datatype);
+    size_t ks = (size_t)nxpvmi_type_size(datatype) /
+                (datatype == PVM_CPLX || datatype == PVM_DCPLX ? 2 : 1);
+    int rc = psend_direct(tid, msgtag, kind, buf, bytes / ks);
+    if (rc == PvmNoTask) /* as pvm_send */
+      return PvmOk;
+    return rc < 0 ? nxpvmi_err("pvm_psend", rc) : PvmOk;
+  }
   int id = pvm_mkbuf(PvmDataDefault);
   if (id < 0)
     return id;
@@ -380,11 +591,94 @@ int pvm_psend(int tid, int msgtag, void *buf, int len, int datatype) {
   return rc < 0 ? nxpvmi_err("pvm_psend", rc) : PvmOk;
 }
 
+/* pvm_precv's placed receive (see "Receive placement" above): 1 when a
+ * message was placed into `buf` (its tag and length in *rtag, *rbytes), 0
+ * when pvm_recv must take the message (one that matches is queued, the
+ * task died, or the receive cannot be posted), PvmSysErr when the placed
+ * message was lost. */
+static int precv_placed(int tid, int tag, int kind, void *buf, size_t cap,
+                        int *rtag, size_t *rbytes) {
+  if (tid <= 0 || tag < -1 || cap < NX_PLACE_MIN || nxpvm.recvf != NULL ||
+      !nxpvmi_started())
+    return 0;
+  nx_mutex_lock(&nxpvm.m);
+  int rc = 0;
+  for (struct pvmbuf *b = nxpvm.qhead; b != NULL; b = b->next)
+    if (matches(b, tid, tag))
+      goto out;
+  struct peer *p = nxpvmi_peer(tid, 0);
+  if (nxpvm.nmhfs > 0 || armed || (p != NULL && p->dead))
+    goto out;
+  pthread_mutex_lock(&place_m);
+  posted.state = P_POSTED;
+  posted.tid = tid;
+  posted.tag = tag;
+  posted.ctx = nxpvm.ctx;
+  posted.kind = kind;
+  posted.buf = buf;
+  posted.cap = cap;
+  posted.seen = p != NULL ? p->msgs_in : 0;
+  posted.queued = 0;
+  pthread_mutex_unlock(&place_m);
+  armed = 1;
+  unsigned deaths = nxpvm.deaths;
+  for (;;) {
+    if (nxpvm.ngone > 0) {
+      /* Children ended: tell the root, as receive() does. */
+      nx_mutex_unlock(&nxpvm.m);
+      nxpvmi_flush_gone();
+      nx_mutex_lock(&nxpvm.m);
+    }
+    int dead = 0;
+    if (deaths != nxpvm.deaths) {
+      deaths = nxpvm.deaths;
+      p = nxpvmi_peer(tid, 0);
+      dead = p != NULL && p->dead;
+    }
+    pthread_mutex_lock(&place_m);
+    int st = posted.state;
+    /* Resolved, or never claimed and now never to be: let go. */
+    int end = st == P_DONE || st == P_LOST ||
+              (st == P_POSTED && (posted.queued || dead));
+    if (st == P_DONE) {
+      *rtag = posted.rtag;
+      *rbytes = posted.rbytes;
+    }
+    if (end) {
+      posted.state = P_NONE;
+      rc = st == P_DONE ? 1 : st == P_LOST ? PvmSysErr : 0;
+    }
+    pthread_mutex_unlock(&place_m);
+    if (end)
+      break;
+    nxpvmi_wait(NULL);
+  }
+  armed = 0;
+out:
+  nx_mutex_unlock(&nxpvm.m);
+  return rc;
+}
+
 int pvm_precv(int tid, int msgtag, void *buf, int len, int datatype, int *rtid,
               int *rtag, int *rlen) {
   int size = nxpvmi_type_size(datatype);
   if (len < 0 || (buf == NULL && len > 0) || size == 0)
     return nxpvmi_err("pvm_precv", PvmBadParam);
+  int ptag;
+  size_t pbytes;
+  int placed = precv_placed(tid, msgtag, nxpvmi_kind_of_type(datatype), buf,
+                            (size_t)len * (size_t)size, &ptag, &pbytes);
+  if (placed < 0)
+    return nxpvmi_err("pvm_precv", placed);
+  if (placed) {
+    if (rtid != NULL)
+      *rtid = tid;
+    if (rtag != NULL)
+      *rtag = ptag;
+    if (rlen != NULL)
+      *rlen = (int)pbytes;
+    return PvmOk;
+  }
   int old = nxpvm.rbuf;
   nxpvm.rbuf = 0; /* keep the active buffer out of the receive's way */
   int id = pvm_recv(tid, msgtag);

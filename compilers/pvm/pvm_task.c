@@ -230,13 +230,25 @@ static void mark_dead(int tid) {
   nx_cond_broadcast(&nxpvm.c);
 }
 
-/* nexus reports a dead peer process with its process part and low 32 bits
- * 0: that is the task's tid. */
+/* The id of "nxpvm.msg", the handler every pvm_send goes to, and of the
+ * task's context, which has it. */
+static nx_handler_id_t msg_id;
+static uint64_t self_ctx;
+
 /* The handle of on_error (nx_error_cb_add), or 0. */
 static int errcb;
 
+/* nexus reports a dead peer process with its process part and low 32 bits
+ * 0: that is the task's tid. */
 static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
   (void)arg;
+  if (err == NX_EPEERDEAD && handler == msg_id && context == self_ctx) {
+    /* A message placed into pvm_precv's buffer was lost midway. */
+    nx_mutex_lock(&nxpvm.m);
+    nxpvmi_place_lost();
+    nx_mutex_unlock(&nxpvm.m);
+    return;
+  }
   if (err != NX_EPEERDEAD || handler != 0 || (context & 0xffffffffu) != 0)
     return;
   nx_mutex_lock(&nxpvm.m);
@@ -273,9 +285,6 @@ static void on_error(int err, uint64_t context, uint32_t handler, void *arg) {
  * its next value, the message's bytes (or their length, a u64), is of
  * another type, which its handler tells apart. */
 
-/* The id of "nxpvm.msg", the handler every pvm_send goes to. */
-static nx_handler_id_t msg_id;
-
 /* Writes the header for an RSR to `p`. Called with nxpvm.m held. */
 static int put_header(nx_buffer_t *b, struct peer *p) {
   int intro = !p->introduced;
@@ -290,7 +299,7 @@ static int put_header(nx_buffer_t *b, struct peer *p) {
  * task whose gp is known: one lock, and the RSR goes to the peer's gp
  * (which the peer table keeps until pvm_exit). Returns 0, a PVM error,
  * or 1 when the caller must take the general path. */
-int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf) {
+int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf, uint32_t *seq) {
   if (nxpvm.fake_format)
     return 1;
   nx_mutex_lock(&nxpvm.m);
@@ -306,11 +315,23 @@ int nxpvmi_rsr_msg(int tid, size_t hint, nx_buffer_t **buf) {
     if (rc < 0)
       nx_buffer_release(b);
   }
+  if (rc == 0)
+    *seq = p->msgs_out++;
   nx_mutex_unlock(&nxpvm.m);
   if (rc < 0)
     return nxpvmi_nx_to_pvm(rc);
   *buf = b;
   return 0;
+}
+
+/* The count of messages sent to `tid` before this one, for a message the
+ * general path (nxpvmi_rsr) sends: as nxpvmi_rsr_msg's `*seq`. */
+uint32_t nxpvmi_msg_seq(int tid) {
+  nx_mutex_lock(&nxpvm.m);
+  struct peer *p = nxpvmi_peer(tid, 1);
+  uint32_t seq = p != NULL ? p->msgs_out++ : 0;
+  nx_mutex_unlock(&nxpvm.m);
+  return seq;
 }
 
 int nxpvmi_rsr(int tid, const nx_gp_t *gp, const char *handler, size_t hint,
@@ -408,8 +429,18 @@ static void dispatch(nx_handler_fn fn, nx_context_t *ctx, void *addr,
   run(tid, fn, ctx, addr, buf);
 }
 
+/* Decodes a message of either form (after the header, if any): its
+ * bytes, or a direct message (pvm_psend's), whose placed values are read
+ * where they are (`at`: the placed receive's buffer, else NULL). */
+static int decode_any(nx_buffer_t *buf, int tid, struct pvmbuf **m, void *at) {
+  int rc = nxpvmi_decode_from(buf, tid, m);
+  return rc == NX_ETYPE ? nxpvmi_decode_direct(buf, tid, m, at) : rc;
+}
+
 /* "nxpvm.msg", the hot path: the message is decoded before the lock is
- * taken, and queued under the lock that learns its sender. */
+ * taken, and queued under the lock that learns its sender. A message
+ * placed into a pvm_precv's buffer (nxpvmi_place) is not queued: that
+ * receive is told it arrived. */
 static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
   (void)addr;
@@ -417,27 +448,42 @@ static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_t gp = NX_GP_NULL;
   int tid = nxpvmi_tid_of_context(nx_buffer_source(buf));
   struct pvmbuf *m = NULL;
-  /* The message's bytes, unless the header comes first (then the decode
-   * reads nothing: NX_ETYPE): the header is read, and the bytes after. */
-  int rc = nxpvmi_decode_from(buf, tid, &m);
+  /* Only nxpvmi_place places, into the one receive it claimed. */
+  void *at = nx_buffer_placement(buf) == 1 ? nxpvmi_place_target() : NULL;
+  /* The message, unless the header comes first (then the decode reads
+   * nothing: NX_ETYPE): the header is read, and the message after. */
+  int rc = decode_any(buf, tid, &m, at);
   if (rc == NX_ETYPE) {
     uint32_t h;
-    if (nx_get_uint32(buf, &h) < 0)
-      return;
-    intro = h & 1;
-    if (intro && nx_get_gp(buf, &gp) < 0)
-      return;
-    rc = nxpvmi_decode_from(buf, tid, &m);
+    rc = nx_get_uint32(buf, &h);
+    intro = rc == 0 && (h & 1);
+    if (intro && (rc = nx_get_gp(buf, &gp)) < 0)
+      intro = 0;
+    if (rc == 0)
+      rc = decode_any(buf, tid, &m, at);
   }
   if (rc < 0)
     m = NULL; /* malformed: dropped, as nexus drops a bad frame */
   struct peer *p = arrival(tid, intro, &gp);
   if (p == NULL) {
+    if (at != NULL) { /* closing: the receive still hears of it */
+      nx_mutex_lock(&nxpvm.m);
+      nxpvmi_place_done(0, 0, 0);
+      nx_mutex_unlock(&nxpvm.m);
+    }
     nxpvmi_buf_free(m);
     return;
   }
-  if (m != NULL)
+  nxpvmi_place_arrived(tid, ++p->msgs_in);
+  if (at != NULL) {
+    /* Placed: the values are in the receive's buffer; `m` holds only the
+     * message's tag and length. */
+    nxpvmi_place_done(m != NULL, m != NULL ? m->tag : 0,
+                      m != NULL ? m->bytes : 0);
+    nxpvmi_buf_free(m);
+  } else if (m != NULL) {
     nxpvmi_deliver(m);
+  }
   nx_mutex_unlock(&nxpvm.m);
 }
 
@@ -923,7 +969,9 @@ static int register_handlers(nx_context_t *ctx) {
       return rc;
   }
   msg_id = nx_handler_id(H_MSG);
-  return 0;
+  self_ctx = nx_context_id(ctx);
+  /* pvm_precv's buffer may take a direct message's values (pvm_msg.c). */
+  return nx_handler_set_place(ctx, H_MSG, nxpvmi_place);
 }
 
 /* NXPVM_TASK_OUTPUT=inherit: a spawned task's output goes where its
