@@ -242,9 +242,12 @@ static void ucx_finalize(void *state) {
   u->finalizing = 1;
   for (int phase = 0; phase < 2; phase++) {
     /* Sends that did not finish in time are cancelled by the close:
-     * a flushing close would wait for them past the linger. */
+     * a flushing close would wait for them past the linger. So are
+     * fetches still in progress (their sender died midway, most
+     * likely): only a forced close takes them off their endpoint, which
+     * UCX's worker destroy requires (it asserts otherwise). */
     if (phase == 1) {
-      ucx_peers_close_all(u, ucx_peers_pending(u) > 0);
+      ucx_peers_close_all(u, ucx_peers_pending(u) > 0 || ucx_rx_pending(u) > 0);
       uint64_t close_by = nxu_now_ns() + 200000000u; /* 200 ms to close */
       deadline = deadline > close_by ? deadline : close_by;
     }

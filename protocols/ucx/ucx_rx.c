@@ -274,6 +274,16 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
   return UCS_OK; /* the descriptor is UCP's again after recv_data */
 }
 
+unsigned ucx_rx_pending(struct ucx *u) {
+  unsigned n = 0;
+  for (struct ucx_rxq *q = u->rxqs; q != NULL; q = q->next)
+    for (nx_frame_t *f = q->head; f != NULL; f = f->module_data[0]) {
+      struct ucx_rx *rx = f->module_data[1];
+      n += rx != NULL && rx->state == RX_PENDING && rx->req != NULL;
+    }
+  return n;
+}
+
 /* Freeing a request that has not completed tells UCX never to call back
  * for it. The fetch stays pending here, its frame in its queue: UCX may
  * write into the frame until the worker is destroyed, after which

@@ -11,6 +11,8 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
 /* Gives back an eager payload the core took without a copy (frame_wrap's
  * release): takes the lock. */
 void ucx_data_release(void *arg, void *data);
+/* Lock held: the rendezvous fetches UCX still holds (finalize). */
+unsigned ucx_rx_pending(struct ucx *u);
 /* Lock held: takes the fetches still in progress from UCX, and drops the
  * frames waiting behind them that arrived whole (finalize). */
 void ucx_rx_cancel_all(struct ucx *u);
