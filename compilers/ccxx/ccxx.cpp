@@ -4,6 +4,7 @@
 #include "ccxx/ccxx.hpp"
 
 #include <cxxabi.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@ struct op_entry {
   op_fn fn;
   bool reply;
   std::string name;
+  place_fn place; // its last argument's placement, or NULL
 };
 
 // The operations by id. Filled by static initialisers (before main, in
@@ -90,7 +92,7 @@ static op_table &ops() {
   return table;
 }
 
-uint32_t op_register(const char *name, op_fn fn, bool reply) {
+uint32_t op_register(const char *name, op_fn fn, bool reply, place_fn place) {
   uint32_t id = nx_handler_id(name);
   op_table &t = ops();
   auto it = t.by_id.find(id);
@@ -102,7 +104,7 @@ uint32_t op_register(const char *name, op_fn fn, bool reply) {
     abort();
   }
   op_entry &e = t.by_id[id];
-  e = op_entry{fn, reply, name};
+  e = op_entry{fn, reply, name, place};
   if (2 * t.by_id.size() > t.index.size()) {
     t.index.assign(2 * t.index.size(), {0, nullptr});
     for (auto &kv : t.by_id)
@@ -318,12 +320,152 @@ static void fail_calls(uint64_t context, bool whole_process, int err) {
     fail(p, err, why);
 }
 
+// ---------------------------------------------------------------- receive
+// placement
+
+// The objects that calls' last arguments are being received into
+// (on_place made them), by the address of their elements, until the
+// operation's get takes one (place_claim) or the runtime reports its frame
+// lost. A report names the context and the handler only, not the frame, so
+// losses are counted per context: when a context's lost frames are as many
+// as its objects still outstanding, every one of them is lost (each
+// outstanding object ends exactly once, by its get or by a report) and all
+// are freed. Until then none is (one may still be written into). The lock
+// is a plain mutex: on_place runs inside a module's receive path, and no
+// thread holds it while it calls nexus.
+struct placed_entry {
+  placed_obj o;
+  uint64_t context;
+};
+struct placed_count {
+  std::size_t outstanding = 0, lost = 0;
+};
+static std::mutex place_mu;
+static std::unordered_map<const void *, placed_entry> placed;
+static std::unordered_map<uint64_t, placed_count> placed_counts;
+// The ids of this process's contexts with ccxx's handlers (on_place may
+// not ask nexus for one).
+static std::unordered_map<const nx_context_t *, uint64_t> context_ids;
+// This process's id: the high 32 bits of its contexts' ids.
+static std::atomic<uint64_t> self_proc{0};
+// ccxx::placement()'s counters, under place_mu.
+static placement_stats place_stats;
+
+// Under place_mu: frees every object of `context` when all are lost.
+static void place_reclaim(uint64_t context,
+                          std::vector<placed_obj> &free_later) {
+  auto c = placed_counts.find(context);
+  if (c == placed_counts.end() || c->second.lost < c->second.outstanding)
+    return;
+  for (auto it = placed.begin(); it != placed.end();) {
+    if (it->second.context == context) {
+      free_later.push_back(it->second.o);
+      place_stats.outstanding--;
+      place_stats.lost++;
+      it = placed.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  placed_counts.erase(c);
+}
+
+static void place_free(std::vector<placed_obj> &objs) {
+  for (placed_obj &o : objs)
+    o.del(o.obj);
+}
+
+bool place_claim(const void *data, placed_obj *out) {
+  std::vector<placed_obj> gone;
+  {
+    std::lock_guard<std::mutex> g(place_mu);
+    auto it = placed.find(data);
+    if (it == placed.end())
+      return false;
+    *out = it->second.o;
+    uint64_t context = it->second.context;
+    placed.erase(it);
+    placed_counts[context].outstanding--;
+    place_stats.outstanding--;
+    place_stats.placed++;
+    place_reclaim(context, gone);
+  }
+  place_free(gone);
+  return true;
+}
+
+// A placed frame for `context` that no get will take: lost on the way
+// (NX_EPEERDEAD), or its operation did not read it.
+static void place_lost(uint64_t context) {
+  std::vector<placed_obj> gone;
+  {
+    std::lock_guard<std::mutex> g(place_mu);
+    auto c = placed_counts.find(context);
+    if (c == placed_counts.end())
+      return; // nothing outstanding: not one of ours
+    c->second.lost++;
+    place_reclaim(context, gone);
+  }
+  place_free(gone);
+}
+
+// The placement callback of "ccxx.op": when the operation (the request's
+// first value) takes a contiguous value last, makes that value's object
+// and names its storage. Calls no nexus function but the get on `lead`.
+static int on_place(nx_context_t *ctx, void *, nx_buffer_t *lead,
+                    std::size_t tail_bytes, nx_place_t *where) {
+  uint32_t id;
+  if (nx_get_uint32(lead, &id) < 0)
+    return 0;
+  const op_entry *op = ops().find(id);
+  if (op == nullptr || op->place == nullptr)
+    return 0;
+  placed_obj o;
+  try {
+    if (!op->place(tail_bytes, &o))
+      return 0;
+  } catch (const std::bad_alloc &) {
+    return NX_ENOMEM;
+  }
+  try {
+    std::lock_guard<std::mutex> g(place_mu);
+    auto c = context_ids.find(ctx);
+    if (c != context_ids.end()) {
+      placed.emplace(o.data, placed_entry{o, c->second});
+      placed_counts[c->second].outstanding++;
+      place_stats.outstanding++;
+      where->addr = o.data;
+      where->len = tail_bytes;
+      return 1;
+    }
+  } catch (const std::bad_alloc &) {
+  }
+  o.del(o.obj);
+  return 0;
+}
+
+} // namespace detail
+
+placement_stats placement() {
+  std::lock_guard<std::mutex> g(detail::place_mu);
+  return detail::place_stats;
+}
+
+namespace detail {
+
 // The runtime drops an RSR or finds a peer dead: wake whoever waits for it.
 static void on_error(int err, uint64_t context, uint32_t handler, void *) {
   if (getenv("CCXX_DEBUG") != nullptr)
     fprintf(stderr, "ccxx[%d]: dropped RSR: %s, context 0x%llx handler %u\n",
             (int)getpid(), nx_strerror(err), (unsigned long long)context,
             handler);
+  if (err == NX_EPEERDEAD && handler == op_handler_id &&
+      context >> 32 == self_proc.load(std::memory_order_relaxed)) {
+    // A request to one of this process's contexts, placed, whose sender
+    // died before all of it came: its object is freed, no call failed.
+    place_lost(context);
+    return;
+  }
   if (err == NX_EPEERDEAD)
     fail_calls(context, true, err);
   else if (err == NX_ENOCONTEXT && handler == op_handler_id)
@@ -479,7 +621,19 @@ static void send_failure(const nx_gp_t *to, int status,
 // request carries the op's id, the gp the reply goes to (null for a one-way
 // call; its address is the caller's token), then the arguments. A reply to
 // "ccxx.reply" carries the result alone; a failure goes to "ccxx.fail".
-static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
+static void run_op(void *address, nx_buffer_t *buf, stream &in);
+
+// A placed request whose operation did not take the object (it failed
+// before its last argument, or is not one of this executable's): the
+// object is lost, as its frame's would be.
+static void on_op(nx_context_t *ctx, void *address, nx_buffer_t *buf) {
+  stream in(buf);
+  run_op(address, buf, in);
+  if (!in.claimed() && nx_buffer_placement(buf) == 1)
+    place_lost(nx_context_id(ctx));
+}
+
+static void run_op(void *address, nx_buffer_t *buf, stream &in) {
   uint32_t id;
   nx_gp_t reply_to = NX_GP_NULL;
   if (nx_get_uint32(buf, &id) < 0 || nx_get_gp(buf, &reply_to) < 0)
@@ -498,7 +652,6 @@ static void on_op(nx_context_t *, void *address, nx_buffer_t *buf) {
     nx_gp_release(&reply_to);
     return;
   }
-  stream in(buf);
   nx_buffer_t *out = nullptr;
   if (want_reply && nx_rsr_init(&out, &reply_to, reply_handler_id, 64) < 0) {
     nx_gp_release(&reply_to);
@@ -543,19 +696,49 @@ static int register_handlers(nx_context_t *ctx) {
   int r =
       nx_handler_register(ctx, OP_HANDLER, on_op, NX_HANDLER_THREADED, nullptr);
   if (r == 0)
+    r = nx_handler_set_place(ctx, OP_HANDLER, on_place);
+  if (r == 0)
     r = nx_handler_register(ctx, REPLY_HANDLER, on_reply,
                             NX_HANDLER_NONTHREADED, nullptr);
   if (r == 0)
     r = nx_handler_register(ctx, FAIL_HANDLER, on_fail, NX_HANDLER_NONTHREADED,
                             nullptr);
+  if (r == 0) {
+    uint64_t id = nx_context_id(ctx);
+    self_proc.store(id >> 32, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(place_mu);
+    context_ids[ctx] = id;
+  }
   return r;
+}
+
+// Waits until the runtime reads no value a call put by reference (the
+// frame is sent, or failed). Their release comes before the reply in
+// practice; when not, this polls, driving progress, until it does.
+static void pin_wait(ref_pin &pin) {
+  if (pin.held.load(std::memory_order_acquire) == 0)
+    return;
+  state_lock &l = lock_of(&pin);
+  nx_mutex_lock(&l.m);
+  while (pin.held.load(std::memory_order_acquire) != 0) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 100000;
+    if (t.tv_nsec >= 1000000000) {
+      t.tv_sec++;
+      t.tv_nsec -= 1000000000;
+    }
+    nx_cond_timedwait(&l.c, &l.m, &t);
+  }
+  nx_mutex_unlock(&l.m);
 }
 
 // The request of op `id` to `target` (see on_op); `token` 0 makes it
 // one-way. Returns 0, or an error and its cause.
+// `pin` (may be NULL) lets large contiguous arguments go by reference.
 static int make_request(const nx_gp_t *target, uint32_t id,
-                        std::uintptr_t token, stream_fn pack, nx_buffer_t **out,
-                        std::string &cause) {
+                        std::uintptr_t token, stream_fn pack, ref_pin *pin,
+                        nx_buffer_t **out, std::string &cause) {
   nx_buffer_t *buf;
   int r = nx_rsr_init(&buf, target, op_handler_id, 64);
   if (r < 0) {
@@ -570,7 +753,7 @@ static int make_request(const nx_gp_t *target, uint32_t id,
     return r;
   }
   try {
-    stream s(buf);
+    stream s(buf, pin);
     s << id;
     stream::check(nx_put_gp(buf, &me));
     if (pack)
@@ -598,9 +781,14 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
   nx_buffer_t *buf;
   std::string cause;
   int r;
+  // The arguments `pack` reads live until this returns: large ones go by
+  // reference, and this waits until the runtime is done with them.
+  ref_pin pin;
   if (!reply) {
-    if ((r = make_request(target, id, 0, pack, &buf, cause)) < 0 ||
-        (r = nx_rsr_send(buf)) < 0)
+    if ((r = make_request(target, id, 0, pack, &pin, &buf, cause)) == 0)
+      r = nx_rsr_send(buf);
+    pin_wait(pin);
+    if (r < 0)
       throw remote_error(what(), cause.empty() ? nx_strerror(r) : cause, r);
     return;
   }
@@ -609,7 +797,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
   std::uintptr_t token = pending_add(context, &p, nullptr);
   if (token == 0)
     throw remote_error(what(), TOO_MANY, NX_ENOMEM);
-  r = make_request(target, id, token, pack, &buf, cause);
+  r = make_request(target, id, token, pack, &pin, &buf, cause);
   if (r == 0 && (r = nx_rsr_send(buf)) < 0)
     cause = nx_strerror(r);
   if (r < 0) {
@@ -624,6 +812,7 @@ void op_call(const nx_gp_t *target, uint32_t id, bool reply, stream_fn pack,
   while (!p.done)
     nx_cond_wait(&l.c, &l.m);
   nx_mutex_unlock(&l.m);
+  pin_wait(pin);
   // A reply handler read the result, or the failure.
   if (p.status != 0)
     raise(what(), p.status, p.cause, p.kind, p.thrown);
@@ -647,7 +836,7 @@ void op_async(const nx_gp_t *target, uint32_t id, stream_fn pack,
   }
   nx_buffer_t *buf;
   std::string cause;
-  int r = make_request(target, id, token, pack, &buf, cause);
+  int r = make_request(target, id, token, pack, nullptr, &buf, cause);
   if (r == 0 && (r = nx_rsr_send(buf)) < 0)
     cause = nx_strerror(r);
   if (r < 0) {

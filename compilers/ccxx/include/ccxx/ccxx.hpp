@@ -82,9 +82,33 @@ CCXX_API int finalize();
 CCXX_API int start(int argc, char **argv, int (*main_fn)(int, char **));
 CCXX_API int start(int argc, char **argv, int (*main_fn)());
 
+// Receive placement in this process (docs/ccxx.md, "Large arguments"):
+// `placed`, call arguments received straight into their object and moved
+// into the call (no copy); `outstanding`, objects made for arguments still
+// arriving; `lost`, objects freed because their request was lost after it
+// was placed (its sender died midway) or its operation did not read them.
+struct placement_stats {
+  uint64_t placed = 0;
+  uint64_t outstanding = 0;
+  uint64_t lost = 0;
+};
+CCXX_API placement_stats placement();
+
 // ---------------------------------------------------------------- marshalling
 
 template <class T> class global_ptr;
+
+namespace detail {
+// The values a call's arguments put by reference (nx_put_*_ref): how many
+// the runtime still reads. The caller keeps its arguments until none is
+// left (op_call waits for it).
+struct ref_pin {
+  std::atomic<int> held{0};
+  static void release(void *arg, const void *, int) {
+    static_cast<ref_pin *>(arg)->held.fetch_sub(1, std::memory_order_release);
+  }
+};
+} // namespace detail
 
 // The data transfer stream: wraps a nexus buffer. operator<< packs,
 // operator>> unpacks (throws remote_error-compatible stream failures as
@@ -95,8 +119,16 @@ public:
     explicit error(int code);
     int code;
   };
-  explicit stream(nx_buffer_t *buf) : buf_(buf) {}
+  // `pin`, when given, lets large contiguous values go by reference: the
+  // caller keeps them unchanged until pin->held is 0 again.
+  explicit stream(nx_buffer_t *buf, detail::ref_pin *pin = nullptr)
+      : buf_(buf), pin_(pin) {}
   nx_buffer_t *buffer() const { return buf_; }
+  detail::ref_pin *pin() const { return pin_; }
+  // Whether a get took a placed argument's object (receive placement:
+  // docs/ccxx.md, "Large arguments").
+  bool claimed() const { return claimed_; }
+  void set_claimed() { claimed_ = true; }
   // Throws stream::error when `r` is a nexus error.
   static void check(int r) {
     if (r < 0)
@@ -105,6 +137,8 @@ public:
 
 private:
   nx_buffer_t *buf_;
+  detail::ref_pin *pin_;
+  bool claimed_ = false;
 };
 
 #define CCXX_STREAM_FUNDAMENTAL(T, PUT, GET, WIRE)                             \
@@ -135,9 +169,168 @@ CCXX_STREAM_FUNDAMENTAL(float, nx_put_float, nx_get_float, float)
 CCXX_STREAM_FUNDAMENTAL(double, nx_put_double, nx_get_double, double)
 #undef CCXX_STREAM_FUNDAMENTAL
 
+namespace detail {
+// Receive placement of a call's last argument (docs/ccxx.md, "Large
+// arguments"): the object the runtime made for it when the call's leading
+// values were in, and whose storage the argument's elements were received
+// into.
+struct placed_obj {
+  void *obj = nullptr;  // a new std::vector<T> or std::string
+  void *data = nullptr; // its elements
+  void (*del)(void *) = nullptr;
+  const std::type_info *type = nullptr;
+};
+// Takes the object placed at `data` out of the runtime's table (false:
+// none is).
+CCXX_API bool place_claim(const void *data, placed_obj *out);
+
+// The typed nexus arrays a contiguous value travels as: W is the element
+// type on the wire, `scale` wire elements make one T. void: element by
+// element.
+template <std::size_t Size, bool Signed> struct sized_int {
+  using type = void;
+};
+template <> struct sized_int<1, true> { using type = int8_t; };
+template <> struct sized_int<1, false> { using type = uint8_t; };
+template <> struct sized_int<2, true> { using type = int16_t; };
+template <> struct sized_int<2, false> { using type = uint16_t; };
+template <> struct sized_int<4, true> { using type = int32_t; };
+template <> struct sized_int<4, false> { using type = uint32_t; };
+template <> struct sized_int<8, true> { using type = int64_t; };
+template <> struct sized_int<8, false> { using type = uint64_t; };
+template <class T> struct array_wire {
+  using type = void;
+  static constexpr std::size_t scale = 1;
+};
+template <> struct array_wire<char> {
+  using type = char;
+  static constexpr std::size_t scale = 1;
+};
+template <> struct array_wire<float> {
+  using type = float;
+  static constexpr std::size_t scale = 1;
+};
+template <> struct array_wire<double> {
+  using type = double;
+  static constexpr std::size_t scale = 1;
+};
+// Integers other than char and bool: by size and signedness (what their
+// single values' puts write, so the receiver converts byte order alike).
+template <class T>
+constexpr bool int_array_v =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+    !std::is_same_v<T, char>;
+template <class T> struct int_array_wire {
+  using type = typename sized_int<sizeof(T), std::is_signed_v<T>>::type;
+  static constexpr std::size_t scale = 1;
+};
+// Opaque trivially copyable classes (those the stream writes as bytes):
+// one array of bytes, never converted.
+struct opaque_byte {};
+template <class T> struct opaque_array_wire {
+  using type = opaque_byte;
+  static constexpr std::size_t scale = sizeof(T);
+};
+#define CCXX_ARRAY_IO(W, NAME)                                                 \
+  inline int put_array(nx_buffer_t *b, const W *v, std::size_t n) {            \
+    return nx_put_##NAME##_array(b, v, n);                                     \
+  }                                                                            \
+  inline int put_array_ref(nx_buffer_t *b, const W *v, std::size_t n,          \
+                           nx_release_fn fn, void *arg) {                      \
+    return nx_put_##NAME##_array_ref(b, v, n, fn, arg);                        \
+  }                                                                            \
+  inline int get_array(nx_buffer_t *b, W *v, std::size_t n) {                  \
+    return nx_get_##NAME##_array(b, v, n);                                     \
+  }                                                                            \
+  inline int get_array_ptr(nx_buffer_t *b, const W **v, std::size_t n) {       \
+    return nx_get_##NAME##_array_ptr(b, v, n);                                 \
+  }
+CCXX_ARRAY_IO(char, char)
+CCXX_ARRAY_IO(int8_t, int8)
+CCXX_ARRAY_IO(uint8_t, uint8)
+CCXX_ARRAY_IO(int16_t, int16)
+CCXX_ARRAY_IO(uint16_t, uint16)
+CCXX_ARRAY_IO(int32_t, int32)
+CCXX_ARRAY_IO(uint32_t, uint32)
+CCXX_ARRAY_IO(int64_t, int64)
+CCXX_ARRAY_IO(uint64_t, uint64)
+CCXX_ARRAY_IO(float, float)
+CCXX_ARRAY_IO(double, double)
+#undef CCXX_ARRAY_IO
+inline int put_array(nx_buffer_t *b, const opaque_byte *v, std::size_t n) {
+  return nx_put_bytes(b, v, n);
+}
+inline int put_array_ref(nx_buffer_t *b, const opaque_byte *v, std::size_t n,
+                         nx_release_fn fn, void *arg) {
+  return nx_put_bytes_ref(b, v, n, fn, arg);
+}
+inline int get_array(nx_buffer_t *b, opaque_byte *v, std::size_t n) {
+  return nx_get_bytes(b, v, n);
+}
+inline int get_array_ptr(nx_buffer_t *b, const opaque_byte **v, std::size_t n) {
+  return nx_get_bytes_ptr(b, reinterpret_cast<const void **>(v), n);
+}
+
+// Puts `n` values of type T at `v` as one array of W (after the count the
+// caller put): by reference when the stream allows it and they are large
+// enough to be placed at the receiver, else copied.
+template <class W, std::size_t Scale, class T>
+void put_contiguous(stream &s, const T *v, std::size_t n) {
+  const W *w = reinterpret_cast<const W *>(v);
+  ref_pin *pin = s.pin();
+  if (pin != nullptr && n * sizeof(T) >= NX_PLACE_MIN) {
+    pin->held.fetch_add(1, std::memory_order_relaxed);
+    int r = put_array_ref(s.buffer(), w, n * Scale, ref_pin::release, pin);
+    if (r < 0)
+      pin->held.fetch_sub(1, std::memory_order_relaxed); // not called
+    stream::check(r);
+    return;
+  }
+  stream::check(put_array(s.buffer(), w, n * Scale));
+}
+
+// Reads the array of `n` T into `v` (a std::vector<T> or std::string, its
+// count read already). A placed one (the call's last argument, received
+// into an object the placement callback made) is moved in: no copy.
+template <class W, std::size_t Scale, class V>
+void get_contiguous(stream &s, V &v, std::size_t n) {
+  using T = typename V::value_type;
+  nx_buffer_t *b = s.buffer();
+  if (n * sizeof(T) >= NX_PLACE_MIN && nx_buffer_placement(b) == 1) {
+    const W *p;
+    stream::check(get_array_ptr(b, &p, n * Scale));
+    placed_obj o;
+    if (place_claim(p, &o)) {
+      s.set_claimed();
+      if (*o.type == typeid(V)) {
+        v = std::move(*static_cast<V *>(o.obj));
+        o.del(o.obj);
+        return;
+      }
+      // Not the type the callback made (another executable's operation
+      // of the same id): copied out before the object goes.
+      v.resize(n);
+      std::memcpy(static_cast<void *>(&v[0]), p, n * sizeof(T));
+      o.del(o.obj);
+      return;
+    }
+    v.resize(n);
+    std::memcpy(static_cast<void *>(&v[0]), p, n * sizeof(T));
+    return;
+  }
+  v.resize(n);
+  if (n != 0)
+    stream::check(get_array(b, reinterpret_cast<W *>(&v[0]), n * Scale));
+  else
+    stream::check(get_array(b, static_cast<W *>(nullptr), 0));
+}
+} // namespace detail
+
+// A string: its length, then its bytes as one array (placed at the
+// receiver when it is a call's last argument: docs/ccxx.md).
 inline stream &operator<<(stream &s, const std::string &v) {
   stream::check(nx_put_uint64(s.buffer(), v.size()));
-  stream::check(nx_put_bytes(s.buffer(), v.data(), v.size()));
+  detail::put_contiguous<detail::opaque_byte, 1>(s, v.data(), v.size());
   return s;
 }
 inline stream &operator>>(stream &s, std::string &v) {
@@ -145,8 +338,7 @@ inline stream &operator>>(stream &s, std::string &v) {
   stream::check(nx_get_uint64(s.buffer(), &n));
   if (n > nx_buffer_remaining(s.buffer()))
     throw stream::error(NX_ERANGE);
-  v.resize(n);
-  stream::check(nx_get_bytes(s.buffer(), &v[0], n));
+  detail::get_contiguous<detail::opaque_byte, 1>(s, v, n);
   return s;
 }
 
@@ -338,10 +530,30 @@ stream &operator>>(stream &s, std::map<K, V, C, A> &m) {
   return s;
 }
 
+namespace detail {
+// How a std::vector<T>'s elements travel: one typed array (arithmetic
+// types but bool; the opaque trivially copyable classes, as bytes), else
+// element by element (void).
+template <class T>
+using vector_wire = std::conditional_t<
+    int_array_v<T>, int_array_wire<T>,
+    std::conditional_t<std::is_trivially_copyable_v<T> && std::is_class_v<T> &&
+                           !generated_v<T> && !is_std_array<T>::value,
+                       opaque_array_wire<T>, array_wire<T>>>;
+template <class T>
+constexpr bool vector_contiguous_v =
+    !std::is_void_v<typename vector_wire<T>::type>;
+} // namespace detail
+
 template <class T> stream &operator<<(stream &s, const std::vector<T> &v) {
   stream::check(nx_put_uint64(s.buffer(), v.size()));
-  for (const T &x : v)
-    s << x;
+  if constexpr (detail::vector_contiguous_v<T>) {
+    using w = detail::vector_wire<T>;
+    detail::put_contiguous<typename w::type, w::scale>(s, v.data(), v.size());
+  } else {
+    for (const T &x : v)
+      s << x;
+  }
   return s;
 }
 template <class T> stream &operator>>(stream &s, std::vector<T> &v) {
@@ -351,10 +563,15 @@ template <class T> stream &operator>>(stream &s, std::vector<T> &v) {
   // left is malformed, not a reason to allocate.
   if (n > nx_buffer_remaining(s.buffer()))
     throw stream::error(NX_ERANGE);
-  v.clear();
-  v.resize(n);
-  for (uint64_t i = 0; i < n; i++)
-    s >> v[i];
+  if constexpr (detail::vector_contiguous_v<T>) {
+    using w = detail::vector_wire<T>;
+    detail::get_contiguous<typename w::type, w::scale>(s, v, n);
+  } else {
+    v.clear();
+    v.resize(n);
+    for (uint64_t i = 0; i < n; i++)
+      s >> v[i];
+  }
   return s;
 }
 
@@ -367,10 +584,59 @@ namespace detail {
 // one-way operation).
 using op_fn = void (*)(void *address, stream &in, stream *out);
 
+// Makes the object a call's last argument is received into (receive
+// placement): for a tail of `tail_bytes` bytes, a new value of the
+// argument's type with room for exactly them. False: not this type's size.
+using place_fn = bool (*)(std::size_t tail_bytes, placed_obj *out);
+
+template <class V> struct placeable : std::false_type {};
+template <class T>
+struct placeable<std::vector<T>> : std::bool_constant<vector_contiguous_v<T>> {
+};
+template <> struct placeable<std::string> : std::true_type {};
+
+// The elements are value-initialised (std::vector and std::string have no
+// other way to get their size) and then overwritten by the module.
+template <class V> bool place_make(std::size_t tail_bytes, placed_obj *out) {
+  using T = typename V::value_type;
+  if (tail_bytes % sizeof(T) != 0)
+    return false;
+  auto *v = new V();
+  try {
+    v->resize(tail_bytes / sizeof(T));
+  } catch (...) {
+    delete v;
+    throw;
+  }
+  out->obj = v;
+  out->data = &(*v)[0];
+  out->del = [](void *o) { delete static_cast<V *>(o); };
+  out->type = &typeid(V);
+  return true;
+}
+
+// The placement of an operation whose arguments are the tuple's types:
+// its last one's, if that is a contiguous value, else none.
+template <class Tuple> struct tuple_placer {
+  static constexpr place_fn fn = nullptr;
+};
+template <class V> constexpr place_fn placer_of() {
+  if constexpr (placeable<V>::value)
+    return &place_make<V>;
+  else
+    return nullptr;
+}
+template <class A0, class... A> struct tuple_placer<std::tuple<A0, A...>> {
+  static constexpr place_fn fn =
+      placer_of<std::tuple_element_t<sizeof...(A), std::tuple<A0, A...>>>();
+};
+
 // Registers an operation under the mangled name of its template instance
 // (typeid: it names the member function with its parameter types, so
 // overloads differ); every process of the executable computes the same id.
-CCXX_API uint32_t op_register(const char *name, op_fn fn, bool reply);
+// `place` (may be NULL) makes the object its last argument lands in.
+CCXX_API uint32_t op_register(const char *name, op_fn fn, bool reply,
+                              place_fn place = nullptr);
 
 // A reference to a callable that packs into or unpacks from a stream:
 // what a call's pack and unpack are, valid while the call runs. Calling it
@@ -524,8 +790,8 @@ template <auto M> struct method_op {
     }
   }
   static const char *name() { return typeid(method_op).name(); }
-  static inline const uint32_t id =
-      op_register(name(), run, !std::is_void_v<R>);
+  static inline const uint32_t id = op_register(
+      name(), run, !std::is_void_v<R>, tuple_placer<typename tr::args>::fn);
 };
 
 // Construction of a C in the current context from arguments Args.
@@ -542,7 +808,8 @@ template <class C, class... Args> struct ctor_op {
     stream::check(r);
   }
   static const char *name() { return typeid(ctor_op).name(); }
-  static inline const uint32_t id = op_register(name(), run, true);
+  static inline const uint32_t id =
+      op_register(name(), run, true, tuple_placer<std::tuple<Args...>>::fn);
 };
 
 template <class C> struct delete_op {
