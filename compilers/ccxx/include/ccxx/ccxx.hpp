@@ -760,6 +760,30 @@ struct method_traits<R (C::*)(A...) const noexcept>
 // The result type of method M.
 template <auto M> using result_t = typename method_traits<decltype(M)>::ret;
 
+// What a call holds of its arguments while it packs them (inside the call,
+// before it returns): an argument of the parameter's own type by const
+// reference (no copy: a large vector goes from the caller's object to the
+// wire), any other converted to the parameter's type. With another number
+// of arguments than parameters, the parameters' tuple (whose construction
+// then reports the mistake).
+template <class P, class A>
+using arg_hold_t =
+    std::conditional_t<std::is_same_v<std::decay_t<A>, P>, const P &, P>;
+template <bool Same, class Params, class... A> struct arg_holds {
+  using type = Params;
+};
+template <class... P, class... A>
+struct arg_holds<true, std::tuple<P...>, A...> {
+  using type = std::tuple<arg_hold_t<P, A>...>;
+};
+template <class Params, class... A>
+using arg_holds_t =
+    typename arg_holds<std::tuple_size_v<Params> == sizeof...(A), Params,
+                       A...>::type;
+template <auto M, class... A>
+using call_args_t =
+    arg_holds_t<typename method_traits<decltype(M)>::args, A...>;
+
 // The stub of a global class C: C::ccxx_stub_, which the translator nests in
 // every global class (void when there is none).
 template <class T, class = void> struct stub_of { using type = void; };
@@ -968,8 +992,7 @@ public:
   template <auto M, class... A> auto call(A &&...a) const {
     using op = detail::method_op<M>;
     using R = typename detail::method_traits<decltype(M)>::ret;
-    typename detail::method_traits<decltype(M)>::args args(
-        std::forward<A>(a)...);
+    detail::call_args_t<M, A...> args(std::forward<A>(a)...);
     auto pack = [&args](stream &s) {
       std::apply([&s](const auto &...x) { (void)(s << ... << x); }, args);
     };
@@ -1367,7 +1390,7 @@ template <auto M, class C, class... A>
 future<detail::result_t<M>> async(const global_ptr<C> &p, A &&...a) {
   using R = detail::result_t<M>;
   using op = detail::method_op<M>;
-  typename detail::method_traits<decltype(M)>::args args(std::forward<A>(a)...);
+  detail::call_args_t<M, A...> args(std::forward<A>(a)...);
   auto st = std::allocate_shared<detail::async_state<R>>(
       detail::state_allocator<detail::async_state<R>>());
   st->type = &typeid(C);
