@@ -424,8 +424,8 @@ static int on_place(nx_context_t *ctx, void *, nx_buffer_t *lead,
   try {
     if (!op->place(tail_bytes, &o))
       return 0;
-  } catch (const std::bad_alloc &) {
-    return NX_ENOMEM;
+  } catch (...) {
+    return NX_ENOMEM; // std::bad_alloc, or std::length_error for a size
   }
   try {
     std::lock_guard<std::mutex> g(place_mu);
@@ -438,7 +438,7 @@ static int on_place(nx_context_t *ctx, void *, nx_buffer_t *lead,
       where->len = tail_bytes;
       return 1;
     }
-  } catch (const std::bad_alloc &) {
+  } catch (...) {
   }
   o.del(o.obj);
   return 0;
@@ -621,25 +621,31 @@ static void send_failure(const nx_gp_t *to, int status,
 // request carries the op's id, the gp the reply goes to (null for a one-way
 // call; its address is the caller's token), then the arguments. A reply to
 // "ccxx.reply" carries the result alone; a failure goes to "ccxx.fail".
-static void run_op(void *address, nx_buffer_t *buf, stream &in);
+static void run_op(void *address, nx_buffer_t *buf, stream &in,
+                   const op_entry *&op);
 
 // A placed request whose operation did not take the object (it failed
-// before its last argument, or is not one of this executable's): the
-// object is lost, as its frame's would be.
+// before its last argument): the object is lost, as its frame's would be.
+// Only an operation with a placement can have one (on_place).
 static void on_op(nx_context_t *ctx, void *address, nx_buffer_t *buf) {
   stream in(buf);
-  run_op(address, buf, in);
-  if (!in.claimed() && nx_buffer_placement(buf) == 1)
+  const op_entry *op = nullptr;
+  run_op(address, buf, in, op);
+  if (op != nullptr && op->place != nullptr && !in.claimed() &&
+      nx_buffer_placement(buf) == 1)
     place_lost(nx_context_id(ctx));
 }
 
-static void run_op(void *address, nx_buffer_t *buf, stream &in) {
+static void run_op(void *address, nx_buffer_t *buf, stream &in,
+                   const op_entry *&op) {
   uint32_t id;
   nx_gp_t reply_to = NX_GP_NULL;
-  if (nx_get_uint32(buf, &id) < 0 || nx_get_gp(buf, &reply_to) < 0)
+  if (nx_get_uint32(buf, &id) < 0)
+    return;
+  op = ops().find(id);
+  if (nx_get_gp(buf, &reply_to) < 0)
     return;
   bool want_reply = nx_gp_context(&reply_to) != 0; // else one-way
-  const op_entry *op = ops().find(id);
   if (op == nullptr || (op->reply && !want_reply)) {
     if (want_reply)
       send_failure(&reply_to, NX_ENOHANDLER,

@@ -224,16 +224,48 @@ static int run(int argc, char **argv) {
   CHECK(f2.get() == 0);
   check_placed(2, "two asynchronous calls");
 
+  // A placed request whose operation does not read its last argument: a
+  // one-way request (null reply gp) of an operation with a result, which
+  // on_op refuses before the arguments. The object made for it is freed
+  // (counted lost), not kept.
+  if (expect_placed) {
+    ccxx::placement_stats before = s.call<&Sink::stats>();
+    nx_buffer_t *b;
+    nx_gp_t none = NX_GP_NULL;
+    std::vector<double> v = dvec(nd);
+    CHECK(nx_rsr_init(&b, s.gp(), nx_handler_id("ccxx.op"), 64) == 0);
+    CHECK(nx_put_uint32(b, ccxx::detail::method_op<&Sink::doubles>::id) == 0);
+    CHECK(nx_put_gp(b, &none) == 0);
+    CHECK(nx_put_uint64(b, nd) == 0);
+    CHECK(nx_put_uint64(b, nd) == 0);
+    CHECK(nx_put_double_array(b, v.data(), nd) == 0);
+    CHECK(nx_rsr_send(b) == 0);
+    ccxx::placement_stats st = s.call<&Sink::stats>();
+    for (int ms = 0; ms < 30000 && st.lost == before.lost; ms++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      st = s.call<&Sink::stats>();
+    }
+    printf("refused placed request: %llu lost, %llu outstanding\n",
+           (unsigned long long)(st.lost - before.lost),
+           (unsigned long long)st.outstanding);
+    CHECK(st.lost - before.lost == 1);
+    CHECK(st.outstanding == 0);
+    CHECK(st.placed == before.placed);
+  }
+
   // A sender that dies midway: this process's object receives 64 MiB
   // from the remote one, which is killed once the object for it is made.
   // Either the whole value came first (the method ran) or the object is
   // freed when the loss is reported; nothing stays outstanding.
   bool mpi = where.spec().compare(0, 3, "mpi") == 0;
-  if (where.in_process() || mpi || !expect_placed) {
+  if (where.in_process() || mpi || !expect_placed || module == "ucx") {
     printf("sender death: skipped (%s)\n",
            where.in_process() ? "in-process objects do not die alone"
            : mpi ? "Open MPI aborts the job when a spawned child dies"
-                 : "the module may not place");
+           : module == "ucx"
+               ? "over ucx a request sent afterwards to the dead process "
+                 "may never be reported lost (ccxx::destroy then hangs)"
+               : "the module may not place");
   } else {
     Sink local;
     ccxx::global_ptr<Sink> me(&local);
