@@ -114,6 +114,15 @@ static int run(int argc, char **argv) {
     printf("the peer calling the host's object: %s\n",
            asked ? "reading as sent both ways" : "WRONG");
     failures += !asked;
+    // Large vectors, placed where they arrive, both ways.
+    bool big = m.call<&Meter::ask_big>(mine);
+    printf("large vectors, peer to host: %s\n",
+           big ? "placed, as sent" : "WRONG");
+    failures += !big;
+    big = mine.call<&Meter::ask_big>(m);
+    printf("large vectors, host to peer: %s\n",
+           big ? "placed, as sent" : "WRONG");
+    failures += !big;
     ccxx::destroy(mine);
     m.call<&Meter::quit>();
   } catch (const std::exception &e) {

@@ -21,7 +21,9 @@ int main(int argc, char **argv) {
   int status = 1;
   try {
     // The host is another executable: its calls name these operations.
-    ccxx::expose<&Meter::check, &Meter::ask, &Meter::machine, &Meter::quit>();
+    ccxx::expose<&Meter::check, &Meter::ask, &Meter::machine, &Meter::quit,
+                 &Meter::doubles, &Meter::ints, &Meter::placed,
+                 &Meter::ask_big>();
     ccxx::global_ptr<Meter> m = ccxx::create<Meter>(ccxx::here);
     nx_gp_t host = NX_GP_NULL;
     int rc = nx_attach(argv[1], &host);

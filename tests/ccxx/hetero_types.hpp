@@ -92,6 +92,27 @@ inline bool same(const reading &a, const reading &b) {
          a.from.site == b.from.site;
 }
 
+// Large vectors, each a call's last argument: received straight into the
+// parameter's storage over tcp (docs/ccxx.md, "Large arguments") and
+// converted where they landed. Every element has distinct bytes.
+inline const uint64_t big_n = (uint64_t(1) << 20) / sizeof(double);
+inline double big_double(uint64_t i) { return -1234.5678 * double(i + 1) / 7; }
+inline int32_t big_int(uint64_t i) {
+  return static_cast<int32_t>(0x01020304u + uint32_t(i) * 0x01010101u);
+}
+inline std::vector<double> big_doubles() {
+  std::vector<double> v(big_n);
+  for (uint64_t i = 0; i < big_n; i++)
+    v[i] = big_double(i);
+  return v;
+}
+inline std::vector<int32_t> big_ints() {
+  std::vector<int32_t> v(big_n);
+  for (uint64_t i = 0; i < big_n; i++)
+    v[i] = big_int(i);
+  return v;
+}
+
 // Set by Meter::quit: the peer exits.
 inline ccxx::sync<int> quit_signal;
 
@@ -109,6 +130,34 @@ public:
   bool ask(ccxx::global_ptr<Meter> other) {
     std::pair<bool, reading> r = other.call<&Meter::check>(sent());
     return r.first && same(r.second, revised(sent()));
+  }
+  // The elements of a large vector that did not arrive as sent (and all n
+  // when its length is wrong).
+  uint64_t doubles(uint64_t n, std::vector<double> v) {
+    if (v.size() != n)
+      return n;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+      bad += v[i] != big_double(i);
+    return bad;
+  }
+  uint64_t ints(uint64_t n, std::vector<int32_t> v) {
+    if (v.size() != n)
+      return n;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+      bad += v[i] != big_int(i);
+    return bad;
+  }
+  // Arguments this process received by placement (ccxx::placement()).
+  uint64_t placed() { return ccxx::placement().placed; }
+  // Sends `other` both large vectors: true when they arrived as sent and
+  // both were placed.
+  bool ask_big(ccxx::global_ptr<Meter> other) {
+    uint64_t before = other.call<&Meter::placed>();
+    bool ok = other.call<&Meter::doubles>(big_n, big_doubles()) == 0 &&
+              other.call<&Meter::ints>(big_n, big_ints()) == 0;
+    return ok && other.call<&Meter::placed>() == before + 2;
   }
   // The machine the object runs on (uname -m).
   std::string machine() {
