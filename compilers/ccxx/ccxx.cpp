@@ -617,25 +617,8 @@ static void send_failure(const nx_gp_t *to, int status,
   nx_rsr_send(out);
 }
 
-// "ccxx.op" (threaded): runs one operation on the object at `address`. The
-// request carries the op's id, the gp the reply goes to (null for a one-way
-// call; its address is the caller's token), then the arguments. A reply to
-// "ccxx.reply" carries the result alone; a failure goes to "ccxx.fail".
-static void run_op(void *address, nx_buffer_t *buf, stream &in,
-                   const op_entry *&op);
-
-// A placed request whose operation did not take the object (it failed
-// before its last argument): the object is lost, as its frame's would be.
-// Only an operation with a placement can have one (on_place).
-static void on_op(nx_context_t *ctx, void *address, nx_buffer_t *buf) {
-  stream in(buf);
-  const op_entry *op = nullptr;
-  run_op(address, buf, in, op);
-  if (op != nullptr && op->place != nullptr && !in.claimed() &&
-      nx_buffer_placement(buf) == 1)
-    place_lost(nx_context_id(ctx));
-}
-
+// Runs the request in `buf` (see on_op), reading it through `in`; `op`
+// receives its operation once the id is read.
 static void run_op(void *address, nx_buffer_t *buf, stream &in,
                    const op_entry *&op) {
   uint32_t id;
@@ -696,6 +679,23 @@ static void run_op(void *address, nx_buffer_t *buf, stream &in,
       fprintf(stderr, "ccxx: one-way call failed: %s\n", cause.c_str());
   }
   nx_gp_release(&reply_to);
+}
+
+// "ccxx.op" (threaded): runs one operation on the object at `address`. The
+// request carries the op's id, the gp the reply goes to (null for a one-way
+// call; its address is the caller's token), then the arguments. A reply to
+// "ccxx.reply" carries the result alone; a failure goes to "ccxx.fail".
+//
+// A placed request whose operation did not take the object (it failed
+// before its last argument): the object is lost, as its frame's would be.
+// Only an operation with a placement can have one (on_place).
+static void on_op(nx_context_t *ctx, void *address, nx_buffer_t *buf) {
+  stream in(buf);
+  const op_entry *op = nullptr;
+  run_op(address, buf, in, op);
+  if (op != nullptr && op->place != nullptr && !in.claimed() &&
+      nx_buffer_placement(buf) == 1)
+    place_lost(nx_context_id(ctx));
 }
 
 static int register_handlers(nx_context_t *ctx) {
