@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_args.h"
+
 #define TAG_GP 1
 #define TAG_PING 2
 #define TAG_PONG 3
@@ -202,12 +204,23 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static const char usage[] =
+    "usage: pvm_place_bench [--size BYTES] [--iters N] [--warm N] [--reps N]\n"
+    "  A ping-pong of doubles (default 1 MiB) with pvm_psend/pvm_precv "
+    "between\n"
+    "  this task and one it spawns, beside a raw RSR ping-pong of the same\n"
+    "  array (by reference, placed) between the same processes, taking\n"
+    "  turns; prints both medians and the ratio pvm/rsr. NX_PROTOCOLS picks\n"
+    "  the module.\n";
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   size_t size = 1 << 20;
   long iters = 200, warm = 20;
   int reps = 5, is_task = 0;
   for (int i = 1; i < argc; i++) {
+    if (bench_is_help(argv[i]))
+      return bench_help(usage);
     if (strcmp(argv[i], "--task") == 0)
       is_task = 1;
     else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
@@ -218,11 +231,8 @@ int main(int argc, char **argv) {
       warm = strtol(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: pvm_place_bench [--size BYTES] [--iters N] "
-                      "[--warm N] [--reps N]\n");
-      return 2;
-    }
+    else
+      return bench_bad_arg("pvm_place_bench", argv[i], NULL, usage);
   }
   if (size < sizeof(double) || size % sizeof(double) != 0 || iters < 1 ||
       warm < 0 || reps < 1 || reps > MAX_REPS) {
