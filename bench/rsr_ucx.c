@@ -477,6 +477,7 @@ static void bench_rsr(const char *mode, int zc, int place,
 
 static struct bench_mpi ompi;
 static const char *ompi_label = "Open MPI, pml ucx";
+static int ompi_found;    /* mpi_pingpong is built */
 static int ompi_fallback; /* pml ucx failed: Open MPI's defaults */
 static char ompi_ucx_why[256];
 
@@ -494,8 +495,8 @@ static void bench_ompi(double t[NSIZES][MAX_RUNS], int run) {
     }
   if (n == 0)
     return;
-  if (!ompi_fallback && bench_mpi_run(&ompi, ucx, want, usec, n, quick) != 0 &&
-      strncmp(ompi.why, "no ", 3) != 0) {
+  if (ompi_found && !ompi_fallback &&
+      bench_mpi_run(&ompi, ucx, want, usec, n, quick) != 0) {
     /* mpi_pingpong is there but pml ucx did not run: Open MPI's
      * defaults from now on. */
     snprintf(ompi_ucx_why, sizeof(ompi_ucx_why), "%s", ompi.why);
@@ -606,6 +607,7 @@ int main(int argc, char **argv) {
                              NULL};
   static double t[NSYS][NSIZES][MAX_RUNS];
   bench_mpi_find(&ompi);
+  ompi_found = ompi.why[0] == '\0';
   /* BENCH_ONLY=<system number>, for profiling one of them. */
   const char *only = getenv("BENCH_ONLY");
   int one = only != NULL ? atoi(only) : -1;
