@@ -9,10 +9,8 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +29,6 @@
  * the raw peer a fork of it; Open MPI runs under mpirun with mpi_pingpong,
  * which is built next to this program. --only and --size narrow a run for
  * profiling. */
-
-extern char **environ;
 
 /* The systems compared, in the order they run for each size and run. RSR_*
  * put the payload with nx_put_bytes and the echo copies it out and in;
@@ -283,121 +279,19 @@ static double rsr_run(const char *mode, int zc, int place, size_t size,
   return t;
 }
 
-/* 3. Open MPI: mpi_pingpong under mpirun with the tcp BTL over loopback.
+/* 3. Open MPI: mpi_pingpong under mpirun with the tcp BTL over loopback
+ * (bench_mpi_run).
  * One mpirun per size (the same options as for all sizes at once), so that
  * it runs amid the other systems' runs of that size. */
 
-struct mpi {
-  char pingpong[PATH_MAX]; /* mpi_pingpong next to this program */
-  char why[256];           /* set once Open MPI turned out unavailable */
-};
-
-static void mpi_find(struct mpi *mpi) {
-  if (bench_beside_self("mpi_pingpong", mpi->pingpong, sizeof(mpi->pingpong)) !=
-      0)
-    snprintf(mpi->why, sizeof(mpi->why),
-             "no %.200s: it is built only where Open MPI is installed",
-             mpi->pingpong[0] != '\0' ? mpi->pingpong : "mpi_pingpong");
-}
-
-/* Runs mpirun, waits at most `limit_s`, and returns the output (stdout and
- * stderr) in `out`, or -1 with the reason in mpi->why. */
-static int mpi_exec(struct mpi *mpi, char **argv, int limit_s, char *out,
-                    size_t cap) {
-  int fds[2];
-  if (pipe(fds) < 0)
-    die("pipe");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    snprintf(mpi->why, sizeof(mpi->why), "cannot run mpirun: %s", strerror(rc));
-    return -1;
-  }
-  size_t len = 0;
-  double deadline = bench_now_us() + limit_s * 1e6;
-  for (;;) {
-    struct pollfd p = {.fd = fds[0], .events = POLLIN};
-    int left_ms = (int)((deadline - bench_now_us()) / 1000);
-    if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, NULL, 0);
-      close(fds[0]);
-      snprintf(mpi->why, sizeof(mpi->why), "mpirun took over %d s", limit_s);
-      return -1;
-    }
-    char chunk[4096];
-    ssize_t r = read(fds[0], chunk, sizeof(chunk));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    /* Output past `cap` is dropped; mpi_pingpong prints a few lines. */
-    size_t keep = cap - 1 - len < (size_t)r ? cap - 1 - len : (size_t)r;
-    memcpy(out + len, chunk, keep);
-    len += keep;
-  }
-  out[len] = '\0';
-  close(fds[0]);
-  int status;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    /* The last line of output usually says why. */
-    while (len > 0 && out[len - 1] == '\n')
-      out[--len] = '\0';
-    char *last = strrchr(out, '\n');
-    snprintf(mpi->why, sizeof(mpi->why), "mpirun failed (status %d): %.160s",
-             WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-             last != NULL ? last + 1 : out);
-    return -1;
-  }
-  return 0;
-}
-
 /* Returns mpi_pingpong's median round trip for `size` bytes in
- * microseconds (it prints "bytes usec" lines), or NAN. */
-static double mpi_run(struct mpi *mpi, size_t size) {
-  if (mpi->why[0] != '\0')
-    return NAN;
-  char size_arg[32];
-  snprintf(size_arg, sizeof(size_arg), "%zu", size);
-  char *argv[] = {"mpirun",
-                  "--allow-run-as-root",
-                  "--oversubscribe",
-                  "-np",
-                  "2",
-                  "--mca",
-                  "btl",
-                  "self,tcp",
-                  "--mca",
-                  "btl_tcp_if_include",
-                  "lo",
-                  mpi->pingpong,
-                  size_arg,
-                  quick ? "--quick" : NULL,
-                  NULL};
-  static char out[1 << 16];
-  if (mpi_exec(mpi, argv, 120, out, sizeof(out)) < 0)
-    return NAN;
-  for (char *line = strtok(out, "\n"); line != NULL;
-       line = strtok(NULL, "\n")) {
-    size_t bytes;
-    double usec;
-    char extra;
-    if (line[0] != '#' &&
-        sscanf(line, "%zu %lf %c", &bytes, &usec, &extra) == 2 && bytes == size)
-      return usec;
-  }
-  snprintf(mpi->why, sizeof(mpi->why),
-           "mpi_pingpong printed no \"bytes usec\" line for %zu", size);
-  return NAN;
+ * microseconds, or NAN (the reason in mpi->why). */
+static double mpi_run(struct bench_mpi *mpi, size_t size) {
+  static const char *const tcp[] = {
+      "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", NULL};
+  double usec = NAN;
+  bench_mpi_run(mpi, tcp, &size, &usec, 1, quick);
+  return usec;
 }
 
 /* The results of one size: the median of the runs and the fastest run
@@ -527,9 +421,9 @@ int main(int argc, char **argv) {
   setenv("NX_PROTOCOLS", "tcp", 1);
   signal(SIGPIPE, SIG_IGN);
   memset(send_buf, 0x5a, sizeof(send_buf));
-  struct mpi mpi = {{0}, {0}};
+  struct bench_mpi mpi = {{0}, {0}};
   if (only < 0 || only == MPI)
-    mpi_find(&mpi);
+    bench_mpi_find(&mpi);
 
   /* The load says how far to trust the run: busy-polling suffers most
    * when other programs want the CPUs. */

@@ -3,6 +3,8 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -11,7 +13,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -481,4 +482,130 @@ void bench_child_stop(struct bench_child *ch) {
   }
   nx_gp_release(&ch->gp);
   nx_gp_release(&ch->me);
+}
+
+/* --- Open MPI's ping-pong ------------------------------------------------- */
+
+void bench_mpi_find(struct bench_mpi *mpi) {
+  if (bench_beside_self("mpi_pingpong", mpi->pingpong, sizeof(mpi->pingpong)) !=
+      0)
+    snprintf(mpi->why, sizeof(mpi->why),
+             "no %.200s: it is built only where Open MPI is installed",
+             mpi->pingpong[0] != '\0' ? mpi->pingpong : "mpi_pingpong");
+}
+
+/* Runs mpirun, waits at most `limit_s`, and returns the output (stdout and
+ * stderr) in `out`, or -1 with the reason in mpi->why. */
+static int mpi_exec(struct bench_mpi *mpi, char **argv, int limit_s, char *out,
+                    size_t cap) {
+  int fds[2];
+  if (pipe(fds) < 0)
+    bench_die("pipe", strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    snprintf(mpi->why, sizeof(mpi->why), "cannot run mpirun: %s", strerror(rc));
+    return -1;
+  }
+  size_t len = 0;
+  double deadline = bench_now_us() + limit_s * 1e6;
+  for (;;) {
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int left_ms = (int)((deadline - bench_now_us()) / 1000);
+    if (left_ms <= 0 || poll(&p, 1, left_ms) == 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, NULL, 0);
+      close(fds[0]);
+      snprintf(mpi->why, sizeof(mpi->why), "mpirun took over %d s", limit_s);
+      return -1;
+    }
+    char chunk[4096];
+    ssize_t r = read(fds[0], chunk, sizeof(chunk));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    /* Output past `cap` is dropped; mpi_pingpong prints a few lines. */
+    size_t keep = cap - 1 - len < (size_t)r ? cap - 1 - len : (size_t)r;
+    memcpy(out + len, chunk, keep);
+    len += keep;
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    /* The last line of output usually says why. */
+    while (len > 0 && out[len - 1] == '\n')
+      out[--len] = '\0';
+    char *last = strrchr(out, '\n');
+    snprintf(mpi->why, sizeof(mpi->why), "mpirun failed (status %d): %.160s",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+             last != NULL ? last + 1 : out);
+    return -1;
+  }
+  return 0;
+}
+
+#define MPI_MAX_ARGS 64
+
+int bench_mpi_run(struct bench_mpi *mpi, const char *const *opts,
+                  const size_t *sizes, double *usec, int n, int quick) {
+  for (int i = 0; i < n; i++)
+    usec[i] = NAN;
+  if (mpi->why[0] != '\0')
+    return -1;
+  static const char *const head[] = {"mpirun", "--allow-run-as-root",
+                                     "--oversubscribe", "-np", "2"};
+  char *argv[MPI_MAX_ARGS];
+  char size_arg[16][32];
+  int k = 0, nopts = 0;
+  while (opts != NULL && opts[nopts] != NULL)
+    nopts++;
+  if (n > 16 || 5 + nopts + 1 + n + 2 > MPI_MAX_ARGS)
+    bench_die("bench_mpi_run", "too many options or sizes");
+  for (int i = 0; i < 5; i++)
+    argv[k++] = (char *)head[i];
+  for (int i = 0; i < nopts; i++)
+    argv[k++] = (char *)opts[i];
+  argv[k++] = mpi->pingpong;
+  for (int i = 0; i < n; i++) {
+    snprintf(size_arg[i], sizeof(size_arg[i]), "%zu", sizes[i]);
+    argv[k++] = size_arg[i];
+  }
+  if (quick)
+    argv[k++] = "--quick";
+  argv[k] = NULL;
+  static char out[1 << 16];
+  if (mpi_exec(mpi, argv, 120, out, sizeof(out)) < 0)
+    return -1;
+  for (char *line = strtok(out, "\n"); line != NULL;
+       line = strtok(NULL, "\n")) {
+    size_t bytes;
+    double t;
+    char extra;
+    if (line[0] == '#' || sscanf(line, "%zu %lf %c", &bytes, &t, &extra) != 2)
+      continue;
+    for (int i = 0; i < n; i++)
+      if (bytes == sizes[i])
+        usec[i] = t;
+  }
+  for (int i = 0; i < n; i++) {
+    if (isnan(usec[i])) {
+      snprintf(mpi->why, sizeof(mpi->why),
+               "mpi_pingpong printed no \"bytes usec\" line for %zu", sizes[i]);
+      for (int j = 0; j < n; j++)
+        usec[j] = NAN;
+      return -1;
+    }
+  }
+  return 0;
 }

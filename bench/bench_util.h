@@ -6,6 +6,7 @@
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 
+#include <limits.h>
 #include <sched.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -168,5 +169,28 @@ void bench_child_connect(struct bench_child *ch, const char *proto);
 
 /* Sends "quit", reaps the child and releases the gps. */
 void bench_child_stop(struct bench_child *ch);
+
+/* --- Open MPI's ping-pong, the anchor measured in the same run ------------ */
+
+/* mpi_pingpong (bench/mpi_pingpong.c, built next to the benchmarks where
+ * Open MPI is installed) under mpirun. */
+struct bench_mpi {
+  char pingpong[PATH_MAX]; /* mpi_pingpong next to this program */
+  char why[256];           /* set once Open MPI turned out unavailable */
+};
+
+/* Finds mpi_pingpong next to this program; when it is not there, says so
+ * in mpi->why. */
+void bench_mpi_find(struct bench_mpi *mpi);
+
+/* Runs "mpirun --allow-run-as-root --oversubscribe -np 2 OPTS... mpi_pingpong
+ * SIZES... [--quick]" (`opts` a NULL-terminated list of mpirun options,
+ * such as "--mca", "pml", "ucx"; NULL for none) for at most 120 s, with
+ * this process's environment, and puts mpi_pingpong's median round trip for
+ * sizes[i] in usec[i], in microseconds. Returns 0, or -1 with every usec[i]
+ * NAN and the reason in mpi->why; once mpi->why is set, returns -1 at
+ * once (a caller that tries other options clears it first). */
+int bench_mpi_run(struct bench_mpi *mpi, const char *const *opts,
+                  const size_t *sizes, double *usec, int n, int quick);
 
 #endif /* NX_BENCH_UTIL_H */

@@ -1,7 +1,9 @@
 /* Round trips between two processes at 8 B to 4 MiB over libfabric: RSRs over
  * the ofi module, copying and zero-copy, beside a raw fi_send/fi_recv
  * ping-pong on the same provider, measured in the same run, for shm and
- * tcp;ofi_rxm. */
+ * tcp;ofi_rxm; at 1 and 4 MiB also both with receive placement, beside
+ * Open MPI's ping-pong over its ofi MTL on the same provider (or Open
+ * MPI's defaults where that MTL does not run). */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -36,14 +38,42 @@ extern char **environ;
 
 /* RSR_*: nx_put_bytes, copied out and in by the echo; ZC_*: zero copy,
  * nx_put_bytes_ref and nx_get_bytes_ptr, echoed by reference
- * (bench_echo_ref). */
-enum system { RAW, RSR_THREAD, RSR_POLL, ZC_THREAD, ZC_POLL, NSYSTEMS };
+ * (bench_echo_ref). PL_* and ZP_* are those with receive placement
+ * (issue 40), from PLACED_MIN up: both processes name their receive
+ * buffer (bench_place; BENCH_PLACE for the child), the module receives
+ * the payload straight into it, the copying echo's and pong's nx_get_bytes
+ * into that buffer copy nothing, and every ping and pong is checked
+ * placed. OMPI is Open MPI's mpi_pingpong under mpirun (bench_mpi_run),
+ * run by the driver itself. */
+enum system {
+  RAW,
+  RSR_THREAD,
+  RSR_POLL,
+  ZC_THREAD,
+  ZC_POLL,
+  PL_THREAD,
+  PL_POLL,
+  ZP_THREAD,
+  ZP_POLL,
+  OMPI,
+  NSYSTEMS
+};
 static const char *const system_name[NSYSTEMS] = {
-    "raw", "rsr-thread", "rsr-poll", "zc-thread", "zc-poll"};
+    "raw",       "rsr-thread", "rsr-poll",  "zc-thread", "zc-poll",
+    "pl-thread", "pl-poll",    "zp-thread", "zp-poll",   "ompi"};
 static const char *const system_label[NSYSTEMS] = {
-    "raw fi_send/fi_recv, busy-polled", "RSR, progress thread",
-    "RSR, NX_PROGRESS=poll", "zero copy, progress thread",
-    "zero copy, NX_PROGRESS=poll"};
+    "raw fi_send/fi_recv, busy-polled",
+    "RSR, progress thread",
+    "RSR, NX_PROGRESS=poll",
+    "zero copy, progress thread",
+    "zero copy, NX_PROGRESS=poll",
+    "placed, progress thread",
+    "placed, NX_PROGRESS=poll",
+    "zero copy placed, thread",
+    "zero copy placed, poll",
+    "Open MPI"};
+
+#define PLACED_MIN (1 << 20)
 
 #define MAX_PAYLOAD (4 << 20)
 #define MAX_RUNS 9
@@ -230,10 +260,19 @@ static double raw_measure(size_t size, int warm, int n) {
 
 static size_t reply_size;
 static long bad_replies;
+static int placing; /* the parent places its pongs */
 static nx_handler_id_t pong_id;
+
+/* Under placement, a reply of NX_PLACE_MIN bytes or more that was not
+ * placed is a wrong one. */
+static void check_placed(nx_buffer_t *buf) {
+  if (placing && reply_size >= NX_PLACE_MIN && nx_buffer_placement(buf) != 1)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+}
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
+  check_placed(buf);
   if (nx_get_bytes(buf, recv_buf, reply_size) != 0)
     __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
   bench_reply_arrived();
@@ -242,13 +281,20 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 /* A zero-copy reply: read in place (bench_check_ref). */
 static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
+  check_placed(buf);
   if (bench_check_ref(buf, send_buf, reply_size) != 0)
     __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
   bench_reply_arrived();
 }
 
+/* The child's: under BENCH_PLACE, a ping of NX_PLACE_MIN bytes or more
+ * that was not placed (into recv_buf) is an error. */
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
+  if (getenv("BENCH_PLACE") != NULL &&
+      nx_buffer_remaining(buf) >= nx_sizeof_bytes(NX_PLACE_MIN) &&
+      nx_buffer_placement(buf) != 1)
+    bench_die("a ping", "not placed");
   bench_echo(buf, &bench_reply_gp, pong_id, recv_buf, sizeof(recv_buf));
 }
 
@@ -258,11 +304,17 @@ static void die_nx(const char *what, int rc) {
 
 /* The zero-copy ping ("ping_ref", answered by bench_echo_ref in "pong_ref")
  * puts send_buf by reference: it never changes, so it may go again before
- * its release came; every release is waited for at the end. */
-static double rsr_measure(const char *mode, int zc, size_t size, int warm,
-                          int n) {
+ * its release came; every release is waited for at the end. With `place`,
+ * both processes place what they receive into their recv_buf. */
+static double rsr_measure(const char *mode, int zc, int place, size_t size,
+                          int warm, int n) {
   setenv("NX_PROGRESS", mode, 1);
   setenv("NX_PROTOCOLS", "ofi,local", 1);
+  if (place)
+    setenv("BENCH_PLACE", "1", 1);
+  else
+    unsetenv("BENCH_PLACE");
+  placing = place;
   struct bench_child child;
   bench_child_spawn(&child, NULL);
   int rc = nx_init(NULL, NULL);
@@ -274,6 +326,11 @@ static double rsr_measure(const char *mode, int zc, size_t size, int warm,
                       NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
                       NX_HANDLER_NONTHREADED, NULL);
+  if (place) {
+    bench_place_into(recv_buf, sizeof(recv_buf));
+    nx_handler_set_place(nx_context_self(), "pong", bench_place);
+    nx_handler_set_place(nx_context_self(), "pong_ref", bench_place);
+  }
   bench_child_connect(&child, "ofi");
   nx_handler_id_t ping = nx_handler_id("ping");
   nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
@@ -300,7 +357,7 @@ static double rsr_measure(const char *mode, int zc, size_t size, int warm,
   double t = (bench_now_us() - t0) / n;
   bench_wait_released(10);
   if (bad_replies > 0)
-    bench_die("replies", "of the wrong size or contents");
+    bench_die("replies", "of the wrong size or contents, or not placed");
   bench_child_stop(&child);
   nx_finalize();
   return t;
@@ -355,13 +412,45 @@ static double measure(const char *prov, int sys, size_t size, char *why,
   return us;
 }
 
+/* 4. Open MPI on the same provider: its ofi MTL (pml cm), told to take
+ * `prov` (Open MPI 4.1 leaves shm and tcp out unless told), or Open MPI's
+ * defaults from the first time that MTL fails on it. */
+
+struct ompi {
+  struct bench_mpi mpi;
+  int found;         /* mpi_pingpong is built */
+  int fallback;      /* the ofi MTL did not run: Open MPI's defaults */
+  char mtl_why[256]; /* why it did not */
+};
+
+static double ompi_measure(struct ompi *o, const char *prov, size_t size) {
+  const char *const mtl[] = {
+      "--mca", "pml", "cm",    "--mca",
+      "mtl",   "ofi", "--mca", "mtl_ofi_provider_include",
+      prov,    NULL};
+  double usec = NAN;
+  setenv("FI_PROVIDER", prov, 1);
+  if (o->found && !o->fallback &&
+      bench_mpi_run(&o->mpi, mtl, &size, &usec, 1, quick) != 0) {
+    snprintf(o->mtl_why, sizeof(o->mtl_why), "%s", o->mpi.why);
+    o->mpi.why[0] = '\0';
+    o->fallback = 1;
+  }
+  if (o->fallback)
+    bench_mpi_run(&o->mpi, NULL, &size, &usec, 1, quick);
+  return usec;
+}
+
 static const char usage[] =
     "usage: bench_rsr_ofi [--quick] [--provider shm|tcp] [--size BYTES]\n"
     "  RSR round trips over the ofi module between two processes beside a "
     "raw\n"
     "  libfabric ping-pong, per provider (default shm and tcp), 8 B to 4 "
     "MiB;\n"
-    "  prints the medians, the ratios and the goals.\n"
+    "  from 1 MiB up also with receive placement, beside Open MPI's ofi MTL "
+    "on\n"
+    "  the provider (mpirun); prints the medians, the ratios and the "
+    "goals.\n"
     "  --quick      3 runs\n"
     "  --provider   one provider\n"
     "  --size       one payload size in bytes (at most 4 MiB)\n";
@@ -369,6 +458,8 @@ static const char usage[] =
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ofi";
   pong_id = nx_handler_id("pong");
+  bench_child_place_mem = recv_buf; /* the child's pings, under BENCH_PLACE */
+  bench_child_place_len = sizeof(recv_buf);
   int child = bench_child_run(argc, argv, on_ping);
   if (child >= 0)
     return child;
@@ -379,19 +470,22 @@ int main(int argc, char **argv) {
       return bench_bad_arg("bench_rsr_ofi", argv[3], "a bad --measure", usage);
     memset(send_buf, 0x5a, size);
     int warm = n / 10 > 100 ? 100 : n / 10 + 1;
-    double t;
-    if (strcmp(argv[2], "raw") == 0)
-      t = raw_measure(size, warm, n);
-    else if (strcmp(argv[2], "rsr-thread") == 0)
-      t = rsr_measure("thread", 0, size, warm, n);
-    else if (strcmp(argv[2], "rsr-poll") == 0)
-      t = rsr_measure("poll", 0, size, warm, n);
-    else if (strcmp(argv[2], "zc-thread") == 0)
-      t = rsr_measure("thread", 1, size, warm, n);
-    else if (strcmp(argv[2], "zc-poll") == 0)
-      t = rsr_measure("poll", 1, size, warm, n);
-    else
+    int sys = -1;
+    for (int s = 0; s < OMPI; s++)
+      if (strcmp(argv[2], system_name[s]) == 0)
+        sys = s;
+    if (sys < 0)
       return bench_bad_arg("bench_rsr_ofi", argv[2], "no such system", usage);
+    double t;
+    if (sys == RAW) {
+      t = raw_measure(size, warm, n);
+    } else {
+      int poll =
+          sys == RSR_POLL || sys == ZC_POLL || sys == PL_POLL || sys == ZP_POLL;
+      int zc = sys == ZC_THREAD || sys == ZC_POLL || sys >= ZP_THREAD;
+      t = rsr_measure(poll ? "poll" : "thread", zc, sys >= PL_THREAD, size,
+                      warm, n);
+    }
     printf("%.4f\n", t);
     return 0;
   }
@@ -429,8 +523,12 @@ int main(int argc, char **argv) {
     const char *prov = provs[pi];
     printf("\n== FI_PROVIDER=%s\n", prov);
     double ratio8[NSYSTEMS], ratio1m[NSYSTEMS], ratio4m[NSYSTEMS];
+    double bw1m[NSYSTEMS], bw4m[NSYSTEMS]; /* Open MPI's time over theirs */
     for (int s = 0; s < NSYSTEMS; s++)
-      ratio8[s] = ratio1m[s] = ratio4m[s] = NAN;
+      ratio8[s] = ratio1m[s] = ratio4m[s] = bw1m[s] = bw4m[s] = NAN;
+    struct ompi ompi = {{{0}, {0}}, 0, 0, {0}};
+    bench_mpi_find(&ompi.mpi);
+    ompi.found = ompi.mpi.why[0] == '\0';
     int available = 1;
     for (int si = 0; si < nsizes && available; si++) {
       size_t size = sizes[si];
@@ -438,9 +536,11 @@ int main(int argc, char **argv) {
       char why[160] = "";
       /* Interleaved: each run measures every system once, so a slow
        * moment of the machine hurts them alike. */
+      int nsys = size >= PLACED_MIN ? NSYSTEMS : PL_THREAD;
       for (int run = 0; run < runs && available; run++)
-        for (int s = 0; s < NSYSTEMS; s++) {
-          v[s][run] = measure(prov, s, size, why, sizeof(why));
+        for (int s = 0; s < nsys; s++) {
+          v[s][run] = s == OMPI ? ompi_measure(&ompi, prov, size)
+                                : measure(prov, s, size, why, sizeof(why));
           if (isnan(v[s][run]) && s == RAW) {
             printf("  not available: %s\n", why);
             available = 0;
@@ -454,13 +554,27 @@ int main(int argc, char **argv) {
       printf("\n%s: %d round trips per run, median of %d runs (fastest)\n",
              label, iters_for(size), runs);
       double med[NSYSTEMS], best[NSYSTEMS];
-      for (int s = 0; s < NSYSTEMS; s++) {
+      for (int s = 0; s < nsys; s++)
         med[s] = bench_median(v[s], runs, &best[s]);
-        printf("  %-34s %9.2f us (%9.2f)", system_label[s], med[s], best[s]);
+      for (int s = 0; s < nsys; s++) {
+        const char *lab = s != OMPI       ? system_label[s]
+                          : ompi.fallback ? "Open MPI, its defaults"
+                                          : "Open MPI, ofi MTL";
+        if (s == OMPI && isnan(med[s])) {
+          printf("  %-34s not available (%s)\n", lab, ompi.mpi.why);
+          continue;
+        }
+        printf("  %-34s %9.2f us (%9.2f)", lab, med[s], best[s]);
         if (s != RAW)
           printf("  %6.2fx raw (fastest %.2fx)", med[s] / med[RAW],
                  best[s] / best[RAW]);
+        if (s >= PL_THREAD && s < OMPI)
+          printf("  %6.2fx Open MPI", med[s] / med[OMPI]);
         printf("\n");
+        if (s >= PL_THREAD && s < OMPI && size == 1 << 20)
+          bw1m[s] = med[OMPI] / med[s];
+        if (s >= PL_THREAD && s < OMPI && size == 4 << 20)
+          bw4m[s] = med[OMPI] / med[s];
         if (size == 8)
           ratio8[s] = med[s] / med[RAW];
         if (size == 1 << 20)
@@ -482,13 +596,25 @@ int main(int argc, char **argv) {
     }
     printf("  zero copy (RSR / raw): goal: within 1.1x of raw at 1 MiB and "
            "4 MiB\n");
-    for (int s = ZC_THREAD; s < NSYSTEMS; s++) {
+    for (int s = ZC_THREAD; s <= ZC_POLL; s++) {
       if (!isnan(ratio1m[s]))
         printf("    1 MiB %-28s %6.2fx  %s\n", system_label[s], ratio1m[s],
                ratio1m[s] <= 1.1 ? "met" : "NOT met");
       if (!isnan(ratio4m[s]))
         printf("    4 MiB %-28s %6.2fx  %s\n", system_label[s], ratio4m[s],
                ratio4m[s] <= 1.1 ? "met" : "NOT met");
+    }
+    if (ompi.fallback)
+      printf("  Open MPI's ofi MTL did not run on %s (%s): Open MPI's "
+             "defaults instead\n",
+             prov, ompi.mtl_why);
+    printf("  receive placement: Open MPI's time over the placed rows' "
+           "(their bandwidth over Open MPI's; no goal for ofi)\n");
+    for (int s = PL_THREAD; s < OMPI; s++) {
+      if (!isnan(bw1m[s]))
+        printf("    1 MiB %-28s %6.2fx\n", system_label[s], bw1m[s]);
+      if (!isnan(bw4m[s]))
+        printf("    4 MiB %-28s %6.2fx\n", system_label[s], bw4m[s]);
     }
   }
   return 0;

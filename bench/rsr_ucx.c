@@ -1,6 +1,8 @@
 /* Round trips between two processes at 8 B to 4 MiB over UCX: RSRs over the ucx
  * module, copying and zero-copy, beside a raw UCP active-message ping-pong,
- * measured in the same run. */
+ * measured in the same run; at 1 and 4 MiB also with receive placement,
+ * beside Open MPI's ping-pong over UCX (pml ucx). */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,17 @@
  * thread. The copying RSRs put the payload with nx_put_bytes and the echo
  * copies it out and in again; the zero-copy ones ("ping_ref", "pong_ref":
  * bench_send_ref, bench_echo_ref) put it by reference and read it in
- * place, the echo answering from the received buffer. */
+ * place, the echo answering from the received buffer.
+ * At 1 MiB and 4 MiB, the same two with receive placement (issue 40): both
+ * ends name their receive buffer (bench_place, BENCH_PLACE for the child),
+ * the ucx module fetches the payload straight into it, and every reply
+ * checks that it was placed. "Placed" is the copying RSR so: the echo
+ * reads the ping into the memory it was placed in (no copy) and answers
+ * from there with nx_put_bytes, as the copying echo answers from its own
+ * buffer. "Zero copy placed" is the zero-copy one so. Beside them Open
+ * MPI's MPI_Send/MPI_Recv (mpi_pingpong under mpirun, pml ucx with any of
+ * UCX's transports, else Open MPI's default when pml ucx cannot run),
+ * once per run, its own median of 3 or 5. */
 
 #define NSIZES 7
 static const size_t sizes[NSIZES] = {8,     1024,     4096,    8192,
@@ -333,11 +345,22 @@ static double bench_memcpy(size_t n) {
 /* 2. RSRs. */
 
 static char payload[MAX_PAYLOAD + 64];
+/* Where placed payloads go, in either process. */
+static char placed[MAX_PAYLOAD];
 static size_t reply_size;
 static long bad_replies;
+static int placing; /* this launch places its replies */
+
+/* Under placement, a reply of NX_PLACE_MIN bytes or more that was not
+ * placed is a wrong one. */
+static void check_placed(nx_buffer_t *buf) {
+  if (placing && reply_size >= NX_PLACE_MIN && nx_buffer_placement(buf) != 1)
+    __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+}
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
-  (void)ctx, (void)addr, (void)buf;
+  (void)ctx, (void)addr;
+  check_placed(buf);
   bench_reply_arrived();
 }
 
@@ -346,19 +369,29 @@ static void on_pong_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   if (bench_check_ref(buf, payload, reply_size) != 0)
     __atomic_add_fetch(&bad_replies, 1, __ATOMIC_RELAXED);
+  check_placed(buf);
   bench_reply_arrived();
 }
 
 /* Answers with as many bytes, from its own buffer: the one copy a reply
- * costs (nx_put_bytes), as the ping cost one at the other end. */
+ * costs (nx_put_bytes), as the ping cost one at the other end. A placed
+ * ping (BENCH_PLACE) is read into the memory it was placed in, which
+ * copies nothing, and answered from there; one of NX_PLACE_MIN bytes or
+ * more that was not placed is an error. */
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   uint64_t n = 0;
   nx_buffer_t *out;
   if (nx_get_uint64(buf, &n) != 0 || n > MAX_PAYLOAD)
     bench_die("a bad ping", NULL);
+  const char *from = payload;
+  if (getenv("BENCH_PLACE") != NULL && n >= NX_PLACE_MIN) {
+    if (nx_buffer_placement(buf) != 1 || nx_get_bytes(buf, placed, n) != 0)
+      bench_die("a ping", "not placed");
+    from = placed;
+  }
   if (nx_rsr_init_name(&out, &bench_reply_gp, "pong", n + 16) != 0 ||
-      nx_put_uint64(out, n) != 0 || (n > 0 && nx_put_bytes(out, payload, n)) ||
+      nx_put_uint64(out, n) != 0 || (n > 0 && nx_put_bytes(out, from, n)) ||
       nx_rsr_send(out) != 0)
     bench_die("cannot answer a ping", NULL);
 }
@@ -376,11 +409,21 @@ static int send_copy(const nx_gp_t *to, nx_handler_id_t ping, size_t n) {
   return nx_rsr_send(b);
 }
 
+/* Receive placement pays only for large payloads; the placed rows are
+ * measured at 1 MiB and 4 MiB. */
+static int placed_size(int i) { return sizes[i] >= (1u << 20); }
+
 /* One launch, as bench_raw, of copying RSRs or, when `zc` is set,
- * zero-copy ones. */
-static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
-                      int run) {
+ * zero-copy ones; with `place`, both ends place the payloads (only the
+ * sizes placed_size names are measured). */
+static void bench_rsr(const char *mode, int zc, int place,
+                      double t[NSIZES][MAX_RUNS], int run) {
   setenv("NX_PROGRESS", mode, 1);
+  if (place)
+    setenv("BENCH_PLACE", "1", 1);
+  else
+    unsetenv("BENCH_PLACE");
+  placing = place;
   struct bench_child child;
   bench_child_spawn(&child, NULL);
   if (nx_init(NULL, NULL) != 0)
@@ -390,13 +433,19 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
                       NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(nx_context_self(), "pong_ref", on_pong_ref,
                       NX_HANDLER_NONTHREADED, NULL);
+  if (place) {
+    bench_place_into(placed, sizeof(placed));
+    nx_handler_set_place(nx_context_self(), "pong", bench_place);
+    nx_handler_set_place(nx_context_self(), "pong_ref", bench_place);
+  }
   bench_child_connect(&child, "ucx");
   nx_handler_id_t ping = nx_handler_id("ping");
   nx_handler_id_t ping_ref = nx_handler_id("ping_ref");
   int rc;
   for (int s = 0; s < NSIZES; s++) {
     reply_size = sizes[s];
-    for (int w = 1; w >= 0 && size_wanted(s); w--) {
+    for (int w = 1; w >= 0 && size_wanted(s) && (!place || placed_size(s));
+         w--) {
       int n = w ? iters(s) / 10 + 1 : iters(s);
       double t0 = bench_now_us();
       for (int i = 0; i < n; i++) {
@@ -414,9 +463,51 @@ static void bench_rsr(const char *mode, int zc, double t[NSIZES][MAX_RUNS],
   }
   bench_wait_released(10);
   if (bad_replies > 0)
-    bench_die("zero-copy replies", "of the wrong size or contents");
+    bench_die("replies", place ? "of the wrong size or contents, or not placed"
+                               : "of the wrong size or contents");
   bench_child_stop(&child);
   nx_finalize();
+  unsetenv("BENCH_PLACE");
+}
+
+/* 3. Open MPI: mpi_pingpong under mpirun at the placed sizes, over UCX
+ * (pml ucx; Open MPI 4.1 selects it only for network transports unless
+ * told that any will do), or with Open MPI's defaults when pml ucx cannot
+ * run here. Fills t[size][run] at the placed sizes. */
+
+static struct bench_mpi ompi;
+static const char *ompi_label = "Open MPI, pml ucx";
+static int ompi_found;    /* mpi_pingpong is built */
+static int ompi_fallback; /* pml ucx failed: Open MPI's defaults */
+static char ompi_ucx_why[256];
+
+static void bench_ompi(double t[NSIZES][MAX_RUNS], int run) {
+  static const char *const ucx[] = {
+      "--mca",           "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca",
+      "pml_ucx_devices", "any", NULL};
+  size_t want[NSIZES];
+  double usec[NSIZES];
+  int idx[NSIZES], n = 0;
+  for (int s = 0; s < NSIZES; s++)
+    if (placed_size(s) && size_wanted(s)) {
+      idx[n] = s;
+      want[n++] = sizes[s];
+    }
+  if (n == 0)
+    return;
+  if (ompi_found && !ompi_fallback &&
+      bench_mpi_run(&ompi, ucx, want, usec, n, quick) != 0) {
+    /* mpi_pingpong is there but pml ucx did not run: Open MPI's
+     * defaults from now on. */
+    snprintf(ompi_ucx_why, sizeof(ompi_ucx_why), "%s", ompi.why);
+    ompi.why[0] = '\0';
+    ompi_fallback = 1;
+    ompi_label = "Open MPI, its defaults";
+  }
+  if (ompi_fallback)
+    bench_mpi_run(&ompi, NULL, want, usec, n, quick);
+  for (int i = 0; i < n; i++)
+    t[idx[i]][run] = usec[i];
 }
 
 static const char usage[] =
@@ -426,8 +517,10 @@ static const char usage[] =
     "over\n"
     "  the ucx module, copying and zero-copy, beside raw UCP "
     "active-message\n"
-    "  ping-pongs, in one run; prints the medians, the ratios and the "
-    "goals.\n"
+    "  ping-pongs, in one run, and at 1 and 4 MiB both with receive "
+    "placement\n"
+    "  beside Open MPI over UCX (mpirun, pml ucx); prints the medians, the\n"
+    "  ratios and the goals.\n"
     "  SCALE     multiplies the round trips per run (default 1)\n"
     "  RUNS      runs of each row, at most 15 (default 5)\n"
     "  --quick   a tenth of the round trips in 3 runs\n"
@@ -448,6 +541,8 @@ static int count_arg(const char *arg) {
 
 int main(int argc, char **argv) {
   bench_name = "bench_rsr_ucx";
+  bench_child_place_mem = placed; /* where the child's pings are placed */
+  bench_child_place_len = sizeof(placed);
   int child = bench_child_run(argc, argv, on_ping);
   if (child >= 0)
     return child;
@@ -492,13 +587,27 @@ int main(int argc, char **argv) {
     RSR_THREAD,
     ZC_POLL,
     ZC_THREAD,
+    PL_POLL, /* from here: at 1 MiB and 4 MiB only (placed_size) */
+    PL_THREAD,
+    ZP_POLL,
+    ZP_THREAD,
+    OMPI,
     NSYS
   };
-  static const char *const label[NSYS] = {
-      "raw UCP AM, UCX defaults",    "raw UCP AM, as the module",
-      "RSR, NX_PROGRESS=poll",       "RSR, progress thread",
-      "zero copy, NX_PROGRESS=poll", "zero copy, progress thread"};
+  const char *label[NSYS] = {"raw UCP AM, UCX defaults",
+                             "raw UCP AM, as the module",
+                             "RSR, NX_PROGRESS=poll",
+                             "RSR, progress thread",
+                             "zero copy, NX_PROGRESS=poll",
+                             "zero copy, progress thread",
+                             "placed, NX_PROGRESS=poll",
+                             "placed, progress thread",
+                             "zero copy placed, poll",
+                             "zero copy placed, thread",
+                             NULL};
   static double t[NSYS][NSIZES][MAX_RUNS];
+  bench_mpi_find(&ompi);
+  ompi_found = ompi.why[0] == '\0';
   /* BENCH_ONLY=<system number>, for profiling one of them. */
   const char *only = getenv("BENCH_ONLY");
   int one = only != NULL ? atoi(only) : -1;
@@ -512,14 +621,25 @@ int main(int argc, char **argv) {
     if (one < 0 || one == RAW_MODULE)
       bench_raw(1, t[RAW_MODULE], r);
     if (one < 0 || one == RSR_POLL)
-      bench_rsr("poll", 0, t[RSR_POLL], r);
+      bench_rsr("poll", 0, 0, t[RSR_POLL], r);
     if (one < 0 || one == RSR_THREAD)
-      bench_rsr("thread", 0, t[RSR_THREAD], r);
+      bench_rsr("thread", 0, 0, t[RSR_THREAD], r);
     if (one < 0 || one == ZC_POLL)
-      bench_rsr("poll", 1, t[ZC_POLL], r);
+      bench_rsr("poll", 1, 0, t[ZC_POLL], r);
     if (one < 0 || one == ZC_THREAD)
-      bench_rsr("thread", 1, t[ZC_THREAD], r);
+      bench_rsr("thread", 1, 0, t[ZC_THREAD], r);
+    if (one < 0 || one == PL_POLL)
+      bench_rsr("poll", 0, 1, t[PL_POLL], r);
+    if (one < 0 || one == PL_THREAD)
+      bench_rsr("thread", 0, 1, t[PL_THREAD], r);
+    if (one < 0 || one == ZP_POLL)
+      bench_rsr("poll", 1, 1, t[ZP_POLL], r);
+    if (one < 0 || one == ZP_THREAD)
+      bench_rsr("thread", 1, 1, t[ZP_THREAD], r);
+    if (one < 0 || one == OMPI)
+      bench_ompi(t[OMPI], r);
   }
+  label[OMPI] = ompi_label;
 
   printf("round trip between two processes over UCX %s (%u-byte header + "
          "payload), median of %d runs, one launch each, the systems taking "
@@ -528,7 +648,16 @@ int main(int argc, char **argv) {
   printf("RSR: nx_put_bytes, copied out and in by the echo; zero copy: "
          "nx_put_bytes_ref, read in place (nx_get_bytes_ptr), echoed by "
          "reference\n");
+  printf("placed: the same with receive placement at both ends, at 1 MiB "
+         "and 4 MiB, beside %s (mpi_pingpong, its own median)\n",
+         ompi_label);
+  if (ompi_fallback)
+    printf("Open MPI's pml ucx did not run here (%s): Open MPI's defaults "
+           "instead\n",
+           ompi_ucx_why);
   double zc_ratio[NSIZES][2];
+  /* Open MPI's bandwidth over the zero-copy placed rows', per size. */
+  double bw_ratio[NSIZES][2];
   double small[NSYS] = {0}; /* the 8 B medians, for its goals */
   for (int s = 0; s < NSIZES; s++) {
     if (!size_wanted(s))
@@ -536,19 +665,34 @@ int main(int argc, char **argv) {
     char size[32];
     bench_size_label(sizes[s], size, sizeof(size));
     printf("\n%s, %d round trips per run\n", size, iters(s));
-    double med[NSYS], best;
+    /* All medians first: the placed rows' ratios need Open MPI's. */
+    double med[NSYS], best[NSYS];
+    for (int k = 0; k < NSYS; k++)
+      med[k] = best[k] = NAN;
+    for (int k = 0; k < NSYS; k++)
+      if (k < PL_POLL || placed_size(s))
+        med[k] = bench_median(t[k][s], runs, &best[k]);
     for (int k = 0; k < NSYS; k++) {
-      med[k] = bench_median(t[k][s], runs, &best);
+      if (k >= PL_POLL && !placed_size(s))
+        continue;
       if (one >= 0 && one != k)
         continue;
-      printf("  %-28s %9.3f us (%9.3f)", label[k], med[k], best);
+      if (k == OMPI && isnan(med[k])) {
+        printf("  %-28s not available (%s)\n", label[k], ompi.why);
+        continue;
+      }
+      printf("  %-28s %9.3f us (%9.3f)", label[k], med[k], best[k]);
       if (k >= RAW_MODULE && one < 0)
         printf("  %5.2fx defaults", med[k] / med[RAW_DEFAULT]);
       if (k >= RSR_POLL && one < 0)
         printf("  %5.2fx as the module", med[k] / med[RAW_MODULE]);
+      if (k >= PL_POLL && k < OMPI && one < 0)
+        printf("  %5.2fx Open MPI", med[k] / med[OMPI]);
       printf("\n");
-      if (k >= ZC_POLL)
+      if (k >= ZC_POLL && k <= ZC_THREAD)
         zc_ratio[s][k - ZC_POLL] = med[k] / med[RAW_MODULE];
+      if (k >= ZP_POLL && k <= ZP_THREAD)
+        bw_ratio[s][k - ZP_POLL] = med[OMPI] / med[k];
       if (sizes[s] == 8)
         small[k] = med[k];
     }
@@ -584,6 +728,24 @@ int main(int argc, char **argv) {
              zc_ratio[s][k - ZC_POLL],
              bench_two_places(zc_ratio[s][k - ZC_POLL]) <= 1.1 ? "met"
                                                                : "NOT met");
+  }
+  printf("receive placement (issue 40): goal: zero copy + placed >= 1.2x "
+         "Open MPI's bandwidth at 1 MiB and 4 MiB (%s)\n",
+         ompi_label);
+  for (int s = 0; s < NSIZES; s++) {
+    if (!placed_size(s) || !size_wanted(s))
+      continue;
+    char size[32];
+    bench_size_label(sizes[s], size, sizeof(size));
+    for (int k = ZP_POLL; k <= ZP_THREAD; k++) {
+      double r = bw_ratio[s][k - ZP_POLL];
+      if (isnan(r))
+        printf("  %-6s %-28s not measured (Open MPI: %s)\n", size, label[k],
+               ompi.why);
+      else
+        printf("  %-6s %-28s %6.2fx Open MPI's bandwidth  %s\n", size, label[k],
+               r, bench_two_places(r) >= 1.2 ? "met" : "NOT met");
+    }
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 quick modes against the built tree: each one that was built runs to the end,
 prints its copying and its zero-copy rows at 1 MiB and 4 MiB (where the run
 covers them) with a time and a ratio, and prints the zero-copy goal;
+bench_rsr_ucx, bench_rsr_ofi and bench_rsr_mpi print their placed rows
+(receive placement, issue 40) too, bench_rsr_ucx its placement goal;
 bench_rsr_gateway prints its rows and goals or a SKIP line; bench_copy and
 bench_spin print their times, ratios and verdicts; bench_mutex its
 instruction counts and times with ratios. Nothing is asserted
@@ -101,6 +103,9 @@ def check_goals(name, out, sizes, labels):
 ZC = ["zero copy, progress thread", "zero copy, NX_PROGRESS=poll"]
 COPY = ["RSR, progress thread", "RSR, NX_PROGRESS=poll"]
 ALL = ["8 B", "1 KiB", "64 KiB", "1 MiB", "4 MiB"]
+# Receive placement's rows (issue 40), at 1 MiB and 4 MiB.
+PLACED = ["placed, progress thread", "placed, NX_PROGRESS=poll",
+          "zero copy placed, thread", "zero copy placed, poll"]
 
 # In process: every row once, few round trips.
 out = run("bench_rsr_local",
@@ -161,6 +166,18 @@ out = run("bench_rsr_ucx", [os.path.join(bench, "bench_rsr_ucx"), "--quick"])
 if out is not None:
     check_rows("bench_rsr_ucx", out, ALL, COPY + ZC)
     check_goals("bench_rsr_ucx", out, ["1 MiB", "4 MiB"], ZC)
+    # The placed rows beside Open MPI, and issue 40's goal over it.
+    check_rows("bench_rsr_ucx", out, ["1 MiB", "4 MiB"], PLACED)
+    PGOAL = "goal: zero copy + placed >= 1.2x Open MPI's bandwidth"
+    check(PGOAL in out, "bench_rsr_ucx prints \"%s\"" % PGOAL)
+    for size in ["1 MiB", "4 MiB"]:
+        for label in PLACED[2:]:
+            pat = re.escape(size) + r"\s+" + re.escape(label) + \
+                r"\s+([0-9.]+x Open MPI's bandwidth\s+(met|NOT met)|" + \
+                r"not measured)"
+            check(re.search(pat, out[out.find(PGOAL):]) is not None,
+                  "bench_rsr_ucx: a placement goal line for %s, %s" % (
+                      size, label))
 
 # ofi: one provider and one size (every launch is a fresh pair of
 # processes; all of them take minutes).
@@ -170,7 +187,7 @@ if out is not None:
     if "not available" in out:
         print("WARN: SKIPPED the ofi rows: the shm provider is not available")
     else:
-        check_rows("bench_rsr_ofi", out, ["1 MiB"], COPY + ZC)
+        check_rows("bench_rsr_ofi", out, ["1 MiB"], COPY + ZC + PLACED)
         check_goals("bench_rsr_ofi", out, ["1 MiB"], ZC)
 
 # mpi: under mpirun, one size.
@@ -181,7 +198,7 @@ else:
               MPIRUN + [os.path.join(bench, "bench_rsr_mpi"), "--quick",
                         "--size", str(4 << 20)])
     if out is not None:
-        check_rows("bench_rsr_mpi", out, ["4 MiB"], COPY + ZC)
+        check_rows("bench_rsr_mpi", out, ["4 MiB"], COPY + ZC + PLACED)
         check_goals("bench_rsr_mpi", out, ["4 MiB"], ZC)
 
 # Start-up under mpirun (PMIx bootstrap): 4 ranks, one round; the table
