@@ -263,8 +263,9 @@ static int run(int argc, char **argv) {
            where.in_process() ? "in-process objects do not die alone"
            : mpi ? "Open MPI aborts the job when a spawned child dies"
            : module == "ucx"
-               ? "over ucx a request sent afterwards to the dead process "
-                 "may never be reported lost (ccxx::destroy then hangs)"
+               ? "over ucx's shared memory a sender killed mid-message "
+                 "can stall later replies from others (docs/ucx.md, "
+                 "Limitations)"
                : "the module may not place");
   } else {
     Sink local;
