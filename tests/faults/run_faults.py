@@ -457,10 +457,27 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
                 break
             time.sleep(0.002)
         pids = board.pids(board.read())
+        killed, tried = [], []
+
+        def kill_victim():
+            tried.append(victim)
+            try:
+                os.kill(pids[victim], signal.SIGKILL)
+                killed.append('killed %s' % ('the gateway (rank 0)'
+                                             if gw and victim == 0 else
+                                             'rank %d' % victim))
+            except ProcessLookupError:
+                print('rank %d had ended before the kill' % victim)
+
         if proc.poll() is None and all(pids[:n]):
             if stalled >= 0:
                 try:
                     os.kill(pids[stalled], signal.SIGSTOP)
+                    # The victim is killed while the other rank is
+                    # stopped, not after: in the stop's 300 ms a fast
+                    # machine let it finish its sends and end first.
+                    if victim >= 0:
+                        kill_victim()
                     time.sleep(stop_s)
                     os.kill(pids[stalled], signal.SIGCONT)
                     injected.append('stopped rank %d for %d ms' %
@@ -476,14 +493,9 @@ def one_round(launch, module, count, victim, stalled, kill_at, closing,
                                 '(ss -K)' % len(ports))
             if inject:
                 injected.append(inject())
-            if victim >= 0:
-                try:
-                    os.kill(pids[victim], signal.SIGKILL)
-                    injected.append('killed %s' % ('the gateway (rank 0)'
-                                                    if gw and victim == 0 else
-                                                    'rank %d' % victim))
-                except ProcessLookupError:
-                    print('rank %d had ended before the kill' % victim)
+            if victim >= 0 and not tried:
+                kill_victim()
+            injected.extend(killed)
     finally:
         res = finish(proc, 300)
     elapsed = time.time() - t0
