@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../bench_args.h"
+#include "../bench_util.h"
 
 #define TAG_GP 1
 #define TAG_PING 2
@@ -44,12 +45,6 @@ static long pongs, releases;
 static void die(const char *what) {
   fprintf(stderr, "pvm_place_bench: %s failed\n", what);
   exit(1);
-}
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
 /* Both handlers' arrays are placed into the task's receive array. */
@@ -142,7 +137,7 @@ static void raw_setup(int tid) {
 
 /* `iters` raw round trips; the mean in microseconds. */
 static double raw_rounds(long iters) {
-  double t0 = now_us();
+  double t0 = bench_now_us();
   for (long i = 0; i < iters; i++) {
     nx_mutex_lock(&m);
     long want = pongs + 1, rel = releases + 1;
@@ -153,19 +148,19 @@ static double raw_rounds(long iters) {
       nx_cond_wait(&c, &m);
     nx_mutex_unlock(&m);
   }
-  return (now_us() - t0) / (double)iters;
+  return (bench_now_us() - t0) / (double)iters;
 }
 
 /* `iters` pvm_psend/pvm_precv round trips; the mean in microseconds. */
 static double pvm_rounds(int tid, long iters) {
-  double t0 = now_us();
+  double t0 = bench_now_us();
   for (long i = 0; i < iters; i++) {
     if (pvm_psend(tid, TAG_PING, out_buf, (int)ndoubles, PVM_DOUBLE) != 0 ||
         pvm_precv(tid, TAG_PONG, in_buf, (int)ndoubles, PVM_DOUBLE, NULL, NULL,
                   NULL) != 0)
       die("the pvm ping-pong");
   }
-  return (now_us() - t0) / (double)iters;
+  return (bench_now_us() - t0) / (double)iters;
 }
 
 static void check_back(const char *what, const double *in) {
@@ -194,14 +189,10 @@ static int task(void) {
   return 0;
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
+/* The median of v[0..n-1] (bench_util; sorts v). */
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  double best;
+  return bench_median(v, n, &best);
 }
 
 static const char usage[] =
