@@ -86,12 +86,8 @@ static void on_reply(nx_context_t *, void *, nx_buffer_t *buf) {
   nx_mutex_unlock(&raw.m);
 }
 
-static int32_t raw_call(const nx_gp_t *target, const nx_gp_t *me, int32_t x) {
-  nx_buffer_t *b;
-  if (nx_rsr_init_name(&b, target, "bench.echo", 64) < 0)
-    return -1;
-  nx_put_int32(b, x);
-  nx_put_gp(b, me);
+// Sends `b` and waits for "bench.reply": its value, or -1.
+static int32_t raw_send_wait(nx_buffer_t *b) {
   nx_mutex_lock(&raw.m);
   raw.done = false;
   nx_mutex_unlock(&raw.m);
@@ -103,6 +99,15 @@ static int32_t raw_call(const nx_gp_t *target, const nx_gp_t *me, int32_t x) {
   int32_t v = raw.value;
   nx_mutex_unlock(&raw.m);
   return v;
+}
+
+static int32_t raw_call(const nx_gp_t *target, const nx_gp_t *me, int32_t x) {
+  nx_buffer_t *b;
+  if (nx_rsr_init_name(&b, target, "bench.echo", 64) < 0)
+    return -1;
+  nx_put_int32(b, x);
+  nx_put_gp(b, me);
+  return raw_send_wait(b);
 }
 
 // The raw anchor of the asynchronous rate: "bench.echo_n" (threaded)
@@ -193,17 +198,7 @@ static int32_t raw_vec_call(const nx_gp_t *target, const nx_gp_t *me,
     nx_buffer_release(b);
     return -1;
   }
-  nx_mutex_lock(&raw.m);
-  raw.done = false;
-  nx_mutex_unlock(&raw.m);
-  if (nx_rsr_send(b) < 0)
-    return -1;
-  nx_mutex_lock(&raw.m);
-  while (!raw.done)
-    nx_cond_wait(&raw.c, &raw.m);
-  int32_t r = raw.value;
-  nx_mutex_unlock(&raw.m);
-  return r;
+  return raw_send_wait(b);
 }
 
 // The object both calls go to; install() adds the raw handlers to its
