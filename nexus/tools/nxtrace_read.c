@@ -242,7 +242,9 @@ static int parse_log(struct reader *rd, const char *name,
     }
     off += sizeof(c) + count * REC;
   }
-  p->file = xstrndup(name, strlen(name));
+  const char *base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  p->file = xstrndup(base, strlen(base));
   t->nprocs++;
   return 0;
 err:
@@ -779,7 +781,7 @@ int nxi_tr_load(const char *dir, struct tr_trace *t) {
     if (r < 0) {
       fprintf(stderr, "nxtrace: %s: %s: skipped\n", path, strerror(-r));
     } else {
-      if (parse_log(&rd, names[i], buf, len, why, sizeof(why)) < 0)
+      if (parse_log(&rd, path, buf, len, why, sizeof(why)) < 0)
         fprintf(stderr, "nxtrace: %s: %s: skipped\n", path, why);
       free(buf);
     }

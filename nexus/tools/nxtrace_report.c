@@ -393,9 +393,11 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     free(row);
     return -1;
   }
-  /* One data block per handler (then the waits): gnuplot's index. */
-  size_t blocks = 0;
-  for (size_t h = 0; h <= t->nhandlers; h++) {
+  /* One data block per handler (then the waits): gnuplot's index. Those
+   * without runs are left out of the plot and its legend. */
+  size_t blocks = t->nhandlers + 1;
+  char *used = xcalloc(blocks, 1);
+  for (size_t h = 0; h < blocks; h++) {
     int any = 0;
     for (size_t i = 0; i < t->nruns; i++) {
       const struct tr_run *r = &t->runs[i];
@@ -411,7 +413,7 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     if (!any)
       fprintf(f, "nan nan nan\n");
     fprintf(f, "\n\n");
-    blocks++;
+    used[h] = (char)any;
   }
   fclose(f);
   fprintf(gp, "reset\nset termoption noenhanced\n");
@@ -435,8 +437,11 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     char cn[40];
     const struct tr_loc *lc = &t->locs[l];
     nxi_tr_ctx_name(t, lc->ctx, cn, sizeof(cn));
-    snprintf(name, sizeof(name), "%s t%u%s", cn, lc->thread,
-             lc->layer ? " (blocked)" : "");
+    int n = snprintf(name, sizeof(name), "%s t%u", cn, lc->thread);
+    if (lc->layer == 1)
+      snprintf(name + n, sizeof(name) - (size_t)n, " (blocked)");
+    else if (lc->layer > 1)
+      snprintf(name + n, sizeof(name) - (size_t)n, " (blocked %u)", lc->layer);
     fprintf(gp, "%s", k++ ? ", " : "");
     put_quoted(gp, name);
     fprintf(gp, " %ld", row[l] - 1);
@@ -444,14 +449,15 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   fprintf(gp, ")\nplot ");
   char hb[32];
   int first = 1;
+  size_t ncolours = sizeof(colours) / sizeof(*colours), k = 0;
   for (size_t h = 0; h < blocks; h++) {
+    if (!used[h])
+      continue;
     const char *title =
         h < t->nhandlers
             ? nxi_tr_handler_name(t, t->handlers[h].id, hb, sizeof(hb))
             : "wait: full queue";
-    const char *colour = h < t->nhandlers
-                             ? colours[h % (sizeof(colours) / sizeof(*colours))]
-                             : "#999999";
+    const char *colour = h < t->nhandlers ? colours[k++ % ncolours] : "#999999";
     fprintf(gp,
             "%s'%s' index %zu using (($1+$2)/2):3:1:2:($3-0.35):($3+0.35) "
             "with boxxyerror lc rgb '%s' title ",
@@ -459,7 +465,8 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     put_quoted(gp, title);
     first = 0;
   }
-  fprintf(gp, "\n");
+  fprintf(gp, first ? "NaN notitle\n" : "\n");
+  free(used);
   free(row);
   return 0;
 }
