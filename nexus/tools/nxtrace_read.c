@@ -558,7 +558,7 @@ static void build_runs(struct tr_trace *t) {
     const struct tr_ev *f = i + 1 < n ? &t->evs[ix[i + 1]] : NULL;
     if (f && f->r.type == NXT_WAIT_END && f->proc == e->proc &&
         f->thread == e->thread) {
-      r->t1 = f->gt;
+      r->t1 = f->gt < r->t0 ? r->t0 : f->gt;
       r->finished = 1;
       i++;
     } else {
