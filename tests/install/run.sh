@@ -3,8 +3,8 @@
 # against it with pkg-config alone, and checks that the installed library
 # loads the installed module, not the build tree's, and its PMIx plugin;
 # that the installed nxinfo and nxrun start with a clean environment (their
-# rpath); and that README's "A first program" compiles as printed and
-# prints "hello 42".
+# rpath) and the installed nxtrace reads logs; and that README's "A first
+# program" compiles as printed and prints "hello 42".
 set -eu
 build=$1
 src=$2
@@ -48,6 +48,24 @@ usage=$(env -i PATH=/usr/bin:/bin "$bindir/nxrun" --help 2>&1) ||
   { echo "$usage"; echo "FAIL: the installed nxrun does not start"; exit 1; }
 echo "$usage" | grep -q "^usage: nxrun" ||
   { echo "$usage"; echo "FAIL: the installed nxrun printed no usage"; exit 1; }
+
+# The installed nxtrace (built where OTF2 is found, docs/tracing.md), with
+# a clean environment: it reads the logs the build tree's gen_logs writes
+# (tests/trace) and writes an archive that otf2-print reads.
+if [ -f "$build/nexus/tools/nxtrace" ]; then
+  [ -x "$bindir/nxtrace" ] || { echo "FAIL: nxtrace was not installed in $bindir"; exit 1; }
+  mkdir "$tmp/trace"
+  "$build/tests/trace/gen_logs" "$tmp/trace"
+  out=$(env -i PATH=/usr/bin:/bin "$bindir/nxtrace" "$tmp/trace" 2>&1) ||
+    { echo "$out"; echo "FAIL: the installed nxtrace failed on gen_logs' logs"; exit 1; }
+  echo "$out" | grep -q "^  0000000100000001  *0000000200000001  *5  *500  *tcp$" ||
+    { echo "$out"; echo "FAIL: the installed nxtrace's summary lacks the pings"; exit 1; }
+  if command -v otf2-print >/dev/null; then
+    otf2-print --silent "$tmp/trace/nexus.otf2" >/dev/null ||
+      { echo "FAIL: otf2-print cannot read the installed nxtrace's archive"; exit 1; }
+  fi
+  echo "installed nxtrace: ok"
+fi
 
 # README's first program, as printed, 20 times: nx_finalize must run the
 # RSR it sent before tearing down.
