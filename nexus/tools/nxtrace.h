@@ -114,7 +114,10 @@ struct tr_trace {
 int nxi_tr_load(const char *dir, struct tr_trace *t);
 void nxi_tr_free(struct tr_trace *t);
 
-/* Helpers for the parts that print: a handler's or module's name. */
+/* Helpers for the parts that print: a handler's index in handlers (every
+ * handler of a run, send or hop is there), its name, a context's name and
+ * a context's index (id 0: the process's own, by its index in procs). */
+size_t nxi_tr_handler_index(const struct tr_trace *t, uint32_t id);
 const char *nxi_tr_handler_name(const struct tr_trace *t, uint32_t id,
                                 char *buf, size_t len);
 const char *nxi_tr_ctx_name(const struct tr_trace *t, size_t ctx, char *buf,

@@ -309,15 +309,7 @@ static OTF2_RegionRef run_region(const struct tr_trace *t,
                                  const struct tr_run *r) {
   if (r->kind == TR_RUN_WAIT)
     return (OTF2_RegionRef)t->nhandlers;
-  size_t lo = 0, hi = t->nhandlers;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (t->handlers[mid].id < r->handler)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return (OTF2_RegionRef)lo;
+  return (OTF2_RegionRef)nxi_tr_handler_index(t, r->handler);
 }
 
 /* One location's events: its runs' Enter and Leave, nested as the layers

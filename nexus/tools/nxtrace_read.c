@@ -832,8 +832,7 @@ void nxi_tr_free(struct tr_trace *t) {
   memset(t, 0, sizeof(*t));
 }
 
-const char *nxi_tr_handler_name(const struct tr_trace *t, uint32_t id,
-                                char *buf, size_t len) {
+size_t nxi_tr_handler_index(const struct tr_trace *t, uint32_t id) {
   size_t lo = 0, hi = t->nhandlers;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -842,8 +841,14 @@ const char *nxi_tr_handler_name(const struct tr_trace *t, uint32_t id,
     else
       hi = mid;
   }
-  if (lo < t->nhandlers && t->handlers[lo].id == id && t->handlers[lo].name)
-    return t->handlers[lo].name;
+  return lo;
+}
+
+const char *nxi_tr_handler_name(const struct tr_trace *t, uint32_t id,
+                                char *buf, size_t len) {
+  size_t i = nxi_tr_handler_index(t, id);
+  if (i < t->nhandlers && t->handlers[i].id == id && t->handlers[i].name)
+    return t->handlers[i].name;
   snprintf(buf, len, "handler 0x%08x", id);
   return buf;
 }

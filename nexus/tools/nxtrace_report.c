@@ -373,6 +373,12 @@ static const char *const colours[] = {
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
     "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39"};
 
+/* A run's data block: its handler's index, or the waits' (the last). */
+static size_t run_block(const struct tr_trace *t, const struct tr_run *r) {
+  return r->kind == TR_RUN_WAIT ? t->nhandlers
+                                : nxi_tr_handler_index(t, r->handler);
+}
+
 static int write_timeline(const struct tr_trace *t, const char *tmp,
                           const char *prefix, FILE *gp) {
   /* Rows: the locations with runs, in location order. */
@@ -396,25 +402,29 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   /* One data block per handler (then the waits): gnuplot's index. Those
    * without runs are left out of the plot and its legend. */
   size_t blocks = t->nhandlers + 1;
-  char *used = xcalloc(blocks, 1);
+  size_t *start = xcalloc(blocks + 1, sizeof(size_t));
+  size_t *by = xcalloc(t->nruns + 1, sizeof(size_t));
+  for (size_t i = 0; i < t->nruns; i++)
+    start[run_block(t, &t->runs[i]) + 1]++;
+  for (size_t h = 0; h < blocks; h++)
+    start[h + 1] += start[h];
+  size_t *fill = xcalloc(blocks, sizeof(size_t));
+  for (size_t i = 0; i < t->nruns; i++) {
+    size_t h = run_block(t, &t->runs[i]);
+    by[start[h] + fill[h]++] = i;
+  }
+  free(fill);
   for (size_t h = 0; h < blocks; h++) {
-    int any = 0;
-    for (size_t i = 0; i < t->nruns; i++) {
-      const struct tr_run *r = &t->runs[i];
-      int mine = h < t->nhandlers ? r->kind == TR_RUN_HANDLER &&
-                                        r->handler == t->handlers[h].id
-                                  : r->kind == TR_RUN_WAIT;
-      if (!mine)
-        continue;
+    for (size_t k = start[h]; k < start[h + 1]; k++) {
+      const struct tr_run *r = &t->runs[by[k]];
       fprintf(f, "%.6f %.6f %ld\n", (double)(r->t0 - t->t_min) / 1e6,
               (double)(r->t1 - t->t_min) / 1e6, row[r->loc] - 1);
-      any = 1;
     }
-    if (!any)
+    if (start[h] == start[h + 1])
       fprintf(f, "nan nan nan\n");
     fprintf(f, "\n\n");
-    used[h] = (char)any;
   }
+  free(by);
   fclose(f);
   fprintf(gp, "reset\nset termoption noenhanced\n");
   fprintf(gp, "set terminal pngcairo size 1400,%zu font 'sans,10'\n",
@@ -451,7 +461,7 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   int first = 1;
   size_t ncolours = sizeof(colours) / sizeof(*colours), k = 0;
   for (size_t h = 0; h < blocks; h++) {
-    if (!used[h])
+    if (start[h] == start[h + 1])
       continue;
     const char *title =
         h < t->nhandlers
@@ -466,7 +476,7 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     first = 0;
   }
   fprintf(gp, first ? "NaN notitle\n" : "\n");
-  free(used);
+  free(start);
   free(row);
   return 0;
 }
