@@ -1,6 +1,7 @@
 /* nxtrace's model of a traced computation, shared by its parts: the logs
- * read (nxtrace_read.c), the OTF2 archive (nxtrace_otf2.c), the summary
- * and the pictures (nxtrace_report.c). docs/tracing.md describes them. */
+ * read (nxtrace_read.c), the model built (nxtrace_model.c), the OTF2
+ * archive (nxtrace_otf2.c), the summary and the pictures
+ * (nxtrace_report.c). docs/tracing.md describes them. */
 #ifndef NXTRACE_H
 #define NXTRACE_H
 
@@ -113,6 +114,15 @@ struct tr_trace {
  * Returns 0, or -1 if no log could be read (said on stderr). */
 int nxi_tr_load(const char *dir, struct tr_trace *t);
 void nxi_tr_free(struct tr_trace *t);
+
+/* The model from the events read, their times mapped (nxtrace_model.c). */
+void nxi_tr_build(struct tr_trace *t);
+
+/* Allocation that ends the tool when memory runs out; reserve grows *v (of
+ * *cap elements of size sz) to hold n. */
+void *nxi_tr_realloc(void *p, size_t n);
+void *nxi_tr_calloc(size_t n, size_t sz);
+void nxi_tr_reserve(void **v, size_t *cap, size_t n, size_t sz);
 
 /* Helpers for the parts that print: a handler's index in handlers (every
  * handler of a run, send or hop is there), its name, a context's name and

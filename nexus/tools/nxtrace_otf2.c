@@ -35,15 +35,6 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
-static void *xcalloc(size_t n, size_t sz) {
-  void *p = calloc(n ? n : 1, sz);
-  if (p == NULL) {
-    fprintf(stderr, "nxtrace: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static void strtab_insert(struct strtab *st, uint32_t ix) {
   size_t i = hash_str(st->s[ix]) & (st->nslots - 1);
   while (st->slot[i] != 0)
@@ -77,7 +68,7 @@ static OTF2_StringRef str_ref(struct strtab *st, const char *s) {
     st->nslots = st->nslots ? st->nslots * 2 : 1024;
     while (st->n * 2 > st->nslots)
       st->nslots *= 2;
-    st->slot = xcalloc(st->nslots, sizeof(uint32_t));
+    st->slot = nxi_tr_calloc(st->nslots, sizeof(uint32_t));
     for (size_t i = 0; i < st->n; i++)
       strtab_insert(st, (uint32_t)i);
   } else {
@@ -233,7 +224,7 @@ static int cmp_loc_key(const void *a, const void *b) {
 }
 
 static struct point *collect_points(const struct tr_trace *t, size_t *np) {
-  struct point *p = xcalloc(t->nevs + t->nruns + 1, sizeof(*p));
+  struct point *p = nxi_tr_calloc(t->nevs + t->nruns + 1, sizeof(*p));
   size_t n = 0;
   for (size_t i = 0; i < t->nevs; i++) {
     const struct tr_ev *e = &t->evs[i];
@@ -318,7 +309,7 @@ static void write_location(struct writer *w, OTF2_EvtWriter *ew,
                            const size_t *runs, size_t nruns,
                            const struct point *pts, size_t npts) {
   const struct tr_trace *t = w->t;
-  size_t *stack = xcalloc(nruns + 1, sizeof(size_t));
+  size_t *stack = nxi_tr_calloc(nruns + 1, sizeof(size_t));
   size_t depth = 0, ri = 0, pi = 0;
   while (ri < nruns || depth > 0 || pi < npts) {
     int have = 0, leave = 0;
@@ -347,7 +338,7 @@ static void write_location(struct writer *w, OTF2_EvtWriter *ew,
 
 static int write_events(struct writer *w, OTF2_Archive *ar) {
   const struct tr_trace *t = w->t;
-  size_t *order = xcalloc(t->nruns + 1, sizeof(size_t));
+  size_t *order = nxi_tr_calloc(t->nruns + 1, sizeof(size_t));
   for (size_t i = 0; i < t->nruns; i++)
     order[i] = i;
   sort_t = t;
@@ -494,8 +485,8 @@ static void write_def_pass(struct writer *w, OTF2_GlobalDefWriter *g) {
        "Parameter");
   /* The communicator of all contexts: rank r is the r-th context with an
    * id, its member location its first one. */
-  uint64_t *members = xcalloc(t->nreal + 1, sizeof(uint64_t));
-  uint64_t *ranks = xcalloc(t->nreal + 1, sizeof(uint64_t));
+  uint64_t *members = nxi_tr_calloc(t->nreal + 1, sizeof(uint64_t));
+  uint64_t *ranks = nxi_tr_calloc(t->nreal + 1, sizeof(uint64_t));
   for (size_t c = 0; c < t->nctxs; c++)
     if (t->ctxs[c].id != 0)
       members[t->ctxs[c].rank] = t->ctxs[c].loc0;
@@ -596,7 +587,7 @@ int nxi_tr_write_otf2(const struct tr_trace *t, const char *dir) {
     return -1;
   }
   struct writer w = {.t = t, .err = OTF2_SUCCESS};
-  w.nevents = xcalloc(t->nlocs + 1, sizeof(uint64_t));
+  w.nevents = nxi_tr_calloc(t->nlocs + 1, sizeof(uint64_t));
   w.attrs = OTF2_AttributeList_New();
   int rc = -1;
   if (failed(OTF2_Archive_SetFlushCallbacks(ar, &flush_cbs, NULL),

@@ -13,15 +13,6 @@
 
 extern char **environ;
 
-static void *xcalloc(size_t n, size_t sz) {
-  void *p = calloc(n ? n : 1, sz);
-  if (p == NULL) {
-    fprintf(stderr, "nxtrace: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 /* What the summary and the matrix count per (sender, destination). */
 struct pair {
   size_t from, to; /* context indices */
@@ -39,7 +30,7 @@ static int cmp_pair(const void *a, const void *b) {
 
 /* The pairs, sorted by sender then destination (context order). */
 static struct pair *count_pairs(const struct tr_trace *t, size_t *np) {
-  struct pair *p = xcalloc(t->nevs + 1, sizeof(*p));
+  struct pair *p = nxi_tr_calloc(t->nevs + 1, sizeof(*p));
   size_t n = 0;
   for (size_t i = 0; i < t->nevs; i++) {
     const struct tr_ev *e = &t->evs[i];
@@ -135,7 +126,7 @@ static void summary_pairs(const struct tr_trace *t, FILE *out, uint64_t *rsrs,
 }
 
 static void summary_handlers(const struct tr_trace *t, FILE *out) {
-  size_t *ix = xcalloc(t->nruns + 1, sizeof(size_t));
+  size_t *ix = nxi_tr_calloc(t->nruns + 1, sizeof(size_t));
   size_t n = 0;
   int width = 7;
   char hb[32], cb[40];
@@ -180,10 +171,10 @@ static void summary_handlers(const struct tr_trace *t, FILE *out) {
 static void summary_contexts(const struct tr_trace *t, FILE *out,
                              uint64_t *busy_all, uint64_t *wait_all,
                              uint64_t *runs_all) {
-  uint64_t *busy = xcalloc(t->nctxs, sizeof(uint64_t));
-  uint64_t *wait = xcalloc(t->nctxs, sizeof(uint64_t));
-  uint64_t *runs = xcalloc(t->nctxs, sizeof(uint64_t));
-  uint64_t *sent = xcalloc(t->nctxs, sizeof(uint64_t));
+  uint64_t *busy = nxi_tr_calloc(t->nctxs, sizeof(uint64_t));
+  uint64_t *wait = nxi_tr_calloc(t->nctxs, sizeof(uint64_t));
+  uint64_t *runs = nxi_tr_calloc(t->nctxs, sizeof(uint64_t));
+  uint64_t *sent = nxi_tr_calloc(t->nctxs, sizeof(uint64_t));
   for (size_t i = 0; i < t->nruns; i++) {
     const struct tr_run *r = &t->runs[i];
     if (!r->finished)
@@ -290,7 +281,7 @@ static int write_matrix(const struct tr_trace *t, const char *tmp,
   size_t np;
   struct pair *p = count_pairs(t, &np);
   /* The contexts that sent or received, in context order. */
-  long *axis = xcalloc(t->nctxs, sizeof(long));
+  long *axis = nxi_tr_calloc(t->nctxs, sizeof(long));
   size_t n = 0;
   for (size_t c = 0; c < t->nctxs; c++) {
     axis[c] = -1;
@@ -307,7 +298,7 @@ static int write_matrix(const struct tr_trace *t, const char *tmp,
     free(axis);
     return -1;
   }
-  uint64_t *cell = xcalloc(n * n + 1, sizeof(uint64_t));
+  uint64_t *cell = nxi_tr_calloc(n * n + 1, sizeof(uint64_t));
   for (size_t i = 0; i < np; i++)
     cell[(size_t)axis[p[i].from] * n + (size_t)axis[p[i].to]] =
         by_bytes ? p[i].bytes : p[i].rsrs;
@@ -382,7 +373,7 @@ static size_t run_block(const struct tr_trace *t, const struct tr_run *r) {
 static int write_timeline(const struct tr_trace *t, const char *tmp,
                           const char *prefix, FILE *gp) {
   /* Rows: the locations with runs, in location order. */
-  long *row = xcalloc(t->nlocs + 1, sizeof(long));
+  long *row = nxi_tr_calloc(t->nlocs + 1, sizeof(long));
   size_t nrows = 0;
   for (size_t l = 0; l < t->nlocs; l++)
     row[l] = -1;
@@ -402,13 +393,13 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   /* One data block per handler (then the waits): gnuplot's index. Those
    * without runs are left out of the plot and its legend. */
   size_t blocks = t->nhandlers + 1;
-  size_t *start = xcalloc(blocks + 1, sizeof(size_t));
-  size_t *by = xcalloc(t->nruns + 1, sizeof(size_t));
+  size_t *start = nxi_tr_calloc(blocks + 1, sizeof(size_t));
+  size_t *by = nxi_tr_calloc(t->nruns + 1, sizeof(size_t));
   for (size_t i = 0; i < t->nruns; i++)
     start[run_block(t, &t->runs[i]) + 1]++;
   for (size_t h = 0; h < blocks; h++)
     start[h + 1] += start[h];
-  size_t *fill = xcalloc(blocks, sizeof(size_t));
+  size_t *fill = nxi_tr_calloc(blocks, sizeof(size_t));
   for (size_t i = 0; i < t->nruns; i++) {
     size_t h = run_block(t, &t->runs[i]);
     by[start[h] + fill[h]++] = i;
