@@ -123,6 +123,9 @@ void nxi_tr_build(struct tr_trace *t);
 void *nxi_tr_realloc(void *p, size_t n);
 void *nxi_tr_calloc(size_t n, size_t sz);
 void nxi_tr_reserve(void **v, size_t *cap, size_t n, size_t sz);
+/* qsort, for arrays that may be empty and NULL (qsort's base may not). */
+void nxi_tr_sort(void *base, size_t n, size_t sz,
+                 int (*cmp)(const void *, const void *));
 
 /* Helpers for the parts that print: a handler's index in handlers (every
  * handler of a run, send or hop is there), its name, a context's name and

@@ -44,6 +44,8 @@ static int cmp_ctx(const void *a, const void *b) {
 long nxi_tr_ctx_find(const struct tr_trace *t, uint64_t id, uint32_t proc) {
   struct tr_ctx key = {.id = id, .proc = id ? -1 : (long)proc};
   sort_trace = t;
+  if (t->nctxs == 0)
+    return -1;
   const struct tr_ctx *c =
       bsearch(&key, t->ctxs, t->nctxs, sizeof(key), cmp_ctx);
   return c ? (long)(c - t->ctxs) : -1;
@@ -51,6 +53,12 @@ long nxi_tr_ctx_find(const struct tr_trace *t, uint64_t id, uint32_t proc) {
 
 static void build_contexts(struct tr_trace *t) {
   size_t cap = 0;
+  /* Every process has its own (id 0): a log without events still gets a
+   * location in the archive, which needs one at least. */
+  for (size_t p = 0; p < t->nprocs; p++) {
+    nxi_tr_reserve((void **)&t->ctxs, &cap, t->nctxs + 1, sizeof(*t->ctxs));
+    t->ctxs[t->nctxs++] = (struct tr_ctx){.id = 0, .proc = (long)p};
+  }
   for (size_t i = 0; i < t->nevs; i++) {
     const struct tr_ev *e = &t->evs[i];
     nxi_tr_reserve((void **)&t->ctxs, &cap, t->nctxs + 2, sizeof(*t->ctxs));
@@ -62,7 +70,7 @@ static void build_contexts(struct tr_trace *t) {
       t->ctxs[t->nctxs++] = (struct tr_ctx){.id = e->r.peer, .proc = -1};
   }
   sort_trace = t;
-  qsort(t->ctxs, t->nctxs, sizeof(*t->ctxs), cmp_ctx);
+  nxi_tr_sort(t->ctxs, t->nctxs, sizeof(*t->ctxs), cmp_ctx);
   size_t n = 0;
   for (size_t i = 0; i < t->nctxs; i++)
     if (n == 0 || cmp_ctx(&t->ctxs[n - 1], &t->ctxs[i]) != 0)
@@ -136,7 +144,7 @@ static void build_runs(struct tr_trace *t) {
     if (t->evs[i].r.type == NXT_BEGIN || t->evs[i].r.type == NXT_END)
       ix[n++] = i;
   sort_trace = t;
-  qsort(ix, n, sizeof(size_t), cmp_pair);
+  nxi_tr_sort(ix, n, sizeof(size_t), cmp_pair);
   for (size_t i = 0; i < n; i++) {
     const struct tr_ev *e = &t->evs[ix[i]];
     if (e->r.type == NXT_END) {
@@ -158,7 +166,7 @@ static void build_runs(struct tr_trace *t) {
   for (size_t i = 0; i < t->nevs; i++)
     if (t->evs[i].r.type == NXT_WAIT_BEGIN || t->evs[i].r.type == NXT_WAIT_END)
       ix[n++] = i;
-  qsort(ix, n, sizeof(size_t), cmp_wait);
+  nxi_tr_sort(ix, n, sizeof(size_t), cmp_wait);
   for (size_t i = 0; i < n; i++) {
     const struct tr_ev *e = &t->evs[ix[i]];
     if (e->r.type == NXT_WAIT_END) {
@@ -259,7 +267,7 @@ static void build_locations(struct tr_trace *t) {
   for (size_t i = 0; i < t->nruns; i++)
     order[i] = i;
   sort_trace = t;
-  qsort(order, t->nruns, sizeof(size_t), cmp_run_order);
+  nxi_tr_sort(order, t->nruns, sizeof(size_t), cmp_run_order);
   assign_layers(t, order, layer);
   free(order);
   size_t cap = 0, n = 0;
@@ -280,7 +288,7 @@ static void build_locations(struct tr_trace *t) {
     nxi_tr_reserve((void **)&t->locs, &cap, n + 1, sizeof(*t->locs));
     t->locs[n++] = (struct tr_loc){c, 0, 0};
   }
-  qsort(t->locs, n, sizeof(*t->locs), cmp_loc);
+  nxi_tr_sort(t->locs, n, sizeof(*t->locs), cmp_loc);
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
     if (m == 0 || cmp_loc(&t->locs[m - 1], &t->locs[i]) != 0)
@@ -339,8 +347,8 @@ static void pair_sends(struct tr_trace *t) {
       r[nr++] =
           (struct pair_key){e->r.peer, e->r.ctx, u->t0, u->handler, i, e->seq};
   }
-  qsort(s, ns, sizeof(*s), cmp_key);
-  qsort(r, nr, sizeof(*r), cmp_key);
+  nxi_tr_sort(s, ns, sizeof(*s), cmp_key);
+  nxi_tr_sort(r, nr, sizeof(*r), cmp_key);
   size_t i = 0;
   for (size_t j = 0; j < nr; j++) {
     /* Sends of keys before this run's are never paired. */
@@ -360,7 +368,7 @@ static void pair_sends(struct tr_trace *t) {
 }
 
 void nxi_tr_build(struct tr_trace *t) {
-  qsort(t->evs, t->nevs, sizeof(*t->evs), cmp_ev);
+  nxi_tr_sort(t->evs, t->nevs, sizeof(*t->evs), cmp_ev);
   build_contexts(t);
   build_runs(t);
   build_locations(t);

@@ -242,7 +242,7 @@ static struct point *collect_points(const struct tr_trace *t, size_t *np) {
     if (r->send >= 0)
       p[n++] = (struct point){r->loc, r->t0, 2 * t->evs[r->begin_ev].seq, i, 1};
   }
-  qsort(p, n, sizeof(*p), cmp_point);
+  nxi_tr_sort(p, n, sizeof(*p), cmp_point);
   *np = n;
   return p;
 }
@@ -342,7 +342,7 @@ static int write_events(struct writer *w, OTF2_Archive *ar) {
   for (size_t i = 0; i < t->nruns; i++)
     order[i] = i;
   sort_t = t;
-  qsort(order, t->nruns, sizeof(size_t), cmp_run_loc);
+  nxi_tr_sort(order, t->nruns, sizeof(size_t), cmp_run_loc);
   size_t npts;
   struct point *pts = collect_points(t, &npts);
   size_t ri = 0, pi = 0;
@@ -390,101 +390,114 @@ static void loc_name(const struct tr_trace *t, const struct tr_loc *l,
     snprintf(buf + n, len - (size_t)n, " (blocked %u)", l->layer);
 }
 
+/* The attributes' definitions. */
+static const struct {
+  const char *name, *desc;
+  OTF2_Type type;
+} attrs[] = {
+    [ATTR_MODULE] = {"module", "the protocol module", OTF2_TYPE_STRING},
+    [ATTR_ORDERED] = {"ordered", "NX_RSR_ORDERED", OTF2_TYPE_UINT8},
+    [ATTR_BYREF] = {"by reference", "values put by reference", OTF2_TYPE_UINT8},
+    [ATTR_THREADED] = {"threaded", "a threaded handler", OTF2_TYPE_UINT8},
+    [ATTR_PEER] = {"peer context", "the other context", OTF2_TYPE_UINT64},
+};
+
+static void group_name(const struct tr_trace *t, const struct tr_ctx *x,
+                       char *buf, size_t len) {
+  if (x->proc < 0)
+    snprintf(buf, len, "context %016llx (no log)", (unsigned long long)x->id);
+  else if (x->id == 0)
+    snprintf(buf, len, "process %08x (pid %llu)", t->procs[x->proc].proc_id,
+             (unsigned long long)t->procs[x->proc].pid);
+  else
+    snprintf(buf, len, "context %016llx (process %08x, pid %llu)",
+             (unsigned long long)x->id, t->procs[x->proc].proc_id,
+             (unsigned long long)t->procs[x->proc].pid);
+}
+
 /* The global definitions but the strings and the clock, in two passes:
  * readers resolve a string when they meet a reference to it, so every
- * string must come first. The first pass (g NULL: every write fails, and
- * is not noted) only gathers the strings. */
+ * string must come first. The first pass (g NULL) only gathers the
+ * strings into w's table; the second writes the definitions. */
 static void write_def_pass(struct writer *w, OTF2_GlobalDefWriter *g) {
   const struct tr_trace *t = w->t;
-  struct strtab *st = &w->st; /* both passes gather into w's table */
+  struct strtab *st = &w->st;
   char buf[256];
-  struct writer dry = *w; /* the first pass notes its failures here */
-  if (g == NULL)
-    w = &dry;
   /* The system tree: the computation, then its hosts. */
   OTF2_StringRef empty = str_ref(st, "");
+  OTF2_StringRef name = str_ref(st, "nexus computation");
+  OTF2_StringRef cls = str_ref(st, "machine");
+  if (g)
+    note(w,
+         OTF2_GlobalDefWriter_WriteSystemTreeNode(
+             g, 0, name, cls, OTF2_UNDEFINED_SYSTEM_TREE_NODE),
+         "SystemTreeNode");
   int unknown = 0;
   for (size_t c = 0; c < t->nctxs; c++)
     unknown |= t->ctxs[c].proc < 0;
-  note(w,
-       OTF2_GlobalDefWriter_WriteSystemTreeNode(
-           g, 0, str_ref(st, "nexus computation"), str_ref(st, "machine"),
-           OTF2_UNDEFINED_SYSTEM_TREE_NODE),
-       "SystemTreeNode");
-  for (size_t h = 0; h <= t->nhosts; h++) {
-    if (h == t->nhosts && !unknown)
-      break;
-    const char *name = h < t->nhosts ? t->hosts[h].name : "unknown host";
-    note(w,
-         OTF2_GlobalDefWriter_WriteSystemTreeNode(g, h + 1, str_ref(st, name),
-                                                  str_ref(st, "node"), 0),
-         "SystemTreeNode");
+  cls = str_ref(st, "node");
+  for (size_t h = 0; h < t->nhosts + (size_t)unknown; h++) {
+    name = str_ref(st, h < t->nhosts ? t->hosts[h].name : "unknown host");
+    if (g)
+      note(w, OTF2_GlobalDefWriter_WriteSystemTreeNode(g, h + 1, name, cls, 0),
+           "SystemTreeNode");
   }
   for (size_t c = 0; c < t->nctxs; c++) {
     const struct tr_ctx *x = &t->ctxs[c];
     size_t node = x->proc < 0 ? t->nhosts + 1 : t->procs[x->proc].host_ix + 1;
-    if (x->proc < 0)
-      snprintf(buf, sizeof(buf), "context %016llx (no log)",
-               (unsigned long long)x->id);
-    else if (x->id == 0)
-      snprintf(buf, sizeof(buf), "process %08x (pid %llu)",
-               t->procs[x->proc].proc_id,
-               (unsigned long long)t->procs[x->proc].pid);
-    else
-      snprintf(buf, sizeof(buf), "context %016llx (process %08x, pid %llu)",
-               (unsigned long long)x->id, t->procs[x->proc].proc_id,
-               (unsigned long long)t->procs[x->proc].pid);
-    note(w,
-         OTF2_GlobalDefWriter_WriteLocationGroup(
-             g, c, str_ref(st, buf), OTF2_LOCATION_GROUP_TYPE_PROCESS, node,
-             OTF2_UNDEFINED_LOCATION_GROUP),
-         "LocationGroup");
+    group_name(t, x, buf, sizeof(buf));
+    name = str_ref(st, buf);
+    if (g)
+      note(w,
+           OTF2_GlobalDefWriter_WriteLocationGroup(
+               g, c, name, OTF2_LOCATION_GROUP_TYPE_PROCESS, node,
+               OTF2_UNDEFINED_LOCATION_GROUP),
+           "LocationGroup");
   }
   for (size_t l = 0; l < t->nlocs; l++) {
     loc_name(t, &t->locs[l], buf, sizeof(buf));
-    note(w,
-         OTF2_GlobalDefWriter_WriteLocation(g, l, str_ref(st, buf),
-                                            OTF2_LOCATION_TYPE_CPU_THREAD,
-                                            w->nevents[l], t->locs[l].ctx),
-         "Location");
+    name = str_ref(st, buf);
+    if (g)
+      note(w,
+           OTF2_GlobalDefWriter_WriteLocation(g, l, name,
+                                              OTF2_LOCATION_TYPE_CPU_THREAD,
+                                              w->nevents[l], t->locs[l].ctx),
+           "Location");
   }
   /* Regions: one per handler, by id, then the waits. */
   for (size_t i = 0; i <= t->nhandlers; i++) {
-    const char *name =
-        i < t->nhandlers
-            ? nxi_tr_handler_name(t, t->handlers[i].id, buf, sizeof(buf))
-            : "wait: full queue";
-    OTF2_StringRef s = str_ref(st, name);
-    note(w,
-         OTF2_GlobalDefWriter_WriteRegion(
-             g, i, s, s, empty, OTF2_REGION_ROLE_FUNCTION, OTF2_PARADIGM_USER,
-             OTF2_REGION_FLAG_NONE, empty, 0, 0),
-         "Region");
+    name =
+        str_ref(st, i < t->nhandlers ? nxi_tr_handler_name(t, t->handlers[i].id,
+                                                           buf, sizeof(buf))
+                                     : "wait: full queue");
+    if (g)
+      note(w,
+           OTF2_GlobalDefWriter_WriteRegion(
+               g, i, name, name, empty, OTF2_REGION_ROLE_FUNCTION,
+               OTF2_PARADIGM_USER, OTF2_REGION_FLAG_NONE, empty, 0, 0),
+           "Region");
   }
-  static const struct {
-    const char *name, *desc;
-    OTF2_Type type;
-  } attrs[] = {
-      [ATTR_MODULE] = {"module", "the protocol module", OTF2_TYPE_STRING},
-      [ATTR_ORDERED] = {"ordered", "NX_RSR_ORDERED", OTF2_TYPE_UINT8},
-      [ATTR_BYREF] = {"by reference", "values put by reference",
-                      OTF2_TYPE_UINT8},
-      [ATTR_THREADED] = {"threaded", "a threaded handler", OTF2_TYPE_UINT8},
-      [ATTR_PEER] = {"peer context", "the other context", OTF2_TYPE_UINT64},
-  };
-  for (size_t a = 0; a < sizeof(attrs) / sizeof(attrs[0]); a++)
+  for (size_t a = 0; a < sizeof(attrs) / sizeof(attrs[0]); a++) {
+    name = str_ref(st, attrs[a].name);
+    OTF2_StringRef desc = str_ref(st, attrs[a].desc);
+    if (g)
+      note(w,
+           OTF2_GlobalDefWriter_WriteAttribute(g, a, name, desc, attrs[a].type),
+           "Attribute");
+  }
+  name = str_ref(st, "nexus event");
+  if (g)
     note(w,
-         OTF2_GlobalDefWriter_WriteAttribute(g, a, str_ref(st, attrs[a].name),
-                                             str_ref(st, attrs[a].desc),
-                                             attrs[a].type),
-         "Attribute");
-  note(w,
-       OTF2_GlobalDefWriter_WriteParameter(g, PARAM_EVENT,
-                                           str_ref(st, "nexus event"),
-                                           OTF2_PARAMETER_TYPE_STRING),
-       "Parameter");
+         OTF2_GlobalDefWriter_WriteParameter(g, PARAM_EVENT, name,
+                                             OTF2_PARAMETER_TYPE_STRING),
+         "Parameter");
   /* The communicator of all contexts: rank r is the r-th context with an
    * id, its member location its first one. */
+  OTF2_StringRef locs_name = str_ref(st, "contexts");
+  OTF2_StringRef ranks_name = str_ref(st, "all contexts");
+  OTF2_StringRef comm_name = str_ref(st, "nexus contexts");
+  if (g == NULL)
+    return;
   uint64_t *members = nxi_tr_calloc(t->nreal + 1, sizeof(uint64_t));
   uint64_t *ranks = nxi_tr_calloc(t->nreal + 1, sizeof(uint64_t));
   for (size_t c = 0; c < t->nctxs; c++)
@@ -493,23 +506,21 @@ static void write_def_pass(struct writer *w, OTF2_GlobalDefWriter *g) {
   for (size_t r = 0; r < t->nreal; r++)
     ranks[r] = r;
   note(w,
-       OTF2_GlobalDefWriter_WriteGroup(
-           g, GROUP_LOCATIONS, str_ref(st, "contexts"),
-           OTF2_GROUP_TYPE_COMM_LOCATIONS, OTF2_PARADIGM_MPI,
-           OTF2_GROUP_FLAG_NONE, (uint32_t)t->nreal, members),
+       OTF2_GlobalDefWriter_WriteGroup(g, GROUP_LOCATIONS, locs_name,
+                                       OTF2_GROUP_TYPE_COMM_LOCATIONS,
+                                       OTF2_PARADIGM_MPI, OTF2_GROUP_FLAG_NONE,
+                                       (uint32_t)t->nreal, members),
        "Group");
   note(w,
        OTF2_GlobalDefWriter_WriteGroup(
-           g, GROUP_RANKS, str_ref(st, "all contexts"),
-           OTF2_GROUP_TYPE_COMM_GROUP, OTF2_PARADIGM_MPI, OTF2_GROUP_FLAG_NONE,
-           (uint32_t)t->nreal, ranks),
+           g, GROUP_RANKS, ranks_name, OTF2_GROUP_TYPE_COMM_GROUP,
+           OTF2_PARADIGM_MPI, OTF2_GROUP_FLAG_NONE, (uint32_t)t->nreal, ranks),
        "Group");
   free(members);
   free(ranks);
   note(w,
-       OTF2_GlobalDefWriter_WriteComm(
-           g, COMM_ALL, str_ref(st, "nexus contexts"), GROUP_RANKS,
-           OTF2_UNDEFINED_COMM, OTF2_COMM_FLAG_NONE),
+       OTF2_GlobalDefWriter_WriteComm(g, COMM_ALL, comm_name, GROUP_RANKS,
+                                      OTF2_UNDEFINED_COMM, OTF2_COMM_FLAG_NONE),
        "Comm");
 }
 

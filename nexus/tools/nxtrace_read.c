@@ -36,6 +36,12 @@ void *nxi_tr_calloc(size_t n, size_t sz) {
   return p;
 }
 
+void nxi_tr_sort(void *base, size_t n, size_t sz,
+                 int (*cmp)(const void *, const void *)) {
+  if (n > 1)
+    qsort(base, n, sz, cmp);
+}
+
 void nxi_tr_reserve(void **v, size_t *cap, size_t n, size_t sz) {
   if (n <= *cap)
     return;
@@ -219,6 +225,11 @@ static int parse_log(struct reader *rd, const char *name,
           goto err;
         }
         char *nm = xstrndup((const char *)rp + (i + 1) * REC, r.bytes);
+        /* Names go into aligned text and gnuplot's scripts: no control
+         * characters (a damaged log's). */
+        for (char *c = nm; *c; c++)
+          if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
         if (r.type == NXT_DEF_HANDLER) {
           add_handler_name(rd, r.handler, nm);
         } else {
@@ -297,7 +308,7 @@ static void resolve_names(struct reader *rd) {
           xstrndup(rd->mods[i].name, strlen(rd->mods[i].name));
     }
   }
-  qsort(t->mods, t->nmods, sizeof(char *), cmp_str);
+  nxi_tr_sort(t->mods, t->nmods, sizeof(char *), cmp_str);
   for (size_t i = 0; i < rd->nmods; i++) {
     struct def_mod *d = &rd->mods[i];
     for (size_t j = 0; j < t->nmods; j++)
@@ -315,7 +326,7 @@ static void resolve_names(struct reader *rd) {
                               e->r.type == NXT_HOP))
       add_handler_name(rd, e->r.handler, NULL);
   }
-  qsort(t->handlers, t->nhandlers, sizeof(*t->handlers), cmp_handler);
+  nxi_tr_sort(t->handlers, t->nhandlers, sizeof(*t->handlers), cmp_handler);
   size_t n = 0;
   for (size_t i = 0; i < t->nhandlers; i++) {
     if (n > 0 && t->handlers[n - 1].id == t->handlers[i].id) {
@@ -429,7 +440,7 @@ int nxi_tr_load(const char *dir, struct tr_trace *t) {
     names[nnames++] = xstrndup(de->d_name, strlen(de->d_name));
   }
   closedir(d);
-  qsort(names, nnames, sizeof(char *), cmp_str);
+  nxi_tr_sort(names, nnames, sizeof(char *), cmp_str);
   struct reader rd = {.t = t};
   for (size_t i = 0; i < nnames; i++) {
     char path[4096], why[160];
@@ -459,6 +470,7 @@ int nxi_tr_load(const char *dir, struct tr_trace *t) {
     for (size_t i = 0; i < rd.nmods; i++)
       free(rd.mods[i].name);
     free(rd.mods);
+    nxi_tr_free(t);
     return -1;
   }
   resolve_names(&rd);

@@ -44,7 +44,7 @@ static struct pair *count_pairs(const struct tr_trace *t, size_t *np) {
     q->at_least = e->r.bytes == UINT32_MAX;
     q->mods = e->mod == TR_NOMOD || e->mod >= 64 ? 0 : 1ull << e->mod;
   }
-  qsort(p, n, sizeof(*p), cmp_pair);
+  nxi_tr_sort(p, n, sizeof(*p), cmp_pair);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
     if (m > 0 && cmp_pair(&p[m - 1], &p[i]) == 0) {
@@ -140,7 +140,7 @@ static void summary_handlers(const struct tr_trace *t, FILE *out) {
       width = w;
   }
   sort_t = t;
-  qsort(ix, n, sizeof(size_t), cmp_hrun);
+  nxi_tr_sort(ix, n, sizeof(size_t), cmp_hrun);
   fprintf(out, "\nHandler runs by handler and destination context\n");
   fprintf(out, "  %-*s %-17s %10s %12s %12s\n", width, "handler", "context",
           "runs", "mean us", "p99 us");

@@ -13,8 +13,13 @@ they hold): check_nxtrace.py NXTRACE GEN_LOGS CASE, CASE one of
            (skipped, 77, without gnuplot)
   usage    --help, unknown options, no DIR, an empty DIR, --png without
            gnuplot on PATH
+  mutated  80 copies of the logs with random bytes changed or cut short
+           (seeded: the same each run): nxtrace exits 0 or 1, never
+           crashes nor trips a sanitizer, and otf2-print reads every archive
+           it writes (that part skipped without otf2-print)
 """
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -22,6 +27,7 @@ import sys
 import tempfile
 
 SKIP = 77
+MUTATIONS = 80
 
 
 def fail(msg):
@@ -31,8 +37,10 @@ def fail(msg):
 
 def run(cmd, env=None):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, env=env, timeout=120)
-    return p.returncode, p.stdout, p.stderr
+                       env=env, timeout=120)
+    # Damaged logs have names that are not UTF-8.
+    return (p.returncode, p.stdout.decode(errors="replace"),
+            p.stderr.decode(errors="replace"))
 
 
 def section(out, title):
@@ -266,6 +274,38 @@ def case_usage(nxtrace, d):
         shutil.rmtree(empty)
 
 
+def case_mutated(nxtrace, d):
+    rng = random.Random(42)
+    logs = {f: open(os.path.join(d, f), "rb").read()
+            for f in os.listdir(d) if re.match(r"[0-9a-f]{8}-\d+\.nxt$", f)}
+    otf2 = shutil.which("otf2-print") is not None
+    archives = 0
+    for i in range(MUTATIONS):
+        m = tempfile.mkdtemp(prefix="nxtrace-mutated-")
+        try:
+            for name, data in logs.items():
+                b = bytearray(data)
+                for _ in range(rng.randint(1, 20)):
+                    b[rng.randrange(len(b))] = rng.randrange(256)
+                if rng.random() < 0.3:
+                    b = b[:rng.randrange(len(b))]
+                with open(os.path.join(m, name), "wb") as fh:
+                    fh.write(b)
+            rc, _, err = run([nxtrace, m])
+            if rc not in (0, 1) or "Sanitizer" in err or "runtime error" in err:
+                fail("mutation %d: status %d\n%s" % (i, rc, err[-3000:]))
+            if rc == 0 and otf2:
+                prc, _, perr = run(["otf2-print", "--silent",
+                                    os.path.join(m, "nexus.otf2")])
+                if prc != 0:
+                    fail("mutation %d: otf2-print: %s" % (i, perr))
+                archives += 1
+        finally:
+            shutil.rmtree(m)
+    print("ok: %d mutated sets of logs, %d archives read by otf2-print"
+          % (MUTATIONS, archives))
+
+
 def main():
     nxtrace, gen, case = sys.argv[1:4]
     d = tempfile.mkdtemp(prefix="nxtrace-test-")
@@ -274,7 +314,7 @@ def main():
         if rc != 0:
             fail("gen_logs: %s%s" % (out, err))
         {"summary": case_summary, "otf2": case_otf2, "png": case_png,
-         "usage": case_usage}[case](nxtrace, d)
+         "usage": case_usage, "mutated": case_mutated}[case](nxtrace, d)
     finally:
         shutil.rmtree(d)
     print("nxtrace %s: ok" % case)

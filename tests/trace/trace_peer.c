@@ -1,0 +1,126 @@
+/* The traced program of nxtrace's real test (run_traced.py): two process
+ * contexts under nxrun exchange a known number of RSRs.
+ *
+ * Usage: nxrun -n 2 trace_peer N. Rank 0 sends N "trace_ping" RSRs of 64
+ * bytes to rank 1, which answers each with a "trace_pong" of 16 bytes;
+ * when rank 0 has its N pongs it sends one "trace_quit", and both end.
+ * So rank 0 -> rank 1: N + 1 RSRs, 64 N + 0 bytes; rank 1 -> rank 0: N
+ * RSRs, 16 N bytes; runs: N trace_ping and 1 trace_quit on rank 1, N
+ * trace_pong on rank 0. It prints "rank R context HEX" for the test. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nexus.h"
+
+#define WATCHDOG_S 60
+
+static nx_mutex_t lock;
+static nx_cond_t cond;
+static long pongs, pings;
+static int quit;
+static nx_gp_t peer; /* the other rank's context */
+
+static void fail(const char *what, int r) {
+  fprintf(stderr, "trace_peer: %s: %s\n", what, nx_strerror(r));
+  exit(1);
+}
+
+static void send_payload(const char *handler, size_t bytes) {
+  nx_buffer_t *b;
+  int r = nx_rsr_init_name(&b, &peer, handler, bytes);
+  if (r < 0)
+    fail("nx_rsr_init_name", r);
+  if (bytes > 0) {
+    char payload[64] = {0};
+    r = nx_put_bytes(b, payload, bytes);
+    if (r < 0)
+      fail("nx_put_bytes", r);
+  }
+  r = nx_rsr_send(b);
+  if (r < 0)
+    fail("nx_rsr_send", r);
+}
+
+static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&lock);
+  pings++;
+  nx_mutex_unlock(&lock);
+  send_payload("trace_pong", 16);
+}
+
+static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&lock);
+  pongs++;
+  nx_cond_broadcast(&cond);
+  nx_mutex_unlock(&lock);
+}
+
+static void on_quit(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&lock);
+  quit = 1;
+  nx_cond_broadcast(&cond);
+  nx_mutex_unlock(&lock);
+}
+
+int main(int argc, char **argv) {
+  alarm(WATCHDOG_S);
+  int r = nx_init(&argc, &argv);
+  if (r < 0)
+    fail("nx_init", r);
+  long n = argc > 1 ? atol(argv[1]) : 0;
+  if (n <= 0) {
+    fprintf(stderr, "usage: nxrun -n 2 trace_peer N\n");
+    return 2;
+  }
+  nx_mutex_init(&lock);
+  nx_cond_init(&cond);
+  nx_context_t *self = nx_context_self();
+  if ((r = nx_handler_register(self, "trace_ping", on_ping,
+                               NX_HANDLER_NONTHREADED, NULL)) < 0 ||
+      (r = nx_handler_register(self, "trace_pong", on_pong,
+                               NX_HANDLER_NONTHREADED, NULL)) < 0 ||
+      (r = nx_handler_register(self, "trace_quit", on_quit,
+                               NX_HANDLER_NONTHREADED, NULL)) < 0)
+    fail("nx_handler_register", r);
+  nx_gp_t *gps = NULL;
+  int count = 0, rank = -1;
+  r = nx_context_peers(&gps, &count, &rank);
+  if (r < 0)
+    fail("nx_context_peers", r);
+  if (count != 2) {
+    fprintf(stderr, "trace_peer: %d contexts, not 2\n", count);
+    return 2;
+  }
+  peer = gps[1 - rank];
+  char id[64];
+  snprintf(id, sizeof(id), "%016" PRIx64, nx_gp_context(&gps[rank]));
+  printf("rank %d context %s\n", rank, id);
+  fflush(stdout);
+  if (rank == 0) {
+    for (long i = 0; i < n; i++)
+      send_payload("trace_ping", 64);
+    nx_mutex_lock(&lock);
+    while (pongs < n)
+      nx_cond_wait(&cond, &lock);
+    nx_mutex_unlock(&lock);
+    send_payload("trace_quit", 0);
+  } else {
+    nx_mutex_lock(&lock);
+    while (!quit)
+      nx_cond_wait(&cond, &lock);
+    nx_mutex_unlock(&lock);
+  }
+  for (int i = 0; i < count; i++)
+    nx_gp_release(&gps[i]);
+  free(gps);
+  r = nx_finalize();
+  if (r < 0)
+    fail("nx_finalize", r);
+  return 0;
+}
