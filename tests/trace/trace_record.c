@@ -72,6 +72,26 @@ static void on_ping_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   }
 }
 
+/* A threaded handler that blocks until "release" came: its run parks and
+ * ends where it resumes (a MOVED end, or others' runs inside it). */
+static nx_mutex_t bm;
+static nx_cond_t bc;
+static int released;
+static void on_block(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  nx_mutex_lock(&bm);
+  while (!released)
+    nx_cond_wait(&bc, &bm);
+  nx_mutex_unlock(&bm);
+  on_ping(ctx, addr, buf);
+}
+static void on_release(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  nx_mutex_lock(&bm);
+  released = 1;
+  nx_cond_broadcast(&bc);
+  nx_mutex_unlock(&bm);
+  on_ping(ctx, addr, buf);
+}
+
 static int b_init(nx_context_t *ctx, void *arg) {
   (void)arg;
   int r =
@@ -81,6 +101,11 @@ static int b_init(nx_context_t *ctx, void *arg) {
   if (r == 0)
     r = nx_handler_register(ctx, "ping_ref", on_ping_ref,
                             NX_HANDLER_NONTHREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "block", on_block, NX_HANDLER_THREADED, NULL);
+  if (r == 0)
+    r = nx_handler_register(ctx, "release", on_release, NX_HANDLER_THREADED,
+                            NULL);
   return r;
 }
 
@@ -279,6 +304,8 @@ int main(int argc, char **argv) {
   setenv("NX_TRACE", d, 1);
   nx_mutex_init(&m);
   nx_cond_init(&c);
+  nx_mutex_init(&bm);
+  nx_cond_init(&bc);
   if (nx_init(NULL, NULL) != 0) {
     fprintf(stderr, "nx_init failed\n");
     return 1;
@@ -318,6 +345,10 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < N_CHILD; i++, want++)
     CHECK(send_ping(&child_gp, "ping", 0) == 0, "ping to the child %d", i);
+  wait_pongs(want);
+  CHECK(send_ping(&b_gp, "block", 0) == 0, "block");
+  CHECK(send_ping(&b_gp, "release", 0) == 0, "release");
+  want += 2;
   wait_pongs(want);
   CHECK(pongs == want, "%ld of %ld pongs", pongs, want);
   uint64_t a_id = nx_context_id(a), b_id = b_gp.context,
@@ -394,7 +425,8 @@ int main(int argc, char **argv) {
       CHECK(me.r[i].bytes == 5, "a ping of %u bytes (an int32: 5)",
             me.r[i].bytes);
   k = count(&me, NXT_SEND, b_id, a_id, pong, 0);
-  CHECK(k == N_PLAIN + N_ORDERED + N_THREADED + N_REF, "%zu pongs B -> A", k);
+  CHECK(k == N_PLAIN + N_ORDERED + N_THREADED + N_REF + 2, "%zu pongs B -> A",
+        k); /* and the answers of block and release */
   k = count(&me, NXT_SEND, a_id, child_id, ping, 0);
   CHECK(k == N_CHILD, "%zu pings to the child", k);
   /* Handlers: where they ran, from whom, threaded or not. */
@@ -403,8 +435,8 @@ int main(int argc, char **argv) {
   k = count(&me, NXT_BEGIN, b_id, a_id, tping, NXT_F_THREADED);
   CHECK(k == N_THREADED, "%zu threaded ping runs in B", k);
   k = count(&me, NXT_BEGIN, a_id, b_id, pong, 0);
-  CHECK(k == N_PLAIN + N_ORDERED + N_THREADED + N_REF, "%zu pong runs from B",
-        k);
+  CHECK(k == N_PLAIN + N_ORDERED + N_THREADED + N_REF + 2,
+        "%zu pong runs from B", k);
   k = count(&me, NXT_BEGIN, a_id, child_id, pong, 0);
   CHECK(k == N_CHILD + N_REF, "%zu pong runs from the child", k);
   k = count(&child, NXT_BEGIN, child_id, a_id, ping, 0);
@@ -413,7 +445,11 @@ int main(int argc, char **argv) {
   CHECK(k == N_CHILD + N_REF, "%zu pongs from the child", k);
   k = count(&child, NXT_BEGIN, child_id, a_id, pref, 0);
   CHECK(k == N_REF, "%zu pings by reference run in the child", k);
-  check_runs(&me);
+  size_t pairs = check_runs(&me);
+  CHECK(pairs == count(&me, NXT_BEGIN, 0, 0, 0, 0) &&
+            count(&me, NXT_BEGIN, b_id, a_id, nx_handler_id("block"),
+                  NXT_F_THREADED) == 1,
+        "the blocking handler's run is not one BEGIN and one END");
   check_runs(&child);
   /* The child's life, as its creator saw it. */
   CHECK(count(&me, NXT_PROC_CREATE, 0, 0, 0, 0) == 1, "no PROC_CREATE");
