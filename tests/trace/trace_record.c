@@ -204,7 +204,19 @@ static int read_log(const char *path, struct log *l) {
     }
   }
   fclose(f);
-  return ok ? 0 : -1;
+  if (!ok) {
+    free(l->r);
+    free(l->name);
+    free(l->thread);
+    return -1;
+  }
+  return 0;
+}
+
+static void free_log(struct log *l) {
+  free(l->r);
+  free(l->name);
+  free(l->thread);
 }
 
 static size_t count(const struct log *l, uint8_t type, uint64_t ctx,
@@ -379,8 +391,10 @@ int main(int argc, char **argv) {
       me = l, have_me = 1;
     else if (l.h.proc_id == (uint32_t)(child_id >> 32))
       child = l, have_child = 1;
-    else
+    else {
       others++;
+      free_log(&l);
+    }
     unlink(path);
   }
   if (dd != NULL)
@@ -459,9 +473,12 @@ int main(int argc, char **argv) {
       CHECK(me.r[i].aux == (uint32_t)child.h.pid,
             "PROC_CREATE names pid %u, the child's log %llu", me.r[i].aux,
             (unsigned long long)child.h.pid);
+  size_t n_me = me.n, n_child = child.n;
+  free_log(&me);
+  free_log(&child);
   if (failures == 0)
     printf("trace_record: every check held (%zu records here, %zu in the "
            "child's log)\n",
-           me.n, child.n);
+           n_me, n_child);
   return failures != 0;
 }
