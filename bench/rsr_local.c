@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_args.h"
 #include "bench_util.h"
@@ -403,6 +404,40 @@ static double local_only_anchor(const char *self, const char *mode) {
   return v;
 }
 
+/* The cost of tracing (docs/tracing.md): this program again with the
+ * local module, the null non-threaded round trip alone, untraced and with
+ * NX_TRACE (into a folder of its own, removed after), taking turns `n`
+ * times; the medians in *off and *on (us). Returns 0, or -1 if a run
+ * failed. --quick round trips (some 17 MB of log per traced launch). */
+static int trace_anchor(const char *self, int n, double *off, double *on) {
+  char dir[] = "/tmp/nx-bench-trace-XXXXXX";
+  if (mkdtemp(dir) == NULL)
+    return -1;
+  double v[2][32];
+  int ok = 1;
+  for (int i = 0; i < n && ok; i++)
+    for (int traced = 0; traced < 2 && ok; traced++) {
+      char cmd[4096];
+      snprintf(cmd, sizeof(cmd),
+               "%s%s%s NX_PROTOCOLS=local '%s' --null-only --quick; "
+               "rm -f '%s'/*.nxt",
+               traced ? "NX_TRACE='" : "", traced ? dir : "", traced ? "'" : "",
+               self, dir);
+      FILE *p = popen(cmd, "r");
+      if (p == NULL || fscanf(p, "%lf", &v[traced][i]) != 1)
+        ok = 0;
+      if (p != NULL)
+        pclose(p);
+    }
+  rmdir(dir);
+  if (!ok)
+    return -1;
+  double best;
+  *off = bench_median(v[0], n, &best);
+  *on = bench_median(v[1], n, &best);
+  return 0;
+}
+
 static const char usage[] =
     "usage: bench_rsr_local [--quick | --smoke] [--null-only | "
     "--null-threaded]\n"
@@ -566,6 +601,14 @@ int main(int argc, char **argv) {
   }
   double create = median_of(bench_create, NULL);
   printf("  %-40s %9.3f us\n", "in-process context creation", create);
+  double untraced = 0, traced = 0;
+  int trace_ok = trace_anchor(argv[0], reps, &untraced, &traced) == 0;
+  if (trace_ok)
+    printf("  tracing (NX_TRACE; NX_PROTOCOLS=local, null non-threaded, "
+           "--quick):\n    %-38s %9.3f us\n    %-38s %9.3f us\n",
+           "untraced", untraced, "traced", traced);
+  else
+    printf("  tracing: the traced run failed\n");
   printf("goals:\n");
   printf("  non-threaded null RSR <= 2x floor:        %.2fx  %s\n",
          t[0] / floor, t[0] <= 2 * floor ? "met" : "NOT met");
@@ -590,6 +633,12 @@ int main(int argc, char **argv) {
          burst[1] / burst[0], burst[1] <= 1.1 * burst[0] ? "met" : "NOT met");
   printf("  context creation < 20 us:                 %.3f us  %s\n", create,
          create < 20 ? "met" : "NOT met");
+  if (trace_ok) {
+    /* A round trip is two RSRs: each a send, a handler's begin and end. */
+    double per_rsr = (traced - untraced) * 1000 / 2;
+    printf("  tracing <= 100 ns per traced RSR:         %.0f ns  %s\n", per_rsr,
+           per_rsr <= 100 ? "met" : "NOT met");
+  }
   printf("  zero copy: goal: within 1.1x of raw at 1 MiB and 4 MiB\n");
   for (size_t k = 0; k < NPAYLOADS; k++) {
     if (payload_sizes[k] < (1 << 20))

@@ -11,6 +11,7 @@
 
 #include <otf2/otf2.h>
 
+#include "nexus/errors.h"
 #include "nxtrace.h"
 
 /* Attributes, parameters and the communicator: fixed references. */
@@ -139,6 +140,18 @@ static const char *mod_name(const struct tr_trace *t, int mod) {
   return mod == TR_NOMOD ? "none" : t->mods[mod];
 }
 
+/* A nexus error code's name (the X-macro list of nexus/errors.h: nxtrace
+ * does not link libnexus). */
+static const char *err_name(int code, char *buf, size_t len) {
+#define NX_ERR_NAME(name, value, msg)                                          \
+  if (code == (value))                                                         \
+    return "NX_" #name;
+  NX_ERRNO_MAP(NX_ERR_NAME)
+#undef NX_ERR_NAME
+  snprintf(buf, len, "error %d", code);
+  return buf;
+}
+
 /* What a point event says, as the "nexus event" parameter's string. */
 static void event_text(const struct tr_trace *t, const struct tr_ev *e,
                        char *buf, size_t len) {
@@ -155,14 +168,16 @@ static void event_text(const struct tr_trace *t, const struct tr_ev *e,
              (unsigned long long)e->r.x, peer, mod_name(t, e->mod), e->r.bytes);
     break;
   case NXT_PROC_CREATE:
-    snprintf(buf, len, "process created: context %016llx, pid %u", peer,
-             e->r.aux);
+    snprintf(buf, len, "process created: pid %u", e->r.aux);
     break;
   case NXT_PROC_READY:
-    snprintf(buf, len, "process ready: context %016llx", peer);
+    snprintf(buf, len, "process ready: context %016llx, pid %u", peer,
+             e->r.aux);
     break;
   case NXT_PROC_LOSS:
-    snprintf(buf, len, "process lost: context %016llx", peer);
+    snprintf(buf, len, "process lost: process %08x, %s",
+             (uint32_t)(e->r.peer >> 32),
+             err_name(-(int)e->r.aux, hb, sizeof(hb)));
     break;
   case NXT_FINALIZE: snprintf(buf, len, "finalize"); break;
   case NXT_CONTEXT_CREATE:

@@ -40,6 +40,9 @@ const struct nxu_opt nxu_opts[] = {
      "runtime threads (lazy needs libboost-context at build time)"},
     {"NX_HANDLER_STACK", NXU_OPT_SIZE, "1m", MIB, 64 * KIB, 1024 * MIB, NULL,
      "core", "stack size of a lazy threaded handler (NX_THREADED=lazy)"},
+    {"NX_TRACE", NXU_OPT_TEXT, "(off)", 0, 0, 0, NULL, "core",
+     "a folder: each process writes an event log there for nxtrace "
+     "(docs/tracing.md)"},
     {"NX_DEBUG", NXU_OPT_UINT, "0", 0, 0, 9, NULL, "core",
      "1 or more: log module decisions to stderr (2: more detail)"},
     {"NX_BUFFER_CACHE", NXU_OPT_SIZE, "64m", 64 * MIB, 0, NO_MAX, NULL, "core",

@@ -116,6 +116,10 @@ if out is not None:
                ["RSR, non-threaded", "zero copy, non-threaded"])
     check_goals("bench_rsr_local", out, ["1 MiB", "4 MiB"],
                 ["zero copy / raw"])
+    # Tracing's cost, from a traced and an untraced run (docs/tracing.md).
+    check(re.search(r"tracing <= 100 ns per traced RSR: +-?[0-9]+ ns  "
+                    r"(met|NOT met)", out) is not None,
+          "bench_rsr_local: the tracing goal line")
 
 # tcp: every size and system, Open MPI's tcp BTL where it is built.
 out = run("bench_rsr_tcp", [os.path.join(bench, "bench_rsr_tcp"), "--quick"])

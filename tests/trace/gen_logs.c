@@ -147,8 +147,8 @@ static void process_a(const char *dir) {
   def(&l, NXT_DEF_HANDLER, PONG, 0, "pong");
   rec(&l, NXT_CONTEXT_CREATE, m + 10, A1, 0, 0, 0, 0, 0xff, 0, 0);
   rec(&l, NXT_CONTEXT_CREATE, m + 20, A2, 0, 0, 0, 0, 0xff, 0, 0);
-  rec(&l, NXT_PROC_CREATE, m + 100, 0, B1, 0, 0, 0, 0xff, 0, 777);
-  rec(&l, NXT_PROC_READY, m + 200, 0, B1, 0, 0, 0, 0xff, 0, 0);
+  rec(&l, NXT_PROC_CREATE, m + 100, 0, 0, 0, 0, 0, 0xff, 0, 5151);
+  rec(&l, NXT_PROC_READY, m + 200, 0, B1, 0, 0, 0, 0xff, 0, 5151);
   /* Pings at 10, 20, ... 50 us; each runs on b1 5 us later. */
   for (int i = 0; i < 5; i++)
     rec(&l, NXT_SEND, m + 10000 * (i + 1), A1, B1, 0, PING, 100, 1,
@@ -164,7 +164,9 @@ static void process_a(const char *dir) {
   rec(&l, NXT_WAIT_BEGIN, m + 100000, A1, B1, 0, 0, 0, 1, 0, 0);
   rec(&l, NXT_WAIT_END, m + 104000, A1, B1, 0, 0, 0, 1, 0, 0);
   rec(&l, NXT_FALLBACK, m + 110000, A1, B1, 0, 0, 0, 0xff, 0, 1);
-  rec(&l, NXT_PROC_LOSS, m + 120000, 0, B1, 0, 0, 0, 0xff, 0, 0);
+  /* Process 2 lost: NX_EPEERDEAD (-4009), as a positive number. */
+  rec(&l, NXT_PROC_LOSS, m + 120000, 0, B1 & ~0xffffffffull, 0, 0, 0, 0xff, 0,
+      4009);
   rec(&l, NXT_FINALIZE, m + 130000, 0, 0, 0, 0, 0, 0xff, 0, 0);
   rec(&l, NXT_CONTEXT_DESTROY, m + 131000, A2, 0, 0, 0, 0, 0xff, 0, 0);
   rec(&l, NXT_CLOCK, m + 140000, 0, 0, REAL0 + 140000, 0, 0, 0xff, 0, 0);
@@ -189,7 +191,7 @@ static void process_b(const char *dir) {
   }
   rec(&l, NXT_SEND, m + 80000, B1, A1, 0, ANON, 8, 0, 0, 0);
   rec(&l, NXT_SEND, m + 81000, B1, A1, 0, ANON, 8, 0, 0, 0);
-  rec(&l, NXT_HOP, m + 82000, B1, A2, A1, PONG, 10, 0, 0, 0);
+  rec(&l, NXT_HOP, m + 82000, 0, A2, A1, PONG, 10, 0, 0, 0);
   /* Thread 7: X (pong, threaded) 90..100 us blocks; Y begins at 95 and
    * ends at 105: Y does not nest in X. W begins at 110 and ends on
    * thread 8 at 120. */

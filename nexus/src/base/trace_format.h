@@ -70,12 +70,13 @@ enum nxt_type {
    * module the new route's module (0xff: none left), aux the old one's. */
   NXT_FALLBACK = 6,
   /* A gateway passed an RSR on: peer its destination, handler, bytes,
-   * module the next hop's, x its sender's context. */
+   * module the next hop's (0xff: not known yet), x its sender's context. */
   NXT_HOP = 7,
-  /* Processes: CREATE when this process starts one (peer its initial
-   * context, aux its pid), READY when it answered, LOSS when a process
-   * was found dead (peer a context of it), FINALIZE when this process
-   * began nx_finalize (peer 0). */
+  /* Processes: CREATE when this process started one (peer 0: not known
+   * yet, aux its pid), READY when it answered (peer its initial context,
+   * aux its pid), LOSS when a process was found lost (peer a context of
+   * it: its id's high 32 bits name it; aux the error, as a positive
+   * number: -NX_E*), FINALIZE when this process began nx_finalize. */
   NXT_PROC_CREATE = 8,
   NXT_PROC_READY = 9,
   NXT_PROC_LOSS = 10,

@@ -117,6 +117,7 @@ struct nx_buffer {
   uint64_t seq;                /* ... and that entry's place there */
   uint8_t gen;                 /* ... and the generation of its route */
   uint8_t own_tracked;         /* RECV, owned: on the list of retained ones */
+  uint8_t traced;              /* SEND: its NXT_SEND is in the trace */
   /* RECV: a payload the module owns (frame_wrap): `data` is the module's,
    * given back with own_release(own_arg, data); NULL otherwise. */
   void (*own_release)(void *arg, void *data);

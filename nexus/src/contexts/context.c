@@ -7,6 +7,7 @@
 #include "contexts/context.h"
 #include "modules/dlist.h"
 #include "base/driver.h"
+#include "base/trace.h"
 
 /* The registry maps a context's index (the low 32 bits of its id) to the
  * context. Lookups run on the dispatch path without a lock: the slot array
@@ -200,6 +201,8 @@ int nx_context_create_local(nx_context_init_fn init, void *arg, nx_gp_t *gp) {
       return r;
     }
   }
+  if (nxi_tracing())
+    nxi_trace_event(NXT_CONTEXT_CREATE, ctx->id, 0, 0, 0, 0xff, 0, 0, 0);
   struct nxi_dlist *self = atomic_load(&nxi_rt.self_dl);
   nxi_dlist_retain(self);
   gp->context = ctx->id;
@@ -218,6 +221,8 @@ int nxi_context_destroy_local(uint64_t id) {
   nxi_context_put(ctx); /* the lookup's reference */
   if (r == 0)
     nxi_context_put(ctx); /* the registry's */
+  if (r == 0 && nxi_tracing())
+    nxi_trace_event(NXT_CONTEXT_DESTROY, id, 0, 0, 0, 0xff, 0, 0, 0);
   return r;
 }
 
@@ -287,6 +292,8 @@ int nx_handler_register(nx_context_t *ctx, const char *name, nx_handler_fn fn,
   t->retired = old;
   atomic_store_explicit(&ctx->handlers, t, memory_order_release);
   pthread_mutex_unlock(&ctx->lock);
+  if (nxi_tracing())
+    nxi_trace_name(NXT_DEF_HANDLER, ctx->id, hid, 0xff, name);
   if (id != NULL)
     *id = hid;
   return 0;

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "modules/dlist.h"
+#include "base/trace.h"
+#include "modules/module.h"
 
 /* Descriptor list wire encoding (fixed little-endian, docs/design.md):
  *   u8 count, then per descriptor:
@@ -421,6 +423,10 @@ static int fall_back(struct nxi_dlist *dl, struct nxi_route *old) {
     return 1;
   }
   atomic_fetch_add(&nxi_rt.route_fallbacks, 1);
+  if (nxi_tracing())
+    nxi_trace_event(NXT_FALLBACK, 0, (uint64_t)atomic_load(&dl->proc) << 32, 0,
+                    0, rt->mod != NULL ? nxi_module_index(rt->mod) : 0xff, 0,
+                    old->mod != NULL ? nxi_module_index(old->mod) : 0xff, 0);
   const struct nxi_route_stages *s = atomic_load(&route_stages);
   if (s != NULL && s->rerouted != NULL && old->gen != rt->gen)
     s->rerouted(atomic_load(&dl->proc), old->gen, status);
@@ -608,6 +614,9 @@ static void fail_list(struct nxi_dlist *dl, int status) {
   pthread_mutex_lock(&intern_lock);
   int report = p != 0 && mark_dead(p);
   pthread_mutex_unlock(&intern_lock);
+  if (report && nxi_tracing())
+    nxi_trace_event(NXT_PROC_LOSS, 0, (uint64_t)p << 32, 0, 0, 0xff, 0,
+                    (uint32_t)-status, 0);
   if (report)
     report_lost(status, p);
 }

@@ -32,6 +32,7 @@
 #include "nxu_key.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
+#include "base/trace.h"
 
 extern char **environ;
 
@@ -568,6 +569,8 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
     free(c);
     return r;
   }
+  if (nxi_tracing())
+    nxi_trace_event(NXT_PROC_CREATE, 0, 0, 0, 0, 0xff, 0, (uint32_t)c->pid, 0);
   uint64_t spent = nxu_now_ms() - start;
   nx_gp_t child_gp = NX_GP_NULL;
   r = handshake(c, spent < (uint64_t)timeout_ms ? timeout_ms - (int)spent : 1,
@@ -586,6 +589,9 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
     return r;
   }
   c->proc = nxi_ctxid_proc(child_gp.context);
+  if (nxi_tracing())
+    nxi_trace_event(NXT_PROC_READY, 0, child_gp.context, 0, 0, 0xff, 0,
+                    (uint32_t)c->pid, 0);
   pthread_mutex_lock(&kids_lock);
   c->next = kids;
   kids = c;

@@ -15,6 +15,7 @@
 #include "modules/module.h"
 #include "nxu_time.h"
 #include "rsr/order.h"
+#include "base/trace.h"
 
 #define BATCH 64
 
@@ -33,7 +34,10 @@ void nxi_run(struct nx_buffer *b) {
   nxi_stage_handled(b);
   nx_context_t *old = nxi_context_swap(ctx);
   nxi_eng_me.handlers++;
-  b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  if (nxi_tracing())
+    nxi_run_traced(b, ctx);
+  else
+    b->fn(ctx, (void *)(uintptr_t)b->address, b);
   nxi_eng_me.handlers--;
   nxi_context_swap(old);
   run_end(b, ctx);

@@ -7,6 +7,11 @@
 #include "buffers/buf.h"
 
 void nxi_run(struct nx_buffer *b);
+/* Calls b's handler between its BEGIN and END in the trace (traced.c,
+ * base/trace.h): where a handler is called, under nxi_tracing(). A
+ * threaded one that blocked may end on another thread (NXT_F_MOVED). */
+struct nx_context;
+void nxi_run_traced(struct nx_buffer *b, struct nx_context *ctx);
 /* Runs a job from the thread queue on a runtime thread: resumes a parked
  * handler, or starts a threaded one on a stack of its own. */
 void nxi_run_queued(struct nx_buffer *b);

@@ -24,6 +24,7 @@
 #include "contexts/context.h"
 #include "engine/engine.h"
 #include "rsr/stages.h"
+#include "base/trace.h"
 #include "rsr/order.h"
 #include "threads/nxi_thread.h"
 
@@ -316,7 +317,10 @@ static void fiber_main(struct fctx_transfer t) {
     struct nx_context *ctx = b->ctx;
     f->running = 1;
     nxi_stage_handled(b); /* as it starts (nxi_run) */
-    b->fn(ctx, (void *)(uintptr_t)b->address, b);
+    if (nxi_tracing())
+      nxi_run_traced(b, ctx);
+    else
+      b->fn(ctx, (void *)(uintptr_t)b->address, b);
     f->running = 0;
     job_end(b, ctx);
     if (f->carry) /* cleared if it parked: maybe on another thread now */
@@ -352,7 +356,10 @@ static int fiber_call(struct nxi_fiber *f, struct nx_buffer *b) {
   f->running = 1;
   f->depth = nxi_eng_me.handlers;
   nxi_stage_handled(b);
-  b->fn(ctx, (void *)(uintptr_t)b->address, b);
+  if (nxi_tracing())
+    nxi_run_traced(b, ctx);
+  else
+    b->fn(ctx, (void *)(uintptr_t)b->address, b);
   f->running = 0;
   if (f->displaced)
     fiber_end_displaced(f, b, ctx);

@@ -9,6 +9,8 @@
 #include "rsr/stages.h"
 #include "rsr/order.h"
 #include "rsr/send.h"
+#include "base/trace.h"
+#include "modules/module.h"
 
 int nx_rsr_init(nx_buffer_t **buf, const nx_gp_t *gp, nx_handler_id_t handler,
                 size_t size_hint) {
@@ -55,15 +57,39 @@ static inline void mark_sent(struct nxi_module *m) {
     atomic_store_explicit(&m->sent, 1, memory_order_relaxed);
 }
 
+/* The program's RSR `b`, about to go to `rt`'s module, in the trace:
+ * once (one that the fast path gave back goes again by the slow one). */
+static __attribute__((noinline, cold)) void
+trace_send(struct nx_buffer *b, const struct nxi_route *rt) {
+  if (b->traced)
+    return;
+  b->traced = 1;
+  uint16_t f = (b->order != 0 ? NXT_F_ORDERED : 0) |
+               (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
+  nxi_trace_event(NXT_SEND, b->source, b->context, b->handler,
+                  nxi_buffer_wire_len(b), nxi_module_index(rt->mod), f, 0, 0);
+}
+
+/* A send waits for room in a full queue (`begin`), or waited. */
+static __attribute__((noinline, cold)) void
+trace_wait(int begin, uint64_t source, uint64_t dest,
+           const struct nxi_module *m) {
+  nxi_trace_event(begin ? NXT_WAIT_BEGIN : NXT_WAIT_END, source, dest, 0, 0,
+                  m != NULL ? nxi_module_index(m) : 0xff, 0, 0, 0);
+}
+
 /* Hands the sealed frame to the route's module. The buffer is the module's
  * unless this fails. */
 static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
                    atomic_uint_fast64_t *count) {
   nxi_buffer_refs_status(b, 0);
   count_add(count, 1);
+  if (count == NULL && nxi_tracing())
+    trace_send(b, rt);
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
-  int r;
+  int r, waited = 0;
+  uint64_t source = b->source, dest = b->context; /* `b` goes when sent */
   for (;;) {
     /* An endpoint reported dead gets no more sends. */
     if ((r = nx_endpoint_failed(rt->ep)) != 0)
@@ -71,8 +97,14 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
     r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
     if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
       break;
+    if (!waited && nxi_tracing()) {
+      waited = 1;
+      trace_wait(1, source, dest, rt->mod);
+    }
     nxi_progress_help();
   }
+  if (waited)
+    trace_wait(0, source, dest, rt->mod);
   if (r < 0)
     count_add(count, -1);
   else
@@ -195,6 +227,8 @@ static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
     nxi_buffer_free(b);
     return NX_ENOMEM;
   }
+  int waited = 0;
+  uint64_t source = b->source, dest = b->context; /* `b` goes when sent */
   for (;;) {
     struct nxi_peer *peer;
     b->order = nxi_order_send_begin(s);
@@ -203,8 +237,15 @@ static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
     nxi_order_send_end(s, r >= 0);
     if (peer != NULL)
       nxi_rel()->ask(peer);
-    if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
+    if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK)) {
+      if (waited)
+        trace_wait(0, source, dest, NULL);
       return r;
+    }
+    if (!waited && nxi_tracing()) {
+      waited = 1;
+      trace_wait(1, source, dest, NULL);
+    }
     nxi_progress_help(); /* the module's queue is full: let it drain */
   }
 }
@@ -243,6 +284,8 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
   if (b->hflags != 0 && wire)
     nxi_frame_hdr_set_flags(b->hdr, b->hflags);
+  if (nxi_tracing())
+    trace_send(b, rt);
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */
   nxi_count_sent(1);

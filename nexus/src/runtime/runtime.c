@@ -30,6 +30,7 @@
 #include "processes/parent.h"
 #include "progress/progress.h"
 #include "runtime/core_api.h"
+#include "base/trace.h"
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Set when nx_finalize had to leave blocked handler threads running: the
@@ -149,6 +150,10 @@ int nx_init(int *argc, char ***argv) {
   r = new_identity();
   if (r < 0)
     goto err_cache;
+  /* Before anything is sent or handled: every event goes in the log. */
+  r = nxi_trace_start();
+  if (r < 0)
+    goto err_cache;
   nxi_frame_init();
   nxi_rt_reset();
   /* Reliability's stages (rsr/stages.h) from the start, before anything
@@ -171,6 +176,10 @@ int nx_init(int *argc, char ***argv) {
     r = NX_EUNREACH;
     goto err_modules;
   }
+  if (nxi_tracing())
+    for (int i = 0; i < nxi_module_count_loaded(); i++)
+      nxi_trace_name(NXT_DEF_MODULE, 0, 0, (uint8_t)i,
+                     nxi_module_loaded(i)->name);
   r = nxi_progress_watch_modules();
   if (r < 0)
     goto err_modules;
@@ -218,6 +227,7 @@ err_contexts:
 err_progress:
   nxi_progress_finalize();
 err_cache:
+  nxi_trace_stop();
   nxi_buffer_cache_finalize();
 err_unlock:
   pthread_mutex_unlock(&init_lock);
@@ -241,6 +251,8 @@ int nx_finalize(void) {
   }
   int result = 0;
   if (atomic_load(&nxi_rt.refs) == 1) {
+    if (nxi_tracing())
+      nxi_trace_event(NXT_FINALIZE, 0, 0, 0, 0, 0xff, 0, 0, 0);
     /* RSRs already sent to a context of this process run first (rule 14):
      * a program that sends and then finalizes sees its handlers run. */
     int left = nxi_progress_drain(finalize_ms);
@@ -276,6 +288,7 @@ int nx_finalize(void) {
   if (nxi_progress_finalize() > 0) {
     /* Blocked handler threads may still use contexts, gps and modules. */
     abandoned = 1;
+    nxi_trace_stop(); /* what was recorded is written */
     pthread_mutex_unlock(&init_lock);
     return NX_EBUSY;
   }
@@ -292,6 +305,7 @@ int nx_finalize(void) {
   nxi_ledger_finalize(); /* after the modules' last send_done */
   nxi_boot_finalize();
   nxi_buffer_cache_finalize(); /* the modules freed their frames */
+  nxi_trace_stop();
   pthread_mutex_unlock(&init_lock);
   return result;
 }

@@ -23,6 +23,8 @@
 #include "services/gateway.h"
 #include "services/ledger.h"
 #include "rsr/send.h"
+#include "base/trace.h"
+#include "modules/module.h"
 
 #define JOIN "nx.gw.join"     /* member -> gateway: u32 seq, gp to reply to */
 #define JOINED "nx.gw.joined" /* gateway -> member: u32 seq, i32 status */
@@ -123,6 +125,13 @@ static int forward(struct nx_buffer *b) {
   int ctl = b->hflags & NXI_FRAME_F_CTL;
   /* A payload the receiving module owns (frame_wrap) is copied out: the
    * next module may hold the frame past that module's finalize. */
+  if (!ctl && nxi_tracing()) {
+    struct nxi_route *rt = atomic_load(&dl->route);
+    nxi_trace_event(NXT_HOP, 0, context, handler, nxi_buffer_wire_len(b),
+                    rt != NULL && rt->mod != NULL ? nxi_module_index(rt->mod)
+                                                  : 0xff,
+                    0, 0, b->source);
+  }
   int r = nxi_buffer_unwrap(b);
   if (r < 0)
     nxi_buffer_free(b); /* route_send takes the buffer, sent or not */

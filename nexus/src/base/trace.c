@@ -1,0 +1,434 @@
+/* The event log of NX_TRACE (trace.h, trace_format.h). Each thread fills a
+ * buffer of its own, under a lock that only nxi_trace_stop ever contends
+ * for, and writes it whole, as one chunk, when it is full, when a second
+ * has passed since its last write, and at nx_finalize: memory stays at one
+ * buffer per thread, and a process that dies leaves its log readable up
+ * to its threads' last writes.
+ *
+ * Events are stamped with the CPU's time-stamp counter where it is
+ * invariant (x86's constant_tsc and nonstop_tsc): a read costs a few ns,
+ * where clock_gettime cost some 50 here, most of a traced event. Before a
+ * chunk is written its stamps become CLOCK_MONOTONIC ns, interpolated
+ * between the two pairs of (counter, clock) read together at the
+ * thread's last write and now: the log holds nanoseconds only. */
+#include "base/trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/membarrier.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/rt.h"
+#include "nxu_time.h"
+#include "nexus/errors.h"
+
+#define TB_RECS 1024             /* 48 KiB of records a thread */
+#define FLUSH_NS 1000000000ull   /* a thread's records wait at most */
+#define NAME_MAX_BYTES (48 * 64) /* longer names are cut */
+
+int nxi_trace_on;
+
+struct tbuf {
+  atomic_int busy;        /* its thread is putting a record in (own()) */
+  atomic_int open;        /* records are taken (between start and stop) */
+  int free;               /* its thread ended: another may take it */
+  uint32_t n;             /* records in rec */
+  uint64_t last_write;    /* when it was last written (stamp()) */
+  uint64_t tsc0, mono0;   /* the counter and the clock read together then */
+  uint64_t runs;          /* handler runs numbered by this thread */
+  struct tbuf *next;      /* every buffer, under list_lock */
+  struct nxt_chunk chunk; /* written together with the records */
+  struct nxt_rec rec[TB_RECS];
+};
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tbuf *buffers;
+static int fd = -1;
+static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t threads;
+static int use_tsc; /* stamps are the time-stamp counter's, not ns */
+static uint64_t flush_after = FLUSH_NS; /* FLUSH_NS in stamp()'s unit */
+static atomic_uint_fast64_t last_clock; /* when a CLOCK record was last made */
+static pthread_key_t tb_key;
+static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
+static NXI_TLS struct tbuf *my_tb;
+
+static uint64_t clock_ns(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t tsc(void) { return __rdtsc(); }
+/* Whether the counter runs at one rate in every state, on every core. */
+static int tsc_invariant(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f == NULL)
+    return 0;
+  char line[4096];
+  int ok = 0;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (strncmp(line, "flags", 5) == 0) {
+      ok = strstr(line, " constant_tsc") != NULL &&
+           strstr(line, " nonstop_tsc") != NULL;
+      break;
+    }
+  fclose(f);
+  return ok;
+}
+#else
+static inline uint64_t tsc(void) { return 0; }
+static int tsc_invariant(void) { return 0; }
+#endif
+
+/* An event's stamp: the counter's, or CLOCK_MONOTONIC ns. */
+static inline uint64_t stamp(void) { return use_tsc ? tsc() : nxu_now_ns(); }
+
+/* The counter and the clock, read together (the clock between two reads
+ * of the counter, their middle taken). */
+static void pair(uint64_t *t, uint64_t *mono) {
+  uint64_t a = tsc();
+  *mono = nxu_now_ns();
+  *t = a + (tsc() - a) / 2;
+}
+
+/* A buffer is its thread's alone, but for nxi_trace_stop, which closes
+ * and writes every one. The thread marks itself busy, then looks whether
+ * the buffer is open; the stop closes each, then waits for the busy ones.
+ * For the two to see each other's store, each needs a full barrier
+ * between its store and its load: the stop pays for both with
+ * membarrier(2), which makes every thread of the process run one, so that
+ * a record costs no locked instruction (where the kernel has none, each
+ * record pays a fence). */
+static int membarrier_ok;
+
+static int own(struct tbuf *tb) {
+  atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+  if (membarrier_ok)
+    atomic_signal_fence(memory_order_seq_cst);
+  else
+    atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&tb->open, memory_order_acquire))
+    return 1;
+  atomic_store_explicit(&tb->busy, 0, memory_order_release);
+  return 0;
+}
+static void disown(struct tbuf *tb) {
+  atomic_store_explicit(&tb->busy, 0, memory_order_release);
+}
+
+/* The other side, at stop: after closing every buffer. */
+static void barrier_all(void) {
+  if (!membarrier_ok ||
+      syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Writes the buffer's records as one chunk, in one call (O_APPEND: whole,
+ * between other threads' chunks); under its lock. A failed write loses
+ * them, said once. */
+static void tb_write(struct tbuf *tb, uint64_t now) {
+  static int complained;
+  uint64_t t1 = 0, mono1 = 0;
+  if (use_tsc) {
+    pair(&t1, &mono1);
+    double ns_per_tick =
+        t1 > tb->tsc0 ? (double)(mono1 - tb->mono0) / (double)(t1 - tb->tsc0)
+                      : 0;
+    for (uint32_t i = 0; i < tb->n; i++) {
+      struct nxt_rec *r = &tb->rec[i];
+      if (r->type >= NXT_DEF_HANDLER) {
+        i += (r->bytes + sizeof(*r) - 1) / sizeof(*r); /* its name follows */
+        continue;
+      }
+      if (r->type == NXT_CLOCK)
+        continue; /* read as ns already */
+      int64_t d = (int64_t)(r->t - tb->tsc0);
+      r->t = tb->mono0 + (uint64_t)(int64_t)((double)d * ns_per_tick);
+    }
+  }
+  if (tb->n > 0) {
+    tb->chunk.count = tb->n;
+    struct iovec iov[2] = {{&tb->chunk, sizeof(tb->chunk)},
+                           {tb->rec, tb->n * sizeof(struct nxt_rec)}};
+    size_t len = iov[0].iov_len + iov[1].iov_len;
+    pthread_mutex_lock(&file_lock);
+    ssize_t w = fd >= 0 ? writev(fd, iov, 2) : -1;
+    pthread_mutex_unlock(&file_lock);
+    if ((w < 0 || (size_t)w != len) && !complained) {
+      complained = 1;
+      fprintf(stderr, "nexus: NX_TRACE: writing the event log: %s\n",
+              w < 0 ? strerror(errno) : "short write");
+    }
+  }
+  tb->n = 0;
+  tb->last_write = now;
+  if (use_tsc) {
+    tb->tsc0 = t1;
+    tb->mono0 = mono1;
+  }
+}
+
+/* A thread's buffer goes back to the list when the thread ends. */
+static void tb_release(void *p) {
+  struct tbuf *tb = p;
+  if (own(tb)) {
+    tb_write(tb, stamp());
+    disown(tb);
+  }
+  pthread_mutex_lock(&list_lock);
+  tb->free = 1;
+  pthread_mutex_unlock(&list_lock);
+}
+
+static void tb_key_create(void) { pthread_key_create(&tb_key, tb_release); }
+
+/* This thread's buffer: a freed one, or a new one. NULL without memory
+ * (its events are not recorded). */
+static struct tbuf *tb_get(void) {
+  pthread_once(&tb_once, tb_key_create);
+  pthread_mutex_lock(&list_lock);
+  struct tbuf *tb = buffers;
+  while (tb != NULL && !tb->free)
+    tb = tb->next;
+  if (tb == NULL && (tb = calloc(1, sizeof(*tb))) != NULL) {
+    tb->next = buffers;
+    buffers = tb;
+  }
+  if (tb != NULL) {
+    tb->free = 0;
+    tb->n = 0;
+    atomic_store_explicit(&tb->open, nxi_trace_on, memory_order_release);
+    tb->chunk.magic = NXT_CHUNK_MAGIC;
+    tb->chunk.thread = atomic_fetch_add(&threads, 1) + 1;
+    tb->runs = 0;
+    if (use_tsc)
+      pair(&tb->tsc0, &tb->mono0);
+    tb->last_write = stamp();
+  }
+  pthread_mutex_unlock(&list_lock);
+  if (tb != NULL)
+    pthread_setspecific(tb_key, tb);
+  my_tb = tb;
+  return tb;
+}
+
+/* Room for `k` records in `tb` (under its lock): written first if not. */
+static struct nxt_rec *tb_take(struct tbuf *tb, uint32_t k, uint64_t now) {
+  if (tb->n + k > TB_RECS)
+    tb_write(tb, now);
+  struct nxt_rec *r = &tb->rec[tb->n];
+  tb->n += k;
+  memset(r, 0, k * sizeof(*r));
+  return r;
+}
+
+/* A CLOCK record: the two clocks read together (its `t` is ns already). */
+static void clock_rec(struct tbuf *tb, uint64_t now) {
+  struct nxt_rec *c = tb_take(tb, 1, now);
+  c->t = clock_ns(CLOCK_MONOTONIC);
+  c->x = clock_ns(CLOCK_REALTIME);
+  c->type = NXT_CLOCK;
+  c->module = 0xff;
+}
+
+/* After a record went in: the buffer is written when full or old, with
+ * the clocks read together once a second (the alignment nxtrace uses). */
+static __attribute__((noinline)) void tb_write_due(struct tbuf *tb,
+                                                   uint64_t now) {
+  uint64_t last = atomic_load_explicit(&last_clock, memory_order_relaxed);
+  if (now - last >= flush_after &&
+      atomic_compare_exchange_strong(&last_clock, &last, now))
+    clock_rec(tb, now);
+  tb_write(tb, now);
+}
+static inline void tb_done(struct tbuf *tb, uint64_t now) {
+  if (__builtin_expect(tb->n >= TB_RECS || now - tb->last_write >= flush_after,
+                       0))
+    tb_write_due(tb, now);
+}
+
+void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
+                     uint32_t handler, uint64_t bytes, uint8_t module,
+                     uint16_t flags, uint32_t aux, uint64_t x) {
+  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  if (tb == NULL)
+    return;
+  uint64_t now = stamp();
+  if (own(tb)) {
+    if (tb->n == TB_RECS)
+      tb_write(tb, now);
+    struct nxt_rec *r = &tb->rec[tb->n++]; /* every field written */
+    r->t = now;
+    r->ctx = ctx;
+    r->peer = peer;
+    r->x = x;
+    r->handler = handler;
+    r->bytes = bytes >= UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
+    r->type = type;
+    r->module = module;
+    r->flags = flags;
+    r->aux = aux;
+    tb_done(tb, now);
+    disown(tb);
+  }
+}
+
+void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
+                    uint8_t module, const char *name) {
+  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  if (tb == NULL)
+    return;
+  size_t len = strlen(name);
+  if (len > NAME_MAX_BYTES)
+    len = NAME_MAX_BYTES;
+  uint32_t k = 1 + (uint32_t)((len + sizeof(struct nxt_rec) - 1) /
+                              sizeof(struct nxt_rec));
+  uint64_t now = stamp();
+  if (own(tb)) {
+    struct nxt_rec *r = tb_take(tb, k, now);
+    r->t = now;
+    r->ctx = ctx;
+    r->handler = handler;
+    r->bytes = (uint32_t)len;
+    r->type = type;
+    r->module = module;
+    memcpy(r + 1, name, len);
+    tb_done(tb, now);
+    disown(tb);
+  }
+}
+
+uint64_t nxi_trace_run(void) {
+  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  return tb != NULL ? tb->chunk.thread << 40 | ++tb->runs : 0;
+}
+
+uint64_t nxi_trace_thread(void) {
+  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  return tb != NULL ? tb->chunk.thread : 0;
+}
+
+/* mkdir -p: every missing folder of `path`. */
+static int make_dirs(const char *path) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+    return -1;
+  for (char *s = p + 1;; s++) {
+    if (*s == '/' || *s == '\0') {
+      char c = *s;
+      *s = '\0';
+      if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        return -1;
+      *s = c;
+      if (c == '\0')
+        return 0;
+    }
+  }
+}
+
+int nxi_trace_start(void) {
+  const char *dir = getenv("NX_TRACE");
+  if (dir == NULL || dir[0] == '\0')
+    return 0;
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof(path), "%s/%08x-%ld.nxt", dir,
+               (unsigned)nxi_rt.proc_id, (long)getpid()) >= (int)sizeof(path)) {
+    nxi_log(0, NULL, "NX_TRACE: the folder's name is too long");
+    return NX_EINVAL;
+  }
+  if (make_dirs(dir) != 0 ||
+      (fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+                 0644)) < 0) {
+    nxi_log(0, NULL, "NX_TRACE: cannot write %s: %s", path, strerror(errno));
+    return NX_EIO;
+  }
+  struct nxt_file_hdr h;
+  memset(&h, 0, sizeof(h));
+  memcpy(h.magic, NXT_MAGIC, sizeof(h.magic));
+  h.version = NXT_VERSION;
+  h.proc_id = nxi_rt.proc_id;
+  h.pid = (uint64_t)getpid();
+  h.mono0 = clock_ns(CLOCK_MONOTONIC);
+  h.real0 = clock_ns(CLOCK_REALTIME);
+  memcpy(h.host_uuid, nxi_rt.host_uuid, sizeof(h.host_uuid));
+  gethostname(h.host, sizeof(h.host) - 1);
+  if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+    nxi_log(0, NULL, "NX_TRACE: cannot write %s: %s", path, strerror(errno));
+    close(fd);
+    fd = -1;
+    return NX_EIO;
+  }
+  use_tsc = tsc_invariant();
+  if (use_tsc) {
+    /* A second in counts, roughly (it only spaces the writes): 2 ms of
+     * both clocks. */
+    uint64_t t0, m0, t1, m1;
+    pair(&t0, &m0);
+    do
+      pair(&t1, &m1);
+    while (m1 - m0 < 2000000);
+    flush_after = (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
+  } else {
+    flush_after = FLUSH_NS;
+  }
+  atomic_store(&last_clock, stamp());
+  /* Buffers of threads from an earlier run of the runtime take records
+   * again, from empty. */
+  membarrier_ok = syscall(__NR_membarrier,
+                          MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  pthread_mutex_lock(&list_lock);
+  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
+    /* Closed since the last stop: their threads do not touch them. */
+    tb->n = 0;
+    if (use_tsc)
+      pair(&tb->tsc0, &tb->mono0);
+    tb->last_write = stamp();
+    atomic_store_explicit(&tb->open, 1, memory_order_release);
+  }
+  nxi_trace_on = 1;
+  pthread_mutex_unlock(&list_lock);
+  return 0;
+}
+
+void nxi_trace_stop(void) {
+  if (!nxi_trace_on)
+    return;
+  /* The clocks together once more: nxtrace aligns hosts by the first and
+   * last such pair. */
+  struct tbuf *me = my_tb != NULL ? my_tb : tb_get();
+  if (me != NULL && own(me)) {
+    clock_rec(me, stamp());
+    disown(me);
+  }
+  pthread_mutex_lock(&list_lock);
+  nxi_trace_on = 0;
+  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next)
+    atomic_store_explicit(&tb->open, 0, memory_order_relaxed);
+  barrier_all();
+  uint64_t now = stamp();
+  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
+    /* A thread that saw it open finishes its record first. */
+    while (atomic_load_explicit(&tb->busy, memory_order_acquire))
+      sched_yield();
+    tb_write(tb, now);
+  }
+  pthread_mutex_unlock(&list_lock);
+  pthread_mutex_lock(&file_lock);
+  close(fd);
+  fd = -1;
+  pthread_mutex_unlock(&file_lock);
+}
