@@ -283,11 +283,18 @@ static void build_locations(struct tr_trace *t) {
     nxi_tr_reserve((void **)&t->locs, &cap, n + 1, sizeof(*t->locs));
     t->locs[n++] = (struct tr_loc){ev_ctx(t, e), e->thread, 0};
   }
-  /* Every context has a location: the communicator's member for it. */
+  /* Every context has a location, the communicator's member for it: one
+   * of its own if nothing happened in it (a destination without a log). */
+  char *has = nxi_tr_calloc(t->nctxs, 1);
+  for (size_t i = 0; i < n; i++)
+    has[t->locs[i].ctx] = 1;
   for (size_t c = 0; c < t->nctxs; c++) {
+    if (has[c])
+      continue;
     nxi_tr_reserve((void **)&t->locs, &cap, n + 1, sizeof(*t->locs));
     t->locs[n++] = (struct tr_loc){c, 0, 0};
   }
+  free(has);
   nxi_tr_sort(t->locs, n, sizeof(*t->locs), cmp_loc);
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
