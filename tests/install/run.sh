@@ -51,7 +51,8 @@ echo "$usage" | grep -q "^usage: nxrun" ||
 
 # The installed nxtrace (built where OTF2 is found, docs/tracing.md), with
 # a clean environment: it reads the logs the build tree's gen_logs writes
-# (tests/trace) and writes an archive that otf2-print reads.
+# (tests/trace), and the log of the installed hello run with NX_TRACE,
+# and writes archives that otf2-print reads.
 if [ -f "$build/nexus/tools/nxtrace" ]; then
   [ -x "$bindir/nxtrace" ] || { echo "FAIL: nxtrace was not installed in $bindir"; exit 1; }
   mkdir "$tmp/trace"
@@ -60,9 +61,20 @@ if [ -f "$build/nexus/tools/nxtrace" ]; then
     { echo "$out"; echo "FAIL: the installed nxtrace failed on gen_logs' logs"; exit 1; }
   echo "$out" | grep -q "^  0000000100000001  *0000000200000001  *5  *500  *tcp$" ||
     { echo "$out"; echo "FAIL: the installed nxtrace's summary lacks the pings"; exit 1; }
+  # The installed hello, traced: its one RSR to itself over local.
+  env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$libdir" NX_TRACE="$tmp/trace-hello" \
+    "$tmp/hello" >/dev/null || { echo "FAIL: hello under NX_TRACE failed"; exit 1; }
+  out=$(env -i PATH=/usr/bin:/bin "$bindir/nxtrace" "$tmp/trace-hello" 2>&1) ||
+    { echo "$out"; echo "FAIL: the installed nxtrace failed on hello's log"; exit 1; }
+  echo "$out" | grep -q "^  \([0-9a-f]\{16\}\)  *\1  *1  *[0-9][0-9]*  *local$" ||
+    { echo "$out"; echo "FAIL: the installed nxtrace's summary lacks hello's RSR"; exit 1; }
+  echo "$out" | grep -q "^  hello  *[0-9a-f]\{16\}  *1 " ||
+    { echo "$out"; echo "FAIL: the installed nxtrace's summary lacks hello's run"; exit 1; }
   if command -v otf2-print >/dev/null; then
-    otf2-print --silent "$tmp/trace/nexus.otf2" >/dev/null ||
-      { echo "FAIL: otf2-print cannot read the installed nxtrace's archive"; exit 1; }
+    for d in trace trace-hello; do
+      otf2-print --silent "$tmp/$d/nexus.otf2" >/dev/null ||
+        { echo "FAIL: otf2-print cannot read $d/nexus.otf2"; exit 1; }
+    done
   fi
   echo "installed nxtrace: ok"
 fi
