@@ -405,11 +405,18 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
     by[start[h] + fill[h]++] = i;
   }
   free(fill);
+  /* A run shorter than a pixel (the picture is 1,400 wide, the plot about
+   * 1,000 of it) is drawn a pixel wide: most handlers run for
+   * microseconds, in a run of milliseconds. */
+  double span = (double)(t->t_max - t->t_min) / 1e6;
+  double least = span / 1000;
   for (size_t h = 0; h < blocks; h++) {
     for (size_t k = start[h]; k < start[h + 1]; k++) {
       const struct tr_run *r = &t->runs[by[k]];
-      fprintf(f, "%.6f %.6f %ld\n", (double)(r->t0 - t->t_min) / 1e6,
-              (double)(r->t1 - t->t_min) / 1e6, row[r->loc] - 1);
+      double x0 = (double)(r->t0 - t->t_min) / 1e6;
+      double x1 = (double)(r->t1 - t->t_min) / 1e6;
+      fprintf(f, "%.6f %.6f %ld\n", x0, x1 - x0 < least ? x0 + least : x1,
+              row[r->loc] - 1);
     }
     if (start[h] == start[h + 1])
       fprintf(f, "nan nan nan\n");
@@ -426,6 +433,7 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   put_quoted(gp, out);
   fprintf(gp, "\nset title 'Handler runs per context and thread'\n");
   fprintf(gp, "set xlabel 'ms since the first event'\n");
+  fprintf(gp, "set xrange [0:%.6f]\n", span > 0 ? span * 1.01 : 1.0);
   fprintf(gp,
           "set yrange [%zu.6:-0.6]\nset key outside right top "
           "Left reverse\nset style fill solid 1.0 noborder\n",
