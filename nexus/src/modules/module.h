@@ -40,12 +40,9 @@ static inline int nxi_module_count_loaded(void) { return nxi_nloaded; }
 static inline struct nxi_module *nxi_module_loaded(int i) {
   return nxi_loaded[i];
 }
-/* Its index among the loaded ones (its number in a trace), 0xff if none. */
+/* A loaded module's index in nxi_loaded (its number in a trace). */
 static inline uint8_t nxi_module_index(const struct nxi_module *m) {
-  for (int i = 0; i < nxi_nloaded; i++)
-    if (nxi_loaded[i] == m)
-      return (uint8_t)i;
-  return 0xff;
+  return (uint8_t)m->order;
 }
 int nxi_module_count_all(void);
 void nxi_module_explain(int i); /* logs why module i was skipped */
