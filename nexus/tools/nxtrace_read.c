@@ -322,8 +322,9 @@ static void resolve_names(struct reader *rd) {
     const struct tr_proc *p = &t->procs[e->proc];
     e->mod = e->r.module == 0xff ? TR_NOMOD : p->modmap[e->r.module];
     e->aux_mod = e->r.aux < 0xff ? p->modmap[e->r.aux] : TR_NOMOD;
-    if (e->r.handler != 0 && (e->r.type == NXT_SEND || e->r.type == NXT_BEGIN ||
-                              e->r.type == NXT_HOP))
+    /* Every handler id a run or send names has its entry (and region),
+     * named or not: 0 too, from a damaged log. */
+    if (e->r.type == NXT_SEND || e->r.type == NXT_BEGIN || e->r.type == NXT_HOP)
       add_handler_name(rd, e->r.handler, NULL);
   }
   nxi_tr_sort(t->handlers, t->nhandlers, sizeof(*t->handlers), cmp_handler);

@@ -87,6 +87,7 @@ def case_summary(nxtrace, d):
     ])
     expect("handler runs",
            section(out, "Handler runs by handler and destination context"), [
+               ["handler", "0x00000000", A2, "1", "1.000", "1.000"],
                ["ping", B1, "5", "3.000", "5.000"],
                ["pong", A2, "3", "2.000", "2.000"],
                ["pong", B1, "3", "10.000", "10.000"],
@@ -97,7 +98,7 @@ def case_summary(nxtrace, d):
     expect("b1 runs", ctx[B1][5], "8")
     expect("b1 host", ctx[B1][3], "beta")
     tot = totals(out)
-    for k, v in [("rsrs", "10"), ("bytes", "546"), ("handler runs", "11"),
+    for k, v in [("rsrs", "10"), ("bytes", "546"), ("handler runs", "12"),
                  ("fallbacks", "1"), ("hops", "1"), ("losses", "1"),
                  ("truncated chunks", "1"), ("unfinished runs", "0"),
                  ("unpaired ends", "0")]:
@@ -190,7 +191,11 @@ def case_otf2(nxtrace, d):
     # 3 context creations and 1 destruction, process create, ready, loss,
     # finalize, a fallback and a hop.
     expect("PARAMETER_STRING events", count.get("PARAMETER_STRING"), 10)
-    expect("ENTER events", count.get("ENTER"), 12)
+    expect("ENTER events", count.get("ENTER"), 13)
+    # The run of handler 0 enters its own region, not another handler's.
+    zero = [r for n, _, _, r in evs
+            if n == "ENTER" and "handler 0x00000000" in r]
+    expect("ENTER events of handler 0x00000000", len(zero), 1)
     check_nesting(evs)
     # A receive comes after its send: the logs' clocks were lined up.
     sends = sorted(t for n, _, t, r in evs

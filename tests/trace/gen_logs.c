@@ -7,9 +7,9 @@
  *
  * Process 1 (contexts a1 = 0x100000001, a2 = 0x100000002; modules 0 local,
  * 1 tcp): a1 sends 5 "ping" of 100 bytes to b1 over tcp (ordered), 3
- * "pong" of 10 bytes to a2 over local (by reference), which runs them,
- * and waits once on a full queue; a fallback, a process creation, ready,
- * loss and finalize.
+ * "pong" of 10 bytes to a2 over local (by reference), which runs them
+ * and a handler of id 0 it was not sent; a1 waits once on a full queue;
+ * a fallback, a process creation, ready, loss and finalize.
  * Process 2 (context b1 = 0x200000001; modules 0 tcp): runs the 5 pings
  * (1, 2, 3, 4, 5 us), sends 2 RSRs of an unnamed handler 0x3333 to a1
  * (which runs neither), passes one RSR on as a gateway (a hop), and on
@@ -160,6 +160,9 @@ static void process_a(const char *dir) {
     rec(&l, NXT_BEGIN, t + 1000, A2, A1, 10 + i, PONG, 10, 0xff, 0, 0);
     rec(&l, NXT_END, t + 3000, A2, 0, 10 + i, PONG, 0, 0xff, 0, 0);
   }
+  /* A run of handler id 0 (no name, no send): 1 us on a2. */
+  rec(&l, NXT_BEGIN, m + 95000, A2, 0, 20, 0, 0, 0xff, 0, 0);
+  rec(&l, NXT_END, m + 96000, A2, 0, 20, 0, 0, 0xff, 0, 0);
   /* A wait of 4 us on a full tcp queue towards b1. */
   rec(&l, NXT_WAIT_BEGIN, m + 100000, A1, B1, 0, 0, 0, 1, 0, 0);
   rec(&l, NXT_WAIT_END, m + 104000, A1, B1, 0, 0, 0, 1, 0, 0);
