@@ -109,32 +109,29 @@ static void pair(uint64_t *t, uint64_t *mono) {
  * and writes every one. The thread marks itself busy, then looks whether
  * the buffer is open; the stop closes each, then waits for the busy ones.
  * For the two to see each other's store, each needs a full barrier
- * between its store and its load: the stop pays for both with
- * membarrier(2), which makes every thread of the process run one, so that
- * a record costs no locked instruction (where the kernel has none, each
- * record pays a fence). */
+ * between its store and its load. The stop pays for both with
+ * membarrier(2), which makes every thread of the process run one, so
+ * that a record costs no locked instruction; where the kernel has none,
+ * both sides' stores and loads are sequentially consistent (the thread's
+ * store an exchange). */
 static int membarrier_ok;
 
 static int own(struct tbuf *tb) {
-  atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
-  if (membarrier_ok)
+  int open;
+  if (membarrier_ok) {
+    atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
-  else
-    atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load_explicit(&tb->open, memory_order_acquire))
-    return 1;
-  atomic_store_explicit(&tb->busy, 0, memory_order_release);
-  return 0;
+    open = atomic_load_explicit(&tb->open, memory_order_acquire);
+  } else {
+    atomic_exchange(&tb->busy, 1);
+    open = atomic_load(&tb->open);
+  }
+  if (!open)
+    atomic_store_explicit(&tb->busy, 0, memory_order_release);
+  return open;
 }
 static void disown(struct tbuf *tb) {
   atomic_store_explicit(&tb->busy, 0, memory_order_release);
-}
-
-/* The other side, at stop: after closing every buffer. */
-static void barrier_all(void) {
-  if (!membarrier_ok ||
-      syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-    atomic_thread_fence(memory_order_seq_cst);
 }
 
 /* Writes the buffer's records as one chunk, in one call (O_APPEND: whole,
@@ -417,12 +414,14 @@ void nxi_trace_stop(void) {
   pthread_mutex_lock(&list_lock);
   nxi_trace_on = 0;
   for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next)
-    atomic_store_explicit(&tb->open, 0, memory_order_relaxed);
-  barrier_all();
+    atomic_store(&tb->open, 0);
+  /* Registered at start, it does not fail (membarrier(2)). */
+  if (membarrier_ok)
+    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   uint64_t now = stamp();
   for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
     /* A thread that saw it open finishes its record first. */
-    while (atomic_load_explicit(&tb->busy, memory_order_acquire))
+    while (atomic_load(&tb->busy))
       sched_yield();
     tb_write(tb, now);
   }
