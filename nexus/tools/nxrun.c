@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -70,7 +71,47 @@ static void usage(FILE *f) {
           "that ends before it is\n  ready (nx_init failed, or it never "
           "called nx_context_peers) stops all\n  the others at once. "
           "--stop-on-death: also stop all the others when any\n  context "
-          "dies (non-zero status or a signal) later.\n");
+          "dies (non-zero status or a signal) later.\n"
+          "  With NX_TRACE=DIR set, the contexts write their event logs in "
+          "DIR,\n  and once all have ended nxrun merges them into "
+          "DIR/nexus.otf2 with\n  nxtrace, where it is installed beside "
+          "nxrun (docs/tracing.md).\n");
+}
+
+/* NX_TRACE=dir: the contexts' logs merged into dir/nexus.otf2 by nxtrace,
+ * found beside this program (`self`); said on stderr. Not an error of
+ * the run when it fails: the logs stay, for nxtrace by hand. */
+static void merge_trace(const char *self) {
+  const char *dir = getenv("NX_TRACE");
+  if (dir == NULL || dir[0] == '\0')
+    return;
+  char tool[4096];
+  const char *slash = strrchr(self, '/');
+  snprintf(tool, sizeof(tool), "%.*s/nxtrace",
+           slash != NULL ? (int)(slash - self) : 1, slash != NULL ? self : ".");
+  if (access(tool, X_OK) != 0) {
+    fprintf(stderr,
+            "%s: the event logs are in %s (no nxtrace beside nxrun to "
+            "merge them: built without OTF2)\n",
+            prog_name, dir);
+    return;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(tool, tool, "--quiet", dir, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    fprintf(stderr, "%s: trace: %s/nexus.otf2 (nxtrace %s: the summary)\n",
+            prog_name, dir, dir);
+  else
+    fprintf(stderr,
+            "%s: merging the event logs in %s failed (nxtrace %s "
+            "says why)\n",
+            prog_name, dir, dir);
 }
 
 /* The exec step, in a new child before its program runs: uv_spawn cannot
@@ -421,5 +462,6 @@ int main(int argc, char **argv) {
   }
   free(procs);
   free(msg_buf);
+  merge_trace(self);
   return failed ? 1 : 0;
 }

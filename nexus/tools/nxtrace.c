@@ -20,6 +20,8 @@ static void usage(FILE *f) {
           "busy\n"
           "  and waiting time per context, totals.\n"
           "  --no-archive     the summary only, no OTF2 archive\n"
+          "  --quiet          the archive only, no summary (nxrun runs "
+          "nxtrace so)\n"
           "  --png PREFIX     also draw PREFIX-matrix.png (who sent to whom) "
           "and\n"
           "                   PREFIX-timeline.png (handler runs over time); "
@@ -60,7 +62,7 @@ static int on_path(const char *prog) {
 
 int main(int argc, char **argv) {
   const char *dir = NULL, *png = NULL;
-  int archive = 1, by_bytes = 0;
+  int archive = 1, by_bytes = 0, quiet = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -68,6 +70,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (strcmp(a, "--no-archive") == 0) {
       archive = 0;
+    } else if (strcmp(a, "--quiet") == 0) {
+      quiet = 1;
     } else if (strcmp(a, "--png") == 0 || strncmp(a, "--png=", 6) == 0) {
       png = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
       if (png == NULL || png[0] == '\0')
@@ -101,10 +105,11 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (archive && nxi_tr_write_otf2(&t, dir) < 0)
     rc = 1;
-  nxi_tr_summary(&t, stdout);
+  if (!quiet)
+    nxi_tr_summary(&t, stdout);
   if (png != NULL && nxi_tr_png(&t, png, by_bytes) < 0)
     rc = 1;
-  if (archive && rc == 0)
+  if (archive && rc == 0 && !quiet)
     fprintf(stderr, "nxtrace: wrote %s/nexus.otf2\n", dir);
   nxi_tr_free(&t);
   return rc;
