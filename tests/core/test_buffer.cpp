@@ -1086,3 +1086,207 @@ TEST_CASE("a buffer's bytes make an equal buffer elsewhere", "[buffer]") {
   CHECK(nx_get_gp(b, &g) == NX_ERANGE);
   REQUIRE(nx_buffer_release(b) == 0);
 }
+
+namespace {
+
+// The bytes nx_put_T_array writes in the native format (docs/design.md,
+// "Values"): tag | 0x80, the count as a native u32, the elements.
+template <class T>
+std::vector<unsigned char> array_bytes(unsigned char tag,
+                                       const std::vector<T> &a) {
+  std::vector<unsigned char> out(5 + a.size() * sizeof(T));
+  uint32_t n = static_cast<uint32_t>(a.size());
+  out[0] = static_cast<unsigned char>(tag | 0x80);
+  std::memcpy(&out[1], &n, 4);
+  if (!a.empty())
+    std::memcpy(&out[5], a.data(), a.size() * sizeof(T));
+  return out;
+}
+
+// Puts and gets of `T` arrays of every small count (the inline path copies
+// up to 16 bytes without memcpy) and around NX_PLACE_MIN bytes (from where
+// an array is a tail and takes the general path): the bytes are the
+// documented ones, and a get copies exactly the elements.
+template <class T> void inline_arrays(unsigned char tag) {
+  std::vector<size_t> counts;
+  for (size_t n = 0; n <= 40; n++)
+    counts.push_back(n);
+  for (size_t n :
+       {NX_PLACE_MIN / sizeof(T) - 1, size_t{NX_PLACE_MIN / sizeof(T)},
+        NX_PLACE_MIN / sizeof(T) + 1})
+    counts.push_back(n);
+  for (size_t n : counts) {
+    INFO(ops<T>::name() << " array count " << n);
+    std::vector<T> a = array_of<T>(n);
+    buffer_ref b(ops<T>::size(n));
+    REQUIRE(ops<T>::put_array(b, a.data(), n) == 0);
+    const void *bytes;
+    size_t len;
+    REQUIRE(nx_buffer_bytes(b, &bytes, &len) == 0);
+    std::vector<unsigned char> want = array_bytes(tag, a);
+    REQUIRE(len == want.size());
+    CHECK(std::memcmp(bytes, want.data(), len) == 0);
+    // One element more than asked for, which the get must leave alone.
+    std::vector<T> got(n + 1, values<T>()[1]);
+    REQUIRE(ops<T>::get_array(b, got.data(), n) == 0);
+    CHECK(std::memcmp(got.data(), a.data(), n * sizeof(T)) == 0);
+    CHECK(same(got[n], values<T>()[1]));
+    CHECK(nx_buffer_remaining(b) == 0);
+  }
+}
+
+// A native buffer holding `bytes`, read from the start.
+nx_buffer_t *native_from(const std::vector<unsigned char> &bytes) {
+  nx_buffer_t *b = nullptr;
+  REQUIRE(nx_buffer_from_bytes(bytes.data(), bytes.size(), nx_format_native(),
+                               &b) == 0);
+  return b;
+}
+
+} // namespace
+
+TEST_CASE("arrays put and got inline are the documented bytes",
+          "[buffer][inline]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  SECTION("int8") { inline_arrays<int8_t>(0x01); }
+  SECTION("int16") { inline_arrays<int16_t>(0x03); }
+  SECTION("int32") { inline_arrays<int32_t>(0x05); }
+  SECTION("double") { inline_arrays<double>(0x0A); }
+  SECTION("bytes") {
+    for (size_t n : {size_t{0}, size_t{3}, size_t{4}, size_t{8}, size_t{16},
+                     size_t{17}, size_t{NX_PLACE_MIN}}) {
+      INFO("bytes " << n);
+      std::vector<unsigned char> v = byte_pattern(n);
+      buffer_ref b(nx_sizeof_bytes(n));
+      REQUIRE(nx_put_bytes(b, v.data(), n) == 0);
+      const void *bytes;
+      size_t len;
+      REQUIRE(nx_buffer_bytes(b, &bytes, &len) == 0);
+      std::vector<unsigned char> want = array_bytes<unsigned char>(0x0C, v);
+      REQUIRE(len == want.size());
+      CHECK(std::memcmp(bytes, want.data(), len) == 0);
+    }
+  }
+  SECTION("a buffer that grows between arrays") {
+    // From the smallest capacity: some puts find no room and grow the
+    // buffer on the general path, the others are written inline.
+    buffer_ref b(0);
+    const double d[3] = {1.5, -2.25, 1e300};
+    for (int i = 0; i < 2000; i++)
+      REQUIRE(nx_put_double_array(b, d, 3) == 0);
+    CHECK(nx_buffer_length(b) == 2000 * nx_sizeof_double(3));
+    for (int i = 0; i < 2000; i++) {
+      double e[3] = {0, 0, 0};
+      REQUIRE(nx_get_double_array(b, e, 3) == 0);
+      REQUIRE(std::memcmp(d, e, sizeof(d)) == 0);
+    }
+  }
+  CHECK(rt.finalize() == 0);
+}
+
+TEST_CASE("a get into the array's own elements copies nothing",
+          "[buffer][inline]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  // The int16 takes 3 bytes, so that the elements start 8 bytes in and a
+  // get in place points at them rather than at an aligned copy.
+  for (size_t n : {size_t{2}, size_t{3}}) {
+    INFO("count " << n);
+    const double d[3] = {1.5, -2.25, 1e300};
+    buffer_ref b(64);
+    REQUIRE(nx_put_int16(b, 7) == 0);
+    REQUIRE(nx_put_double_array(b, d, n) == 0);
+    int16_t s;
+    const double *p;
+    REQUIRE(nx_get_int16(b, &s) == 0);
+    REQUIRE(nx_get_double_array_ptr(b, &p, n) == 0);
+    const void *bytes;
+    size_t len;
+    REQUIRE(nx_buffer_bytes(b, &bytes, &len) == 0);
+    REQUIRE(reinterpret_cast<const unsigned char *>(p) ==
+            static_cast<const unsigned char *>(bytes) + 8);
+    REQUIRE(nx_buffer_rewind(b) == 0);
+    REQUIRE(nx_get_int16(b, &s) == 0);
+    CHECK(nx_get_double_array(b, const_cast<double *>(p), n) == 0);
+    CHECK(std::memcmp(p, d, n * sizeof(double)) == 0);
+    CHECK(nx_buffer_remaining(b) == 0);
+  }
+  CHECK(rt.finalize() == 0);
+}
+
+TEST_CASE("arrays the inline path leaves to the general one read as before",
+          "[buffer][inline]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  const double x = 1.5;
+  unsigned char le[8], rev[8];
+  std::memcpy(le, &x, 8);
+  for (int i = 0; i < 8; i++)
+    rev[i] = le[7 - i];
+  uint32_t one = 1;
+  unsigned char count[4];
+  std::memcpy(count, &one, 4);
+  SECTION("an array marked flipped in a native buffer is reversed") {
+    std::vector<unsigned char> bytes = {0x8A | 0x20};
+    bytes.insert(bytes.end(), count, count + 4);
+    bytes.insert(bytes.end(), rev, rev + 8);
+    nx_buffer_t *b = native_from(bytes);
+    double v = 0;
+    CHECK(nx_get_double_array(b, &v, 1) == 0);
+    CHECK(v == x);
+    // In place: converted where it is, once, and read again as converted.
+    REQUIRE(nx_buffer_rewind(b) == 0);
+    const double *p;
+    CHECK(nx_get_double_array_ptr(b, &p, 1) == 0);
+    CHECK(*p == x);
+    REQUIRE(nx_buffer_rewind(b) == 0);
+    v = 0;
+    CHECK(nx_get_double_array(b, &v, 1) == 0);
+    CHECK(v == x);
+    REQUIRE(nx_buffer_release(b) == 0);
+  }
+  SECTION("a padded array in a native buffer") {
+    std::vector<unsigned char> bytes = {0x8A | 0x40};
+    bytes.insert(bytes.end(), count, count + 4);
+    bytes.insert(bytes.end(), {3, 0, 0, 0});
+    bytes.insert(bytes.end(), le, le + 8);
+    nx_buffer_t *b = native_from(bytes);
+    double v = 0;
+    CHECK(nx_get_double_array(b, &v, 1) == 0);
+    CHECK(v == x);
+    REQUIRE(nx_buffer_release(b) == 0);
+    bytes[5] = 8; // more pad than the format allows
+    b = native_from(bytes);
+    CHECK(nx_get_double_array(b, &v, 1) == NX_EPROTO);
+    CHECK(nx_buffer_remaining(b) == bytes.size());
+    REQUIRE(nx_buffer_release(b) == 0);
+  }
+  SECTION("an array whose elements are cut short") {
+    std::vector<unsigned char> bytes = {0x8A};
+    bytes.insert(bytes.end(), count, count + 4);
+    bytes.insert(bytes.end(), le, le + 7);
+    nx_buffer_t *b = native_from(bytes);
+    double v = 0;
+    const double *p = nullptr;
+    CHECK(nx_get_double_array(b, &v, 1) == NX_ERANGE);
+    CHECK(nx_get_double_array_ptr(b, &p, 1) == NX_ERANGE);
+    CHECK(nx_buffer_remaining(b) == bytes.size());
+    REQUIRE(nx_buffer_release(b) == 0);
+  }
+  SECTION("a scalar whose value is cut short") {
+    std::vector<unsigned char> bytes = {0x0A};
+    bytes.insert(bytes.end(), le, le + 7);
+    nx_buffer_t *b = native_from(bytes);
+    double v = 0;
+    CHECK(nx_get_double(b, &v) == NX_ERANGE);
+    CHECK(nx_buffer_remaining(b) == bytes.size());
+    bytes.push_back(le[7]);
+    REQUIRE(nx_buffer_release(b) == 0);
+    b = native_from(bytes);
+    CHECK(nx_get_double(b, &v) == 0);
+    CHECK(v == x);
+    REQUIRE(nx_buffer_release(b) == 0);
+  }
+  CHECK(rt.finalize() == 0);
+}

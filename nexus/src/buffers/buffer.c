@@ -171,10 +171,14 @@ size_t nx_sizeof_double(size_t n) { return sizeof_array(8, n); }
 size_t nx_sizeof_char(size_t n) { return sizeof_array(1, n); }
 size_t nx_sizeof_bytes(size_t n) { return sizeof_array(1, n); }
 
-/* Writing. */
+/* Writing. Each nx_put_* writes the common case inline: a writable
+ * buffer of this machine's format with room for the value (for an array,
+ * one too small to be a tail a receiver places, so that there is nothing
+ * to note). Anything else, every error included, takes the general path
+ * out of line behind one unlikely branch, which checks and converts. */
 
-static int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
-                      size_t size) {
+static __attribute__((noinline)) int
+put_scalar_any(struct nx_buffer *b, uint8_t tag, const void *v, size_t size) {
   if (!nxi_buffer_writable(b))
     return NX_EINVAL;
   int r = nxi_buffer_reserve(b, 1 + size);
@@ -187,8 +191,22 @@ static int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
   return 0;
 }
 
-static int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
-                     size_t size, size_t count) {
+static inline int put_scalar(struct nx_buffer *b, uint8_t tag, const void *v,
+                             size_t size) {
+  if (__builtin_expect(!nxi_buffer_writable(b) || nxi_buffer_swapped(b) ||
+                           b->cap - b->len < 1 + size,
+                       0))
+    return put_scalar_any(b, tag, v, size);
+  uint8_t *p = b->data + b->len;
+  p[0] = tag;
+  memcpy(p + 1, v, size);
+  b->len += 1 + size;
+  return 0;
+}
+
+static __attribute__((noinline)) int put_array_any(struct nx_buffer *b,
+                                                   uint8_t tag, const void *v,
+                                                   size_t size, size_t count) {
   if (!nxi_buffer_writable(b) || (v == NULL && count != 0) ||
       count > UINT32_MAX)
     return NX_EINVAL;
@@ -209,9 +227,33 @@ static int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
   return 0;
 }
 
-/* Reading: check everything first, so an error consumes nothing. */
+/* Below NX_PLACE_MIN bytes of elements an array is never noted as a tail
+ * (nxi_buffer_tail_note), and its count fits the u32 field. */
+static inline int put_array(struct nx_buffer *b, uint8_t tag, const void *v,
+                            size_t size, size_t count) {
+  if (__builtin_expect(!nxi_buffer_writable(b) || nxi_buffer_swapped(b) ||
+                           v == NULL || count >= NX_PLACE_MIN / size ||
+                           b->cap - b->len < 5 + size * count,
+                       0))
+    return put_array_any(b, tag, v, size, count);
+  uint8_t *p = b->data + b->len;
+  uint32_t n = (uint32_t)count;
+  p[0] = (uint8_t)(tag | NXI_TAG_ARRAY);
+  memcpy(p + 1, &n, 4);
+  /* The length first: nothing is then kept across a call to memcpy, and
+   * the compiler needs no stack frame for the small copy. */
+  b->len += 5 + size * count;
+  nxi_copy_short(p + 5, v, size * count);
+  return 0;
+}
 
-static int get_scalar(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
+/* Reading: check everything first, so an error consumes nothing. As for
+ * puts, each nx_get_* reads the common case inline (a readable buffer of
+ * this machine's format, the exact tag, the value all there) and leaves
+ * the rest, errors included, to the general path. */
+
+static __attribute__((noinline)) int
+get_scalar_any(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
   if (b == NULL || v == NULL || b->kind == NXI_BUF_SEND)
     return NX_EINVAL;
   size_t left = b->len - b->pos;
@@ -223,6 +265,18 @@ static int get_scalar(struct nx_buffer *b, uint8_t tag, void *v, size_t size) {
   if (left < 1 + size)
     return NX_ERANGE;
   nxi_copy_elems(v, p + 1, size, 1, nxi_buffer_swapped(b));
+  b->pos += 1 + size;
+  return 0;
+}
+
+static inline int get_scalar(struct nx_buffer *b, uint8_t tag, void *v,
+                             size_t size) {
+  if (__builtin_expect(b == NULL || v == NULL || b->kind == NXI_BUF_SEND ||
+                           nxi_buffer_swapped(b) ||
+                           b->len - b->pos < 1 + size || b->data[b->pos] != tag,
+                       0))
+    return get_scalar_any(b, tag, v, size);
+  memcpy(v, b->data + b->pos + 1, size);
   b->pos += 1 + size;
   return 0;
 }
@@ -272,8 +326,25 @@ static int array_at(const struct nx_buffer *b, uint8_t tag, size_t size,
   return 0;
 }
 
-static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
-                     size_t count) {
+/* Whether the array at the read position of a readable buffer is plain,
+ * the common case: `tag|ARRAY` exactly (not padded, not flipped), `count`
+ * elements all in the data, in this machine's byte order, and no tail
+ * placed elsewhere. Its elements then start 5 bytes in. */
+static inline int array_plain(const struct nx_buffer *b, uint8_t tag,
+                              size_t size, size_t count) {
+  size_t left = b->len - b->pos;
+  const uint8_t *p = b->data + b->pos;
+  uint32_t n;
+  if (left < 5 || p[0] != (tag | NXI_TAG_ARRAY))
+    return 0;
+  memcpy(&n, p + 1, 4);
+  return n == count && (left - 5) / size >= count && !nxi_buffer_swapped(b) &&
+         b->place == NULL;
+}
+
+static __attribute__((noinline)) int get_array_any(struct nx_buffer *b,
+                                                   uint8_t tag, void *v,
+                                                   size_t size, size_t count) {
   if (b == NULL || (v == NULL && count != 0) || b->kind == NXI_BUF_SEND)
     return NX_EINVAL;
   uint8_t *e;
@@ -293,11 +364,25 @@ static int get_array(struct nx_buffer *b, uint8_t tag, void *v, size_t size,
   return 0;
 }
 
+static inline int get_array(struct nx_buffer *b, uint8_t tag, void *v,
+                            size_t size, size_t count) {
+  if (__builtin_expect(b == NULL || v == NULL || b->kind == NXI_BUF_SEND ||
+                           !array_plain(b, tag, size, count),
+                       0))
+    return get_array_any(b, tag, v, size, count);
+  const uint8_t *e = b->data + b->pos + 5;
+  b->pos += 5 + size * count; /* first, as in put_array */
+  if (e != v)
+    nxi_copy_short(v, e, size * count);
+  return 0;
+}
+
 /* In place: converts the elements where they are if they need it (and
  * marks the array FLIPPED), then gives them, or an aligned copy the
  * buffer keeps when they are not aligned for their type. */
-static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
-                         size_t size, size_t count) {
+static __attribute__((noinline)) int
+get_array_ptr_any(struct nx_buffer *b, uint8_t tag, const void **v, size_t size,
+                  size_t count) {
   if (b == NULL || v == NULL || b->kind == NXI_BUF_SEND)
     return NX_EINVAL;
   uint8_t *e;
@@ -319,6 +404,18 @@ static int get_array_ptr(struct nx_buffer *b, uint8_t tag, const void **v,
   }
   *v = out;
   b->pos += adv;
+  return 0;
+}
+
+static inline int get_array_ptr(struct nx_buffer *b, uint8_t tag,
+                                const void **v, size_t size, size_t count) {
+  if (__builtin_expect(b == NULL || v == NULL || b->kind == NXI_BUF_SEND ||
+                           !array_plain(b, tag, size, count) ||
+                           (uintptr_t)(b->data + b->pos + 5) % size != 0,
+                       0))
+    return get_array_ptr_any(b, tag, v, size, count);
+  *v = b->data + b->pos + 5;
+  b->pos += 5 + size * count;
   return 0;
 }
 

@@ -393,9 +393,7 @@ static void refs_free(struct nx_buffer *b) {
   }
 }
 
-int nxi_buffer_reserve(struct nx_buffer *b, size_t extra) {
-  if (b->cap - b->len >= extra)
-    return 0;
+int nxi_buffer_grow(struct nx_buffer *b, size_t extra) {
   if (extra > SIZE_MAX / 2 - b->len)
     return NX_ENOMEM;
   size_t cap = b->cap * 2;

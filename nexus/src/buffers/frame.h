@@ -58,10 +58,44 @@ static inline void nxi_frame_hdr_encode(uint8_t *h,
   nxu_le64(h + NXI_HDR_SOURCE, f->source);
 }
 
+/* The largest payload a peer may announce (nxi_frame_init). */
+extern size_t nxi_frame_max_bytes;
+
 /* Reads and checks the header at `h`: magic, version, a known format, a
  * non-zero handler and context, a length this machine can hold. Returns 0
- * or NX_EPROTO. */
-int nxi_frame_hdr_decode(const uint8_t *h, struct nxi_frame_hdr *out);
+ * or NX_EPROTO. Inline, as encode: on every received frame's path
+ * (frame_alloc), where the fields then go straight to the buffer. */
+static inline int nxi_frame_hdr_decode(const uint8_t *h,
+                                       struct nxi_frame_hdr *out) {
+  uint8_t fmt = h[NXI_HDR_FORMAT];
+  uint64_t len = nxu_rd64(h + NXI_HDR_LENGTH);
+  uint16_t flags = nxu_rd16(h + NXI_HDR_FLAGS);
+  uint16_t lead = 0;
+  if (flags & NX_FRAME_F_TAIL) {
+    /* The lead holds at least the array's tag and count, and a tail
+     * follows it. */
+    lead = (uint16_t)(len >> 48);
+    len &= ((uint64_t)1 << 48) - 1;
+    if (lead < 5 || lead >= len)
+      return NX_EPROTO;
+  }
+  if (nxu_rd32(h + NXI_HDR_MAGIC) != NX_FRAME_MAGIC ||
+      h[NXI_HDR_VERSION] != NX_FRAME_VERSION ||
+      (fmt != NX_FORMAT_LITTLE && fmt != NX_FORMAT_BIG) ||
+      nxu_rd32(h + NXI_HDR_HANDLER) == 0 ||
+      nxu_rd64(h + NXI_HDR_CONTEXT) == 0 || len > nxi_frame_max_bytes)
+    return NX_EPROTO;
+  out->fmt = fmt;
+  out->handler = nxu_rd32(h + NXI_HDR_HANDLER);
+  out->context = nxu_rd64(h + NXI_HDR_CONTEXT);
+  out->address = nxu_rd64(h + NXI_HDR_ADDRESS);
+  out->len = len;
+  out->source = nxu_rd64(h + NXI_HDR_SOURCE);
+  out->order = nxu_rd32(h + NXI_HDR_ORDER);
+  out->flags = flags;
+  out->lead = lead;
+  return 0;
+}
 
 /* Sets the flags field (NXI_FRAME_F_*, ledger.h). The sending process's
  * id is the process of the source context (nxi_ctxid_proc: a gateway
