@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """A real traced run read by nxtrace: run_traced.py NXRUN TRACE_PEER
-NXTRACE MODULE runs `NX_TRACE=DIR nxrun -n 2 trace_peer N` over MODULE
-(and local), then checks that
+NXTRACE MODULE [MPIRUN] runs `NX_TRACE=DIR nxrun -n 2 trace_peer N` over
+MODULE (and local), or with MPIRUN, `mpirun -np 2 trace_peer N` (a PMIx
+job: the environment passes NX_TRACE on), then checks that
+
+  - under nxrun, nxrun merged the logs itself: DIR/nexus.otf2 is there
+    and nxrun said so;
 
   - nxtrace DIR exits 0 and its summary has the two pairs of contexts
     with the RSRs trace_peer sends (rank 0 -> 1: N pings and a quit, at
@@ -32,6 +36,7 @@ SKIP = 77
 
 def main():
     nxrun, peer, nxtrace, module = sys.argv[1:5]
+    mpirun = sys.argv[5] if len(sys.argv) > 5 else None
     env = dict(os.environ, NX_PROTOCOLS=module + ",local")
     env.pop("NX_DEBUG", None)
     nxinfo = os.path.join(os.path.dirname(nxrun), "nxinfo")
@@ -43,10 +48,19 @@ def main():
     d = tempfile.mkdtemp(prefix="nxtrace-real-")
     try:
         env["NX_TRACE"] = d
-        rc, out, err = cn.run([nxrun, "-n", "2", "--timeout", "60", peer,
-                               str(N)], env=env)
+        if mpirun is None:
+            launch = [nxrun, "-n", "2", "--timeout", "60"]
+        else:
+            launch = [mpirun, "--oversubscribe", "-np", "2", "-x",
+                      "NX_TRACE", "-x", "NX_PROTOCOLS"]
+        rc, out, err = cn.run(launch + [peer, str(N)], env=env)
         print(out + err)
-        cn.expect("nxrun's exit status", rc, 0)
+        cn.expect("the launcher's exit status", rc, 0)
+        if mpirun is None:
+            cn.expect("nxrun merged the logs",
+                      (os.path.exists(os.path.join(d, "nexus.otf2")),
+                       "nxrun: trace: %s/nexus.otf2" % d in err),
+                      (True, True))
         ctx = dict(re.findall(r"^rank (\d) context ([0-9a-f]{16})$", out,
                               re.M))
         if sorted(ctx) != ["0", "1"]:
@@ -54,6 +68,8 @@ def main():
         r0, r1 = ctx["0"], ctx["1"]
         logs = [f for f in os.listdir(d) if f.endswith(".nxt")]
         cn.expect("logs written", len(logs), 2)
+        if os.path.exists(os.path.join(d, "nexus.otf2")) and mpirun:
+            cn.fail("an archive nobody asked for")
 
         rc, out, err = cn.run([nxtrace, d])
         print(out + err)
@@ -91,7 +107,8 @@ def main():
         cn.check_nesting(evs)
     finally:
         shutil.rmtree(d)
-    print("nxtrace on a real run over %s: ok" % module)
+    print("nxtrace on a real run over %s%s: ok" %
+          (module, " under mpirun" if mpirun else ""))
 
 
 if __name__ == "__main__":
