@@ -374,24 +374,29 @@ static int arm(struct ucx *u) {
   return arm_worker(u, now);
 }
 
+/* One poll. An empty one (the most common call of all: the core polls
+ * while it waits) is the lock, one ucp_worker_progress, the arming count
+ * and the unlock. */
 static int ucx_progress(void *state, nx_frame_batch_t *batch) {
   struct ucx *u = state;
   int n = 0;
   ucx_lock(u);
-  u->batch = batch; /* ucx_unlock hands it what arrived */
+  u->batch = batch; /* the handler adds to it (ucx.h, the lock's rule 3) */
   u->received = 0;
-  if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
-    ucx_peers_service(u);
-    n++;
-  }
-  for (int i = 0; i < UCX_PROGRESS_ROUNDS && u->received < UCX_DELIVER_MAX;
-       i++) {
+  /* Until UCX finds nothing more, or frames came: those the core
+   * dispatches at once and then polls again (it keeps a module that found
+   * work hot), rather than after one more ucp_worker_progress, which in a
+   * ping-pong finds nothing and costs as much as one that finds a message.
+   * A flood still arrives in batches: one call hands over what UCX found
+   * (ucx.h, UCX_PROGRESS_ROUNDS). */
+  for (int i = 0; i < UCX_PROGRESS_ROUNDS; i++) {
     unsigned r = ucp_worker_progress(u->worker);
-    if (r == 0)
-      break;
     n += (int)r;
+    if (r == 0 || u->received > 0)
+      break;
   }
-  /* Failures UCX reported during that progress. */
+  /* Failures the error handler pushed, during that progress or before it
+   * (from another thread). */
   if (atomic_load_explicit(&u->failed, memory_order_acquire) != NULL) {
     ucx_peers_service(u);
     n++;

@@ -34,7 +34,21 @@
  * after unlocking (no core service that may run program code, such as
  * send_done or peer_failed, is ever called under the lock). The one
  * exception is the endpoint error handler, which may run on a UCX thread:
- * it only pushes the peer on an atomic stack. */
+ * it only pushes the peer on an atomic stack.
+ * The lock's rule, which the fast paths rely on:
+ *   1. Every field of struct ucx below `lock` (but `failed`), every field
+ *      of a peer but its error handler's, and every UCP call are touched
+ *      only by the thread holding the lock.
+ *   2. Every unlock but ucx_data_release's hands `done`, `dropped` and
+ *      `reports` over (ucx_unlock), so they are empty whenever the lock is
+ *      free; `ready` waits for the next progress() or finalize.
+ *   3. `batch` is set only by progress(), for as long as it holds the
+ *      lock, and cleared by its unlock: a frame the handler puts straight
+ *      into it (ucx_rx.c) reaches the core when that progress() returns,
+ *      on the driver's thread, never under the lock.
+ *   4. A dead peer has no endpoint: whoever marks it dead (fail_locked,
+ *      ucx_peers_close_all) closes its endpoint in the same locked
+ *      section, setting `ep` to NULL; so a send tests `ep` alone. */
 
 #define UCX_NAME "ucx"
 #define UCX_COST 10
@@ -53,12 +67,12 @@
 #define UCX_DESC_HEAD (1 + UCX_UUID_SIZE + 8 + 4)
 #define UCX_ADDR_MAX (NX_DESC_DATA_MAX - UCX_DESC_HEAD)
 
-/* ucp_worker_progress calls per progress() at most. */
+/* ucp_worker_progress calls per progress() at most, while they find
+ * events but no frame. Frames end the call (ucx_progress): one call of
+ * UCX hands over a bounded number (on shared memory at most
+ * UCX_MM_FIFO_MAX_POLL, 16, per transport), so a peer flooding small
+ * frames fills its own send queue, not our memory. */
 #define UCX_PROGRESS_ROUNDS 16
-/* Frames one progress() call delivers at most (about what the core
- * dispatches per round): a peer flooding small frames fills its own send
- * queue, not our memory. */
-#define UCX_DELIVER_MAX 64
 /* Eager payloads from this size on are kept where UCX received them
  * (frame_wrap, ucx_rx.c) rather than copied. Measured with callgrind
  * (docs/performance.md, "ucx: eager payloads received without a copy"):
@@ -171,14 +185,14 @@ struct ucx {
 
   nxu_lock_t lock; /* every UCP call, and all below */
   struct nxu_uuid_table peers;
-  int events;   /* callbacks run during the current UCP call(s) */
   int received; /* frames the AM handler took during this progress() */
   /* Records of the callbacks, for the core (after unlocking). A frame's
    * module_data[0] links these lists; in `done`, [1] is its status. */
   nx_frame_t *done, *done_tail;   /* send_done */
   nx_frame_t *ready, *ready_tail; /* to deliver, in order */
-  /* The core's batch while ucx_progress holds the lock (ucx_unlock hands
-   * it the ready frames), else NULL: frame_deliver. */
+  /* The core's batch while ucx_progress holds the lock, else NULL. The
+   * handler puts frames that arrived whole straight into it while `ready`
+   * is empty (ucx_rx.c); ucx_unlock hands it the ready frames. */
   nx_frame_batch_t *batch;
   nx_frame_t *dropped;      /* frame_free */
   struct ucx_peer *reports; /* peer_failed */

@@ -37,17 +37,7 @@ int ucx_status_to_nx(ucs_status_t status) {
 
 /* The lock and the hand-over to the core. */
 
-void ucx_lock(struct ucx *u) { nxu_lock(&u->lock); }
-
-void ucx_unlock(struct ucx *u, int deliver) {
-  /* Nothing gathered, as after every idle poll: the unlock alone (the
-   * lists below and their tails are empty together). */
-  if (u->done == NULL && u->dropped == NULL && u->reports == NULL &&
-      (!deliver || u->ready == NULL)) {
-    u->batch = NULL;
-    nxu_unlock(&u->lock);
-    return;
-  }
+void ucx_handover(struct ucx *u, int deliver) {
   struct ucx_batch b = {NULL, NULL, NULL, NULL};
   b.done = u->done;
   b.dropped = u->dropped;
@@ -170,7 +160,6 @@ static void on_closed(void *req, ucs_status_t status, void *user_data) {
   struct ucx *u = p->u;
   p->close_req = NULL;
   u->closing--;
-  u->events++;
   ucp_request_free(req);
 }
 
@@ -445,73 +434,30 @@ static void on_sent(void *request, ucs_status_t status, void *user_data) {
          : p->dead || status == UCS_ERR_CANCELED ? NX_EPEERDEAD
                                                  : ucx_status_to_nx(status);
   done_append(u, f, rc);
-  u->events++;
   ucp_request_free(request);
 }
 
-/* The frame header (iov[0]) is the active message's header and the payload
- * (iov[1]) its data, both sent from where they are: UCX copies small
- * messages, and fetches large ones (rendezvous) from the payload itself.
- * UCX 1.13 reads the header until the send completes, which the frame
- * guarantees: it is ours until send_done. No UCP_AM_SEND_FLAG_REPLY: the
- * receiver tells senders apart by the frame header's source (ucx_rx.c),
- * and the flag cost a third of an 8 B round trip. */
-int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
-             unsigned flags) {
-  (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
-  struct ucx *u = state;
-  struct ucx_peer *p = peer_of(ep);
-  const struct iovec *iov = nx_frame_iovs(frame);
-  if (frame->iovcnt < 1 || frame->iovcnt > NX_FRAME_IOV_MAX ||
-      iov[0].iov_len != NX_FRAME_HDR_SIZE)
-    return NX_EINVAL;
-  size_t total = frame_bytes(frame);
-  ucx_lock(u);
-  if (p->dead || p->ep == NULL) {
-    ucx_unlock(u, 0);
-    return NX_EPEERDEAD;
-  }
-  if (p->inflight > 0 && p->inflight + total > u->queue_max) {
-    ucx_unlock(u, 0);
-    return NX_EAGAIN;
-  }
-  ucp_request_param_t param = {
-      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
-      .cb.send = on_sent,
-  };
-  const void *data = frame->iovcnt > 1 ? iov[1].iov_base : NULL;
-  size_t count = frame->iovcnt > 1 ? iov[1].iov_len : 0;
-  const void *hdr = iov[0].iov_base;
-  size_t hdr_len = NX_FRAME_HDR_SIZE;
-  /* UCX reads the header until the send completes: the block is freed
-   * with the request (req_unlink), or at once if the send was. */
-  uint8_t *lead_hdr = NULL;
-  if (__builtin_expect(nx_frame_lead(hdr) != 0, 0) &&
-      (lead_hdr = lead_split(u, frame, &data, &count)) != NULL) {
-    hdr = lead_hdr;
-    hdr_len = NX_FRAME_HDR_SIZE + nx_frame_lead(lead_hdr);
-  } else if (frame->iovcnt > 2) {
-    /* Values put by reference: UCX gathers the pieces (reading them until
-     * the send completes, which the frame guarantees). */
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-    param.datatype = ucp_dt_make_iov();
-    data = iov + 1;
-    count = (size_t)frame->iovcnt - 1;
-  }
-  ucs_status_ptr_t r =
-      ucp_am_send_nbx(p->ep, UCX_AM_ID, hdr, hdr_len, data, count, &param);
-  if (r == NULL || UCS_PTR_IS_ERR(r))
-    free(lead_hdr);
-  if (r == NULL) {
-    /* Sent already (copied out): the common case for small frames. */
-    int more = u->done != NULL || u->dropped != NULL || u->reports != NULL;
-    if (more)
-      ucx_unlock(u, 0);
-    else
-      nxu_unlock(&u->lock);
-    return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
-  }
+/* The request parameters of every send: the same for all, so made once
+ * (ucp_am_send_nbx only reads them). Contiguous data, or the frame's
+ * payload pieces as UCX's iov datatype. */
+static const ucp_request_param_t send_contig = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+    .cb.send = on_sent,
+};
+static const ucp_request_param_t send_iov = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE,
+    .cb.send = on_sent,
+    .datatype = ucp_dt_make_iov(),
+};
+
+/* Lock held: what ucp_am_send_nbx returned when it did not complete the
+ * send at once. A request: the frame is tracked on the peer's list until
+ * on_sent (0); an error: NX_* (the frame stays the core's). Unlocks. */
+static __attribute__((noinline)) int
+send_started(struct ucx *u, struct ucx_peer *p, nx_frame_t *frame,
+             ucs_status_ptr_t r, uint8_t *lead_hdr, size_t total) {
   if (UCS_PTR_IS_ERR(r)) {
+    free(lead_hdr);
     ucs_status_t st = UCS_PTR_STATUS(r);
     int rc = ucx_status_to_nx(st);
     ucx_unlock(u, 0);
@@ -540,6 +486,89 @@ int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
    * a sleeping driver comes round. */
   u->core->wake();
   return 0;
+}
+
+/* Lock held: any frame to any peer (ucx_send's fast path takes the common
+ * case). Unlocks. */
+static __attribute__((noinline)) int
+send_locked(struct ucx *u, struct ucx_peer *p, nx_frame_t *frame) {
+  const struct iovec *iov = nx_frame_iovs(frame);
+  size_t total = frame_bytes(frame);
+  if (p->dead || p->ep == NULL) {
+    ucx_unlock(u, 0);
+    return NX_EPEERDEAD;
+  }
+  if (p->inflight > 0 && p->inflight + total > u->queue_max) {
+    ucx_unlock(u, 0);
+    return NX_EAGAIN;
+  }
+  const ucp_request_param_t *param = &send_contig;
+  const void *data = frame->iovcnt > 1 ? iov[1].iov_base : NULL;
+  size_t count = frame->iovcnt > 1 ? iov[1].iov_len : 0;
+  const void *hdr = iov[0].iov_base;
+  size_t hdr_len = NX_FRAME_HDR_SIZE;
+  /* UCX reads the header until the send completes: the block is freed
+   * with the request (req_unlink), or at once if the send was. */
+  uint8_t *lead_hdr = NULL;
+  if (nx_frame_lead(hdr) != 0 &&
+      (lead_hdr = lead_split(u, frame, &data, &count)) != NULL) {
+    hdr = lead_hdr;
+    hdr_len = NX_FRAME_HDR_SIZE + nx_frame_lead(lead_hdr);
+  } else if (frame->iovcnt > 2) {
+    /* Values put by reference: UCX gathers the pieces (reading them until
+     * the send completes, which the frame guarantees). */
+    param = &send_iov;
+    data = iov + 1;
+    count = (size_t)frame->iovcnt - 1;
+  }
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(p->ep, UCX_AM_ID, hdr, hdr_len, data, count, param);
+  if (r != NULL)
+    return send_started(u, p, frame, r, lead_hdr, total);
+  free(lead_hdr);
+  ucx_unlock(u, 0);
+  return NX_PROTOCOL_SENT;
+}
+
+/* The frame header (iov[0]) is the active message's header and the payload
+ * (iov[1]) its data, both sent from where they are: UCX copies small
+ * messages, and fetches large ones (rendezvous) from the payload itself.
+ * UCX 1.13 reads the header until the send completes, which the frame
+ * guarantees: it is ours until send_done. No UCP_AM_SEND_FLAG_REPLY: the
+ * receiver tells senders apart by the frame header's source (ucx_rx.c),
+ * and the flag cost a third of an 8 B round trip.
+ * The fast path is the common case: a header and one payload piece, no
+ * lead to send apart, a live peer with nothing in flight (so no bound to
+ * check), and UCX sending it at once (its short or bcopy protocol, which
+ * copies the frame out before returning NULL): the lock, one
+ * ucp_am_send_nbx with the prebuilt parameters, the unlock, and the core
+ * takes the frame back (NX_PROTOCOL_SENT, no send_done). Everything else
+ * takes send_locked, as it always did. */
+int ucx_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
+             unsigned flags) {
+  (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
+  struct ucx *u = state;
+  struct ucx_peer *p = peer_of(ep);
+  const struct iovec *iov = nx_frame_iovs(frame);
+  if (frame->iovcnt < 1 || frame->iovcnt > NX_FRAME_IOV_MAX ||
+      iov[0].iov_len != NX_FRAME_HDR_SIZE)
+    return NX_EINVAL;
+  ucx_lock(u);
+  /* A dead peer has no endpoint (ucx.h, the lock's rule 4). */
+  if (__builtin_expect(frame->iovcnt != 2 || p->ep == NULL ||
+                           p->inflight != 0 ||
+                           nx_frame_lead(iov[0].iov_base) != 0,
+                       0))
+    return send_locked(u, p, frame);
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(p->ep, UCX_AM_ID, iov[0].iov_base, NX_FRAME_HDR_SIZE,
+                      iov[1].iov_base, iov[1].iov_len, &send_contig);
+  if (__builtin_expect(r != NULL, 0))
+    return send_started(u, p, frame, r, NULL, frame_bytes(frame));
+  /* Sent already (copied out). Whatever else UCX completed inside the
+   * call, the unlock hands over as after any other UCP call. */
+  ucx_unlock(u, 0);
+  return NX_PROTOCOL_SENT; /* no send_done: the core takes it back */
 }
 
 /* Information. */

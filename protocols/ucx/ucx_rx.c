@@ -27,6 +27,21 @@ static void ready_append(struct ucx *u, nx_frame_t *f) {
   u->ready_tail = f;
 }
 
+/* A frame complete in its turn (nothing of its sender's waiting before it):
+ * inside progress (ucx.h, the lock's rule 3), and with nothing on `ready`
+ * before it, straight into the core's batch, which the core dispatches
+ * once progress returned; else on `ready`, which ucx_unlock hands over
+ * after the frames already in the batch, so the order holds either way.
+ * The batch is never delivered from here when full (that would call the
+ * core under the lock): its 65th frame waits on `ready`. */
+static void frame_done(struct ucx *u, nx_frame_t *f) {
+  nx_frame_batch_t *b = u->batch;
+  if (b != NULL && u->ready == NULL && b->count < NX_FRAME_BATCH_MAX)
+    b->frames[b->count++] = f;
+  else
+    ready_append(u, f);
+}
+
 static void dropped_push(struct ucx *u, nx_frame_t *f) {
   f->module_data[0] = u->dropped;
   u->dropped = f;
@@ -82,7 +97,6 @@ static void on_fetched(void *req, ucs_status_t status, size_t length,
   rx->req = NULL;
   if (status != UCS_OK)
     UCX_LOG(u, 1, "a rendezvous fetch failed: %s", ucs_status_string(status));
-  u->events++;
   ucp_request_free(req);
   if (!rx->starting)
     rxq_drain(u, rx->q);
@@ -96,7 +110,7 @@ static ucs_status_t refuse(int rndv, ucs_status_t status) {
 
 static void queue_frame(struct ucx *u, struct ucx_rxq *q, nx_frame_t *f) {
   if (q == NULL)
-    ready_append(u, f);
+    frame_done(u, f);
   else
     rxq_append(q, f, NULL);
 }
@@ -171,13 +185,54 @@ static int recv_lead(struct ucx *u, const void *header, size_t lead,
   return 0;
 }
 
-ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
-                         void *data, size_t length,
-                         const ucp_am_recv_param_t *param) {
-  struct ucx *u = arg;
+/* A small eager payload into its frame. From 8 to 32 bytes (a value or
+ * a few, which most RSRs carry) in two overlapping moves of the same
+ * width rather than a call into the C library; anything else through
+ * memcpy. */
+static inline void copy_payload(uint8_t *dst, const uint8_t *src, size_t n) {
+  if (n >= 16 && n <= 32) {
+    uint8_t a[16], b[16];
+    memcpy(a, src, 16);
+    memcpy(b, src + n - 16, 16);
+    memcpy(dst, a, 16);
+    memcpy(dst + n - 16, b, 16);
+  } else if (n >= 8 && n < 16) {
+    uint64_t a, b;
+    memcpy(&a, src, 8);
+    memcpy(&b, src + n - 8, 8);
+    memcpy(dst, &a, 8);
+    memcpy(dst + n - 8, &b, 8);
+  } else if (n > 0) {
+    memcpy(dst, src, n);
+  }
+}
+
+/* frame_alloc refused a header: NX_EPROTO is counted by the core
+ * already. The status for UCX (refuse). */
+static ucs_status_t alloc_failed(struct ucx *u, int r, size_t length,
+                                 int rndv) {
+  if (r != NX_EPROTO)
+    UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
+  return refuse(rndv,
+                r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
+}
+
+/* The frame frame_alloc made has no room for exactly `length` bytes: the
+ * header announced another length. */
+static ucs_status_t length_differs(struct ucx *u, nx_frame_t *f, int rndv) {
+  u->core->frame_free(f);
+  u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
+                              "frame header");
+  return refuse(rndv, UCS_ERR_INVALID_PARAM);
+}
+
+/* Every message but the common one (ucx_am_recv): rendezvous, a lead in the
+ * header, data to keep (try_wrap), a sender with a fetch in progress, bad
+ * input. */
+static __attribute__((noinline)) ucs_status_t
+recv_general(struct ucx *u, const void *header, size_t header_length,
+             void *data, size_t length, const ucp_am_recv_param_t *param) {
   int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  u->received++;
-  u->events++;
   /* The frame header, and after it the payload's lead when the sender
    * sent it apart (ucx_send): the lead the header announces, exactly. */
   size_t lead = header != NULL && header_length >= NX_FRAME_HDR_SIZE
@@ -206,19 +261,10 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
         return st;
     }
     r = u->core->frame_alloc(header, &f);
-    if (r < 0) {
-      /* NX_EPROTO is counted by the core already. */
-      if (r != NX_EPROTO)
-        UCX_LOG(u, 0, "dropped a frame of %zu bytes: no memory", length);
-      return refuse(rndv,
-                    r == NX_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_INVALID_PARAM);
-    }
-    if (f->iovcnt < 2 || f->iov[1].iov_len != length) {
-      u->core->frame_free(f);
-      u->core->bad_peer(UCX_NAME, "a payload whose length differs from its "
-                                  "frame header");
-      return refuse(rndv, UCS_ERR_INVALID_PARAM);
-    }
+    if (r < 0)
+      return alloc_failed(u, r, length, rndv);
+    if (f->iovcnt < 2 || f->iov[1].iov_len != length)
+      return length_differs(u, f, rndv);
   }
   if (!rndv) {
     /* Copied into the frame: UCX takes the data back when we return. */
@@ -272,6 +318,35 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
   if (rx->state != RX_PENDING)
     rxq_drain(u, q);
   return UCS_OK; /* the descriptor is UCP's again after recv_data */
+}
+
+/* UCX's handler for our active messages (UCP_AM_FLAG_WHOLE_MSG), inside
+ * ucp_worker_progress under the lock. The common message takes the first
+ * branch: a frame header alone as the message's header, eager data too
+ * small to keep (UCX_WRAP_MIN), and no sender with a fetch in progress,
+ * so no order to keep but arrival's: frame_alloc, the copy, and into the
+ * core's batch (frame_done). */
+ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
+                         void *data, size_t length,
+                         const ucp_am_recv_param_t *param) {
+  struct ucx *u = arg;
+  u->received++;
+  if (__builtin_expect(header_length == NX_FRAME_HDR_SIZE && header != NULL &&
+                           length < UCX_WRAP_MIN && u->rxqs == NULL &&
+                           !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV),
+                       1)) {
+    nx_frame_t *f;
+    int r = u->core->frame_alloc(header, &f);
+    if (r < 0)
+      return alloc_failed(u, r, length, 0);
+    if (f->iovcnt < 2 || f->iov[1].iov_len != length)
+      return length_differs(u, f, 0);
+    /* UCX takes the data back when we return. */
+    copy_payload(f->iov[1].iov_base, data, length);
+    frame_done(u, f);
+    return UCS_OK;
+  }
+  return recv_general(u, header, header_length, data, length, param);
 }
 
 unsigned ucx_rx_pending(struct ucx *u) {

@@ -139,6 +139,22 @@ TEST_CASE_METHOD(
   CHECK(st[STAT_SEQ_BAD] == 0);
 }
 
+TEST_CASE_METHOD(session, "small frames of every length arrive intact",
+                 "[ucx]") {
+  peer_process peer;
+  REQUIRE(peer.start() == 0);
+  // The receiver copies a payload of 8 to 32 bytes with two overlapping
+  // moves (ucx_rx.c, copy_payload); "seq" frames of 0 to 40 bytes of data
+  // have payloads from below to above its bounds, each byte checked.
+  const int count = 41;
+  for (int i = 0; i < count; i++)
+    REQUIRE(send_seq(peer.gp, 1, (uint64_t)i, (size_t)i) == 0);
+  uint64_t st[STAT_COUNT];
+  REQUIRE(peer_stats(peer.gp, cs.me, st, 30));
+  CHECK(st[STAT_SEQ_FRAMES] == (uint64_t)count);
+  CHECK(st[STAT_SEQ_BAD] == 0);
+}
+
 // Shared-memory FIFO elements of different sizes in the two processes (the
 // module sets 256 bytes unless UCX_MM_FIFO_ELEM_SIZE says otherwise; UCX's
 // sender indexes the receiver's FIFO with its own size): the peer is not
