@@ -117,6 +117,11 @@ void nxi_tr_free(struct tr_trace *t);
 
 /* The model from the events read, their times mapped (nxtrace_model.c). */
 void nxi_tr_build(struct tr_trace *t);
+/* Orders: locations by (context, thread, layer), for qsort and bsearch;
+ * two runs of one location by start, the outer (longer) one first, then
+ * by their BEGIN's place in the events. */
+int nxi_tr_cmp_loc(const void *a, const void *b);
+int nxi_tr_cmp_span(const struct tr_run *x, const struct tr_run *y);
 
 /* Allocation that ends the tool when memory runs out; reserve grows *v (of
  * *cap elements of size sz) to hold n. */

@@ -191,13 +191,7 @@ static void build_runs(struct tr_trace *t) {
       t->t_max = t->runs[i].t1;
 }
 
-static int cmp_run_order(const void *a, const void *b) {
-  const struct tr_run *x = &sort_trace->runs[*(const size_t *)a];
-  const struct tr_run *y = &sort_trace->runs[*(const size_t *)b];
-  if (x->ctx != y->ctx)
-    return x->ctx < y->ctx ? -1 : 1;
-  if (x->thread != y->thread)
-    return x->thread < y->thread ? -1 : 1;
+int nxi_tr_cmp_span(const struct tr_run *x, const struct tr_run *y) {
   if (x->t0 != y->t0)
     return x->t0 < y->t0 ? -1 : 1;
   if (x->t1 != y->t1)
@@ -205,7 +199,17 @@ static int cmp_run_order(const void *a, const void *b) {
   return x->begin_ev < y->begin_ev ? -1 : x->begin_ev > y->begin_ev;
 }
 
-static int cmp_loc(const void *a, const void *b) {
+static int cmp_run_order(const void *a, const void *b) {
+  const struct tr_run *x = &sort_trace->runs[*(const size_t *)a];
+  const struct tr_run *y = &sort_trace->runs[*(const size_t *)b];
+  if (x->ctx != y->ctx)
+    return x->ctx < y->ctx ? -1 : 1;
+  if (x->thread != y->thread)
+    return x->thread < y->thread ? -1 : 1;
+  return nxi_tr_cmp_span(x, y);
+}
+
+int nxi_tr_cmp_loc(const void *a, const void *b) {
   const struct tr_loc *x = a, *y = b;
   if (x->ctx != y->ctx)
     return x->ctx < y->ctx ? -1 : 1;
@@ -295,10 +299,10 @@ static void build_locations(struct tr_trace *t) {
     t->locs[n++] = (struct tr_loc){c, 0, 0};
   }
   free(has);
-  nxi_tr_sort(t->locs, n, sizeof(*t->locs), cmp_loc);
+  nxi_tr_sort(t->locs, n, sizeof(*t->locs), nxi_tr_cmp_loc);
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
-    if (m == 0 || cmp_loc(&t->locs[m - 1], &t->locs[i]) != 0)
+    if (m == 0 || nxi_tr_cmp_loc(&t->locs[m - 1], &t->locs[i]) != 0)
       t->locs[m++] = t->locs[i];
   t->nlocs = m;
   /* Each context's (thread 0, layer 0) location sorts first among its. */
@@ -307,7 +311,7 @@ static void build_locations(struct tr_trace *t) {
   for (size_t i = 0; i < t->nruns; i++) {
     struct tr_loc key = {t->runs[i].ctx, t->runs[i].thread, layer[i]};
     const struct tr_loc *l =
-        bsearch(&key, t->locs, t->nlocs, sizeof(key), cmp_loc);
+        bsearch(&key, t->locs, t->nlocs, sizeof(key), nxi_tr_cmp_loc);
     t->runs[i].loc = (size_t)(l - t->locs);
   }
   free(layer);

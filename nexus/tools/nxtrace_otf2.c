@@ -222,20 +222,7 @@ static int cmp_run_loc(const void *a, const void *b) {
   const struct tr_run *y = &sort_t->runs[*(const size_t *)b];
   if (x->loc != y->loc)
     return x->loc < y->loc ? -1 : 1;
-  if (x->t0 != y->t0)
-    return x->t0 < y->t0 ? -1 : 1;
-  if (x->t1 != y->t1)
-    return x->t1 > y->t1 ? -1 : 1;
-  return x->begin_ev < y->begin_ev ? -1 : x->begin_ev > y->begin_ev;
-}
-
-static int cmp_loc_key(const void *a, const void *b) {
-  const struct tr_loc *x = a, *y = b;
-  if (x->ctx != y->ctx)
-    return x->ctx < y->ctx ? -1 : 1;
-  if (x->thread != y->thread)
-    return x->thread < y->thread ? -1 : 1;
-  return x->layer < y->layer ? -1 : x->layer > y->layer;
+  return nxi_tr_cmp_span(x, y);
 }
 
 static struct point *collect_points(const struct tr_trace *t, size_t *np) {
@@ -249,7 +236,7 @@ static struct point *collect_points(const struct tr_trace *t, size_t *np) {
     struct tr_loc key = {(size_t)nxi_tr_ctx_find(t, e->r.ctx, e->proc),
                          e->thread, 0};
     const struct tr_loc *l =
-        bsearch(&key, t->locs, t->nlocs, sizeof(key), cmp_loc_key);
+        bsearch(&key, t->locs, t->nlocs, sizeof(key), nxi_tr_cmp_loc);
     p[n++] = (struct point){(size_t)(l - t->locs), e->gt, 2 * e->seq + 1, i, 0};
   }
   for (size_t i = 0; i < t->nruns; i++) {
