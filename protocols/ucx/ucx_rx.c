@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nxu_copy.h"
 #include "nxu_wire.h"
 #include "ucx_rx.h"
 
@@ -185,28 +186,6 @@ static int recv_lead(struct ucx *u, const void *header, size_t lead,
   return 0;
 }
 
-/* A small eager payload into its frame. From 8 to 32 bytes (a value or
- * a few, which most RSRs carry) in two overlapping moves of the same
- * width rather than a call into the C library; anything else through
- * memcpy. */
-static inline void copy_payload(uint8_t *dst, const uint8_t *src, size_t n) {
-  if (n >= 16 && n <= 32) {
-    uint8_t a[16], b[16];
-    memcpy(a, src, 16);
-    memcpy(b, src + n - 16, 16);
-    memcpy(dst, a, 16);
-    memcpy(dst + n - 16, b, 16);
-  } else if (n >= 8 && n < 16) {
-    uint64_t a, b;
-    memcpy(&a, src, 8);
-    memcpy(&b, src + n - 8, 8);
-    memcpy(dst, &a, 8);
-    memcpy(dst + n - 8, &b, 8);
-  } else if (n > 0) {
-    memcpy(dst, src, n);
-  }
-}
-
 /* frame_alloc refused a header: NX_EPROTO is counted by the core
  * already. The status for UCX (refuse). */
 static ucs_status_t alloc_failed(struct ucx *u, int r, size_t length,
@@ -342,7 +321,7 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length,
     if (f->iovcnt < 2 || f->iov[1].iov_len != length)
       return length_differs(u, f, 0);
     /* UCX takes the data back when we return. */
-    copy_payload(f->iov[1].iov_base, data, length);
+    nxu_copy_small(f->iov[1].iov_base, data, length);
     frame_done(u, f);
     return UCS_OK;
   }

@@ -5,6 +5,7 @@
 
 #include "base/mpscq.h"
 #include "base/rt.h"
+#include "nxu_copy.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -259,34 +260,14 @@ static inline void nxi_copy(void *dst, const void *src, size_t n) {
   memcpy(dst, src, n);
 }
 
-/* Copies `n` payload bytes as nxi_copy does, moving a small value's (up
- * to 16 bytes, a few elements: the common RSR) with two loads and two
- * stores of its first and last bytes, which may overlap (three of one
- * byte below 4), instead of a call to memcpy that costs several times
- * that. The typed puts and gets use it on their inline path (buffer.c). */
+/* Copies `n` payload bytes as nxi_copy does, a small value's (up to 32
+ * bytes, a few elements: the common RSR) inline (nxu_copy.h). The typed
+ * puts and gets use it on their inline path (buffer.c). */
 static inline void nxi_copy_short(void *dst, const void *src, size_t n) {
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  if (n >= 8 && n <= 16) {
-    uint64_t first, last;
-    memcpy(&first, s, 8);
-    memcpy(&last, s + n - 8, 8);
-    memcpy(d, &first, 8);
-    memcpy(d + n - 8, &last, 8);
-  } else if (n > 16) {
-    nxi_copy(d, s, n);
-  } else if (n >= 4) {
-    uint32_t first, last;
-    memcpy(&first, s, 4);
-    memcpy(&last, s + n - 4, 4);
-    memcpy(d, &first, 4);
-    memcpy(d + n - 4, &last, 4);
-  } else if (n != 0) {
-    uint8_t first = s[0], mid = s[n / 2], last = s[n - 1];
-    d[0] = first;
-    d[n / 2] = mid;
-    d[n - 1] = last;
-  }
+  if (n <= 32)
+    nxu_copy_small(dst, src, n);
+  else
+    nxi_copy(dst, src, n);
 }
 
 /* Copies `count` elements of `size` bytes, reversing each one's bytes when
