@@ -64,9 +64,10 @@ static pthread_key_t tb_key;
 static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
 static NXI_TLS struct tbuf *my_tb;
 
-static uint64_t clock_ns(clockid_t id) {
+/* CLOCK_REALTIME in ns, read beside nxu_now_ns's CLOCK_MONOTONIC. */
+static uint64_t realtime_ns(void) {
   struct timespec ts;
-  clock_gettime(id, &ts);
+  clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -236,8 +237,8 @@ static struct nxt_rec *tb_take(struct tbuf *tb, uint32_t k, uint64_t now) {
 /* A CLOCK record: the two clocks read together (its `t` is ns already). */
 static void clock_rec(struct tbuf *tb, uint64_t now) {
   struct nxt_rec *c = tb_take(tb, 1, now);
-  c->t = clock_ns(CLOCK_MONOTONIC);
-  c->x = clock_ns(CLOCK_REALTIME);
+  c->t = nxu_now_ns();
+  c->x = realtime_ns();
   c->type = NXT_CLOCK;
   c->module = 0xff;
 }
@@ -359,8 +360,8 @@ int nxi_trace_start(void) {
   h.version = NXT_VERSION;
   h.proc_id = nxi_rt.proc_id;
   h.pid = (uint64_t)getpid();
-  h.mono0 = clock_ns(CLOCK_MONOTONIC);
-  h.real0 = clock_ns(CLOCK_REALTIME);
+  h.mono0 = nxu_now_ns();
+  h.real0 = realtime_ns();
   memcpy(h.host_uuid, nxi_rt.host_uuid, sizeof(h.host_uuid));
   gethostname(h.host, sizeof(h.host) - 1);
   if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
