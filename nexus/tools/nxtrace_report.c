@@ -276,6 +276,17 @@ static void ctx_label(const struct tr_trace *t, size_t c, char *buf,
     snprintf(buf, len, "%08x:%08x", (uint32_t)(x->id >> 32), (uint32_t)x->id);
 }
 
+/* Creates `name` in the folder `tmp` for writing, its path in `path` (of
+ * PATH_BYTES); NULL, said, if it cannot. */
+#define PATH_BYTES 4200
+static FILE *create_in(const char *tmp, const char *name, char *path) {
+  snprintf(path, PATH_BYTES, "%s/%s", tmp, name);
+  FILE *f = fopen(path, "w");
+  if (f == NULL)
+    fprintf(stderr, "nxtrace: %s: %s\n", path, strerror(errno));
+  return f;
+}
+
 static int write_matrix(const struct tr_trace *t, const char *tmp,
                         const char *prefix, int by_bytes, FILE *gp) {
   size_t np;
@@ -289,11 +300,9 @@ static int write_matrix(const struct tr_trace *t, const char *tmp,
       if (p[i].from == c || p[i].to == c)
         axis[c] = (long)n++;
   }
-  char path[4200];
-  snprintf(path, sizeof(path), "%s/matrix.dat", tmp);
-  FILE *f = fopen(path, "w");
+  char path[PATH_BYTES];
+  FILE *f = create_in(tmp, "matrix.dat", path);
   if (f == NULL) {
-    fprintf(stderr, "nxtrace: %s: %s\n", path, strerror(errno));
     free(p);
     free(axis);
     return -1;
@@ -382,11 +391,9 @@ static int write_timeline(const struct tr_trace *t, const char *tmp,
   for (size_t l = 0; l < t->nlocs; l++)
     if (row[l] == 0)
       row[l] = (long)nrows++ + 1;
-  char path[4200];
-  snprintf(path, sizeof(path), "%s/timeline.dat", tmp);
-  FILE *f = fopen(path, "w");
+  char path[PATH_BYTES];
+  FILE *f = create_in(tmp, "timeline.dat", path);
   if (f == NULL) {
-    fprintf(stderr, "nxtrace: %s: %s\n", path, strerror(errno));
     free(row);
     return -1;
   }
@@ -508,14 +515,11 @@ int nxi_tr_png(const struct tr_trace *t, const char *prefix, int by_bytes) {
     fprintf(stderr, "nxtrace: mkdtemp %s: %s\n", tmp, strerror(errno));
     return -1;
   }
-  char script[4200];
-  snprintf(script, sizeof(script), "%s/plot.gp", tmp);
-  FILE *gp = fopen(script, "w");
+  char script[PATH_BYTES];
+  FILE *gp = create_in(tmp, "plot.gp", script);
   int rc = -1;
-  if (gp == NULL) {
-    fprintf(stderr, "nxtrace: %s: %s\n", script, strerror(errno));
+  if (gp == NULL)
     goto out;
-  }
   int m = write_matrix(t, tmp, prefix, by_bytes, gp);
   int l = m == 0 ? write_timeline(t, tmp, prefix, gp) : -1;
   if (fclose(gp) != 0 || m < 0 || l < 0)
