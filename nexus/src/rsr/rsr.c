@@ -89,7 +89,7 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
   int r, waited = 0;
-  uint64_t source = b->source, dest = b->context; /* `b` goes when sent */
+  uint64_t source = 0, dest = 0; /* of a wait traced: `b` goes when sent */
   for (;;) {
     /* An endpoint reported dead gets no more sends. */
     if ((r = nx_endpoint_failed(rt->ep)) != 0)
@@ -99,6 +99,8 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
       break;
     if (!waited && nxi_tracing()) {
       waited = 1;
+      source = b->source;
+      dest = b->context;
       trace_wait(1, source, dest, rt->mod);
     }
     nxi_progress_help();
@@ -228,7 +230,7 @@ static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
     return NX_ENOMEM;
   }
   int waited = 0;
-  uint64_t source = b->source, dest = b->context; /* `b` goes when sent */
+  uint64_t source = 0, dest = 0; /* of a wait traced: `b` goes when sent */
   for (;;) {
     struct nxi_peer *peer;
     b->order = nxi_order_send_begin(s);
@@ -244,6 +246,8 @@ static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
     }
     if (!waited && nxi_tracing()) {
       waited = 1;
+      source = b->source;
+      dest = b->context;
       trace_wait(1, source, dest, NULL);
     }
     nxi_progress_help(); /* the module's queue is full: let it drain */
