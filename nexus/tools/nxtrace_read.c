@@ -13,8 +13,11 @@
 #include "nxtrace.h"
 
 _Static_assert(sizeof(struct nxt_file_hdr) == 120, "nxt_file_hdr layout");
-_Static_assert(sizeof(struct nxt_chunk) == 16, "nxt_chunk layout");
+_Static_assert(sizeof(struct nxt_chunk) == 48, "nxt_chunk layout");
 _Static_assert(sizeof(struct nxt_rec) == 48, "nxt_rec layout");
+_Static_assert(sizeof(struct nxt_send) == 32, "nxt_send layout");
+_Static_assert(sizeof(struct nxt_begin) == 40, "nxt_begin layout");
+_Static_assert(sizeof(struct nxt_end) == 24, "nxt_end layout");
 
 #define REC sizeof(struct nxt_rec)
 
@@ -60,20 +63,8 @@ static char *xstrndup(const char *s, size_t n) {
 }
 
 /* The records of a log are read in the writer's byte order. */
-static uint16_t sw16(uint16_t v, int s) { return s ? __builtin_bswap16(v) : v; }
-static uint32_t sw32(uint32_t v, int s) { return s ? __builtin_bswap32(v) : v; }
-static uint64_t sw64(uint64_t v, int s) { return s ? __builtin_bswap64(v) : v; }
-
-static void rec_to_host(struct nxt_rec *r, int s) {
-  r->t = sw64(r->t, s);
-  r->ctx = sw64(r->ctx, s);
-  r->peer = sw64(r->peer, s);
-  r->x = sw64(r->x, s);
-  r->handler = sw32(r->handler, s);
-  r->bytes = sw32(r->bytes, s);
-  r->flags = sw16(r->flags, s);
-  r->aux = sw32(r->aux, s);
-}
+static uint32_t sw32(uint32_t v, int s) { return nxt_sw32(v, s); }
+static uint64_t sw64(uint64_t v, int s) { return nxt_sw64(v, s); }
 
 /* Definitions are gathered while reading and resolved after. */
 struct def_mod {
@@ -203,28 +194,38 @@ static int parse_log(struct reader *rd, const char *name,
       snprintf(why, whylen, "no chunk at byte %zu (bad chunk magic)", off);
       goto err;
     }
-    uint64_t count = sw32(c.count, s);
-    if (count * REC > len - off - sizeof(c)) {
+    uint64_t bytes = sw32(c.bytes, s);
+    if (bytes > len - off - sizeof(c)) {
       fprintf(stderr,
               "nxtrace: %s: the last chunk (at byte %zu, %llu "
-              "records) is truncated: ignored\n",
-              name, off, (unsigned long long)count);
+              "bytes of records) is truncated: ignored\n",
+              name, off, (unsigned long long)bytes);
       t->truncated++;
       break;
     }
-    int thread = thread_index(p, sw64(c.thread, s));
+    if (bytes % 8 != 0) {
+      snprintf(why, whylen, "a chunk of %llu bytes at byte %zu",
+               (unsigned long long)bytes, off);
+      goto err;
+    }
+    c.thread = sw64(c.thread, s);
+    c.tick0 = sw64(c.tick0, s);
+    c.mono0 = sw64(c.mono0, s);
+    c.tick1 = sw64(c.tick1, s);
+    c.mono1 = sw64(c.mono1, s);
+    int thread = thread_index(p, c.thread);
     const unsigned char *rp = b + off + sizeof(c);
-    for (uint64_t i = 0; i < count; i++) {
+    for (uint64_t at = 0; at < bytes;) {
       struct nxt_rec r;
-      memcpy(&r, rp + i * REC, REC);
-      rec_to_host(&r, s);
+      size_t rl = nxt_decode(rp + at, bytes - at, s, p->proc_id, &r);
+      if (rl == 0) {
+        snprintf(why, whylen, "a record runs past its chunk at byte %zu", off);
+        goto err;
+      }
+      const unsigned char *text = rp + at + REC;
+      at += rl;
       if (r.type == NXT_DEF_HANDLER || r.type == NXT_DEF_MODULE) {
-        uint64_t nrec = ((uint64_t)r.bytes + REC - 1) / REC;
-        if (nrec > count - i - 1) {
-          snprintf(why, whylen, "a name runs past its chunk at byte %zu", off);
-          goto err;
-        }
-        char *nm = xstrndup((const char *)rp + (i + 1) * REC, r.bytes);
+        char *nm = xstrndup((const char *)text, r.bytes);
         /* Names go into aligned text and gnuplot's scripts: no control
          * characters (a damaged log's). */
         for (char *c = nm; *c; c++)
@@ -238,15 +239,17 @@ static int parse_log(struct reader *rd, const char *name,
           rd->mods[rd->nmods++] =
               (struct def_mod){(uint32_t)t->nprocs, r.module, nm};
         }
-        i += nrec;
         continue;
       }
-      if (r.t > p->mono_last)
-        p->mono_last = r.t;
       if (r.type == NXT_CLOCK) {
+        if (r.t > p->mono_last)
+          p->mono_last = r.t;
         clock_pair(p, r.t, r.x);
         continue;
       }
+      r.t = nxt_ns(&c, r.t);
+      if (r.t > p->mono_last)
+        p->mono_last = r.t;
       if (r.type < NXT_SEND || r.type > NXT_CONTEXT_DESTROY) {
         t->unknown_recs++;
         continue;
@@ -261,7 +264,7 @@ static int parse_log(struct reader *rd, const char *name,
       e->seq = t->nevs;
       t->nevs++;
     }
-    off += sizeof(c) + count * REC;
+    off += sizeof(c) + bytes;
   }
   const char *base = strrchr(name, '/');
   base = base ? base + 1 : name;

@@ -34,8 +34,11 @@
 struct log {
   FILE *f;
   int swap;
-  struct nxt_rec rec[256];
-  unsigned n;
+  uint32_t proc;
+  uint64_t tick_base; /* a stamp is tick_base + per_ns * ns */
+  uint64_t per_ns;
+  uint8_t buf[256 * 48];
+  unsigned n; /* bytes in buf */
   uint64_t thread;
 };
 
@@ -56,12 +59,16 @@ static void die(const char *what) {
 
 static void open_log(struct log *l, const char *dir, uint32_t proc_id,
                      uint64_t pid, int swap, uint64_t mono0, uint64_t real0,
-                     uint8_t uuid, const char *host) {
+                     uint8_t uuid, const char *host, uint64_t tick_base,
+                     uint64_t per_ns) {
   char path[4096];
   snprintf(path, sizeof(path), "%s/%08x-%llu.nxt", dir, proc_id,
            (unsigned long long)pid);
   memset(l, 0, sizeof(*l));
   l->swap = swap;
+  l->proc = proc_id;
+  l->tick_base = tick_base;
+  l->per_ns = per_ns;
   l->f = fopen(path, "wb");
   if (l->f == NULL)
     die(path);
@@ -79,15 +86,22 @@ static void open_log(struct log *l, const char *dir, uint32_t proc_id,
     die("fwrite");
 }
 
-/* Writes the pending records as one chunk of the current thread; claim
- * more than that to leave a truncated chunk. */
+/* Writes the pending records as one chunk of the current thread, with
+ * the log's ticks-to-ns map as two pairs; claim more bytes than that to
+ * leave a truncated chunk. */
 static void flush_chunk(struct log *l, unsigned claim) {
   if (l->n == 0)
     return;
-  struct nxt_chunk c = {s32(l, NXT_CHUNK_MAGIC), s32(l, claim ? claim : l->n),
-                        s64(l, l->thread)};
+  const uint64_t ns1 = 1000000000000ull;
+  struct nxt_chunk c = {s32(l, NXT_CHUNK_MAGIC),
+                        s32(l, claim ? claim : l->n),
+                        s64(l, l->thread),
+                        s64(l, l->tick_base),
+                        s64(l, 0),
+                        s64(l, l->tick_base + l->per_ns * ns1),
+                        s64(l, ns1)};
   if (fwrite(&c, sizeof(c), 1, l->f) != 1 ||
-      fwrite(l->rec, sizeof(l->rec[0]), l->n, l->f) != l->n)
+      fwrite(l->buf, 1, l->n, l->f) != l->n)
     die("fwrite");
   l->n = 0;
 }
@@ -97,36 +111,55 @@ static void on_thread(struct log *l, uint64_t thread) {
   l->thread = thread;
 }
 
+/* A record at `t` ns, as the runtime writes it: SEND, BEGIN and END in
+ * their compact forms, every other in the general one; stamps in ticks,
+ * but a CLOCK's. */
 static void rec(struct log *l, uint8_t type, uint64_t t, uint64_t ctx,
                 uint64_t peer, uint64_t x, uint32_t handler, uint32_t bytes,
                 uint8_t module, uint16_t flags, uint32_t aux) {
-  if (l->n == 256)
+  if (l->n + sizeof(struct nxt_rec) > sizeof(l->buf))
     flush_chunk(l, 0);
-  struct nxt_rec *r = &l->rec[l->n++];
-  memset(r, 0, sizeof(*r));
-  r->t = s64(l, t);
-  r->ctx = s64(l, ctx);
-  r->peer = s64(l, peer);
-  r->x = s64(l, x);
-  r->handler = s32(l, handler);
-  r->bytes = s32(l, bytes);
-  r->type = type;
-  r->module = module;
-  r->flags = s16(l, flags);
-  r->aux = s32(l, aux);
+  uint64_t tick = type == NXT_CLOCK ? t : l->tick_base + l->per_ns * t;
+  uint8_t *p = l->buf + l->n;
+  int compact = ctx >> 32 == l->proc && (uint32_t)ctx != 0;
+  if (type == NXT_END) {
+    struct nxt_end r = {NXT_END_C,    0,        s16(l, flags), 0,
+                        s64(l, tick), s64(l, x)};
+    memcpy(p, &r, sizeof(r));
+    l->n += sizeof(r);
+  } else if (compact && (type == NXT_SEND || type == NXT_BEGIN)) {
+    struct nxt_begin r = {type == NXT_SEND ? NXT_SEND_C : NXT_BEGIN_C,
+                          module,
+                          s16(l, flags),
+                          s32(l, handler),
+                          s32(l, (uint32_t)ctx),
+                          s32(l, bytes),
+                          s64(l, peer),
+                          s64(l, tick),
+                          s64(l, x)};
+    size_t len = type == NXT_SEND ? sizeof(struct nxt_send) : sizeof(r);
+    memcpy(p, &r, len);
+    l->n += (unsigned)len;
+  } else {
+    struct nxt_rec r = {
+        type,          module,      s16(l, flags), s32(l, handler),
+        s32(l, bytes), s32(l, aux), s64(l, tick),  s64(l, ctx),
+        s64(l, peer),  s64(l, x)};
+    memcpy(p, &r, sizeof(r));
+    l->n += sizeof(r);
+  }
 }
 
-/* A definition and its name in the records after it (not swapped). */
+/* A definition and its name after it, padded to 8 bytes (not swapped). */
 static void def(struct log *l, uint8_t type, uint32_t handler, uint8_t module,
                 const char *name) {
-  size_t len = strlen(name), nrec = (len + 47) / 48;
-  if (l->n + 1 + nrec > 256)
+  size_t len = strlen(name), padded = (len + 7) & ~(size_t)7;
+  if (l->n + 48 + padded > sizeof(l->buf))
     flush_chunk(l, 0);
   rec(l, type, 0, 0, 0, 0, handler, (uint32_t)len, module, 0, 0);
-  char *text = (char *)&l->rec[l->n];
-  memset(text, 0, nrec * 48);
-  memcpy(text, name, len);
-  l->n += (unsigned)nrec;
+  memset(l->buf + l->n, 0, padded);
+  memcpy(l->buf + l->n, name, len);
+  l->n += (unsigned)padded;
 }
 
 static void close_log(struct log *l) {
@@ -139,7 +172,7 @@ static void close_log(struct log *l) {
 static void process_a(const char *dir) {
   struct log l;
   const uint64_t m = 1000000000ull;
-  open_log(&l, dir, 1, 4242, 0, m, REAL0, 1, "alpha");
+  open_log(&l, dir, 1, 4242, 0, m, REAL0, 1, "alpha", 1000, 2);
   on_thread(&l, 0x7f00);
   def(&l, NXT_DEF_MODULE, 0, 0, "local");
   def(&l, NXT_DEF_MODULE, 0, 1, "tcp");
@@ -181,7 +214,7 @@ static void process_a(const char *dir) {
 static void process_b(const char *dir) {
   struct log l;
   const uint64_t m = 100, off = 1000; /* b's mono m is realtime REAL0+off */
-  open_log(&l, dir, 2, 5151, 1, m, REAL0 + off, 2, "beta");
+  open_log(&l, dir, 2, 5151, 1, m, REAL0 + off, 2, "beta", 0, 1);
   on_thread(&l, 1);
   def(&l, NXT_DEF_MODULE, 0, 0, "tcp");
   def(&l, NXT_DEF_HANDLER, PING, 0, "ping");
@@ -211,11 +244,12 @@ static void process_b(const char *dir) {
   on_thread(&l, 1);
   rec(&l, NXT_CLOCK, m + 130000, 0, 0, REAL0 + off + 130000, 0, 0, 0xff, 0, 0);
   flush_chunk(&l, 0);
-  /* The process died while writing this chunk: 3 records of 10 claimed. */
+  /* The process died while writing this chunk: 3 sends of 32 bytes, 480
+   * bytes claimed. */
   rec(&l, NXT_SEND, m + 131000, B1, A1, 0, PING, 1, 0, 0, 0);
   rec(&l, NXT_SEND, m + 132000, B1, A1, 0, PING, 1, 0, 0, 0);
   rec(&l, NXT_SEND, m + 133000, B1, A1, 0, PING, 1, 0, 0, 0);
-  flush_chunk(&l, 10);
+  flush_chunk(&l, 10 * 48);
   if (fclose(l.f) != 0)
     die("fclose");
 }

@@ -170,12 +170,15 @@ static int read_log(const char *path, struct log *l) {
            memcmp(l->h.magic, NXT_MAGIC, 8) == 0 && l->h.version == NXT_VERSION;
   size_t cap = 0;
   struct nxt_chunk ch;
+  uint8_t *buf = NULL;
   while (ok && fread(&ch, sizeof(ch), 1, f) == 1) {
-    if (ch.magic != NXT_CHUNK_MAGIC) {
+    if (ch.magic != NXT_CHUNK_MAGIC || ch.bytes % 8 != 0 ||
+        (buf = realloc(buf, ch.bytes + 1)) == NULL ||
+        fread(buf, 1, ch.bytes, f) != ch.bytes) {
       ok = 0;
       break;
     }
-    for (uint32_t i = 0; i < ch.count; i++) {
+    for (uint32_t at = 0; at < ch.bytes;) {
       if (l->n == cap) {
         cap = cap ? cap * 2 : 1024;
         l->r = realloc(l->r, cap * sizeof(*l->r));
@@ -183,26 +186,23 @@ static int read_log(const char *path, struct log *l) {
         l->thread = realloc(l->thread, cap * sizeof(*l->thread));
       }
       struct nxt_rec *r = &l->r[l->n];
-      if (fread(r, sizeof(*r), 1, f) != 1) {
+      size_t len = nxt_decode(buf + at, ch.bytes - at, 0, l->h.proc_id, r);
+      if (len == 0) {
         ok = 0;
         break;
       }
       l->name[l->n][0] = '\0';
       l->thread[l->n] = ch.thread;
-      if (r->type >= NXT_DEF_HANDLER) {
-        uint32_t k = (r->bytes + 47) / 48;
-        char text[48 * 8];
-        if (k > 8 || fread(text, 48, k, f) != k) {
-          ok = 0;
-          break;
-        }
-        i += k;
+      if (r->type >= NXT_DEF_HANDLER)
         snprintf(l->name[l->n], sizeof(l->name[0]), "%.*s", (int)r->bytes,
-                 text);
-      }
+                 (const char *)buf + at + sizeof(*r));
+      else if (r->type != NXT_CLOCK)
+        r->t = nxt_ns(&ch, r->t);
+      at += (uint32_t)len;
       l->n++;
     }
   }
+  free(buf);
   fclose(f);
   if (!ok) {
     free(l->r);
@@ -253,9 +253,13 @@ static size_t check_runs(const struct log *l) {
       if (e->type != NXT_END || e->x != b->x)
         continue;
       ends++;
-      CHECK(e->ctx == b->ctx && e->handler == b->handler,
-            "run %#llx ends in another context or handler",
+      CHECK(e->ctx == 0 && e->handler == 0 && e->bytes == 0,
+            "run %#llx: its END names more than its run",
             (unsigned long long)b->x);
+      CHECK(!(e->flags & NXT_F_MOVED) == (l->thread[j] == l->thread[i]),
+            "run %#llx: MOVED is %s but it ended on %s thread",
+            (unsigned long long)b->x, e->flags & NXT_F_MOVED ? "set" : "clear",
+            l->thread[j] == l->thread[i] ? "its" : "another");
       CHECK(e->t >= b->t, "run %#llx ends %lld ns before it began",
             (unsigned long long)b->x, (long long)(b->t - e->t));
     }

@@ -6,11 +6,14 @@
  * to its threads' last writes.
  *
  * Events are stamped with the CPU's time-stamp counter where it is
- * invariant (x86's constant_tsc and nonstop_tsc): a read costs a few ns,
- * where clock_gettime cost some 50 here, most of a traced event. Before a
- * chunk is written its stamps become CLOCK_MONOTONIC ns, interpolated
- * between the two pairs of (counter, clock) read together at the
- * thread's last write and now: the log holds nanoseconds only. */
+ * invariant (x86's constant_tsc and nonstop_tsc): a read costs 15-25 ns
+ * on the virtual machines we measured, where clock_gettime cost 40-50.
+ * The log keeps the counter's ticks; each chunk carries two pairs of
+ * (counter, clock) read together, at the thread's last write and at this
+ * one, and nxtrace maps the ticks between them to CLOCK_MONOTONIC ns
+ * (trace_format.h, nxt_ns). The records of an RSR's send, begin and end
+ * have compact forms: they are most of a log, and bytes written are most
+ * of what a record costs once its stamp is read (docs/tracing.md). */
 #include "base/trace.h"
 
 #include <errno.h>
@@ -33,7 +36,7 @@
 #include "nxu_time.h"
 #include "nexus/errors.h"
 
-#define TB_RECS 1024             /* 48 KiB of records a thread */
+#define TB_BYTES (48 * 1024)     /* of records, a thread */
 #define FLUSH_NS 1000000000ull   /* a thread's records wait at most */
 #define NAME_MAX_BYTES (48 * 64) /* longer names are cut */
 
@@ -43,13 +46,13 @@ struct tbuf {
   atomic_int busy;        /* its thread is putting a record in (own()) */
   atomic_int open;        /* records are taken (between start and stop) */
   int free;               /* its thread ended: another may take it */
-  uint32_t n;             /* records in rec */
+  uint32_t used;          /* bytes of records in buf */
   uint64_t last_write;    /* when it was last written (stamp()) */
-  uint64_t tsc0, mono0;   /* the counter and the clock read together then */
   uint64_t runs;          /* handler runs numbered by this thread */
   struct tbuf *next;      /* every buffer, under list_lock */
-  struct nxt_chunk chunk; /* written together with the records */
-  struct nxt_rec rec[TB_RECS];
+  struct nxt_chunk chunk; /* written with the records; tick0 and mono0
+                             read together at the last write */
+  _Alignas(8) uint8_t buf[TB_BYTES];
 };
 
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,7 +60,8 @@ static struct tbuf *buffers;
 static int fd = -1;
 static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t threads;
-static int use_tsc; /* stamps are the time-stamp counter's, not ns */
+static int use_tsc;      /* stamps are the time-stamp counter's, not ns */
+static uint32_t my_proc; /* the high half of this process's context ids */
 static uint64_t flush_after = FLUSH_NS; /* FLUSH_NS in stamp()'s unit */
 static atomic_uint_fast64_t last_clock; /* when a CLOCK record was last made */
 static pthread_key_t tb_key;
@@ -101,6 +105,10 @@ static inline uint64_t stamp(void) { return use_tsc ? tsc() : nxu_now_ns(); }
 /* The counter and the clock, read together (the clock between two reads
  * of the counter, their middle taken). */
 static void pair(uint64_t *t, uint64_t *mono) {
+  if (!use_tsc) {
+    *t = *mono = nxu_now_ns();
+    return;
+  }
   uint64_t a = tsc();
   *mono = nxu_now_ns();
   *t = a + (tsc() - a) / 2;
@@ -136,32 +144,15 @@ static void disown(struct tbuf *tb) {
 }
 
 /* Writes the buffer's records as one chunk, in one call (O_APPEND: whole,
- * between other threads' chunks); under its lock. A failed write loses
- * them, said once. */
+ * between other threads' chunks), with the pair of clocks that ends it,
+ * which begins the next. A failed write loses them, said once. */
 static void tb_write(struct tbuf *tb, uint64_t now) {
   static int complained;
-  uint64_t t1 = 0, mono1 = 0;
-  if (use_tsc) {
-    pair(&t1, &mono1);
-    double ns_per_tick =
-        t1 > tb->tsc0 ? (double)(mono1 - tb->mono0) / (double)(t1 - tb->tsc0)
-                      : 0;
-    for (uint32_t i = 0; i < tb->n; i++) {
-      struct nxt_rec *r = &tb->rec[i];
-      if (r->type >= NXT_DEF_HANDLER) {
-        i += (r->bytes + sizeof(*r) - 1) / sizeof(*r); /* its name follows */
-        continue;
-      }
-      if (r->type == NXT_CLOCK)
-        continue; /* read as ns already */
-      int64_t d = (int64_t)(r->t - tb->tsc0);
-      r->t = tb->mono0 + (uint64_t)(int64_t)((double)d * ns_per_tick);
-    }
-  }
-  if (tb->n > 0) {
-    tb->chunk.count = tb->n;
+  pair(&tb->chunk.tick1, &tb->chunk.mono1);
+  if (tb->used > 0) {
+    tb->chunk.bytes = tb->used;
     struct iovec iov[2] = {{&tb->chunk, sizeof(tb->chunk)},
-                           {tb->rec, tb->n * sizeof(struct nxt_rec)}};
+                           {tb->buf, tb->used}};
     size_t len = iov[0].iov_len + iov[1].iov_len;
     pthread_mutex_lock(&file_lock);
     ssize_t w = fd >= 0 ? writev(fd, iov, 2) : -1;
@@ -172,12 +163,10 @@ static void tb_write(struct tbuf *tb, uint64_t now) {
               w < 0 ? strerror(errno) : "short write");
     }
   }
-  tb->n = 0;
+  tb->used = 0;
   tb->last_write = now;
-  if (use_tsc) {
-    tb->tsc0 = t1;
-    tb->mono0 = mono1;
-  }
+  tb->chunk.tick0 = tb->chunk.tick1;
+  tb->chunk.mono0 = tb->chunk.mono1;
 }
 
 /* A thread's buffer goes back to the list when the thread ends. */
@@ -208,13 +197,12 @@ static struct tbuf *tb_get(void) {
   }
   if (tb != NULL) {
     tb->free = 0;
-    tb->n = 0;
+    tb->used = 0;
     atomic_store_explicit(&tb->open, nxi_trace_on, memory_order_release);
     tb->chunk.magic = NXT_CHUNK_MAGIC;
     tb->chunk.thread = atomic_fetch_add(&threads, 1) + 1;
     tb->runs = 0;
-    if (use_tsc)
-      pair(&tb->tsc0, &tb->mono0);
+    pair(&tb->chunk.tick0, &tb->chunk.mono0);
     tb->last_write = stamp();
   }
   pthread_mutex_unlock(&list_lock);
@@ -224,23 +212,25 @@ static struct tbuf *tb_get(void) {
   return tb;
 }
 
-/* Room for `k` records in `tb` (under its lock): written first if not. */
-static struct nxt_rec *tb_take(struct tbuf *tb, uint32_t k, uint64_t now) {
-  if (tb->n + k > TB_RECS)
+/* Room for `len` bytes of records in `tb` (owned): written first if
+ * not. */
+static inline void *tb_room(struct tbuf *tb, uint32_t len, uint64_t now) {
+  if (__builtin_expect(tb->used + len > TB_BYTES, 0))
     tb_write(tb, now);
-  struct nxt_rec *r = &tb->rec[tb->n];
-  tb->n += k;
-  memset(r, 0, k * sizeof(*r));
+  void *r = tb->buf + tb->used;
+  tb->used += len;
   return r;
 }
 
-/* A CLOCK record: the two clocks read together (its `t` is ns already). */
+/* A CLOCK record: the two clocks read together (its `t` is ns). */
 static void clock_rec(struct tbuf *tb, uint64_t now) {
-  struct nxt_rec *c = tb_take(tb, 1, now);
-  c->t = nxu_now_ns();
-  c->x = realtime_ns();
-  c->type = NXT_CLOCK;
-  c->module = 0xff;
+  struct nxt_rec c;
+  memset(&c, 0, sizeof(c));
+  c.t = nxu_now_ns();
+  c.x = realtime_ns();
+  c.type = NXT_CLOCK;
+  c.module = 0xff;
+  memcpy(tb_room(tb, sizeof(c), now), &c, sizeof(c));
 }
 
 /* After a record went in: the buffer is written when full or old, with
@@ -254,70 +244,147 @@ static __attribute__((noinline)) void tb_write_due(struct tbuf *tb,
   tb_write(tb, now);
 }
 static inline void tb_done(struct tbuf *tb, uint64_t now) {
-  if (__builtin_expect(tb->n >= TB_RECS || now - tb->last_write >= flush_after,
-                       0))
+  if (__builtin_expect(now - tb->last_write >= flush_after, 0))
     tb_write_due(tb, now);
+}
+
+/* This thread's buffer, owned, and the stamp of the event to record; NULL
+ * when it is not recorded (no memory, or tracing stopped). */
+static inline struct tbuf *tb_begin(uint64_t *now) {
+  struct tbuf *tb = my_tb;
+  if (__builtin_expect(tb == NULL, 0) && (tb = tb_get()) == NULL)
+    return NULL;
+  *now = stamp();
+  return own(tb) ? tb : NULL;
+}
+
+static inline uint32_t sat32(uint64_t v) {
+  return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
 void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                      uint32_t handler, uint64_t bytes, uint8_t module,
                      uint16_t flags, uint32_t aux, uint64_t x) {
-  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  uint64_t now;
+  struct tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
-  uint64_t now = stamp();
-  if (own(tb)) {
-    if (tb->n == TB_RECS)
-      tb_write(tb, now);
-    struct nxt_rec *r = &tb->rec[tb->n++]; /* every field written */
-    r->t = now;
-    r->ctx = ctx;
-    r->peer = peer;
-    r->x = x;
-    r->handler = handler;
-    r->bytes = bytes >= UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
-    r->type = type;
-    r->module = module;
-    r->flags = flags;
-    r->aux = aux;
-    tb_done(tb, now);
-    disown(tb);
+  struct nxt_rec r = {.type = type,
+                      .module = module,
+                      .flags = flags,
+                      .handler = handler,
+                      .bytes = sat32(bytes),
+                      .aux = aux,
+                      .t = now,
+                      .ctx = ctx,
+                      .peer = peer,
+                      .x = x};
+  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  tb_done(tb, now);
+  disown(tb);
+}
+
+/* The compact forms hold the low half of a context of this process. */
+static inline int is_mine(uint64_t ctx) {
+  return ctx >> 32 == my_proc && (uint32_t)ctx != 0;
+}
+
+void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
+                    uint64_t bytes, uint8_t module, uint16_t flags) {
+  if (!is_mine(ctx)) {
+    nxi_trace_event(NXT_SEND, ctx, peer, handler, bytes, module, flags, 0, 0);
+    return;
   }
+  uint64_t now;
+  struct tbuf *tb = tb_begin(&now);
+  if (tb == NULL)
+    return;
+  struct nxt_send r = {.type = NXT_SEND_C,
+                       .module = module,
+                       .flags = flags,
+                       .handler = handler,
+                       .ctx = (uint32_t)ctx,
+                       .bytes = sat32(bytes),
+                       .peer = peer,
+                       .t = now};
+  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  tb_done(tb, now);
+  disown(tb);
+}
+
+uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer, uint32_t handler,
+                         uint64_t bytes, uint16_t flags) {
+  uint64_t now;
+  struct tbuf *tb = tb_begin(&now);
+  if (tb == NULL)
+    return 0;
+  uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
+  if (is_mine(ctx)) {
+    struct nxt_begin r = {.type = NXT_BEGIN_C,
+                          .module = 0xff,
+                          .flags = flags,
+                          .handler = handler,
+                          .ctx = (uint32_t)ctx,
+                          .bytes = sat32(bytes),
+                          .peer = peer,
+                          .t = now,
+                          .x = run};
+    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  } else {
+    struct nxt_rec r = {.type = NXT_BEGIN,
+                        .module = 0xff,
+                        .flags = flags,
+                        .handler = handler,
+                        .bytes = sat32(bytes),
+                        .t = now,
+                        .ctx = ctx,
+                        .peer = peer,
+                        .x = run};
+    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  }
+  tb_done(tb, now);
+  disown(tb);
+  return run;
+}
+
+void nxi_trace_end(uint64_t run, uint16_t flags) {
+  uint64_t now;
+  struct tbuf *tb = tb_begin(&now);
+  if (tb == NULL || run == 0) {
+    if (tb != NULL)
+      disown(tb);
+    return;
+  }
+  if (run >> 40 != tb->chunk.thread)
+    flags |= NXT_F_MOVED;
+  struct nxt_end r = {.type = NXT_END_C, .flags = flags, .t = now, .x = run};
+  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  tb_done(tb, now);
+  disown(tb);
 }
 
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
                     uint8_t module, const char *name) {
-  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
+  uint64_t now;
+  struct tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
   size_t len = strlen(name);
   if (len > NAME_MAX_BYTES)
     len = NAME_MAX_BYTES;
-  uint32_t k = 1 + (uint32_t)((len + sizeof(struct nxt_rec) - 1) /
-                              sizeof(struct nxt_rec));
-  uint64_t now = stamp();
-  if (own(tb)) {
-    struct nxt_rec *r = tb_take(tb, k, now);
-    r->t = now;
-    r->ctx = ctx;
-    r->handler = handler;
-    r->bytes = (uint32_t)len;
-    r->type = type;
-    r->module = module;
-    memcpy(r + 1, name, len);
-    tb_done(tb, now);
-    disown(tb);
-  }
-}
-
-uint64_t nxi_trace_run(void) {
-  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
-  return tb != NULL ? tb->chunk.thread << 40 | ++tb->runs : 0;
-}
-
-uint64_t nxi_trace_thread(void) {
-  struct tbuf *tb = my_tb != NULL ? my_tb : tb_get();
-  return tb != NULL ? tb->chunk.thread : 0;
+  uint32_t padded = (uint32_t)(len + 7) & ~7u;
+  struct nxt_rec r = {.type = type,
+                      .module = module,
+                      .handler = handler,
+                      .bytes = (uint32_t)len,
+                      .t = now,
+                      .ctx = ctx};
+  uint8_t *p = tb_room(tb, (uint32_t)sizeof(r) + padded, now);
+  memcpy(p, &r, sizeof(r));
+  memset(p + sizeof(r) + len, 0, padded - len);
+  memcpy(p + sizeof(r), name, len);
+  tb_done(tb, now);
+  disown(tb);
 }
 
 /* mkdir -p: every missing folder of `path`. */
@@ -370,6 +437,7 @@ int nxi_trace_start(void) {
     fd = -1;
     return NX_EIO;
   }
+  my_proc = nxi_rt.proc_id;
   use_tsc = tsc_invariant();
   if (use_tsc) {
     /* A second in counts, roughly (it only spaces the writes): 2 ms of
@@ -391,9 +459,8 @@ int nxi_trace_start(void) {
   pthread_mutex_lock(&list_lock);
   for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
     /* Closed since the last stop: their threads do not touch them. */
-    tb->n = 0;
-    if (use_tsc)
-      pair(&tb->tsc0, &tb->mono0);
+    tb->used = 0;
+    pair(&tb->chunk.tick0, &tb->chunk.mono0);
     tb->last_write = stamp();
     atomic_store_explicit(&tb->open, 1, memory_order_release);
   }

@@ -37,9 +37,13 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
 /* Records a name (NXT_DEF_HANDLER, NXT_DEF_MODULE). */
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
                     uint8_t module, const char *name);
-/* A new handler run's number (NXT_BEGIN's x). */
-uint64_t nxi_trace_run(void);
-/* This thread's number in the log (a BEGIN's, to tell a MOVED END). */
-uint64_t nxi_trace_thread(void);
+/* The records of every RSR, in their compact forms (trace_format.h):
+ * its send; its handler's begin, which returns the run's number; and its
+ * end, given that number (marked MOVED when it is another thread's). */
+void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
+                    uint64_t bytes, uint8_t module, uint16_t flags);
+uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer, uint32_t handler,
+                         uint64_t bytes, uint16_t flags);
+void nxi_trace_end(uint64_t run, uint16_t flags);
 
 #endif

@@ -4,18 +4,25 @@
  *
  * One file per process, <dir>/<proc id, 8 hex digits>-<pid>.nxt, in the
  * writer's byte order (nxtrace reads little- and big-endian logs): a
- * struct nxt_file_hdr, then chunks. A chunk is a struct nxt_chunk and its
- * `count` records of one thread, written whole with one write(2): a
- * process that dies leaves a log readable up to its last whole chunk. A
- * definition record (NXT_DEF_*) is followed by the records that hold its
- * name (`bytes` of text, no terminating NUL, in the same chunk). */
+ * struct nxt_file_hdr, then chunks. A chunk is a struct nxt_chunk and
+ * `bytes` of records of one thread, written whole with one write(2): a
+ * process that dies leaves a log readable up to its last whole chunk.
+ *
+ * Records are 8-byte aligned and start with their type. The three that
+ * come with every RSR (a send, a handler's begin and end) have compact
+ * forms of their own (32, 40 and 24 bytes); every other is a struct
+ * nxt_rec (48 bytes). A definition (NXT_DEF_*) is followed by its name:
+ * `bytes` of text, no terminating NUL, padded with zeros to a multiple of
+ * 8. nxt_decode turns any record into a struct nxt_rec. */
 #ifndef NXI_TRACE_FORMAT_H
 #define NXI_TRACE_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define NXT_MAGIC "NXTRACE1"
-#define NXT_VERSION 1u
+#define NXT_VERSION 2u
 #define NXT_CHUNK_MAGIC 0x4e585443u /* "NXTC" */
 
 struct nxt_file_hdr {
@@ -29,25 +36,57 @@ struct nxt_file_hdr {
   char host[64];         /* its name, NUL-terminated */
 };
 
+/* Records hold stamps in ticks of a counter (the CPU's time-stamp counter,
+ * or ns where the writer has none it trusts). A chunk maps them to
+ * CLOCK_MONOTONIC ns with two pairs of (ticks, ns) read together, at its
+ * start and when it was written: nxt_ns. */
 struct nxt_chunk {
   uint32_t magic;  /* NXT_CHUNK_MAGIC */
-  uint32_t count;  /* records that follow */
+  uint32_t bytes;  /* of records that follow, a multiple of 8 */
   uint64_t thread; /* the writing thread, unique in the process */
+  uint64_t tick0, mono0, tick1, mono1;
 };
 
-/* One event, 48 bytes. `t` is CLOCK_MONOTONIC in ns. Fields a type does
- * not name are 0. */
+/* One event in its general form. `t` is a stamp (CLOCK: ns). Fields a
+ * type does not name are 0. */
 struct nxt_rec {
-  uint64_t t;
-  uint64_t ctx;     /* the context it happened in (0: none, the process) */
-  uint64_t peer;    /* the other context, see the types */
-  uint64_t x;       /* see the types */
-  uint32_t handler; /* a handler id (nx_handler_id) */
-  uint32_t bytes;   /* payload bytes (UINT32_MAX: that many or more) */
   uint8_t type;     /* enum nxt_type */
   uint8_t module;   /* a module's index (NXT_DEF_MODULE), 0xff: none */
   uint16_t flags;   /* NXT_F_* */
+  uint32_t handler; /* a handler id (nx_handler_id) */
+  uint32_t bytes;   /* payload bytes (UINT32_MAX: that many or more) */
   uint32_t aux;     /* see the types */
+  uint64_t t;
+  uint64_t ctx;  /* the context it happened in (0: none, the process) */
+  uint64_t peer; /* the other context, see the types */
+  uint64_t x;    /* see the types */
+};
+
+/* The compact forms: `ctx` is the low half of a context id of the writing
+ * process (its high half is the log's proc_id; 0: none). */
+struct nxt_send { /* NXT_SEND_C */
+  uint8_t type, module;
+  uint16_t flags;
+  uint32_t handler;
+  uint32_t ctx, bytes;
+  uint64_t peer;
+  uint64_t t;
+};
+struct nxt_begin { /* NXT_BEGIN_C */
+  uint8_t type, module;
+  uint16_t flags;
+  uint32_t handler;
+  uint32_t ctx, bytes;
+  uint64_t peer;
+  uint64_t t;
+  uint64_t x;
+};
+struct nxt_end { /* NXT_END_C */
+  uint8_t type, pad8;
+  uint16_t flags;
+  uint32_t pad32;
+  uint64_t t;
+  uint64_t x;
 };
 
 enum nxt_type {
@@ -59,7 +98,9 @@ enum nxt_type {
    * the run's number (the same in both, unique in the process). A
    * threaded handler that blocked ends where it resumed: on another
    * thread, its END has flag MOVED; on the same one, other handlers may
-   * have begun and ended in between (their runs do not nest in it). */
+   * have begun and ended in between (their runs do not nest in it). An
+   * END names only its run (ctx, peer, handler and bytes 0): its BEGIN
+   * has the rest. */
   NXT_BEGIN = 2,
   NXT_END = 3,
   /* A send waits for a full queue (the module said NX_EAGAIN): peer the
@@ -84,13 +125,18 @@ enum nxt_type {
   /* A context of this process was created (ctx) or destroyed. */
   NXT_CONTEXT_CREATE = 12,
   NXT_CONTEXT_DESTROY = 13,
-  /* The clocks read together: x CLOCK_REALTIME at `t` (at the log's
-   * start, at each flush of the process's log, and at its end). */
+  /* The clocks read together: t CLOCK_MONOTONIC and x CLOCK_REALTIME, in
+   * ns (at the log's start, once a second while records come, and at its
+   * end). */
   NXT_CLOCK = 14,
   /* Names: a handler's (handler; ctx the context that registered it) and
-   * a module's (module). `bytes` of name follow in the next records. */
+   * a module's (module). `bytes` of name follow. */
   NXT_DEF_HANDLER = 32,
   NXT_DEF_MODULE = 33,
+  /* The compact forms of SEND, BEGIN and END (nxt_decode). */
+  NXT_SEND_C = 64,
+  NXT_BEGIN_C = 65,
+  NXT_END_C = 66,
 };
 
 enum nxt_flag {
@@ -99,5 +145,94 @@ enum nxt_flag {
   NXT_F_THREADED = 1 << 2, /* a threaded (or new-thread) handler */
   NXT_F_MOVED = 1 << 3,    /* END on another thread than its BEGIN */
 };
+
+static inline uint16_t nxt_sw16(uint16_t v, int s) {
+  return s ? (uint16_t)(v >> 8 | v << 8) : v;
+}
+static inline uint32_t nxt_sw32(uint32_t v, int s) {
+  return s ? __builtin_bswap32(v) : v;
+}
+static inline uint64_t nxt_sw64(uint64_t v, int s) {
+  return s ? __builtin_bswap64(v) : v;
+}
+
+/* The record at `p`, with `avail` bytes left in its chunk, written in the
+ * other byte order if `swap`, in its general form in `*r` (its stamp still
+ * in ticks; a compact record's context completed with `proc`). Returns
+ * its length in bytes, a definition's padded name included (the name
+ * starts at p + sizeof(struct nxt_rec)), or 0 when it runs past `avail`.
+ * A type this reader does not know is read as a struct nxt_rec. */
+static inline size_t nxt_decode(const void *p, size_t avail, int swap,
+                                uint32_t proc, struct nxt_rec *r) {
+  const uint8_t *b = p;
+  memset(r, 0, sizeof(*r));
+  if (avail < 8)
+    return 0;
+  size_t len;
+  switch (b[0]) {
+  case NXT_SEND_C:
+  case NXT_BEGIN_C: {
+    struct nxt_begin c; /* a send is its first 32 bytes */
+    len = b[0] == NXT_SEND_C ? sizeof(struct nxt_send) : sizeof(c);
+    if (avail < len)
+      return 0;
+    memset(&c, 0, sizeof(c));
+    memcpy(&c, b, len);
+    uint32_t lo = nxt_sw32(c.ctx, swap);
+    r->type = b[0] == NXT_SEND_C ? NXT_SEND : NXT_BEGIN;
+    r->module = c.module;
+    r->flags = nxt_sw16(c.flags, swap);
+    r->handler = nxt_sw32(c.handler, swap);
+    r->bytes = nxt_sw32(c.bytes, swap);
+    r->ctx = lo != 0 ? (uint64_t)proc << 32 | lo : 0;
+    r->peer = nxt_sw64(c.peer, swap);
+    r->t = nxt_sw64(c.t, swap);
+    r->x = nxt_sw64(c.x, swap);
+    return len;
+  }
+  case NXT_END_C: {
+    struct nxt_end c;
+    if (avail < sizeof(c))
+      return 0;
+    memcpy(&c, b, sizeof(c));
+    r->type = NXT_END;
+    r->module = 0xff;
+    r->flags = nxt_sw16(c.flags, swap);
+    r->t = nxt_sw64(c.t, swap);
+    r->x = nxt_sw64(c.x, swap);
+    return sizeof(c);
+  }
+  default:
+    if (avail < sizeof(*r))
+      return 0;
+    memcpy(r, b, sizeof(*r));
+    r->flags = nxt_sw16(r->flags, swap);
+    r->handler = nxt_sw32(r->handler, swap);
+    r->bytes = nxt_sw32(r->bytes, swap);
+    r->aux = nxt_sw32(r->aux, swap);
+    r->t = nxt_sw64(r->t, swap);
+    r->ctx = nxt_sw64(r->ctx, swap);
+    r->peer = nxt_sw64(r->peer, swap);
+    r->x = nxt_sw64(r->x, swap);
+    len = sizeof(*r);
+    if (r->type == NXT_DEF_HANDLER || r->type == NXT_DEF_MODULE) {
+      size_t name = ((size_t)r->bytes + 7) & ~(size_t)7;
+      if (name > avail - len)
+        return 0;
+      len += name;
+    }
+    return len;
+  }
+}
+
+/* A stamp of chunk `c` (in host byte order) in CLOCK_MONOTONIC ns. */
+static inline uint64_t nxt_ns(const struct nxt_chunk *c, uint64_t tick) {
+  __int128 d = (__int128)tick - (__int128)c->tick0;
+  if (c->tick1 == c->tick0)
+    return c->mono0 + (uint64_t)d;
+  __int128 ns =
+      d * (__int128)(c->mono1 - c->mono0) / (__int128)(c->tick1 - c->tick0);
+  return (uint64_t)((__int128)c->mono0 + ns);
+}
 
 #endif

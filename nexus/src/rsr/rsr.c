@@ -66,8 +66,8 @@ trace_send(struct nx_buffer *b, const struct nxi_route *rt) {
   b->traced = 1;
   uint16_t f = (b->order != 0 ? NXT_F_ORDERED : 0) |
                (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
-  nxi_trace_event(NXT_SEND, b->source, b->context, b->handler,
-                  nxi_buffer_wire_len(b), nxi_module_index(rt->mod), f, 0, 0);
+  nxi_trace_send(b->source, b->context, b->handler, nxi_buffer_wire_len(b),
+                 nxi_module_index(rt->mod), f);
 }
 
 /* A send waits for room in a full queue (`begin`), or waited. */

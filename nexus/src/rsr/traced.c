@@ -10,13 +10,8 @@ __attribute__((cold)) void nxi_run_traced(struct nx_buffer *b,
   const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
   uint16_t f =
       h != NULL && h->kind != NX_HANDLER_NONTHREADED ? NXT_F_THREADED : 0;
-  uint64_t run = nxi_trace_run(), thread = nxi_trace_thread();
-  uint64_t id = ctx->id;
-  uint32_t handler = b->handler;
-  nxi_trace_event(NXT_BEGIN, id, b->source, handler, nxi_buffer_wire_len(b),
-                  0xff, f, 0, run);
+  uint64_t run = nxi_trace_begin(ctx->id, b->source, b->handler,
+                                 nxi_buffer_wire_len(b), f);
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
-  if (nxi_trace_thread() != thread)
-    f |= NXT_F_MOVED;
-  nxi_trace_event(NXT_END, id, 0, handler, 0, 0xff, f, 0, run);
+  nxi_trace_end(run, f);
 }
