@@ -44,9 +44,29 @@ struct tr_proc {
 struct tr_host {
   uint8_t uuid[16];
   char name[65];
-  /* The host's clock mapping: realtime = real0 + (mono - mono0) * slope. */
+  /* The host's clock mapping: realtime = real0 + (mono - mono0) * slope,
+   * for a host lined up by its realtime clock (via -1). */
   uint64_t mono0, real0;
   long double slope;
+  /* Or lined up with host `via` by measured offsets (NXT_OFFSET): via's
+   * clock reads this one's plus off(mono) = off0 + (mono - off_t) *
+   * off_slope. `samples` measurements to the host it was reached from
+   * (0: none), the best round trip best_rtt ns; rt_off: how far outside
+   * their bounds the realtime clocks put the offset (0: within). */
+  long via;
+  long double off_t, off0, off_slope, rt_off;
+  size_t samples;
+  uint32_t best_rtt;
+};
+
+/* A clock offset measured by process `proc` (an index in procs) to the
+ * process whose id is `peer`: at `t` (proc's CLOCK_MONOTONIC), peer's
+ * clock read `off` ns more, to within rtt / 2. */
+struct tr_sample {
+  uint32_t proc, peer;
+  uint64_t t;
+  int64_t off;
+  uint32_t rtt;
 };
 
 /* A context, or (id 0) a process's own events outside any context. */
@@ -104,7 +124,9 @@ struct tr_trace {
   size_t nhandlers;
   char **mods; /* module names, sorted */
   size_t nmods;
-  uint64_t t_min, t_max; /* the first and the last global time */
+  uint64_t t_min, t_max;     /* the first and the last global time */
+  struct tr_sample *samples; /* NXT_OFFSET records */
+  size_t nsamples;
   /* What was read but could not be used. */
   size_t truncated, unpaired_ends, unfinished, unknown_recs;
 };

@@ -75,7 +75,7 @@ struct def_mod {
 
 struct reader {
   struct tr_trace *t;
-  size_t cap_procs, cap_evs;
+  size_t cap_procs, cap_evs, cap_samples;
   struct def_mod *mods;
   size_t nmods, cap_mods;
   size_t cap_handlers;
@@ -178,6 +178,7 @@ static int parse_log(struct reader *rd, const char *name,
   for (int i = 0; i < 256; i++)
     p->modmap[i] = TR_NOMOD;
   size_t nevs0 = t->nevs, nmods0 = rd->nmods, nhandlers0 = t->nhandlers;
+  size_t nsamples0 = t->nsamples;
   size_t off = sizeof(h);
   while (off < len) {
     struct nxt_chunk c;
@@ -250,6 +251,14 @@ static int parse_log(struct reader *rd, const char *name,
       r.t = nxt_ns(&c, r.t);
       if (r.t > p->mono_last)
         p->mono_last = r.t;
+      if (r.type == NXT_OFFSET) {
+        nxi_tr_reserve((void **)&t->samples, &rd->cap_samples, t->nsamples + 1,
+                       sizeof(*t->samples));
+        t->samples[t->nsamples++] =
+            (struct tr_sample){(uint32_t)t->nprocs, (uint32_t)(r.peer >> 32),
+                               r.t, (int64_t)r.x, r.aux};
+        continue;
+      }
       if (r.type < NXT_SEND || r.type > NXT_CONTEXT_DESTROY) {
         t->unknown_recs++;
         continue;
@@ -273,6 +282,7 @@ static int parse_log(struct reader *rd, const char *name,
   return 0;
 err:
   t->nevs = nevs0;
+  t->nsamples = nsamples0;
   for (size_t i = nmods0; i < rd->nmods; i++)
     free(rd->mods[i].name);
   rd->nmods = nmods0;
@@ -349,9 +359,166 @@ static int same_host(const struct tr_proc *p, const struct tr_host *h) {
   return strcmp(p->host, h->name) == 0;
 }
 
+/* The samples between hosts `h` and `g` as (h's clock, g's clock less
+ * h's) pairs, into `v` (room for all); to[i] is the host of sample i's
+ * peer (SIZE_MAX: no log of it). Returns how many. */
+static size_t host_samples(const struct tr_trace *t, const size_t *to_host,
+                           size_t h, size_t g, struct tr_sample *v) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->nsamples; i++) {
+    const struct tr_sample *s = &t->samples[i];
+    size_t from = t->procs[s->proc].host_ix, to = to_host[i];
+    if (from == h && to == g) {
+      v[n++] = *s;
+    } else if (from == g && to == h) {
+      /* Measured the other way: g's t is h's t + off. */
+      v[n] = *s;
+      v[n].t = s->t + (uint64_t)s->off;
+      v[n].off = s->off == INT64_MIN ? INT64_MAX : -s->off;
+      n++;
+    }
+  }
+  return n;
+}
+
+static int cmp_sample_t(const void *a, const void *b) {
+  const struct tr_sample *x = a, *y = b;
+  return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* What `n` samples say of an offset: each puts it within half its round
+ * trip of its estimate, so it lies in the intersection [lo, hi] of their
+ * intervals, at the time of the best one (or, if they disagree, in the
+ * best one's interval alone: a clock that drifted between them). */
+struct bound {
+  long double t, lo, hi;
+};
+static struct bound bound_of(const struct tr_sample *v, size_t n) {
+  const struct tr_sample *best = &v[0];
+  long double lo = -1e30L, hi = 1e30L;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i].rtt < best->rtt)
+      best = &v[i];
+    long double half = (long double)v[i].rtt / 2;
+    if ((long double)v[i].off - half > lo)
+      lo = (long double)v[i].off - half;
+    if ((long double)v[i].off + half < hi)
+      hi = (long double)v[i].off + half;
+  }
+  if (lo > hi) {
+    lo = (long double)best->off - (long double)best->rtt / 2;
+    hi = (long double)best->off + (long double)best->rtt / 2;
+  }
+  return (struct bound){(long double)best->t, lo, hi};
+}
+
+/* Host h's clock less host g's at h's time `t`, by their realtime lines. */
+static long double realtime_off(const struct tr_host *h,
+                                const struct tr_host *g, long double t) {
+  long double rt =
+      (long double)h->real0 + (t - (long double)h->mono0) * h->slope;
+  long double mg =
+      (long double)g->mono0 + (rt - (long double)g->real0) / g->slope;
+  return mg - t;
+}
+
+/* Host `h` against host `g`, by their samples (n > 0, in v, as g's clock
+ * less h's at h's time), taken as Score-P takes offsets measured at start
+ * and end: the earlier half and the later half. Where the hosts' realtime
+ * clocks agree with both halves' bounds (to 1 us), h keeps its realtime
+ * line (on one host, or hosts that NTP or PTP keeps closer than the round
+ * trips can tell); else h is lined up with g by the bounds' middles, along
+ * the line through them where they are far enough apart to tell a drift
+ * (and it is one a clock can have: 500 ppm at most), else by the narrower
+ * one. */
+static void line_up(struct tr_host *h, const struct tr_host *g, size_t gi,
+                    struct tr_sample *v, size_t n) {
+  nxi_tr_sort(v, n, sizeof(*v), cmp_sample_t);
+  struct bound a = bound_of(v, (n + 1) / 2);
+  struct bound b = n > 1 ? bound_of(v + (n + 1) / 2, n / 2) : a;
+  h->samples = n;
+  h->best_rtt = UINT32_MAX;
+  for (size_t i = 0; i < n; i++)
+    if (v[i].rtt < h->best_rtt)
+      h->best_rtt = v[i].rtt;
+  long double ra = realtime_off(h, g, a.t), rb = realtime_off(h, g, b.t);
+  long double slack = 1000;
+  h->rt_off = ra < a.lo ? ra - a.lo : ra > a.hi ? ra - a.hi : 0;
+  if (rb < b.lo - slack || rb > b.hi + slack)
+    h->rt_off = rb < b.lo ? rb - b.lo : rb - b.hi;
+  if (ra >= a.lo - slack && ra <= a.hi + slack && rb >= b.lo - slack &&
+      rb <= b.hi + slack)
+    return; /* its realtime line agrees: kept (via stays -1) */
+  h->via = (long)gi;
+  long double ca = (a.lo + a.hi) / 2, cb = (b.lo + b.hi) / 2;
+  long double span = b.t - a.t, err = (a.hi - a.lo + b.hi - b.lo) / 4;
+  h->off_t = a.t;
+  h->off0 = ca;
+  h->off_slope = 0;
+  if (span > 0 && err / span <= 50e-6L && (cb - ca) / span <= 500e-6L &&
+      (cb - ca) / span >= -500e-6L)
+    h->off_slope = (cb - ca) / span;
+  else if (b.hi - b.lo < a.hi - a.lo)
+    h->off_t = b.t, h->off0 = cb;
+}
+
+/* Hosts joined by measured offsets: each group is lined up with its first
+ * host, which keeps its realtime line. */
+static void line_up_hosts(struct tr_trace *t) {
+  if (t->nsamples == 0 || t->nhosts < 2)
+    return;
+  struct tr_sample *v = nxi_tr_realloc(NULL, t->nsamples * sizeof(*v));
+  size_t *to_host = nxi_tr_realloc(NULL, t->nsamples * sizeof(*to_host));
+  for (size_t i = 0; i < t->nsamples; i++) {
+    to_host[i] = SIZE_MAX;
+    for (size_t k = 0; k < t->nprocs && to_host[i] == SIZE_MAX; k++)
+      if (t->procs[k].proc_id == t->samples[i].peer)
+        to_host[i] = t->procs[k].host_ix;
+  }
+  size_t *queue = nxi_tr_realloc(NULL, t->nhosts * sizeof(*queue));
+  char *placed = nxi_tr_calloc(t->nhosts, 1);
+  for (size_t root = 0; root < t->nhosts; root++) {
+    if (placed[root])
+      continue;
+    placed[root] = 1;
+    size_t qh = 0, qt = 0;
+    queue[qt++] = root;
+    while (qh < qt) {
+      size_t g = queue[qh++];
+      for (size_t h = 0; h < t->nhosts; h++) {
+        size_t n;
+        if (placed[h] || (n = host_samples(t, to_host, h, g, v)) == 0)
+          continue;
+        line_up(&t->hosts[h], &t->hosts[g], g, v, n);
+        placed[h] = 1;
+        queue[qt++] = h;
+      }
+    }
+  }
+  free(placed);
+  free(queue);
+  free(to_host);
+  free(v);
+}
+
+/* A time of host `h`'s clock on the computation's one clock: along the
+ * measured offsets to a host lined up by its realtime clock. */
+static long double global_time(const struct tr_trace *t, size_t h,
+                               long double mono) {
+  for (size_t hops = 0; t->hosts[h].via >= 0 && hops < t->nhosts; hops++) {
+    const struct tr_host *x = &t->hosts[h];
+    mono += x->off0 + (mono - x->off_t) * x->off_slope;
+    h = (size_t)x->via;
+  }
+  const struct tr_host *r = &t->hosts[h];
+  return (long double)r->real0 + (mono - (long double)r->mono0) * r->slope;
+}
+
 /* One clock: processes of a host share CLOCK_MONOTONIC, so they share one
- * mapping, the line through the host's earliest and latest clock pairs
- * (over all its logs); hosts are lined up by their realtime clocks. */
+ * mapping. A host is lined up with another by the clock offsets its
+ * processes measured (NXT_OFFSET) where there are any; else by its
+ * realtime clock: the line through the host's earliest and latest clock
+ * pairs (over all its logs). */
 static void map_clocks(struct tr_trace *t) {
   t->hosts =
       nxi_tr_realloc(NULL, (t->nprocs ? t->nprocs : 1) * sizeof(*t->hosts));
@@ -368,6 +535,7 @@ static void map_clocks(struct tr_trace *t) {
       n->mono0 = p->mono_lo;
       n->real0 = p->real_lo;
       n->slope = 0; /* used below to hold the latest pair */
+      n->via = -1;
     }
     p->host_ix = h;
   }
@@ -405,14 +573,14 @@ static void map_clocks(struct tr_trace *t) {
                 host->name);
     }
   }
+  line_up_hosts(t);
   t->t_min = UINT64_MAX;
   t->t_max = 0;
   for (size_t i = 0; i < t->nevs; i++) {
     struct tr_ev *e = &t->evs[i];
-    const struct tr_host *h = &t->hosts[t->procs[e->proc].host_ix];
-    long double d = ((long double)e->r.t - (long double)h->mono0) * h->slope;
-    long double g = (long double)h->real0 + d;
-    e->gt = g < 0 ? 0 : (uint64_t)g;
+    long double g =
+        global_time(t, t->procs[e->proc].host_ix, (long double)e->r.t);
+    e->gt = !(g > 0) ? 0 : g >= 1.8e19L ? UINT64_MAX : (uint64_t)g;
     if (e->gt < t->t_min)
       t->t_min = e->gt;
     if (e->gt > t->t_max)
@@ -495,6 +663,7 @@ void nxi_tr_free(struct tr_trace *t) {
   free(t->procs);
   free(t->hosts);
   free(t->evs);
+  free(t->samples);
   free(t->ctxs);
   free(t->runs);
   free(t->locs);

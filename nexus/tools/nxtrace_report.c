@@ -220,6 +220,35 @@ static void summary_contexts(const struct tr_trace *t, FILE *out,
   free(sent);
 }
 
+/* How the hosts' clocks were lined up: by measured offsets, or by their
+ * realtime clocks. */
+static void summary_clocks(const struct tr_trace *t, FILE *out) {
+  if (t->nhosts < 2)
+    return;
+  fprintf(out, "clocks\n");
+  for (size_t h = 0; h < t->nhosts; h++) {
+    const struct tr_host *x = &t->hosts[h];
+    if (x->via < 0 && x->samples == 0)
+      fprintf(out, "  %-16s lined up by its realtime clock\n", x->name);
+    else if (x->via < 0)
+      fprintf(out,
+              "  %-16s lined up by its realtime clock, within the bounds "
+              "of %zu measured offset%s (best round trip %.3f us)\n",
+              x->name, x->samples, x->samples == 1 ? "" : "s",
+              (double)x->best_rtt / 1e3);
+    else
+      fprintf(out,
+              "  %-16s lined up with %s by %zu measured offset%s (best "
+              "round trip %.3f us): %s - %s = %+.3f us, drift %+.3f ppm; "
+              "its realtime clock was off by %+.3f us or more\n",
+              x->name, t->hosts[x->via].name, x->samples,
+              x->samples == 1 ? "" : "s", (double)x->best_rtt / 1e3,
+              t->hosts[x->via].name, x->name, (double)x->off0 / 1e3,
+              (double)x->off_slope * 1e6, (double)x->rt_off / 1e3);
+  }
+  fprintf(out, "\n");
+}
+
 void nxi_tr_summary(const struct tr_trace *t, FILE *out) {
   uint64_t rsrs = 0, bytes = 0, busy = 0, wait = 0, runs = 0;
   fprintf(out,
@@ -229,6 +258,7 @@ void nxi_tr_summary(const struct tr_trace *t, FILE *out) {
           t->nhosts == 1 ? "" : "s", t->nreal, t->nreal == 1 ? "" : "s",
           t->nlocs, t->nlocs == 1 ? "" : "s",
           (double)(t->t_max - t->t_min) / 1e6);
+  summary_clocks(t, out);
   summary_pairs(t, out, &rsrs, &bytes);
   summary_handlers(t, out);
   summary_contexts(t, out, &busy, &wait, &runs);

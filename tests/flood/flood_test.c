@@ -427,10 +427,14 @@ static size_t payload(uint64_t *s, int kind, uint32_t proc, uint8_t *out) {
       nx_gp_t reply = mine;
       reply.context = (uint64_t)proc << 32 | 1;
       nx_put_gp(b, &reply);
+      nx_put_uint64(b, rnd(s) % 2 ? rnd(s) : 0); /* the asker's clock */
     } else {
       for (unsigned g = 0; g < 8; g++)
         if (gens & 1u << g)
           nx_put_uint64(b, rnd(s) % 2 ? rnd(s) : rnd(s) % 1000);
+      /* The asker's clock echoed, and the answerer's (confirm.c). */
+      nx_put_uint64(b, rnd(s) % 2 ? rnd(s) : 0);
+      nx_put_uint64(b, rnd(s));
     }
   }
   const void *data;

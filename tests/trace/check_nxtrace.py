@@ -13,10 +13,17 @@ they hold): check_nxtrace.py NXTRACE GEN_LOGS CASE, CASE one of
            (skipped, 77, without gnuplot)
   usage    --help, unknown options, no DIR, an empty DIR, --png without
            gnuplot on PATH
-  mutated  80 copies of the logs with random bytes changed or cut short
-           (seeded: the same each run): nxtrace exits 0 or 1, never
-           crashes nor trips a sanitizer, and otf2-print reads every archive
-           it writes (that part skipped without otf2-print)
+  offsets  the logs with beta's realtime clock 3 ms off and the clock
+           offsets the processes measured (gen_logs DIR offsets): the
+           summary says beta was lined up with alpha by them (the middle
+           of their bounds' intersection) and how far its realtime clock
+           was outside them, and (with otf2-print) each ping is received
+           5 us after it was sent, as without the skew
+  mutated  80 copies of the logs (with offsets) with random bytes
+           changed or cut short (seeded: the same each run): nxtrace
+           exits 0 or 1, never crashes nor trips a sanitizer, and
+           otf2-print reads every archive it writes (that part skipped
+           without otf2-print)
 """
 import os
 import random
@@ -311,15 +318,51 @@ def case_mutated(nxtrace, d):
           % (MUTATIONS, archives))
 
 
+def case_offsets(nxtrace, d):
+    rc, out, err = run([nxtrace, "--no-archive", d])
+    expect("exit status", rc, 0)
+    lines = out.split("\n")
+    if "clocks" not in lines:
+        fail("no section 'clocks' in:\n%s" % out)
+    clocks = []
+    for line in lines[lines.index("clocks") + 1:]:
+        if not line.startswith("  "):
+            break
+        clocks.append(" ".join(line.split()))
+    expect("clocks", clocks,
+           ["alpha lined up by its realtime clock",
+            "beta lined up with alpha by 4 measured offsets (best round "
+            "trip 3.000 us): alpha - beta = +1000000.900 us, drift +0.000 "
+            "ppm; its realtime clock was off by +2998.500 us or more"])
+    if shutil.which("otf2-print") is None:
+        print("ok: the summary (otf2-print is not on PATH: the archive's "
+              "times not checked)")
+        return
+    rc, _, err = run([nxtrace, d])
+    expect("exit status", rc, 0)
+    evs = otf2_events(os.path.join(d, "nexus.otf2"))
+    sends = sorted(t for n, _, t, r in evs
+                   if n == "MPI_SEND" and "Tag: 4369," in r)
+    recvs = sorted(t for n, _, t, r in evs
+                   if n == "MPI_RECV" and "Tag: 4369," in r)
+    expect("ping receive - send, ns", [r - s for s, r in zip(sends, recvs)],
+           [5000] * 5)
+    print("ok: beta lined up by the measured offsets, not its realtime clock")
+
+
 def main():
     nxtrace, gen, case = sys.argv[1:4]
     d = tempfile.mkdtemp(prefix="nxtrace-test-")
     try:
-        rc, out, err = run([gen, d])
+        # The mutations start from the logs with offsets: their records
+        # damaged too.
+        rc, out, err = run([gen, d] + (["offsets"] if case in
+                                       ("offsets", "mutated") else []))
         if rc != 0:
             fail("gen_logs: %s%s" % (out, err))
         {"summary": case_summary, "otf2": case_otf2, "png": case_png,
-         "usage": case_usage, "mutated": case_mutated}[case](nxtrace, d)
+         "usage": case_usage, "mutated": case_mutated,
+         "offsets": case_offsets}[case](nxtrace, d)
     finally:
         shutil.rmtree(d)
     print("nxtrace %s: ok" % case)

@@ -169,6 +169,14 @@ static void close_log(struct log *l) {
 }
 
 /* Process 1: monotonic clock from 1 s, realtime REAL0 at its start. */
+/* With `offsets` (gen_logs DIR offsets): beta's realtime clock is 3 ms
+ * ahead in its log, and the processes measured their clocks' offset
+ * (NXT_OFFSET): only those line beta up with alpha. */
+static int offsets;
+#define SKEW 3000000ull /* ns */
+/* Beta's monotonic clock less alpha's (see process_b). */
+#define B_LESS_A (-(int64_t)(1000000000 + 900))
+
 static void process_a(const char *dir) {
   struct log l;
   const uint64_t m = 1000000000ull;
@@ -206,6 +214,16 @@ static void process_a(const char *dir) {
   rec(&l, NXT_FINALIZE, m + 130000, 0, 0, 0, 0, 0, 0xff, 0, 0);
   rec(&l, NXT_CONTEXT_DESTROY, m + 131000, A2, 0, 0, 0, 0, 0xff, 0, 0);
   rec(&l, NXT_CLOCK, m + 140000, 0, 0, REAL0 + 140000, 0, 0, 0xff, 0, 0);
+  if (offsets) {
+    /* Two exact ones (round trips 4 and 3 us), and one 20 us off with a
+     * round trip of 100 us, whose bound the exact ones narrow. */
+    rec(&l, NXT_OFFSET, m + 5000, 0, 0x200000000ull, (uint64_t)B_LESS_A, 0, 0,
+        0xff, 0, 4000);
+    rec(&l, NXT_OFFSET, m + 60000, 0, 0x200000000ull,
+        (uint64_t)(B_LESS_A + 20000), 0, 0, 0xff, 0, 100000);
+    rec(&l, NXT_OFFSET, m + 135000, 0, 0x200000000ull, (uint64_t)B_LESS_A, 0, 0,
+        0xff, 0, 3000);
+  }
   close_log(&l);
 }
 
@@ -214,7 +232,8 @@ static void process_a(const char *dir) {
 static void process_b(const char *dir) {
   struct log l;
   const uint64_t m = 100, off = 1000; /* b's mono m is realtime REAL0+off */
-  open_log(&l, dir, 2, 5151, 1, m, REAL0 + off, 2, "beta", 0, 1);
+  const uint64_t skew = offsets ? SKEW : 0;
+  open_log(&l, dir, 2, 5151, 1, m, REAL0 + off + skew, 2, "beta", 0, 1);
   on_thread(&l, 1);
   def(&l, NXT_DEF_MODULE, 0, 0, "tcp");
   def(&l, NXT_DEF_HANDLER, PING, 0, "ping");
@@ -242,7 +261,11 @@ static void process_b(const char *dir) {
   rec(&l, NXT_END, m + 120000, B1, 0, 202, PONG, 0, 0xff,
       NXT_F_THREADED | NXT_F_MOVED, 0);
   on_thread(&l, 1);
-  rec(&l, NXT_CLOCK, m + 130000, 0, 0, REAL0 + off + 130000, 0, 0, 0xff, 0, 0);
+  rec(&l, NXT_CLOCK, m + 130000, 0, 0, REAL0 + off + skew + 130000, 0, 0, 0xff,
+      0, 0);
+  if (offsets) /* measured the other way, round trip 5 us */
+    rec(&l, NXT_OFFSET, m + 20000, 0, 0x100000000ull, (uint64_t)-B_LESS_A, 0, 0,
+        0xff, 0, 5000);
   flush_chunk(&l, 0);
   /* The process died while writing this chunk: 3 sends of 32 bytes, 480
    * bytes claimed. */
@@ -277,10 +300,11 @@ static void bad_files(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: gen_logs DIR\n");
+  if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "offsets"))) {
+    fprintf(stderr, "usage: gen_logs DIR [offsets]\n");
     return 2;
   }
+  offsets = argc == 3;
   process_a(argv[1]);
   process_b(argv[1]);
   bad_files(argv[1]);

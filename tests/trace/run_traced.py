@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
 """A real traced run read by nxtrace: run_traced.py NXRUN TRACE_PEER
-NXTRACE MODULE [MPIRUN] runs `NX_TRACE=DIR nxrun -n 2 trace_peer N` over
+NXTRACE MODULE [MPIRUN | --hosts] runs `NX_TRACE=DIR nxrun -n 2 trace_peer N` over
 MODULE (and local), or with MPIRUN, `mpirun -np 2 trace_peer N` (a PMIx
 job: the environment passes NX_TRACE on), then checks that
 
   - under nxrun, nxrun merged the logs itself: DIR/nexus.otf2 is there
     and nxrun said so;
+
+  - with --hosts (tcp, under nxrun), each rank claims a host of its own
+    (TRACE_PEER_HOSTS=1: NX_HOST_ID) and listens on this machine's first
+    IPv4 address that is not loopback (NX_TCP_LISTEN; skipped, 77,
+    without one): the summary's clocks section says that the second
+    host's realtime clock agrees with the bounds of at least 2 clock
+    offsets the ranks measured (both read this machine's one clock), and
+    every check below holds with the two hosts;
 
   - nxtrace DIR exits 0 and its summary has the two pairs of contexts
     with the RSRs trace_peer sends (rank 0 -> 1: N pings and a quit, at
@@ -34,9 +42,25 @@ N = 200
 SKIP = 77
 
 
+def outward_ipv4():
+    """This machine's first IPv4 address that is not loopback, or None."""
+    try:
+        out = subprocess.run(["hostname", "-I"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for a in out.split():
+        if re.match(r"^\d+\.\d+\.\d+\.\d+$", a) and not a.startswith("127."):
+            return a
+    return None
+
+
 def main():
     nxrun, peer, nxtrace, module = sys.argv[1:5]
-    mpirun = sys.argv[5] if len(sys.argv) > 5 else None
+    extra = sys.argv[5] if len(sys.argv) > 5 else None
+    hosts = extra == "--hosts"
+    mpirun = None if hosts else extra
     env = dict(os.environ, NX_PROTOCOLS=module + ",local")
     env.pop("NX_DEBUG", None)
     nxinfo = os.path.join(os.path.dirname(nxrun), "nxinfo")
@@ -48,6 +72,15 @@ def main():
     d = tempfile.mkdtemp(prefix="nxtrace-real-")
     try:
         env["NX_TRACE"] = d
+        if hosts:
+            addr = outward_ipv4()
+            if addr is None:
+                print("SKIP: no IPv4 address but loopback here: two hosts "
+                      "on one machine reach each other over tcp only "
+                      "through one")
+                sys.exit(SKIP)
+            env["TRACE_PEER_HOSTS"] = "1"
+            env["NX_TCP_LISTEN"] = addr
         if mpirun is None:
             launch = [nxrun, "-n", "2", "--timeout", "60"]
         else:
@@ -74,6 +107,17 @@ def main():
         rc, out, err = cn.run([nxtrace, d])
         print(out + err)
         cn.expect("nxtrace's exit status", rc, 0)
+        if hosts:
+            # One machine, one clock: the realtime lines agree with every
+            # bound the measured offsets give.
+            m = re.search(r"^  (\S+) +lined up by its realtime clock, within "
+                          r"the bounds of (\d+) measured offsets? \(best "
+                          r"round trip ([0-9.]+) us\)$", out, re.M)
+            if m is None or int(m.group(2)) < 2:
+                cn.fail("no host lined up within the bounds of 2 or more "
+                        "measured offsets:\n" + out)
+            print("ok: %s's realtime clock within the bounds of %s measured "
+                  "offsets (best round trip %s us)" % m.groups())
         pairs = {(r[0], r[1]): r
                  for r in cn.section(out,
                                      "RSRs by pair (sender -> destination)")}

@@ -286,6 +286,30 @@ static void check_times(const struct log *l) {
   }
 }
 
+/* The clock offsets `l` measured, all to the process of context `to`:
+ * one host, one CLOCK_MONOTONIC, so each estimate is within half its
+ * round trip of 0 (NTP's bound, exact when both read one clock). Returns
+ * how many. */
+static size_t check_offsets(const struct log *l, uint64_t to) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->n; i++) {
+    const struct nxt_rec *r = &l->r[i];
+    if (r->type != NXT_OFFSET)
+      continue;
+    n++;
+    int64_t off = (int64_t)r->x;
+    CHECK(r->peer == (to & ~0xffffffffull),
+          "an offset to process %#llx, not %#llx's",
+          (unsigned long long)(r->peer >> 32), (unsigned long long)to);
+    CHECK(r->aux > 0 && r->aux < UINT32_MAX &&
+              (off < 0 ? -off : off) <= (int64_t)r->aux / 2 + 1,
+          "offset %lld ns, round trip %u ns: one clock is within half the "
+          "round trip of itself",
+          (long long)off, r->aux);
+  }
+  return n;
+}
+
 static void check_common(const struct log *l, const char *who) {
   CHECK(count(l, NXT_CLOCK, 0, 0, 0, 0) >= 1, "%s: no CLOCK record", who);
   CHECK(count(l, NXT_FINALIZE, 0, 0, 0, 0) == 1, "%s: FINALIZE missing", who);
@@ -477,6 +501,13 @@ int main(int argc, char **argv) {
       CHECK(me.r[i].aux == (uint32_t)child.h.pid,
             "PROC_CREATE names pid %u, the child's log %llu", me.r[i].aux,
             (unsigned long long)child.h.pid);
+  /* Clock offsets: each process asked the other for its counts (at its
+   * first RSR to it, and in nx_finalize's flush), and each answer gave
+   * one. */
+  k = check_offsets(&me, child_id);
+  CHECK(k >= 1, "no clock offset to the child measured");
+  k = check_offsets(&child, a_id);
+  CHECK(k >= 1, "the child measured no clock offset to this process");
   size_t n_me = me.n, n_child = child.n;
   free_log(&me);
   free_log(&child);

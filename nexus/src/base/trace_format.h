@@ -129,6 +129,13 @@ enum nxt_type {
    * ns (at the log's start, once a second while records come, and at its
    * end). */
   NXT_CLOCK = 14,
+  /* This process's clock against another's, measured (a confirmation's
+   * question and answer, services/confirm.c): peer a context of that
+   * process (its id's high 32 bits name it), x the other's
+   * CLOCK_MONOTONIC minus this one's at `t`, in ns, as a signed number,
+   * aux the round trip in ns (the estimate is off by at most half of it;
+   * UINT32_MAX: that long or longer). */
+  NXT_OFFSET = 15,
   /* Names: a handler's (handler; ctx the context that registered it) and
    * a module's (module). `bytes` of name follow. */
   NXT_DEF_HANDLER = 32,
@@ -225,14 +232,26 @@ static inline size_t nxt_decode(const void *p, size_t avail, int swap,
   }
 }
 
-/* A stamp of chunk `c` (in host byte order) in CLOCK_MONOTONIC ns. */
+/* A stamp of chunk `c` (in host byte order) in CLOCK_MONOTONIC ns:
+ * exact in integers where it fits (always, but for a damaged chunk's
+ * pairs), saturated at 0 and UINT64_MAX. */
 static inline uint64_t nxt_ns(const struct nxt_chunk *c, uint64_t tick) {
-  __int128 d = (__int128)tick - (__int128)c->tick0;
-  if (c->tick1 == c->tick0)
-    return c->mono0 + (uint64_t)d;
-  __int128 ns =
-      d * (__int128)(c->mono1 - c->mono0) / (__int128)(c->tick1 - c->tick0);
-  return (uint64_t)((__int128)c->mono0 + ns);
+  __int128 d = (__int128)tick - c->tick0;
+  __int128 dm = (__int128)c->mono1 - c->mono0;
+  __int128 dt = (__int128)c->tick1 - c->tick0;
+  __int128 ns;
+  if (dt == 0) {
+    ns = d;
+  } else if (!__builtin_mul_overflow(d, dm, &ns)) {
+    ns /= dt;
+  } else {
+    long double x = (long double)d * (long double)dm / (long double)dt;
+    ns = x > 1e30L    ? (__int128)1e30L
+         : x < -1e30L ? -(__int128)1e30L
+                      : (__int128)x;
+  }
+  ns += c->mono0;
+  return ns < 0 ? 0 : ns > (__int128)UINT64_MAX ? UINT64_MAX : (uint64_t)ns;
 }
 
 #endif

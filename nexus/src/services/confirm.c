@@ -1,14 +1,18 @@
 /* Confirmations: the runtime's own messages that settle the ledger
  * (ledger.h). A sender asks a peer how many of its RSRs ran there
  * ("nx.ledger.ask": u32 process, u8 route generations, u8 fence, a gp to
- * answer to); the peer answers with a count per generation
- * ("nx.ledger.tell": u32 process, u8 generations, u8 fence, u64 each). nx_flush
+ * answer to, u64 its clock); the peer answers with a count per generation
+ * ("nx.ledger.tell": u32 process, u8 generations, u8 fence, u64 each, then
+ * u64 the asker's clock and u64 its own). The clocks are CLOCK_MONOTONIC
+ * ns, 0 unless the asker traces: a traced process measures its clock's
+ * offset to each peer it asks (docs/tracing.md, "Clocks"). nx_flush
  * asks until every RSR this process accepted for another is settled, and
  * nx_finalize flushes, then tells its peers their final counts unasked. Both
  * messages travel outside the ledger (NXI_FRAME_F_CTL). */
 #include <time.h>
 
 #include "rsr/dispatch.h"
+#include "base/trace.h"
 #include "services/confirm.h"
 #include "contexts/context.h"
 #include "modules/dlist.h"
@@ -46,13 +50,13 @@ static atomic_uint settled_gen;
  * NXI_LEDGER_TELL_FINAL, which `proc` acknowledges. Returns 0 (sent) or a
  * negative code. */
 static int send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
-                     int fence, int always) {
+                     int fence, int always, uint64_t asked_at) {
   nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_buffer_t *b;
   uint64_t counts[NXI_FRAME_GENS];
   for (unsigned g = 0; g < NXI_FRAME_GENS; g++)
     counts[g] = nxi_ledger_handled_from(proc, g);
-  int r = nx_rsr_init_name(&b, &to, TELL, 16 + 8 * NXI_FRAME_GENS);
+  int r = nx_rsr_init_name(&b, &to, TELL, 32 + 8 * NXI_FRAME_GENS);
   if (r == 0) {
     b->ctl = NXI_FRAME_F_CTL;
     r = nx_put_uint32(b, nxi_rt.proc_id);
@@ -63,6 +67,13 @@ static int send_tell(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
     for (unsigned g = 0; r == 0 && g < NXI_FRAME_GENS; g++)
       if (gens & 1u << g)
         r = nx_put_uint64(b, counts[g]);
+    /* The asker's clock back, and this process's, read as late as can be:
+     * the asker's offset estimate is off by at most half the round trip,
+     * less what the answer waited between this read and its send. */
+    if (r == 0)
+      r = nx_put_uint64(b, asked_at);
+    if (r == 0)
+      r = nx_put_uint64(b, asked_at != 0 ? nxu_now_ns() : 0);
     if (r == 0)
       r = nx_rsr_send(b);
     else
@@ -84,19 +95,21 @@ static void ask_flags(uint32_t proc, struct nxi_dlist *dl, unsigned gens,
   nx_gp_t to = nxi_initial_gp(proc, dl);
   nx_gp_t me = nxi_initial_gp(nxi_rt.proc_id, self);
   nx_buffer_t *b;
-  if (nx_rsr_init_name(&b, &to, ASK, 64 + self->len) < 0)
+  if (nx_rsr_init_name(&b, &to, ASK, 72 + self->len) < 0)
     return;
+  uint64_t clock = nxi_tracing() ? nxu_now_ns() : 0;
   b->ctl = NXI_FRAME_F_CTL | (fence ? NXI_FRAME_F_FENCE : 0);
   if (nx_put_uint32(b, nxi_rt.proc_id) < 0 ||
       nx_put_uint8(b, (uint8_t)gens) < 0 ||
-      nx_put_uint8(b, (uint8_t)(fence != 0)) < 0 || nx_put_gp(b, &me) < 0) {
+      nx_put_uint8(b, (uint8_t)(fence != 0)) < 0 || nx_put_gp(b, &me) < 0 ||
+      nx_put_uint64(b, clock) < 0) {
     nx_buffer_release(b);
     return;
   }
   /* A request that finds the queue full is asked again later. A failed
    * route reports the process lost. */
   if (nx_rsr_send_flags(b, flags) == 0)
-    nxi_ledger_asked(proc);
+    nxi_ledger_asked(proc, clock);
 }
 
 /* A malformed confirmation message, or one in another process's name (its
@@ -127,17 +140,19 @@ static void on_ask(nx_context_t *ctx, void *address, nx_buffer_t *b) {
   (void)address;
   uint32_t proc;
   uint8_t gens, fence;
+  uint64_t asked_at;
   nx_gp_t reply = NX_GP_NULL;
   /* A process asks about itself, with a gp to itself to answer to. */
   if (nx_get_uint32(b, &proc) < 0 || !from(b, proc) ||
       nx_get_uint8(b, &gens) < 0 || nx_get_uint8(b, &fence) < 0 ||
-      nx_get_gp(b, &reply) < 0 || nxi_ctxid_proc(reply.context) != proc) {
+      nx_get_gp(b, &reply) < 0 || nxi_ctxid_proc(reply.context) != proc ||
+      nx_get_uint64(b, &asked_at) < 0) {
     refuse(b, "question");
     nx_gp_release(&reply);
     return;
   }
   nxi_ledger_route(proc, reply.protos);
-  send_tell(proc, reply.protos, gens, fence != 0, 0);
+  send_tell(proc, reply.protos, gens, fence != 0, 0, asked_at);
   /* What the failed route lost never comes: ordered streams from that
    * process stop waiting for it. */
   if (fence)
@@ -334,7 +349,7 @@ void nxi_confirm_tell_all(int final) {
         nx_mutex_unlock(&flush_m);
       }
       int r = send_tell(procs[i], dls[i], gens[i],
-                        final ? NXI_LEDGER_TELL_FINAL : 0, 1);
+                        final ? NXI_LEDGER_TELL_FINAL : 0, 1, 0);
       if (final && r < 0)
         unawait(procs[i]);
       told += r == 0;

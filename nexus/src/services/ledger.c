@@ -14,6 +14,7 @@
 #include "rsr/order.h"
 #include "rsr/stages.h"
 #include "buffers/frame.h"
+#include "base/trace.h"
 #include "services/ledger.h"
 #include "threads/nxi_thread.h"
 #include "nxu_time.h"
@@ -61,10 +62,15 @@ struct nxi_peer {
   uint64_t pending;         /* their sum */
   uint64_t asked_at;        /* `pending` when last asked */
   uint64_t ask_ns;          /* when last asked, 0 if no request is out */
-  uint64_t silent_since;    /* first question since its last answer, or 0 */
-  uint64_t pending_since;   /* the tick first saw RSRs unconfirmed, or 0 */
-  int listed;               /* on the `senders` list */
-  int dying;                /* lost: its entries are reported at `lost_at` */
+  /* Tracing: the clock the last question carried (0: none out), which
+   * its answer must echo for a clock offset to be taken from it; and
+   * whether one was asked at the first RSR to this peer. */
+  uint64_t probe_at;
+  int probed;
+  uint64_t silent_since;  /* first question since its last answer, or 0 */
+  uint64_t pending_since; /* the tick first saw RSRs unconfirmed, or 0 */
+  int listed;             /* on the `senders` list */
+  int dying;              /* lost: its entries are reported at `lost_at` */
   int lost_status;
   uint64_t lost_at;
   int dead;   /* lost: its entries were reported */
@@ -414,7 +420,11 @@ int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
     p->dl = b->dl;
   }
   /* Ask once a window has gathered since the last request. */
-  int ask = p->pending >= p->asked_at + NXI_LEDGER_WINDOW && ask_due(p);
+  int ask = (p->pending >= p->asked_at + NXI_LEDGER_WINDOW ||
+             (nxi_tracing() && !p->probed)) &&
+            ask_due(p);
+  if (ask)
+    p->probed = 1; /* the first question measures the clocks at start */
   peer_unlock(p);
   return ask;
 }
@@ -489,14 +499,39 @@ static void ask(struct nxi_peer *p, unsigned gens, int fence) {
 
 void nxi_ledger_ask(struct nxi_peer *p) { ask(p, 0, 0); }
 
-void nxi_ledger_asked(uint32_t proc) {
+void nxi_ledger_asked(uint32_t proc, uint64_t clock) {
   struct nxi_peer *p = peer_find(proc);
   if (p == NULL)
     return;
   peer_lock(p);
   if (p->silent_since == 0)
     p->silent_since = nxu_now_ns();
+  if (clock != 0)
+    p->probe_at = clock;
   peer_unlock(p);
+}
+
+/* An answer echoed `asked` (this process's clock when it asked) and gave
+ * `theirs` (the peer's when it answered): if it answers the question the
+ * peer was last asked, the offset of the peer's clock to this one's goes
+ * to the trace, NTP's way: off by at most half the round trip. */
+static __attribute__((noinline, cold)) void clock_sample(struct nxi_peer *p,
+                                                         uint32_t proc,
+                                                         uint64_t asked,
+                                                         uint64_t theirs) {
+  uint64_t now = nxu_now_ns();
+  peer_lock(p);
+  int mine = asked != 0 && asked == p->probe_at;
+  if (mine)
+    p->probe_at = 0;
+  peer_unlock(p);
+  if (!mine || theirs == 0 || now < asked)
+    return;
+  uint64_t rtt = now - asked;
+  int64_t off = (int64_t)(theirs - asked - rtt / 2);
+  nxi_trace_event(NXT_OFFSET, 0, (uint64_t)proc << 32, 0, 0, 0xff, 0,
+                  rtt >= UINT32_MAX ? UINT32_MAX : (uint32_t)rtt,
+                  (uint64_t)off);
 }
 
 int nxi_ledger_silent_for(uint32_t proc, uint64_t ns) {
@@ -518,10 +553,11 @@ void nxi_ledger_gone(struct nx_buffer *b) {
 }
 
 int nxi_ledger_take_tell(struct nx_buffer *b) {
-  /* proc, generations (a bit each), fence, then a count per generation. */
+  /* proc, generations (a bit each), fence, a count per generation, then
+   * the asker's clock echoed and the peer's (confirm.c). */
   uint32_t proc;
   uint8_t gens, fence;
-  uint64_t counts[GENS];
+  uint64_t counts[GENS], asked = 0, theirs = 0;
   int ok = nx_get_uint32(b, &proc) == 0 && nx_get_uint8(b, &gens) == 0 &&
            nx_get_uint8(b, &fence) == 0;
   /* A process tells its own counts: one in another's name is refused. */
@@ -529,6 +565,7 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
   for (unsigned g = 0; ok && g < GENS; g++)
     if (gens & 1u << g)
       ok = nx_get_uint64(b, &counts[g]) == 0;
+  ok = ok && nx_get_uint64(b, &asked) == 0 && nx_get_uint64(b, &theirs) == 0;
   if (!ok) {
     b->pos = 0; /* its handler refuses it, and counts it */
     return 0;
@@ -538,6 +575,8 @@ int nxi_ledger_take_tell(struct nx_buffer *b) {
     peer_lock(p);
     p->silent_since = 0;
     peer_unlock(p);
+    if (asked != 0 && nxi_tracing())
+      clock_sample(p, proc, asked, theirs);
   }
   for (unsigned g = 0; g < GENS; g++)
     if (gens & 1u << g)

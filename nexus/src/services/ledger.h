@@ -35,9 +35,10 @@ void nxi_ledger_tick_run(uint64_t now);
 /* Asks `p` for its counts, through the ask stage confirm.c registers. */
 void nxi_ledger_ask(struct nxi_peer *p);
 
-/* A question went to `proc` (confirm.c): the first since its last answer
- * starts the silence nxi_ledger_silent_for measures. */
-void nxi_ledger_asked(uint32_t proc);
+/* A question went to `proc` (confirm.c), carrying `clock` (0: none): the
+ * first since its last answer starts the silence nxi_ledger_silent_for
+ * measures; the answer that echoes `clock` gives a clock offset. */
+void nxi_ledger_asked(uint32_t proc, uint64_t clock);
 /* Whether `proc` has left a question unanswered for `ns` or longer. */
 int nxi_ledger_silent_for(uint32_t proc, uint64_t ns);
 
