@@ -659,6 +659,10 @@ static void kill_and_reap(struct child *c, int grace_ms) {
 
 static int process_destroy(uint64_t context) {
   uint32_t proc = nxi_ctxid_proc(context);
+  /* Tracing: the clock offset to it at its end, while it still answers
+   * (nothing if it is not a peer this process sent to). */
+  if (nxi_eng_me.handlers == 0)
+    nxi_confirm_clock_end(proc, 50);
   pthread_mutex_lock(&kids_lock);
   struct child **pp = &kids;
   while (*pp != NULL && (*pp)->proc != proc)

@@ -263,6 +263,7 @@ int nx_finalize(void) {
     /* Then those sent to other processes are handled there, or reported
      * (docs/design.md section 9). The peers hear what ran here. */
     nxi_confirm_tell_all(0);
+    nxi_confirm_clock_end(0, 50);
     if (nxi_confirm_flush((int)finalize_ms) < 0) {
       uint64_t lost = nxi_ledger_report_all(NX_ETIMEDOUT);
       nxi_log(0, NULL,

@@ -436,6 +436,26 @@ static int flush(uint32_t only, int timeout_ms) {
 
 int nxi_confirm_flush(int timeout_ms) { return flush(0, timeout_ms); }
 
+void nxi_confirm_clock_end(uint32_t only, int timeout_ms) {
+  if (!nxi_tracing())
+    return;
+  uint32_t procs[ROUND_MAX];
+  struct nxi_dlist *dls[ROUND_MAX];
+  int n = nxi_ledger_probe_targets(only, procs, dls, ROUND_MAX);
+  for (int i = 0; i < n; i++) {
+    ask(procs[i], dls[i], 0, 0); /* no counts: the clocks alone */
+    nxi_dlist_release(dls[i]);
+  }
+  /* The answers come as progress runs: waiting drives it (waiter.c). */
+  uint64_t deadline = nxu_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  while (n > 0 && nxi_ledger_probes_out(only) > 0 && nxu_now_ns() < deadline) {
+    struct timespec ts = nxu_realtime_in(1000000u);
+    nx_mutex_lock(&flush_m);
+    nx_cond_timedwait(&flush_c, &flush_m, &ts);
+    nx_mutex_unlock(&flush_m);
+  }
+}
+
 void nxi_confirm_drain(int timeout_ms) {
   uint64_t deadline = nxu_now_ns() + (uint64_t)timeout_ms * 1000000u;
   while (atomic_load(&nxi_ctl_inflight) > 0 && nxu_now_ns() < deadline)

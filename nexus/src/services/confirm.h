@@ -12,6 +12,11 @@ int nxi_confirm_init(void);
 /* Asks peers until every RSR accepted for another process is settled or
  * `timeout_ms` passed (-1: no bound). Returns 0 or NX_ETIMEDOUT. */
 int nxi_confirm_flush(int timeout_ms);
+/* Tracing: asks every live peer with a route (`only` that process, if
+ * not 0) once more, for the clock offset at the end of the run
+ * (docs/tracing.md, "Clock offsets"), and waits up to `timeout_ms` for
+ * the answers. Nothing when not tracing. */
+void nxi_confirm_clock_end(uint32_t only, int timeout_ms);
 /* The same for the RSRs to process `proc` alone (nx_context_destroy). */
 int nxi_confirm_flush_proc(uint32_t proc, int timeout_ms);
 /* Tells every peer whose RSRs ran here since it last heard its count;

@@ -926,6 +926,37 @@ int nxi_ledger_unsettled(uint32_t *procs, struct nxi_dlist **dls,
   return n;
 }
 
+int nxi_ledger_probe_targets(uint32_t only, uint32_t *procs,
+                             struct nxi_dlist **dls, int max) {
+  int n = 0;
+  for (unsigned i = 0; i < SLOTS && n < max; i++) {
+    struct nxi_peer *p = atomic_load(&table[i]);
+    if (p == NULL || (only != 0 && p->proc != only))
+      continue;
+    peer_lock(p);
+    if (p->dl != NULL && !(p->dead | p->dying | p->closed)) {
+      nxi_dlist_retain(p->dl);
+      procs[n] = p->proc;
+      dls[n++] = p->dl;
+    }
+    peer_unlock(p);
+  }
+  return n;
+}
+
+int nxi_ledger_probes_out(uint32_t only) {
+  int n = 0;
+  for (unsigned i = 0; i < SLOTS; i++) {
+    struct nxi_peer *p = atomic_load(&table[i]);
+    if (p == NULL || (only != 0 && p->proc != only))
+      continue;
+    peer_lock(p);
+    n += p->probe_at != 0 && !(p->dead | p->dying | p->closed);
+    peer_unlock(p);
+  }
+  return n;
+}
+
 int nxi_ledger_is_lost(uint32_t proc) {
   struct nxi_peer *p = peer_find(proc);
   if (p == NULL)

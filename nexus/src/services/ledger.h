@@ -39,6 +39,14 @@ void nxi_ledger_ask(struct nxi_peer *p);
  * first since its last answer starts the silence nxi_ledger_silent_for
  * measures; the answer that echoes `clock` gives a clock offset. */
 void nxi_ledger_asked(uint32_t proc, uint64_t clock);
+/* Tracing, at the end (nx_finalize, or a process context's destroy): the
+ * live peers this process has a route to (`only` that one, if not 0;
+ * references to their lists, up to `max`), to ask once more for the
+ * clock offset at the end; and how many questions to them that carried
+ * a clock are still unanswered. */
+int nxi_ledger_probe_targets(uint32_t only, uint32_t *procs,
+                             struct nxi_dlist **dls, int max);
+int nxi_ledger_probes_out(uint32_t only);
 /* Whether `proc` has left a question unanswered for `ns` or longer. */
 int nxi_ledger_silent_for(uint32_t proc, uint64_t ns);
 
