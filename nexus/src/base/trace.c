@@ -36,37 +36,24 @@
 #include "nxu_time.h"
 #include "nexus/errors.h"
 
-#define TB_BYTES (48 * 1024)     /* of records, a thread */
 #define FLUSH_NS 1000000000ull   /* a thread's records wait at most */
 #define NAME_MAX_BYTES (48 * 64) /* longer names are cut */
 
 int nxi_trace_on;
 
-struct tbuf {
-  atomic_int busy;        /* its thread is putting a record in (own()) */
-  atomic_int open;        /* records are taken (between start and stop) */
-  int free;               /* its thread ended: another may take it */
-  uint32_t used;          /* bytes of records in buf */
-  uint64_t last_write;    /* when it was last written (stamp()) */
-  uint64_t runs;          /* handler runs numbered by this thread */
-  struct tbuf *next;      /* every buffer, under list_lock */
-  struct nxt_chunk chunk; /* written with the records; tick0 and mono0
-                             read together at the last write */
-  _Alignas(8) uint8_t buf[TB_BYTES];
-};
-
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct tbuf *buffers;
+static struct nxi_tbuf *buffers;
 static int fd = -1;
 static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t threads;
 static int use_tsc;      /* stamps are the time-stamp counter's, not ns */
-static uint32_t my_proc; /* the high half of this process's context ids */
-static uint64_t flush_after = FLUSH_NS; /* FLUSH_NS in stamp()'s unit */
+uint32_t nxi_trace_proc; /* the high half of this process's context ids */
+uint64_t nxi_trace_flush = FLUSH_NS; /* FLUSH_NS in stamp()'s unit */
+int nxi_trace_fast;
 static atomic_uint_fast64_t last_clock; /* when a CLOCK record was last made */
 static pthread_key_t tb_key;
 static pthread_once_t tb_once = PTHREAD_ONCE_INIT;
-static NXI_TLS struct tbuf *my_tb;
+NXI_TLS struct nxi_tbuf *nxi_tb;
 
 /* CLOCK_REALTIME in ns, read beside nxu_now_ns's CLOCK_MONOTONIC. */
 static uint64_t realtime_ns(void) {
@@ -125,7 +112,7 @@ static void pair(uint64_t *t, uint64_t *mono) {
  * store an exchange). */
 static int membarrier_ok;
 
-static int own(struct tbuf *tb) {
+static int own(struct nxi_tbuf *tb) {
   int open;
   if (membarrier_ok) {
     atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
@@ -139,14 +126,14 @@ static int own(struct tbuf *tb) {
     atomic_store_explicit(&tb->busy, 0, memory_order_release);
   return open;
 }
-static void disown(struct tbuf *tb) {
+static void disown(struct nxi_tbuf *tb) {
   atomic_store_explicit(&tb->busy, 0, memory_order_release);
 }
 
 /* Writes the buffer's records as one chunk, in one call (O_APPEND: whole,
  * between other threads' chunks), with the pair of clocks that ends it,
  * which begins the next. A failed write loses them, said once. */
-static void tb_write(struct tbuf *tb, uint64_t now) {
+static void tb_write(struct nxi_tbuf *tb, uint64_t now) {
   static int complained;
   pair(&tb->chunk.tick1, &tb->chunk.mono1);
   if (tb->used > 0) {
@@ -171,7 +158,7 @@ static void tb_write(struct tbuf *tb, uint64_t now) {
 
 /* A thread's buffer goes back to the list when the thread ends. */
 static void tb_release(void *p) {
-  struct tbuf *tb = p;
+  struct nxi_tbuf *tb = p;
   if (own(tb)) {
     tb_write(tb, stamp());
     disown(tb);
@@ -185,10 +172,10 @@ static void tb_key_create(void) { pthread_key_create(&tb_key, tb_release); }
 
 /* This thread's buffer: a freed one, or a new one. NULL without memory
  * (its events are not recorded). */
-static struct tbuf *tb_get(void) {
+static struct nxi_tbuf *tb_get(void) {
   pthread_once(&tb_once, tb_key_create);
   pthread_mutex_lock(&list_lock);
-  struct tbuf *tb = buffers;
+  struct nxi_tbuf *tb = buffers;
   while (tb != NULL && !tb->free)
     tb = tb->next;
   if (tb == NULL && (tb = calloc(1, sizeof(*tb))) != NULL) {
@@ -208,14 +195,14 @@ static struct tbuf *tb_get(void) {
   pthread_mutex_unlock(&list_lock);
   if (tb != NULL)
     pthread_setspecific(tb_key, tb);
-  my_tb = tb;
+  nxi_tb = tb;
   return tb;
 }
 
 /* Room for `len` bytes of records in `tb` (owned): written first if
  * not. */
-static inline void *tb_room(struct tbuf *tb, uint32_t len, uint64_t now) {
-  if (__builtin_expect(tb->used + len > TB_BYTES, 0))
+static inline void *tb_room(struct nxi_tbuf *tb, uint32_t len, uint64_t now) {
+  if (__builtin_expect(tb->used + len > NXI_TB_BYTES, 0))
     tb_write(tb, now);
   void *r = tb->buf + tb->used;
   tb->used += len;
@@ -223,7 +210,7 @@ static inline void *tb_room(struct tbuf *tb, uint32_t len, uint64_t now) {
 }
 
 /* A CLOCK record: the two clocks read together (its `t` is ns). */
-static void clock_rec(struct tbuf *tb, uint64_t now) {
+static void clock_rec(struct nxi_tbuf *tb, uint64_t now) {
   struct nxt_rec c;
   memset(&c, 0, sizeof(c));
   c.t = nxu_now_ns();
@@ -235,23 +222,23 @@ static void clock_rec(struct tbuf *tb, uint64_t now) {
 
 /* After a record went in: the buffer is written when full or old, with
  * the clocks read together once a second (the alignment nxtrace uses). */
-static __attribute__((noinline)) void tb_write_due(struct tbuf *tb,
+static __attribute__((noinline)) void tb_write_due(struct nxi_tbuf *tb,
                                                    uint64_t now) {
   uint64_t last = atomic_load_explicit(&last_clock, memory_order_relaxed);
-  if (now - last >= flush_after &&
+  if (now - last >= nxi_trace_flush &&
       atomic_compare_exchange_strong(&last_clock, &last, now))
     clock_rec(tb, now);
   tb_write(tb, now);
 }
-static inline void tb_done(struct tbuf *tb, uint64_t now) {
-  if (__builtin_expect(now - tb->last_write >= flush_after, 0))
+static inline void tb_done(struct nxi_tbuf *tb, uint64_t now) {
+  if (__builtin_expect(now - tb->last_write >= nxi_trace_flush, 0))
     tb_write_due(tb, now);
 }
 
 /* This thread's buffer, owned, and the stamp of the event to record; NULL
  * when it is not recorded (no memory, or tracing stopped). */
-static inline struct tbuf *tb_begin(uint64_t *now) {
-  struct tbuf *tb = my_tb;
+static inline struct nxi_tbuf *tb_begin(uint64_t *now) {
+  struct nxi_tbuf *tb = nxi_tb;
   if (__builtin_expect(tb == NULL, 0) && (tb = tb_get()) == NULL)
     return NULL;
   *now = stamp();
@@ -266,7 +253,7 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                      uint32_t handler, uint64_t bytes, uint8_t module,
                      uint16_t flags, uint32_t aux, uint64_t x) {
   uint64_t now;
-  struct tbuf *tb = tb_begin(&now);
+  struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
   struct nxt_rec r = {.type = type,
@@ -286,17 +273,17 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
 
 /* The compact forms hold the low half of a context of this process. */
 static inline int is_mine(uint64_t ctx) {
-  return ctx >> 32 == my_proc && (uint32_t)ctx != 0;
+  return ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0;
 }
 
-void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
-                    uint64_t bytes, uint8_t module, uint16_t flags) {
+void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
+                         uint64_t bytes, uint8_t module, uint16_t flags) {
   if (!is_mine(ctx)) {
     nxi_trace_event(NXT_SEND, ctx, peer, handler, bytes, module, flags, 0, 0);
     return;
   }
   uint64_t now;
-  struct tbuf *tb = tb_begin(&now);
+  struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
   struct nxt_send r = {.type = NXT_SEND_C,
@@ -312,10 +299,10 @@ void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
   disown(tb);
 }
 
-uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer, uint32_t handler,
-                         uint64_t bytes, uint16_t flags) {
+uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
+                              uint64_t bytes, uint16_t flags) {
   uint64_t now;
-  struct tbuf *tb = tb_begin(&now);
+  struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return 0;
   uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
@@ -347,9 +334,9 @@ uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer, uint32_t handler,
   return run;
 }
 
-void nxi_trace_end(uint64_t run, uint16_t flags) {
+void nxi_trace_end_slow(uint64_t run, uint16_t flags) {
   uint64_t now;
-  struct tbuf *tb = tb_begin(&now);
+  struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL || run == 0) {
     if (tb != NULL)
       disown(tb);
@@ -366,7 +353,7 @@ void nxi_trace_end(uint64_t run, uint16_t flags) {
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
                     uint8_t module, const char *name) {
   uint64_t now;
-  struct tbuf *tb = tb_begin(&now);
+  struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
   size_t len = strlen(name);
@@ -437,7 +424,7 @@ int nxi_trace_start(void) {
     fd = -1;
     return NX_EIO;
   }
-  my_proc = nxi_rt.proc_id;
+  nxi_trace_proc = nxi_rt.proc_id;
   use_tsc = tsc_invariant();
   if (use_tsc) {
     /* A second in counts, roughly (it only spaces the writes): 2 ms of
@@ -447,9 +434,9 @@ int nxi_trace_start(void) {
     do
       pair(&t1, &m1);
     while (m1 - m0 < 2000000);
-    flush_after = (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
+    nxi_trace_flush = (uint64_t)((double)(t1 - t0) * 1e9 / (double)(m1 - m0));
   } else {
-    flush_after = FLUSH_NS;
+    nxi_trace_flush = FLUSH_NS;
   }
   atomic_store(&last_clock, stamp());
   /* Buffers of threads from an earlier run of the runtime take records
@@ -457,13 +444,14 @@ int nxi_trace_start(void) {
   membarrier_ok = syscall(__NR_membarrier,
                           MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   pthread_mutex_lock(&list_lock);
-  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
+  for (struct nxi_tbuf *tb = buffers; tb != NULL; tb = tb->next) {
     /* Closed since the last stop: their threads do not touch them. */
     tb->used = 0;
     pair(&tb->chunk.tick0, &tb->chunk.mono0);
     tb->last_write = stamp();
     atomic_store_explicit(&tb->open, 1, memory_order_release);
   }
+  nxi_trace_fast = use_tsc && membarrier_ok && NXI_TRACE_TSC;
   nxi_trace_on = 1;
   pthread_mutex_unlock(&list_lock);
   return 0;
@@ -474,20 +462,20 @@ void nxi_trace_stop(void) {
     return;
   /* The clocks together once more: nxtrace aligns hosts by the first and
    * last such pair. */
-  struct tbuf *me = my_tb != NULL ? my_tb : tb_get();
+  struct nxi_tbuf *me = nxi_tb != NULL ? nxi_tb : tb_get();
   if (me != NULL && own(me)) {
     clock_rec(me, stamp());
     disown(me);
   }
   pthread_mutex_lock(&list_lock);
   nxi_trace_on = 0;
-  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next)
+  for (struct nxi_tbuf *tb = buffers; tb != NULL; tb = tb->next)
     atomic_store(&tb->open, 0);
   /* Registered at start, it does not fail (membarrier(2)). */
   if (membarrier_ok)
     syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   uint64_t now = stamp();
-  for (struct tbuf *tb = buffers; tb != NULL; tb = tb->next) {
+  for (struct nxi_tbuf *tb = buffers; tb != NULL; tb = tb->next) {
     /* A thread that saw it open finishes its record first. */
     while (atomic_load(&tb->busy))
       sched_yield();

@@ -6,8 +6,11 @@
 #ifndef NXI_TRACE_H
 #define NXI_TRACE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "base/rt.h"
 #include "base/trace_format.h"
 
 /* Set by nxi_trace_start before the runtime sends or handles anything,
@@ -37,13 +40,129 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
 /* Records a name (NXT_DEF_HANDLER, NXT_DEF_MODULE). */
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
                     uint8_t module, const char *name);
+/* Each thread's buffer of records (trace.c keeps the list of them). */
+#define NXI_TB_BYTES (48 * 1024)
+struct nxi_tbuf {
+  atomic_int busy;        /* its thread is putting a record in (own()) */
+  atomic_int open;        /* records are taken (between start and stop) */
+  int free;               /* its thread ended: another may take it */
+  uint32_t used;          /* bytes of records in buf */
+  uint64_t last_write;    /* when it was last written (a stamp) */
+  uint64_t runs;          /* handler runs numbered by this thread */
+  struct nxi_tbuf *next;  /* every buffer, under trace.c's list lock */
+  struct nxt_chunk chunk; /* written with the records; tick0 and mono0
+                             read together at the last write */
+  _Alignas(8) uint8_t buf[NXI_TB_BYTES];
+};
+
+/* This thread's buffer (NULL before its first record), and what the
+ * inline records below need: whether they may take the fast way (stamps
+ * from the time-stamp counter, and membarrier(2) for nxi_trace_stop), the
+ * high half of this process's context ids, and the longest a record
+ * waits in a buffer, in stamps. Set by nxi_trace_start. */
+extern NXI_TLS struct nxi_tbuf *nxi_tb __attribute__((visibility("hidden")));
+extern int nxi_trace_fast __attribute__((visibility("hidden")));
+extern uint32_t nxi_trace_proc __attribute__((visibility("hidden")));
+extern uint64_t nxi_trace_flush __attribute__((visibility("hidden")));
+
 /* The records of every RSR, in their compact forms (trace_format.h):
  * its send; its handler's begin, which returns the run's number; and its
- * end, given that number (marked MOVED when it is another thread's). */
-void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
-                    uint64_t bytes, uint8_t module, uint16_t flags);
-uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer, uint32_t handler,
-                         uint64_t bytes, uint16_t flags);
-void nxi_trace_end(uint64_t run, uint16_t flags);
+ * end, given that number (marked MOVED when it is another thread's).
+ * Inline, with the common case straight through (a stamp, a few stores,
+ * no call); the rest out of line (trace.c): a first record, a full or old
+ * buffer, a stop under way, no usable counter, a context of another
+ * process. */
+void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
+                         uint64_t bytes, uint8_t module, uint16_t flags);
+uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
+                              uint64_t bytes, uint16_t flags);
+void nxi_trace_end_slow(uint64_t run, uint16_t flags);
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define NXI_TRACE_TSC 1
+static inline uint64_t nxi_trace_tsc(void) { return __rdtsc(); }
+#else
+#define NXI_TRACE_TSC 0
+static inline uint64_t nxi_trace_tsc(void) { return 0; }
+#endif
+
+/* This thread's buffer, owned (trace.c, own()), with room for `len` more
+ * bytes and not due to be written, and the stamp in *now; or NULL: the
+ * slow way then. */
+static inline struct nxi_tbuf *nxi_trace_own(uint32_t len, uint64_t *now) {
+  struct nxi_tbuf *tb = nxi_tb;
+  if (!nxi_trace_fast || tb == NULL)
+    return NULL;
+  uint64_t t = nxi_trace_tsc();
+  atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst);
+  if (!atomic_load_explicit(&tb->open, memory_order_acquire) ||
+      tb->used + len > NXI_TB_BYTES || t - tb->last_write >= nxi_trace_flush) {
+    atomic_store_explicit(&tb->busy, 0, memory_order_release);
+    return NULL;
+  }
+  *now = t;
+  return tb;
+}
+
+/* Puts the `len` bytes at `r` in the owned buffer and lets it go. */
+static inline void nxi_trace_put(struct nxi_tbuf *tb, const void *r,
+                                 uint32_t len) {
+  memcpy(tb->buf + tb->used, r, len);
+  tb->used += len;
+  atomic_store_explicit(&tb->busy, 0, memory_order_release);
+}
+
+static inline uint32_t nxi_trace_sat32(uint64_t v) {
+  return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static inline void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
+                                  uint64_t bytes, uint8_t module,
+                                  uint16_t flags) {
+  uint64_t now;
+  struct nxi_tbuf *tb;
+  if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
+      (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
+    struct nxt_send r = {NXT_SEND_C,    module,
+                         flags,         handler,
+                         (uint32_t)ctx, nxi_trace_sat32(bytes),
+                         peer,          now};
+    nxi_trace_put(tb, &r, sizeof(r));
+    return;
+  }
+  nxi_trace_send_slow(ctx, peer, handler, bytes, module, flags);
+}
+
+static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
+                                       uint32_t handler, uint64_t bytes,
+                                       uint16_t flags) {
+  uint64_t now;
+  struct nxi_tbuf *tb;
+  if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
+      (tb = nxi_trace_own(sizeof(struct nxt_begin), &now)) != NULL) {
+    uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
+    struct nxt_begin r = {NXT_BEGIN_C, 0xff,          flags,
+                          handler,     (uint32_t)ctx, nxi_trace_sat32(bytes),
+                          peer,        now,           run};
+    nxi_trace_put(tb, &r, sizeof(r));
+    return run;
+  }
+  return nxi_trace_begin_slow(ctx, peer, handler, bytes, flags);
+}
+
+static inline void nxi_trace_end(uint64_t run, uint16_t flags) {
+  uint64_t now;
+  struct nxi_tbuf *tb;
+  if (run != 0 && (tb = nxi_trace_own(sizeof(struct nxt_end), &now)) != NULL) {
+    if (run >> 40 != tb->chunk.thread)
+      flags |= NXT_F_MOVED;
+    struct nxt_end r = {NXT_END_C, 0, flags, 0, now, run};
+    nxi_trace_put(tb, &r, sizeof(r));
+    return;
+  }
+  nxi_trace_end_slow(run, flags);
+}
 
 #endif
