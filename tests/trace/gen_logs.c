@@ -128,14 +128,10 @@ static void rec(struct log *l, uint8_t type, uint64_t t, uint64_t ctx,
     memcpy(p, &r, sizeof(r));
     l->n += sizeof(r);
   } else if (compact && (type == NXT_SEND || type == NXT_BEGIN)) {
-    struct nxt_begin r = {type == NXT_SEND ? NXT_SEND_C : NXT_BEGIN_C,
-                          module,
-                          s16(l, flags),
-                          s32(l, handler),
-                          s32(l, (uint32_t)ctx),
-                          s32(l, bytes),
-                          s64(l, peer),
-                          s64(l, tick),
+    struct nxt_begin r = {{type == NXT_SEND ? NXT_SEND_C : NXT_BEGIN_C, module,
+                           s16(l, flags), s32(l, handler),
+                           s32(l, (uint32_t)ctx), s32(l, bytes), s64(l, peer),
+                           s64(l, tick)},
                           s64(l, x)};
     size_t len = type == NXT_SEND ? sizeof(struct nxt_send) : sizeof(r);
     memcpy(p, &r, len);

@@ -307,14 +307,14 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
     return 0;
   uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
   if (is_mine(ctx)) {
-    struct nxt_begin r = {.type = NXT_BEGIN_C,
-                          .module = 0xff,
-                          .flags = flags,
-                          .handler = handler,
-                          .ctx = (uint32_t)ctx,
-                          .bytes = sat32(bytes),
-                          .peer = peer,
-                          .t = now,
+    struct nxt_begin r = {.s = {.type = NXT_BEGIN_C,
+                                .module = 0xff,
+                                .flags = flags,
+                                .handler = handler,
+                                .ctx = (uint32_t)ctx,
+                                .bytes = sat32(bytes),
+                                .peer = peer,
+                                .t = now},
                           .x = run};
     memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
   } else {

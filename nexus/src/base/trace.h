@@ -143,9 +143,9 @@ static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
   if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
       (tb = nxi_trace_own(sizeof(struct nxt_begin), &now)) != NULL) {
     uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
-    struct nxt_begin r = {NXT_BEGIN_C, 0xff,          flags,
-                          handler,     (uint32_t)ctx, nxi_trace_sat32(bytes),
-                          peer,        now,           run};
+    struct nxt_begin r = {{NXT_BEGIN_C, 0xff, flags, handler, (uint32_t)ctx,
+                           nxi_trace_sat32(bytes), peer, now},
+                          run};
     nxi_trace_put(tb, &r, sizeof(r));
     return run;
   }

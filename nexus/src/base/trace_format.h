@@ -72,13 +72,8 @@ struct nxt_send { /* NXT_SEND_C */
   uint64_t peer;
   uint64_t t;
 };
-struct nxt_begin { /* NXT_BEGIN_C */
-  uint8_t type, module;
-  uint16_t flags;
-  uint32_t handler;
-  uint32_t ctx, bytes;
-  uint64_t peer;
-  uint64_t t;
+struct nxt_begin { /* NXT_BEGIN_C: a send's fields, then the run */
+  struct nxt_send s;
   uint64_t x;
 };
 struct nxt_end { /* NXT_END_C */
@@ -185,15 +180,15 @@ static inline size_t nxt_decode(const void *p, size_t avail, int swap,
       return 0;
     memset(&c, 0, sizeof(c));
     memcpy(&c, b, len);
-    uint32_t lo = nxt_sw32(c.ctx, swap);
+    uint32_t lo = nxt_sw32(c.s.ctx, swap);
     r->type = b[0] == NXT_SEND_C ? NXT_SEND : NXT_BEGIN;
-    r->module = c.module;
-    r->flags = nxt_sw16(c.flags, swap);
-    r->handler = nxt_sw32(c.handler, swap);
-    r->bytes = nxt_sw32(c.bytes, swap);
+    r->module = c.s.module;
+    r->flags = nxt_sw16(c.s.flags, swap);
+    r->handler = nxt_sw32(c.s.handler, swap);
+    r->bytes = nxt_sw32(c.s.bytes, swap);
     r->ctx = lo != 0 ? (uint64_t)proc << 32 | lo : 0;
-    r->peer = nxt_sw64(c.peer, swap);
-    r->t = nxt_sw64(c.t, swap);
+    r->peer = nxt_sw64(c.s.peer, swap);
+    r->t = nxt_sw64(c.s.t, swap);
     r->x = nxt_sw64(c.x, swap);
     return len;
   }
