@@ -13,10 +13,10 @@
 #include "nxtrace.h"
 
 _Static_assert(sizeof(struct nxt_file_hdr) == 120, "nxt_file_hdr layout");
-_Static_assert(sizeof(struct nxt_chunk) == 48, "nxt_chunk layout");
+_Static_assert(sizeof(struct nxt_chunk) == 56, "nxt_chunk layout");
 _Static_assert(sizeof(struct nxt_rec) == 48, "nxt_rec layout");
 _Static_assert(sizeof(struct nxt_send) == 32, "nxt_send layout");
-_Static_assert(sizeof(struct nxt_begin) == 40, "nxt_begin layout");
+_Static_assert(sizeof(struct nxt_end_s) == 16, "nxt_end_s layout");
 _Static_assert(sizeof(struct nxt_end) == 24, "nxt_end layout");
 
 #define REC sizeof(struct nxt_rec)
@@ -214,11 +214,13 @@ static int parse_log(struct reader *rd, const char *name,
     c.mono0 = sw64(c.mono0, s);
     c.tick1 = sw64(c.tick1, s);
     c.mono1 = sw64(c.mono1, s);
+    c.runs0 = sw64(c.runs0, s);
+    struct nxt_dstate st = {c.thread, c.runs0};
     int thread = thread_index(p, c.thread);
     const unsigned char *rp = b + off + sizeof(c);
     for (uint64_t at = 0; at < bytes;) {
       struct nxt_rec r;
-      size_t rl = nxt_decode(rp + at, bytes - at, s, p->proc_id, &r);
+      size_t rl = nxt_decode(rp + at, bytes - at, s, p->proc_id, &st, &r);
       if (rl == 0) {
         snprintf(why, whylen, "a record runs past its chunk at byte %zu", off);
         goto err;

@@ -40,7 +40,22 @@ struct log {
   uint8_t buf[256 * 48];
   unsigned n; /* bytes in buf */
   uint64_t thread;
+  /* Handler runs each thread began (thread, count), and the current
+   * thread's count when the pending chunk began (its runs0). */
+  uint64_t runs[16][2];
+  int nthreads;
+  uint64_t runs0;
 };
+
+/* The runs the current thread began. */
+static uint64_t *runs_of(struct log *l) {
+  for (int i = 0; i < l->nthreads; i++)
+    if (l->runs[i][0] == l->thread)
+      return &l->runs[i][1];
+  l->runs[l->nthreads][0] = l->thread;
+  l->runs[l->nthreads][1] = 0;
+  return &l->runs[l->nthreads++][1];
+}
 
 static uint16_t s16(const struct log *l, uint16_t v) {
   return l->swap ? __builtin_bswap16(v) : v;
@@ -99,7 +114,8 @@ static void flush_chunk(struct log *l, unsigned claim) {
                         s64(l, l->tick_base),
                         s64(l, 0),
                         s64(l, l->tick_base + l->per_ns * ns1),
-                        s64(l, ns1)};
+                        s64(l, ns1),
+                        s64(l, l->runs0)};
   if (fwrite(&c, sizeof(c), 1, l->f) != 1 ||
       fwrite(l->buf, 1, l->n, l->f) != l->n)
     die("fwrite");
@@ -113,29 +129,41 @@ static void on_thread(struct log *l, uint64_t thread) {
 
 /* A record at `t` ns, as the runtime writes it: SEND, BEGIN and END in
  * their compact forms, every other in the general one; stamps in ticks,
- * but a CLOCK's. */
-static void rec(struct log *l, uint8_t type, uint64_t t, uint64_t ctx,
-                uint64_t peer, uint64_t x, uint32_t handler, uint32_t bytes,
-                uint8_t module, uint16_t flags, uint32_t aux) {
+ * but a CLOCK's. A BEGIN's run number is the thread's next (its `x` is
+ * not used): returned. An END on its run's thread is the short form. */
+static uint64_t rec(struct log *l, uint8_t type, uint64_t t, uint64_t ctx,
+                    uint64_t peer, uint64_t x, uint32_t handler, uint32_t bytes,
+                    uint8_t module, uint16_t flags, uint32_t aux) {
   if (l->n + sizeof(struct nxt_rec) > sizeof(l->buf))
     flush_chunk(l, 0);
+  if (l->n == 0)
+    l->runs0 = *runs_of(l);
   uint64_t tick = type == NXT_CLOCK ? t : l->tick_base + l->per_ns * t;
   uint8_t *p = l->buf + l->n;
   int compact = ctx >> 32 == l->proc && (uint32_t)ctx != 0;
-  if (type == NXT_END) {
+  if (type == NXT_BEGIN)
+    x = l->thread << 40 | ++*runs_of(l);
+  if (type == NXT_END && x >> 40 == l->thread) {
+    struct nxt_end_s r = {NXT_END_S, 0, s16(l, flags), s32(l, (uint32_t)x),
+                          s64(l, tick)};
+    memcpy(p, &r, sizeof(r));
+    l->n += sizeof(r);
+  } else if (type == NXT_END) {
     struct nxt_end r = {NXT_END_C,    0,        s16(l, flags), 0,
                         s64(l, tick), s64(l, x)};
     memcpy(p, &r, sizeof(r));
     l->n += sizeof(r);
   } else if (compact && (type == NXT_SEND || type == NXT_BEGIN)) {
-    struct nxt_begin r = {{type == NXT_SEND ? NXT_SEND_C : NXT_BEGIN_C, module,
-                           s16(l, flags), s32(l, handler),
-                           s32(l, (uint32_t)ctx), s32(l, bytes), s64(l, peer),
-                           s64(l, tick)},
-                          s64(l, x)};
-    size_t len = type == NXT_SEND ? sizeof(struct nxt_send) : sizeof(r);
-    memcpy(p, &r, len);
-    l->n += (unsigned)len;
+    struct nxt_send r = {type == NXT_SEND ? NXT_SEND_C : NXT_BEGIN_C,
+                         module,
+                         s16(l, flags),
+                         s32(l, handler),
+                         s32(l, (uint32_t)ctx),
+                         s32(l, bytes),
+                         s64(l, peer),
+                         s64(l, tick)};
+    memcpy(p, &r, sizeof(r));
+    l->n += sizeof(r);
   } else {
     struct nxt_rec r = {
         type,          module,      s16(l, flags), s32(l, handler),
@@ -144,6 +172,7 @@ static void rec(struct log *l, uint8_t type, uint64_t t, uint64_t ctx,
     memcpy(p, &r, sizeof(r));
     l->n += sizeof(r);
   }
+  return x;
 }
 
 /* A definition and its name after it, padded to 8 bytes (not swapped). */
@@ -194,12 +223,13 @@ static void process_a(const char *dir) {
   for (int i = 0; i < 3; i++) {
     uint64_t t = m + 60000 + 10000 * i;
     rec(&l, NXT_SEND, t, A1, A2, 0, PONG, 10, 0, NXT_F_BYREF, 0);
-    rec(&l, NXT_BEGIN, t + 1000, A2, A1, 10 + i, PONG, 10, 0xff, 0, 0);
-    rec(&l, NXT_END, t + 3000, A2, 0, 10 + i, PONG, 0, 0xff, 0, 0);
+    uint64_t run =
+        rec(&l, NXT_BEGIN, t + 1000, A2, A1, 0, PONG, 10, 0xff, 0, 0);
+    rec(&l, NXT_END, t + 3000, 0, 0, run, 0, 0, 0xff, 0, 0);
   }
   /* A run of handler id 0 (no name, no send): 1 us on a2. */
-  rec(&l, NXT_BEGIN, m + 95000, A2, 0, 20, 0, 0, 0xff, 0, 0);
-  rec(&l, NXT_END, m + 96000, A2, 0, 20, 0, 0, 0xff, 0, 0);
+  uint64_t run = rec(&l, NXT_BEGIN, m + 95000, A2, 0, 0, 0, 0, 0xff, 0, 0);
+  rec(&l, NXT_END, m + 96000, 0, 0, run, 0, 0, 0xff, 0, 0);
   /* A wait of 4 us on a full tcp queue towards b1. */
   rec(&l, NXT_WAIT_BEGIN, m + 100000, A1, B1, 0, 0, 0, 1, 0, 0);
   rec(&l, NXT_WAIT_END, m + 104000, A1, B1, 0, 0, 0, 1, 0, 0);
@@ -237,8 +267,8 @@ static void process_b(const char *dir) {
   /* Ping i (sent at A's 10 (i + 1) us) begins 5 us later, runs i + 1 us. */
   for (int i = 0; i < 5; i++) {
     uint64_t t = m - off + 10000 * (i + 1) + 5000;
-    rec(&l, NXT_BEGIN, t, B1, A1, 100 + i, PING, 100, 0xff, 0, 0);
-    rec(&l, NXT_END, t + 1000 * (i + 1), B1, 0, 100 + i, PING, 0, 0xff, 0, 0);
+    uint64_t run = rec(&l, NXT_BEGIN, t, B1, A1, 0, PING, 100, 0xff, 0, 0);
+    rec(&l, NXT_END, t + 1000 * (i + 1), 0, 0, run, 0, 0, 0xff, 0, 0);
   }
   rec(&l, NXT_SEND, m + 80000, B1, A1, 0, ANON, 8, 0, 0, 0);
   rec(&l, NXT_SEND, m + 81000, B1, A1, 0, ANON, 8, 0, 0, 0);
@@ -247,14 +277,16 @@ static void process_b(const char *dir) {
    * ends at 105: Y does not nest in X. W begins at 110 and ends on
    * thread 8 at 120. */
   on_thread(&l, 7);
-  rec(&l, NXT_BEGIN, m + 90000, B1, A1, 200, PONG, 10, 0xff, NXT_F_THREADED, 0);
-  rec(&l, NXT_BEGIN, m + 95000, B1, A1, 201, PONG, 10, 0xff, NXT_F_THREADED, 0);
-  rec(&l, NXT_END, m + 100000, B1, 0, 200, PONG, 0, 0xff, NXT_F_THREADED, 0);
-  rec(&l, NXT_END, m + 105000, B1, 0, 201, PONG, 0, 0xff, NXT_F_THREADED, 0);
-  rec(&l, NXT_BEGIN, m + 110000, B1, A1, 202, PONG, 10, 0xff, NXT_F_THREADED,
-      0);
+  uint64_t x = rec(&l, NXT_BEGIN, m + 90000, B1, A1, 0, PONG, 10, 0xff,
+                   NXT_F_THREADED, 0);
+  uint64_t y = rec(&l, NXT_BEGIN, m + 95000, B1, A1, 0, PONG, 10, 0xff,
+                   NXT_F_THREADED, 0);
+  rec(&l, NXT_END, m + 100000, 0, 0, x, 0, 0, 0xff, NXT_F_THREADED, 0);
+  rec(&l, NXT_END, m + 105000, 0, 0, y, 0, 0, 0xff, NXT_F_THREADED, 0);
+  uint64_t w = rec(&l, NXT_BEGIN, m + 110000, B1, A1, 0, PONG, 10, 0xff,
+                   NXT_F_THREADED, 0);
   on_thread(&l, 8);
-  rec(&l, NXT_END, m + 120000, B1, 0, 202, PONG, 0, 0xff,
+  rec(&l, NXT_END, m + 120000, 0, 0, w, 0, 0, 0xff,
       NXT_F_THREADED | NXT_F_MOVED, 0);
   on_thread(&l, 1);
   rec(&l, NXT_CLOCK, m + 130000, 0, 0, REAL0 + off + skew + 130000, 0, 0, 0xff,

@@ -178,6 +178,7 @@ static int read_log(const char *path, struct log *l) {
       ok = 0;
       break;
     }
+    struct nxt_dstate st = {ch.thread, ch.runs0};
     for (uint32_t at = 0; at < ch.bytes;) {
       if (l->n == cap) {
         cap = cap ? cap * 2 : 1024;
@@ -186,7 +187,8 @@ static int read_log(const char *path, struct log *l) {
         l->thread = realloc(l->thread, cap * sizeof(*l->thread));
       }
       struct nxt_rec *r = &l->r[l->n];
-      size_t len = nxt_decode(buf + at, ch.bytes - at, 0, l->h.proc_id, r);
+      size_t len =
+          nxt_decode(buf + at, ch.bytes - at, 0, l->h.proc_id, &st, r);
       if (len == 0) {
         ok = 0;
         break;

@@ -152,6 +152,7 @@ static void tb_write(struct nxi_tbuf *tb, uint64_t now) {
   }
   tb->used = 0;
   tb->last_write = now;
+  tb->chunk.runs0 = tb->runs;
   tb->chunk.tick0 = tb->chunk.tick1;
   tb->chunk.mono0 = tb->chunk.mono1;
 }
@@ -189,6 +190,7 @@ static struct nxi_tbuf *tb_get(void) {
     tb->chunk.magic = NXT_CHUNK_MAGIC;
     tb->chunk.thread = atomic_fetch_add(&threads, 1) + 1;
     tb->runs = 0;
+    tb->chunk.runs0 = 0;
     pair(&tb->chunk.tick0, &tb->chunk.mono0);
     tb->last_write = stamp();
   }
@@ -305,18 +307,21 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
   struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return 0;
+  /* The room first: a chunk begun here counts this run as its first. */
+  int mine = is_mine(ctx);
+  void *at =
+      tb_room(tb, mine ? sizeof(struct nxt_send) : sizeof(struct nxt_rec), now);
   uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
-  if (is_mine(ctx)) {
-    struct nxt_begin r = {.s = {.type = NXT_BEGIN_C,
-                                .module = 0xff,
-                                .flags = flags,
-                                .handler = handler,
-                                .ctx = (uint32_t)ctx,
-                                .bytes = sat32(bytes),
-                                .peer = peer,
-                                .t = now},
-                          .x = run};
-    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  if (mine) {
+    struct nxt_send r = {.type = NXT_BEGIN_C,
+                         .module = 0xff,
+                         .flags = flags,
+                         .handler = handler,
+                         .ctx = (uint32_t)ctx,
+                         .bytes = sat32(bytes),
+                         .peer = peer,
+                         .t = now};
+    memcpy(at, &r, sizeof(r));
   } else {
     struct nxt_rec r = {.type = NXT_BEGIN,
                         .module = 0xff,
@@ -327,7 +332,7 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                         .ctx = ctx,
                         .peer = peer,
                         .x = run};
-    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+    memcpy(at, &r, sizeof(r));
   }
   tb_done(tb, now);
   disown(tb);
@@ -342,10 +347,15 @@ void nxi_trace_end_slow(uint64_t run, uint16_t flags) {
       disown(tb);
     return;
   }
-  if (run >> 40 != tb->chunk.thread)
-    flags |= NXT_F_MOVED;
-  struct nxt_end r = {.type = NXT_END_C, .flags = flags, .t = now, .x = run};
-  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  if (run >> 40 == tb->chunk.thread) {
+    struct nxt_end_s r = {
+        .type = NXT_END_S, .flags = flags, .run = (uint32_t)run, .t = now};
+    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  } else {
+    struct nxt_end r = {
+        .type = NXT_END_C, .flags = flags | NXT_F_MOVED, .t = now, .x = run};
+    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+  }
   tb_done(tb, now);
   disown(tb);
 }

@@ -141,11 +141,13 @@ static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
   uint64_t now;
   struct nxi_tbuf *tb;
   if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
-      (tb = nxi_trace_own(sizeof(struct nxt_begin), &now)) != NULL) {
+      (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
+    /* Its number is its chunk's next (trace_format.h): not written. */
     uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
-    struct nxt_begin r = {{NXT_BEGIN_C, 0xff, flags, handler, (uint32_t)ctx,
-                           nxi_trace_sat32(bytes), peer, now},
-                          run};
+    struct nxt_send r = {NXT_BEGIN_C,   0xff,
+                         flags,         handler,
+                         (uint32_t)ctx, nxi_trace_sat32(bytes),
+                         peer,          now};
     nxi_trace_put(tb, &r, sizeof(r));
     return run;
   }
@@ -155,14 +157,16 @@ static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
 static inline void nxi_trace_end(uint64_t run, uint16_t flags) {
   uint64_t now;
   struct nxi_tbuf *tb;
-  if (run != 0 && (tb = nxi_trace_own(sizeof(struct nxt_end), &now)) != NULL) {
-    if (run >> 40 != tb->chunk.thread)
-      flags |= NXT_F_MOVED;
-    struct nxt_end r = {NXT_END_C, 0, flags, 0, now, run};
-    nxi_trace_put(tb, &r, sizeof(r));
-    return;
+  if (run != 0 &&
+      (tb = nxi_trace_own(sizeof(struct nxt_end_s), &now)) != NULL) {
+    if (run >> 40 == tb->chunk.thread) {
+      struct nxt_end_s r = {NXT_END_S, 0, flags, (uint32_t)run, now};
+      nxi_trace_put(tb, &r, sizeof(r));
+      return;
+    }
+    atomic_store_explicit(&tb->busy, 0, memory_order_release);
   }
-  nxi_trace_end_slow(run, flags);
+  nxi_trace_end_slow(run, flags); /* on another thread: MOVED */
 }
 
 #endif

@@ -10,8 +10,8 @@
  *
  * Records are 8-byte aligned and start with their type. The three that
  * come with every RSR (a send, a handler's begin and end) have compact
- * forms of their own (32, 40 and 24 bytes); every other is a struct
- * nxt_rec (48 bytes). A definition (NXT_DEF_*) is followed by its name:
+ * forms of their own (32, 32 and 16 bytes, 24 for an end on another
+ * thread than its begin); every other is a struct nxt_rec (48 bytes). A definition (NXT_DEF_*) is followed by its name:
  * `bytes` of text, no terminating NUL, padded with zeros to a multiple of
  * 8. nxt_decode turns any record into a struct nxt_rec. */
 #ifndef NXI_TRACE_FORMAT_H
@@ -45,6 +45,10 @@ struct nxt_chunk {
   uint32_t bytes;  /* of records that follow, a multiple of 8 */
   uint64_t thread; /* the writing thread, unique in the process */
   uint64_t tick0, mono0, tick1, mono1;
+  /* The thread numbers its handler runs 1, 2, ...: a run's number (x of
+   * BEGIN and END) is thread << 40 | that. runs0: how many it had begun
+   * before this chunk; each BEGIN in it is the next (nxt_decode). */
+  uint64_t runs0;
 };
 
 /* One event in its general form. `t` is a stamp (CLOCK: ns). Fields a
@@ -62,9 +66,13 @@ struct nxt_rec {
   uint64_t x;    /* see the types */
 };
 
-/* The compact forms: `ctx` is the low half of a context id of the writing
- * process (its high half is the log's proc_id; 0: none). */
-struct nxt_send { /* NXT_SEND_C */
+/* The compact forms. A send and a begin (NXT_SEND_C, NXT_BEGIN_C): `ctx`
+ * is the low half of a context id of the writing process (its high half
+ * is the log's proc_id; 0: none); a begin's run is its chunk's next
+ * (struct nxt_chunk, runs0). An end on its begin's thread (NXT_END_S)
+ * holds the low 32 bits of its run's number in that thread; on another
+ * (NXT_END_C), the run's number whole. */
+struct nxt_send {
   uint8_t type, module;
   uint16_t flags;
   uint32_t handler;
@@ -72,11 +80,13 @@ struct nxt_send { /* NXT_SEND_C */
   uint64_t peer;
   uint64_t t;
 };
-struct nxt_begin { /* NXT_BEGIN_C: a send's fields, then the run */
-  struct nxt_send s;
-  uint64_t x;
+struct nxt_end_s {
+  uint8_t type, pad8;
+  uint16_t flags;
+  uint32_t run;
+  uint64_t t;
 };
-struct nxt_end { /* NXT_END_C */
+struct nxt_end {
   uint8_t type, pad8;
   uint16_t flags;
   uint32_t pad32;
@@ -139,6 +149,7 @@ enum nxt_type {
   NXT_SEND_C = 64,
   NXT_BEGIN_C = 65,
   NXT_END_C = 66,
+  NXT_END_S = 67,
 };
 
 enum nxt_flag {
@@ -158,14 +169,23 @@ static inline uint64_t nxt_sw64(uint64_t v, int s) {
   return s ? __builtin_bswap64(v) : v;
 }
 
+/* What decoding a chunk's records carries from one to the next: its
+ * thread and how many runs that thread had begun (start from the chunk's
+ * thread and runs0, in host byte order). */
+struct nxt_dstate {
+  uint64_t thread, runs;
+};
+
 /* The record at `p`, with `avail` bytes left in its chunk, written in the
  * other byte order if `swap`, in its general form in `*r` (its stamp still
- * in ticks; a compact record's context completed with `proc`). Returns
- * its length in bytes, a definition's padded name included (the name
- * starts at p + sizeof(struct nxt_rec)), or 0 when it runs past `avail`.
- * A type this reader does not know is read as a struct nxt_rec. */
+ * in ticks; a compact record's context completed with `proc`, a run's
+ * number with `st`, which it updates). Returns its length in bytes, a
+ * definition's padded name included (the name starts at p + sizeof(struct
+ * nxt_rec)), or 0 when it runs past `avail`. A type this reader does not
+ * know is read as a struct nxt_rec. */
 static inline size_t nxt_decode(const void *p, size_t avail, int swap,
-                                uint32_t proc, struct nxt_rec *r) {
+                                uint32_t proc, struct nxt_dstate *st,
+                                struct nxt_rec *r) {
   const uint8_t *b = p;
   memset(r, 0, sizeof(*r));
   if (avail < 8)
@@ -174,23 +194,36 @@ static inline size_t nxt_decode(const void *p, size_t avail, int swap,
   switch (b[0]) {
   case NXT_SEND_C:
   case NXT_BEGIN_C: {
-    struct nxt_begin c; /* a send is its first 32 bytes */
-    len = b[0] == NXT_SEND_C ? sizeof(struct nxt_send) : sizeof(c);
-    if (avail < len)
+    struct nxt_send c;
+    if (avail < sizeof(c))
       return 0;
-    memset(&c, 0, sizeof(c));
-    memcpy(&c, b, len);
-    uint32_t lo = nxt_sw32(c.s.ctx, swap);
+    memcpy(&c, b, sizeof(c));
+    uint32_t lo = nxt_sw32(c.ctx, swap);
     r->type = b[0] == NXT_SEND_C ? NXT_SEND : NXT_BEGIN;
-    r->module = c.s.module;
-    r->flags = nxt_sw16(c.s.flags, swap);
-    r->handler = nxt_sw32(c.s.handler, swap);
-    r->bytes = nxt_sw32(c.s.bytes, swap);
+    r->module = c.module;
+    r->flags = nxt_sw16(c.flags, swap);
+    r->handler = nxt_sw32(c.handler, swap);
+    r->bytes = nxt_sw32(c.bytes, swap);
     r->ctx = lo != 0 ? (uint64_t)proc << 32 | lo : 0;
-    r->peer = nxt_sw64(c.s.peer, swap);
-    r->t = nxt_sw64(c.s.t, swap);
-    r->x = nxt_sw64(c.x, swap);
-    return len;
+    r->peer = nxt_sw64(c.peer, swap);
+    r->t = nxt_sw64(c.t, swap);
+    if (r->type == NXT_BEGIN)
+      r->x = st->thread << 40 | (++st->runs & ((1ull << 40) - 1));
+    return sizeof(c);
+  }
+  case NXT_END_S: {
+    struct nxt_end_s c;
+    memcpy(&c, b, sizeof(c));
+    r->type = NXT_END;
+    r->module = 0xff;
+    r->flags = nxt_sw16(c.flags, swap);
+    r->t = nxt_sw64(c.t, swap);
+    /* The run begun last with those low bits. */
+    uint64_t n = (st->runs & ~0xffffffffull) | nxt_sw32(c.run, swap);
+    if (n > st->runs && n >= (1ull << 32))
+      n -= 1ull << 32;
+    r->x = st->thread << 40 | (n & ((1ull << 40) - 1));
+    return sizeof(c);
   }
   case NXT_END_C: {
     struct nxt_end c;
@@ -217,6 +250,8 @@ static inline size_t nxt_decode(const void *p, size_t avail, int swap,
     r->peer = nxt_sw64(r->peer, swap);
     r->x = nxt_sw64(r->x, swap);
     len = sizeof(*r);
+    if (r->type == NXT_BEGIN)
+      st->runs++; /* numbered as a compact one, its number written */
     if (r->type == NXT_DEF_HANDLER || r->type == NXT_DEF_MODULE) {
       size_t name = ((size_t)r->bytes + 7) & ~(size_t)7;
       if (name > avail - len)
