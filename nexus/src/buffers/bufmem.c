@@ -120,13 +120,9 @@ static struct nx_buffer *slab_new(void) {
   return (struct nx_buffer *)p;
 }
 
-static struct nx_buffer *slot_get(void) {
-  struct nx_buffer *b = cache.head;
-  if (b != NULL) {
-    cache.head = b->free_next;
-    cache.count--;
-    return b;
-  }
+/* The shared list's part of slot_get: this thread's cache is empty. */
+static __attribute__((noinline)) struct nx_buffer *slot_get_shared(void) {
+  struct nx_buffer *b;
   pthread_mutex_lock(&slots.lock);
   b = slots.free;
   if (b != NULL)
@@ -139,10 +135,20 @@ static struct nx_buffer *slot_get(void) {
   return b;
 }
 
-/* Frees the slot: `urefs` reads 0 from here on, which refuses the pointer
- * (rsr.c, buffer.c). */
-static void slot_put(struct nx_buffer *b) {
-  atomic_store_explicit(&b->urefs, 0, memory_order_release);
+/* A slot from this thread's cache, inline (once per buffer), else from
+ * the shared list. */
+static inline struct nx_buffer *slot_get(void) {
+  struct nx_buffer *b = cache.head;
+  if (__builtin_expect(b == NULL, 0))
+    return slot_get_shared();
+  cache.head = b->free_next;
+  cache.count--;
+  return b;
+}
+
+/* slot_put's rest: this thread's cache is not yet registered (its first
+ * slot), or full. */
+static __attribute__((noinline)) void slot_put_slow(struct nx_buffer *b) {
   if (cache.count < CACHE_MAX) {
     if (!cache.registered) {
       pthread_once(&cache_once, cache_key_create);
@@ -156,6 +162,19 @@ static void slot_put(struct nx_buffer *b) {
   }
   slot_poison(b);
   slots_give(b, b);
+}
+
+/* Frees the slot: `urefs` reads 0 from here on, which refuses the pointer
+ * (rsr.c, buffer.c). The common case inline: into this thread's cache. */
+static inline void slot_put(struct nx_buffer *b) {
+  atomic_store_explicit(&b->urefs, 0, memory_order_release);
+  if (__builtin_expect(!cache.registered || cache.count >= CACHE_MAX, 0)) {
+    slot_put_slow(b);
+    return;
+  }
+  b->free_next = cache.head;
+  cache.head = b;
+  cache.count++;
 }
 
 /* A cache of large payload blocks. A payload above INLINE_MAX is a block of
@@ -334,6 +353,23 @@ static inline void zero_fields(void *p, size_t n) {
 #endif
 }
 
+/* Room for `cap` bytes apart from the slot of `b`: malloc, or a block of
+ * its own above INLINE_MAX (nxi_block_get), so that growing it moves the
+ * payload only. Returns `b`, or NULL (it freed). */
+static __attribute__((noinline)) struct nx_buffer *
+data_apart(struct nx_buffer *b, size_t cap) {
+  size_t size = cap;
+  uint8_t *d = cap > INLINE_MAX ? nxi_block_get(cap, &size) : malloc(cap);
+  if (d == NULL) {
+    slot_put(b);
+    return NULL;
+  }
+  b->data = d;
+  b->data_heap = 1;
+  b->cap = size;
+  return b;
+}
+
 struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   if (cap > SIZE_MAX / 2)
     return NULL; /* a hint no memory can hold */
@@ -348,20 +384,9 @@ struct nx_buffer *nxi_buffer_alloc(size_t cap) {
   atomic_init(&b->refs, 1);
   b->data = b->inline_data;
   b->cap = INLINE_MIN;
-  if (cap > INLINE_MIN) {
-    /* Apart from the slot: malloc, or a block of its own above INLINE_MAX
-     * (nxi_block_get), so that growing it moves the payload only. */
-    size_t size = cap;
-    uint8_t *d = cap > INLINE_MAX ? nxi_block_get(cap, &size) : malloc(cap);
-    if (d == NULL) {
-      slot_put(b);
-      return NULL;
-    }
-    b->data = d;
-    b->data_heap = 1;
-    b->cap = size;
-  }
   b->fmt = (uint8_t)nxi_format_native();
+  if (__builtin_expect(cap > INLINE_MIN, 0))
+    return data_apart(b, cap);
   return b;
 }
 
@@ -414,13 +439,23 @@ int nxi_buffer_grow(struct nx_buffer *b, size_t extra) {
 
 static void own_end(struct nx_buffer *b);
 
-void nxi_buffer_free(struct nx_buffer *b) {
+/* What a buffer holds beside its slot, given back in this order: a
+ * module's payload, what zero copy hung on it, its own payload. */
+static __attribute__((noinline)) void free_extras(struct nx_buffer *b) {
   if (b->own_release != NULL || b->own_tracked)
     own_end(b);
   if (b->xr != NULL || b->side != NULL)
     refs_free(b);
   if (b->data_heap)
     nxi_block_put(b->data, b->cap);
+}
+
+void nxi_buffer_free(struct nx_buffer *b) {
+  /* The usual buffer holds nothing beside its slot: no call, no frame. */
+  if (__builtin_expect(b->own_release != NULL || b->own_tracked ||
+                           b->xr != NULL || b->side != NULL || b->data_heap,
+                       0))
+    free_extras(b);
   slot_put(b);
 }
 
