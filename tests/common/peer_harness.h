@@ -38,10 +38,21 @@ inline void sleep_ms(unsigned ms) {
     ;
 }
 
-// No child of this process is left, running or unreaped.
+// No child of this process is left, running or unreaped, within 10 s:
+// nx_context_destroy asks a child to end and the creator's monitor reaps
+// it soon after. Looked at without reaping (WNOWAIT), so that the monitor
+// still reaps it.
 inline bool no_children() {
-  errno = 0;
-  return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
+  for (int i = 0; i < 5000; i++) {
+    siginfo_t si;
+    errno = 0;
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1 &&
+        errno == ECHILD)
+      return true;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, nullptr);
+  }
+  return false;
 }
 
 // --- this process's handlers ------------------------------------------------

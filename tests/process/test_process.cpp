@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <dirent.h>
 #include <fstream>
 #include <string>
@@ -31,10 +32,21 @@ int open_fds() {
   return n;
 }
 
-// No child of this process is left, running or unreaped.
+// No child of this process is left, running or unreaped, within 10 s:
+// nx_context_destroy asks a child to end and the creator's monitor reaps
+// it soon after. Looked at without reaping (WNOWAIT), so that the monitor
+// still reaps it.
 bool no_children() {
-  errno = 0;
-  return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
+  for (int i = 0; i < 5000; i++) {
+    siginfo_t si;
+    errno = 0;
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1 &&
+        errno == ECHILD)
+      return true;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, nullptr);
+  }
+  return false;
 }
 
 // The pid of our running ctx_child, or -1 (looked for a while).
@@ -85,6 +97,10 @@ TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
   REQUIRE(nx_context_create(&node, CHILD_EXE, nullptr, &warm) == 0);
   REQUIRE(nx_context_destroy(&warm) == 0);
   nx_gp_release(&warm);
+  // Destroy returns before the child has ended: its socket and pidfd are
+  // closed when the monitor reaps it.
+  REQUIRE(no_children());
+  usleep(50 * 1000);
   int fds = open_fds();
   for (int i = 0; i < 20; i++) {
     nx_gp_t gp = NX_GP_NULL;
@@ -108,6 +124,9 @@ TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
     nx_gp_release(&gp);
   }
   CHECK(no_children());
+  // The monitor closes a child's socket and pidfd as it reaps it.
+  for (int i = 0; i < 1000 && open_fds() != fds; i++)
+    usleep(2000);
   CHECK(open_fds() == fds);
 }
 
@@ -245,7 +264,10 @@ TEST_CASE("a created process context knows its creator", "[process]") {
   nx_gp_t gp;
   char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
   REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
-  REQUIRE(nx_context_destroy(&gp) == 0); // it wrote the file before serving
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  // It writes the file after it is ready (nx_context_peers), and destroy
+  // does not wait for it to end: it has written it once it is gone.
+  REQUIRE(no_children());
   std::ifstream in(path);
   int r = -1, n = -1, rank = 0;
   std::string ctx;

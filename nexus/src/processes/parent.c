@@ -55,10 +55,18 @@ struct child {
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
   int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
+  /* Once it was asked to end (end_child): */
+  int pidfd;       /* readable when it has exited; -1: none */
+  int end_stage;   /* 0 asked, 1 SIGTERM sent, 2 SIGKILL sent */
+  uint64_t end_at; /* when the next stage is due (nxu_now_ms) */
 };
 
 static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct child *kids;
+/* Children asked to end by nx_context_destroy: the monitor reaps them (and
+ * insists when one does not exit in time), so that destroy need not wait
+ * for a child's modules to tear down. */
+static struct child *ending;
 static pthread_t monitor;
 static int monitoring;
 static int wake_pipe[2] = {-1, -1};
@@ -87,7 +95,9 @@ static void report_exit(const struct child *c) {
             WEXITSTATUS(c->status));
 }
 
-/* Kids lock held. */
+/* Kids lock held. A child someone else reaped (the program's own
+ * waitpid(-1)) counts as reaped: its pid may be another process's by now,
+ * never to be signalled. */
 static void try_reap(struct child *c, int options) {
   if (c->reaped)
     return;
@@ -95,6 +105,56 @@ static void try_reap(struct child *c, int options) {
   if (r == c->pid) {
     c->reaped = 1;
     report_exit(c);
+  } else if (r < 0 && errno == ECHILD) {
+    c->reaped = 1;
+    c->status = 0;
+  }
+}
+
+/* Kids lock held: a child that did not exit by c->end_at is insisted on,
+ * SIGTERM, then SIGKILL 2 s later. Returns 0 once nothing is left to send. */
+static int insist(struct child *c) {
+  if (c->end_stage >= 2)
+    return 0;
+  c->signalled = c->end_stage == 0 ? SIGTERM : SIGKILL;
+  kill(c->pid, c->signalled);
+  c->end_stage++;
+  c->end_at = nxu_now_ms() + (c->end_stage == 1 ? KILL_GRACE_MS : 60000);
+  return 1;
+}
+
+/* An ended child's last resources. */
+static void free_child(struct child *c) {
+  if (c->pidfd >= 0)
+    close(c->pidfd);
+  nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+  free(c);
+}
+
+/* The monitor's round over the children asked to end: those that exited
+ * are reaped and freed, those late are insisted on. */
+static void sweep_ending(void) {
+  struct child *done = NULL;
+  uint64_t now = nxu_now_ms();
+  pthread_mutex_lock(&kids_lock);
+  for (struct child **pp = &ending; *pp != NULL;) {
+    struct child *c = *pp;
+    try_reap(c, WNOHANG);
+    if (!c->reaped && now >= c->end_at)
+      insist(c);
+    if (c->reaped) {
+      *pp = c->next;
+      c->next = done;
+      done = c;
+      continue;
+    }
+    pp = &c->next;
+  }
+  pthread_mutex_unlock(&kids_lock);
+  while (done != NULL) {
+    struct child *c = done;
+    done = c->next;
+    free_child(c);
   }
 }
 
@@ -108,6 +168,8 @@ static void *monitor_main(void *arg) {
     pthread_mutex_lock(&kids_lock);
     size_t want = 1;
     for (struct child *c = kids; c != NULL; c = c->next)
+      want++;
+    for (struct child *c = ending; c != NULL; c = c->next)
       want++;
     if (want > cap) {
       struct pollfd *f = realloc(fds, want * sizeof(*fds));
@@ -137,8 +199,26 @@ static void *monitor_main(void *arg) {
       fds[n].events = POLLIN;
       who[n++] = c;
     }
+    /* Then the pidfds of those asked to end, and when the next of their
+     * stages falls due. */
+    size_t watched = n;
+    int timeout = 100;
+    uint64_t now = nxu_now_ms();
+    for (struct child *c = ending; c != NULL; c = c->next) {
+      int due = c->end_at > now ? (int)(c->end_at - now) : 0;
+      if (c->pidfd >= 0 && n < cap) {
+        fds[n].fd = c->pidfd;
+        fds[n].events = POLLIN;
+        who[n++] = NULL;
+      } else if (due > 5) {
+        due = 5; /* nothing to wake us when it exits: look again soon */
+      }
+      if (due < timeout)
+        timeout = due;
+    }
+    int has_ending = ending != NULL;
     pthread_mutex_unlock(&kids_lock);
-    int r = poll(fds, (nfds_t)n, 100);
+    int r = poll(fds, (nfds_t)n, timeout);
     if (r < 0 && errno != EINTR)
       break;
     if (fds[0].revents & POLLIN) {
@@ -146,7 +226,9 @@ static void *monitor_main(void *arg) {
       if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
         break;
     }
-    for (size_t i = 1; i < n; i++) {
+    if (has_ending)
+      sweep_ending();
+    for (size_t i = 1; i < watched; i++) {
       if (fds[i].revents == 0)
         continue;
       /* The child may have been destroyed (and freed, its socket closed)
@@ -558,6 +640,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   if (c == NULL)
     return NX_ENOMEM;
   c->chan.fd = -1;
+  c->pidfd = -1;
   c->quiet = (attr->flags & NX_CREATE_QUIET_END) != 0;
   int timeout_ms =
       attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
@@ -631,30 +714,42 @@ static int reap_within(struct child *c, int ms) {
   return done;
 }
 
-/* Asks the child to end, gives it `grace_ms`, then insists. A child a
- * module spawned is only asked: its launcher reaps it, and closing its
- * channel (MPI's disconnect) waits until it has let go. */
-static void kill_and_reap(struct child *c, int grace_ms) {
-  /* With how many of its RSRs ran here: its nx_finalize need not ask (a
-   * creator in MPI's disconnect may not answer; ledger.h). */
+/* Asks the child to end: a destroy message with how many of its RSRs ran
+ * here, so that its nx_finalize need not ask (a creator in MPI's
+ * disconnect may not answer; ledger.h). */
+static void ask_to_end(struct child *c) {
   uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
   nxu_le32(msg + 1, nxi_rt.proc_id);
   for (unsigned g = 0; g < NXI_FRAME_GENS; g++)
     nxu_le64(msg + 5 + 8 * g, nxi_ledger_handled_from(c->proc, g));
   nxi_chan_send(&c->chan, msg, sizeof(msg));
-  if (c->pid == 0 || reap_within(c, grace_ms))
+}
+
+/* Waits until a child asked to end (and on no list) has exited, insisting
+ * as its stages fall due, and reaps it. */
+static void wait_end(struct child *c) {
+  for (;;) {
+    uint64_t now = nxu_now_ms();
+    if (reap_within(c, c->end_at > now ? (int)(c->end_at - now) : 0))
+      return;
+    pthread_mutex_lock(&kids_lock);
+    int more = insist(c);
+    pthread_mutex_unlock(&kids_lock);
+    if (!more)
+      return;
+  }
+}
+
+/* Asks the child to end, gives it `grace_ms`, then insists, and reaps it.
+ * A child a module spawned is only asked: its launcher reaps it, and
+ * closing its channel (MPI's disconnect) waits until it has let go. */
+static void kill_and_reap(struct child *c, int grace_ms) {
+  ask_to_end(c);
+  if (c->pid == 0)
     return;
-  pthread_mutex_lock(&kids_lock);
-  c->signalled = SIGTERM;
-  pthread_mutex_unlock(&kids_lock);
-  kill(c->pid, SIGTERM);
-  if (reap_within(c, KILL_GRACE_MS))
-    return;
-  pthread_mutex_lock(&kids_lock);
-  c->signalled = SIGKILL;
-  pthread_mutex_unlock(&kids_lock);
-  kill(c->pid, SIGKILL);
-  reap_within(c, 60000);
+  c->end_stage = 0;
+  c->end_at = nxu_now_ms() + (uint64_t)grace_ms;
+  wait_end(c);
 }
 
 static int process_destroy(uint64_t context) {
@@ -678,9 +773,25 @@ static int process_destroy(uint64_t context) {
    * close would call it dead (NX_EPEERDEAD) first, and the first code a
    * list fails with is the one RSRs and the error callback get. */
   nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
-  kill_and_reap(c, DESTROY_GRACE_MS);
-  nxi_chan_close(&c->chan, 0);
-  free(c);
+  if (c->pid == 0) {
+    kill_and_reap(c, DESTROY_GRACE_MS);
+    nxi_chan_close(&c->chan, 0);
+    free(c);
+    return 0;
+  }
+  /* A child this process forked is asked to end and left to the monitor,
+   * which reaps it (nx_finalize waits for what is left): the creator does
+   * not wait for the child's modules to tear down (ucx's worker: about a
+   * millisecond). */
+  ask_to_end(c);
+  c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+  c->end_stage = 0;
+  c->end_at = nxu_now_ms() + DESTROY_GRACE_MS;
+  pthread_mutex_lock(&kids_lock);
+  c->next = ending;
+  ending = c;
+  pthread_mutex_unlock(&kids_lock);
+  poke_monitor('w');
   return 0;
 }
 
@@ -699,7 +810,9 @@ int nx_context_destroy(const nx_gp_t *gp) {
 void nxi_parent_finalize(void) {
   pthread_mutex_lock(&kids_lock);
   struct child *list = kids;
+  struct child *asked = ending;
   kids = NULL;
+  ending = NULL;
   pthread_mutex_unlock(&kids_lock);
   if (monitoring) {
     poke_monitor('q');
@@ -707,6 +820,14 @@ void nxi_parent_finalize(void) {
     close(wake_pipe[0]);
     close(wake_pipe[1]);
     monitoring = 0;
+  }
+  /* Those destroyed already are waited for first: they were asked to end
+   * earlier, and most have by now. */
+  while (asked != NULL) {
+    struct child *c = asked;
+    asked = c->next;
+    wait_end(c);
+    free_child(c);
   }
   while (list != NULL) {
     struct child *c = list;
