@@ -158,11 +158,30 @@ static void sweep_ending(void) {
   }
 }
 
+/* A JOIN from child `proc` (a module of it came up after READY): its
+ * lists here gain the module's descriptor, and their routes switch to it
+ * where it is better. A JOIN that names another process, or is
+ * malformed, is ignored (said at NX_DEBUG level 1). */
+static void take_join(uint32_t proc, const uint8_t *msg, size_t len) {
+  struct nxi_ctl_peer p;
+  int r = nxi_ctl_parse_join(msg, len, &p);
+  if (r == 0 && nxi_ctxid_proc(p.context) != proc)
+    r = NX_EPROTO;
+  if (r == 0)
+    r = nxi_dlist_gain(proc, p.blob, p.len);
+  if (r < 0)
+    nxi_log(1, NULL, "process context %#x: a bad JOIN message (%s) ignored",
+            proc, nx_strerror(r));
+  else if (r > 0)
+    nxi_dlist_upgrade(proc);
+}
+
 static void *monitor_main(void *arg) {
   (void)arg;
   struct pollfd *fds = NULL;
   struct child **who = NULL;
   size_t cap = 0;
+  static uint8_t msg[NXI_CTL_MAX]; /* one monitor at a time */
   for (;;) {
     size_t n = 0;
     pthread_mutex_lock(&kids_lock);
@@ -242,11 +261,16 @@ static void *monitor_main(void *arg) {
         pthread_mutex_unlock(&kids_lock);
         continue;
       }
-      uint8_t buf[64];
-      ssize_t got = recv(fds[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+      ssize_t got = recv(fds[i].fd, msg, NXI_CTL_MAX, MSG_DONTWAIT);
       if (got > 0 || (got < 0 && errno == EAGAIN)) {
+        uint32_t from = c->proc;
+        int stream = c->chan.stream;
         pthread_mutex_unlock(&kids_lock);
-        continue; /* nothing the creator needs after READY */
+        /* After READY only JOIN matters (a stream channel's bytes are
+         * not framed here: a PMIx child sends nothing after READY). */
+        if (got > 0 && !stream)
+          take_join(from, msg, (size_t)got);
+        continue;
       }
       uint32_t proc = c->proc;
       int was_dead = c->dead;
@@ -303,8 +327,8 @@ static int var_in(const char *var, char *const *vars) {
 
 /* The child's environment: ours (unless NX_CREATE_ENV_ONLY), without
  * launcher variables and those `extra` sets, then `extra`, plus its
- * channel and the computation's key. Built before fork: the child may only
- * call async-signal-safe functions. */
+ * channel, the computation's key and NX_CTL_LATE. Built before fork: the child
+ * may only call async-signal-safe functions. */
 static char **child_env(int fd, const nx_context_attr_t *attr) {
   char *const *extra = attr->env;
   size_t n = 0, x = 0;
@@ -312,12 +336,13 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
     n++;
   while (extra != NULL && extra[x] != NULL)
     x++;
-  char **env = calloc(n + x + 3, sizeof(char *));
+  char **env = calloc(n + x + 4, sizeof(char *));
   if (env == NULL)
     return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
+        strncmp(environ[i], "NX_CTL_LATE=", 12) != 0 &&
         strncmp(environ[i], "NX_KEY=", 7) != 0 &&
         strncmp(environ[i], "NX_RANK=", 8) != 0 &&
         strncmp(environ[i], "NX_SIZE=", 8) != 0 &&
@@ -332,6 +357,9 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
   key_var(key, sizeof(key));
   env[k++] = fd_var;
   env[k++] = key;
+  /* This creator takes modules that join after READY (the monitor reads
+   * their JOIN): the child may leave its slow ones for later. */
+  env[k++] = "NX_CTL_LATE=1";
   return env;
 }
 
@@ -601,7 +629,8 @@ static int attr_ok(const nx_context_attr_t *attr) {
     const char *eq = strchr(v, '=');
     if (eq == NULL || eq == v || strchr(v, '\n') != NULL ||
         strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0 ||
-        strncmp(v, "NX_CTL_TCP=", 11) == 0)
+        strncmp(v, "NX_CTL_TCP=", 11) == 0 ||
+        strncmp(v, "NX_CTL_LATE=", 12) == 0)
       return 0;
   }
   return 1;

@@ -62,15 +62,21 @@ static uint64_t poll_cost(struct nxi_module *m) {
   return best;
 }
 
+int nxi_progress_watch_module(struct nxi_module *m) {
+  m->poll_ns = m->poll_ns_init = poll_cost(m);
+  if (m->wait_fd >= 0 && nxi_engine_watch(m->wait_fd) < 0) {
+    nxi_log(0, m->name, "cannot watch its wait fd");
+    return NX_EIO;
+  }
+  return 0;
+}
+
 int nxi_progress_watch_modules(void) {
   int n = nxi_module_count_loaded();
   for (int i = 0; i < n; i++) {
-    struct nxi_module *m = nxi_module_loaded(i);
-    m->poll_ns = m->poll_ns_init = poll_cost(m);
-    if (m->wait_fd >= 0 && nxi_engine_watch(m->wait_fd) < 0) {
-      nxi_log(0, m->name, "cannot watch its wait fd");
-      return NX_EIO;
-    }
+    int r = nxi_progress_watch_module(nxi_module_loaded(i));
+    if (r < 0)
+      return r;
   }
   return 0;
 }

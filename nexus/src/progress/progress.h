@@ -7,6 +7,9 @@
 int nxi_progress_init(void);
 /* Watches the loaded modules' wait fds in the engine's epoll. */
 int nxi_progress_watch_modules(void);
+/* The same for one module (one that joined after nx_init). */
+struct nxi_module;
+int nxi_progress_watch_module(struct nxi_module *m);
 /* Starts the progress thread (unless NX_PROGRESS=poll). */
 void nxi_progress_start(void);
 /* Runs the RSRs already delivered to this process (queued, not yet run) and
