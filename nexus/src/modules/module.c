@@ -334,9 +334,15 @@ int nxi_modules_join_next(struct nxi_module **out) {
   pthread_mutex_unlock(&info_lock);
   if (r < 0)
     return 0;
-  publish(m);
   *out = m;
   return 1;
+}
+
+void nxi_module_publish(struct nxi_module *m, uint64_t poll_ns) {
+  pthread_mutex_lock(&info_lock);
+  m->poll_ns = m->poll_ns_init = poll_ns;
+  publish(m);
+  pthread_mutex_unlock(&info_lock);
 }
 
 int nxi_modules_joining(void) { return nlate - late_next; }

@@ -36,10 +36,15 @@ struct nxi_module {
 int nxi_modules_load(const struct nx_core_api *api, int defer);
 void nxi_modules_unload(void);
 /* Loads the next module left to join: 1 and the module in *out when it
- * loaded (it is then among the loaded ones, at the end), 0 when it failed
- * (said as at nx_init, and kept with its reason), -1 when none is left.
- * One thread calls it, and it has ended before nxi_modules_unload. */
+ * loaded (nxi_module_publish then puts it among the loaded ones), 0 when
+ * it failed (said as at nx_init, and kept with its reason), -1 when none
+ * is left. One thread calls it, and it has ended before
+ * nxi_modules_unload. */
 int nxi_modules_join_next(struct nxi_module **out);
+/* A module that joined goes at the end of the loaded ones, with what an
+ * idle poll of it costs (the driver's starting point). Every module that
+ * joined must be published: nxi_modules_unload finalizes those. */
+void nxi_module_publish(struct nxi_module *m, uint64_t poll_ns);
 /* How many modules are left to join. */
 int nxi_modules_joining(void);
 /* The loaded modules: in order of preference those nx_init loaded, then

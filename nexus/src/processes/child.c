@@ -266,10 +266,15 @@ static void announce(void) {
  * to arm its wait fd), this process's list carries it, the creator hears
  * of it, and routes it serves better than theirs switch to it. */
 static void joined(struct nxi_module *m) {
-  if (nxi_progress_watch_module(m) < 0)
-    return; /* said; it still sends, and is polled */
+  /* Measured and watched before it is published: the driver then finds it
+   * whole. */
+  uint64_t poll_ns = 0;
+  int r = nxi_progress_watch_module(m, &poll_ns);
+  nxi_module_publish(m, poll_ns);
+  if (r < 0)
+    return; /* said; it is polled all the same, but not announced */
   nxi_progress_wake_sleeper();
-  int r = nxi_dlist_self_add_module(m);
+  r = nxi_dlist_self_add_module(m);
   if (r < 0) {
     nxi_log(0, m->name, "joined, but this process's list cannot carry it: %s",
             nx_strerror(r));
