@@ -32,6 +32,12 @@ static size_t self_old_count;
  * (dlist.h, nxi_dlist_fallbacks_due). */
 atomic_int nxi_dlist_fallback_due;
 static const struct nxi_route_stages *_Atomic route_stages;
+/* Bumped whenever candidates may have improved (a module joined here, a
+ * list gained descriptors) before the routes are chosen again: a route
+ * whose candidates were read before a bump, and installed after the
+ * routes were looked at, is chosen again by its installer
+ * (nxi_dlist_upgrade). */
+static atomic_uint route_epoch;
 
 void nxi_route_stages_set(const struct nxi_route_stages *s) {
   atomic_store(&route_stages, s);
@@ -357,6 +363,7 @@ static int gw_connect(struct nxi_dlist *via) {
 
 static int resolve(struct nxi_dlist *dl, unsigned broken,
                    struct nxi_route **out) {
+  unsigned epoch = atomic_load(&route_epoch); /* before the candidates */
   /* A gp kept from an earlier run of this process: that run's contexts
    * are gone, and its endpoints closed (design.md, rule 12). */
   uint32_t proc = atomic_load_explicit(&dl->proc, memory_order_relaxed);
@@ -391,6 +398,7 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
   rt->via = c[i].via;
   rt->didx = c[i].didx;
   rt->alts = n - i - 1;
+  rt->epoch = epoch;
   /* One more for each route this list had before (one that failed, or
    * one a better candidate replaced): the generation its frames carry,
    * so that the receiver counts them apart (ledger.h). Taken for good
@@ -410,6 +418,15 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
 }
 
 static void fail_list(struct nxi_dlist *dl, int status);
+static int upgrade_one(struct nxi_dlist *dl);
+
+/* `rt` was just installed: if candidates may have improved since it read
+ * them, the routes were looked at before it was there, so it is chosen
+ * again here. */
+static void stale_check(struct nxi_dlist *dl, struct nxi_route *rt) {
+  if (rt->epoch != atomic_load(&route_epoch))
+    upgrade_one(dl);
+}
 
 /* Makes `rt` the list's route if `old` still is; its generation is then
  * taken (the next route takes the one after). Returns 0 if another
@@ -444,6 +461,7 @@ static int fall_back(struct nxi_dlist *dl, struct nxi_route *old) {
     return 1;
   }
   atomic_fetch_add(&nxi_rt.route_fallbacks, 1);
+  stale_check(dl, rt);
   if (nxi_tracing())
     nxi_trace_event(NXT_FALLBACK, 0, (uint64_t)atomic_load(&dl->proc) << 32, 0,
                     0, rt->mod != NULL ? nxi_module_index(rt->mod) : 0xff, 0,
@@ -481,6 +499,8 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
       return r;
     if (!install(dl, NULL, rt))
       route_free(rt); /* another sender resolved it first */
+    else
+      stale_check(dl, rt);
   }
 }
 
@@ -825,6 +845,7 @@ int nxi_dlist_gain(uint32_t proc, const uint8_t *blob, size_t len) {
 /* The list's route is replaced by its best candidate if that is better
  * (cheaper) than the route's own. Returns 1 if it was. */
 static int upgrade_one(struct nxi_dlist *dl) {
+  unsigned epoch = atomic_load(&route_epoch); /* before the candidates */
   struct nxi_route *cur = atomic_load(&dl->route);
   if (cur == NULL || cur->via != NULL || atomic_load(&cur->failed) != 0 ||
       atomic_load(&dl->failed) != 0)
@@ -853,6 +874,7 @@ static int upgrade_one(struct nxi_dlist *dl) {
       rt->ep = ep;
       rt->didx = c[best].didx;
       rt->alts = n - 1; /* every other one, the old route's included */
+      rt->epoch = epoch;
       rt->gen = atomic_load(&dl->gen_next);
       if (rt->gen > NXI_ROUTE_GEN_MAX)
         rt->gen = NXI_ROUTE_GEN_MAX;
@@ -874,10 +896,15 @@ static int upgrade_one(struct nxi_dlist *dl) {
   for (int i = 0; i < n; i++)
     if (c[i].via != NULL)
       nxi_dlist_release(c[i].via);
+  /* Candidates improved again while this one connected: once more (each
+   * round needs another bump, which only a module joining makes). */
+  if (epoch != atomic_load(&route_epoch))
+    r += upgrade_one(dl);
   return r;
 }
 
 int nxi_dlist_upgrade(uint32_t proc) {
+  atomic_fetch_add(&route_epoch, 1); /* routes being chosen now look again */
   struct nxi_dlist *due[64];
   int n = 0, done = 0;
   for (int b = 0; b < BUCKETS; b++) {

@@ -26,6 +26,8 @@ struct nxi_route {
   int alts;                /* candidates left to fall back to */
   unsigned gen;            /* routes of its list that failed before it (0-7):
                             * its frames carry it (ledger.h) */
+  unsigned epoch;          /* candidates changed this often before it was
+                            * chosen (dlist.c, route_epoch) */
   atomic_int failed;       /* the NX_E* code the endpoint failed with, or 0 */
 };
 
