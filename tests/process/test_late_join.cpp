@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "capture_stderr.h"
+#include "child_pid.h"
 #include "latch.h"
 #include "nexus.h"
 #include "runtime_guard.h"
@@ -53,20 +54,7 @@ bool module_loaded(const char *name) {
   return false;
 }
 
-// No child of this process is left within 10 s (looked at without
-// reaping: the creator's monitor reaps them).
-bool no_children() {
-  for (int i = 0; i < 5000; i++) {
-    siginfo_t si;
-    errno = 0;
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1 &&
-        errno == ECHILD)
-      return true;
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, nullptr);
-  }
-  return false;
-}
+bool no_children() { return nxt_no_children() != 0; }
 
 nx_node_t local_node() {
   nx_node_t node;
@@ -128,6 +116,17 @@ int send_seq(const nx_gp_t &child, uint64_t i) {
   return r == 0 ? nx_rsr_send(b) : r;
 }
 
+// Whether ucx and tcp load here; if so registers "seq_result" and makes
+// the gp the child answers to.
+bool seq_client(nx_gp_t *me) {
+  if (!module_loaded("ucx") || !module_loaded("tcp"))
+    return false;
+  REQUIRE(nx_handler_register(nx_context_self(), "seq_result", on_seq_result,
+                              NX_HANDLER_NONTHREADED, nullptr) == 0);
+  REQUIRE(nx_gp_make(nullptr, me) == 0);
+  return true;
+}
+
 std::string route_of(const nx_gp_t &gp) {
   const char *p = nx_gp_protocol(&gp);
   return p != nullptr ? p : "none";
@@ -141,14 +140,11 @@ TEST_CASE("RSRs sent while ucx joins a new process context are each handled "
   default_modules dm;
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  if (!module_loaded("ucx") || !module_loaded("tcp")) {
+  nx_gp_t me;
+  if (!seq_client(&me)) {
     WARN("skipped: ucx or tcp does not load in this process here");
     return;
   }
-  REQUIRE(nx_handler_register(nx_context_self(), "seq_result", on_seq_result,
-                              NX_HANDLER_NONTHREADED, nullptr) == 0);
-  nx_gp_t me;
-  REQUIRE(nx_gp_make(nullptr, &me) == 0);
   nx_node_t node = local_node();
   nx_stats_t before;
   REQUIRE(nx_stats_get(&before) == 0);
@@ -201,14 +197,11 @@ TEST_CASE("a process context whose ucx cannot come up works over tcp",
   default_modules dm;
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  if (!module_loaded("ucx") || !module_loaded("tcp")) {
+  nx_gp_t me;
+  if (!seq_client(&me)) {
     WARN("skipped: ucx or tcp does not load in this process here");
     return;
   }
-  REQUIRE(nx_handler_register(nx_context_self(), "seq_result", on_seq_result,
-                              NX_HANDLER_NONTHREADED, nullptr) == 0);
-  nx_gp_t me;
-  REQUIRE(nx_gp_make(nullptr, &me) == 0);
   nx_node_t node = local_node();
   // UCX in the child finds no transport it may use: its ucx fails as it
   // joins, and says so (at NX_DEBUG level 1, as a module that fails at

@@ -32,22 +32,8 @@ int open_fds() {
   return n;
 }
 
-// No child of this process is left, running or unreaped, within 10 s:
-// nx_context_destroy asks a child to end and the creator's monitor reaps
-// it soon after. Looked at without reaping (WNOWAIT), so that the monitor
-// still reaps it.
-bool no_children() {
-  for (int i = 0; i < 5000; i++) {
-    siginfo_t si;
-    errno = 0;
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1 &&
-        errno == ECHILD)
-      return true;
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, nullptr);
-  }
-  return false;
-}
+// No child of this process is left, running or unreaped (child_pid.h).
+bool no_children() { return nxt_no_children() != 0; }
 
 // The pid of our running ctx_child, or -1 (looked for a while).
 pid_t find_child() {
