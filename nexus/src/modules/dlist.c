@@ -905,29 +905,37 @@ static int upgrade_one(struct nxi_dlist *dl) {
 
 int nxi_dlist_upgrade(uint32_t proc) {
   atomic_fetch_add(&route_epoch, 1); /* routes being chosen now look again */
-  struct nxi_dlist *due[64];
-  int n = 0, done = 0;
-  for (int b = 0; b < BUCKETS; b++) {
-    /* A bucket at a time, so that no more than 64 lists are held. */
-    pthread_mutex_lock(&intern_lock);
-    for (struct nxi_dlist *d = intern_table[b]; d != NULL && n < 64;
-         d = d->next) {
+  /* The lists with a route, each with a reference: chosen again outside
+   * the lock (connect may take a while). */
+  struct nxi_dlist **due = NULL;
+  size_t n = 0, cap = 0;
+  pthread_mutex_lock(&intern_lock);
+  for (int b = 0; b < BUCKETS; b++)
+    for (struct nxi_dlist *d = intern_table[b]; d != NULL; d = d->next) {
       if ((proc != 0 && atomic_load(&d->proc) != proc) ||
           atomic_load(&d->route) == NULL || atomic_load(&d->failed) != 0)
         continue;
+      if (n == cap) {
+        size_t more = cap ? cap * 2 : 16;
+        struct nxi_dlist **p = realloc(due, more * sizeof(*p));
+        if (p == NULL)
+          break; /* those left keep their route until it is chosen anew */
+        due = p;
+        cap = more;
+      }
       unsigned r = atomic_load(&d->refs);
       while (r != 0 && !atomic_compare_exchange_weak(&d->refs, &r, r + 1))
         ;
       if (r != 0)
         due[n++] = d;
     }
-    pthread_mutex_unlock(&intern_lock);
-    for (int i = 0; i < n; i++) {
-      done += upgrade_one(due[i]);
-      nxi_dlist_release(due[i]);
-    }
-    n = 0;
+  pthread_mutex_unlock(&intern_lock);
+  int done = 0;
+  for (size_t i = 0; i < n; i++) {
+    done += upgrade_one(due[i]);
+    nxi_dlist_release(due[i]);
   }
+  free(due);
   return done;
 }
 
