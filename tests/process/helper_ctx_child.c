@@ -141,13 +141,26 @@ static void on_storm(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
 }
 
 /* "seq" (test_late_join.cpp): u64 index below SEQ_MAX; each is noted, a
- * second arrival of one as a duplicate. "seq_report": replies to the gp
- * in the buffer with "seq_result": u64 distinct, u64 duplicates, u64 out
- * of range, i32 whether ucx is loaded here, char[16] the module this
- * process reaches the reply gp with. */
+ * second arrival of one as a duplicate. "oseq": u64 index, sent ordered
+ * from 0: one that is not the next is out of order. "seq_report":
+ * replies to the gp in the buffer with "seq_result": u64 distinct, u64
+ * duplicates, u64 out of range, i32 whether ucx is loaded here, char[16]
+ * the module this process reaches the reply gp with, u64 "oseq" RSRs
+ * handled, u64 of them out of order. */
 #define SEQ_MAX (1u << 20)
 static unsigned char seq_seen[SEQ_MAX / 8];
 static uint64_t seq_distinct, seq_dups, seq_bad;
+static uint64_t oseq_next, oseq_disorder;
+
+static void on_oseq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  uint64_t i = UINT64_MAX;
+  nx_get_uint64(buf, &i);
+  if (i != oseq_next)
+    oseq_disorder++;
+  oseq_next = i + 1;
+}
 
 static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx;
@@ -191,6 +204,8 @@ static void on_seq_report(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
     char name[16] = {0};
     snprintf(name, sizeof(name), "%s", p != NULL ? p : "none");
     nx_put_char_array(out, name, sizeof(name));
+    nx_put_uint64(out, oseq_next);
+    nx_put_uint64(out, oseq_disorder);
     nx_rsr_send(out);
   }
   nx_gp_release(&reply);
@@ -279,6 +294,8 @@ int main(int argc, char **argv) {
   nx_handler_register(nx_context_self(), "seq", on_seq, NX_HANDLER_NONTHREADED,
                       NULL);
   nx_handler_register(nx_context_self(), "seq_report", on_seq_report,
+                      NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "oseq", on_oseq,
                       NX_HANDLER_NONTHREADED, NULL);
   if (strcmp(mode, "attach-server") == 0 && argc > 2) {
     /* Started by hand, not as a process context: listen, say where, and

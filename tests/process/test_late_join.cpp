@@ -74,6 +74,7 @@ struct seq_result {
   uint64_t distinct = 0, dups = 0, bad = 0;
   int32_t ucx = -1;
   char route[16] = {0};
+  uint64_t ordered = 0, disorder = 0; // "oseq"
 };
 seq_result result;
 
@@ -83,6 +84,8 @@ void on_seq_result(nx_context_t *, void *, nx_buffer_t *buf) {
   nx_get_uint64(buf, &result.bad);
   nx_get_int32(buf, &result.ucx);
   nx_get_char_array(buf, result.route, sizeof(result.route));
+  nx_get_uint64(buf, &result.ordered);
+  nx_get_uint64(buf, &result.disorder);
   result.n.add();
 }
 
@@ -101,19 +104,19 @@ bool ask_report(const nx_gp_t &child, const nx_gp_t &me, uint64_t sent) {
     if (result.n.wait_for(want, 20) < want)
       return answered;
     answered = true;
-    if (result.distinct + result.dups >= sent)
+    if (result.distinct + result.dups + result.ordered >= sent)
       return true;
     usleep(10 * 1000);
   } while (now_s() < deadline);
   return answered;
 }
 
-int send_seq(const nx_gp_t &child, uint64_t i) {
+int send_seq(const nx_gp_t &child, uint64_t i, bool ordered = false) {
   nx_buffer_t *b;
-  int r = nx_rsr_init_name(&b, &child, "seq", 8);
+  int r = nx_rsr_init_name(&b, &child, ordered ? "oseq" : "seq", 8);
   if (r == 0)
     r = nx_put_uint64(b, i);
-  return r == 0 ? nx_rsr_send(b) : r;
+  return r == 0 ? nx_rsr_send_flags(b, ordered ? NX_RSR_ORDERED : 0) : r;
 }
 
 // Whether ucx and tcp load here; if so registers "seq_result" and makes
@@ -188,6 +191,42 @@ TEST_CASE("RSRs sent while ucx joins a new process context are each handled "
   REQUIRE(nx_stats_get(&st) == 0);
   CHECK(st.rsr_failed == before.rsr_failed);
   CHECK(st.route_fallbacks == before.route_fallbacks); // a switch, no failure
+  nx_gp_release(&me);
+  CHECK(no_children());
+}
+
+TEST_CASE("ordered RSRs sent while ucx joins run in the order of their "
+          "sends",
+          "[process][late]") {
+  default_modules dm;
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  nx_gp_t me;
+  if (!seq_client(&me)) {
+    WARN("skipped: ucx or tcp does not load in this process here");
+    return;
+  }
+  nx_node_t node = local_node();
+  nx_gp_t child = NX_GP_NULL;
+  char *const argv[] = {(char *)"ctx_child", (char *)"serve", nullptr};
+  REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &child) == 0);
+  std::string first = route_of(child);
+  uint64_t sent = 0, after = 0;
+  double deadline = now_s() + 20;
+  while (after < 2000 && now_s() < deadline) {
+    REQUIRE(send_seq(child, sent, true) == 0);
+    sent++;
+    if (route_of(child) == "ucx")
+      after++;
+  }
+  INFO("first route " << first << ", " << sent << " sent, " << after
+                      << " of them on ucx");
+  CHECK(after == 2000);
+  REQUIRE(ask_report(child, me, sent));
+  CHECK(result.ordered == sent);
+  CHECK(result.disorder == 0);
+  REQUIRE(nx_context_destroy(&child) == 0);
+  nx_gp_release(&child);
   nx_gp_release(&me);
   CHECK(no_children());
 }
