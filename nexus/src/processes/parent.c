@@ -55,7 +55,7 @@ struct child {
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
   int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
-  /* Once it was asked to end (end_child): */
+  /* Once it was asked to end (ask_to_end): */
   int pidfd;       /* readable when it has exited; -1: none */
   int end_stage;   /* 0 asked, 1 SIGTERM sent, 2 SIGKILL sent */
   uint64_t end_at; /* when the next stage is due (nxu_now_ms) */
