@@ -135,6 +135,23 @@ std::string route_of(const nx_gp_t &gp) {
   return p != nullptr ? p : "none";
 }
 
+// Sends "seq" (or ordered "oseq") RSRs numbered from 0 without pause,
+// from the moment the child is ready until its route has been ucx for
+// 2,000 more (or 20 s passed): the route it started on, how many were sent
+// and how many of them once the route was ucx.
+void send_until_ucx(const nx_gp_t &child, bool ordered, std::string *first,
+                    uint64_t *sent, uint64_t *after) {
+  *first = route_of(child);
+  *sent = *after = 0;
+  double deadline = now_s() + 20;
+  while (*after < 2000 && now_s() < deadline) {
+    REQUIRE(send_seq(child, *sent, ordered) == 0);
+    (*sent)++;
+    if (route_of(child) == "ucx")
+      (*after)++;
+  }
+}
+
 } // namespace
 
 TEST_CASE("RSRs sent while ucx joins a new process context are each handled "
@@ -157,17 +174,9 @@ TEST_CASE("RSRs sent while ucx joins a new process context are each handled "
     nx_gp_t child = NX_GP_NULL;
     char *const argv[] = {(char *)"ctx_child", (char *)"serve", nullptr};
     REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &child) == 0);
-    // Sent without pause from the moment the child is ready until its
-    // route has been ucx for 2,000 more.
-    std::string first = route_of(child);
+    std::string first;
     uint64_t sent = 0, after = 0;
-    double deadline = now_s() + 20;
-    while (after < 2000 && now_s() < deadline) {
-      REQUIRE(send_seq(child, sent) == 0);
-      sent++;
-      if (route_of(child) == "ucx")
-        after++;
-    }
+    send_until_ucx(child, false, &first, &sent, &after);
     INFO("first route " << first << ", " << sent << " sent, " << after
                         << " of them on ucx");
     CHECK(after == 2000);
@@ -210,15 +219,9 @@ TEST_CASE("ordered RSRs sent while ucx joins run in the order of their "
   nx_gp_t child = NX_GP_NULL;
   char *const argv[] = {(char *)"ctx_child", (char *)"serve", nullptr};
   REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &child) == 0);
-  std::string first = route_of(child);
+  std::string first;
   uint64_t sent = 0, after = 0;
-  double deadline = now_s() + 20;
-  while (after < 2000 && now_s() < deadline) {
-    REQUIRE(send_seq(child, sent, true) == 0);
-    sent++;
-    if (route_of(child) == "ucx")
-      after++;
-  }
+  send_until_ucx(child, true, &first, &sent, &after);
   INFO("first route " << first << ", " << sent << " sent, " << after
                       << " of them on ucx");
   CHECK(after == 2000);
