@@ -1,13 +1,16 @@
 /* The pid of a child of this process running a given program, read from
  * /proc (for a test that kills or watches the process a nexus call
- * started for it). */
+ * started for it), and whether any child is left. */
 #ifndef NX_TEST_CHILD_PID_H
 #define NX_TEST_CHILD_PID_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A living (not zombie) child whose command name is `comm` (at most 15
@@ -31,6 +34,23 @@ static inline pid_t nxt_child_pid(const char *comm) {
   if (dir != NULL)
     closedir(dir);
   return child;
+}
+
+/* Whether no child of this process is left, running or unreaped, within
+ * 10 s: nx_context_destroy asks a child to end and the creator's monitor
+ * reaps it soon after. Looked at without reaping (WNOWAIT), so that the
+ * monitor still reaps it. */
+static inline int nxt_no_children(void) {
+  for (int i = 0; i < 5000; i++) {
+    siginfo_t si;
+    errno = 0;
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1 &&
+        errno == ECHILD)
+      return 1;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
 }
 
 #endif /* NX_TEST_CHILD_PID_H */

@@ -24,6 +24,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "child_pid.h"
 #include "latch.h"
 #include "nexus.h"
 #include "pattern.h"
@@ -38,11 +39,8 @@ inline void sleep_ms(unsigned ms) {
     ;
 }
 
-// No child of this process is left, running or unreaped.
-inline bool no_children() {
-  errno = 0;
-  return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
-}
+// No child of this process is left, running or unreaped (child_pid.h).
+inline bool no_children() { return nxt_no_children() != 0; }
 
 // --- this process's handlers ------------------------------------------------
 

@@ -140,6 +140,77 @@ static void on_storm(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_gp_release(&to);
 }
 
+/* "seq" (test_late_join.cpp): u64 index below SEQ_MAX; each is noted, a
+ * second arrival of one as a duplicate. "oseq": u64 index, sent ordered
+ * from 0: one that is not the next is out of order. "seq_report":
+ * replies to the gp in the buffer with "seq_result": u64 distinct, u64
+ * duplicates, u64 out of range, i32 whether ucx is loaded here, char[16]
+ * the module this process reaches the reply gp with, u64 "oseq" RSRs
+ * handled, u64 of them out of order. */
+#define SEQ_MAX (1u << 20)
+static unsigned char seq_seen[SEQ_MAX / 8];
+static uint64_t seq_distinct, seq_dups, seq_bad;
+static uint64_t oseq_next, oseq_disorder;
+
+static void on_oseq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  uint64_t i = UINT64_MAX;
+  nx_get_uint64(buf, &i);
+  if (i != oseq_next)
+    oseq_disorder++;
+  oseq_next = i + 1;
+}
+
+static void on_seq(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  uint64_t i = 0;
+  if (nx_get_uint64(buf, &i) != 0 || i >= SEQ_MAX) {
+    seq_bad++;
+    return;
+  }
+  unsigned char bit = (unsigned char)(1u << (i % 8));
+  if (seq_seen[i / 8] & bit) {
+    seq_dups++;
+    return;
+  }
+  seq_seen[i / 8] |= bit;
+  seq_distinct++;
+}
+
+static int module_loaded(const char *name) {
+  int n = nx_module_count();
+  for (int i = 0; i < n; i++) {
+    nx_module_info_t info;
+    if (nx_module_info(i, &info) == 0 && strcmp(info.name, name) == 0)
+      return info.loaded;
+  }
+  return 0;
+}
+
+static void on_seq_report(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
+  (void)ctx;
+  (void)addr;
+  nx_gp_t reply = NX_GP_NULL;
+  nx_buffer_t *out;
+  if (nx_get_gp(buf, &reply) == 0 &&
+      nx_rsr_init_name(&out, &reply, "seq_result", 64) == 0) {
+    nx_put_uint64(out, seq_distinct);
+    nx_put_uint64(out, seq_dups);
+    nx_put_uint64(out, seq_bad);
+    nx_put_int32(out, module_loaded("ucx"));
+    const char *p = nx_gp_protocol(&reply);
+    char name[16] = {0};
+    snprintf(name, sizeof(name), "%s", p != NULL ? p : "none");
+    nx_put_char_array(out, name, sizeof(name));
+    nx_put_uint64(out, oseq_next);
+    nx_put_uint64(out, oseq_disorder);
+    nx_rsr_send(out);
+  }
+  nx_gp_release(&reply);
+}
+
 /* "handshake-at-exit": a round trip to a new process context, so over a
  * new connection (its handshake uses libcrypto), from main and again from
  * an atexit handler registered before nx_init. */
@@ -220,6 +291,12 @@ int main(int argc, char **argv) {
                       NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(nx_context_self(), "storm", on_storm,
                       NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "seq", on_seq, NX_HANDLER_NONTHREADED,
+                      NULL);
+  nx_handler_register(nx_context_self(), "seq_report", on_seq_report,
+                      NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(nx_context_self(), "oseq", on_oseq,
+                      NX_HANDLER_NONTHREADED, NULL);
   if (strcmp(mode, "attach-server") == 0 && argc > 2) {
     /* Started by hand, not as a process context: listen, say where, and
      * serve until killed. */
@@ -239,6 +316,18 @@ int main(int argc, char **argv) {
       return 2;
     usleep(100 * 1000);
     _exit(3);
+  }
+  if (strcmp(mode, "ready-finalize") == 0) {
+    /* Ready (and its creator's answer in: nx_context_create has
+     * returned), then nx_finalize at once: while a module may still be
+     * joining (test_late_join.cpp). */
+    nx_gp_t *gps = NULL;
+    int n = 0;
+    int r = nx_context_peers(&gps, &n, NULL);
+    for (int i = 0; i < n; i++)
+      nx_gp_release(&gps[i]);
+    free(gps);
+    return nx_finalize() == 0 && r == 0 ? 0 : 7;
   }
   if (strcmp(mode, "no-ready") == 0) {
     sleep(600);

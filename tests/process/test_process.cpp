@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <dirent.h>
 #include <fstream>
 #include <string>
@@ -31,11 +32,8 @@ int open_fds() {
   return n;
 }
 
-// No child of this process is left, running or unreaped.
-bool no_children() {
-  errno = 0;
-  return waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
-}
+// No child of this process is left, running or unreaped (child_pid.h).
+bool no_children() { return nxt_no_children() != 0; }
 
 // The pid of our running ctx_child, or -1 (looked for a while).
 pid_t find_child() {
@@ -85,6 +83,10 @@ TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
   REQUIRE(nx_context_create(&node, CHILD_EXE, nullptr, &warm) == 0);
   REQUIRE(nx_context_destroy(&warm) == 0);
   nx_gp_release(&warm);
+  // Destroy returns before the child has ended: its socket and pidfd are
+  // closed when the monitor reaps it.
+  REQUIRE(no_children());
+  usleep(50 * 1000);
   int fds = open_fds();
   for (int i = 0; i < 20; i++) {
     nx_gp_t gp = NX_GP_NULL;
@@ -108,6 +110,9 @@ TEST_CASE("20 process contexts created and destroyed in a row", "[process]") {
     nx_gp_release(&gp);
   }
   CHECK(no_children());
+  // The monitor closes a child's socket and pidfd as it reaps it.
+  for (int i = 0; i < 1000 && open_fds() != fds; i++)
+    usleep(2000);
   CHECK(open_fds() == fds);
 }
 
@@ -245,7 +250,10 @@ TEST_CASE("a created process context knows its creator", "[process]") {
   nx_gp_t gp;
   char *const argv[] = {(char *)"ctx_child", (char *)"peers", path, nullptr};
   REQUIRE(nx_context_create(&node, CHILD_EXE, argv, &gp) == 0);
-  REQUIRE(nx_context_destroy(&gp) == 0); // it wrote the file before serving
+  REQUIRE(nx_context_destroy(&gp) == 0);
+  // It writes the file after it is ready (nx_context_peers), and destroy
+  // does not wait for it to end: it has written it once it is gone.
+  REQUIRE(no_children());
   std::ifstream in(path);
   int r = -1, n = -1, rank = 0;
   std::string ctx;

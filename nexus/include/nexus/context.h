@@ -69,8 +69,11 @@ NX_EXTERN int nx_context_create_local(nx_context_init_fn init, void *arg,
  * once, and handlers already dispatched to it (running, or queued for a
  * thread) still run, its handler table and data valid until they end. A process
  * context this process made with nx_context_create: it is asked to end (its
- * nx_context_serve returns), given 5 s, then sent SIGTERM and, 2 s later,
- * SIGKILL, and reaped; RSRs to it then fail with NX_ENOCONTEXT. Returns 0,
+ * nx_context_serve returns) and the call returns; a child forked on this
+ * host is then reaped in the background, or given 5 s, then sent SIGTERM
+ * and, 2 s later, SIGKILL (nx_finalize waits for it), while one a module or
+ * PMIx started is waited for here. RSRs to it then fail with NX_ENOCONTEXT.
+ * Returns 0,
  * NX_EINVAL, NX_ENOCONTEXT (unknown, already destroyed, or another process's
  * context that this process did not create), NX_EBUSY (the process's initial
  * context) or NX_ENOTINIT. */

@@ -33,7 +33,10 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
  * argv[0] is the program name, may be NULL for just `exe`) as a new process
  * context on `node`. The program calls nx_init, registers its handlers and
  * calls nx_context_ready (or nx_context_serve); only then is `*gp` written,
- * naming the new process's initial context. Waits at most NX_CREATE_TIMEOUT
+ * naming the new process's initial context. A child forked here with the
+ * default modules is ready once local and tcp are up; ucx and mpi join it
+ * after, and routes to it move to ucx then (docs/design.md, "Modules that
+ * join late"). Waits at most NX_CREATE_TIMEOUT
  * seconds (default 30). On a "pmix" node the PMIx server this process
  * joined spawns it (docs/pmix.md: the program must be on this host; a
  * child that never connects back is NX_ETIMEDOUT). On an "mpi" node the mpi
@@ -54,8 +57,8 @@ NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
  * zero gives what nx_context_create does. */
 typedef struct nx_context_attr {
   /* "NAME=value" entries (NULL-ended), or NULL: set in the child's
-   * environment, over the variables it would get otherwise. NX_KEY and
-   * NX_CTL_FD and NX_CTL_TCP are nexus's own (NX_EINVAL). */
+   * environment, over the variables it would get otherwise. NX_KEY,
+   * NX_CTL_FD, NX_CTL_TCP and NX_CTL_LATE are nexus's own (NX_EINVAL). */
   char *const *env;
   unsigned flags; /* NX_CREATE_* */
   int timeout_ms; /* how long to wait for it; 0: NX_CREATE_TIMEOUT */

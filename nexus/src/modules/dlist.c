@@ -32,6 +32,12 @@ static size_t self_old_count;
  * (dlist.h, nxi_dlist_fallbacks_due). */
 atomic_int nxi_dlist_fallback_due;
 static const struct nxi_route_stages *_Atomic route_stages;
+/* Bumped whenever candidates may have improved (a module joined here, a
+ * list gained descriptors) before the routes are chosen again: a route
+ * whose candidates were read before a bump, and installed after the
+ * routes were looked at, is chosen again by its installer
+ * (nxi_dlist_upgrade). */
+static atomic_uint route_epoch;
 
 void nxi_route_stages_set(const struct nxi_route_stages *s) {
   atomic_store(&route_stages, s);
@@ -188,6 +194,12 @@ static void route_free(struct nxi_route *rt) {
 
 static void dlist_free(struct nxi_dlist *d) {
   route_free(atomic_load(&d->route));
+  while (d->gained != NULL) {
+    uint8_t *next;
+    memcpy(&next, d->gained, sizeof(next));
+    free(d->gained);
+    d->gained = next;
+  }
   free(d);
 }
 
@@ -217,6 +229,7 @@ void nxi_dlist_finalize(void) {
   for (int i = 0; i < BUCKETS; i++)
     for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
       atomic_store(&d->broken, 0);
+      atomic_store(&d->gen_next, 0);
       struct nxi_route *rt = atomic_exchange(&d->route, NULL);
       if (rt == NULL)
         continue;
@@ -350,6 +363,7 @@ static int gw_connect(struct nxi_dlist *via) {
 
 static int resolve(struct nxi_dlist *dl, unsigned broken,
                    struct nxi_route **out) {
+  unsigned epoch = atomic_load(&route_epoch); /* before the candidates */
   /* A gp kept from an earlier run of this process: that run's contexts
    * are gone, and its endpoints closed (design.md, rule 12). */
   uint32_t proc = atomic_load_explicit(&dl->proc, memory_order_relaxed);
@@ -384,9 +398,12 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
   rt->via = c[i].via;
   rt->didx = c[i].didx;
   rt->alts = n - i - 1;
-  /* One more for each route of this list that failed: the generation
-   * its frames carry, so that the receiver counts them apart (ledger.h). */
-  rt->gen = (unsigned)__builtin_popcount(broken);
+  rt->epoch = epoch;
+  /* One more for each route this list had before (one that failed, or
+   * one a better candidate replaced): the generation its frames carry,
+   * so that the receiver counts them apart (ledger.h). Taken for good
+   * when the route is installed (install). */
+  rt->gen = atomic_load(&dl->gen_next);
   if (rt->gen > NXI_ROUTE_GEN_MAX)
     rt->gen = NXI_ROUTE_GEN_MAX;
   atomic_init(&rt->failed, 0);
@@ -401,6 +418,28 @@ static int resolve(struct nxi_dlist *dl, unsigned broken,
 }
 
 static void fail_list(struct nxi_dlist *dl, int status);
+static int upgrade_one(struct nxi_dlist *dl);
+
+/* `rt` was just installed: if candidates may have improved since it read
+ * them, the routes were looked at before it was there, so it is chosen
+ * again here. */
+static void stale_check(struct nxi_dlist *dl, struct nxi_route *rt) {
+  if (rt->epoch != atomic_load(&route_epoch))
+    upgrade_one(dl);
+}
+
+/* Makes `rt` the list's route if `old` still is; its generation is then
+ * taken (the next route takes the one after). Returns 0 if another
+ * thread replaced `old` first. */
+static int install(struct nxi_dlist *dl, struct nxi_route *old,
+                   struct nxi_route *rt) {
+  struct nxi_route *expected = old;
+  if (!atomic_compare_exchange_strong(&dl->route, &expected, rt))
+    return 0;
+  unsigned next = rt->gen + 1;
+  atomic_store(&dl->gen_next, next);
+  return 1;
+}
 
 /* The cached route failed (and the list did not): the next candidate
  * replaces it, or, with none left, the destination is lost. */
@@ -415,14 +454,14 @@ static int fall_back(struct nxi_dlist *dl, struct nxi_route *old) {
     return atomic_load(&dl->failed);
   }
   rt->older = old;
-  struct nxi_route *expected = old;
-  if (!atomic_compare_exchange_strong(&dl->route, &expected, rt)) {
+  if (!install(dl, old, rt)) {
     /* Another sender replaced it first: use its route. */
     rt->older = NULL;
     route_free(rt);
     return 1;
   }
   atomic_fetch_add(&nxi_rt.route_fallbacks, 1);
+  stale_check(dl, rt);
   if (nxi_tracing())
     nxi_trace_event(NXT_FALLBACK, 0, (uint64_t)atomic_load(&dl->proc) << 32, 0,
                     0, rt->mod != NULL ? nxi_module_index(rt->mod) : 0xff, 0,
@@ -458,9 +497,10 @@ int nxi_dlist_route(struct nxi_dlist *dl, struct nxi_route **out) {
     int r = resolve(dl, atomic_load(&dl->broken), &rt);
     if (r < 0)
       return r;
-    struct nxi_route *expected = NULL;
-    if (!atomic_compare_exchange_strong(&dl->route, &expected, rt))
+    if (!install(dl, NULL, rt))
       route_free(rt); /* another sender resolved it first */
+    else
+      stale_check(dl, rt);
   }
 }
 
@@ -689,27 +729,214 @@ static size_t put_desc(uint8_t *p, const char *name, uint16_t wire_version,
   return off + data_len;
 }
 
-int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
+/* This process's list gains one descriptor. Its callers (gateway.c, the
+ * thread a late module joins on) do not run at once: self_lock. */
+static int self_add(const char *name, uint16_t wire_version,
+                    const uint8_t *scope, size_t scope_len, const uint8_t *data,
+                    size_t len) {
+  static pthread_mutex_t self_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&self_lock);
+  int r = 0;
   struct nxi_dlist *cur = atomic_load(&nxi_rt.self_dl);
+  uint8_t *blob = NULL;
   if (cur->n >= NXI_MAX_MODULES || self_old_count >= NXI_MAX_MODULES)
-    return NX_EBUSY;
-  if (len > NX_DESC_DATA_MAX || strlen(name) > NX_PROTO_NAME_MAX)
-    return NX_EMSGSIZE;
-  uint8_t *blob = malloc(cur->len + NXI_DESC_MAX_LEN);
-  if (blob == NULL)
-    return NX_ENOMEM;
+    r = NX_EBUSY;
+  else if (len > NX_DESC_DATA_MAX || strlen(name) > NX_PROTO_NAME_MAX ||
+           scope_len > NX_DESC_SCOPE_MAX)
+    r = NX_EMSGSIZE;
+  else if ((blob = malloc(cur->len + NXI_DESC_MAX_LEN)) == NULL)
+    r = NX_ENOMEM;
+  if (r < 0) {
+    pthread_mutex_unlock(&self_lock);
+    return r;
+  }
   memcpy(blob, cur->blob, cur->len);
   blob[0] = (uint8_t)(cur->n + 1);
-  size_t off =
-      cur->len + put_desc(blob + cur->len, name, 1, NULL, 0, data, len);
+  size_t off = cur->len + put_desc(blob + cur->len, name, wire_version, scope,
+                                   scope_len, data, len);
   struct nxi_dlist *dl;
-  int r = nxi_dlist_intern_proc(blob, off, nxi_rt.proc_id, &dl);
+  r = nxi_dlist_intern_proc(blob, off, nxi_rt.proc_id, &dl);
   free(blob);
+  if (r == 0) {
+    self_old[self_old_count++] = cur;
+    atomic_store(&nxi_rt.self_dl, dl);
+  }
+  pthread_mutex_unlock(&self_lock);
+  return r;
+}
+
+int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len) {
+  return self_add(name, 1, NULL, 0, data, len);
+}
+
+int nxi_dlist_self_add_module(const struct nxi_module *m) {
+  return self_add(m->name, m->ops->wire_version, m->desc.scope,
+                  m->desc.scope_len, m->desc.data, m->desc.data_len);
+}
+
+static int same_desc(const struct nx_desc *a, const struct nx_desc *b) {
+  return strcmp(a->name, b->name) == 0 && a->wire_version == b->wire_version &&
+         a->scope_len == b->scope_len && a->data_len == b->data_len &&
+         (a->scope_len == 0 || memcmp(a->scope, b->scope, a->scope_len) == 0) &&
+         (a->data_len == 0 || memcmp(a->data, b->data, a->data_len) == 0);
+}
+
+/* intern_lock held: `d` gains descriptor `x` (copied) unless it has it or
+ * is full. Readers see the count grow only once the entry is whole. */
+static int gain_one(struct nxi_dlist *d, const struct nx_desc *x) {
+  int n = atomic_load(&d->n);
+  for (int i = 0; i < n; i++)
+    if (same_desc(&d->desc[i], x))
+      return 0;
+  if (n >= NXI_MAX_MODULES || is_gw(x))
+    return 0;
+  /* A block: the chain's link, then the scope and data bytes. */
+  uint8_t *blk =
+      malloc(sizeof(uint8_t *) + (size_t)x->scope_len + x->data_len + 1);
+  if (blk == NULL)
+    return NX_ENOMEM;
+  memcpy(blk, &d->gained, sizeof(uint8_t *));
+  uint8_t *bytes = blk + sizeof(uint8_t *);
+  if (x->scope_len > 0)
+    memcpy(bytes, x->scope, x->scope_len);
+  if (x->data_len > 0)
+    memcpy(bytes + x->scope_len, x->data, x->data_len);
+  d->gained = blk;
+  snprintf(d->names[n], sizeof(d->names[n]), "%s", x->name);
+  d->desc[n] = *x;
+  d->desc[n].name = d->names[n];
+  d->desc[n].scope = bytes;
+  d->desc[n].data = bytes + x->scope_len;
+  atomic_store_explicit(&d->n, n + 1, memory_order_release);
+  return 1;
+}
+
+int nxi_dlist_gain(uint32_t proc, const uint8_t *blob, size_t len) {
+  if (proc == 0 || proc == nxi_rt.proc_id)
+    return NX_EINVAL;
+  /* Its descriptors, read into a list of our own (not interned). */
+  size_t check;
+  int r = parse(blob, len, &check, NULL);
+  if (r == 0 && check != len)
+    r = NX_EPROTO;
   if (r < 0)
     return r;
-  self_old[self_old_count++] = cur;
-  atomic_store(&nxi_rt.self_dl, dl);
-  return 0;
+  struct nxi_dlist *x = calloc(1, sizeof(*x) + len);
+  if (x == NULL)
+    return NX_ENOMEM;
+  x->blob = (uint8_t *)(x + 1);
+  memcpy(x->blob, blob, len);
+  parse(x->blob, len, &check, x);
+  int gained = 0;
+  pthread_mutex_lock(&intern_lock);
+  for (int i = 0; i < BUCKETS; i++)
+    for (struct nxi_dlist *d = intern_table[i]; d != NULL; d = d->next) {
+      if (atomic_load(&d->proc) != proc || atomic_load(&d->failed) != 0)
+        continue;
+      for (int k = 0; k < x->n; k++)
+        if (gain_one(d, &x->desc[k]) > 0)
+          gained++;
+    }
+  pthread_mutex_unlock(&intern_lock);
+  free(x);
+  return gained;
+}
+
+/* The list's route is replaced by its best candidate if that is better
+ * (cheaper) than the route's own. Returns 1 if it was. */
+static int upgrade_one(struct nxi_dlist *dl) {
+  unsigned epoch = atomic_load(&route_epoch); /* before the candidates */
+  struct nxi_route *cur = atomic_load(&dl->route);
+  if (cur == NULL || cur->via != NULL || atomic_load(&cur->failed) != 0 ||
+      atomic_load(&dl->failed) != 0)
+    return 0; /* resolved, or falling back, at the next send anyway */
+  struct candidate c[NXI_MAX_MODULES];
+  int n = candidates(dl, atomic_load(&dl->broken), c);
+  int best = -1, mine = -1;
+  for (int i = 0; i < n; i++) {
+    if (c[i].via != NULL)
+      continue;
+    if (best < 0)
+      best = i;
+    if (c[i].didx == cur->didx && c[i].mod == cur->mod)
+      mine = i;
+  }
+  int r = 0;
+  struct nx_endpoint *ep = NULL;
+  struct nxi_route *rt = NULL;
+  if (best >= 0 && mine > best && better(&c[best], &c[mine]) &&
+      connect_direct(c[best].mod, c[best].desc, &ep) == 0) {
+    rt = calloc(1, sizeof(*rt));
+    if (rt == NULL) {
+      c[best].mod->ops->disconnect(c[best].mod->state, ep);
+    } else {
+      rt->mod = c[best].mod;
+      rt->ep = ep;
+      rt->didx = c[best].didx;
+      rt->alts = n - 1; /* every other one, the old route's included */
+      rt->epoch = epoch;
+      rt->gen = atomic_load(&dl->gen_next);
+      if (rt->gen > NXI_ROUTE_GEN_MAX)
+        rt->gen = NXI_ROUTE_GEN_MAX;
+      atomic_init(&rt->failed, 0);
+      rt->older = cur;
+      if (install(dl, cur, rt)) {
+        r = 1;
+        nxi_log(1, rt->mod->name,
+                "route to process %#x: now %s, a better candidate that "
+                "joined (was %s)",
+                (unsigned)atomic_load(&dl->proc), rt->mod->name,
+                cur->mod->name);
+      } else {
+        rt->older = NULL; /* another thread replaced it: theirs stands */
+        route_free(rt);
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (c[i].via != NULL)
+      nxi_dlist_release(c[i].via);
+  /* Candidates improved again while this one connected: once more (each
+   * round needs another bump, which only a module joining makes). */
+  if (epoch != atomic_load(&route_epoch))
+    r += upgrade_one(dl);
+  return r;
+}
+
+int nxi_dlist_upgrade(uint32_t proc) {
+  atomic_fetch_add(&route_epoch, 1); /* routes being chosen now look again */
+  /* The lists with a route, each with a reference: chosen again outside
+   * the lock (connect may take a while). */
+  struct nxi_dlist **due = NULL;
+  size_t n = 0, cap = 0;
+  pthread_mutex_lock(&intern_lock);
+  for (int b = 0; b < BUCKETS; b++)
+    for (struct nxi_dlist *d = intern_table[b]; d != NULL; d = d->next) {
+      if ((proc != 0 && atomic_load(&d->proc) != proc) ||
+          atomic_load(&d->route) == NULL || atomic_load(&d->failed) != 0)
+        continue;
+      if (n == cap) {
+        size_t more = cap ? cap * 2 : 16;
+        struct nxi_dlist **p = realloc(due, more * sizeof(*p));
+        if (p == NULL)
+          break; /* those left keep their route until it is chosen anew */
+        due = p;
+        cap = more;
+      }
+      unsigned r = atomic_load(&d->refs);
+      while (r != 0 && !atomic_compare_exchange_weak(&d->refs, &r, r + 1))
+        ;
+      if (r != 0)
+        due[n++] = d;
+    }
+  pthread_mutex_unlock(&intern_lock);
+  int done = 0;
+  for (size_t i = 0; i < n; i++) {
+    done += upgrade_one(due[i]);
+    nxi_dlist_release(due[i]);
+  }
+  free(due);
+  return done;
 }
 
 int nxi_dlist_self(uint32_t proc, struct nxi_dlist **out) {

@@ -26,6 +26,8 @@ struct nxi_route {
   int alts;                /* candidates left to fall back to */
   unsigned gen;            /* routes of its list that failed before it (0-7):
                             * its frames carry it (ledger.h) */
+  unsigned epoch;          /* candidates changed this often before it was
+                            * chosen (dlist.c, route_epoch) */
   atomic_int failed;       /* the NX_E* code the endpoint failed with, or 0 */
 };
 
@@ -35,13 +37,18 @@ struct nxi_dlist {
   struct nxi_dlist *next; /* intern chain */
   size_t len;
   uint8_t *blob; /* the wire encoding */
-  int n;
+  /* Descriptors: those of `blob`, then those its process gained after it
+   * was interned (nxi_dlist_gain: a module that joined late), which
+   * `blob` does not carry. The count grows after the entry is written. */
+  _Atomic int n;
   struct nx_desc desc[NXI_MAX_MODULES];
   char names[NXI_MAX_MODULES][NX_PROTO_NAME_MAX + 1];
+  uint8_t *gained; /* the gained descriptors' bytes (a chain of blocks) */
   struct nxi_route *_Atomic route; /* cached protocol choice */
   _Atomic uint32_t proc;           /* process id part of its context ids */
   atomic_int failed;               /* its process is gone: the NX_E* why */
   atomic_uint broken;              /* descriptors whose route failed */
+  atomic_uint gen_next;            /* the generation of its next route */
 };
 
 /* Interns the encoding `blob` (checked first: NX_EPROTO, NX_ERANGE) and
@@ -77,6 +84,19 @@ int nxi_dlist_is_gateway(const struct nxi_dlist *dl);
 /* This process's list gains a descriptor `name` with `data`: gps made
  * from now on carry it (older lists are kept until nxi_dlist_finalize). */
 int nxi_dlist_self_add(const char *name, const uint8_t *data, size_t len);
+/* The same for a loaded module's own descriptor (one that joined late). */
+int nxi_dlist_self_add_module(const struct nxi_module *m);
+/* Process `proc` says its list is now `blob` (a module of it joined
+ * late): every interned list of that process gains the descriptors of
+ * `blob` it lacks, as candidates (NX_EPROTO, NX_ERANGE: a bad list). */
+int nxi_dlist_gain(uint32_t proc, const uint8_t *blob, size_t len);
+/* Routes are chosen again where a better candidate has appeared since
+ * (a module that joined here, or descriptors a list gained): of the
+ * lists of process `proc`, or of every list when `proc` is 0. The new
+ * route takes the next generation; the old one is not failed (what was
+ * sent on it still arrives, and is counted in its own generation).
+ * Returns how many routes it replaced. */
+int nxi_dlist_upgrade(uint32_t proc);
 /* The modules are about to go: forgets every cached route and the
  * earlier lists of this process. */
 void nxi_dlist_finalize(void);

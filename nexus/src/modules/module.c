@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,14 @@ static struct nxi_module mods[MAX_MODULES];
 static struct nx_protocol_ops tables[MAX_MODULES];
 static int nmods;
 struct nxi_module *nxi_loaded[NXI_MAX_MODULES];
-int nxi_nloaded;
+_Atomic int nxi_nloaded;
+/* Modules left to join after nx_init (nxi_modules_join_next), in order,
+ * and the core API they are handed. Only the joining thread takes them;
+ * `info_lock` keeps nx_module_info from reading one as it loads. */
+static struct nxi_module *late[NXI_MAX_MODULES];
+static int nlate, late_next;
+static const struct nx_core_api *late_api;
+static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct nxi_module *find(const char *name) {
   for (int i = 0; i < nmods; i++)
@@ -286,9 +294,64 @@ static const char *only_when_named(const char *name) {
   return NULL;
 }
 
-int nxi_modules_load(const struct nx_core_api *api) {
+/* Modules of the default set that a process context started by
+ * nx_context_create loads after it told its creator it is ready (`defer`):
+ * their start is most of a new process's (bench_context_create: ucx's
+ * libraries, ucp_init and its worker 6-7 ms, mpi's libmpi about 1.5 ms,
+ * against 1-2 ms for local and tcp), and tcp reaches the same peers
+ * meanwhile. Only when tcp is loaded: it is what carries the RSRs until
+ * they join. */
+static const char *const late_names[] = {"ucx", "mpi"};
+#define LATE_NEEDS "tcp"
+
+static int joins_late(const char *name) {
+  for (size_t i = 0; i < sizeof(late_names) / sizeof(late_names[0]); i++)
+    if (strcmp(late_names[i], name) == 0)
+      return 1;
+  return 0;
+}
+
+/* Puts m in the loaded list (the end of it: its preference among the
+ * others is its cost, which route choice compares first). The count is
+ * published after the entry, so that a reader that sees it sees the
+ * module. */
+static void publish(struct nxi_module *m) {
+  int n = atomic_load(&nxi_nloaded);
+  m->order = n;
+  nxi_loaded[n] = m;
+  atomic_store_explicit(&nxi_nloaded, n + 1, memory_order_release);
+}
+
+int nxi_modules_join_next(struct nxi_module **out) {
+  if (late_next >= nlate)
+    return -1;
+  struct nxi_module *m = late[late_next++];
+  /* nx_module_info waits the few milliseconds the module's init takes,
+   * rather than read it half written. */
+  pthread_mutex_lock(&info_lock);
+  int r = load(m, late_api);
+  m->joining = 0;
+  pthread_mutex_unlock(&info_lock);
+  if (r < 0)
+    return 0;
+  *out = m;
+  return 1;
+}
+
+void nxi_module_publish(struct nxi_module *m, uint64_t poll_ns) {
+  pthread_mutex_lock(&info_lock);
+  m->poll_ns = m->poll_ns_init = poll_ns;
+  publish(m);
+  pthread_mutex_unlock(&info_lock);
+}
+
+int nxi_modules_joining(void) { return nlate - late_next; }
+
+int nxi_modules_load(const struct nx_core_api *api, int defer) {
   nmods = 0;
   nxi_nloaded = 0;
+  nlate = late_next = 0;
+  late_api = api;
   const char *list = getenv("NX_PROTOCOLS");
   if (list != NULL && list[0] == '\0')
     list = NULL; /* set but empty: as unset */
@@ -316,8 +379,27 @@ int nxi_modules_load(const struct nx_core_api *api) {
       nxi_log(1, mods[i].name, "skipped: %s", why);
       continue;
     }
+    if (defer && list == NULL && joins_late(mods[i].name) &&
+        mods[i].path[0] != '\0') {
+      late[nlate++] = &mods[i];
+      continue;
+    }
     if (load(&mods[i], api) == 0)
       nxi_loaded[nxi_nloaded++] = &mods[i];
+  }
+  /* Without tcp nothing would carry RSRs from another process until the
+   * late ones joined: they load now. */
+  int have_carrier = 0;
+  for (int i = 0; i < nxi_nloaded; i++)
+    have_carrier |= strcmp(nxi_loaded[i]->name, LATE_NEEDS) == 0;
+  for (; !have_carrier && late_next < nlate; late_next++)
+    if (load(late[late_next], api) == 0)
+      nxi_loaded[nxi_nloaded++] = late[late_next];
+  for (int i = late_next; i < nlate; i++) {
+    late[i]->joining = 1;
+    late[i]->error = NX_EAGAIN;
+    snprintf(late[i]->reason, sizeof(late[i]->reason),
+             "joining: loaded after this process context was ready");
   }
   /* Preference: NX_PROTOCOLS order when given, else by cost. */
   if (list == NULL)
@@ -335,6 +417,7 @@ int nxi_modules_load(const struct nx_core_api *api) {
 }
 
 void nxi_modules_unload(void) {
+  nlate = late_next = 0; /* the joining thread has ended (child.c) */
   for (int i = 0; i < nxi_nloaded; i++) {
     nxi_loaded[i]->ops->finalize(nxi_loaded[i]->state);
     /* Modules stay mapped: a library they use (libuv, UCX, MPI) may have
@@ -351,12 +434,22 @@ void nxi_module_explain(int i) {
   nxi_log(0, mods[i].name, "skipped: %s", mods[i].reason);
 }
 
+static int module_info(const struct nxi_module *m, nx_module_info_t *info);
+
 int nx_module_info(int index, nx_module_info_t *info) {
   if (!nxi_ready())
     return NX_ENOTINIT;
   if (info == NULL || index < 0 || index >= nmods)
     return NX_EINVAL;
   const struct nxi_module *m = &mods[index];
+  pthread_mutex_lock(&info_lock);
+  int r = module_info(m, info);
+  pthread_mutex_unlock(&info_lock);
+  return r;
+}
+
+/* info_lock held: a module is not read while it joins. */
+static int module_info(const struct nxi_module *m, nx_module_info_t *info) {
   memset(info, 0, sizeof(*info));
   snprintf(info->name, sizeof(info->name), "%s", m->name);
   snprintf(info->path, sizeof(info->path), "%s", m->path);

@@ -11,19 +11,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "processes/boot.h"
 #include "processes/chan.h"
 #include "modules/dlist.h"
+#include "base/trace.h"
 #include "buffers/frame.h"
+#include "engine/engine.h"
+#include "progress/progress.h"
 #include "services/ledger.h"
 #include "nxu_key.h"
 
 /* How long the watcher waits on a module's channel before it looks whether
  * it should stop (a socket's wait is ended by shutdown at once). */
 #define WATCH_SLICE_MS 100
+
+/* The nice value of the thread late modules join on. */
+#define JOIN_NICE 10
 
 /* This process was started as a process context: the channel up to its
  * creator, and what came down it. */
@@ -217,7 +225,124 @@ static struct nxi_chan creator_chan(void) {
   return ch;
 }
 
+/* The thread the late modules join on (nxi_child_join_start). */
+static struct {
+  pthread_mutex_t lock; /* started, closed and running */
+  pthread_t thread;
+  int started; /* once per nx_init */
+  int closed;  /* nx_finalize began: none starts */
+  int running;
+  atomic_int stop; /* nx_finalize: no more modules */
+} joiner = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+int nxi_child_defers(void) {
+  const char *late = getenv("NX_CTL_LATE");
+  const char *fd = getenv("NX_CTL_FD");
+  return late != NULL && strcmp(late, "1") == 0 && fd != NULL && fd[0] != '\0';
+}
+
+/* Tells the creator this process's list now (JOIN), once READY has gone:
+ * before it, READY carries the list as it is then. */
+static void announce(void) {
+  if (!up.have)
+    return;
+  uint8_t *buf = malloc(NXI_CTL_MAX);
+  if (buf == NULL)
+    return;
+  nx_mutex_lock(&up.m);
+  if (up.ready && !up.destroyed && !up.eof && !up.stopping) {
+    buf[0] = NXI_CTL_JOIN;
+    size_t len = nxi_chan_self_entry(buf + 1, NXI_CTL_MAX - 1);
+    int r = len > 0 ? nxi_chan_send(&up.chan, buf, len + 1) : NX_ENOMEM;
+    if (r < 0)
+      nxi_log(1, NULL, "telling the creator of a module that joined: %s",
+              nx_strerror(r));
+  }
+  nx_mutex_unlock(&up.m);
+  free(buf);
+}
+
+/* One module came up: the engine watches it (and a sleeping driver wakes
+ * to arm its wait fd), this process's list carries it, the creator hears
+ * of it, and routes it serves better than theirs switch to it. */
+static void joined(struct nxi_module *m) {
+  /* Measured and watched before it is published: the driver then finds it
+   * whole. */
+  uint64_t poll_ns = 0;
+  int r = nxi_progress_watch_module(m, &poll_ns);
+  nxi_module_publish(m, poll_ns);
+  if (r < 0)
+    return; /* said; it is polled all the same, but not announced */
+  nxi_progress_wake_sleeper();
+  r = nxi_dlist_self_add_module(m);
+  if (r < 0) {
+    nxi_log(0, m->name, "joined, but this process's list cannot carry it: %s",
+            nx_strerror(r));
+    return;
+  }
+  if (nxi_tracing())
+    nxi_trace_name(NXT_DEF_MODULE, 0, 0, nxi_module_index(m), m->name);
+  nxi_log(1, m->name, "joined after the process context was ready");
+  announce();
+  nxi_dlist_upgrade(0);
+}
+
+static void *join_main(void *arg) {
+  (void)arg;
+  /* Background work: on a busy host the threads on the critical path (this
+   * process's own start, its creator's next one) go first. Linux's nice
+   * is per thread. */
+  if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), JOIN_NICE) != 0)
+    nxi_log(1, NULL, "the thread modules join on keeps its priority");
+  struct nxi_module *m;
+  int r;
+  while (!atomic_load(&joiner.stop) && (r = nxi_modules_join_next(&m)) >= 0)
+    if (r > 0)
+      joined(m);
+  return NULL;
+}
+
+/* Starts the joining thread once (nx_context_ready, or nx_init when there
+ * is no creator to be ready for). */
+static void join_start(void) {
+  pthread_mutex_lock(&joiner.lock);
+  if (joiner.started || joiner.closed || nxi_modules_joining() == 0) {
+    pthread_mutex_unlock(&joiner.lock);
+    return;
+  }
+  joiner.started = 1;
+  atomic_store(&joiner.stop, 0);
+  int inline_join = pthread_create(&joiner.thread, NULL, join_main, NULL) != 0;
+  joiner.running = !inline_join;
+  pthread_mutex_unlock(&joiner.lock);
+  if (inline_join)
+    join_main(NULL); /* no thread: they join now, on this one */
+}
+
+void nxi_child_join_start(void) {
+  /* A process context's modules join once it is ready: until then none
+   * can reach it, and its start (the creator's wait) goes first. */
+  if (!up.have)
+    join_start();
+}
+
+void nxi_child_join_stop(void) {
+  pthread_mutex_lock(&joiner.lock);
+  joiner.closed = 1;
+  int running = joiner.running;
+  joiner.running = 0;
+  pthread_mutex_unlock(&joiner.lock);
+  if (!running)
+    return;
+  atomic_store(&joiner.stop, 1);
+  pthread_join(joiner.thread, NULL);
+}
+
 int nxi_child_init(void) {
+  unsetenv("NX_CTL_LATE"); /* children this process starts are told anew */
+  pthread_mutex_lock(&joiner.lock);
+  joiner.started = joiner.closed = 0; /* a new nx_init */
+  pthread_mutex_unlock(&joiner.lock);
   struct nxi_chan ch = creator_chan();
   if (ch.fd < 0 && ch.mod == NULL)
     return 0;
@@ -237,6 +362,8 @@ int nxi_child_init(void) {
 }
 
 void nxi_child_finalize(void) {
+  nxi_child_join_stop(); /* it may tell the creator: before the channel
+                          * closes (nx_finalize stopped it already) */
   if (!up.have)
     return;
   nx_mutex_lock(&up.m);
@@ -278,6 +405,8 @@ int nx_context_ready(void) {
       up.ready = 1;
   }
   nx_mutex_unlock(&up.m);
+  if (r == 0)
+    join_start(); /* the slow modules, now that the creator has its gp */
   return r;
 }
 

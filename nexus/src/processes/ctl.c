@@ -151,6 +151,15 @@ int nxi_ctl_parse_ready(const uint8_t *msg, size_t len,
   return nxi_ctl_parse_peer(msg, len, &off, out);
 }
 
+int nxi_ctl_parse_join(const uint8_t *msg, size_t len,
+                       struct nxi_ctl_peer *out) {
+  size_t off = 1;
+  if (len < 1 || msg[0] != NXI_CTL_JOIN)
+    return NX_EPROTO;
+  int r = nxi_ctl_parse_peer(msg, len, &off, out);
+  return r == 0 && off != len ? NX_EPROTO : r;
+}
+
 void nxi_ctl_put_peers_head(uint8_t *buf, uint32_t rank, uint32_t count) {
   buf[0] = NXI_CTL_PEERS;
   nxu_le32(buf + 1, rank);

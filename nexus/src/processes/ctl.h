@@ -19,13 +19,19 @@
  *   DESTROY   3
  *   EXECFAIL  4, i32 errno          (child, when exec failed)
  *   PEER_DEAD 5, u64 context        (a peer process ended)
- * A peer entry: u64 context, u64 address, u32 len, descriptor list. */
+ *   JOIN      6, one peer entry     (child, after READY: a module joined
+ *                                    late; the entry's list is its list now)
+ * A peer entry: u64 context, u64 address, u32 len, descriptor list.
+ * JOIN goes only to a creator that set NX_CTL_LATE=1 in the child's
+ * environment (parent.c); nxrun does not, and its children load every
+ * module before READY. */
 enum {
   NXI_CTL_READY = 1,
   NXI_CTL_PEERS = 2,
   NXI_CTL_DESTROY = 3,
   NXI_CTL_EXECFAIL = 4,
-  NXI_CTL_PEER_DEAD = 5
+  NXI_CTL_PEER_DEAD = 5,
+  NXI_CTL_JOIN = 6
 };
 
 #define NXI_CTL_MAX (256 * 1024)
@@ -69,6 +75,9 @@ int nxi_ctl_parse_peer(const uint8_t *msg, size_t len, size_t *off,
 /* Parses a READY message. */
 int nxi_ctl_parse_ready(const uint8_t *msg, size_t len,
                         struct nxi_ctl_peer *out);
+/* Parses a JOIN message. */
+int nxi_ctl_parse_join(const uint8_t *msg, size_t len,
+                       struct nxi_ctl_peer *out);
 /* Writes a PEERS message's head; its entries follow at
  * NXI_CTL_PEERS_HEAD. */
 void nxi_ctl_put_peers_head(uint8_t *buf, uint32_t rank, uint32_t count);

@@ -55,10 +55,18 @@ struct child {
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
   int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
+  /* Once it was asked to end (ask_to_end): */
+  int pidfd;       /* readable when it has exited; -1: none */
+  int end_stage;   /* 0 asked, 1 SIGTERM sent, 2 SIGKILL sent */
+  uint64_t end_at; /* when the next stage is due (nxu_now_ms) */
 };
 
 static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct child *kids;
+/* Children asked to end by nx_context_destroy: the monitor reaps them (and
+ * insists when one does not exit in time), so that destroy need not wait
+ * for a child's modules to tear down. */
+static struct child *ending;
 static pthread_t monitor;
 static int monitoring;
 static int wake_pipe[2] = {-1, -1};
@@ -87,7 +95,9 @@ static void report_exit(const struct child *c) {
             WEXITSTATUS(c->status));
 }
 
-/* Kids lock held. */
+/* Kids lock held. A child someone else reaped (the program's own
+ * waitpid(-1)) counts as reaped: its pid may be another process's by now,
+ * never to be signalled. */
 static void try_reap(struct child *c, int options) {
   if (c->reaped)
     return;
@@ -95,7 +105,75 @@ static void try_reap(struct child *c, int options) {
   if (r == c->pid) {
     c->reaped = 1;
     report_exit(c);
+  } else if (r < 0 && errno == ECHILD) {
+    c->reaped = 1;
+    c->status = 0;
   }
+}
+
+/* Kids lock held: a child that did not exit by c->end_at is insisted on,
+ * SIGTERM, then SIGKILL 2 s later. Returns 0 once nothing is left to send. */
+static int insist(struct child *c) {
+  if (c->end_stage >= 2)
+    return 0;
+  c->signalled = c->end_stage == 0 ? SIGTERM : SIGKILL;
+  kill(c->pid, c->signalled);
+  c->end_stage++;
+  c->end_at = nxu_now_ms() + (c->end_stage == 1 ? KILL_GRACE_MS : 60000);
+  return 1;
+}
+
+/* An ended child's last resources. */
+static void free_child(struct child *c) {
+  if (c->pidfd >= 0)
+    close(c->pidfd);
+  nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+  free(c);
+}
+
+/* The monitor's round over the children asked to end: those that exited
+ * are reaped and freed, those late are insisted on. */
+static void sweep_ending(void) {
+  struct child *done = NULL;
+  uint64_t now = nxu_now_ms();
+  pthread_mutex_lock(&kids_lock);
+  for (struct child **pp = &ending; *pp != NULL;) {
+    struct child *c = *pp;
+    try_reap(c, WNOHANG);
+    if (!c->reaped && now >= c->end_at)
+      insist(c);
+    if (c->reaped) {
+      *pp = c->next;
+      c->next = done;
+      done = c;
+      continue;
+    }
+    pp = &c->next;
+  }
+  pthread_mutex_unlock(&kids_lock);
+  while (done != NULL) {
+    struct child *c = done;
+    done = c->next;
+    free_child(c);
+  }
+}
+
+/* A JOIN from child `proc` (a module of it came up after READY): its
+ * lists here gain the module's descriptor, and their routes switch to it
+ * where it is better. A JOIN that names another process, or is
+ * malformed, is ignored (said at NX_DEBUG level 1). */
+static void take_join(uint32_t proc, const uint8_t *msg, size_t len) {
+  struct nxi_ctl_peer p;
+  int r = nxi_ctl_parse_join(msg, len, &p);
+  if (r == 0 && nxi_ctxid_proc(p.context) != proc)
+    r = NX_EPROTO;
+  if (r == 0)
+    r = nxi_dlist_gain(proc, p.blob, p.len);
+  if (r < 0)
+    nxi_log(1, NULL, "process context %#x: a bad JOIN message (%s) ignored",
+            proc, nx_strerror(r));
+  else if (r > 0)
+    nxi_dlist_upgrade(proc);
 }
 
 static void *monitor_main(void *arg) {
@@ -103,11 +181,14 @@ static void *monitor_main(void *arg) {
   struct pollfd *fds = NULL;
   struct child **who = NULL;
   size_t cap = 0;
+  static uint8_t msg[NXI_CTL_MAX]; /* one monitor at a time */
   for (;;) {
     size_t n = 0;
     pthread_mutex_lock(&kids_lock);
     size_t want = 1;
     for (struct child *c = kids; c != NULL; c = c->next)
+      want++;
+    for (struct child *c = ending; c != NULL; c = c->next)
       want++;
     if (want > cap) {
       struct pollfd *f = realloc(fds, want * sizeof(*fds));
@@ -137,8 +218,26 @@ static void *monitor_main(void *arg) {
       fds[n].events = POLLIN;
       who[n++] = c;
     }
+    /* Then the pidfds of those asked to end, and when the next of their
+     * stages falls due. */
+    size_t watched = n;
+    int timeout = 100;
+    uint64_t now = nxu_now_ms();
+    for (struct child *c = ending; c != NULL; c = c->next) {
+      int due = c->end_at > now ? (int)(c->end_at - now) : 0;
+      if (c->pidfd >= 0 && n < cap) {
+        fds[n].fd = c->pidfd;
+        fds[n].events = POLLIN;
+        who[n++] = NULL;
+      } else if (due > 5) {
+        due = 5; /* nothing to wake us when it exits: look again soon */
+      }
+      if (due < timeout)
+        timeout = due;
+    }
+    int has_ending = ending != NULL;
     pthread_mutex_unlock(&kids_lock);
-    int r = poll(fds, (nfds_t)n, 100);
+    int r = poll(fds, (nfds_t)n, timeout);
     if (r < 0 && errno != EINTR)
       break;
     if (fds[0].revents & POLLIN) {
@@ -146,7 +245,9 @@ static void *monitor_main(void *arg) {
       if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
         break;
     }
-    for (size_t i = 1; i < n; i++) {
+    if (has_ending)
+      sweep_ending();
+    for (size_t i = 1; i < watched; i++) {
       if (fds[i].revents == 0)
         continue;
       /* The child may have been destroyed (and freed, its socket closed)
@@ -160,11 +261,16 @@ static void *monitor_main(void *arg) {
         pthread_mutex_unlock(&kids_lock);
         continue;
       }
-      uint8_t buf[64];
-      ssize_t got = recv(fds[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+      ssize_t got = recv(fds[i].fd, msg, NXI_CTL_MAX, MSG_DONTWAIT);
       if (got > 0 || (got < 0 && errno == EAGAIN)) {
+        uint32_t from = c->proc;
+        int stream = c->chan.stream;
         pthread_mutex_unlock(&kids_lock);
-        continue; /* nothing the creator needs after READY */
+        /* After READY only JOIN matters (a stream channel's bytes are
+         * not framed here: a PMIx child sends nothing after READY). */
+        if (got > 0 && !stream)
+          take_join(from, msg, (size_t)got);
+        continue;
       }
       uint32_t proc = c->proc;
       int was_dead = c->dead;
@@ -221,8 +327,8 @@ static int var_in(const char *var, char *const *vars) {
 
 /* The child's environment: ours (unless NX_CREATE_ENV_ONLY), without
  * launcher variables and those `extra` sets, then `extra`, plus its
- * channel and the computation's key. Built before fork: the child may only
- * call async-signal-safe functions. */
+ * channel, the computation's key and NX_CTL_LATE. Built before fork: the child
+ * may only call async-signal-safe functions. */
 static char **child_env(int fd, const nx_context_attr_t *attr) {
   char *const *extra = attr->env;
   size_t n = 0, x = 0;
@@ -230,12 +336,13 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
     n++;
   while (extra != NULL && extra[x] != NULL)
     x++;
-  char **env = calloc(n + x + 3, sizeof(char *));
+  char **env = calloc(n + x + 4, sizeof(char *));
   if (env == NULL)
     return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "NX_CTL_FD=", 10) != 0 &&
+        strncmp(environ[i], "NX_CTL_LATE=", 12) != 0 &&
         strncmp(environ[i], "NX_KEY=", 7) != 0 &&
         strncmp(environ[i], "NX_RANK=", 8) != 0 &&
         strncmp(environ[i], "NX_SIZE=", 8) != 0 &&
@@ -250,6 +357,9 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
   key_var(key, sizeof(key));
   env[k++] = fd_var;
   env[k++] = key;
+  /* This creator takes modules that join after READY (the monitor reads
+   * their JOIN): the child may leave its slow ones for later. */
+  env[k++] = "NX_CTL_LATE=1";
   return env;
 }
 
@@ -519,7 +629,8 @@ static int attr_ok(const nx_context_attr_t *attr) {
     const char *eq = strchr(v, '=');
     if (eq == NULL || eq == v || strchr(v, '\n') != NULL ||
         strncmp(v, "NX_KEY=", 7) == 0 || strncmp(v, "NX_CTL_FD=", 10) == 0 ||
-        strncmp(v, "NX_CTL_TCP=", 11) == 0)
+        strncmp(v, "NX_CTL_TCP=", 11) == 0 ||
+        strncmp(v, "NX_CTL_LATE=", 12) == 0)
       return 0;
   }
   return 1;
@@ -558,6 +669,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   if (c == NULL)
     return NX_ENOMEM;
   c->chan.fd = -1;
+  c->pidfd = -1;
   c->quiet = (attr->flags & NX_CREATE_QUIET_END) != 0;
   int timeout_ms =
       attr->timeout_ms > 0 ? attr->timeout_ms : create_timeout_ms();
@@ -631,30 +743,42 @@ static int reap_within(struct child *c, int ms) {
   return done;
 }
 
-/* Asks the child to end, gives it `grace_ms`, then insists. A child a
- * module spawned is only asked: its launcher reaps it, and closing its
- * channel (MPI's disconnect) waits until it has let go. */
-static void kill_and_reap(struct child *c, int grace_ms) {
-  /* With how many of its RSRs ran here: its nx_finalize need not ask (a
-   * creator in MPI's disconnect may not answer; ledger.h). */
+/* Asks the child to end: a destroy message with how many of its RSRs ran
+ * here, so that its nx_finalize need not ask (a creator in MPI's
+ * disconnect may not answer; ledger.h). */
+static void ask_to_end(struct child *c) {
   uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
   nxu_le32(msg + 1, nxi_rt.proc_id);
   for (unsigned g = 0; g < NXI_FRAME_GENS; g++)
     nxu_le64(msg + 5 + 8 * g, nxi_ledger_handled_from(c->proc, g));
   nxi_chan_send(&c->chan, msg, sizeof(msg));
-  if (c->pid == 0 || reap_within(c, grace_ms))
+}
+
+/* Waits until a child asked to end (and on no list) has exited, insisting
+ * as its stages fall due, and reaps it. */
+static void wait_end(struct child *c) {
+  for (;;) {
+    uint64_t now = nxu_now_ms();
+    if (reap_within(c, c->end_at > now ? (int)(c->end_at - now) : 0))
+      return;
+    pthread_mutex_lock(&kids_lock);
+    int more = insist(c);
+    pthread_mutex_unlock(&kids_lock);
+    if (!more)
+      return;
+  }
+}
+
+/* Asks the child to end, gives it `grace_ms`, then insists, and reaps it.
+ * A child a module spawned is only asked: its launcher reaps it, and
+ * closing its channel (MPI's disconnect) waits until it has let go. */
+static void kill_and_reap(struct child *c, int grace_ms) {
+  ask_to_end(c);
+  if (c->pid == 0)
     return;
-  pthread_mutex_lock(&kids_lock);
-  c->signalled = SIGTERM;
-  pthread_mutex_unlock(&kids_lock);
-  kill(c->pid, SIGTERM);
-  if (reap_within(c, KILL_GRACE_MS))
-    return;
-  pthread_mutex_lock(&kids_lock);
-  c->signalled = SIGKILL;
-  pthread_mutex_unlock(&kids_lock);
-  kill(c->pid, SIGKILL);
-  reap_within(c, 60000);
+  c->end_stage = 0;
+  c->end_at = nxu_now_ms() + (uint64_t)grace_ms;
+  wait_end(c);
 }
 
 static int process_destroy(uint64_t context) {
@@ -682,9 +806,25 @@ static int process_destroy(uint64_t context) {
    * close would call it dead (NX_EPEERDEAD) first, and the first code a
    * list fails with is the one RSRs and the error callback get. */
   nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
-  kill_and_reap(c, DESTROY_GRACE_MS);
-  nxi_chan_close(&c->chan, 0);
-  free(c);
+  if (c->pid == 0) {
+    kill_and_reap(c, DESTROY_GRACE_MS);
+    nxi_chan_close(&c->chan, 0);
+    free(c);
+    return 0;
+  }
+  /* A child this process forked is asked to end and left to the monitor,
+   * which reaps it (nx_finalize waits for what is left): the creator does
+   * not wait for the child's modules to tear down (ucx's worker: about a
+   * millisecond). */
+  ask_to_end(c);
+  c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+  c->end_stage = 0;
+  c->end_at = nxu_now_ms() + DESTROY_GRACE_MS;
+  pthread_mutex_lock(&kids_lock);
+  c->next = ending;
+  ending = c;
+  pthread_mutex_unlock(&kids_lock);
+  poke_monitor('w');
   return 0;
 }
 
@@ -703,7 +843,9 @@ int nx_context_destroy(const nx_gp_t *gp) {
 void nxi_parent_finalize(void) {
   pthread_mutex_lock(&kids_lock);
   struct child *list = kids;
+  struct child *asked = ending;
   kids = NULL;
+  ending = NULL;
   pthread_mutex_unlock(&kids_lock);
   if (monitoring) {
     poke_monitor('q');
@@ -711,6 +853,14 @@ void nxi_parent_finalize(void) {
     close(wake_pipe[0]);
     close(wake_pipe[1]);
     monitoring = 0;
+  }
+  /* Those destroyed already are waited for first: they were asked to end
+   * earlier, and most have by now. */
+  while (asked != NULL) {
+    struct child *c = asked;
+    asked = c->next;
+    wait_end(c);
+    free_child(c);
   }
   while (list != NULL) {
     struct child *c = list;

@@ -62,15 +62,24 @@ static uint64_t poll_cost(struct nxi_module *m) {
   return best;
 }
 
+int nxi_progress_watch_module(struct nxi_module *m, uint64_t *poll_ns) {
+  *poll_ns = poll_cost(m);
+  if (m->wait_fd >= 0 && nxi_engine_watch(m->wait_fd) < 0) {
+    nxi_log(0, m->name, "cannot watch its wait fd");
+    return NX_EIO;
+  }
+  return 0;
+}
+
 int nxi_progress_watch_modules(void) {
   int n = nxi_module_count_loaded();
   for (int i = 0; i < n; i++) {
     struct nxi_module *m = nxi_module_loaded(i);
-    m->poll_ns = m->poll_ns_init = poll_cost(m);
-    if (m->wait_fd >= 0 && nxi_engine_watch(m->wait_fd) < 0) {
-      nxi_log(0, m->name, "cannot watch its wait fd");
-      return NX_EIO;
-    }
+    uint64_t ns;
+    int r = nxi_progress_watch_module(m, &ns);
+    if (r < 0)
+      return r;
+    m->poll_ns = m->poll_ns_init = ns;
   }
   return 0;
 }

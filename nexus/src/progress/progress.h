@@ -3,10 +3,16 @@
 #ifndef NXI_PROGRESS_H
 #define NXI_PROGRESS_H
 
+#include <stdint.h>
+
 /* Sets up the engine (epoll, eventfd, stages); no thread yet. */
 int nxi_progress_init(void);
 /* Watches the loaded modules' wait fds in the engine's epoll. */
 int nxi_progress_watch_modules(void);
+/* The same for one module (one that joined after nx_init, before it is
+ * published), and what an idle poll of it costs, in *poll_ns. */
+struct nxi_module;
+int nxi_progress_watch_module(struct nxi_module *m, uint64_t *poll_ns);
 /* Starts the progress thread (unless NX_PROGRESS=poll). */
 void nxi_progress_start(void);
 /* Runs the RSRs already delivered to this process (queued, not yet run) and

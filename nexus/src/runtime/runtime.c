@@ -166,7 +166,7 @@ int nx_init(int *argc, char ***argv) {
   r = nxi_contexts_init();
   if (r < 0)
     goto err_progress;
-  r = nxi_modules_load(&nxi_core_api);
+  r = nxi_modules_load(&nxi_core_api, nxi_child_defers());
   if (r < 0)
     goto err_contexts;
   if (nxi_module_count_loaded() == 0) {
@@ -209,6 +209,7 @@ int nx_init(int *argc, char ***argv) {
     goto err_dlist;
   }
   nxi_progress_start();
+  nxi_child_join_start(); /* the slow modules, off the critical path */
   if (gateway_env && (r = nx_gateway_enable()) < 0)
     nxi_log(0, NULL, "NX_GATEWAY=1: %s", nx_strerror(r));
   pthread_mutex_unlock(&init_lock);
@@ -253,6 +254,8 @@ int nx_finalize(void) {
   if (atomic_load(&nxi_rt.refs) == 1) {
     if (nxi_tracing())
       nxi_trace_event(NXT_FINALIZE, 0, 0, 0, 0, 0xff, 0, 0, 0);
+    /* No module joins while the runtime winds down (child.h). */
+    nxi_child_join_stop();
     /* RSRs already sent to a context of this process run first (rule 14):
      * a program that sends and then finalizes sees its handlers run. */
     int left = nxi_progress_drain(finalize_ms);
