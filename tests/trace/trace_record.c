@@ -187,8 +187,7 @@ static int read_log(const char *path, struct log *l) {
         l->thread = realloc(l->thread, cap * sizeof(*l->thread));
       }
       struct nxt_rec *r = &l->r[l->n];
-      size_t len =
-          nxt_decode(buf + at, ch.bytes - at, 0, l->h.proc_id, &st, r);
+      size_t len = nxt_decode(buf + at, ch.bytes - at, 0, l->h.proc_id, &st, r);
       if (len == 0) {
         ok = 0;
         break;

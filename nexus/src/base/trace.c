@@ -247,10 +247,6 @@ static inline struct nxi_tbuf *tb_begin(uint64_t *now) {
   return own(tb) ? tb : NULL;
 }
 
-static inline uint32_t sat32(uint64_t v) {
-  return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
 void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                      uint32_t handler, uint64_t bytes, uint8_t module,
                      uint16_t flags, uint32_t aux, uint64_t x) {
@@ -262,7 +258,7 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                       .module = module,
                       .flags = flags,
                       .handler = handler,
-                      .bytes = sat32(bytes),
+                      .bytes = nxi_trace_sat32(bytes),
                       .aux = aux,
                       .t = now,
                       .ctx = ctx,
@@ -273,14 +269,9 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
   disown(tb);
 }
 
-/* The compact forms hold the low half of a context of this process. */
-static inline int is_mine(uint64_t ctx) {
-  return ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0;
-}
-
 void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                          uint64_t bytes, uint8_t module, uint16_t flags) {
-  if (!is_mine(ctx)) {
+  if (!nxi_trace_mine(ctx)) {
     nxi_trace_event(NXT_SEND, ctx, peer, handler, bytes, module, flags, 0, 0);
     return;
   }
@@ -293,7 +284,7 @@ void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                        .flags = flags,
                        .handler = handler,
                        .ctx = (uint32_t)ctx,
-                       .bytes = sat32(bytes),
+                       .bytes = nxi_trace_sat32(bytes),
                        .peer = peer,
                        .t = now};
   memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
@@ -308,7 +299,7 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
   if (tb == NULL)
     return 0;
   /* The room first: a chunk begun here counts this run as its first. */
-  int mine = is_mine(ctx);
+  int mine = nxi_trace_mine(ctx);
   void *at =
       tb_room(tb, mine ? sizeof(struct nxt_send) : sizeof(struct nxt_rec), now);
   uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
@@ -318,7 +309,7 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                          .flags = flags,
                          .handler = handler,
                          .ctx = (uint32_t)ctx,
-                         .bytes = sat32(bytes),
+                         .bytes = nxi_trace_sat32(bytes),
                          .peer = peer,
                          .t = now};
     memcpy(at, &r, sizeof(r));
@@ -327,7 +318,7 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                         .module = 0xff,
                         .flags = flags,
                         .handler = handler,
-                        .bytes = sat32(bytes),
+                        .bytes = nxi_trace_sat32(bytes),
                         .t = now,
                         .ctx = ctx,
                         .peer = peer,

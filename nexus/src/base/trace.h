@@ -118,12 +118,17 @@ static inline uint32_t nxi_trace_sat32(uint64_t v) {
   return v >= UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
+/* The compact forms hold the low half of a context of this process. */
+static inline int nxi_trace_mine(uint64_t ctx) {
+  return ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0;
+}
+
 static inline void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
                                   uint64_t bytes, uint8_t module,
                                   uint16_t flags) {
   uint64_t now;
   struct nxi_tbuf *tb;
-  if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
+  if (nxi_trace_mine(ctx) &&
       (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
     struct nxt_send r = {NXT_SEND_C,    module,
                          flags,         handler,
@@ -140,7 +145,7 @@ static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
                                        uint16_t flags) {
   uint64_t now;
   struct nxi_tbuf *tb;
-  if (ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0 &&
+  if (nxi_trace_mine(ctx) &&
       (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
     /* Its number is its chunk's next (trace_format.h): not written. */
     uint64_t run = tb->chunk.thread << 40 | ++tb->runs;

@@ -11,8 +11,9 @@
  * Records are 8-byte aligned and start with their type. The three that
  * come with every RSR (a send, a handler's begin and end) have compact
  * forms of their own (32, 32 and 16 bytes, 24 for an end on another
- * thread than its begin); every other is a struct nxt_rec (48 bytes). A definition (NXT_DEF_*) is followed by its name:
- * `bytes` of text, no terminating NUL, padded with zeros to a multiple of
+ * thread than its begin); every other is a struct nxt_rec (48 bytes). A
+ * definition (NXT_DEF_*) is followed by its name: `bytes` of text, no
+ * terminating NUL, padded with zeros to a multiple of
  * 8. nxt_decode turns any record into a struct nxt_rec. */
 #ifndef NXI_TRACE_FORMAT_H
 #define NXI_TRACE_FORMAT_H
