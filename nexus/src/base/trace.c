@@ -203,9 +203,12 @@ static struct nxi_tbuf *tb_get(void) {
 
 /* Room for `len` bytes of records in `tb` (owned): written first if
  * not. */
-static inline void *tb_room(struct nxi_tbuf *tb, uint32_t len, uint64_t now) {
+static inline void tb_reserve(struct nxi_tbuf *tb, uint32_t len, uint64_t now) {
   if (__builtin_expect(tb->used + len > NXI_TB_BYTES, 0))
     tb_write(tb, now);
+}
+static inline void *tb_room(struct nxi_tbuf *tb, uint32_t len, uint64_t now) {
+  tb_reserve(tb, len, now);
   void *r = tb->buf + tb->used;
   tb->used += len;
   return r;
@@ -247,6 +250,15 @@ static inline struct nxi_tbuf *tb_begin(uint64_t *now) {
   return own(tb) ? tb : NULL;
 }
 
+/* Puts the `len` bytes at `r` in the owned buffer, writes it if due, and
+ * lets it go: every record's last step. */
+static void tb_put(struct nxi_tbuf *tb, const void *r, uint32_t len,
+                   uint64_t now) {
+  memcpy(tb_room(tb, len, now), r, len);
+  tb_done(tb, now);
+  disown(tb);
+}
+
 void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                      uint32_t handler, uint64_t bytes, uint8_t module,
                      uint16_t flags, uint32_t aux, uint64_t x) {
@@ -264,9 +276,7 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
                       .ctx = ctx,
                       .peer = peer,
                       .x = x};
-  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
-  tb_done(tb, now);
-  disown(tb);
+  tb_put(tb, &r, sizeof(r), now);
 }
 
 void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
@@ -279,17 +289,9 @@ void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
   struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
-  struct nxt_send r = {.type = NXT_SEND_C,
-                       .module = module,
-                       .flags = flags,
-                       .handler = handler,
-                       .ctx = (uint32_t)ctx,
-                       .bytes = nxi_trace_sat32(bytes),
-                       .peer = peer,
-                       .t = now};
-  memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
-  tb_done(tb, now);
-  disown(tb);
+  struct nxt_send r = nxi_trace_compact(NXT_SEND_C, module, flags, handler, ctx,
+                                        bytes, peer, now);
+  tb_put(tb, &r, sizeof(r), now);
 }
 
 uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
@@ -300,19 +302,12 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
     return 0;
   /* The room first: a chunk begun here counts this run as its first. */
   int mine = nxi_trace_mine(ctx);
-  void *at =
-      tb_room(tb, mine ? sizeof(struct nxt_send) : sizeof(struct nxt_rec), now);
+  tb_reserve(tb, mine ? sizeof(struct nxt_send) : sizeof(struct nxt_rec), now);
   uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
   if (mine) {
-    struct nxt_send r = {.type = NXT_BEGIN_C,
-                         .module = 0xff,
-                         .flags = flags,
-                         .handler = handler,
-                         .ctx = (uint32_t)ctx,
-                         .bytes = nxi_trace_sat32(bytes),
-                         .peer = peer,
-                         .t = now};
-    memcpy(at, &r, sizeof(r));
+    struct nxt_send r = nxi_trace_compact(NXT_BEGIN_C, 0xff, flags, handler,
+                                          ctx, bytes, peer, now);
+    tb_put(tb, &r, sizeof(r), now);
   } else {
     struct nxt_rec r = {.type = NXT_BEGIN,
                         .module = 0xff,
@@ -323,10 +318,8 @@ uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                         .ctx = ctx,
                         .peer = peer,
                         .x = run};
-    memcpy(at, &r, sizeof(r));
+    tb_put(tb, &r, sizeof(r), now);
   }
-  tb_done(tb, now);
-  disown(tb);
   return run;
 }
 
@@ -341,14 +334,12 @@ void nxi_trace_end_slow(uint64_t run, uint16_t flags) {
   if (run >> 40 == tb->chunk.thread) {
     struct nxt_end_s r = {
         .type = NXT_END_S, .flags = flags, .run = (uint32_t)run, .t = now};
-    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+    tb_put(tb, &r, sizeof(r), now);
   } else {
     struct nxt_end r = {
         .type = NXT_END_C, .flags = flags | NXT_F_MOVED, .t = now, .x = run};
-    memcpy(tb_room(tb, sizeof(r), now), &r, sizeof(r));
+    tb_put(tb, &r, sizeof(r), now);
   }
-  tb_done(tb, now);
-  disown(tb);
 }
 
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,

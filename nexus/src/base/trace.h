@@ -123,6 +123,18 @@ static inline int nxi_trace_mine(uint64_t ctx) {
   return ctx >> 32 == nxi_trace_proc && (uint32_t)ctx != 0;
 }
 
+/* A compact send or begin (NXT_SEND_C, NXT_BEGIN_C) of a context that
+ * nxi_trace_mine, stamped `now`: here and in trace.c's slow way alike. */
+static inline struct nxt_send nxi_trace_compact(uint8_t type, uint8_t module,
+                                                uint16_t flags,
+                                                uint32_t handler, uint64_t ctx,
+                                                uint64_t bytes, uint64_t peer,
+                                                uint64_t now) {
+  return (struct nxt_send){
+      type, module, flags, handler, (uint32_t)ctx, nxi_trace_sat32(bytes),
+      peer, now};
+}
+
 static inline void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
                                   uint64_t bytes, uint8_t module,
                                   uint16_t flags) {
@@ -130,10 +142,8 @@ static inline void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
   struct nxi_tbuf *tb;
   if (nxi_trace_mine(ctx) &&
       (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
-    struct nxt_send r = {NXT_SEND_C,    module,
-                         flags,         handler,
-                         (uint32_t)ctx, nxi_trace_sat32(bytes),
-                         peer,          now};
+    struct nxt_send r = nxi_trace_compact(NXT_SEND_C, module, flags, handler,
+                                          ctx, bytes, peer, now);
     nxi_trace_put(tb, &r, sizeof(r));
     return;
   }
@@ -149,10 +159,8 @@ static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,
       (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
     /* Its number is its chunk's next (trace_format.h): not written. */
     uint64_t run = tb->chunk.thread << 40 | ++tb->runs;
-    struct nxt_send r = {NXT_BEGIN_C,   0xff,
-                         flags,         handler,
-                         (uint32_t)ctx, nxi_trace_sat32(bytes),
-                         peer,          now};
+    struct nxt_send r = nxi_trace_compact(NXT_BEGIN_C, 0xff, flags, handler,
+                                          ctx, bytes, peer, now);
     nxi_trace_put(tb, &r, sizeof(r));
     return run;
   }
