@@ -152,6 +152,12 @@ static inline void peer_unlock(struct nxi_peer *p) {
   atomic_store_explicit(&p->lock, 0, memory_order_release);
 }
 
+/* Peer lock held: it is lost, being lost, or closed (nothing more is
+ * entered for it, nor asked of it). */
+static inline int peer_gone(const struct nxi_peer *p) {
+  return p->dead | p->dying | p->closed;
+}
+
 /* The peer of `proc`, or NULL: one slot read in the common case. */
 static inline struct nxi_peer *peer_find(uint32_t proc) {
   unsigned s = slot_of(proc);
@@ -367,7 +373,7 @@ static __attribute__((noinline)) void set_cur_gen(struct nxi_peer *p,
  * (no entry is made). */
 static __attribute__((noinline)) int note_room(struct nxi_peer *p,
                                                unsigned gen) {
-  if (p->dead || p->dying || p->closed)
+  if (peer_gone(p))
     return NX_EPEERDEAD;
   if (grow(p) != 0)
     return NX_ENOMEM;
@@ -402,8 +408,7 @@ int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
   if (p == NULL && (p = peer_add(proc)) == NULL)
     return 0;
   peer_lock(p);
-  if ((p->count >= p->cap || gen != p->cur_gen || !p->listed ||
-       (p->dead | p->dying | p->closed)) &&
+  if ((p->count >= p->cap || gen != p->cur_gen || !p->listed || peer_gone(p)) &&
       note_room(p, gen) != 0) {
     peer_unlock(p);
     return 0;
@@ -934,7 +939,7 @@ int nxi_ledger_probe_targets(uint32_t only, uint32_t *procs,
     if (p == NULL || (only != 0 && p->proc != only))
       continue;
     peer_lock(p);
-    if (p->dl != NULL && !(p->dead | p->dying | p->closed)) {
+    if (p->dl != NULL && !peer_gone(p)) {
       nxi_dlist_retain(p->dl);
       procs[n] = p->proc;
       dls[n++] = p->dl;
@@ -951,7 +956,7 @@ int nxi_ledger_probes_out(uint32_t only) {
     if (p == NULL || (only != 0 && p->proc != only))
       continue;
     peer_lock(p);
-    n += p->probe_at != 0 && !(p->dead | p->dying | p->closed);
+    n += p->probe_at != 0 && !peer_gone(p);
     peer_unlock(p);
   }
   return n;
