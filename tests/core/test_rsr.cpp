@@ -369,6 +369,107 @@ TEST_CASE("a handler may keep its buffer past return without a copy",
   nx_gp_release(&peer);
 }
 
+// --- a handler's burst to contexts of this process ---------------------------
+
+namespace {
+
+// A handler's sends to contexts of this process wait on the driver's own
+// queue (docs/design.md, "The driver lock"); what is left on it when the
+// driver lets go (a batch's end, a threaded handler started) moves to the
+// receive queue. Every RSR of a burst longer than a batch runs once.
+const int burst = 300;
+
+struct burst_state {
+  latch done;
+  std::atomic<int> seen[burst];
+  std::atomic<int> bad{0};
+  burst_state() {
+    for (auto &s : seen)
+      s = 0;
+  }
+};
+
+void on_leaf(nx_context_t *ctx, void *, nx_buffer_t *buf) {
+  auto *st = static_cast<burst_state *>(nx_context_data(ctx));
+  int32_t i = -1;
+  if (nx_get_int32(buf, &i) != 0 || i < 0 || i >= burst)
+    st->bad++;
+  else
+    st->seen[i]++;
+  st->done.add();
+}
+
+// Sends `burst` RSRs to the gp in its buffer, before it returns.
+void on_fan(nx_context_t *ctx, void *, nx_buffer_t *buf) {
+  auto *st = static_cast<burst_state *>(nx_context_data(ctx));
+  nx_gp_t to = NX_GP_NULL;
+  if (nx_get_gp(buf, &to) != 0) {
+    st->bad++;
+    return;
+  }
+  for (int32_t i = 0; i < burst; i++) {
+    nx_buffer_t *out;
+    if (nx_rsr_init_name(&out, &to, "leaf", nx_sizeof_int32(1)) != 0 ||
+        nx_put_int32(out, i) != 0 || nx_rsr_send(out) != 0)
+      st->bad++;
+  }
+  nx_gp_release(&to);
+}
+
+struct burst_setup {
+  burst_state *st;
+  int leaf_kind;
+};
+
+int register_burst(nx_context_t *ctx, void *arg) {
+  auto *su = static_cast<burst_setup *>(arg);
+  nx_context_set_data(ctx, su->st);
+  int r =
+      nx_handler_register(ctx, "fan", on_fan, NX_HANDLER_NONTHREADED, nullptr);
+  return r != 0 ? r
+                : nx_handler_register(ctx, "leaf", on_leaf, su->leaf_kind,
+                                      nullptr);
+}
+
+// Sends "fan" to a new context, its burst going to a second one; with
+// `finalize_at_once`, nx_finalize follows the send (it runs what is queued
+// before it ends), else the test waits for the burst.
+void fan_out(int leaf_kind, bool finalize_at_once) {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  burst_state st;
+  burst_setup su{&st, leaf_kind};
+  nx_gp_t fan, leaves;
+  REQUIRE(nx_context_create_local(register_burst, &su, &fan) == 0);
+  REQUIRE(nx_context_create_local(register_burst, &su, &leaves) == 0);
+  nx_buffer_t *b;
+  REQUIRE(nx_rsr_init_name(&b, &fan, "fan", nx_sizeof_gp(&leaves)) == 0);
+  REQUIRE(nx_put_gp(b, &leaves) == 0);
+  REQUIRE(nx_rsr_send(b) == 0);
+  if (finalize_at_once) {
+    nx_gp_release(&fan);
+    nx_gp_release(&leaves);
+    REQUIRE(rt.finalize() == 0);
+  } else {
+    REQUIRE(st.done.wait_for(burst) == burst);
+    nx_gp_release(&fan);
+    nx_gp_release(&leaves);
+  }
+  CHECK(st.bad == 0);
+  int once = 0;
+  for (auto &s : st.seen)
+    once += s == 1;
+  CHECK(once == burst);
+}
+
+} // namespace
+
+TEST_CASE("a handler's burst to contexts of this process runs once each",
+          "[rsr]") {
+  SECTION("non-threaded leaves") { fan_out(NX_HANDLER_NONTHREADED, false); }
+  SECTION("threaded leaves") { fan_out(NX_HANDLER_THREADED, false); }
+}
+
 TEST_CASE("nx_rsr_init refuses bad arguments", "[rsr][badinput]") {
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);

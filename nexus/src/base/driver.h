@@ -4,6 +4,7 @@
 #ifndef NXI_DRIVER_H
 #define NXI_DRIVER_H
 
+#include "base/mpscq.h"
 #include "base/rt.h"
 
 /* Per-thread state: `driving` counts nested holds of the lock; `gen`
@@ -17,6 +18,59 @@ struct nxi_drive_tls {
 extern NXI_TLS struct nxi_drive_tls nxi_drive_me;
 /* The lock: 1 while a thread holds it (driver.c). */
 extern atomic_int nxi_driver_word;
+
+/* The driver's queue: RSRs that the lock's holder sent to contexts of this
+ * process (rsr.c's in-process send), run by it after the receive queue
+ * (dispatch.c) with no locked operation: a handler's reply costs no
+ * exchange on a queue other threads write. What is left in it when the lock
+ * is let go (nxi_drive_end, nxi_drive_lose, nxi_drive_suspend) goes to the
+ * receive queue, where the next driver finds it: the spill stage, which the
+ * engine registers (struct nxi_drive_stages). Only the holder touches it. */
+struct nxi_drive_q {
+  /* Atomic (relaxed) for nxi_drive_q_any, which any thread may ask. */
+  struct nxi_qnode *_Atomic head;
+  struct nxi_qnode *last;
+};
+extern struct nxi_drive_q nxi_drive_q;
+
+/* What the driver lock calls of a higher layer (docs/design.md, "Stages").
+ */
+struct nxi_drive_stages {
+  /* Puts the chain first..last (linked by `next`, last->next NULL) at the
+   * end of the receive queue and wakes a thread to drive. */
+  void (*spill)(struct nxi_qnode *first, struct nxi_qnode *last);
+};
+/* Registers the spill stage (NULL: none; what is queued then stays for the
+ * next holder). */
+void nxi_drive_stages_set(const struct nxi_drive_stages *s);
+/* Hands the driver's queue to the spill stage (driver.c). */
+void nxi_drive_spill(void);
+
+/* Appends to the driver's queue; the caller holds the lock. */
+static inline void nxi_drive_q_put(struct nxi_qnode *n) {
+  atomic_store_explicit(&n->next, NULL, memory_order_relaxed);
+  if (atomic_load_explicit(&nxi_drive_q.head, memory_order_relaxed) == NULL)
+    atomic_store_explicit(&nxi_drive_q.head, n, memory_order_relaxed);
+  else
+    atomic_store_explicit(&nxi_drive_q.last->next, n, memory_order_relaxed);
+  nxi_drive_q.last = n;
+}
+/* Takes the first of the driver's queue (NULL: empty); the caller holds the
+ * lock. */
+static inline struct nxi_qnode *nxi_drive_q_take(void) {
+  struct nxi_qnode *n =
+      atomic_load_explicit(&nxi_drive_q.head, memory_order_relaxed);
+  if (n != NULL)
+    atomic_store_explicit(&nxi_drive_q.head,
+                          atomic_load_explicit(&n->next, memory_order_relaxed),
+                          memory_order_relaxed);
+  return n;
+}
+/* Whether the driver's queue has something: a hint for any thread (the
+ * holder runs it, or spills it as it lets go), exact for the holder. */
+static inline int nxi_drive_q_any(void) {
+  return atomic_load_explicit(&nxi_drive_q.head, memory_order_relaxed) != NULL;
+}
 
 /* Takes the lock if free (or already ours); 1 and the generation in *gen
  * on success, 0 when another thread holds it. Inline, as the next one:
@@ -41,8 +95,11 @@ static inline int nxi_drive_begin(unsigned *gen) {
 static inline void nxi_drive_end(unsigned gen) {
   if (gen != nxi_drive_me.gen || nxi_drive_me.driving == 0)
     return; /* given away meanwhile */
-  if (--nxi_drive_me.driving == 0)
+  if (--nxi_drive_me.driving == 0) {
+    if (nxi_drive_q_any())
+      nxi_drive_spill();
     atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
+  }
 }
 /* Gives the lock away from inside a handler that is about to block. */
 void nxi_drive_lose(void);
@@ -58,6 +115,8 @@ struct nxi_drive_hold {
 static inline struct nxi_drive_hold nxi_drive_suspend(void) {
   struct nxi_drive_hold h = {nxi_drive_me.driving, nxi_drive_me.gen};
   if (h.depth > 0) {
+    if (nxi_drive_q_any())
+      nxi_drive_spill();
     nxi_drive_me.driving = 0;
     atomic_store_explicit(&nxi_driver_word, 0, memory_order_release);
   }

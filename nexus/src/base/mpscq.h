@@ -32,6 +32,15 @@ static inline void nxi_mpscq_push(struct nxi_mpscq *q, struct nxi_qnode *n) {
   atomic_store_explicit(&prev->next, n, memory_order_release);
 }
 
+/* Pushes the chain first..last (linked, last->next NULL) as one. */
+static inline void nxi_mpscq_push_chain(struct nxi_mpscq *q,
+                                        struct nxi_qnode *first,
+                                        struct nxi_qnode *last) {
+  struct nxi_qnode *prev =
+      atomic_exchange_explicit(&q->head, last, memory_order_seq_cst);
+  atomic_store_explicit(&prev->next, first, memory_order_release);
+}
+
 static inline void nxi_mpscq_tail_set(struct nxi_mpscq *q,
                                       struct nxi_qnode *n) {
   atomic_store_explicit(&q->tail, n, memory_order_relaxed);

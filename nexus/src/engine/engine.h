@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "buffers/buf.h"
+#include "base/driver.h"
 #include "base/mpscq.h"
 #include "base/rt.h"
 
@@ -153,11 +154,24 @@ static inline void nxi_requeue(struct nx_buffer *b) {
   nxi_mpscq_push(&nxi_eng.recvq, &b->qnode);
   nxi_progress_wake();
 }
-/* Whether either receive queue holds something not yet dispatched, from
- * any thread (nxi_mpscq_empty): a queue of its own is read by no counter
- * of pushes, whose locked add every queued RSR paid. */
+/* An RSR sent to a context of this process (rsr.c): on the driver's own
+ * queue when the sender holds the driver lock (a handler's reply: no
+ * locked operation, no wake-up), else as nxi_requeue. Only for frames that
+ * need no order against others: a module's frames take nxi_requeue (a
+ * fence must come behind what arrived before it). */
+static inline void nxi_requeue_local(struct nx_buffer *b) {
+  if (nxi_driving())
+    nxi_drive_q_put(&b->qnode);
+  else
+    nxi_requeue(b);
+}
+/* Whether either receive queue or the driver's own (driver.h) holds
+ * something not yet dispatched, from any thread (nxi_mpscq_empty): a queue of
+ * its own is read by no counter of pushes, whose locked add every queued RSR
+ * paid. */
 static inline int nxi_queued(void) {
-  return !nxi_mpscq_empty(&nxi_eng.recvq) || !nxi_mpscq_empty(&nxi_eng.ctlq);
+  return !nxi_mpscq_empty(&nxi_eng.recvq) || !nxi_mpscq_empty(&nxi_eng.ctlq) ||
+         nxi_drive_q_any();
 }
 /* Sleeps in epoll until a module fd, the eventfd, or the timeout. A
  * waiter passes the word it waits on (NULL otherwise). */

@@ -20,6 +20,13 @@ static const struct nxi_engine_stages engine_stages = {
     .pool_main = nxi_pool_main,
 };
 
+/* What the driver lets go of with its queue not empty (driver.h). */
+static void spill(struct nxi_qnode *first, struct nxi_qnode *last) {
+  nxi_mpscq_push_chain(&nxi_eng.recvq, first, last);
+  nxi_progress_wake();
+}
+static const struct nxi_drive_stages drive_stages = {.spill = spill};
+
 int nxi_progress_init(void) {
   memset(&nxi_eng, 0, sizeof(nxi_eng));
   nxi_mpscq_init(&nxi_eng.recvq);
@@ -39,6 +46,7 @@ int nxi_progress_init(void) {
   }
   atomic_store(&nxi_eng.primary_state, NXI_PRIMARY_SLEEP);
   nxi_engine_stages_set(&engine_stages);
+  nxi_drive_stages_set(&drive_stages);
   nxi_waiter_stages_install();
   return 0;
 }
@@ -108,6 +116,9 @@ int nxi_progress_drain(unsigned ms) {
   unsigned gen;
   if (nxi_drive_begin(&gen)) {
     left += nxi_mpscq_count(&nxi_eng.recvq) + nxi_mpscq_count(&nxi_eng.ctlq);
+    for (struct nxi_qnode *q = atomic_load(&nxi_drive_q.head); q != NULL;
+         q = atomic_load(&q->next))
+      left++;
     nxi_drive_end(gen);
   } else if (nxi_queued()) {
     left++;
@@ -156,10 +167,12 @@ int nxi_progress_finalize(void) {
   if (nxi_drive_begin(&gen)) {
     struct nxi_qnode *q;
     while ((q = nxi_mpscq_pop(&nxi_eng.recvq)) != NULL ||
-           (q = nxi_mpscq_pop(&nxi_eng.ctlq)) != NULL)
+           (q = nxi_mpscq_pop(&nxi_eng.ctlq)) != NULL ||
+           (q = nxi_drive_q_take()) != NULL)
       nxi_buffer_handler_done(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
     nxi_drive_end(gen);
   }
+  nxi_drive_stages_set(NULL);
   struct nx_buffer *b;
   while ((b = nxi_tq_pop()) != NULL) {
     nxi_context_put(b->ctx);

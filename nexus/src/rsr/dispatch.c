@@ -248,7 +248,8 @@ static int poll_module(struct nxi_module *m, uint64_t now, int all) {
   return r > 0 ? r : 0;
 }
 
-/* Runs up to a batch of the RSRs queued (runtime messages first), while
+/* Runs up to a batch of the RSRs queued (runtime messages first, the
+ * driver's own queue last), while
  * this thread holds the driver lock at generation `gen`. */
 static inline int run_queued(unsigned gen) {
   int n = 0;
@@ -257,6 +258,8 @@ static inline int run_queued(unsigned gen) {
     struct nxi_qnode *q = nxi_mpscq_pop(&nxi_eng.ctlq);
     if (q == NULL)
       q = nxi_mpscq_pop(&nxi_eng.recvq);
+    if (q == NULL) /* behind what other threads queued (driver.h) */
+      q = nxi_drive_q_take();
     if (q == NULL)
       break;
     dispatch(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));

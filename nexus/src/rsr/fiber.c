@@ -382,7 +382,8 @@ static inline int carry_worth(const struct nxi_fiber *f) {
   return nxi_ready() &&
          !atomic_load_explicit(&nxi_eng.stopping, memory_order_relaxed) &&
          atomic_load_explicit(&nxi_eng.tq_len, memory_order_relaxed) == 0 &&
-         !(nxi_mpscq_idle(&nxi_eng.recvq) && nxi_mpscq_idle(&nxi_eng.ctlq));
+         !(nxi_mpscq_idle(&nxi_eng.recvq) && nxi_mpscq_idle(&nxi_eng.ctlq) &&
+           !nxi_drive_q_any());
 }
 
 /* Its first handler returned without parking, on the thread that started

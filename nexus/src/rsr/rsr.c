@@ -298,10 +298,11 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
      * (protocol.h, in_process): the core hands it over itself, as
      * core_handover does, a call into the module and one back the
      * fewer. It holds no values by reference and is no runtime message
-     * (tested above): it goes on the receive queue as it is. */
+     * (tested above): it is queued as it is (nxi_requeue_local: on the
+     * driver's own queue when this thread holds the driver lock). */
     b->kind = NXI_BUF_RECV;
     b->pos = 0;
-    nxi_requeue(b);
+    nxi_requeue_local(b);
     return 0;
   }
   int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
