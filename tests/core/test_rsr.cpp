@@ -468,6 +468,12 @@ TEST_CASE("a handler's burst to contexts of this process runs once each",
           "[rsr]") {
   SECTION("non-threaded leaves") { fan_out(NX_HANDLER_NONTHREADED, false); }
   SECTION("threaded leaves") { fan_out(NX_HANDLER_THREADED, false); }
+  SECTION("nx_finalize right after: non-threaded leaves") {
+    fan_out(NX_HANDLER_NONTHREADED, true);
+  }
+  SECTION("nx_finalize right after: threaded leaves") {
+    fan_out(NX_HANDLER_THREADED, true);
+  }
 }
 
 TEST_CASE("nx_rsr_init refuses bad arguments", "[rsr][badinput]") {

@@ -3,11 +3,13 @@
 #include "rsr/dispatch.h"
 #include "progress/progress.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "buffers/frame.h"
 #include "contexts/context.h"
 #include "base/driver.h"
 #include "engine/engine.h"
@@ -101,14 +103,36 @@ static int undelivered(void) {
   return nxi_queued() || atomic_load(&nxi_eng.tq_len) > 0;
 }
 
+/* Whether nothing is left to run, as seen holding the driver lock: a
+ * thread that drives may have taken an RSR off the queues and be running
+ * its handler, which may send more (to the driver's queue, spilled as it
+ * lets go); the queues alone would look empty meanwhile. 1: nothing left;
+ * 0: something; -1: the lock was not to be had before `deadline`. */
+static int drained(uint64_t deadline) {
+  unsigned gen;
+  while (!nxi_drive_begin(&gen)) {
+    if (nxu_now_ns() >= deadline)
+      return -1;
+    sched_yield();
+  }
+  int none = !undelivered();
+  nxi_drive_end(gen);
+  return none;
+}
+
 int nxi_progress_drain(unsigned ms) {
   uint64_t deadline = nxu_now_ns() + (uint64_t)ms * 1000000u;
   /* The progress thread (or a pooled one, for threaded handlers) may be the
    * one running them: helping is enough, and harmless when it is busy. */
-  while (undelivered() && nxu_now_ns() < deadline)
-    nxi_progress_help();
-  if (!undelivered())
-    return 0;
+  for (;;) {
+    while (undelivered() && nxu_now_ns() < deadline)
+      nxi_progress_help();
+    int d = drained(deadline);
+    if (d == 1)
+      return 0;
+    if (d < 0 || nxu_now_ns() >= deadline)
+      break;
+  }
   /* Counted for the report by a walk of the queues, which only the driver
    * may make; a driver that keeps the lock (a handler that never returns)
    * leaves "at least one". */
@@ -166,11 +190,20 @@ int nxi_progress_finalize(void) {
   unsigned gen;
   if (nxi_drive_begin(&gen)) {
     struct nxi_qnode *q;
+    int dropped = 0;
     while ((q = nxi_mpscq_pop(&nxi_eng.recvq)) != NULL ||
            (q = nxi_mpscq_pop(&nxi_eng.ctlq)) != NULL ||
-           (q = nxi_drive_q_take()) != NULL)
-      nxi_buffer_handler_done(NXI_CONTAINER_OF(q, struct nx_buffer, qnode));
+           (q = nxi_drive_q_take()) != NULL) {
+      struct nx_buffer *b = NXI_CONTAINER_OF(q, struct nx_buffer, qnode);
+      dropped += !(b->hflags & NXI_FRAME_F_CTL);
+      nxi_buffer_handler_done(b);
+    }
     nxi_drive_end(gen);
+    /* Sent after the drain by a threaded handler still running then. */
+    if (dropped > 0)
+      nxi_log(0, NULL,
+              "nx_finalize: %d RSR(s) sent while the runtime stopped dropped",
+              dropped);
   }
   nxi_drive_stages_set(NULL);
   struct nx_buffer *b;
