@@ -380,7 +380,7 @@ int nxpvmi_out_start(int tid);
 int nxpvmi_out_start_log(void);
 void nxpvmi_out_stop(void);
 void nxpvmi_out_stop_at_exit(void);
-void nxpvmi_out_unwatch(void);
+void nxpvmi_out_end(void);
 void nxpvmi_on_out(nx_context_t *ctx, void *addr, nx_buffer_t *buf);
 
 /* pvm_mbox.c */

@@ -1097,7 +1097,7 @@ static void flush_at_exit(void) {
     nxpvmi_out_stop_at_exit(); /* caught output: the last lines, EOF */
     nx_flush(2000);
   }
-  nxpvmi_out_unwatch(); /* also after pvm_exit */
+  nxpvmi_out_end(); /* also after pvm_exit */
 }
 
 int pvm_mytid(void) {
