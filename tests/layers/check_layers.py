@@ -42,6 +42,8 @@ NOT_HOOKS = {
                           'it on the same stack before returning (never '
                           'once it returned: a handler that parks ends '
                           'that): a call',
+    'nxi_uvloop_call': "runs fn on the process layer's loop thread now "
+                       "and returns once it has returned: a call",
     'nxi_buffer_own': "keeps a protocol module's release function for a "
                       "frame it lent (nx_core_api's own): the module's "
                       "function, not a core layer's",
