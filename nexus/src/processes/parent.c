@@ -65,9 +65,10 @@ struct child {
   struct child *next;
   pid_t pid; /* 0: a module or a PMIx server started it */
   struct nxi_chan chan;
-  uint32_t proc;
-  int dead;   /* its channel closed */
-  int reaped; /* waitpid returned it */
+  uint32_t proc;    /* set by the loop (add_kid), which reads it */
+  uint64_t context; /* its initial context, for add_kid */
+  int dead;         /* its channel closed */
+  int reaped;       /* waitpid returned it */
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
   int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
@@ -316,6 +317,7 @@ static void on_chan(uv_poll_t *h, int status, int events) {
 /* nxi_uvloop_call: a child whose handshake is done is watched. */
 static void add_kid(void *arg) {
   struct child *c = arg;
+  c->proc = nxi_ctxid_proc(c->context);
   c->next = kids;
   kids = c;
   if (c->on_loop)
@@ -836,7 +838,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
             "and ends it",
             exe, (int)c->pid, timeout_ms / 1000);
   if (r == 0) {
-    c->proc = nxi_ctxid_proc(child_gp.context);
+    c->context = child_gp.context;
     use_loop();
     r = nxi_uvloop_call(add_kid, c);
     if (r < 0)
