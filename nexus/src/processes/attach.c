@@ -70,6 +70,19 @@ struct conn {
 
 static uv_tcp_t *listener; /* the loop's */
 static struct conn *serving;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* A process forked (without exec) from a listener: the listener, its
+ * socket and the loop that served it are its parent's (uvloop.c forgets
+ * the loop). It listens anew if it asks. */
+static void forget_listener(void) {
+  pthread_mutex_init(&attach_lock, NULL);
+  listen_fd = -1;
+  listener = NULL;
+  serving = NULL;
+}
+
+static void register_fork(void) { pthread_atfork(NULL, NULL, forget_listener); }
 
 static void conn_closed(uv_handle_t *h) {
   struct conn *c = h->data;
@@ -319,6 +332,7 @@ int nx_attach_listen(const char **url) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
+  pthread_once(&fork_once, register_fork);
   pthread_mutex_lock(&attach_lock);
   if (listen_fd >= 0) {
     *url = url_text;
