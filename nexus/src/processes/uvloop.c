@@ -169,6 +169,9 @@ void nxi_uvloop_finalize(void) {
   pthread_mutex_lock(&L.lock);
   L.loop = NULL;
   pthread_mutex_unlock(&L.lock);
-  uv_loop_close(loop); /* 0: every handle closed */
+  if (uv_loop_close(loop) != 0) {
+    nxi_log(0, NULL, "the process layer's loop cannot close; left open");
+    return;
+  }
   free(loop);
 }
