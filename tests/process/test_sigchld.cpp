@@ -4,7 +4,8 @@
 // signal handler, so a program's handler stays in place and hears its
 // signals, the program's own children stay its to reap, and a program that
 // reaps every child (waitpid(-1)) does not stall nexus. A process forked
-// from a creator leaves its parent's loop alone and starts its own.
+// from a creator leaves its parent's loop alone and starts its own, and an
+// error callback on the loop's thread cannot make it wait for itself.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -157,6 +158,48 @@ TEST_CASE("a process forked from a creator starts a process layer of its own",
   CHECK(WEXITSTATUS(status) == 0);
   // The parent's child is still its own, watched as before.
   REQUIRE(nx_context_destroy(&gp) == 0);
+  nx_gp_release(&gp);
+  REQUIRE(rt.finalize() == 0);
+  CHECK(nxt_no_children());
+}
+
+namespace {
+
+std::atomic<int> create_in_callback{1};
+nx_node_t callback_node;
+
+void create_on_death(int err, uint64_t ctx, uint32_t handler, void *arg) {
+  (void)ctx;
+  (void)arg;
+  if (err != NX_EPEERDEAD || handler != 0 || create_in_callback != 1)
+    return;
+  nx_gp_t gp = NX_GP_NULL;
+  create_in_callback =
+      nx_context_create(&callback_node, CHILD_EXE, serve_argv, &gp);
+}
+
+} // namespace
+
+// The loop's thread tells of a child's death, so an error callback may run
+// there: a create in it, which would wait for that thread, is NX_EBUSY
+// (not a deadlock).
+TEST_CASE("nx_context_create in an error callback on the loop's thread",
+          "[process][sigchld]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  callback_node = local_node();
+  create_in_callback = 1;
+  nx_error_cb_set(create_on_death, nullptr);
+  nx_gp_t gp = NX_GP_NULL;
+  REQUIRE(nx_context_create(&callback_node, CHILD_EXE, serve_argv, &gp) == 0);
+  pid_t child = nxt_child_pid("ctx_child");
+  REQUIRE(child > 0);
+  REQUIRE(kill(child, SIGKILL) == 0);
+  for (int i = 0; i < 1000 && create_in_callback == 1; i++)
+    sleep_ms(10);
+  CHECK(create_in_callback == NX_EBUSY);
+  nx_error_cb_set(nullptr, nullptr);
+  CHECK(nx_context_destroy(&gp) == 0);
   nx_gp_release(&gp);
   REQUIRE(rt.finalize() == 0);
   CHECK(nxt_no_children());

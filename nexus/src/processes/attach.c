@@ -505,6 +505,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
       nxi_attach_parse_url(url, host, sizeof(host), port, sizeof(port), key);
   if (r < 0)
     return r;
+  if (nxi_uvloop_here())
+    return NX_EBUSY; /* the exchange needs this thread */
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
                            .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV};

@@ -795,6 +795,8 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
+  if (nxi_uvloop_here())
+    return NX_EBUSY; /* its handshake needs this thread */
   struct nxi_module *m = NULL;
   int pmix = 0;
   if (!nxi_node_is_local(node) &&
@@ -900,17 +902,19 @@ static int process_destroy(uint64_t context) {
    * close would call it dead (NX_EPEERDEAD) first, and the first code a
    * list fails with is the one RSRs and the error callback get. */
   nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
-  if (c->pid == 0) {
-    kill_and_reap(c, DESTROY_GRACE_MS);
+  ask_to_end(c);
+  if (!c->on_loop) {
+    /* A module's child: its launcher reaps it, and closing its channel
+     * (MPI's disconnect) waits until it has let go. */
     nxi_chan_close(&c->chan, 0);
     free(c);
     return 0;
   }
-  /* A child this process forked is asked to end and left to the loop,
-   * which reaps it (nx_finalize waits for what is left): the creator does
-   * not wait for the child's modules to tear down (ucx's worker: about a
-   * millisecond). */
-  ask_to_end(c);
+  /* A child with a socket is left to the loop, which reaps it (nx_finalize
+   * waits for what is left): the creator does not wait for the child's
+   * modules to tear down (ucx's worker: about a millisecond). This may be
+   * the loop's thread (an error callback), which must not wait for
+   * itself. */
   c->grace_ms = DESTROY_GRACE_MS;
   nxi_uvloop_call(end_child, c); /* the loop's from here */
   return 0;

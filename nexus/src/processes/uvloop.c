@@ -126,6 +126,13 @@ int nxi_uvloop_call(void (*fn)(void *arg), void *arg) {
 
 uv_loop_t *nxi_uvloop(void) { return L.loop; }
 
+int nxi_uvloop_here(void) {
+  pthread_mutex_lock(&L.lock);
+  int here = L.loop != NULL && pthread_equal(L.thread, pthread_self());
+  pthread_mutex_unlock(&L.lock);
+  return here;
+}
+
 void nxi_uvloop_set(int *flag, int value) {
   pthread_mutex_lock(&L.lock);
   *flag = value;

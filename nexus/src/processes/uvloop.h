@@ -10,6 +10,9 @@
  * that thread). Returns 0, or NX_EAGAIN (no loop or no thread) without
  * running fn. */
 int nxi_uvloop_call(void (*fn)(void *arg), void *arg);
+/* Whether the calling thread is the loop's: one that must not wait for the
+ * loop (an error callback the loop ran calling nx_context_create). */
+int nxi_uvloop_here(void);
 /* The loop, for code that runs on its thread (inside nxi_uvloop_call's fn
  * or a handle's callback). */
 uv_loop_t *nxi_uvloop(void);
