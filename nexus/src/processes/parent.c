@@ -414,7 +414,7 @@ static void hs_begin(void *arg) {
   }
   if (uv_poll_init_socket(loop, &c->chan_poll, c->chan.fd) != 0) {
     c->rx_len = NX_EIO;
-    c->hs_done = 1; /* read once the call returns */
+    nxi_uvloop_set(&c->hs_done, 1);
     return;
   }
   c->chan_poll.data = c;
@@ -427,8 +427,13 @@ static void hs_begin(void *arg) {
 /* Ends child c, which is on no list, within its stages from `grace_ms`
  * on, and waits until it is gone (or let go of). */
 static void end_and_wait(struct child *c, int grace_ms) {
-  if (!c->on_loop)
+  if (!c->on_loop) {
+    if (c->pid > 0) { /* forked, but the loop never came (no thread) */
+      kill(c->pid, SIGKILL);
+      waitpid(c->pid, &c->status, 0);
+    }
     return;
+  }
   c->waited = 1;
   c->grace_ms = grace_ms;
   nxi_uvloop_call(end_child, c); /* the loop runs: c is on it */
@@ -444,7 +449,7 @@ static long first_message(struct child *c, uint8_t *buf, int timeout_ms) {
   c->rx = buf;
   c->hs_ms = timeout_ms;
   use_loop();
-  int r = nxi_uvloop_call(hs_begin, c);
+  int r = nxi_uvloop_post(hs_begin, c); /* then one wait, for its end */
   if (r < 0)
     return r;
   nxi_uvloop_wait(&c->hs_done);
@@ -842,7 +847,7 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   if (r == 0) {
     c->context = child_gp.context;
     use_loop();
-    r = nxi_uvloop_call(add_kid, c);
+    r = nxi_uvloop_post(add_kid, c); /* before any later call of ours */
     if (r < 0)
       nx_gp_release(&child_gp);
   }
@@ -916,7 +921,8 @@ static int process_destroy(uint64_t context) {
    * the loop's thread (an error callback), which must not wait for
    * itself. */
   c->grace_ms = DESTROY_GRACE_MS;
-  nxi_uvloop_call(end_child, c); /* the loop's from here */
+  if (nxi_uvloop_post(end_child, c) < 0)
+    nxi_uvloop_call(end_child, c); /* no memory: wait for it instead */
   return 0;
 }
 

@@ -8,13 +8,15 @@
 #include "base/rt.h"
 #include "nexus/errors.h"
 
-/* A call handed to the loop (nxi_uvloop_call); lives on the caller's
- * stack until the loop marks it done. */
+/* A call handed to the loop: nxi_uvloop_call's lives on the caller's
+ * stack until the loop marks it done; nxi_uvloop_post's is the loop's to
+ * free. */
 struct call {
   struct call *next;
   void (*fn)(void *arg);
   void *arg;
   int done;
+  int posted;
 };
 
 /* `lock` guards the calls, every flag of nxi_uvloop_set and the start and
@@ -62,6 +64,10 @@ static void run_calls(uv_async_t *a) {
     struct call *c = list;
     list = c->next;
     c->fn(c->arg);
+    if (c->posted) {
+      free(c);
+      continue;
+    }
     pthread_mutex_lock(&L.lock);
     c->done = 1; /* c is the caller's again from here */
     pthread_cond_broadcast(&L.cond);
@@ -102,26 +108,59 @@ err_loop:
   return NX_EAGAIN;
 }
 
-int nxi_uvloop_call(void (*fn)(void *arg), void *arg) {
+/* Queues `c` for the loop, starting it if needed: 0, or a negative code
+ * (NX_EINVAL: this is the loop's thread, which runs c itself). Returns
+ * with the lock held when 0. */
+static int queue(struct call *c) {
   pthread_mutex_lock(&L.lock);
   if (L.loop != NULL && pthread_equal(L.thread, pthread_self())) {
     pthread_mutex_unlock(&L.lock);
-    fn(arg);
-    return 0;
+    return NX_EINVAL;
   }
   int r = L.loop != NULL ? 0 : start_locked();
   if (r < 0) {
     pthread_mutex_unlock(&L.lock);
     return r;
   }
-  struct call c = {.fn = fn, .arg = arg};
-  *L.tail = &c;
-  L.tail = &c.next;
+  *L.tail = c;
+  L.tail = &c->next;
   uv_async_send(&L.async);
+  return 0;
+}
+
+int nxi_uvloop_call(void (*fn)(void *arg), void *arg) {
+  struct call c = {.fn = fn, .arg = arg};
+  int r = queue(&c);
+  if (r == NX_EINVAL) {
+    fn(arg);
+    return 0;
+  }
+  if (r < 0)
+    return r;
   while (!c.done)
     pthread_cond_wait(&L.cond, &L.lock);
   pthread_mutex_unlock(&L.lock);
   return 0;
+}
+
+int nxi_uvloop_post(void (*fn)(void *arg), void *arg) {
+  struct call *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return NX_ENOMEM;
+  c->fn = fn;
+  c->arg = arg;
+  c->posted = 1;
+  int r = queue(c);
+  if (r == 0) {
+    pthread_mutex_unlock(&L.lock);
+    return 0;
+  }
+  free(c);
+  if (r == NX_EINVAL) {
+    fn(arg);
+    return 0;
+  }
+  return r;
 }
 
 uv_loop_t *nxi_uvloop(void) { return L.loop; }

@@ -10,6 +10,10 @@
  * that thread). Returns 0, or NX_EAGAIN (no loop or no thread) without
  * running fn. */
 int nxi_uvloop_call(void (*fn)(void *arg), void *arg);
+/* Hands fn(arg) to the loop's thread and returns at once (at once too on
+ * that thread, after running it): calls and posts run in the order they
+ * were made. Returns 0, or NX_EAGAIN or NX_ENOMEM without running fn. */
+int nxi_uvloop_post(void (*fn)(void *arg), void *arg);
 /* Whether the calling thread is the loop's: one that must not wait for the
  * loop (an error callback the loop ran calling nx_context_create). */
 int nxi_uvloop_here(void);
