@@ -42,6 +42,11 @@ NOT_HOOKS = {
                           'it on the same stack before returning (never '
                           'once it returned: a handler that parks ends '
                           'that): a call',
+    'nxi_uvloop_call': "runs fn on the process layer's loop thread now "
+                       "and returns once it has returned: a call",
+    'nxi_uvloop_post': "runs fn on the process layer's loop thread next, "
+                       "in order with the calls, and keeps it no longer: "
+                       "a call that does not wait",
     'nxi_buffer_own': "keeps a protocol module's release function for a "
                       "frame it lent (nx_core_api's own): the module's "
                       "function, not a core layer's",

@@ -47,9 +47,11 @@ NX_EXTERN int nx_node_release(nx_node_t *node);
  * NX_ENOENT (the program could not be started); NX_EPEERDEAD (it ended
  * before it was ready, or said something malformed); NX_ETIMEDOUT;
  * NX_EAGAIN (no process, socket or thread to be had); NX_EIO (its control
- * channel failed); NX_ENOMEM; NX_ENOTINIT; on a "pmix" node NX_EUNREACH
- * (this host has no IPv4 address up for the child to connect back to); or
- * the error of the module or PMIx server that starts it. */
+ * channel failed); NX_ENOMEM; NX_ENOTINIT; NX_EBUSY (called from an error
+ * callback that runs on the thread watching process contexts, which cannot
+ * wait for itself); on a "pmix" node NX_EUNREACH (this host has no IPv4
+ * address up for the child to connect back to); or the error of the module
+ * or PMIx server that starts it. */
 NX_EXTERN int nx_context_create(const nx_node_t *node, const char *exe,
                                 char *const argv[], nx_gp_t *gp);
 
@@ -133,7 +135,9 @@ NX_EXTERN int nx_attach_listen(const char **url);
  * it refused ours); NX_EPROTO (a malformed answer, or the listener closed
  * in the handshake: an older nexus); NX_ERANGE (a truncated descriptor
  * list in its answer); NX_ECONNRESET (it closed while sending its
- * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT. */
+ * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT;
+ * NX_EBUSY (called from an error callback on the thread watching process
+ * contexts). */
 NX_EXTERN int nx_attach(const char *url, nx_gp_t *gp);
 
 #ifdef __cplusplus

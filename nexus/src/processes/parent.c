@@ -11,13 +11,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "processes/boot.h"
@@ -29,47 +30,91 @@
 #include "buffers/frame.h"
 #include "services/ledger.h"
 #include "processes/node.h"
+#include "processes/uvloop.h"
 #include "nxu_key.h"
 #include "nxu_opt.h"
 #include "nxu_time.h"
+#include "nxu_wire.h"
 #include "base/trace.h"
 
 extern char **environ;
 
 #define DESTROY_GRACE_MS 5000
 #define KILL_GRACE_MS 2000
+/* After SIGKILL: a child still not gone then (stuck in the kernel) is let
+ * go of, unreaped. */
+#define GIVE_UP_MS 60000
+/* Where the kernel has no pidfd (Linux before 5.3): how often a child that
+ * is dead or ending is looked at. */
+#define REAP_LOOK_MS 10
 
-/* The creator side: children started with nx_context_create. A monitor
- * thread watches the sockets of those it forked, so a child that dies is
- * noticed (and its routes failed) even when no RSR goes to it. A child a
- * module spawned is not watched (no backend tells of its end: see
- * docs/mpi.md) and not reaped here (its launcher does that). */
+/* The creator side: children started with nx_context_create, watched by
+ * the process layer's loop (uvloop.c): the socket of each (a child that
+ * dies is noticed, and its routes failed, even when no RSR goes to it),
+ * the pidfd of each it forked (readable once the child has exited: it is
+ * reaped then, by waitpid on its pid alone, never waitpid(-1) and never
+ * through SIGCHLD, which belong to the program), and a timer for the
+ * handshake's deadline, then for the stages of its end. A child a module
+ * spawned is not watched (no backend tells of its end: see docs/mpi.md)
+ * and not reaped here (its launcher does that). The lists and the handles
+ * are the loop thread's alone: a thread that creates or ends a child hands
+ * the loop its part (nxi_uvloop_call) and waits for a flag the loop sets
+ * (nxi_uvloop_wait). */
 
 struct child {
   struct child *next;
-  pid_t pid; /* 0: a module spawned it */
+  pid_t pid; /* 0: a module or a PMIx server started it */
   struct nxi_chan chan;
-  uint32_t proc;
-  int dead;   /* its channel closed */
-  int reaped; /* waitpid returned it */
+  uint32_t proc;    /* set by the loop (add_kid), which reads it */
+  uint64_t context; /* its initial context, for add_kid */
+  int dead;         /* its channel closed */
+  int reaped;       /* waitpid returned it */
   int status;
   int signalled; /* the signal nexus sent it to end it (0: none) */
   int quiet;     /* NX_CREATE_QUIET_END: its end is logged at level 1 */
-  /* Once it was asked to end (ask_to_end): */
-  int pidfd;       /* readable when it has exited; -1: none */
-  int end_stage;   /* 0 asked, 1 SIGTERM sent, 2 SIGKILL sent */
-  uint64_t end_at; /* when the next stage is due (nxu_now_ms) */
+  int pidfd;     /* readable once it has exited; -1: none */
+  int on_loop;   /* its handles were made (a socket channel) */
+  /* The loop's: */
+  uv_poll_t chan_poll;  /* its channel: READY, JOIN, its close */
+  uv_poll_t pid_poll;   /* its pidfd */
+  uv_timer_t timer;     /* the handshake's deadline, then the end's stages */
+  uv_timer_t reap_look; /* without a pidfd: whether it exited */
+  int end_stage;        /* 0 asked, 1 SIGTERM sent, 2 SIGKILL sent */
+  int grace_ms;         /* from the ask to SIGTERM */
+  int ending;           /* asked to end: gone once reaped */
+  int closing;          /* handles not yet closed */
+  int waited;           /* a thread waits for `gone`, then frees it */
+  /* The handshake: its first message, for the creating thread. */
+  uint8_t *rx;
+  size_t rx_have;
+  long rx_len; /* its length, 0 (closed) or a negative code */
+  int hs_ms;
+  /* Flags of nxi_uvloop_set: */
+  int hs_done;
+  int gone;
 };
 
-static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct child *kids;
-/* Children asked to end by nx_context_destroy: the monitor reaps them (and
- * insists when one does not exit in time), so that destroy need not wait
- * for a child's modules to tear down. */
-static struct child *ending;
-static pthread_t monitor;
-static int monitoring;
-static int wake_pipe[2] = {-1, -1};
+static struct child *kids;   /* ready and watched */
+static struct child *ending; /* asked to end by nx_context_destroy */
+/* Whether this run handed the loop a child (nxi_parent_finalize). */
+static atomic_int used;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* A process forked (without exec) from a creator: the children are its
+ * parent's, and so is the loop that watched them (uvloop.c forgets it).
+ * It starts with none; one it creates goes on a loop of its own. */
+static void forget_kids(void) {
+  kids = ending = NULL;
+  atomic_store(&used, 0);
+}
+
+static void register_fork(void) { pthread_atfork(NULL, NULL, forget_kids); }
+
+/* Marks this run as one with children, before the loop gets the first. */
+static void use_loop(void) {
+  pthread_once(&fork_once, register_fork);
+  atomic_store(&used, 1);
+}
 
 static void report_exit(const struct child *c) {
   /* Its end, when it is the child's own doing: printed, unless its creator
@@ -95,66 +140,19 @@ static void report_exit(const struct child *c) {
             WEXITSTATUS(c->status));
 }
 
-/* Kids lock held. A child someone else reaped (the program's own
- * waitpid(-1)) counts as reaped: its pid may be another process's by now,
- * never to be signalled. */
-static void try_reap(struct child *c, int options) {
-  if (c->reaped)
+/* A child someone else reaped (the program's own waitpid(-1)) counts as
+ * reaped: its pid may be another process's by now, never to be
+ * signalled. */
+static void try_reap(struct child *c) {
+  if (c->reaped || c->pid == 0)
     return;
-  pid_t r = waitpid(c->pid, &c->status, options);
+  pid_t r = waitpid(c->pid, &c->status, WNOHANG);
   if (r == c->pid) {
     c->reaped = 1;
     report_exit(c);
   } else if (r < 0 && errno == ECHILD) {
     c->reaped = 1;
     c->status = 0;
-  }
-}
-
-/* Kids lock held: a child that did not exit by c->end_at is insisted on,
- * SIGTERM, then SIGKILL 2 s later. Returns 0 once nothing is left to send. */
-static int insist(struct child *c) {
-  if (c->end_stage >= 2)
-    return 0;
-  c->signalled = c->end_stage == 0 ? SIGTERM : SIGKILL;
-  kill(c->pid, c->signalled);
-  c->end_stage++;
-  c->end_at = nxu_now_ms() + (c->end_stage == 1 ? KILL_GRACE_MS : 60000);
-  return 1;
-}
-
-/* An ended child's last resources. */
-static void free_child(struct child *c) {
-  if (c->pidfd >= 0)
-    close(c->pidfd);
-  nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
-  free(c);
-}
-
-/* The monitor's round over the children asked to end: those that exited
- * are reaped and freed, those late are insisted on. */
-static void sweep_ending(void) {
-  struct child *done = NULL;
-  uint64_t now = nxu_now_ms();
-  pthread_mutex_lock(&kids_lock);
-  for (struct child **pp = &ending; *pp != NULL;) {
-    struct child *c = *pp;
-    try_reap(c, WNOHANG);
-    if (!c->reaped && now >= c->end_at)
-      insist(c);
-    if (c->reaped) {
-      *pp = c->next;
-      c->next = done;
-      done = c;
-      continue;
-    }
-    pp = &c->next;
-  }
-  pthread_mutex_unlock(&kids_lock);
-  while (done != NULL) {
-    struct child *c = done;
-    done = c->next;
-    free_child(c);
   }
 }
 
@@ -176,135 +174,287 @@ static void take_join(uint32_t proc, const uint8_t *msg, size_t len) {
     nxi_dlist_upgrade(proc);
 }
 
-static void *monitor_main(void *arg) {
-  (void)arg;
-  struct pollfd *fds = NULL;
-  struct child **who = NULL;
-  size_t cap = 0;
-  static uint8_t msg[NXI_CTL_MAX]; /* one monitor at a time */
-  for (;;) {
-    size_t n = 0;
-    pthread_mutex_lock(&kids_lock);
-    size_t want = 1;
-    for (struct child *c = kids; c != NULL; c = c->next)
-      want++;
-    for (struct child *c = ending; c != NULL; c = c->next)
-      want++;
-    if (want > cap) {
-      struct pollfd *f = realloc(fds, want * sizeof(*fds));
-      struct child **w = f != NULL ? realloc(who, want * sizeof(*who)) : NULL;
-      if (f != NULL)
-        fds = f;
-      if (w != NULL) {
-        who = w;
-        cap = want;
-      }
-    }
-    if (cap == 0) {
-      pthread_mutex_unlock(&kids_lock);
-      break;
-    }
-    fds[n].fd = wake_pipe[0];
-    fds[n].events = POLLIN;
-    who[n++] = NULL;
-    for (struct child *c = kids; c != NULL && n < cap; c = c->next) {
-      if (c->dead) {
-        try_reap(c, WNOHANG);
-        continue;
-      }
-      if (c->chan.fd < 0)
-        continue;
-      fds[n].fd = c->chan.fd;
-      fds[n].events = POLLIN;
-      who[n++] = c;
-    }
-    /* Then the pidfds of those asked to end, and when the next of their
-     * stages falls due. */
-    size_t watched = n;
-    int timeout = 100;
-    uint64_t now = nxu_now_ms();
-    for (struct child *c = ending; c != NULL; c = c->next) {
-      int due = c->end_at > now ? (int)(c->end_at - now) : 0;
-      if (c->pidfd >= 0 && n < cap) {
-        fds[n].fd = c->pidfd;
-        fds[n].events = POLLIN;
-        who[n++] = NULL;
-      } else if (due > 5) {
-        due = 5; /* nothing to wake us when it exits: look again soon */
-      }
-      if (due < timeout)
-        timeout = due;
-    }
-    int has_ending = ending != NULL;
-    pthread_mutex_unlock(&kids_lock);
-    int r = poll(fds, (nfds_t)n, timeout);
-    if (r < 0 && errno != EINTR)
-      break;
-    if (fds[0].revents & POLLIN) {
-      char c;
-      if (read(wake_pipe[0], &c, 1) <= 0 || c == 'q')
-        break;
-    }
-    if (has_ending)
-      sweep_ending();
-    for (size_t i = 1; i < watched; i++) {
-      if (fds[i].revents == 0)
-        continue;
-      /* The child may have been destroyed (and freed, its socket closed)
-       * while we polled: use it only if it is still on the list, with the
-       * socket we polled. */
-      pthread_mutex_lock(&kids_lock);
-      struct child *c = kids;
-      while (c != NULL && c != who[i])
-        c = c->next;
-      if (c == NULL || c->chan.fd != fds[i].fd) {
-        pthread_mutex_unlock(&kids_lock);
-        continue;
-      }
-      ssize_t got = recv(fds[i].fd, msg, NXI_CTL_MAX, MSG_DONTWAIT);
-      if (got > 0 || (got < 0 && errno == EAGAIN)) {
-        uint32_t from = c->proc;
-        int stream = c->chan.stream;
-        pthread_mutex_unlock(&kids_lock);
-        /* After READY only JOIN matters (a stream channel's bytes are
-         * not framed here: a PMIx child sends nothing after READY). */
-        if (got > 0 && !stream)
-          take_join(from, msg, (size_t)got);
-        continue;
-      }
-      uint32_t proc = c->proc;
-      int was_dead = c->dead;
-      c->dead = 1;
-      try_reap(c, WNOHANG);
-      pthread_mutex_unlock(&kids_lock);
-      if (!was_dead)
-        nxi_dlist_proc_failed(proc, NX_EPEERDEAD);
-    }
+/* Everything below up to the handshake runs on the loop's thread. */
+
+/* A child that is gone (reaped, or let go of) and whose handles are
+ * closed: its thread frees it, or the loop does. */
+static void child_gone(struct child *c) {
+  if (c->pidfd >= 0)
+    close(c->pidfd);
+  c->pidfd = -1;
+  if (c->waited) {
+    nxi_uvloop_set(&c->gone, 1);
+    return;
   }
-  free(fds);
-  free(who);
-  return NULL;
+  nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+  free(c);
 }
 
-static int ensure_monitor(void) {
-  if (monitoring)
-    return 0;
-  if (pipe2(wake_pipe, O_CLOEXEC) < 0)
-    return NX_EAGAIN;
-  if (pthread_create(&monitor, NULL, monitor_main, NULL) != 0) {
-    close(wake_pipe[0]);
-    close(wake_pipe[1]);
-    return NX_EAGAIN;
-  }
-  monitoring = 1;
-  return 0;
+static void handle_closed(uv_handle_t *h) {
+  struct child *c = h->data;
+  if (--c->closing == 0)
+    child_gone(c);
 }
 
-static void poke_monitor(char c) {
-  if (monitoring) {
-    ssize_t w = write(wake_pipe[1], &c, 1);
-    (void)w;
+static void close_handle(struct child *c, void *handle) {
+  uv_handle_t *h = handle;
+  if (h->type == UV_UNKNOWN_HANDLE || uv_is_closing(h))
+    return; /* never made, or closing */
+  c->closing++;
+  uv_close(h, handle_closed);
+}
+
+/* The end of a child asked to end: off the list, its handles closed. */
+static void finish(struct child *c) {
+  for (struct child **pp = &ending; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  close_handle(c, &c->chan_poll);
+  close_handle(c, &c->pid_poll);
+  close_handle(c, &c->timer);
+  close_handle(c, &c->reap_look);
+  if (c->closing == 0)
+    child_gone(c);
+}
+
+/* Without a pidfd (or with one readable before waitpid had the child):
+ * whether it exited, every REAP_LOOK_MS while it is dead or ending. */
+static void on_reap_look(uv_timer_t *t) {
+  struct child *c = t->data;
+  try_reap(c);
+  if (!c->reaped)
+    return;
+  uv_timer_stop(t);
+  if (c->ending)
+    finish(c);
+}
+
+static void look_for_exit(struct child *c) {
+  if (!c->reaped && !uv_is_active((uv_handle_t *)&c->reap_look))
+    uv_timer_start(&c->reap_look, on_reap_look, REAP_LOOK_MS, REAP_LOOK_MS);
+}
+
+/* Its pidfd is readable: it has exited. */
+static void on_exit_fd(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  struct child *c = h->data;
+  try_reap(c);
+  uv_poll_stop(h); /* readable for good: once is enough */
+  if (!c->reaped)
+    look_for_exit(c);
+  else if (c->ending)
+    finish(c);
+}
+
+/* The stages of its end: SIGTERM once the grace after the ask is over,
+ * SIGKILL 2 s later, and GIVE_UP_MS after that it is let go of. A pidfd
+ * names this child alone, whatever became of its pid. */
+static void on_stage(uv_timer_t *t) {
+  struct child *c = t->data;
+  try_reap(c);
+  if (c->reaped || c->end_stage >= 2) {
+    finish(c);
+    return;
   }
+  c->signalled = c->end_stage == 0 ? SIGTERM : SIGKILL;
+  if (c->pidfd < 0 ||
+      syscall(SYS_pidfd_send_signal, c->pidfd, c->signalled, NULL, 0) != 0)
+    kill(c->pid, c->signalled);
+  c->end_stage++;
+  uv_timer_start(t, on_stage, c->end_stage == 1 ? KILL_GRACE_MS : GIVE_UP_MS,
+                 0);
+}
+
+/* nxi_uvloop_call: a child asked to end (and on no list) is reaped within
+ * its stages; one that is waited for is left to its thread, one that is
+ * not goes on the ending list and is freed here. */
+static void end_child(void *arg) {
+  struct child *c = arg;
+  c->ending = 1;
+  c->end_stage = 0;
+  if (!c->waited) {
+    c->next = ending;
+    ending = c;
+  }
+  try_reap(c);
+  if (c->pid == 0 || c->reaped) {
+    finish(c);
+    return;
+  }
+  uv_timer_start(&c->timer, on_stage, (uint64_t)c->grace_ms, 0);
+  if (c->pidfd < 0)
+    look_for_exit(c);
+}
+
+/* After READY: JOINs, and its close. */
+static void on_chan(uv_poll_t *h, int status, int events) {
+  (void)events;
+  static uint8_t msg[NXI_CTL_MAX]; /* the loop's thread alone */
+  struct child *c = h->data;
+  ssize_t got;
+  while (status == 0 &&
+         (got = recv(c->chan.fd, msg, NXI_CTL_MAX, MSG_DONTWAIT)) != 0) {
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (got < 0 && errno != EINTR)
+      break;
+    /* After READY only JOIN matters (a stream channel's bytes are not
+     * framed here: a PMIx child sends nothing after READY). */
+    if (got > 0 && !c->chan.stream)
+      take_join(c->proc, msg, (size_t)got);
+  }
+  uv_poll_stop(h);
+  c->dead = 1;
+  try_reap(c);
+  if (c->pid != 0 && c->pidfd < 0)
+    look_for_exit(c);
+  nxi_dlist_proc_failed(c->proc, NX_EPEERDEAD);
+}
+
+/* nxi_uvloop_call: a child whose handshake is done is watched. */
+static void add_kid(void *arg) {
+  struct child *c = arg;
+  c->proc = nxi_ctxid_proc(c->context);
+  c->next = kids;
+  kids = c;
+  if (c->on_loop)
+    uv_poll_start(&c->chan_poll, UV_READABLE | UV_DISCONNECT, on_chan);
+}
+
+/* nxi_uvloop_call: takes the kid of process `proc` off the list (the loop
+ * no longer watches its channel). */
+struct take {
+  uint32_t proc;
+  struct child *c;
+};
+
+static void take_kid(void *arg) {
+  struct take *t = arg;
+  struct child **pp = &kids;
+  while (*pp != NULL && (*pp)->proc != t->proc)
+    pp = &(*pp)->next;
+  t->c = *pp;
+  if (t->c == NULL)
+    return;
+  *pp = t->c->next;
+  if (t->c->on_loop)
+    uv_poll_stop(&t->c->chan_poll);
+}
+
+/* The handshake's end: the creating thread takes it from here. */
+static void hs_end(struct child *c, long len) {
+  c->rx_len = len;
+  uv_poll_stop(&c->chan_poll);
+  uv_timer_stop(&c->timer);
+  nxi_uvloop_set(&c->hs_done, 1);
+}
+
+static void on_hs_late(uv_timer_t *t) { hs_end(t->data, NX_ETIMEDOUT); }
+
+/* What the channel has of the first message: a packet, or on a stream its
+ * length and then its bytes, read no further than that message. Once a
+ * stream's message has begun, its rest has the whole time again. */
+static void on_hs_readable(uv_poll_t *h, int status, int events) {
+  (void)events;
+  struct child *c = h->data;
+  int stream = c->chan.stream;
+  size_t want = !stream          ? NXI_CTL_MAX
+                : c->rx_have < 4 ? 4
+                                 : 4 + (size_t)nxu_rd32(c->rx);
+  ssize_t n = status < 0 ? -1
+                         : recv(c->chan.fd, c->rx + c->rx_have,
+                                want - c->rx_have, MSG_DONTWAIT);
+  if (n < 0 && status == 0 && (errno == EAGAIN || errno == EINTR))
+    return;
+  if (n == 0 || (n < 0 && status == 0 && errno == ECONNRESET)) {
+    hs_end(c, c->rx_have == 0 ? 0 : NX_EPROTO); /* closed, or cut short */
+    return;
+  }
+  if (n < 0 || !stream) {
+    hs_end(c, n < 0 ? NX_EIO : n);
+    return;
+  }
+  if (c->rx_have == 0)
+    uv_timer_start(&c->timer, on_hs_late, (uint64_t)c->hs_ms, 0);
+  c->rx_have += (size_t)n;
+  if (c->rx_have < 4)
+    return;
+  uint32_t len = nxu_rd32(c->rx);
+  if (len == 0 || len > NXI_CTL_MAX) {
+    hs_end(c, NX_EPROTO); /* no message is empty */
+    return;
+  }
+  if (c->rx_have == 4 + (size_t)len) {
+    memmove(c->rx, c->rx + 4, len);
+    hs_end(c, len);
+  }
+}
+
+/* nxi_uvloop_call: a child with a socket channel gets its handles; its
+ * first message is waited for, at most c->hs_ms. */
+static void hs_begin(void *arg) {
+  struct child *c = arg;
+  uv_loop_t *loop = nxi_uvloop();
+  c->on_loop = 1;
+  uv_timer_init(loop, &c->timer);
+  uv_timer_init(loop, &c->reap_look);
+  c->timer.data = c->reap_look.data = c;
+  if (c->pid > 0) {
+    c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    if (c->pidfd >= 0 && uv_poll_init(loop, &c->pid_poll, c->pidfd) == 0) {
+      c->pid_poll.data = c;
+      uv_poll_start(&c->pid_poll, UV_READABLE, on_exit_fd);
+    } else if (c->pidfd >= 0) {
+      close(c->pidfd);
+      c->pidfd = -1;
+    }
+  }
+  if (uv_poll_init_socket(loop, &c->chan_poll, c->chan.fd) != 0) {
+    c->rx_len = NX_EIO;
+    nxi_uvloop_set(&c->hs_done, 1);
+    return;
+  }
+  c->chan_poll.data = c;
+  uv_poll_start(&c->chan_poll, UV_READABLE | UV_DISCONNECT, on_hs_readable);
+  uv_timer_start(&c->timer, on_hs_late, (uint64_t)c->hs_ms, 0);
+}
+
+/* Everything from here runs on the program's threads. */
+
+/* Ends child c, which is on no list, within its stages from `grace_ms`
+ * on, and waits until it is gone (or let go of). */
+static void end_and_wait(struct child *c, int grace_ms) {
+  if (!c->on_loop) {
+    if (c->pid > 0) { /* forked, but the loop never came (no thread) */
+      kill(c->pid, SIGKILL);
+      waitpid(c->pid, &c->status, 0);
+    }
+    return;
+  }
+  c->waited = 1;
+  c->grace_ms = grace_ms;
+  nxi_uvloop_call(end_child, c); /* the loop runs: c is on it */
+  nxi_uvloop_wait(&c->gone);
+}
+
+/* The first message on a child's channel, into `buf` (NXI_CTL_MAX + 4
+ * bytes): its length, 0 when the channel closed, or a negative code.
+ * A socket's is read by the loop; a module's channel waits in the module. */
+static long first_message(struct child *c, uint8_t *buf, int timeout_ms) {
+  if (c->chan.fd < 0)
+    return nxi_chan_recv(&c->chan, buf, timeout_ms);
+  c->rx = buf;
+  c->hs_ms = timeout_ms;
+  use_loop();
+  int r = nxi_uvloop_post(hs_begin, c); /* then one wait, for its end */
+  if (r < 0)
+    return r;
+  nxi_uvloop_wait(&c->hs_done);
+  c->rx = NULL;
+  return c->rx_len;
 }
 
 /* "NX_KEY=<32 hex digits>": the computation's key, for a child. */
@@ -357,7 +507,7 @@ static char **child_env(int fd, const nx_context_attr_t *attr) {
   key_var(key, sizeof(key));
   env[k++] = fd_var;
   env[k++] = key;
-  /* This creator takes modules that join after READY (the monitor reads
+  /* This creator takes modules that join after READY (the loop reads
    * their JOIN): the child may leave its slow ones for later. */
   env[k++] = "NX_CTL_LATE=1";
   return env;
@@ -382,8 +532,8 @@ static int fork_child(const char *exe, char *const argv[],
     return NX_EAGAIN;
   }
   char **env = child_env(sv[1], attr);
-  int r = env != NULL ? ensure_monitor() : NX_ENOMEM;
-  if (r < 0)
+  int r = NX_ENOMEM;
+  if (env == NULL)
     goto err_free;
   pid_t pid = fork();
   if (pid < 0) {
@@ -574,19 +724,17 @@ static int pmix_child(const nx_node_t *node, const char *exe,
   c->reaped = 1; /* its launcher reaps it */
   c->chan.fd = conn;
   c->chan.stream = 1;
-  r = ensure_monitor();
-  if (r < 0) {
-    close(conn);
-    c->chan.fd = -1;
-  }
-  return r;
+  return 0;
 }
 
 /* Waits for the child's READY, makes its gp, and tells the child who its
  * creator is (its one peer). The same for every kind of channel. */
+
+/* Waits for the child's READY, makes its gp, and tells the child who its
+ * creator is (its one peer). The same for every kind of channel. */
 static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
-  uint8_t *buf = malloc(NXI_CTL_MAX);
-  long n = buf != NULL ? nxi_chan_recv(&c->chan, buf, timeout_ms) : NX_ENOMEM;
+  uint8_t *buf = malloc(NXI_CTL_MAX + 4);
+  long n = buf != NULL ? first_message(c, buf, timeout_ms) : NX_ENOMEM;
   struct nxi_ctl_peer ready;
   int r;
   if (n > 0 && buf[0] == NXI_CTL_EXECFAIL)
@@ -652,6 +800,8 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
+  if (nxi_uvloop_here())
+    return NX_EBUSY; /* its handshake needs this thread */
   struct nxi_module *m = NULL;
   int pmix = 0;
   if (!nxi_node_is_local(node) &&
@@ -694,21 +844,22 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
             "(NX_CREATE_TIMEOUT): nx_context_create returns NX_ETIMEDOUT "
             "and ends it",
             exe, (int)c->pid, timeout_ms / 1000);
+  if (r == 0) {
+    c->context = child_gp.context;
+    use_loop();
+    r = nxi_uvloop_post(add_kid, c); /* before any later call of ours */
+    if (r < 0)
+      nx_gp_release(&child_gp);
+  }
   if (r < 0) {
     kill_and_reap(c, 0); /* it failed us already: no grace */
     nxi_chan_close(&c->chan, NX_CTL_ABANDON);
     free(c);
     return r;
   }
-  c->proc = nxi_ctxid_proc(child_gp.context);
   if (nxi_tracing())
     nxi_trace_event(NXT_PROC_READY, 0, child_gp.context, 0, 0, 0xff, 0,
                     (uint32_t)c->pid, 0);
-  pthread_mutex_lock(&kids_lock);
-  c->next = kids;
-  kids = c;
-  pthread_mutex_unlock(&kids_lock);
-  poke_monitor('w');
   *gp = child_gp;
   return 0;
 }
@@ -716,36 +867,11 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
 /* Waits at most `ms` for the child to end and reaps it; 1 if it has. Sleeps
  * on a pidfd, so the wait ends as the child does; where the kernel has no
  * pidfd_open, in slices from 100 us up to 10 ms. */
-static int reap_within(struct child *c, int ms) {
-  int pfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
-  uint64_t deadline = nxu_now_ms() + (uint64_t)ms;
-  long slice_ns = 100 * 1000;
-  int done;
-  for (;;) {
-    pthread_mutex_lock(&kids_lock);
-    try_reap(c, WNOHANG);
-    done = c->reaped;
-    pthread_mutex_unlock(&kids_lock);
-    uint64_t now = nxu_now_ms();
-    if (done || now >= deadline)
-      break;
-    if (pfd >= 0) {
-      struct pollfd p = {.fd = pfd, .events = POLLIN};
-      poll(&p, 1, (int)(deadline - now));
-    } else {
-      struct timespec ts = {0, slice_ns};
-      nanosleep(&ts, NULL);
-      slice_ns = slice_ns < 5000000 ? slice_ns * 2 : 10000000;
-    }
-  }
-  if (pfd >= 0)
-    close(pfd);
-  return done;
-}
 
 /* Asks the child to end: a destroy message with how many of its RSRs ran
  * here, so that its nx_finalize need not ask (a creator in MPI's
- * disconnect may not answer; ledger.h). */
+ * disconnect may not answer; ledger.h). The loop never writes on a
+ * channel: this thread may. */
 static void ask_to_end(struct child *c) {
   uint8_t msg[NXI_CTL_DESTROY_LEN] = {NXI_CTL_DESTROY};
   nxu_le32(msg + 1, nxi_rt.proc_id);
@@ -754,31 +880,13 @@ static void ask_to_end(struct child *c) {
   nxi_chan_send(&c->chan, msg, sizeof(msg));
 }
 
-/* Waits until a child asked to end (and on no list) has exited, insisting
- * as its stages fall due, and reaps it. */
-static void wait_end(struct child *c) {
-  for (;;) {
-    uint64_t now = nxu_now_ms();
-    if (reap_within(c, c->end_at > now ? (int)(c->end_at - now) : 0))
-      return;
-    pthread_mutex_lock(&kids_lock);
-    int more = insist(c);
-    pthread_mutex_unlock(&kids_lock);
-    if (!more)
-      return;
-  }
-}
-
-/* Asks the child to end, gives it `grace_ms`, then insists, and reaps it.
- * A child a module spawned is only asked: its launcher reaps it, and
- * closing its channel (MPI's disconnect) waits until it has let go. */
+/* Asks the child to end, gives it `grace_ms`, then insists, and waits
+ * until it is reaped. A child a module spawned is only asked: its
+ * launcher reaps it, and closing its channel (MPI's disconnect) waits
+ * until it has let go. */
 static void kill_and_reap(struct child *c, int grace_ms) {
   ask_to_end(c);
-  if (c->pid == 0)
-    return;
-  c->end_stage = 0;
-  c->end_at = nxu_now_ms() + (uint64_t)grace_ms;
-  wait_end(c);
+  end_and_wait(c, grace_ms);
 }
 
 static int process_destroy(uint64_t context) {
@@ -787,17 +895,10 @@ static int process_destroy(uint64_t context) {
    * (nothing if it is not a peer this process sent to). */
   if (nxi_eng_me.handlers == 0)
     nxi_confirm_clock_end(proc, 50);
-  pthread_mutex_lock(&kids_lock);
-  struct child **pp = &kids;
-  while (*pp != NULL && (*pp)->proc != proc)
-    pp = &(*pp)->next;
-  struct child *c = *pp;
-  if (c != NULL)
-    *pp = c->next; /* the monitor no longer watches it */
-  pthread_mutex_unlock(&kids_lock);
-  if (c == NULL)
+  struct take t = {.proc = proc};
+  if (!atomic_load(&used) || nxi_uvloop_call(take_kid, &t) < 0 || t.c == NULL)
     return NX_ENOCONTEXT;
-  poke_monitor('w');
+  struct child *c = t.c;
   /* What this process sent it runs before it is asked to end (ledger.h);
    * what does not, in time, is reported when it is gone. */
   if (nxi_eng_me.handlers == 0)
@@ -806,25 +907,22 @@ static int process_destroy(uint64_t context) {
    * close would call it dead (NX_EPEERDEAD) first, and the first code a
    * list fails with is the one RSRs and the error callback get. */
   nxi_dlist_proc_failed(proc, NX_ENOCONTEXT);
-  if (c->pid == 0) {
-    kill_and_reap(c, DESTROY_GRACE_MS);
+  ask_to_end(c);
+  if (!c->on_loop) {
+    /* A module's child: its launcher reaps it, and closing its channel
+     * (MPI's disconnect) waits until it has let go. */
     nxi_chan_close(&c->chan, 0);
     free(c);
     return 0;
   }
-  /* A child this process forked is asked to end and left to the monitor,
-   * which reaps it (nx_finalize waits for what is left): the creator does
-   * not wait for the child's modules to tear down (ucx's worker: about a
-   * millisecond). */
-  ask_to_end(c);
-  c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
-  c->end_stage = 0;
-  c->end_at = nxu_now_ms() + DESTROY_GRACE_MS;
-  pthread_mutex_lock(&kids_lock);
-  c->next = ending;
-  ending = c;
-  pthread_mutex_unlock(&kids_lock);
-  poke_monitor('w');
+  /* A child with a socket is left to the loop, which reaps it (nx_finalize
+   * waits for what is left): the creator does not wait for the child's
+   * modules to tear down (ucx's worker: about a millisecond). This may be
+   * the loop's thread (an error callback), which must not wait for
+   * itself. */
+  c->grace_ms = DESTROY_GRACE_MS;
+  if (nxi_uvloop_post(end_child, c) < 0)
+    nxi_uvloop_call(end_child, c); /* no memory: wait for it instead */
   return 0;
 }
 
@@ -840,31 +938,40 @@ int nx_context_destroy(const nx_gp_t *gp) {
   return nxi_context_destroy_local(gp->context);
 }
 
+/* nxi_uvloop_call: both lists, for nxi_parent_finalize. Those asked to end
+ * already are now waited for; the others are no longer watched. */
+struct all {
+  struct child *kids, *ending;
+};
+
+static void take_all(void *arg) {
+  struct all *a = arg;
+  a->kids = kids;
+  a->ending = ending;
+  kids = ending = NULL;
+  for (struct child *c = a->kids; c != NULL; c = c->next)
+    if (c->on_loop)
+      uv_poll_stop(&c->chan_poll);
+  for (struct child *c = a->ending; c != NULL; c = c->next)
+    c->waited = 1;
+}
+
 void nxi_parent_finalize(void) {
-  pthread_mutex_lock(&kids_lock);
-  struct child *list = kids;
-  struct child *asked = ending;
-  kids = NULL;
-  ending = NULL;
-  pthread_mutex_unlock(&kids_lock);
-  if (monitoring) {
-    poke_monitor('q');
-    pthread_join(monitor, NULL);
-    close(wake_pipe[0]);
-    close(wake_pipe[1]);
-    monitoring = 0;
-  }
+  struct all a = {NULL, NULL};
+  if (!atomic_exchange(&used, 0) || nxi_uvloop_call(take_all, &a) < 0)
+    return;
   /* Those destroyed already are waited for first: they were asked to end
    * earlier, and most have by now. */
-  while (asked != NULL) {
-    struct child *c = asked;
-    asked = c->next;
-    wait_end(c);
-    free_child(c);
+  while (a.ending != NULL) {
+    struct child *c = a.ending;
+    a.ending = c->next;
+    nxi_uvloop_wait(&c->gone);
+    nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
+    free(c);
   }
-  while (list != NULL) {
-    struct child *c = list;
-    list = c->next;
+  while (a.kids != NULL) {
+    struct child *c = a.kids;
+    a.kids = c->next;
     kill_and_reap(c, DESTROY_GRACE_MS);
     nxi_chan_close(&c->chan, c->dead ? NX_CTL_ABANDON : 0);
     free(c);

@@ -28,6 +28,7 @@
 #include "nxu_wire.h"
 #include "rsr/order.h"
 #include "processes/parent.h"
+#include "processes/uvloop.h"
 #include "progress/progress.h"
 #include "runtime/core_api.h"
 #include "base/trace.h"
@@ -289,6 +290,7 @@ int nx_finalize(void) {
   nxi_attach_finalize();
   nxi_child_finalize();
   nxi_parent_finalize(); /* ends our children; stops the watchers */
+  nxi_uvloop_finalize(); /* the process layer's loop, its handles closed */
   if (nxi_progress_finalize() > 0) {
     /* Blocked handler threads may still use contexts, gps and modules. */
     abandoned = 1;
