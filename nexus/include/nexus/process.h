@@ -135,9 +135,7 @@ NX_EXTERN int nx_attach_listen(const char **url);
  * it refused ours); NX_EPROTO (a malformed answer, or the listener closed
  * in the handshake: an older nexus); NX_ERANGE (a truncated descriptor
  * list in its answer); NX_ECONNRESET (it closed while sending its
- * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT;
- * NX_EBUSY (called from an error callback on the thread watching process
- * contexts). */
+ * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT. */
 NX_EXTERN int nx_attach(const char *url, nx_gp_t *gp);
 
 #ifdef __cplusplus
