@@ -1,6 +1,7 @@
 /* The pid of a child of this process running a given program, read from
  * /proc (for a test that kills or watches the process a nexus call
- * started for it), and whether any child is left. */
+ * started for it), whether a process has ended, and whether any child is
+ * left. */
 #ifndef NX_TEST_CHILD_PID_H
 #define NX_TEST_CHILD_PID_H
 
@@ -34,6 +35,21 @@ static inline pid_t nxt_child_pid(const char *comm) {
   if (dir != NULL)
     closedir(dir);
   return child;
+}
+
+/* Whether process `pid` has ended: gone, or a zombie nobody has reaped
+ * yet (its launcher's, say). */
+static inline int nxt_pid_ended(long pid) {
+  char path[64], stat[256];
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 1;
+  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *paren = strrchr(stat, ')');
+  return paren != NULL && paren[1] == ' ' && paren[2] == 'Z';
 }
 
 /* Whether no child of this process is left, running or unreaped, within

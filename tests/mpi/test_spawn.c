@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child_pid.h"
 #include "nexus.h"
 
 /* Usage:
@@ -169,16 +170,7 @@ static uint64_t ping(const nx_gp_t *to, uint32_t tag) {
  * reaped yet), waiting up to WAIT_S. */
 static int ended(uint64_t pid) {
   for (int i = 0; i < WAIT_S * 20; i++) {
-    char path[64], stat[256] = "";
-    snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-      return 1;
-    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    const char *close_paren = strrchr(stat, ')');
-    if (close_paren != NULL && close_paren[1] == ' ' && close_paren[2] == 'Z')
+    if (nxt_pid_ended((long)pid))
       return 1;
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);

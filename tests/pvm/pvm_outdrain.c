@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "api/common.h"
+#include "child_pid.h"
 
 #define TAG_WRITER 1 /* catcher to root: the writer's tid */
 #define TAG_READY 2  /* writer to catcher: its output is caught */
@@ -59,20 +60,6 @@ static int writer(void) {
   return 0;
 }
 
-/* Whether process `pid` has ended (gone, or a zombie nobody reaps). */
-static int ended(int pid) {
-  char path[64], stat[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 1;
-  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-  fclose(f);
-  stat[n] = '\0';
-  const char *paren = strrchr(stat, ')');
-  return paren != NULL && paren[1] == ' ' && paren[2] == 'Z';
-}
-
 int main(int argc, char **argv) {
   if (task_start() < 0)
     return 77;
@@ -94,7 +81,7 @@ int main(int argc, char **argv) {
   printf("the writer wrote %d bytes after it\n", v[0]);
   NXT_EXPECT(v[0] == NBYTES, 1);
   int i = 0;
-  for (; i < 2000 && !ended(v[1]); i++)
+  for (; i < 2000 && !nxt_pid_ended(v[1]); i++)
     usleep(10000);
   printf("the writer's process has %s\n", i < 2000 ? "ended" : "not ended");
   NXT_EXPECT(i < 2000, 1);
