@@ -18,6 +18,7 @@
 
 #include "processes/boot.h"
 #include "processes/chan.h"
+#include "processes/uvloop.h"
 #include "modules/dlist.h"
 #include "base/trace.h"
 #include "buffers/frame.h"
@@ -27,7 +28,7 @@
 #include "nxu_key.h"
 
 /* How long the watcher waits on a module's channel before it looks whether
- * it should stop (a socket's wait is ended by shutdown at once). */
+ * it should stop (a socket is watched by the process layer's loop). */
 #define WATCH_SLICE_MS 100
 
 /* The nice value of the thread late modules join on. */
@@ -40,7 +41,7 @@ static struct {
   struct nxi_chan chan; /* to the creator */
   int have;             /* started as a process context: chan is open */
   int stopping;         /* child_finalize: the watcher ends */
-  pthread_t watcher;
+  pthread_t watcher;    /* a module's channel: a thread waits on it */
   int watching;
   nx_mutex_t m;
   nx_cond_t c;
@@ -49,6 +50,13 @@ static struct {
   int eof;
   uint8_t *peers; /* the PEERS message, once it came */
   size_t peers_len;
+  /* A socket: the process layer's loop watches it (uvloop.c). What follows
+   * is the loop's, but `closed`, which nxi_uvloop_set writes. */
+  uv_poll_t poll;
+  int polling; /* poll is started */
+  int closed;  /* poll's close came back */
+  uint8_t *rx; /* a stream's message so far: its 4-byte length, then it */
+  size_t rx_have;
 } up = {.chan = {.fd = -1}};
 
 /* The creator's context id, from the PEERS message of a context it made
@@ -66,6 +74,57 @@ static uint64_t creator_context(void) {
   return p.context;
 }
 
+/* The channel ended (its peer closed it, it broke, or this process shut it
+ * down): whoever waits hears it. */
+static void up_ended(void) {
+  nx_mutex_lock(&up.m);
+  up.eof = 1;
+  uint64_t gone = up.stopping || up.destroyed ? 0 : creator_context();
+  nx_cond_broadcast(&up.c);
+  nx_mutex_unlock(&up.m);
+  /* The creator ended without nx_finalize (which destroys this context
+   * first): whoever waits here hears it, as of any dead peer, whether or
+   * not a module connected the two. */
+  if (gone != 0)
+    nxi_dlist_proc_failed(nxi_ctxid_proc(gone), NX_EPEERDEAD);
+}
+
+/* A message from the creator, `n` bytes. */
+static void up_message(const uint8_t *buf, long n) {
+  switch (buf[0]) {
+  case NXI_CTL_PEERS: {
+    uint8_t *copy = malloc((size_t)n);
+    if (copy == NULL)
+      break;
+    memcpy(copy, buf, (size_t)n);
+    nx_mutex_lock(&up.m);
+    free(up.peers);
+    up.peers = copy;
+    up.peers_len = (size_t)n;
+    nx_cond_broadcast(&up.c);
+    nx_mutex_unlock(&up.m);
+    break;
+  }
+  case NXI_CTL_DESTROY:
+    for (unsigned g = 0; n >= NXI_CTL_DESTROY_LEN && g < NXI_FRAME_GENS; g++)
+      nxi_ledger_confirm(nxu_rd32(buf + 1), g, nxu_rd64(buf + 5 + 8 * g));
+    nx_mutex_lock(&up.m);
+    up.destroyed = 1;
+    nx_cond_broadcast(&up.c);
+    nx_mutex_unlock(&up.m);
+    break;
+  case NXI_CTL_PEER_DEAD: {
+    uint64_t context;
+    if (nxi_ctl_parse_peer_dead(buf, (size_t)n, &context) == 0)
+      nxi_dlist_proc_failed(nxi_ctxid_proc(context), NX_EPEERDEAD);
+    break;
+  }
+  default: nxi_log(1, NULL, "control channel: unknown message %u", buf[0]);
+  }
+}
+
+/* A module's channel: a thread waits on it, in slices (the module's recv
+ * cannot be woken otherwise). */
 static void *watch(void *arg) {
   (void)arg;
   uint8_t *buf = malloc(NXI_CTL_MAX);
@@ -80,51 +139,95 @@ static void *watch(void *arg) {
       n = 0;
     }
     if (n <= 0) {
-      nx_mutex_lock(&up.m);
-      up.eof = 1;
-      uint64_t gone = up.stopping || up.destroyed ? 0 : creator_context();
-      nx_cond_broadcast(&up.c);
-      nx_mutex_unlock(&up.m);
-      /* The creator ended without nx_finalize (which destroys this context
-       * first): whoever waits here hears it, as of any dead peer, whether
-       * or not a module connected the two. */
-      if (gone != 0)
-        nxi_dlist_proc_failed(nxi_ctxid_proc(gone), NX_EPEERDEAD);
+      up_ended();
       break;
     }
-    switch (buf[0]) {
-    case NXI_CTL_PEERS: {
-      uint8_t *copy = malloc((size_t)n);
-      if (copy == NULL)
-        break;
-      memcpy(copy, buf, (size_t)n);
-      nx_mutex_lock(&up.m);
-      free(up.peers);
-      up.peers = copy;
-      up.peers_len = (size_t)n;
-      nx_cond_broadcast(&up.c);
-      nx_mutex_unlock(&up.m);
-      break;
-    }
-    case NXI_CTL_DESTROY:
-      for (unsigned g = 0; n >= NXI_CTL_DESTROY_LEN && g < NXI_FRAME_GENS; g++)
-        nxi_ledger_confirm(nxu_rd32(buf + 1), g, nxu_rd64(buf + 5 + 8 * g));
-      nx_mutex_lock(&up.m);
-      up.destroyed = 1;
-      nx_cond_broadcast(&up.c);
-      nx_mutex_unlock(&up.m);
-      break;
-    case NXI_CTL_PEER_DEAD: {
-      uint64_t context;
-      if (nxi_ctl_parse_peer_dead(buf, (size_t)n, &context) == 0)
-        nxi_dlist_proc_failed(nxi_ctxid_proc(context), NX_EPEERDEAD);
-      break;
-    }
-    default: nxi_log(1, NULL, "control channel: unknown message %u", buf[0]);
-    }
+    up_message(buf, n);
   }
   free(buf);
   return NULL;
+}
+
+/* A socket, on the loop: what can be read without waiting. A packet
+ * channel (NX_CTL_FD) brings a message a packet; a stream (NX_CTL_TCP)
+ * brings each after its length (ctl.h), read as it comes, so that a
+ * creator that stalls mid-message holds up nobody. 1 while the channel
+ * lasts, 0 once it ended (or broke: a malformed length ends it too). */
+static int up_read(void) {
+  uint8_t *b = up.rx;
+  for (;;) {
+    ssize_t n;
+    if (!up.chan.stream) {
+      n = recv(up.chan.fd, b, NXI_CTL_MAX, MSG_DONTWAIT);
+      if (n > 0) {
+        up_message(b, n);
+        continue;
+      }
+    } else {
+      size_t want = 4;
+      if (up.rx_have >= 4) {
+        uint32_t len = nxu_rd32(b);
+        if (len == 0 || len > NXI_CTL_MAX)
+          return 0; /* no message is empty or that long */
+        want = 4 + (size_t)len;
+      }
+      n = recv(up.chan.fd, b + up.rx_have, want - up.rx_have, MSG_DONTWAIT);
+      if (n > 0) {
+        up.rx_have += (size_t)n;
+        if (up.rx_have == want && want > 4) {
+          up_message(b + 4, (long)(want - 4));
+          up.rx_have = 0;
+        }
+        continue;
+      }
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 1;
+    return 0; /* closed, reset or broken */
+  }
+}
+
+static void on_up(uv_poll_t *h, int status, int events) {
+  (void)events;
+  if (status == 0 && up_read())
+    return;
+  uv_poll_stop(h);
+  up.polling = 0;
+  up_ended();
+}
+
+static void watch_start(void *arg) {
+  int *r = arg;
+  uv_loop_t *loop = nxi_uvloop();
+  up.rx_have = 0;
+  up.closed = 0;
+  if (uv_poll_init_socket(loop, &up.poll, up.chan.fd) != 0) {
+    *r = NX_EAGAIN;
+    return;
+  }
+  up.polling = 1;
+  uv_poll_start(&up.poll, UV_READABLE | UV_DISCONNECT, on_up);
+  *r = 0;
+}
+
+static void on_poll_closed(uv_handle_t *h) {
+  (void)h;
+  nxi_uvloop_set(&up.closed, 1);
+}
+
+static void watch_stop(void *arg) {
+  (void)arg;
+  if (up.poll.loop != nxi_uvloop()) {
+    /* A loop this process forgot (forked from the one that watched). */
+    nxi_uvloop_set(&up.closed, 1);
+    return;
+  }
+  if (up.polling)
+    uv_poll_stop(&up.poll);
+  up.polling = 0;
+  uv_close((uv_handle_t *)&up.poll, on_poll_closed);
 }
 
 /* Connects to `ip`:`port` within 2 s; the socket, or -1. */
@@ -352,12 +455,27 @@ int nxi_child_init(void) {
   up.peers = NULL;
   nx_mutex_init(&up.m);
   nx_cond_init(&up.c);
-  if (pthread_create(&up.watcher, NULL, watch, NULL) != 0) {
-    nxi_chan_close(&up.chan, NX_CTL_ABANDON);
-    up.have = 0;
-    return NX_EAGAIN;
+  int r = NX_ENOMEM;
+  if (ch.fd >= 0) {
+    /* A socket: the process layer's loop watches it. */
+    if ((up.rx = malloc(4 + NXI_CTL_MAX)) != NULL &&
+        nxi_uvloop_call(watch_start, &r) != 0)
+      r = NX_EAGAIN;
+  } else if (pthread_create(&up.watcher, NULL, watch, NULL) == 0) {
+    up.watching = 1;
+    r = 0;
+  } else {
+    r = NX_EAGAIN;
   }
-  up.watching = 1;
+  if (r < 0) {
+    free(up.rx);
+    up.rx = NULL;
+    nxi_chan_close(&up.chan, NX_CTL_ABANDON);
+    nx_cond_destroy(&up.c);
+    nx_mutex_destroy(&up.m);
+    up.have = 0;
+    return r;
+  }
   return 1;
 }
 
@@ -370,7 +488,14 @@ void nxi_child_finalize(void) {
   up.stopping = 1;
   int gone = up.eof && !up.destroyed;
   nx_mutex_unlock(&up.m);
-  nxi_chan_shutdown(&up.chan); /* ends the watcher's recv */
+  if (up.rx != NULL) {
+    /* The loop lets the socket go before it is closed. */
+    nxi_uvloop_call(watch_stop, NULL);
+    nxi_uvloop_wait(&up.closed);
+    free(up.rx);
+    up.rx = NULL;
+  }
+  nxi_chan_shutdown(&up.chan); /* ends a module channel's watcher */
   if (up.watching)
     pthread_join(up.watcher, NULL);
   up.watching = 0;
