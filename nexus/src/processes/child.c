@@ -366,8 +366,10 @@ static void announce(void) {
 }
 
 /* One module came up: the engine watches it (and a sleeping driver wakes
- * to arm its wait fd), this process's list carries it, the creator hears
- * of it, and routes it serves better than theirs switch to it. */
+ * to arm its wait fd), this process's list carries it, routes it serves
+ * better than theirs switch to it, and then the creator hears of it: once
+ * the creator's routes here have moved, this process's have too (an
+ * answer to what came over the new route goes back over it). */
 static void joined(struct nxi_module *m) {
   /* Measured and watched before it is published: the driver then finds it
    * whole. */
@@ -386,8 +388,8 @@ static void joined(struct nxi_module *m) {
   if (nxi_tracing())
     nxi_trace_name(NXT_DEF_MODULE, 0, 0, nxi_module_index(m), m->name);
   nxi_log(1, m->name, "joined after the process context was ready");
-  announce();
   nxi_dlist_upgrade(0);
+  announce();
 }
 
 static void *join_main(void *arg) {
