@@ -156,36 +156,24 @@ static void *watch(void *arg) {
 static int up_read(void) {
   uint8_t *b = up.rx;
   for (;;) {
-    ssize_t n;
+    long n;
     if (!up.chan.stream) {
-      n = recv(up.chan.fd, b, NXI_CTL_MAX, MSG_DONTWAIT);
+      do
+        n = recv(up.chan.fd, b, NXI_CTL_MAX, MSG_DONTWAIT);
+      while (n < 0 && errno == EINTR);
       if (n > 0) {
         up_message(b, n);
         continue;
       }
-    } else {
-      size_t want = 4;
-      if (up.rx_have >= 4) {
-        uint32_t len = nxu_rd32(b);
-        if (len == 0 || len > NXI_CTL_MAX)
-          return 0; /* no message is empty or that long */
-        want = 4 + (size_t)len;
-      }
-      n = recv(up.chan.fd, b + up.rx_have, want - up.rx_have, MSG_DONTWAIT);
-      if (n > 0) {
-        up.rx_have += (size_t)n;
-        if (up.rx_have == want && want > 4) {
-          up_message(b + 4, (long)(want - 4));
-          up.rx_have = 0;
-        }
-        continue;
-      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 1;
+      return 0; /* closed, reset or broken */
     }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 1;
-    return 0; /* closed, reset or broken */
+    n = nxi_ctl_recv_stream_part(up.chan.fd, b, &up.rx_have);
+    if (n > 0)
+      up_message(b + 4, n);
+    else
+      return n == NX_EAGAIN;
   }
 }
 

@@ -116,6 +116,34 @@ long nxi_ctl_recv_stream(int fd, uint8_t *buf, size_t cap, int timeout_ms) {
   return r < 0 ? r : (long)len;
 }
 
+long nxi_ctl_recv_stream_part(int fd, uint8_t *rx, size_t *have) {
+  for (;;) {
+    size_t want = 4;
+    if (*have >= 4) {
+      uint32_t len = nxu_rd32(rx);
+      if (len == 0 || len > NXI_CTL_MAX)
+        return NX_EPROTO; /* no message is empty or that long */
+      want = 4 + (size_t)len;
+      if (*have == want) {
+        *have = 0;
+        return (long)len;
+      }
+    }
+    ssize_t n = recv(fd, rx + *have, want - *have, MSG_DONTWAIT);
+    if (n > 0) {
+      *have += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return NX_EAGAIN;
+    if (n == 0 || errno == ECONNRESET)
+      return *have == 0 ? 0 : NX_EPROTO; /* closed, or cut short */
+    return NX_EIO;
+  }
+}
+
 size_t nxi_ctl_put_peer(uint8_t *p, size_t cap, uint64_t context,
                         uint64_t address, const uint8_t *blob, size_t len) {
   if (cap < NXI_CTL_ENTRY_HEAD || cap - NXI_CTL_ENTRY_HEAD < len ||

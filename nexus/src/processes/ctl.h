@@ -64,6 +64,14 @@ long nxi_ctl_recv(int fd, uint8_t *buf, int timeout_ms);
  * timeout_ms is -1). */
 int nxi_ctl_send_stream(int fd, const void *msg, size_t len);
 long nxi_ctl_recv_stream(int fd, uint8_t *buf, size_t cap, int timeout_ms);
+/* What a stream socket has of its next message, without waiting (for a
+ * caller whose loop says when it is readable): its bytes go to `rx`
+ * (4 + NXI_CTL_MAX bytes: the length, then the message), *have counting
+ * them, and nothing past that message is read. Returns the message's
+ * length once it is whole (at rx + 4; *have back to 0), NX_EAGAIN while
+ * it is not, 0 when the peer closed before it began, NX_EPROTO for a
+ * length of 0 or above NXI_CTL_MAX or a message cut short, NX_EIO. */
+long nxi_ctl_recv_stream_part(int fd, uint8_t *rx, size_t *have);
 
 /* Writes a peer entry at `p`; returns its length, 0 if it does not fit in
  * `cap`. */

@@ -360,37 +360,29 @@ static void on_hs_late(uv_timer_t *t) { hs_end(t->data, NX_ETIMEDOUT); }
 static void on_hs_readable(uv_poll_t *h, int status, int events) {
   (void)events;
   struct child *c = h->data;
-  int stream = c->chan.stream;
-  size_t want = !stream          ? NXI_CTL_MAX
-                : c->rx_have < 4 ? 4
-                                 : 4 + (size_t)nxu_rd32(c->rx);
-  ssize_t n = status < 0 ? -1
-                         : recv(c->chan.fd, c->rx + c->rx_have,
-                                want - c->rx_have, MSG_DONTWAIT);
-  if (n < 0 && status == 0 && (errno == EAGAIN || errno == EINTR))
-    return;
-  if (n == 0 || (n < 0 && status == 0 && errno == ECONNRESET)) {
-    hs_end(c, c->rx_have == 0 ? 0 : NX_EPROTO); /* closed, or cut short */
+  if (status < 0) {
+    hs_end(c, NX_EIO);
     return;
   }
-  if (n < 0 || !stream) {
+  if (!c->chan.stream) {
+    ssize_t n = recv(c->chan.fd, c->rx, NXI_CTL_MAX, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      return;
+    if (n < 0 && errno == ECONNRESET)
+      n = 0;
     hs_end(c, n < 0 ? NX_EIO : n);
     return;
   }
-  if (c->rx_have == 0)
-    uv_timer_start(&c->timer, on_hs_late, (uint64_t)c->hs_ms, 0);
-  c->rx_have += (size_t)n;
-  if (c->rx_have < 4)
-    return;
-  uint32_t len = nxu_rd32(c->rx);
-  if (len == 0 || len > NXI_CTL_MAX) {
-    hs_end(c, NX_EPROTO); /* no message is empty */
+  size_t before = c->rx_have;
+  long n = nxi_ctl_recv_stream_part(c->chan.fd, c->rx, &c->rx_have);
+  if (n == NX_EAGAIN) {
+    if (before == 0 && c->rx_have > 0)
+      uv_timer_start(&c->timer, on_hs_late, (uint64_t)c->hs_ms, 0);
     return;
   }
-  if (c->rx_have == 4 + (size_t)len) {
-    memmove(c->rx, c->rx + 4, len);
-    hs_end(c, len);
-  }
+  if (n > 0)
+    memmove(c->rx, c->rx + 4, (size_t)n);
+  hs_end(c, n);
 }
 
 /* nxi_uvloop_call: a child with a socket channel gets its handles; its
