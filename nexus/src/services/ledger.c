@@ -1006,37 +1006,47 @@ uint64_t nxi_ledger_report_all(int status) {
 
 /* nxi_ledger_untold's part for strays: those whose counts grew and that a
  * list names (one that sent here, but was never sent to and never asked).
- * One no list names is marked told: nobody is there to tell. */
+ * One no list names is marked told: nobody is there to tell. One pass
+ * under the lock finds them (most places are empty: a lock pair per place
+ * cost every exiting process a thousand of them per call); a list is
+ * looked up outside it. */
 static int untold_strays(uint32_t *procs, unsigned *gens,
                          struct nxi_dlist **dls, int max) {
+  unsigned at[STRAYS];
   int n = 0;
+  pthread_mutex_lock(&stray_lock);
   for (unsigned i = 0; i < STRAYS && n < max; i++) {
-    pthread_mutex_lock(&stray_lock);
     uint32_t proc = strays[i].proc;
     unsigned grew = 0;
     for (unsigned g = 0; proc != 0 && g < GENS; g++)
       if (strays[i].handled[g] > strays[i].told[g])
         grew |= 1u << g;
-    struct nxi_dlist *dl = grew != 0 ? strays[i].dl : NULL;
-    if (dl != NULL)
-      nxi_dlist_retain(dl);
-    pthread_mutex_unlock(&stray_lock);
     if (grew == 0)
       continue;
-    if (dl == NULL)
-      dl = nxi_dlist_of_proc(proc);
+    if ((dls[n] = strays[i].dl) != NULL)
+      nxi_dlist_retain(dls[n]);
+    at[n] = i;
+    procs[n] = proc;
+    gens[n++] = grew;
+  }
+  pthread_mutex_unlock(&stray_lock);
+  int kept = 0;
+  for (int k = 0; k < n; k++) {
+    struct nxi_dlist *dl =
+        dls[k] != NULL ? dls[k] : nxi_dlist_of_proc(procs[k]);
     if (dl != NULL) {
-      procs[n] = proc;
-      gens[n] = grew;
-      dls[n++] = dl;
+      procs[kept] = procs[k];
+      gens[kept] = gens[k];
+      dls[kept++] = dl;
       continue;
     }
     pthread_mutex_lock(&stray_lock);
-    if (strays[i].proc == proc)
-      memcpy(strays[i].told, strays[i].handled, sizeof(strays[i].told));
+    struct stray *s = &strays[at[k]];
+    if (s->proc == procs[k])
+      memcpy(s->told, s->handled, sizeof(s->told));
     pthread_mutex_unlock(&stray_lock);
   }
-  return n;
+  return kept;
 }
 
 int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
@@ -1151,17 +1161,20 @@ void nxi_ledger_finalize(void) {
   nxi_ledger_stages_set(NULL);
   resend_run(); /* what is left is reported */
   atomic_store(&senders, NULL);
-  for (unsigned i = 0; i < STRAYS; i++) {
-    pthread_mutex_lock(&stray_lock);
-    struct nxi_dlist *dl = strays[i].dl;
-    memset(&strays[i], 0, sizeof(strays[i]));
-    pthread_mutex_unlock(&stray_lock);
-    if (dl != NULL)
-      nxi_dlist_release(dl);
-  }
+  /* The lists go after the lock: a release may take the lists' lock. */
+  struct nxi_dlist *dls[STRAYS];
+  unsigned n = 0;
+  pthread_mutex_lock(&stray_lock);
+  for (unsigned i = 0; i < STRAYS; i++)
+    if (strays[i].dl != NULL)
+      dls[n++] = strays[i].dl;
+  memset(strays, 0, sizeof(strays));
+  pthread_mutex_unlock(&stray_lock);
+  for (unsigned i = 0; i < n; i++)
+    nxi_dlist_release(dls[i]);
   for (unsigned i = 0; i < SLOTS; i++) {
-    struct nxi_peer *p = atomic_exchange(&table[i], NULL);
-    if (p == NULL)
+    struct nxi_peer *p = atomic_load_explicit(&table[i], memory_order_relaxed);
+    if (p == NULL || (p = atomic_exchange(&table[i], NULL)) == NULL)
       continue;
     if (p->dl != NULL)
       nxi_dlist_release(p->dl);
