@@ -124,7 +124,8 @@ NX_EXTERN int nx_context_peers(nx_gp_t **gps, int *count, int *rank);
  * ("addr", "addr:port" or "[v6addr]:port"). A connection that does not
  * present the key is refused and counted (drop_bad_frame). Calling it again
  * returns the same URL. Returns 0, NX_EINVAL, NX_EBUSY (address in use),
- * NX_EIO, NX_EAGAIN or NX_ENOTINIT. */
+ * NX_EIO, NX_EAGAIN (no thread for the process layer's loop, or it cannot
+ * watch the socket) or NX_ENOTINIT. */
 NX_EXTERN int nx_attach_listen(const char **url);
 
 /* Joins the computation listening at `url` and writes a gp to its

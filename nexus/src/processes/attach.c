@@ -15,6 +15,7 @@
 
 #include "processes/attach.h"
 #include "processes/chan.h"
+#include "processes/uvloop.h"
 #include "modules/dlist.h"
 #include "nxu_auth.h"
 #include "nxu_key.h"
@@ -36,13 +37,21 @@
 #define MAGIC_V1 "NXA1"
 #define AUTH_CTX "attach"
 #define IO_TIMEOUT_MS 5000
+/* Connections served at once; the rest wait in the kernel's backlog. */
+#define MAX_CONNS 64
+/* How long the listener rests when accept4 fails for want of descriptors
+ * or memory (the socket stays readable: without a rest, the loop spins). */
+#define REST_MS 100
 
+/* `attach_lock` guards listen_fd and url_text, for nx_attach_listen and
+ * nxi_attach_finalize. */
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int listen_fd = -1;
-static pthread_t acceptor;
 static char url_text[128];
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-/* Reads or writes exactly `len` bytes within the timeout. */
+/* The attacher's side (nx_attach), on the calling thread: reads or writes
+ * exactly `len` bytes within the timeout. */
 static int io_all(int fd, void *buf, size_t len, int writing) {
   uint8_t *p = buf;
   while (len > 0) {
@@ -69,66 +78,306 @@ static int io_all(int fd, void *buf, size_t len, int writing) {
   return 0;
 }
 
+/* The listener runs on the process layer's loop (uvloop.c): a uv_poll on
+ * its socket, and per connection a uv_poll and a uv_timer. Each step of
+ * the exchange (bytes to read, bytes to write) has IO_TIMEOUT_MS from its
+ * start, and resumes where the last read or write stopped: a peer that
+ * stalls mid-message holds nobody up, the loop serving every connection
+ * at once. attach.c owns the descriptors (socket, accept4, close) and
+ * closes each after the loop closed the handle watching it; libuv only
+ * watches them (a libuv stream closes its descriptor with a raw system
+ * call that ThreadSanitizer does not see). */
+enum step { READ_MAGIC, READ_NONCE, WRITE_CHALLENGE, READ_PROOF, WRITE_ANSWER };
+
+struct conn {
+  struct conn *next;
+  int fd;
+  uv_poll_t poll;
+  uv_timer_t timer; /* the step's deadline */
+  enum step step;
+  size_t done; /* the step's bytes read or written so far */
+  int closing; /* handles not yet closed */
+  uint8_t hello[4 + NXU_NONCE_SIZE]; /* "NXA2", the attacher's nonce */
+  uint8_t ch[4 + NXU_NONCE_SIZE + NXU_MAC_SIZE]; /* "NXA2", ours, our proof */
+  uint8_t proof[NXU_MAC_SIZE];                   /* the attacher's */
+  uint8_t *answer; /* "NXA2", u32 length, our peer entry */
+  size_t answer_len;
+};
+
+/* The loop's, but `closed`, which nxi_uvloop_set writes. */
+static struct {
+  int fd; /* listen_fd, once the loop watches it */
+  uv_poll_t poll;
+  uv_timer_t rest;
+  int resting; /* accept4 failed: the listener rests REST_MS */
+  int ending;  /* listen_end: it is watched no more */
+  struct conn *conns;
+  int nconns;
+  int handles; /* not yet closed, the connections' too */
+  int closed;  /* every handle closed (listen_end) */
+} lst;
+
+/* A process forked (without exec) from a listener: the loop that served
+ * it is its parent's (uvloop.c forgets it), and so are the connections,
+ * whose handles are that loop's (their memory and close-on-exec
+ * descriptors are left alone). Its copy of the listening socket is
+ * closed: it would keep the port listening after the parent's
+ * nx_finalize. It listens anew if it asks. */
+static void forget_listener(void) {
+  pthread_mutex_init(&attach_lock, NULL);
+  if (listen_fd >= 0)
+    close(listen_fd);
+  listen_fd = -1;
+  memset(&lst, 0, sizeof(lst));
+}
+
+static void register_fork(void) { pthread_atfork(NULL, NULL, forget_listener); }
+
 static void refuse(const char *why) {
   atomic_fetch_add(&nxi_rt.drop_bad_frame, 1);
   nxi_log(0, "attach", "refused a connection: %s", why);
 }
 
-static void serve_one(int fd) {
-  uint8_t hello[4 + NXU_NONCE_SIZE];
-  if (io_all(fd, hello, 4, 0) < 0)
+static void on_listen(uv_poll_t *h, int status, int events);
+
+/* The listener is watched unless it rests, MAX_CONNS connections are
+ * served, or it ends. */
+static void listen_watch(void) {
+  if (lst.ending)
     return;
-  if (memcmp(hello, MAGIC_V1, 4) == 0) {
-    refuse("an older nexus (NXA1, which sends the key in clear); this one "
-           "speaks NXA2: update the attaching program");
-    return;
-  }
-  if (memcmp(hello, MAGIC, 4) != 0) {
-    refuse("wrong magic");
-    return;
-  }
-  uint8_t ch[4 + NXU_NONCE_SIZE + NXU_MAC_SIZE], proof[NXU_MAC_SIZE];
-  const uint8_t *nc = hello + 4, *ns = ch + 4;
-  memcpy(ch, MAGIC, 4);
-  if (io_all(fd, hello + 4, NXU_NONCE_SIZE, 0) < 0 ||
-      nxu_auth_nonce(ch + 4) < 0 ||
-      nxu_auth_mac(nxi_rt.key, NX_KEY_SIZE, "server", nc, ns,
-                   (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX),
-                   ch + 4 + NXU_NONCE_SIZE) < 0 ||
-      io_all(fd, ch, sizeof(ch), 1) < 0 ||
-      io_all(fd, proof, sizeof(proof), 0) < 0)
-    return; /* it went away (or gave up on our proof: its key differs) */
-  if (!nxu_auth_check(nxi_rt.key, NX_KEY_SIZE, "client", nc, ns,
-                      (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX), proof)) {
-    refuse("wrong key (the attacher's proof does not match)");
-    return;
-  }
-  /* Room for a descriptor more: a gateway may be added meanwhile. */
-  size_t cap = 8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
-  uint8_t *msg = malloc(cap);
-  if (msg == NULL)
-    return;
-  memcpy(msg, MAGIC, 4);
-  size_t len = nxi_chan_self_entry(msg + 8, cap - 8);
-  nxu_le32(msg + 4, (uint32_t)len);
-  io_all(fd, msg, 8 + len, 1);
-  free(msg);
+  if (!lst.resting && lst.nconns < MAX_CONNS)
+    uv_poll_start(&lst.poll, UV_READABLE, on_listen);
+  else
+    uv_poll_stop(&lst.poll);
 }
 
-static void *accept_main(void *arg) {
-  (void)arg;
-  for (;;) {
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE ||
-          errno == ENFILE)
-        continue;
-      break; /* shut down */
-    }
-    serve_one(fd);
-    close(fd);
+/* A handle's close came back: once the last has, nxi_attach_finalize
+ * goes on. */
+static void one_closed(void) {
+  if (--lst.handles == 0)
+    nxi_uvloop_set(&lst.closed, 1);
+}
+
+static void handle_closed(uv_handle_t *h) {
+  (void)h;
+  one_closed();
+}
+
+static void conn_closed(uv_handle_t *h) {
+  struct conn *c = h->data;
+  if (--c->closing == 0) {
+    close(c->fd); /* no handle watches it now */
+    free(c->answer);
+    free(c);
   }
-  return NULL;
+  one_closed();
+}
+
+/* The connection ends (its exchange is over, refused, timed out or
+ * broken): its handles close, then its socket. */
+static void conn_end(struct conn *c) {
+  if (c->closing > 0)
+    return;
+  for (struct conn **pp = &lst.conns; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  lst.nconns--;
+  c->closing = 2;
+  uv_close((uv_handle_t *)&c->poll, conn_closed);
+  uv_close((uv_handle_t *)&c->timer, conn_closed);
+  listen_watch(); /* one more may come */
+}
+
+static void on_late(uv_timer_t *t) { conn_end(t->data); }
+
+/* The current step's bytes: where they go or come from, and how many. */
+static uint8_t *step_bytes(struct conn *c, size_t *len) {
+  switch (c->step) {
+  case READ_MAGIC: *len = 4; return c->hello;
+  case READ_NONCE: *len = NXU_NONCE_SIZE; return c->hello + 4;
+  case WRITE_CHALLENGE: *len = sizeof(c->ch); return c->ch;
+  case READ_PROOF: *len = sizeof(c->proof); return c->proof;
+  default: *len = c->answer_len; return c->answer;
+  }
+}
+
+/* The current step's bytes are all in (or out): 0 once the next step is
+ * set, 1 when the exchange is over (done or refused), or a negative code. */
+static int step_over(struct conn *c) {
+  const uint8_t *nc = c->hello + 4, *ns = c->ch + 4;
+  switch (c->step) {
+  case READ_MAGIC:
+    if (memcmp(c->hello, MAGIC_V1, 4) == 0) {
+      refuse("an older nexus (NXA1, which sends the key in clear); this one "
+             "speaks NXA2: update the attaching program");
+      return 1;
+    }
+    if (memcmp(c->hello, MAGIC, 4) != 0) {
+      refuse("wrong magic");
+      return 1;
+    }
+    c->step = READ_NONCE;
+    return 0;
+  case READ_NONCE:
+    memcpy(c->ch, MAGIC, 4);
+    if (nxu_auth_nonce(c->ch + 4) < 0 ||
+        nxu_auth_mac(nxi_rt.key, NX_KEY_SIZE, "server", nc, ns,
+                     (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX),
+                     c->ch + 4 + NXU_NONCE_SIZE) < 0)
+      return NX_EIO;
+    c->step = WRITE_CHALLENGE;
+    return 0;
+  case WRITE_CHALLENGE:
+    /* It may go away now (or give up on our proof: its key differs). */
+    c->step = READ_PROOF;
+    return 0;
+  case READ_PROOF: {
+    if (!nxu_auth_check(nxi_rt.key, NX_KEY_SIZE, "client", nc, ns,
+                        (const uint8_t *)AUTH_CTX, strlen(AUTH_CTX),
+                        c->proof)) {
+      refuse("wrong key (the attacher's proof does not match)");
+      return 1;
+    }
+    /* Room for a descriptor more: a gateway may be added meanwhile. */
+    size_t cap =
+        8 + NXI_CTL_ENTRY_HEAD + nxi_rt.self_dl->len + NXI_DESC_MAX_LEN;
+    c->answer = malloc(cap);
+    if (c->answer == NULL)
+      return NX_ENOMEM;
+    memcpy(c->answer, MAGIC, 4);
+    size_t len = nxi_chan_self_entry(c->answer + 8, cap - 8);
+    nxu_le32(c->answer + 4, (uint32_t)len);
+    c->answer_len = 8 + len;
+    c->step = WRITE_ANSWER;
+    return 0;
+  }
+  default: return 1; /* the answer is out */
+  }
+}
+
+static void on_conn(uv_poll_t *h, int status, int events);
+
+/* Goes on with the exchange as far as the socket allows without waiting,
+ * and watches it for the rest. */
+static void conn_run(struct conn *c) {
+  for (;;) {
+    size_t len;
+    uint8_t *p = step_bytes(c, &len);
+    int writing = c->step == WRITE_CHALLENGE || c->step == WRITE_ANSWER;
+    while (c->done < len) {
+      ssize_t n = writing
+                      ? send(c->fd, p + c->done, len - c->done,
+                             MSG_NOSIGNAL | MSG_DONTWAIT)
+                      : recv(c->fd, p + c->done, len - c->done, MSG_DONTWAIT);
+      if (n > 0) {
+        c->done += (size_t)n;
+        continue;
+      }
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        uv_poll_start(&c->poll, writing ? UV_WRITABLE : UV_READABLE, on_conn);
+        return;
+      }
+      conn_end(c); /* it closed, or the connection broke */
+      return;
+    }
+    if (step_over(c) != 0) {
+      conn_end(c);
+      return;
+    }
+    c->done = 0;
+    uv_timer_start(&c->timer, on_late, IO_TIMEOUT_MS, 0);
+  }
+}
+
+static void on_conn(uv_poll_t *h, int status, int events) {
+  (void)events;
+  if (status < 0)
+    conn_end(h->data);
+  else
+    conn_run(h->data);
+}
+
+/* A new connection, `fd`: its exchange begins. */
+static void conn_begin(int fd) {
+  uv_loop_t *loop = nxi_uvloop();
+  struct conn *c = calloc(1, sizeof(*c));
+  if (c == NULL || uv_poll_init_socket(loop, &c->poll, fd) != 0) {
+    free(c);
+    close(fd);
+    return;
+  }
+  uv_timer_init(loop, &c->timer);
+  c->fd = fd;
+  c->poll.data = c->timer.data = c;
+  c->step = READ_MAGIC;
+  c->next = lst.conns;
+  lst.conns = c;
+  lst.nconns++;
+  lst.handles += 2;
+  uv_timer_start(&c->timer, on_late, IO_TIMEOUT_MS, 0);
+  conn_run(c);
+}
+
+static void on_rest(uv_timer_t *t) {
+  (void)t;
+  lst.resting = 0;
+  listen_watch();
+}
+
+/* The listener is readable: every connection waiting is accepted, up to
+ * MAX_CONNS served at once. */
+static void on_listen(uv_poll_t *h, int status, int events) {
+  (void)h;
+  (void)events;
+  while (status == 0 && lst.nconns < MAX_CONNS) {
+    int fd = accept4(lst.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      conn_begin(fd);
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return;
+    break; /* no descriptors or memory left: a rest */
+  }
+  if (lst.nconns < MAX_CONNS) {
+    lst.resting = 1;
+    uv_timer_start(&lst.rest, on_rest, REST_MS, 0);
+  }
+  listen_watch();
+}
+
+/* nxi_uvloop_call: the loop watches the listening socket `*arg`, and sets
+ * *arg to 0, or to NX_EAGAIN when it cannot. */
+static void listen_begin(void *arg) {
+  int *r = arg;
+  uv_loop_t *loop = nxi_uvloop();
+  memset(&lst, 0, sizeof(lst));
+  if (uv_poll_init_socket(loop, &lst.poll, *r) != 0) {
+    *r = NX_EAGAIN;
+    return;
+  }
+  uv_timer_init(loop, &lst.rest);
+  lst.fd = *r;
+  lst.handles = 2;
+  listen_watch();
+  *r = 0;
+}
+
+/* nxi_uvloop_call: no more connections; those under way end. Every
+ * handle closes, and then lst.closed is set. */
+static void listen_end(void *arg) {
+  (void)arg;
+  lst.ending = 1;
+  while (lst.conns != NULL)
+    conn_end(lst.conns);
+  uv_close((uv_handle_t *)&lst.poll, handle_closed);
+  uv_close((uv_handle_t *)&lst.rest, handle_closed);
 }
 
 /* NX_ATTACH_LISTEN: "addr" or "addr:port" ("[v6]:port"); default 127.0.0.1. */
@@ -168,6 +417,7 @@ int nx_attach_listen(const char **url) {
     return NX_EINVAL;
   if (!nxi_ready())
     return NX_ENOTINIT;
+  pthread_once(&fork_once, register_fork);
   pthread_mutex_lock(&attach_lock);
   if (listen_fd >= 0) {
     *url = url_text;
@@ -177,7 +427,9 @@ int nx_attach_listen(const char **url) {
   struct sockaddr_storage ss;
   socklen_t sl;
   int r = listen_addr(&ss, &sl);
-  int fd = r == 0 ? socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+  int fd = r == 0 ? socket(ss.ss_family,
+                           SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)
+                  : -1;
   int one = 1;
   if (fd >= 0)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -208,13 +460,13 @@ int nx_attach_listen(const char **url) {
                host, port);
   if ((size_t)off + 2 * NX_KEY_SIZE < sizeof(url_text))
     nxu_hex_encode(nxi_rt.key, NX_KEY_SIZE, url_text + off);
-  listen_fd = fd;
-  if (pthread_create(&acceptor, NULL, accept_main, NULL) != 0) {
+  r = fd;
+  if (nxi_uvloop_call(listen_begin, &r) < 0 || r < 0) {
     close(fd);
-    listen_fd = -1;
     pthread_mutex_unlock(&attach_lock);
-    return NX_EAGAIN;
+    return NX_EAGAIN; /* no loop thread, or it cannot watch the socket */
   }
+  listen_fd = fd;
   *url = url_text;
   pthread_mutex_unlock(&attach_lock);
   return 0;
@@ -223,8 +475,10 @@ int nx_attach_listen(const char **url) {
 void nxi_attach_finalize(void) {
   pthread_mutex_lock(&attach_lock);
   if (listen_fd >= 0) {
-    shutdown(listen_fd, SHUT_RDWR); /* ends accept() */
-    pthread_join(acceptor, NULL);
+    /* The loop runs (it watches the socket): it lets the descriptors go
+     * before they are closed. */
+    if (nxi_uvloop_call(listen_end, NULL) == 0)
+      nxi_uvloop_wait(&lst.closed);
     close(listen_fd);
     listen_fd = -1;
   }
