@@ -155,3 +155,40 @@ TEST_CASE("malformed URLs and nobody listening", "[attach][badinput]") {
   close(fd);
   CHECK(nx_gp_is_null(&gp));
 }
+
+TEST_CASE("a listener that never takes the connection: NX_EUNREACH in 5 s",
+          "[attach][badinput]") {
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  // A listening socket whose accept queue is full (backlog 0, two
+  // connections nobody accepts): the kernel drops the next SYN, and a
+  // blocking connect would wait for its retries (about two minutes).
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(ls, (sockaddr *)&a, sizeof(a)) == 0);
+  REQUIRE(listen(ls, 0) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(getsockname(ls, (sockaddr *)&a, &len) == 0);
+  int fill[2];
+  for (int &f : fill) {
+    f = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    REQUIRE(f >= 0);
+    connect(f, (sockaddr *)&a, sizeof(a)); // in progress or made
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::string url = "nexus://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+                    "/" + std::string(32, 'a');
+  nx_gp_t gp = NX_GP_NULL;
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(nx_attach(url.c_str(), &gp) == NX_EUNREACH);
+  double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  CHECK(s < 7.0);
+  CHECK(nx_gp_is_null(&gp));
+  for (int f : fill)
+    close(f);
+  close(ls);
+}

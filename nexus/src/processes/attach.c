@@ -19,6 +19,7 @@
 #include "modules/dlist.h"
 #include "nxu_auth.h"
 #include "nxu_key.h"
+#include "nxu_time.h"
 
 /* The exchange, on a TCP connection to the listener. Both sides prove they
  * hold the key (nxu_auth.h) over both sides' fresh nonces; the key itself
@@ -51,12 +52,17 @@ static char url_text[128];
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 /* The attacher's side (nx_attach), on the calling thread: reads or writes
- * exactly `len` bytes within the timeout. */
+ * exactly `len` bytes (a step of the exchange) within IO_TIMEOUT_MS of
+ * the call, however the bytes come. */
 static int io_all(int fd, void *buf, size_t len, int writing) {
   uint8_t *p = buf;
+  uint64_t deadline = nxu_now_ms() + IO_TIMEOUT_MS;
   while (len > 0) {
+    uint64_t now = nxu_now_ms();
+    if (now >= deadline)
+      return NX_ETIMEDOUT;
     struct pollfd pf = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
-    int r = poll(&pf, 1, IO_TIMEOUT_MS);
+    int r = poll(&pf, 1, (int)(deadline - now));
     if (r == 0)
       return NX_ETIMEDOUT;
     if (r < 0) {
@@ -64,11 +70,12 @@ static int io_all(int fd, void *buf, size_t len, int writing) {
         continue;
       return NX_EIO;
     }
-    ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+    ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, p, len, MSG_DONTWAIT);
     if (n == 0)
       return NX_ECONNRESET;
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN)
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
         continue;
       return NX_ECONNRESET;
     }
@@ -485,6 +492,33 @@ void nxi_attach_finalize(void) {
   pthread_mutex_unlock(&attach_lock);
 }
 
+/* A connection to `a` within IO_TIMEOUT_MS (a host that drops the
+ * packets would otherwise hold nx_attach for the kernel's two minutes):
+ * the socket, non-blocking (io_all waits), or -1. */
+static int connect_within(const struct addrinfo *a) {
+  int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+    return fd;
+  int err = errno;
+  if (err == EINPROGRESS) {
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    int r;
+    do
+      r = poll(&pf, 1, IO_TIMEOUT_MS);
+    while (r < 0 && errno == EINTR);
+    socklen_t len = sizeof(err);
+    err = ETIMEDOUT;
+    if (r > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      err = errno;
+    if (r > 0 && err == 0)
+      return fd;
+  }
+  close(fd);
+  return -1;
+}
+
 /* "nexus://host:port/keyhex" or "nexus://[v6]:port/keyhex". */
 int nxi_attach_parse_url(const char *url, char *host, size_t hl, char *port,
                          size_t pl, uint8_t key[NX_KEY_SIZE]) {
@@ -534,13 +568,8 @@ int nx_attach(const char *url, nx_gp_t *gp) {
   if (getaddrinfo(host, port, &hints, &res) != 0)
     return NX_EUNREACH;
   int fd = -1;
-  for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
+  for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next)
+    fd = connect_within(a);
   freeaddrinfo(res);
   if (fd < 0)
     return NX_EUNREACH;
