@@ -9,7 +9,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -414,6 +413,255 @@ static void hs_begin(void *arg) {
   uv_timer_start(&c->timer, on_hs_late, (uint64_t)c->hs_ms, 0);
 }
 
+/* A child started through PMIx connects back to a socket its creator
+ * listens on (pmix_child) and proves itself with its token, a 16-byte
+ * stream message (ctl.h) before anything else. The loop waits for it: a
+ * uv_poll on the listening socket and, per connection, a uv_poll and a
+ * uv_timer, every connection read at once (one that stalls, or stops
+ * mid-token, holds nobody up). The first whose message is the token is the
+ * channel. One that sends other bytes or closes is closed at once, one
+ * without its token within TOKEN_MS of its accept then, and every other
+ * when the wait ends: with the channel, or NX_ETIMEDOUT at the create's
+ * timeout. parent.c owns the descriptors (socket, accept4, close) and
+ * closes each after the loop closed the handle on it; libuv's streams
+ * would close them with a raw system call that ThreadSanitizer does not
+ * see (docs/design.md, "The process layer's loop", item 4). */
+#define TOKEN_MS 2000
+/* Connections read at once; the rest wait in the kernel's backlog. */
+#define BACK_CONNS 64
+/* How long the listener rests when accept4 fails for want of descriptors
+ * or memory (the socket stays readable: without a rest, the loop spins). */
+#define BACK_REST_MS 100
+
+struct back;
+
+struct back_conn {
+  struct back_conn *next;
+  struct back *b;
+  int fd; /* -1 once it is the channel */
+  uv_poll_t poll;
+  uv_timer_t timer;    /* TOKEN_MS from its accept */
+  uint8_t got[4 + 16]; /* the message's length, then the token */
+  size_t have;
+  int closing; /* handles not yet closed */
+};
+
+/* The wait, on the creating thread's stack. The creating thread writes
+ * ls and want before back_begin, ms and spawned before back_start; the
+ * loop writes the rest, and `done` (nxi_uvloop_set) last. */
+struct back {
+  int ls;               /* the listening socket, which the thread closes */
+  uint8_t want[4 + 16]; /* the token's message: its length, the token */
+  int begun;            /* back_begin: 0, or NX_EAGAIN (not watched) */
+  int ms;               /* the create's timeout, from the spawn's return */
+  int spawned;          /* 0, or why the child was not started */
+  uv_poll_t poll;       /* ls */
+  uv_timer_t deadline;  /* ms */
+  uv_timer_t rest;      /* BACK_REST_MS after accept4 failed */
+  int resting;
+  int ending; /* back_end: no more connections */
+  struct back_conn *conns;
+  int nconns;
+  int handles; /* not yet closed, the connections' too */
+  int fd;      /* the channel, or -1 */
+  int r;       /* 0, or why there is none */
+  int done;    /* every handle closed: the thread takes it from here */
+};
+
+static void on_back_listen(uv_poll_t *h, int status, int events);
+
+/* The listening socket is watched unless the listener rests, BACK_CONNS
+ * connections are read or the wait is over. */
+static void back_watch(struct back *b) {
+  if (b->ending)
+    return;
+  if (!b->resting && b->nconns < BACK_CONNS)
+    uv_poll_start(&b->poll, UV_READABLE, on_back_listen);
+  else
+    uv_poll_stop(&b->poll);
+}
+
+/* A handle's close came back: after the last, b is the thread's again. */
+static void back_closed(uv_handle_t *h) {
+  struct back *b = h->data;
+  if (--b->handles == 0)
+    nxi_uvloop_set(&b->done, 1); /* b may be gone from here */
+}
+
+static void back_conn_closed(uv_handle_t *h) {
+  struct back_conn *k = h->data;
+  struct back *b = k->b;
+  if (--k->closing == 0) {
+    if (k->fd >= 0)
+      close(k->fd); /* no handle watches it now */
+    free(k);
+  }
+  if (--b->handles == 0)
+    nxi_uvloop_set(&b->done, 1);
+}
+
+/* The connection is done with (the channel, refused, late or closed): its
+ * handles close, then its socket unless it is the channel. */
+static void back_conn_end(struct back_conn *k) {
+  struct back *b = k->b;
+  if (k->closing > 0)
+    return;
+  for (struct back_conn **pp = &b->conns; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == k) {
+      *pp = k->next;
+      break;
+    }
+  b->nconns--;
+  k->closing = 2;
+  uv_close((uv_handle_t *)&k->poll, back_conn_closed);
+  uv_close((uv_handle_t *)&k->timer, back_conn_closed);
+  back_watch(b); /* one more may come */
+}
+
+static void back_conn_drop(struct back_conn *k, const char *why) {
+  nxi_log(1, NULL,
+          "a connection to the port a process started through PMIx connects "
+          "back to: %s; closed",
+          why);
+  back_conn_end(k);
+}
+
+/* The wait is over, with b->fd as the channel (r 0) or none: every
+ * connection and the listener's handles close, then `done` is set. */
+static void back_end(struct back *b, int r) {
+  if (b->ending)
+    return;
+  b->ending = 1;
+  b->r = r;
+  while (b->conns != NULL)
+    back_conn_end(b->conns);
+  uv_close((uv_handle_t *)&b->poll, back_closed);
+  uv_close((uv_handle_t *)&b->deadline, back_closed);
+  uv_close((uv_handle_t *)&b->rest, back_closed);
+}
+
+/* What the connection has sent of its token, read as far as it goes
+ * without waiting; nothing past the token (the child's READY follows it
+ * on what becomes the channel). Compared once whole, in constant time. */
+static void back_conn_read(struct back_conn *k) {
+  while (k->have < sizeof(k->got)) {
+    ssize_t n =
+        recv(k->fd, k->got + k->have, sizeof(k->got) - k->have, MSG_DONTWAIT);
+    if (n > 0) {
+      k->have += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    back_conn_drop(k, "it closed before its token");
+    return;
+  }
+  struct back *b = k->b;
+  if (!nxu_key_equal(k->got, b->want, sizeof(k->got))) {
+    back_conn_drop(k, "not its token");
+    return;
+  }
+  b->fd = k->fd;
+  k->fd = -1; /* the channel: its handles close, not it */
+  back_end(b, 0);
+}
+
+static void on_back_conn(uv_poll_t *h, int status, int events) {
+  (void)events;
+  if (status < 0)
+    back_conn_drop(h->data, "it broke");
+  else
+    back_conn_read(h->data);
+}
+
+static void on_token_late(uv_timer_t *t) {
+  back_conn_drop(t->data, "no token within 2 s");
+}
+
+/* A new connection, `fd`: its token is read as it comes. */
+static void back_conn_begin(struct back *b, int fd) {
+  uv_loop_t *loop = nxi_uvloop();
+  struct back_conn *k = calloc(1, sizeof(*k));
+  if (k == NULL || uv_poll_init_socket(loop, &k->poll, fd) != 0) {
+    free(k);
+    close(fd);
+    return;
+  }
+  uv_timer_init(loop, &k->timer);
+  k->b = b;
+  k->fd = fd;
+  k->poll.data = k->timer.data = k;
+  k->next = b->conns;
+  b->conns = k;
+  b->nconns++;
+  b->handles += 2;
+  uv_timer_start(&k->timer, on_token_late, TOKEN_MS, 0);
+  uv_poll_start(&k->poll, UV_READABLE, on_back_conn);
+  back_conn_read(k);
+}
+
+static void on_back_rest(uv_timer_t *t) {
+  struct back *b = t->data;
+  b->resting = 0;
+  back_watch(b);
+}
+
+/* The listening socket is readable: every connection waiting is accepted,
+ * up to BACK_CONNS read at once. */
+static void on_back_listen(uv_poll_t *h, int status, int events) {
+  (void)events;
+  struct back *b = h->data;
+  while (status == 0 && !b->ending && b->nconns < BACK_CONNS) {
+    int fd = accept4(b->ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      back_conn_begin(b, fd); /* may end the wait */
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return;
+    break; /* no descriptors or memory left: a rest */
+  }
+  if (b->ending)
+    return;
+  if (b->nconns < BACK_CONNS) {
+    b->resting = 1;
+    uv_timer_start(&b->rest, on_back_rest, BACK_REST_MS, 0);
+  }
+  back_watch(b);
+}
+
+static void on_back_late(uv_timer_t *t) { back_end(t->data, NX_ETIMEDOUT); }
+
+/* nxi_uvloop_call, before the spawn: the loop watches the listening
+ * socket (b->begun stays 0), or cannot (NX_EAGAIN). */
+static void back_begin(void *arg) {
+  struct back *b = arg;
+  uv_loop_t *loop = nxi_uvloop();
+  if (uv_poll_init_socket(loop, &b->poll, b->ls) != 0) {
+    b->begun = NX_EAGAIN;
+    return;
+  }
+  uv_timer_init(loop, &b->deadline);
+  uv_timer_init(loop, &b->rest);
+  b->poll.data = b->deadline.data = b->rest.data = b;
+  b->handles = 3;
+  back_watch(b);
+}
+
+/* nxi_uvloop_call, once the spawn returned: the wait has the create's
+ * timeout from now, or ends if the spawn failed (or it is over already). */
+static void back_start(void *arg) {
+  struct back *b = arg;
+  if (b->spawned < 0)
+    back_end(b, b->spawned);
+  else if (!b->ending)
+    uv_timer_start(&b->deadline, on_back_late, (uint64_t)b->ms, 0);
+}
+
 /* Everything from here runs on the program's threads. */
 
 /* Ends child c, which is on no list, within its stages from `grace_ms`
@@ -653,7 +901,10 @@ static int tcp_var(char *buf, size_t cap, const uint8_t *token, int port) {
 
 /* Starts a child through the PMIx server this process joined
  * (PMIx_Spawn); its channel is a TCP connection it makes back to us,
- * proven by a token that only its environment holds. */
+ * proven by a token that only its environment holds. The loop waits for
+ * that connection (struct back) from before the spawn, so that one made
+ * meanwhile is read at once; the create's timeout runs from the spawn's
+ * return, as the handshake's does. */
 static int pmix_child(const nx_node_t *node, const char *exe,
                       char *const argv[], const nx_context_attr_t *attr,
                       int timeout_ms, struct child *c) {
@@ -664,7 +915,7 @@ static int pmix_child(const nx_node_t *node, const char *exe,
   uint8_t token[16];
   if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token))
     return NX_EIO;
-  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET,
                            .sin_addr.s_addr = htonl(INADDR_ANY)};
   socklen_t salen = sizeof(sa);
@@ -672,6 +923,16 @@ static int pmix_child(const nx_node_t *node, const char *exe,
       listen(ls, 8) != 0 || getsockname(ls, (struct sockaddr *)&sa, &salen)) {
     if (ls >= 0)
       close(ls);
+    return NX_EAGAIN;
+  }
+  struct back b = {.ls = ls, .fd = -1};
+  nxu_le32(b.want, sizeof(token));
+  memcpy(b.want + 4, token, sizeof(token));
+  /* nx_context_create is never on the loop's thread (NX_EBUSY there), so
+   * the call hands the loop the wait; without a loop, nothing is spawned
+   * for want of one. */
+  if (nxi_uvloop_call(back_begin, &b) < 0 || b.begun < 0) {
+    close(ls);
     return NX_EAGAIN;
   }
   /* PMIx_Spawn copies the variables: they may live on this stack. */
@@ -687,34 +948,26 @@ static int pmix_child(const nx_node_t *node, const char *exe,
     r = nxi_pmix_spawn(path, argv, env, host);
   }
   free(env);
-  /* Its connection, with the token first; anything else is turned away. */
-  uint64_t deadline = nxu_now_ms() + (uint64_t)timeout_ms;
-  int conn = -1;
-  while (r == 0 && conn < 0) {
-    uint64_t now = nxu_now_ms();
-    if (now >= deadline) {
-      r = NX_ETIMEDOUT;
-      break;
-    }
-    struct pollfd p = {.fd = ls, .events = POLLIN};
-    if (poll(&p, 1, (int)(deadline - now)) <= 0)
-      continue;
-    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0)
-      continue;
-    uint8_t got[sizeof(token)];
-    long n = nxi_ctl_recv_stream(fd, got, sizeof(got), 2000);
-    if (n == (long)sizeof(token) && memcmp(got, token, sizeof(token)) == 0)
-      conn = fd;
-    else
-      close(fd);
+  b.ms = timeout_ms;
+  b.spawned = r;
+  /* The loop runs (it watches ls): this call fails only if nx_finalize
+   * closed it meanwhile, and then nothing is left to wait for. */
+  if (nxi_uvloop_call(back_start, &b) < 0) {
+    close(ls);
+    return NX_EAGAIN;
   }
-  close(ls);
-  if (r < 0)
+  nxi_uvloop_wait(&b.done);
+  close(ls); /* its handle is closed */
+  if (r == 0)
+    r = b.r;
+  if (r < 0) {
+    if (b.fd >= 0)
+      close(b.fd);
     return r;
+  }
   c->pid = 0;
   c->reaped = 1; /* its launcher reaps it */
-  c->chan.fd = conn;
+  c->chan.fd = b.fd;
   c->chan.stream = 1;
   return 0;
 }
