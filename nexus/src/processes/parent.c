@@ -805,8 +805,6 @@ err_free:
   return r;
 }
 
-/* Starts a child through module m's launcher; its channel is the
- * module's. Besides what the launcher gives it, it gets the key. */
 /* What a launcher passes on to a child (NULL-ended): the entries of
  * `attr`, then `a` and `b` (either may be NULL). Free the array only. */
 static char **launcher_env(const nx_context_attr_t *attr, char *a, char *b) {
@@ -823,6 +821,8 @@ static char **launcher_env(const nx_context_attr_t *attr, char *a, char *b) {
   return env;
 }
 
+/* Starts a child through module m's launcher; its channel is the
+ * module's. Besides what the launcher gives it, it gets the key. */
 static int spawn_child(struct nxi_module *m, const nx_node_t *node,
                        const char *exe, char *const argv[],
                        const nx_context_attr_t *attr, int timeout_ms,
@@ -974,9 +974,6 @@ static int pmix_child(const nx_node_t *node, const char *exe,
 
 /* Waits for the child's READY, makes its gp, and tells the child who its
  * creator is (its one peer). The same for every kind of channel. */
-
-/* Waits for the child's READY, makes its gp, and tells the child who its
- * creator is (its one peer). The same for every kind of channel. */
 static int handshake(struct child *c, int timeout_ms, nx_gp_t *gp) {
   uint8_t *buf = malloc(NXI_CTL_MAX + 4);
   long n = buf != NULL ? first_message(c, buf, timeout_ms) : NX_ENOMEM;
@@ -1108,10 +1105,6 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
   *gp = child_gp;
   return 0;
 }
-
-/* Waits at most `ms` for the child to end and reaps it; 1 if it has. Sleeps
- * on a pidfd, so the wait ends as the child does; where the kernel has no
- * pidfd_open, in slices from 100 us up to 10 ms. */
 
 /* Asks the child to end: a destroy message with how many of its RSRs ran
  * here, so that its nx_finalize need not ask (a creator in MPI's
