@@ -132,10 +132,10 @@ NX_EXTERN int nx_attach_listen(const char **url);
  * listening context into `*gp`. This process adopts that computation's key
  * (its protocol modules present it from now on), so RSRs flow both ways.
  * Returns 0; NX_EINVAL (malformed URL); NX_EUNREACH (nothing listens
- * there, or no connection within 5 s); NX_EACCES (the listener's proof does not match the URL's key, or
- * it refused ours); NX_EPROTO (a malformed answer, or the listener closed
- * in the handshake: an older nexus); NX_ERANGE (a truncated descriptor
- * list in its answer); NX_ECONNRESET (it closed while sending its
+ * there, or no connection within 5 s); NX_EACCES (the listener's proof does not
+ * match the URL's key, or it refused ours); NX_EPROTO (a malformed answer, or
+ * the listener closed in the handshake: an older nexus); NX_ERANGE (a truncated
+ * descriptor list in its answer); NX_ECONNRESET (it closed while sending its
  * answer); NX_ETIMEDOUT (5 s per step); NX_EIO; NX_ENOMEM; NX_ENOTINIT. */
 NX_EXTERN int nx_attach(const char *url, nx_gp_t *gp);
 
