@@ -321,7 +321,12 @@ static int parent(const char *self) {
    * stalls, 6 of them before the child's own) timed out. */
   char *const argv_rogue[] = {(char *)"pmix_spawn", (char *)"rogue", NULL};
   nx_context_attr_t ten = {NULL, 0, 10000};
+  nx_stats_t before, after;
+  CHECK(nx_stats_get(&before) == 0);
   if (CHECK(nx_context_create_attr(&node, self, argv_rogue, &ten, &gp) == 0)) {
+    /* Of its connections, the one with a wrong token is bad input. */
+    CHECK(nx_stats_get(&after) == 0 &&
+          after.drop_bad_frame - before.drop_bad_frame == 1);
     nx_buffer_t *b;
     CHECK(nx_rsr_init_name(&b, &gp, "ping", 256) == 0 &&
           nx_put_gp(b, &me) == 0 && nx_rsr_send(b) == 0);

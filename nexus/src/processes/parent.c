@@ -560,6 +560,7 @@ static void back_conn_read(struct back_conn *k) {
   }
   struct back *b = k->b;
   if (!nxu_key_equal(k->got, b->want, sizeof(k->got))) {
+    atomic_fetch_add(&nxi_rt.drop_bad_frame, 1); /* as attach's wrong keys */
     back_conn_drop(k, "not its token");
     return;
   }
