@@ -340,17 +340,12 @@ static void on_rest(uv_timer_t *t) {
 static void on_listen(uv_poll_t *h, int status, int events) {
   (void)h;
   (void)events;
-  while (status == 0 && lst.nconns < MAX_CONNS) {
-    int fd = accept4(lst.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
+  int fd, rest = status != 0;
+  while (!rest && lst.nconns < MAX_CONNS) {
+    if ((fd = nxi_chan_accept(lst.fd, &rest)) >= 0)
       conn_begin(fd);
-      continue;
-    }
-    if (errno == EINTR || errno == ECONNABORTED)
-      continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      return;
-    break; /* no descriptors or memory left: a rest */
+    else if (!rest)
+      return; /* none waits */
   }
   if (lst.nconns < MAX_CONNS) {
     lst.resting = 1;

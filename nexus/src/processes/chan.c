@@ -2,11 +2,25 @@
  * their messages. */
 #include "processes/chan.h"
 
+#include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "contexts/context.h"
 #include "modules/dlist.h"
+
+int nxi_chan_accept(int fd, int *rest) {
+  *rest = 0;
+  for (;;) {
+    int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0)
+      return c;
+    if (errno == EINTR || errno == ECONNABORTED)
+      continue;
+    *rest = errno != EAGAIN && errno != EWOULDBLOCK;
+    return -1;
+  }
+}
 
 int nxi_chan_send(struct nxi_chan *ch, const void *msg, size_t len) {
   if (ch->fd >= 0)

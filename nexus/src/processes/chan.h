@@ -24,6 +24,13 @@ long nxi_chan_recv(struct nxi_chan *ch, uint8_t *buf, int timeout_ms);
 void nxi_chan_shutdown(struct nxi_chan *ch);
 void nxi_chan_close(struct nxi_chan *ch, unsigned flags);
 
+/* For a listener on the process layer's loop (attach's, a PMIx child's
+ * port back): the next connection waiting on the non-blocking listening
+ * socket `fd`, non-blocking and close-on-exec; or -1 when none waits now,
+ * with *rest set when accept4 ran out of descriptors or memory (the socket
+ * stays readable: the caller rests a while, or its loop would spin). */
+int nxi_chan_accept(int fd, int *rest);
+
 /* This process's initial context as a peer entry (ctl.h); 0 if it does not
  * fit in `cap`. */
 size_t nxi_chan_self_entry(uint8_t *p, size_t cap);

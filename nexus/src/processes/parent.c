@@ -614,17 +614,12 @@ static void on_back_rest(uv_timer_t *t) {
 static void on_back_listen(uv_poll_t *h, int status, int events) {
   (void)events;
   struct back *b = h->data;
-  while (status == 0 && !b->ending && b->nconns < BACK_CONNS) {
-    int fd = accept4(b->ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
+  int fd, rest = status != 0;
+  while (!rest && !b->ending && b->nconns < BACK_CONNS) {
+    if ((fd = nxi_chan_accept(b->ls, &rest)) >= 0)
       back_conn_begin(b, fd); /* may end the wait */
-      continue;
-    }
-    if (errno == EINTR || errno == ECONNABORTED)
-      continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      return;
-    break; /* no descriptors or memory left: a rest */
+    else if (!rest)
+      return; /* none waits */
   }
   if (b->ending)
     return;
