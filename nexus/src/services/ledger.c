@@ -1013,45 +1013,39 @@ uint64_t nxi_ledger_report_all(int status) {
 static int untold_strays(uint32_t *procs, unsigned *gens,
                          struct nxi_dlist **dls, int max) {
   unsigned at[STRAYS];
-  int n, kept;
-  /* A pass cut short at `max` whose finds no list names found nothing
-   * to tell: those are marked told now, so the next pass goes further (a
-   * caller stops at the first round that returns none). */
-  do {
-    n = 0;
+  int n = 0;
+  pthread_mutex_lock(&stray_lock);
+  for (unsigned i = 0; i < STRAYS && n < max; i++) {
+    uint32_t proc = strays[i].proc;
+    unsigned grew = 0;
+    for (unsigned g = 0; proc != 0 && g < GENS; g++)
+      if (strays[i].handled[g] > strays[i].told[g])
+        grew |= 1u << g;
+    if (grew == 0)
+      continue;
+    if ((dls[n] = strays[i].dl) != NULL)
+      nxi_dlist_retain(dls[n]);
+    at[n] = i;
+    procs[n] = proc;
+    gens[n++] = grew;
+  }
+  pthread_mutex_unlock(&stray_lock);
+  int kept = 0;
+  for (int k = 0; k < n; k++) {
+    struct nxi_dlist *dl =
+        dls[k] != NULL ? dls[k] : nxi_dlist_of_proc(procs[k]);
+    if (dl != NULL) {
+      procs[kept] = procs[k];
+      gens[kept] = gens[k];
+      dls[kept++] = dl;
+      continue;
+    }
     pthread_mutex_lock(&stray_lock);
-    for (unsigned i = 0; i < STRAYS && n < max; i++) {
-      uint32_t proc = strays[i].proc;
-      unsigned grew = 0;
-      for (unsigned g = 0; proc != 0 && g < GENS; g++)
-        if (strays[i].handled[g] > strays[i].told[g])
-          grew |= 1u << g;
-      if (grew == 0)
-        continue;
-      if ((dls[n] = strays[i].dl) != NULL)
-        nxi_dlist_retain(dls[n]);
-      at[n] = i;
-      procs[n] = proc;
-      gens[n++] = grew;
-    }
+    struct stray *s = &strays[at[k]];
+    if (s->proc == procs[k])
+      memcpy(s->told, s->handled, sizeof(s->told));
     pthread_mutex_unlock(&stray_lock);
-    kept = 0;
-    for (int k = 0; k < n; k++) {
-      struct nxi_dlist *dl =
-          dls[k] != NULL ? dls[k] : nxi_dlist_of_proc(procs[k]);
-      if (dl != NULL) {
-        procs[kept] = procs[k];
-        gens[kept] = gens[k];
-        dls[kept++] = dl;
-        continue;
-      }
-      pthread_mutex_lock(&stray_lock);
-      struct stray *s = &strays[at[k]];
-      if (s->proc == procs[k])
-        memcpy(s->told, s->handled, sizeof(s->told));
-      pthread_mutex_unlock(&stray_lock);
-    }
-  } while (kept == 0 && n == max && max > 0);
+  }
   return kept;
 }
 
