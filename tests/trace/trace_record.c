@@ -8,6 +8,7 @@
  *   trace_record unwritable nx_init must fail with NX_EIO
  * Exit 0 when every check held; the failed checks are printed. */
 #include <dirent.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +37,13 @@ static int failures;
     }                                                                          \
   } while (0)
 
-/* The program: pings to B (or to the child) answered by pongs to A. */
+/* The program: pings to B (or to the child) answered by pongs to A.
+ * In the child, a_gp (its creator) is known only after nx_context_peers
+ * has told the creator it is ready, so a ping can run before it is set:
+ * a_gp is written and read under gp_lock, which the child holds from
+ * before nx_context_peers until a_gp is set. */
 static nx_gp_t a_gp;
+static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
 static nx_mutex_t m;
 static nx_cond_t c;
 static long pongs;
@@ -50,12 +56,18 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   nx_mutex_unlock(&m);
 }
 
+static int pong_init(nx_buffer_t **out) {
+  pthread_mutex_lock(&gp_lock);
+  int r = nx_rsr_init_name(out, &a_gp, "pong", 8);
+  pthread_mutex_unlock(&gp_lock);
+  return r;
+}
+
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   (void)ctx, (void)addr;
   int32_t v;
   nx_buffer_t *out;
-  if (nx_get_int32(buf, &v) == 0 &&
-      nx_rsr_init_name(&out, &a_gp, "pong", 8) == 0) {
+  if (nx_get_int32(buf, &v) == 0 && pong_init(&out) == 0) {
     nx_put_int32(out, v);
     nx_rsr_send(out);
   }
@@ -65,8 +77,7 @@ static void on_ping_ref(nx_context_t *ctx, void *addr, nx_buffer_t *buf) {
   const void *p;
   nx_buffer_t *out;
   (void)ctx, (void)addr;
-  if (nx_get_bytes_ptr(buf, &p, REF_BYTES) == 0 &&
-      nx_rsr_init_name(&out, &a_gp, "pong", 8) == 0) {
+  if (nx_get_bytes_ptr(buf, &p, REF_BYTES) == 0 && pong_init(&out) == 0) {
     nx_put_int32(out, 1);
     nx_rsr_send(out);
   }
@@ -141,13 +152,21 @@ static int child_main(void) {
   if (nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED,
                           NULL) != 0 ||
       nx_handler_register(self, "ping_ref", on_ping_ref, NX_HANDLER_NONTHREADED,
-                          NULL) != 0 ||
-      nx_context_peers(&peers, &n, NULL) != 0 || n != 1)
+                          NULL) != 0)
     return 1;
-  a_gp = peers[0]; /* the creator */
-  free(peers);
+  pthread_mutex_lock(&gp_lock);
+  int ok = nx_context_peers(&peers, &n, NULL) == 0 && n == 1;
+  if (ok) {
+    a_gp = peers[0]; /* the creator */
+    free(peers);
+  }
+  pthread_mutex_unlock(&gp_lock);
+  if (!ok)
+    return 1;
   int r = nx_context_serve();
+  pthread_mutex_lock(&gp_lock);
   nx_gp_release(&a_gp);
+  pthread_mutex_unlock(&gp_lock);
   nx_finalize();
   return r == 0 ? 0 : 1;
 }
