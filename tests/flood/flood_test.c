@@ -30,9 +30,13 @@
  * header) or random bytes.
  * "stray" (ledger.c): a process that only sends to S, is never sent to
  * and never asks, is told its final count when S finalizes, so its own
- * nx_finalize reports nothing lost.
+ * nx_finalize reports nothing lost. "strays": the same, after S has
+ * taken RSRs from STRAY_ORIGINS forged origins that no list names and
+ * nobody can be told of (S's stray places all full of them), which must
+ * not crowd the client out of S's final tells.
  * usage: flood_test MOD               (the checker)
  *        flood_test MOD stray         (the "stray" checker)
+ *        flood_test MOD strays        (the same, among forged strays)
  *        flood_test MOD server        (S: started by the checker)
  *        flood_test MOD client URL    (C: started by the checker)
  *        flood_test MOD oneway URL    (the "stray" check's client)
@@ -65,14 +69,15 @@
 
 extern char **environ;
 
-#define RUN_S 10       /* good clients are started for this long */
-#define ANSWER_S 15    /* a client's start to its answer (sanitizers) */
-#define FINALIZE_S 5   /* its answer to its exit: the bound of the docs */
-#define MIN_CLIENTS 5  /* fewer means the test proved nothing */
-#define FLOODERS 2     /* flooding threads */
-#define BURST 48       /* well-formed frames per flooding connection */
-#define MAX_VICTIMS 64 /* good clients' ids the forgeries name */
-#define NXI_CTL_BIT 1  /* the header's confirmation flag (section 4) */
+#define RUN_S 10           /* good clients are started for this long */
+#define ANSWER_S 15        /* a client's start to its answer (sanitizers) */
+#define FINALIZE_S 5       /* its answer to its exit: the bound of the docs */
+#define MIN_CLIENTS 5      /* fewer means the test proved nothing */
+#define FLOODERS 2         /* flooding threads */
+#define BURST 48           /* well-formed frames per flooding connection */
+#define MAX_VICTIMS 64     /* good clients' ids the forgeries name */
+#define STRAY_ORIGINS 2048 /* "strays": twice S's stray places (ledger.c) */
+#define NXI_CTL_BIT 1      /* the header's confirmation flag (section 4) */
 
 static const char *mod;
 static char role = 'K';
@@ -768,10 +773,31 @@ static pid_t start_server(const char *self, char *url, int *sfd, nx_gp_t *srv) {
   return server;
 }
 
+/* RSRs to S's initial context from `n` new origins, one each, for a
+ * handler S does not have: S counts each in a stray place, and no list
+ * names their processes. Returns how many were sent. */
+static int forge_origins(int n) {
+  uint64_t s = now_ms() | 1;
+  uint8_t f[NX_FRAME_HDR_SIZE];
+  int fd = handshake(&s), sent = 0;
+  if (fd < 0)
+    return 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t source = (uint64_t)((uint32_t)rnd(&s) | 0x1000000u) << 32 | 1;
+    header(f, 0, nx_handler_id("flood.none"), server_ctx, 0, source);
+    if (send_all(fd, f, sizeof(f)) == 0)
+      sent++;
+  }
+  sleep_ms(200); /* read before the connection closes */
+  close(fd);
+  return sent;
+}
+
 /* The "stray" check: a process that only sends to S, never sent to and
  * never asking, is told its final count when S finalizes (ledger.c,
- * strays), so its own nx_finalize reports nothing lost. */
-static int check_stray(const char *self) {
+ * strays), so its own nx_finalize reports nothing lost. With `crowd`, S
+ * has first taken RSRs from STRAY_ORIGINS origins nobody can be told of. */
+static int check_stray(const char *self, int crowd) {
   alarm(100);
   char url[160], line[128];
   int sfd, ofd, ifd;
@@ -779,6 +805,12 @@ static int check_stray(const char *self) {
   pid_t server = start_server(self, url, &sfd, &srv);
   if (server <= 0)
     return 1;
+  if (crowd) {
+    server_ctx = nx_gp_context(&srv);
+    int n = forge_origins(STRAY_ORIGINS);
+    CHECK(n == STRAY_ORIGINS, "%d of %d forged origins' RSRs sent", n,
+          STRAY_ORIGINS);
+  }
   setenv("NX_PROGRESS", "poll", 1);
   char *argv[] = {(char *)self, (char *)mod, "oneway", url, NULL};
   pid_t c = spawn_io(self, argv, &ofd, &ifd);
@@ -906,7 +938,9 @@ int main(int argc, char **argv) {
     role = 'O';
     return oneway(argv[3]);
   }
-  if (argc >= 3 && strcmp(argv[2], "stray") == 0)
-    return strcmp(mod, "tcp") == 0 ? check_stray(argv[0]) : 77;
+  if (argc >= 3 &&
+      (strcmp(argv[2], "stray") == 0 || strcmp(argv[2], "strays") == 0))
+    return strcmp(mod, "tcp") == 0 ? check_stray(argv[0], argv[2][5] == 's')
+                                   : 77;
   return check(argv[0]);
 }

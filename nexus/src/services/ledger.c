@@ -1006,13 +1006,19 @@ uint64_t nxi_ledger_report_all(int status) {
 
 /* nxi_ledger_untold's part for strays: those whose counts grew and that a
  * list names (one that sent here, but was never sent to and never asked).
- * One no list names is marked told: nobody is there to tell. One pass
- * under the lock finds them (most places are empty: a lock pair per place
- * cost every exiting process a thousand of them per call); a list is
- * looked up outside it. */
+ * One no list names is marked told: nobody is there to tell. It takes no
+ * room in the round, so a round returns none only when none is left to
+ * tell (nxi_confirm_tell_all stops there). One pass under the lock finds
+ * them (most places are empty: a lock pair per place cost every exiting
+ * process a thousand of them per call); a list is looked up outside it. */
 static int untold_strays(uint32_t *procs, unsigned *gens,
                          struct nxi_dlist **dls, int max) {
-  unsigned at[STRAYS];
+  struct {
+    uint32_t proc;
+    uint16_t at, grew;
+  } bare[STRAYS]; /* grown, no list held: looked up below */
+  _Static_assert(STRAYS <= 65536 && GENS <= 16, "bare[] holds a place");
+  unsigned nbare = 0;
   int n = 0;
   pthread_mutex_lock(&stray_lock);
   for (unsigned i = 0; i < STRAYS && n < max; i++) {
@@ -1023,30 +1029,37 @@ static int untold_strays(uint32_t *procs, unsigned *gens,
         grew |= 1u << g;
     if (grew == 0)
       continue;
-    if ((dls[n] = strays[i].dl) != NULL)
-      nxi_dlist_retain(dls[n]);
-    at[n] = i;
+    if (strays[i].dl == NULL) {
+      bare[nbare].proc = proc;
+      bare[nbare].at = (uint16_t)i;
+      bare[nbare++].grew = (uint16_t)grew;
+      continue;
+    }
+    nxi_dlist_retain(strays[i].dl);
+    dls[n] = strays[i].dl;
     procs[n] = proc;
     gens[n++] = grew;
   }
   pthread_mutex_unlock(&stray_lock);
-  int kept = 0;
-  for (int k = 0; k < n; k++) {
-    struct nxi_dlist *dl =
-        dls[k] != NULL ? dls[k] : nxi_dlist_of_proc(procs[k]);
-    if (dl != NULL) {
-      procs[kept] = procs[k];
-      gens[kept] = gens[k];
-      dls[kept++] = dl;
+  for (unsigned k = 0; k < nbare; k++) {
+    struct nxi_dlist *dl = nxi_dlist_of_proc(bare[k].proc);
+    if (dl != NULL && n < max) {
+      procs[n] = bare[k].proc;
+      gens[n] = bare[k].grew;
+      dls[n++] = dl;
+      continue;
+    }
+    if (dl != NULL) { /* no room: the next round takes it */
+      nxi_dlist_release(dl);
       continue;
     }
     pthread_mutex_lock(&stray_lock);
-    struct stray *s = &strays[at[k]];
-    if (s->proc == procs[k])
+    struct stray *s = &strays[bare[k].at];
+    if (s->proc == bare[k].proc)
       memcpy(s->told, s->handled, sizeof(s->told));
     pthread_mutex_unlock(&stray_lock);
   }
-  return kept;
+  return n;
 }
 
 int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
