@@ -40,8 +40,10 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
 /* Records a name (NXT_DEF_HANDLER, NXT_DEF_MODULE). */
 void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
                     uint8_t module, const char *name);
-/* Each thread's buffer of records (trace.c keeps the list of them). */
-#define NXI_TB_BYTES (48 * 1024)
+/* Each thread's buffer of records (trace.c keeps the list of them). 16
+ * KiB, some 200 RSRs: with 48 a traced RSR cost 114-125 ns in
+ * bench_rsr_local, with 16 79-94 (docs/performance.md, "Tracing"). */
+#define NXI_TB_BYTES (16 * 1024)
 struct nxi_tbuf {
   atomic_int busy;        /* its thread is putting a record in (own()) */
   atomic_int open;        /* records are taken (between start and stop) */
