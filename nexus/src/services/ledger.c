@@ -61,7 +61,8 @@ struct nxi_peer {
   uint64_t open[GENS];      /* entries neither voided nor settled */
   uint64_t pending;         /* their sum */
   uint64_t asked_at;        /* `pending` when last asked */
-  uint64_t ask_ns;          /* when last asked, 0 if no request is out */
+  uint64_t ask_mark; /* `pending` from which a note asks (ask_mark_set) */
+  uint64_t ask_ns;   /* when last asked, 0 if no request is out */
   /* Tracing: the clock the last question carried (0: none out), which
    * its answer must echo for a clock offset to be taken from it; and
    * whether one was asked at the first RSR to this peer. */
@@ -70,7 +71,10 @@ struct nxi_peer {
   uint64_t silent_since;  /* first question since its last answer, or 0 */
   uint64_t pending_since; /* the tick first saw RSRs unconfirmed, or 0 */
   int listed;             /* on the `senders` list */
-  int dying;              /* lost: its entries are reported at `lost_at` */
+  /* Listed, and neither lost nor closed: a note's common case (the flags
+   * that make it 0 are set under the peer lock, and so is it). */
+  int quick;
+  int dying; /* lost: its entries are reported at `lost_at` */
   int lost_status;
   uint64_t lost_at;
   int dead;   /* lost: its entries were reported */
@@ -156,6 +160,14 @@ static inline void peer_unlock(struct nxi_peer *p) {
  * entered for it, nor asked of it). */
 static inline int peer_gone(const struct nxi_peer *p) {
   return p->dead | p->dying | p->closed;
+}
+
+/* Peer lock held: `pending` from which a note asks again, a window past
+ * the last request; at once, while tracing, until a first question has
+ * measured the clocks (nxi_ledger_note). */
+static void ask_mark_set(struct nxi_peer *p) {
+  p->ask_mark =
+      nxi_tracing() && !p->probed ? 0 : p->asked_at + NXI_LEDGER_WINDOW;
 }
 
 /* The peer of `proc`, or NULL: one slot read in the common case. */
@@ -272,6 +284,7 @@ static struct nxi_peer *peer_add(uint32_t proc) {
   if (found == NULL && i < SLOTS &&
       (found = calloc(1, sizeof(*found))) != NULL) {
     found->proc = proc;
+    ask_mark_set(found);
     atomic_store_explicit(&table[(s + i) % SLOTS], found, memory_order_release);
     created = 1;
   }
@@ -386,6 +399,7 @@ static __attribute__((noinline)) int note_room(struct nxi_peer *p,
     while (!atomic_compare_exchange_weak(&senders, &p->next_sender, p))
       ;
   }
+  p->quick = 1; /* not gone (above) */
   return 0;
 }
 
@@ -408,7 +422,7 @@ int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
   if (p == NULL && (p = peer_add(proc)) == NULL)
     return 0;
   peer_lock(p);
-  if ((p->count >= p->cap || gen != p->cur_gen || !p->listed || peer_gone(p)) &&
+  if ((p->count >= p->cap || gen != p->cur_gen || !p->quick) &&
       note_room(p, gen) != 0) {
     peer_unlock(p);
     return 0;
@@ -425,11 +439,11 @@ int nxi_ledger_note(struct nx_buffer *b, unsigned gen) {
     p->dl = b->dl;
   }
   /* Ask once a window has gathered since the last request. */
-  int ask = (p->pending >= p->asked_at + NXI_LEDGER_WINDOW ||
-             (nxi_tracing() && !p->probed)) &&
-            ask_due(p);
-  if (ask)
+  int ask = p->pending >= p->ask_mark && ask_due(p);
+  if (ask) {
     p->probed = 1; /* the first question measures the clocks at start */
+    ask_mark_set(p);
+  }
   peer_unlock(p);
   return ask;
 }
@@ -493,6 +507,7 @@ static void ask(struct nxi_peer *p, unsigned gens, int fence) {
   if (!fence) {
     p->asked_at = p->pending;
     p->ask_ns = nxu_now_ns();
+    ask_mark_set(p);
   }
   peer_unlock(p);
   if (dl == NULL)
@@ -743,6 +758,7 @@ void nxi_ledger_confirm(uint32_t proc, unsigned gen, uint64_t count) {
   }
   pop_closed(p);
   p->asked_at = p->pending < p->asked_at ? p->pending : p->asked_at;
+  ask_mark_set(p);
   int settled = p->pending == 0;
   peer_unlock(p);
   if (settled)
@@ -855,6 +871,7 @@ static void report_gens(struct nxi_peer *p, unsigned gens, int status) {
 static void report_dead(struct nxi_peer *p, int status) {
   p->dead = 1;
   p->dying = 0;
+  p->quick = 0;
   uint64_t pending = p->pending;
   size_t n;
   struct entry *e = take_open(p, &n);
@@ -873,6 +890,7 @@ void nxi_ledger_lost(uint32_t proc, int status) {
      * transport's connections than the one that closed): the driver's
      * tick reports what is still unconfirmed after LOST_GRACE_NS. */
     p->dying = 1;
+    p->quick = 0;
     p->lost_status = status;
     p->lost_at = nxu_now_ns() + LOST_GRACE_NS;
     atomic_store_explicit(&nxi_stage_tick_at, 0, memory_order_relaxed);
@@ -994,6 +1012,7 @@ uint64_t nxi_ledger_report_all(int status) {
     struct entry *e = take_open(p, &n);
     p->pending = 0;
     p->closed = 1;
+    p->quick = 0;
     peer_unlock(p);
     total += pending;
     if (pending > 0)
