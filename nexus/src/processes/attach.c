@@ -487,10 +487,10 @@ void nxi_attach_finalize(void) {
   pthread_mutex_unlock(&attach_lock);
 }
 
-/* A connection to `a` within IO_TIMEOUT_MS (a host that drops the
- * packets would otherwise hold nx_attach for the kernel's two minutes):
- * the socket, non-blocking (io_all waits), or -1. */
-static int connect_within(const struct addrinfo *a) {
+/* A connection to `a` before `deadline` (nxu_now_ms; a host that drops
+ * the packets would otherwise hold nx_attach for the kernel's two
+ * minutes): the socket, non-blocking (io_all waits), or -1. */
+static int connect_within(const struct addrinfo *a, uint64_t deadline) {
   int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -1;
@@ -499,10 +499,15 @@ static int connect_within(const struct addrinfo *a) {
   int err = errno;
   if (err == EINPROGRESS) {
     struct pollfd pf = {.fd = fd, .events = POLLOUT};
-    int r;
-    do
-      r = poll(&pf, 1, IO_TIMEOUT_MS);
-    while (r < 0 && errno == EINTR);
+    int r = 0;
+    for (;;) {
+      uint64_t now = nxu_now_ms();
+      if (now >= deadline)
+        break;
+      r = poll(&pf, 1, (int)(deadline - now));
+      if (r >= 0 || errno != EINTR)
+        break;
+    }
     socklen_t len = sizeof(err);
     err = ETIMEDOUT;
     if (r > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
@@ -562,9 +567,12 @@ int nx_attach(const char *url, nx_gp_t *gp) {
   struct addrinfo *res;
   if (getaddrinfo(host, port, &hints, &res) != 0)
     return NX_EUNREACH;
+  /* The connection has IO_TIMEOUT_MS, whichever of the host's addresses
+   * it is made to. */
   int fd = -1;
+  uint64_t deadline = nxu_now_ms() + IO_TIMEOUT_MS;
   for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next)
-    fd = connect_within(a);
+    fd = connect_within(a, deadline);
   freeaddrinfo(res);
   if (fd < 0)
     return NX_EUNREACH;
