@@ -279,18 +279,29 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
   tb_put(tb, &r, sizeof(r), now);
 }
 
+uint64_t nxi_trace_stamp(void) { return stamp(); }
+
 void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
-                         uint64_t bytes, uint8_t module, uint16_t flags) {
-  if (!nxi_trace_mine(ctx)) {
-    nxi_trace_event(NXT_SEND, ctx, peer, handler, bytes, module, flags, 0, 0);
-    return;
-  }
+                         uint64_t bytes, uint8_t module, uint16_t flags,
+                         uint64_t t) {
   uint64_t now;
   struct nxi_tbuf *tb = tb_begin(&now);
   if (tb == NULL)
     return;
+  if (!nxi_trace_mine(ctx)) {
+    struct nxt_rec r = {.type = NXT_SEND,
+                        .module = module,
+                        .flags = flags,
+                        .handler = handler,
+                        .bytes = nxi_trace_sat32(bytes),
+                        .t = t,
+                        .ctx = ctx,
+                        .peer = peer};
+    tb_put(tb, &r, sizeof(r), now);
+    return;
+  }
   struct nxt_send r = nxi_trace_compact(NXT_SEND_C, module, flags, handler, ctx,
-                                        bytes, peer, now);
+                                        bytes, peer, t);
   tb_put(tb, &r, sizeof(r), now);
 }
 

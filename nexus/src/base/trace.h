@@ -75,7 +75,11 @@ extern uint64_t nxi_trace_flush __attribute__((visibility("hidden")));
  * buffer, a stop under way, no usable counter, a context of another
  * process. */
 void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
-                         uint64_t bytes, uint8_t module, uint16_t flags);
+                         uint64_t bytes, uint8_t module, uint16_t flags,
+                         uint64_t t);
+/* The stamp of an event now, for a record made later (a send's, once its
+ * module took it: nxi_trace_send). */
+uint64_t nxi_trace_stamp(void);
 uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                               uint64_t bytes, uint16_t flags);
 void nxi_trace_end_slow(uint64_t run, uint16_t flags);
@@ -90,13 +94,12 @@ static inline uint64_t nxi_trace_tsc(void) { return 0; }
 #endif
 
 /* This thread's buffer, owned (trace.c, own()), with room for `len` more
- * bytes and not due to be written, and the stamp in *now; or NULL: the
- * slow way then. */
-static inline struct nxi_tbuf *nxi_trace_own(uint32_t len, uint64_t *now) {
+ * bytes and not due to be written at stamp `t`; or NULL: the slow way
+ * then. */
+static inline struct nxi_tbuf *nxi_trace_own_at(uint32_t len, uint64_t t) {
   struct nxi_tbuf *tb = nxi_tb;
   if (!nxi_trace_fast || tb == NULL)
     return NULL;
-  uint64_t t = nxi_trace_tsc();
   atomic_store_explicit(&tb->busy, 1, memory_order_relaxed);
   atomic_signal_fence(memory_order_seq_cst);
   if (!atomic_load_explicit(&tb->open, memory_order_acquire) ||
@@ -104,8 +107,15 @@ static inline struct nxi_tbuf *nxi_trace_own(uint32_t len, uint64_t *now) {
     atomic_store_explicit(&tb->busy, 0, memory_order_release);
     return NULL;
   }
-  *now = t;
   return tb;
+}
+
+/* The same, stamped now: the stamp in *now. */
+static inline struct nxi_tbuf *nxi_trace_own(uint32_t len, uint64_t *now) {
+  if (!nxi_trace_fast || nxi_tb == NULL)
+    return NULL;
+  *now = nxi_trace_tsc();
+  return nxi_trace_own_at(len, *now);
 }
 
 /* Puts the `len` bytes at `r` in the owned buffer and lets it go. */
@@ -137,19 +147,21 @@ static inline struct nxt_send nxi_trace_compact(uint8_t type, uint8_t module,
       peer, now};
 }
 
+/* A send, stamped `t` (nxi_trace_stamp, taken as it began): recorded
+ * once its module took the RSR, so that one refused is not in the trace,
+ * with the time it was handed over (its run never begins before it). */
 static inline void nxi_trace_send(uint64_t ctx, uint64_t peer, uint32_t handler,
                                   uint64_t bytes, uint8_t module,
-                                  uint16_t flags) {
-  uint64_t now;
+                                  uint16_t flags, uint64_t t) {
   struct nxi_tbuf *tb;
   if (nxi_trace_mine(ctx) &&
-      (tb = nxi_trace_own(sizeof(struct nxt_send), &now)) != NULL) {
+      (tb = nxi_trace_own_at(sizeof(struct nxt_send), t)) != NULL) {
     struct nxt_send r = nxi_trace_compact(NXT_SEND_C, module, flags, handler,
-                                          ctx, bytes, peer, now);
+                                          ctx, bytes, peer, t);
     nxi_trace_put(tb, &r, sizeof(r));
     return;
   }
-  nxi_trace_send_slow(ctx, peer, handler, bytes, module, flags);
+  nxi_trace_send_slow(ctx, peer, handler, bytes, module, flags, t);
 }
 
 static inline uint64_t nxi_trace_begin(uint64_t ctx, uint64_t peer,

@@ -43,8 +43,14 @@ void nxi_route_stages_set(const struct nxi_route_stages *s) {
   atomic_store(&route_stages, s);
 }
 
-/* Process `proc` is lost: its RSRs, then the process itself. */
+/* Process `proc` is lost: its RSRs, then the process itself. Every loss
+ * comes here once (mark_dead), however it was found: the trace's
+ * PROC_LOSS is made here, but for a process context that was destroyed
+ * (NX_ENOCONTEXT: its creator ended it; docs/tracing.md). */
 static void report_lost(int status, uint32_t proc) {
+  if (nxi_tracing() && status != NX_ENOCONTEXT)
+    nxi_trace_event(NXT_PROC_LOSS, 0, (uint64_t)proc << 32, 0, 0, 0xff, 0,
+                    (uint32_t)-status, 0);
   const struct nxi_route_stages *s = atomic_load(&route_stages);
   if (s != NULL && s->lost != NULL)
     s->lost(proc, status);
@@ -654,9 +660,6 @@ static void fail_list(struct nxi_dlist *dl, int status) {
   pthread_mutex_lock(&intern_lock);
   int report = p != 0 && mark_dead(p);
   pthread_mutex_unlock(&intern_lock);
-  if (report && nxi_tracing())
-    nxi_trace_event(NXT_PROC_LOSS, 0, (uint64_t)p << 32, 0, 0, 0xff, 0,
-                    (uint32_t)-status, 0);
   if (report)
     report_lost(status, p);
 }

@@ -57,17 +57,52 @@ static inline void mark_sent(struct nxi_module *m) {
     atomic_store_explicit(&m->sent, 1, memory_order_relaxed);
 }
 
-/* The program's RSR `b`, about to go to `rt`'s module, in the trace:
- * once (one that the fast path gave back goes again by the slow one). */
-static __attribute__((noinline, cold)) void
-trace_send(struct nx_buffer *b, const struct nxi_route *rt) {
+/* The program's RSR, as its NXT_SEND records it: taken from the buffer
+ * before the module has it (it may be gone after), recorded once the
+ * module took it (a send refused, with NX_EAGAIN say, is no RSR sent). */
+struct send_rec {
+  uint64_t source, dest, bytes, t;
+  uint32_t handler;
+  uint8_t module;
+  uint16_t flags;
+};
+
+static void trace_sent(const struct send_rec *t, int r, struct nx_buffer *b);
+
+/* `b`, about to go to `rt`'s module, into *t; 1, or 0 when it is in the
+ * trace already (a resend) or now (`wire` 0: it stays in this process,
+ * where nothing refuses it). `b` counts as traced unless trace_sent says
+ * its module refused it. */
+static __attribute__((noinline, cold)) int
+trace_take(struct nx_buffer *b, const struct nxi_route *rt, struct send_rec *t,
+           int wire) {
   if (b->traced)
-    return;
+    return 0;
   b->traced = 1;
-  uint16_t f = (b->order != 0 ? NXT_F_ORDERED : 0) |
-               (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
-  nxi_trace_send(b->source, b->context, b->handler, nxi_buffer_wire_len(b),
-                 nxi_module_index(rt->mod), f);
+  t->source = b->source;
+  t->dest = b->context;
+  t->bytes = nxi_buffer_wire_len(b);
+  t->handler = b->handler;
+  t->module = nxi_module_index(rt->mod);
+  t->flags = (b->order != 0 ? NXT_F_ORDERED : 0) |
+             (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
+  t->t = nxi_trace_stamp();
+  if (!wire) {
+    trace_sent(t, 0, b);
+    return 0;
+  }
+  return 1;
+}
+
+/* After the module's answer `r`: the record if it took the RSR; else `b`
+ * (still the caller's) goes untraced, to be taken again when it goes. */
+static __attribute__((noinline, cold)) void
+trace_sent(const struct send_rec *t, int r, struct nx_buffer *b) {
+  if (r >= 0)
+    nxi_trace_send(t->source, t->dest, t->handler, t->bytes, t->module,
+                   t->flags, t->t);
+  else
+    b->traced = 0;
 }
 
 /* A send waits for room in a full queue (`begin`), or waited. */
@@ -84,8 +119,8 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
                    atomic_uint_fast64_t *count) {
   nxi_buffer_refs_status(b, 0);
   count_add(count, 1);
-  if (count == NULL && nxi_tracing())
-    trace_send(b, rt);
+  struct send_rec tr;
+  int traced = count == NULL && nxi_tracing() && trace_take(b, rt, &tr, 1);
   /* A full queue to the peer: help the transfers along, then try again
    * (memory stays bounded; the module says when it has room). */
   int r, waited = 0;
@@ -107,6 +142,8 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
   }
   if (waited)
     trace_wait(0, source, dest, rt->mod);
+  if (traced)
+    trace_sent(&tr, r, b);
   if (r < 0)
     count_add(count, -1);
   else
@@ -288,8 +325,10 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
   if (b->hflags != 0 && wire)
     nxi_frame_hdr_set_flags(b->hdr, b->hflags);
-  if (nxi_tracing())
-    trace_send(b, rt);
+  /* In the trace once the module took it; at once when it stays in this
+   * process (queued below, never refused). */
+  struct send_rec tr;
+  int traced = nxi_tracing() && trace_take(b, rt, &tr, wire);
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */
   nxi_count_sent(1);
@@ -306,6 +345,8 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
     return 0;
   }
   int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
+  if (traced)
+    trace_sent(&tr, r, b);
   if (r < 0) {
     nxi_count_sent(-1);
     nxi_rel()->voided(b);
