@@ -697,6 +697,15 @@ static int test_loss(const char *self, const char *nxtrace) {
           "the dead child's log: %zu chunks, %zu of its %d ping runs",
           its->chunks, runs, N_PINGS);
     CHECK(count(its, NXT_FINALIZE, 0) == 0, "a killed child finalized?");
+    /* Names are written as they are made: a dead process's log names its
+     * handlers and modules. */
+    int tcp_named = 0;
+    for (int k = 0; k < 255; k++)
+      tcp_named |= strcmp(its->mod_name[k], "tcp") == 0;
+    CHECK(count(its, NXT_DEF_HANDLER, ping) == 1 && tcp_named,
+          "the dead child's log does not name its handler \"ping\" (%zu "
+          "names) or its module tcp (%d)",
+          count(its, NXT_DEF_HANDLER, ping), tcp_named);
     CHECK(its->h.pid == (uint64_t)pid,
           "the child's log names pid %llu, not %ld",
           (unsigned long long)its->h.pid, pid);

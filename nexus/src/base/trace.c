@@ -373,7 +373,9 @@ void nxi_trace_name(uint8_t type, uint64_t ctx, uint32_t handler,
   memcpy(p, &r, sizeof(r));
   memset(p + sizeof(r) + len, 0, padded - len);
   memcpy(p + sizeof(r), name, len);
-  tb_done(tb, now);
+  /* Written at once (names are made a few times a run): the log of a
+   * process that dies names its handlers and modules. */
+  tb_write(tb, now);
   disown(tb);
 }
 
