@@ -279,7 +279,7 @@ void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
   tb_put(tb, &r, sizeof(r), now);
 }
 
-uint64_t nxi_trace_stamp(void) { return stamp(); }
+uint64_t nxi_trace_stamp_slow(void) { return stamp(); }
 
 void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                          uint64_t bytes, uint8_t module, uint16_t flags,

@@ -78,8 +78,9 @@ void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                          uint64_t bytes, uint8_t module, uint16_t flags,
                          uint64_t t);
 /* The stamp of an event now, for a record made later (a send's, once its
- * module took it: nxi_trace_send). */
-uint64_t nxi_trace_stamp(void);
+ * module took it: nxi_trace_send); the counter's where records take the
+ * fast way. */
+uint64_t nxi_trace_stamp_slow(void);
 uint64_t nxi_trace_begin_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
                               uint64_t bytes, uint16_t flags);
 void nxi_trace_end_slow(uint64_t run, uint16_t flags);
@@ -92,6 +93,10 @@ static inline uint64_t nxi_trace_tsc(void) { return __rdtsc(); }
 #define NXI_TRACE_TSC 0
 static inline uint64_t nxi_trace_tsc(void) { return 0; }
 #endif
+
+static inline uint64_t nxi_trace_stamp(void) {
+  return nxi_trace_fast ? nxi_trace_tsc() : nxi_trace_stamp_slow();
+}
 
 /* This thread's buffer, owned (trace.c, own()), with room for `len` more
  * bytes and not due to be written at stamp `t`; or NULL: the slow way
