@@ -38,6 +38,7 @@
 #include <netinet/in.h>
 
 #include "base/trace_format.h"
+#include "expect.h"
 #include "nexus.h"
 
 #define N_PINGS 2000     /* the loss child's runs: 160 KB of records */
@@ -48,15 +49,7 @@
 #define SKIP 77
 
 static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
-  } while (0)
+#define CHECK NXT_CHECK /* expect.h */
 
 static void skip(const char *why) {
   printf("SKIPPED: %s\n", why);
@@ -254,21 +247,20 @@ static int child_main(void) {
 }
 
 /* The gateway's new gp, and the peer's, come from the creator. */
-static void on_gw(nx_context_t *x, void *a, nx_buffer_t *b) {
-  (void)x, (void)a;
+static void take_gp(nx_buffer_t *b, nx_gp_t *gp, int *have) {
   nx_mutex_lock(&m);
-  if (nx_get_gp(b, &gw_gp) == 0)
-    have_gw = 1;
+  if (nx_get_gp(b, gp) == 0)
+    *have = 1;
   nx_cond_broadcast(&c);
   nx_mutex_unlock(&m);
 }
+static void on_gw(nx_context_t *x, void *a, nx_buffer_t *b) {
+  (void)x, (void)a;
+  take_gp(b, &gw_gp, &have_gw);
+}
 static void on_peer(nx_context_t *x, void *a, nx_buffer_t *b) {
   (void)x, (void)a;
-  nx_mutex_lock(&m);
-  if (nx_get_gp(b, &peer_gp) == 0)
-    have_peer = 1;
-  nx_cond_broadcast(&c);
-  nx_mutex_unlock(&m);
+  take_gp(b, &peer_gp, &have_peer);
 }
 static void on_seq(nx_context_t *x, void *a, nx_buffer_t *b) {
   (void)x, (void)a, (void)b;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/trace_format.h"
+#include "expect.h"
 #include "nexus.h"
 
 #define N_PLAIN 100
@@ -27,15 +28,7 @@
 #define N_CHILD 20
 
 static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
-  } while (0)
+#define CHECK NXT_CHECK /* expect.h */
 
 /* The program: pings to B (or to the child) answered by pongs to A.
  * In the child, a_gp (its creator) is known only after nx_context_peers
