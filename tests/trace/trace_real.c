@@ -719,6 +719,15 @@ static int test_loss(const char *self, const char *nxtrace) {
   return failures != 0;
 }
 
+/* The child answers a ping, and is reached over tcp. */
+static void answers_over_tcp(const nx_gp_t *child) {
+  CHECK(send_int(child, "ping", 0, 0, 0) == 0 && wait_for(&pongs, 1),
+        "the child did not answer");
+  const char *via = nx_gp_protocol(child);
+  CHECK(via != NULL && strcmp(via, "tcp") == 0, "the child is reached over %s",
+        via != NULL ? via : "nothing");
+}
+
 /* wait: the child is stopped, tcp's queue to it is filled (NX_RSR_NONBLOCK
  * until NX_EAGAIN), and a blocking send must wait. Nobody drives here but
  * this thread (NX_PROGRESS=poll), so the queue stays full until it does,
@@ -735,11 +744,7 @@ static int test_wait(const char *self, int check_sends) {
   if (create(self, "child", env, &child) != 0 || nx_gp_make(NULL, &me_gp) != 0)
     return 1;
   uint64_t me = nx_context_id(nx_context_self()), child_id = child.context;
-  CHECK(send_int(&child, "ping", 0, 0, 0) == 0 && wait_for(&pongs, 1),
-        "the child did not answer");
-  const char *via = nx_gp_protocol(&child);
-  CHECK(via != NULL && strcmp(via, "tcp") == 0, "the child is reached over %s",
-        via != NULL ? via : "nothing");
+  answers_over_tcp(&child);
   long pid = ask_pid(&child);
   CHECK(pid > 0 && stop_all(pid), "the child (pid %ld) did not stop", pid);
   if (failures != 0) {
@@ -904,11 +909,8 @@ static int test_fallback(const char *self, const char *want) {
   if (create(self, "child", env, &child) != 0)
     return 1;
   uint64_t me = nx_context_id(nx_context_self()), child_id = child.context;
-  CHECK(send_int(&child, "ping", 0, 0, 0) == 0 && wait_for(&pongs, 1),
-        "the child did not answer");
-  const char *via = nx_gp_protocol(&child);
-  CHECK(via != NULL && strcmp(via, "tcp") == 0, "the child is reached over %s",
-        via != NULL ? via : "nothing");
+  answers_over_tcp(&child);
+  const char *via = NULL;
   int killed = ss_kill(p1, p2);
   if (killed <= 0) {
     nx_context_destroy(&child);
