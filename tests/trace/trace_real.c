@@ -829,6 +829,19 @@ static int test_wait(const char *self, int check_sends) {
     CHECK(resume_t != 0 && around == 1,
           "\"resume\" ran in %zu waits (its run %s)", around,
           resume_t ? "recorded" : "missing");
+    /* The send that waited is recorded as its module took it, after
+     * what ran during its wait: each thread's stamps never go back. */
+    for (size_t i = 0; i < mine->n; i++)
+      for (size_t j = i + 1; j < mine->n; j++)
+        if (mine->thread[j] == mine->thread[i] &&
+            mine->r[j].type < NXT_DEF_HANDLER) {
+          CHECK(mine->r[i].type >= NXT_DEF_HANDLER ||
+                    mine->r[j].t >= mine->r[i].t,
+                "record %zu (type %u) stamped before record %zu (type %u) "
+                "of its thread",
+                j, mine->r[j].type, i, mine->r[i].type);
+          break;
+        }
     size_t sends = 0;
     uint32_t sink = nx_handler_id("sink");
     for (size_t i = 0; i < mine->n; i++)

@@ -129,6 +129,8 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
     /* An endpoint reported dead gets no more sends. */
     if ((r = nx_endpoint_failed(rt->ep)) != 0)
       break;
+    if (traced) /* the attempt that may take it: after what ran meanwhile */
+      tr.t = nxi_trace_stamp();
     r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
     if (r != NX_EAGAIN || (flags & NX_RSR_NONBLOCK))
       break;
@@ -140,10 +142,10 @@ static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
     }
     nxi_progress_help();
   }
+  if (traced) /* before the wait's end, stamped before it */
+    trace_sent(&tr, r, b);
   if (waited)
     trace_wait(0, source, dest, rt->mod);
-  if (traced)
-    trace_sent(&tr, r, b);
   if (r < 0)
     count_add(count, -1);
   else
