@@ -101,7 +101,8 @@ static inline uint64_t nxi_trace_stamp(void) {
 /* This thread's buffer, owned (trace.c, own()), with room for `len` more
  * bytes and not due to be written at stamp `t`; or NULL: the slow way
  * then. */
-static inline struct nxi_tbuf *nxi_trace_own_at(uint32_t len, uint64_t t) {
+static inline __attribute__((always_inline)) struct nxi_tbuf *
+nxi_trace_own_at(uint32_t len, uint64_t t) {
   struct nxi_tbuf *tb = nxi_tb;
   if (!nxi_trace_fast || tb == NULL)
     return NULL;
@@ -116,7 +117,8 @@ static inline struct nxi_tbuf *nxi_trace_own_at(uint32_t len, uint64_t t) {
 }
 
 /* The same, stamped now: the stamp in *now. */
-static inline struct nxi_tbuf *nxi_trace_own(uint32_t len, uint64_t *now) {
+static inline __attribute__((always_inline)) struct nxi_tbuf *
+nxi_trace_own(uint32_t len, uint64_t *now) {
   if (!nxi_trace_fast || nxi_tb == NULL)
     return NULL;
   *now = nxi_trace_tsc();

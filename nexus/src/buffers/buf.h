@@ -119,6 +119,7 @@ struct nx_buffer {
   uint8_t gen;                 /* ... and the generation of its route */
   uint8_t own_tracked;         /* RECV, owned: on the list of retained ones */
   uint8_t traced;              /* SEND: its NXT_SEND is in the trace */
+  uint8_t threaded; /* RECV: for a threaded or new-thread handler (trace) */
   /* RECV: a payload the module owns (frame_wrap): `data` is the module's,
    * given back with own_release(own_arg, data); NULL otherwise. */
   void (*own_release)(void *arg, void *data);

@@ -137,6 +137,7 @@ static void dispatch(struct nx_buffer *b) {
   switch (h->kind) {
   case NX_HANDLER_THREADED:
     b->fiber = NULL; /* not started: nxi_run_queued starts it */
+    b->threaded = 1;
     /* On a stack of its own, here if this thread may wait for it: a
      * runtime thread, or one waiting in nexus (engine.h). */
     if (nxi_fiber_enabled() && (nxi_eng_me.runtime || nxi_eng_me.waiting)) {
@@ -160,6 +161,7 @@ static void dispatch(struct nx_buffer *b) {
     break;
   case NX_HANDLER_NEW_THREAD:
     b->fiber = NULL;
+    b->threaded = 1;
     if (nxi_rthread_spawn(new_thread_main, b) != 0)
       nxi_tq_push(b); /* no new thread to be had: a pooled one runs it */
     return;

@@ -67,8 +67,6 @@ struct send_rec {
   uint16_t flags;
 };
 
-static void trace_sent(const struct send_rec *t, int r, struct nx_buffer *b);
-
 /* `b`, about to go to `rt`'s module, into *t; 1, or 0 when it is in the
  * trace already (a resend) or now (`wire` 0: it stays in this process,
  * where nothing refuses it). `b` counts as traced unless trace_sent says
@@ -79,18 +77,20 @@ trace_take(struct nx_buffer *b, const struct nxi_route *rt, struct send_rec *t,
   if (b->traced)
     return 0;
   b->traced = 1;
+  uint16_t f = (b->order != 0 ? NXT_F_ORDERED : 0) |
+               (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
+  if (!wire) {
+    nxi_trace_send(b->source, b->context, b->handler, nxi_buffer_wire_len(b),
+                   nxi_module_index(rt->mod), f, nxi_trace_stamp());
+    return 0;
+  }
   t->source = b->source;
   t->dest = b->context;
   t->bytes = nxi_buffer_wire_len(b);
   t->handler = b->handler;
   t->module = nxi_module_index(rt->mod);
-  t->flags = (b->order != 0 ? NXT_F_ORDERED : 0) |
-             (b->xr != NULL && b->xr->bytes != 0 ? NXT_F_BYREF : 0);
+  t->flags = f;
   t->t = nxi_trace_stamp();
-  if (!wire) {
-    trace_sent(t, 0, b);
-    return 0;
-  }
   return 1;
 }
 

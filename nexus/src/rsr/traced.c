@@ -7,9 +7,7 @@
 
 __attribute__((cold)) void nxi_run_traced(struct nx_buffer *b,
                                           struct nx_context *ctx) {
-  const struct nxi_handler *h = nxi_handler_find(ctx, b->handler);
-  uint16_t f =
-      h != NULL && h->kind != NX_HANDLER_NONTHREADED ? NXT_F_THREADED : 0;
+  uint16_t f = b->threaded ? NXT_F_THREADED : 0; /* set by dispatch */
   uint64_t run = nxi_trace_begin(ctx->id, b->source, b->handler,
                                  nxi_buffer_wire_len(b), f);
   b->fn(ctx, (void *)(uintptr_t)b->address, b);
