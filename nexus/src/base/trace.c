@@ -259,24 +259,32 @@ static void tb_put(struct nxi_tbuf *tb, const void *r, uint32_t len,
   disown(tb);
 }
 
-void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
-                     uint32_t handler, uint64_t bytes, uint8_t module,
-                     uint16_t flags, uint32_t aux, uint64_t x) {
-  uint64_t now;
-  struct nxi_tbuf *tb = tb_begin(&now);
-  if (tb == NULL)
-    return;
+/* An event in its general form, stamped `t`, into owned `tb` at `now`. */
+static void event_put(struct nxi_tbuf *tb, uint64_t now, uint64_t t,
+                      uint8_t type, uint64_t ctx, uint64_t peer,
+                      uint32_t handler, uint64_t bytes, uint8_t module,
+                      uint16_t flags, uint32_t aux, uint64_t x) {
   struct nxt_rec r = {.type = type,
                       .module = module,
                       .flags = flags,
                       .handler = handler,
                       .bytes = nxi_trace_sat32(bytes),
                       .aux = aux,
-                      .t = now,
+                      .t = t,
                       .ctx = ctx,
                       .peer = peer,
                       .x = x};
   tb_put(tb, &r, sizeof(r), now);
+}
+
+void nxi_trace_event(uint8_t type, uint64_t ctx, uint64_t peer,
+                     uint32_t handler, uint64_t bytes, uint8_t module,
+                     uint16_t flags, uint32_t aux, uint64_t x) {
+  uint64_t now;
+  struct nxi_tbuf *tb = tb_begin(&now);
+  if (tb != NULL)
+    event_put(tb, now, now, type, ctx, peer, handler, bytes, module, flags, aux,
+              x);
 }
 
 uint64_t nxi_trace_stamp_slow(void) { return stamp(); }
@@ -289,15 +297,8 @@ void nxi_trace_send_slow(uint64_t ctx, uint64_t peer, uint32_t handler,
   if (tb == NULL)
     return;
   if (!nxi_trace_mine(ctx)) {
-    struct nxt_rec r = {.type = NXT_SEND,
-                        .module = module,
-                        .flags = flags,
-                        .handler = handler,
-                        .bytes = nxi_trace_sat32(bytes),
-                        .t = t,
-                        .ctx = ctx,
-                        .peer = peer};
-    tb_put(tb, &r, sizeof(r), now);
+    event_put(tb, now, t, NXT_SEND, ctx, peer, handler, bytes, module, flags, 0,
+              0);
     return;
   }
   struct nxt_send r = nxi_trace_compact(NXT_SEND_C, module, flags, handler, ctx,
