@@ -304,7 +304,10 @@ void nxi_drop_later(int err, uint64_t context, uint32_t handler) {
   nxi_progress_wake();
 }
 
-static __attribute__((noinline)) void drops_report(void) {
+/* Reports the losses noted by nxi_drop_later; returns how many. A loss
+ * callback may block and give the driver lock away (waiter.c, hook_block):
+ * the caller looks at the generation before it goes on. */
+static __attribute__((noinline)) unsigned drops_report(void) {
   atomic_store_explicit(&later_pending, 0, memory_order_relaxed);
   pthread_mutex_lock(&later.lock);
   unsigned n = later.n, missed = later.missed;
@@ -321,12 +324,20 @@ static __attribute__((noinline)) void drops_report(void) {
             "one by one",
             missed);
   }
+  return n + missed;
 }
 
 int nxi_poll_once(unsigned gen) {
   int n = 0;
-  if (atomic_load_explicit(&later_pending, memory_order_acquire))
-    drops_report();
+  /* Each step below may run a callback that blocks and gives the driver
+   * lock away (a loss report, a handler): the next one runs only while
+   * this thread still holds it, as the poll clock and the modules' poll
+   * policy are the holder's alone. */
+  if (atomic_load_explicit(&later_pending, memory_order_acquire)) {
+    n = (int)drops_report();
+    if (nxi_drive_gen() != gen)
+      return n;
+  }
   int nmods = nxi_module_count_loaded();
   int all = atomic_load_explicit(&nxi_eng.poll_all, memory_order_relaxed);
   if (all)
@@ -343,10 +354,15 @@ int nxi_poll_once(unsigned gen) {
     if (m->ops->progress != NULL) /* NULL: nothing to poll (protocol.h) */
       n += poll_module(m, now, all);
   }
-  if (nxi_dlist_fallbacks_due()) /* routes failed: the next candidates */
+  if (nxi_drive_gen() != gen)
+    return n;
+  if (nxi_dlist_fallbacks_due()) { /* routes failed: the next candidates */
     n += nxi_dlist_fallbacks();
+    if (nxi_drive_gen() != gen)
+      return n;
+  }
   nxi_stage_tick(now);
-  return n + run_queued(gen);
+  return n + run_queued(gen); /* which looks at the generation itself */
 }
 
 int nxi_poll_before_sleep(void) {
