@@ -912,3 +912,99 @@ TEST_CASE("a burst of threaded handlers, some blocking: each runs once and "
     unsetenv("NX_HANDLER_STACK");
   }
 }
+
+namespace {
+// A non-threaded handler that waits, run inside a lazy handler's timed wait
+// (a timed wait does not park: it drives). The inner wait must not park the
+// lazy handler's stack: frames on it hold the driver lock, and a stack that
+// parked holding it resumes on another thread and lets go of that thread's
+// hold instead (nexus/src/rsr/fiber.c, holds_driver).
+struct nested_world {
+  nx_mutex_t m;
+  nx_cond_t c;
+  bool inner_go = false;
+  bool outer_go = false;
+  std::atomic<int> in_timed{0};
+  std::atomic<int> inner_in{0};
+  std::atomic<int> timed_out{0};
+  latch done;
+  nested_world() {
+    nx_mutex_init(&m);
+    nx_cond_init(&c);
+  }
+};
+
+// Threaded: waits (timed) until on_go.
+void on_outer(nx_context_t *ctx, void *, nx_buffer_t *) {
+  auto *w = static_cast<nested_world *>(nx_context_data(ctx));
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 60;
+  nx_mutex_lock(&w->m);
+  w->in_timed++;
+  int rc = 0;
+  while (!w->outer_go && rc != NX_ETIMEDOUT)
+    rc = nx_cond_timedwait(&w->c, &w->m, &deadline);
+  if (!w->outer_go)
+    w->timed_out++;
+  nx_mutex_unlock(&w->m);
+  w->done.add();
+}
+
+// Non-threaded: waits (untimed) until on_go.
+void on_inner(nx_context_t *ctx, void *, nx_buffer_t *) {
+  auto *w = static_cast<nested_world *>(nx_context_data(ctx));
+  nx_mutex_lock(&w->m);
+  w->inner_in++;
+  while (!w->inner_go)
+    nx_cond_wait(&w->c, &w->m);
+  nx_mutex_unlock(&w->m);
+  w->done.add();
+}
+
+// Non-threaded: lets both go.
+void on_go(nx_context_t *ctx, void *, nx_buffer_t *) {
+  auto *w = static_cast<nested_world *>(nx_context_data(ctx));
+  nx_mutex_lock(&w->m);
+  w->inner_go = w->outer_go = true;
+  nx_cond_broadcast(&w->c);
+  nx_mutex_unlock(&w->m);
+  w->done.add();
+}
+
+int nested_init(nx_context_t *ctx, void *arg) {
+  nx_context_set_data(ctx, arg);
+  int r =
+      nx_handler_register(ctx, "outer", on_outer, NX_HANDLER_THREADED, nullptr);
+  if (r == 0)
+    r = nx_handler_register(ctx, "inner", on_inner, NX_HANDLER_NONTHREADED,
+                            nullptr);
+  if (r == 0)
+    r = nx_handler_register(ctx, "go", on_go, NX_HANDLER_NONTHREADED, nullptr);
+  return r;
+}
+} // namespace
+
+TEST_CASE("a handler that waits inside a lazy handler's timed wait does not "
+          "take the lazy handler's stack away",
+          "[threaded]") {
+  for (int round = 0; round < 20; round++) {
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    nested_world w;
+    nx_gp_t gp;
+    REQUIRE(nx_context_create_local(nested_init, &w, &gp) == 0);
+    send(&gp, "outer");
+    REQUIRE(sleep_until(w.in_timed, 1));
+    send(&gp, "inner");
+    // Whoever drives runs it: the outer handler's wait, usually.
+    REQUIRE(sleep_until(w.inner_in, 1));
+    send(&gp, "go");
+    // This thread waits in nexus too (a timed wait: it drives).
+    CHECK(w.done.wait_for(3, 60) == 3);
+    CHECK(w.timed_out.load() == 0);
+    REQUIRE(nx_context_destroy(&gp) == 0);
+    nx_gp_release(&gp);
+    CHECK(rt.finalize() == 0);
+  }
+}

@@ -548,20 +548,28 @@ int nxi_fiber_dispatch(struct nx_buffer *b, int (*drain)(unsigned gen)) {
   return fiber_launch(b, word, nxi_eng_me.wait_old, drain);
 }
 
+/* Whether this thread's driver lock is taken by frames on the running
+ * stack: a handler run inside this one's by a timed wait that drove. The
+ * stack must not park holding it: it would resume elsewhere and let go of
+ * another thread's hold (driver.h). The caller blocks as a thread does
+ * (waiter.c, hook_block gives the lock away). */
+static NXI_NOIPA int holds_driver(void) { return nxi_driving(); }
+
 int nxi_fiber_can_park(void) {
   /* Not from inside a module's progress (waiter.c, hook_block): the
    * thread would go on driving with that module's call still open on the
    * parked stack. */
   struct nxi_fiber *f = cur_get();
   return f != NULL && f->running && nxi_thread_locks_held() == 0 &&
-         !nxi_eng_me.polling;
+         !nxi_eng_me.polling && !holds_driver();
 }
 
 int nxi_fiber_park(const uint32_t *word, uint32_t old) {
   struct nxi_fiber *f = cur_get();
   /* A handler that holds a mutex keeps its thread: the mutex belongs to
    * the thread it was locked on. */
-  if (f == NULL || !f->running || nxi_thread_locks_held() != 0)
+  if (f == NULL || !f->running || nxi_thread_locks_held() != 0 ||
+      holds_driver())
     return NX_EAGAIN;
   f->word = word;
   f->old = old;
