@@ -335,15 +335,6 @@ void nxi_confirm_tell_all(int final) {
   unsigned gens[ROUND_MAX];
   struct nxi_dlist *dls[ROUND_MAX];
   int n, told = 0;
-  /* The last round tells again every process reached through a gateway,
-   * told already or not, and waits for its acknowledgement: an earlier
-   * tell, unacknowledged, had yet to cross the gateway, and one lost there
-   * leaves that process to report RSRs that ran here (the lead for
-   * faults-ofi-gw-flood's false reports, docs/design.md). Not every
-   * process: one reached directly that has ended would hold this one up
-   * to the wait's second. */
-  if (final)
-    nxi_ledger_untell_gatewayed();
   /* Each round marks its peers told: the next finds the others. */
   for (int round = 0; round < 1024; round++) {
     if ((n = nxi_ledger_untold(procs, gens, dls, ROUND_MAX)) == 0)
@@ -359,6 +350,9 @@ void nxi_confirm_tell_all(int final) {
       }
       int r = send_tell(procs[i], dls[i], gens[i],
                         final ? NXI_LEDGER_TELL_FINAL : 0, 1, 0);
+      if (r < 0)
+        nxi_log(1, NULL, "nx_finalize: counts to process %#x not sent: %s",
+                (unsigned)procs[i], nx_strerror(r));
       if (final && r < 0)
         unawait(procs[i]);
       told += r == 0;

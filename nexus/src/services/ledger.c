@@ -1119,57 +1119,6 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
   return n + untold_strays(procs + n, gens + n, dls + n, max - n);
 }
 
-/* Whether `dl`'s process is reached through a gateway (by its route, once
- * one was chosen). */
-static int gatewayed(struct nxi_dlist *dl) {
-  struct nxi_route *rt = atomic_load(&dl->route);
-  return rt != NULL && rt->via != NULL;
-}
-
-void nxi_ledger_untell_gatewayed(void) {
-  for (unsigned i = 0; i < SLOTS; i++) {
-    struct nxi_peer *p = atomic_load(&table[i]);
-    if (p == NULL)
-      continue;
-    peer_lock(p);
-    if (p->dl != NULL && gatewayed(p->dl))
-      memset(p->told, 0, sizeof(p->told));
-    peer_unlock(p);
-  }
-  /* Strays: those a list names here; the others' lists are looked up
-   * outside the lock (untold_strays). */
-  struct {
-    uint32_t proc;
-    uint16_t at;
-  } bare[STRAYS];
-  unsigned nbare = 0;
-  pthread_mutex_lock(&stray_lock);
-  for (unsigned i = 0; i < STRAYS; i++) {
-    if (strays[i].proc == 0 || strays[i].lost)
-      continue;
-    if (strays[i].dl == NULL) {
-      bare[nbare].proc = strays[i].proc;
-      bare[nbare++].at = (uint16_t)i;
-    } else if (gatewayed(strays[i].dl)) {
-      memset(strays[i].told, 0, sizeof(strays[i].told));
-    }
-  }
-  pthread_mutex_unlock(&stray_lock);
-  for (unsigned k = 0; k < nbare; k++) {
-    struct nxi_dlist *dl = nxi_dlist_of_proc(bare[k].proc);
-    if (dl == NULL)
-      continue;
-    if (gatewayed(dl)) {
-      pthread_mutex_lock(&stray_lock);
-      struct stray *s = &strays[bare[k].at];
-      if (s->proc == bare[k].proc)
-        memset(s->told, 0, sizeof(s->told));
-      pthread_mutex_unlock(&stray_lock);
-    }
-    nxi_dlist_release(dl);
-  }
-}
-
 void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count) {
   if (gen >= GENS)
     return;

@@ -128,10 +128,6 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max);
 /* Process `proc` was told `count` for generation `gen`. */
 void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
-/* Every process reached through a gateway whose RSRs ran here counts as
- * untold again: nx_finalize's last round, which they acknowledge, tells
- * them all (confirm.c, nxi_confirm_tell_all). */
-void nxi_ledger_untell_gatewayed(void);
 /* A list that reaches `proc` is `dl` (from a request it sent): kept, so
  * that this process can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
