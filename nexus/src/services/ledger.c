@@ -109,7 +109,6 @@ struct stray {
   uint64_t handled[NXI_FRAME_GENS];
   uint64_t told[NXI_FRAME_GENS]; /* as a peer's (nxi_ledger_untold) */
   struct nxi_dlist *dl; /* a list that names it (a reference), or NULL */
-  unsigned char lost;   /* found lost (nxi_ledger_lost): told no more */
 };
 static pthread_mutex_t stray_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stray strays[STRAYS];
@@ -883,15 +882,8 @@ static void report_dead(struct nxi_peer *p, int status) {
 void nxi_ledger_lost(uint32_t proc, int status) {
   nxi_order_skip(proc); /* its ordered RSRs held here run, gaps and all */
   struct nxi_peer *p = peer_find(proc);
-  if (p == NULL) {
-    pthread_mutex_lock(&stray_lock);
-    struct stray *s = stray_find(proc);
-    if (s != NULL)
-      s->lost = 1;
-    pthread_mutex_unlock(&stray_lock);
-    wake();
+  if (p == NULL)
     return;
-  }
   peer_lock(p);
   if (!p->dead && !p->dying) {
     /* Its last answers may still be on their way (over another of the
@@ -990,13 +982,8 @@ int nxi_ledger_probes_out(uint32_t only) {
 
 int nxi_ledger_is_lost(uint32_t proc) {
   struct nxi_peer *p = peer_find(proc);
-  if (p == NULL) {
-    pthread_mutex_lock(&stray_lock);
-    struct stray *s = stray_find(proc);
-    int lost = s != NULL && s->lost;
-    pthread_mutex_unlock(&stray_lock);
-    return lost;
-  }
+  if (p == NULL)
+    return 0;
   peer_lock(p);
   int lost = p->dead || p->dying;
   peer_unlock(p);
@@ -1054,7 +1041,7 @@ static int untold_strays(uint32_t *procs, unsigned *gens,
   int n = 0;
   pthread_mutex_lock(&stray_lock);
   for (unsigned i = 0; i < STRAYS && n < max; i++) {
-    uint32_t proc = strays[i].lost ? 0 : strays[i].proc;
+    uint32_t proc = strays[i].proc;
     unsigned grew = 0;
     for (unsigned g = 0; proc != 0 && g < GENS; g++)
       if (strays[i].handled[g] > strays[i].told[g])
