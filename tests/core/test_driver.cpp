@@ -18,6 +18,8 @@
 #include "nexus.h"
 #include "runtime_guard.h"
 
+// rsr/dispatch.h's, declared here: that header (its buffers/buf.h) is C
+// only.
 extern "C" void nxi_drop_later(int err, uint64_t context, uint32_t handler);
 
 namespace {

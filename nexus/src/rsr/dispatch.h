@@ -16,7 +16,8 @@ void nxi_run_traced(struct nx_buffer *b, struct nx_context *ctx);
  * handler, or starts a threaded one on a stack of its own. */
 void nxi_run_queued(struct nx_buffer *b);
 /* One round: poll every module, then run up to a batch of arrived RSRs.
- * Stops early if a handler blocked and gave the driver lock away. */
+ * Stops early once the driver lock was given away: by a handler, a loss
+ * report or a fallback's callback that blocked. */
 int nxi_poll_once(unsigned gen);
 /* One round that polls every module, cold ones too, if the driver lock is
  * free: what a thread does before it sleeps in epoll, so that it sleeps
