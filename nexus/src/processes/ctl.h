@@ -17,7 +17,8 @@
  *   PEERS     2, u32 rank (UINT32_MAX: not among them), u32 count,
  *             count peer entries
  *   DESTROY   3
- *   EXECFAIL  4, i32 errno          (child, when exec failed)
+ *   (4 is not used: a failed exec was told on the channel before
+ *   parent.c started children with posix_spawn, which returns it)
  *   PEER_DEAD 5, u64 context        (a peer process ended)
  *   JOIN      6, one peer entry     (child, after READY: a module joined
  *                                    late; the entry's list is its list now)
@@ -29,7 +30,6 @@ enum {
   NXI_CTL_READY = 1,
   NXI_CTL_PEERS = 2,
   NXI_CTL_DESTROY = 3,
-  NXI_CTL_EXECFAIL = 4,
   NXI_CTL_PEER_DEAD = 5,
   NXI_CTL_JOIN = 6
 };
