@@ -56,17 +56,20 @@ extern char **environ;
  * through SIGCHLD, which belong to the program), and a timer for the
  * handshake's deadline, then for the stages of its end. A child a module
  * spawned is not watched (no backend tells of its end: see docs/mpi.md)
- * and not reaped here (its launcher does that). The lists and the handles
- * are the loop thread's alone: a thread that creates or ends a child hands
- * the loop its part (nxi_uvloop_call) and waits for a flag the loop sets
- * (nxi_uvloop_wait). */
+ * and not reaped here (its launcher does that). The handles and the
+ * ending list are the loop thread's alone: a thread that creates or ends a
+ * child hands the loop its part (nxi_uvloop_call, or _post) and, where it
+ * must, waits for a flag the loop sets (nxi_uvloop_wait). The list of
+ * children ready and watched is under kids_lock: the creating thread puts
+ * a child on it and nx_context_destroy takes it off without waiting for
+ * the loop's thread, which on a busy machine may not run for a while. */
 
 struct child {
   struct child *next;
   pid_t pid; /* 0: a module or a PMIx server started it */
   struct nxi_chan chan;
-  uint32_t proc;    /* set by the loop (add_kid), which reads it */
-  uint64_t context; /* its initial context, for add_kid */
+  uint32_t proc;    /* its process, once it is ready */
+  uint64_t context; /* its initial context */
   int dead;         /* its channel closed */
   int reaped;       /* waitpid returned it */
   int status;
@@ -94,7 +97,8 @@ struct child {
   int gone;
 };
 
-static struct child *kids;   /* ready and watched */
+static pthread_mutex_t kids_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct child *kids;   /* ready and watched: under kids_lock */
 static struct child *ending; /* asked to end by nx_context_destroy */
 /* Whether this run handed the loop a child (nxi_parent_finalize). */
 static atomic_int used;
@@ -106,9 +110,15 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void forget_kids(void) {
   kids = ending = NULL;
   atomic_store(&used, 0);
+  pthread_mutex_unlock(&kids_lock);
 }
 
-static void register_fork(void) { pthread_atfork(NULL, NULL, forget_kids); }
+static void lock_kids(void) { pthread_mutex_lock(&kids_lock); }
+static void unlock_kids(void) { pthread_mutex_unlock(&kids_lock); }
+
+static void register_fork(void) {
+  pthread_atfork(lock_kids, unlock_kids, forget_kids);
+}
 
 /* Marks this run as one with children, before the loop gets the first. */
 static void use_loop(void) {
@@ -314,34 +324,36 @@ static void on_chan(uv_poll_t *h, int status, int events) {
   nxi_dlist_proc_failed(c->proc, NX_EPEERDEAD);
 }
 
-/* nxi_uvloop_call: a child whose handshake is done is watched. */
-static void add_kid(void *arg) {
+/* nxi_uvloop_post: a child whose handshake is done (on the list already)
+ * is watched. */
+static void watch_kid(void *arg) {
   struct child *c = arg;
-  c->proc = nxi_ctxid_proc(c->context);
-  c->next = kids;
-  kids = c;
   if (c->on_loop)
     uv_poll_start(&c->chan_poll, UV_READABLE | UV_DISCONNECT, on_chan);
 }
 
-/* nxi_uvloop_call: takes the kid of process `proc` off the list (the loop
- * no longer watches its channel). */
-struct take {
-  uint32_t proc;
-  struct child *c;
-};
+/* nxi_uvloop_post: a child nx_context_destroy took off the list is no
+ * longer watched, and is ended. Its channel may have closed meanwhile
+ * (on_chan): its lists failed with NX_ENOCONTEXT first, which stays the
+ * code. */
+static void end_taken(void *arg) {
+  struct child *c = arg;
+  if (c->on_loop)
+    uv_poll_stop(&c->chan_poll);
+  end_child(c);
+}
 
-static void take_kid(void *arg) {
-  struct take *t = arg;
+/* The child of process `proc`, taken off the list, or NULL. */
+static struct child *take_kid(uint32_t proc) {
+  pthread_mutex_lock(&kids_lock);
   struct child **pp = &kids;
-  while (*pp != NULL && (*pp)->proc != t->proc)
+  while (*pp != NULL && (*pp)->proc != proc)
     pp = &(*pp)->next;
-  t->c = *pp;
-  if (t->c == NULL)
-    return;
-  *pp = t->c->next;
-  if (t->c->on_loop)
-    uv_poll_stop(&t->c->chan_poll);
+  struct child *c = *pp;
+  if (c != NULL)
+    *pp = c->next;
+  pthread_mutex_unlock(&kids_lock);
+  return c;
 }
 
 /* The handshake's end: the creating thread takes it from here. */
@@ -1086,10 +1098,17 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
             exe, (int)c->pid, timeout_ms / 1000);
   if (r == 0) {
     c->context = child_gp.context;
+    c->proc = nxi_ctxid_proc(c->context);
     use_loop();
-    r = nxi_uvloop_post(add_kid, c); /* before any later call of ours */
-    if (r < 0)
+    r = nxi_uvloop_post(watch_kid, c); /* before any later call of ours */
+    if (r < 0) {
       nx_gp_release(&child_gp);
+    } else {
+      pthread_mutex_lock(&kids_lock);
+      c->next = kids;
+      kids = c;
+      pthread_mutex_unlock(&kids_lock);
+    }
   }
   if (r < 0) {
     kill_and_reap(c, 0); /* it failed us already: no grace */
@@ -1131,10 +1150,9 @@ static int process_destroy(uint64_t context) {
    * (nothing if it is not a peer this process sent to). */
   if (nxi_eng_me.handlers == 0)
     nxi_confirm_clock_end(proc, 50);
-  struct take t = {.proc = proc};
-  if (!atomic_load(&used) || nxi_uvloop_call(take_kid, &t) < 0 || t.c == NULL)
+  struct child *c = atomic_load(&used) ? take_kid(proc) : NULL;
+  if (c == NULL)
     return NX_ENOCONTEXT;
-  struct child *c = t.c;
   /* What this process sent it runs before it is asked to end (ledger.h);
    * what does not, in time, is reported when it is gone. */
   if (nxi_eng_me.handlers == 0)
@@ -1157,8 +1175,8 @@ static int process_destroy(uint64_t context) {
    * the loop's thread (an error callback), which must not wait for
    * itself. */
   c->grace_ms = DESTROY_GRACE_MS;
-  if (nxi_uvloop_post(end_child, c) < 0)
-    nxi_uvloop_call(end_child, c); /* no memory: wait for it instead */
+  if (nxi_uvloop_post(end_taken, c) < 0)
+    nxi_uvloop_call(end_taken, c); /* no memory: wait for it instead */
   return 0;
 }
 
@@ -1182,9 +1200,12 @@ struct all {
 
 static void take_all(void *arg) {
   struct all *a = arg;
+  pthread_mutex_lock(&kids_lock);
   a->kids = kids;
+  kids = NULL;
+  pthread_mutex_unlock(&kids_lock);
   a->ending = ending;
-  kids = ending = NULL;
+  ending = NULL;
   for (struct child *c = a->kids; c != NULL; c = c->next)
     if (c->on_loop)
       uv_poll_stop(&c->chan_poll);
