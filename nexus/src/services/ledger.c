@@ -1128,12 +1128,20 @@ void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl) {
   struct nxi_peer *p = peer_add(proc);
   if (p == NULL || dl == NULL)
     return;
+  struct nxi_dlist *old = NULL;
   peer_lock(p);
-  if (p->dl == NULL) {
+  if (p->dl != dl && !p->dead) {
+    /* The asker's own list now replaces the one kept: a list learnt
+     * earlier (its gp at start, say) may lack what reaches it today (a
+     * gateway it joined since), and a tell unasked over that one would
+     * not leave (NX_EUNREACH). */
     nxi_dlist_retain(dl);
+    old = p->dl;
     p->dl = dl;
   }
   peer_unlock(p);
+  if (old != NULL)
+    nxi_dlist_release(old);
 }
 
 void nxi_ledger_known(uint32_t proc, struct nxi_dlist *dl) {

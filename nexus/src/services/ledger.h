@@ -128,8 +128,9 @@ int nxi_ledger_untold(uint32_t *procs, unsigned *gens, struct nxi_dlist **dls,
                       int max);
 /* Process `proc` was told `count` for generation `gen`. */
 void nxi_ledger_told(uint32_t proc, unsigned gen, uint64_t count);
-/* A list that reaches `proc` is `dl` (from a request it sent): kept, so
- * that this process can tell it its count unasked. */
+/* A list that reaches `proc` is `dl` (from a request it sent, naming the
+ * list to answer to): kept in place of any other, so that this process
+ * can tell it its count unasked. */
 void nxi_ledger_route(uint32_t proc, struct nxi_dlist *dl);
 /* The same for a process the ledger already knows (it sent here or was
  * sent to), with no list yet, a stray included: the route layer's known
