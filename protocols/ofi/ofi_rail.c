@@ -531,6 +531,47 @@ static void frag_done(struct ofi *o, struct ofi_rx *rx, int err) {
   rx_settle(o, rx);
 }
 
+/* The process that sends as `id` is dead: the fragments of its frames
+ * still awaited never come. The receives posted for them are cancelled
+ * (each completes with FI_ECANCELED, or has completed already: frag_done
+ * then fails its frame, which the core reports to the receiving program
+ * if it was placed), and those not posted yet count as failed. Driver
+ * only, as every receive. */
+void ofi_src_lost(struct ofi *o, uint64_t id) {
+  struct ofi_src *s = o->srcs[src_bucket(id)];
+  while (s != NULL && s->id != id)
+    s = s->next;
+  if (s == NULL)
+    return;
+  for (struct ofi_rx *rx = s->pending; rx != NULL; rx = rx->next) {
+    if (rx_complete(rx))
+      continue;
+    struct ofi_rail *r = rx->rail;
+    rx->failed = 1;
+    if (rx->posted < rx->nparts) {
+      for (struct ofi_rx **pp = &r->unposted; *pp != NULL;
+           pp = &(*pp)->unposted_next)
+        if (*pp == rx) {
+          *pp = rx->unposted_next;
+          break;
+        }
+      rx->done += rx->nparts - rx->posted;
+      rx->posted = rx->nparts;
+    }
+    ofi_rail_lock(r);
+    for (unsigned i = 0; i < rx->nparts; i++)
+      fi_cancel(&r->ep->fid, &rx->ctx[i]); /* -FI_ENOENT: completed */
+    ofi_rail_unlock(r);
+  }
+  /* Those whose every fragment is over now go, in their order. */
+  for (struct ofi_rx *rx = s->pending; rx != NULL; rx = rx->next)
+    if (rx_complete(rx) && rx->failed && rx->frame != NULL) {
+      o->core->frame_free(rx->frame);
+      rx->frame = NULL;
+    }
+  flush(o, s);
+}
+
 /* Addresses go to fi_av_insert, which trusts them: only formats whose
  * shape can be checked here are accepted. */
 int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,

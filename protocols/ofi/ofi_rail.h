@@ -31,6 +31,9 @@ int ofi_rail_poll(struct ofi_rail *r);
 void ofi_rail_retry(struct ofi_rail *r);
 /* Frees every frame still held for reordering (finalize). */
 void ofi_srcs_free(struct ofi *o);
+/* The process sending as `id` is dead: its frames whose fragments are
+ * still awaited fail (the core reports a placed one). Driver only. */
+void ofi_src_lost(struct ofi *o, uint64_t id);
 /* Whether `a` (`len` bytes, `format`) is an address of rail `r`'s format
  * that fi_av_insert may be given. */
 int ofi_addr_ok(const struct ofi_rail *r, uint32_t format, const uint8_t *a,

@@ -168,6 +168,12 @@ static void report(struct ofi *o, struct ofi_peer *p) {
   OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->base.uuid[0], p->base.uuid[1],
           p->base.uuid[2], p->base.uuid[3], p->why != NULL ? p->why : "failed");
   o->core->peer_failed(&p->base, p->status != 0 ? p->status : NX_EPEERDEAD);
+  /* What it was still sending here never comes (its sender id is the
+   * first 8 bytes of its uuid, as ofi_peer_refused reads it). */
+  uint64_t id = 0;
+  for (int i = 0; i < 8; i++)
+    id = id << 8 | p->base.uuid[i];
+  ofi_src_lost(o, id);
 }
 
 /* Ops. */
