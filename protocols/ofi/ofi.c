@@ -245,8 +245,7 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
   o->peer_kill = ofi_peer_kill;
   o->peer_refused = ofi_peer_refused;
   o->epfd = o->wake_sock = o->send_sock = -1;
-  for (int i = 0; i < 8; i++)
-    o->id = o->id << 8 | core->process_uuid[i];
+  o->id = ofi_sender_id(core->process_uuid);
   ofi_self_identity(&o->pid, &o->start_time, &o->pidns);
   pthread_mutex_init(&o->peers_lock, NULL);
   pthread_mutex_init(&o->attn_lock, NULL);

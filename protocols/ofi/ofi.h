@@ -383,6 +383,15 @@ struct ofi {
   void (*peer_refused)(struct ofi *o, uint64_t id);
 };
 
+/* A process's sender id: the first 8 bytes of its uuid, big-endian (its
+ * own, o->id; a peer's, to find what it sends here or its REFUSE). */
+static inline uint64_t ofi_sender_id(const uint8_t *uuid) {
+  uint64_t id = 0;
+  for (int i = 0; i < 8; i++)
+    id = id << 8 | uuid[i];
+  return id;
+}
+
 /* Little-endian fields of the descriptor and the message headers. */
 static inline void ofi_put16(uint8_t *p, unsigned v) {
   p[0] = (uint8_t)v;

@@ -508,13 +508,19 @@ static void post_frags(struct ofi_rail *r, struct ofi_rx *rx) {
 /* Once every fragment's receive is over: a frame that lost one is
  * dropped; then whatever is next in sequence goes. Frees `rx` if it is
  * delivered. */
-static void rx_settle(struct ofi *o, struct ofi_rx *rx) {
-  if (!rx_complete(rx))
-    return;
-  if (rx->failed && rx->frame != NULL) {
+/* A frame whose fragments are all over and one failed is freed (the
+ * core reports a placed one); its turn still comes, empty. */
+static void rx_drop_failed(struct ofi *o, struct ofi_rx *rx) {
+  if (rx_complete(rx) && rx->failed && rx->frame != NULL) {
     o->core->frame_free(rx->frame);
     rx->frame = NULL;
   }
+}
+
+static void rx_settle(struct ofi *o, struct ofi_rx *rx) {
+  if (!rx_complete(rx))
+    return;
+  rx_drop_failed(o, rx);
   o->events++;
   flush(o, rx->src);
 }
@@ -565,10 +571,7 @@ void ofi_src_lost(struct ofi *o, uint64_t id) {
   }
   /* Those whose every fragment is over now go, in their order. */
   for (struct ofi_rx *rx = s->pending; rx != NULL; rx = rx->next)
-    if (rx_complete(rx) && rx->failed && rx->frame != NULL) {
-      o->core->frame_free(rx->frame);
-      rx->frame = NULL;
-    }
+    rx_drop_failed(o, rx);
   flush(o, s);
 }
 

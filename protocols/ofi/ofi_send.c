@@ -144,14 +144,9 @@ void ofi_peer_kill(struct ofi *o, struct ofi_peer *p, const char *why) {
 void ofi_peer_refused(struct ofi *o, uint64_t id) {
   struct ofi_peer *found = NULL;
   pthread_mutex_lock(&o->peers_lock);
-  for (struct ofi_peer *p = o->all; p != NULL && found == NULL;
-       p = p->all_next) {
-    uint64_t pid = 0;
-    for (int i = 0; i < 8; i++)
-      pid = pid << 8 | p->base.uuid[i];
-    if (pid == id)
+  for (struct ofi_peer *p = o->all; p != NULL && found == NULL; p = p->all_next)
+    if (ofi_sender_id(p->base.uuid) == id)
       found = p;
-  }
   pthread_mutex_unlock(&o->peers_lock);
   if (found == NULL)
     return;
@@ -168,12 +163,8 @@ static void report(struct ofi *o, struct ofi_peer *p) {
   OFI_LOG(o, 1, "peer %02x%02x%02x%02x: %s", p->base.uuid[0], p->base.uuid[1],
           p->base.uuid[2], p->base.uuid[3], p->why != NULL ? p->why : "failed");
   o->core->peer_failed(&p->base, p->status != 0 ? p->status : NX_EPEERDEAD);
-  /* What it was still sending here never comes (its sender id is the
-   * first 8 bytes of its uuid, as ofi_peer_refused reads it). */
-  uint64_t id = 0;
-  for (int i = 0; i < 8; i++)
-    id = id << 8 | p->base.uuid[i];
-  ofi_src_lost(o, id);
+  /* What it was still sending here never comes. */
+  ofi_src_lost(o, ofi_sender_id(p->base.uuid));
 }
 
 /* Ops. */
