@@ -134,9 +134,27 @@ struct nx_buffer {
 #define NXI_INLINE_MAX (64 * 1024)
 
 /* Memory (bufmem.c): a buffer with room for `cap` payload bytes, and its
- * end; large payload blocks for a buffer that grows. */
-struct nx_buffer *nxi_buffer_alloc(size_t cap);
-void nxi_buffer_free(struct nx_buffer *b);
+ * end; large payload blocks for a buffer that grows. The common case of
+ * both is inline (once per RSR each, on both of its ends): a slot from
+ * this thread's cache and back, no call. The rest is bufmem.c's. */
+#define NXI_INLINE_MIN 192 /* payload bytes inside the slot */
+#if defined(__SANITIZE_ADDRESS__)
+#define NXI_SLOT_CACHE_MAX 0 /* slots reused late, so use-after-free shows */
+#else
+#define NXI_SLOT_CACHE_MAX 64
+#endif
+struct nxi_slot_cache {
+  struct nx_buffer *head; /* linked by free_next */
+  int count;
+  int registered; /* drained into the shared list when the thread ends */
+};
+extern NXI_TLS struct nxi_slot_cache nxi_slot_cache;
+struct nx_buffer *nxi_slot_get_shared(void);
+void nxi_slot_put_slow(struct nx_buffer *b);
+struct nx_buffer *nxi_buffer_data_apart(struct nx_buffer *b, size_t cap);
+void nxi_buffer_free_extras(struct nx_buffer *b);
+static inline struct nx_buffer *nxi_buffer_alloc(size_t cap);
+static inline void nxi_buffer_free(struct nx_buffer *b);
 void *nxi_block_get(size_t n, size_t *size);
 void nxi_block_put(void *p, size_t size);
 
@@ -300,5 +318,69 @@ int nxi_put_array_ref(struct nx_buffer *b, uint8_t tag, const void *v,
 /* An aligned copy of `len` bytes that lives as long as the buffer; NULL
  * when out of memory. */
 void *nxi_buffer_side_copy(struct nx_buffer *b, const void *p, size_t len);
+
+/* Zeroes `n` bytes (a constant) at `p` with 16-byte stores. gcc makes a
+ * memset of the buffer's ~300 bytes of fields a `rep stos`, which counts
+ * an instruction per 8 bytes (44 per buffer, callgrind): most of what an
+ * RSR's buffer cost to make (docs/performance.md). */
+static inline void nxi_zero_fields(void *p, size_t n) {
+#if defined(__SSE2__)
+  uint8_t *d = p;
+  __m128i z = _mm_setzero_si128();
+  __asm__("" : "+x"(z)); /* opaque: not turned back into a memset */
+  /* Unrolled whole (n is a constant): at 19 stores gcc kept the loop, 3
+   * instructions a store more (callgrind). */
+#pragma GCC unroll 32
+  for (; n >= 16; n -= 16, d += 16)
+    _mm_storeu_si128((__m128i *)d, z);
+  memset(d, 0, n);
+#else
+  memset(p, 0, n);
+#endif
+}
+
+static inline struct nx_buffer *nxi_buffer_alloc(size_t cap) {
+  if (cap > SIZE_MAX / 2)
+    return NULL; /* a hint no memory can hold */
+  struct nx_buffer *b = nxi_slot_cache.head;
+  if (__builtin_expect(b != NULL, 1)) {
+    nxi_slot_cache.head = b->free_next;
+    nxi_slot_cache.count--;
+  } else if ((b = nxi_slot_get_shared()) == NULL) {
+    return NULL;
+  }
+  /* Every field but `urefs` and `free_next` (which a stale pointer's check
+   * may read at any time) and the header bytes (written when sealed or
+   * received) starts at zero. */
+  nxi_zero_fields(&b->frame, offsetof(struct nx_buffer, hdr) -
+                                 offsetof(struct nx_buffer, frame));
+  atomic_init(&b->refs, 1);
+  b->data = b->inline_data;
+  b->cap = NXI_INLINE_MIN;
+  b->fmt = (uint8_t)nxi_format_native();
+  if (__builtin_expect(cap > NXI_INLINE_MIN, 0))
+    return nxi_buffer_data_apart(b, cap);
+  return b;
+}
+
+/* Frees the slot: `urefs` reads 0 from here on, which refuses the pointer
+ * (rsr.c, buffer.c). The usual buffer holds nothing beside its slot: no
+ * call; it goes into this thread's cache. */
+static inline void nxi_buffer_free(struct nx_buffer *b) {
+  if (__builtin_expect(b->own_release != NULL || b->own_tracked ||
+                           b->xr != NULL || b->side != NULL || b->data_heap,
+                       0))
+    nxi_buffer_free_extras(b);
+  atomic_store_explicit(&b->urefs, 0, memory_order_release);
+  if (__builtin_expect(!nxi_slot_cache.registered ||
+                           nxi_slot_cache.count >= NXI_SLOT_CACHE_MAX,
+                       0)) {
+    nxi_slot_put_slow(b);
+    return;
+  }
+  b->free_next = nxi_slot_cache.head;
+  nxi_slot_cache.head = b;
+  nxi_slot_cache.count++;
+}
 
 #endif /* NXI_BUF_H */

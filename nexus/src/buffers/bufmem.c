@@ -10,7 +10,7 @@
 
 /* The payload room inside a buffer's own slot; larger payloads are apart
  * (malloc up to INLINE_MAX, blocks above). */
-#define INLINE_MIN 192
+#define INLINE_MIN NXI_INLINE_MIN
 #define INLINE_MAX NXI_INLINE_MAX
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -38,11 +38,7 @@
 #define SLOT_SIZE ((sizeof(struct nx_buffer) + INLINE_MIN + 63) / 64 * 64)
 #define SLAB_SLOTS 64
 #define SLOT_KEEP offsetof(struct nx_buffer, frame) /* never poisoned */
-#if defined(__SANITIZE_ADDRESS__)
-#define CACHE_MAX 0
-#else
-#define CACHE_MAX 64
-#endif
+#define CACHE_MAX NXI_SLOT_CACHE_MAX
 
 static struct {
   pthread_mutex_t lock;
@@ -51,13 +47,7 @@ static struct {
   size_t nslabs, cap;
 } slots = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-struct buffer_cache {
-  struct nx_buffer *head;
-  int count;
-  int registered;
-};
-
-static NXI_TLS struct buffer_cache cache;
+NXI_TLS struct nxi_slot_cache nxi_slot_cache;
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
@@ -79,7 +69,7 @@ static void slots_give(struct nx_buffer *head, struct nx_buffer *tail) {
 
 /* A thread's cache goes back to the shared list when the thread ends. */
 static void cache_drain(void *arg) {
-  struct buffer_cache *c = arg;
+  struct nxi_slot_cache *c = arg;
   if (c->head == NULL)
     return;
   struct nx_buffer *tail = c->head;
@@ -120,8 +110,8 @@ static struct nx_buffer *slab_new(void) {
   return (struct nx_buffer *)p;
 }
 
-/* The shared list's part of slot_get: this thread's cache is empty. */
-static __attribute__((noinline)) struct nx_buffer *slot_get_shared(void) {
+/* nxi_buffer_alloc's rest: this thread's cache is empty. */
+struct nx_buffer *nxi_slot_get_shared(void) {
   struct nx_buffer *b;
   pthread_mutex_lock(&slots.lock);
   b = slots.free;
@@ -135,46 +125,28 @@ static __attribute__((noinline)) struct nx_buffer *slot_get_shared(void) {
   return b;
 }
 
-/* A slot from this thread's cache, inline (once per buffer), else from
- * the shared list. */
-static inline struct nx_buffer *slot_get(void) {
-  struct nx_buffer *b = cache.head;
-  if (__builtin_expect(b == NULL, 0))
-    return slot_get_shared();
-  cache.head = b->free_next;
-  cache.count--;
-  return b;
-}
-
-/* slot_put's rest: this thread's cache is not yet registered (its first
+/* nxi_buffer_free's rest: this thread's cache is not yet registered (its first
  * slot), or full. */
-static __attribute__((noinline)) void slot_put_slow(struct nx_buffer *b) {
-  if (cache.count < CACHE_MAX) {
-    if (!cache.registered) {
+void nxi_slot_put_slow(struct nx_buffer *b) {
+  if (nxi_slot_cache.count < CACHE_MAX) {
+    if (!nxi_slot_cache.registered) {
       pthread_once(&cache_once, cache_key_create);
-      pthread_setspecific(cache_key, &cache);
-      cache.registered = 1;
+      pthread_setspecific(cache_key, &nxi_slot_cache);
+      nxi_slot_cache.registered = 1;
     }
-    b->free_next = cache.head;
-    cache.head = b;
-    cache.count++;
+    b->free_next = nxi_slot_cache.head;
+    nxi_slot_cache.head = b;
+    nxi_slot_cache.count++;
     return;
   }
   slot_poison(b);
   slots_give(b, b);
 }
 
-/* Frees the slot: `urefs` reads 0 from here on, which refuses the pointer
- * (rsr.c, buffer.c). The common case inline: into this thread's cache. */
-static inline void slot_put(struct nx_buffer *b) {
+/* Frees the slot (nxi_buffer_free's rest, for data_apart). */
+static void slot_put(struct nx_buffer *b) {
   atomic_store_explicit(&b->urefs, 0, memory_order_release);
-  if (__builtin_expect(!cache.registered || cache.count >= CACHE_MAX, 0)) {
-    slot_put_slow(b);
-    return;
-  }
-  b->free_next = cache.head;
-  cache.head = b;
-  cache.count++;
+  nxi_slot_put_slow(b);
 }
 
 /* A cache of large payload blocks. A payload above INLINE_MAX is a block of
@@ -333,31 +305,10 @@ void nxi_buffer_cache_stats_get(struct nxi_buffer_cache_stats *st) {
   pthread_mutex_unlock(&blocks.lock);
 }
 
-/* Zeroes `n` bytes (a constant) at `p` with 16-byte stores. gcc makes a
- * memset of the buffer's ~300 bytes of fields a `rep stos`, which counts
- * an instruction per 8 bytes (44 per buffer, callgrind): most of what an
- * RSR's buffer cost to make (docs/performance.md). */
-static inline void zero_fields(void *p, size_t n) {
-#if defined(__SSE2__)
-  uint8_t *d = p;
-  __m128i z = _mm_setzero_si128();
-  __asm__("" : "+x"(z)); /* opaque: not turned back into a memset */
-  /* Unrolled whole (n is a constant): at 19 stores gcc kept the loop, 3
-   * instructions a store more (callgrind). */
-#pragma GCC unroll 32
-  for (; n >= 16; n -= 16, d += 16)
-    _mm_storeu_si128((__m128i *)d, z);
-  memset(d, 0, n);
-#else
-  memset(p, 0, n);
-#endif
-}
-
 /* Room for `cap` bytes apart from the slot of `b`: malloc, or a block of
  * its own above INLINE_MAX (nxi_block_get), so that growing it moves the
  * payload only. Returns `b`, or NULL (it freed). */
-static __attribute__((noinline)) struct nx_buffer *
-data_apart(struct nx_buffer *b, size_t cap) {
+struct nx_buffer *nxi_buffer_data_apart(struct nx_buffer *b, size_t cap) {
   size_t size = cap;
   uint8_t *d = cap > INLINE_MAX ? nxi_block_get(cap, &size) : malloc(cap);
   if (d == NULL) {
@@ -367,26 +318,6 @@ data_apart(struct nx_buffer *b, size_t cap) {
   b->data = d;
   b->data_heap = 1;
   b->cap = size;
-  return b;
-}
-
-struct nx_buffer *nxi_buffer_alloc(size_t cap) {
-  if (cap > SIZE_MAX / 2)
-    return NULL; /* a hint no memory can hold */
-  struct nx_buffer *b = slot_get();
-  if (b == NULL)
-    return NULL;
-  /* Every field but `urefs` and `free_next` (which a stale pointer's check
-   * may read at any time) and the header bytes (written when sealed or
-   * received) starts at zero. */
-  zero_fields(&b->frame, offsetof(struct nx_buffer, hdr) -
-                             offsetof(struct nx_buffer, frame));
-  atomic_init(&b->refs, 1);
-  b->data = b->inline_data;
-  b->cap = INLINE_MIN;
-  b->fmt = (uint8_t)nxi_format_native();
-  if (__builtin_expect(cap > INLINE_MIN, 0))
-    return data_apart(b, cap);
   return b;
 }
 
@@ -441,22 +372,13 @@ static void own_end(struct nx_buffer *b);
 
 /* What a buffer holds beside its slot, given back in this order: a
  * module's payload, what zero copy hung on it, its own payload. */
-static __attribute__((noinline)) void free_extras(struct nx_buffer *b) {
+void nxi_buffer_free_extras(struct nx_buffer *b) {
   if (b->own_release != NULL || b->own_tracked)
     own_end(b);
   if (b->xr != NULL || b->side != NULL)
     refs_free(b);
   if (b->data_heap)
     nxi_block_put(b->data, b->cap);
-}
-
-void nxi_buffer_free(struct nx_buffer *b) {
-  /* The usual buffer holds nothing beside its slot: no call, no frame. */
-  if (__builtin_expect(b->own_release != NULL || b->own_tracked ||
-                           b->xr != NULL || b->side != NULL || b->data_heap,
-                       0))
-    free_extras(b);
-  slot_put(b);
 }
 
 /* Payloads a module owns (frame_wrap): the module's memory is the payload
