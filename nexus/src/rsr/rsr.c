@@ -301,21 +301,14 @@ static __attribute__((noinline)) int ordered_send(struct nx_buffer *b,
  * apply or the module refused the frame otherwise, having undone what it
  * did: route_send then takes the RSR from the start. */
 #define NXI_SLOW 1
-static inline int fast_send(struct nx_buffer *b, unsigned flags) {
-  struct nxi_dlist *dl = b->dl;
-  struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
-  if (rt == NULL || rt->via != NULL || b->xr != NULL || b->ctl != 0 ||
-      atomic_load_explicit(&dl->failed, memory_order_relaxed) != 0 ||
-      atomic_load_explicit(&rt->failed, memory_order_relaxed) != 0 ||
-      nx_endpoint_failed(rt->ep))
-    return NXI_SLOW;
-  /* A frame that stays in this process needs no wire header: its
-   * receiver reads the buffer's fields (protocol.h, in_process). */
-  int wire = !rt->mod->ops->in_process;
-  if (wire)
-    nxi_buffer_seal(b);
-  /* Entered by reliability (stages.h) with the generation of its route;
-   * nothing to enter for a context of this process. */
+
+/* fast_send's part for a module that puts frames on a wire: sealed,
+ * entered by reliability (stages.h) with the generation of its route, one
+ * call into the module. Out of line: the in-process RSR pays none of its
+ * registers. */
+static __attribute__((noinline)) int
+wire_send(struct nx_buffer *b, struct nxi_route *rt, unsigned flags) {
+  nxi_buffer_seal(b);
   int ask = 0;
   if (nxi_ctxid_proc(b->context) != nxi_rt.proc_id) {
     ask = nxi_rel()->note(b, rt->gen);
@@ -325,27 +318,14 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   }
   struct nxi_peer *peer = b->peer;
   b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
-  if (b->hflags != 0 && wire)
+  if (b->hflags != 0)
     nxi_frame_hdr_set_flags(b->hdr, b->hflags);
-  /* In the trace once the module took it; at once when it stays in this
-   * process (queued below, never refused). */
+  /* In the trace once the module took it. */
   struct send_rec tr;
-  int traced = nxi_tracing() && trace_take(b, rt, &tr, wire);
+  int traced = nxi_tracing() && trace_take(b, rt, &tr, 1);
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */
   nxi_count_sent(1);
-  if (!wire) {
-    /* A module whose frames stay here would only hand it back
-     * (protocol.h, in_process): the core hands it over itself, as
-     * core_handover does, a call into the module and one back the
-     * fewer. It holds no values by reference and is no runtime message
-     * (tested above): it is queued as it is (nxi_requeue_local: on the
-     * driver's own queue when this thread holds the driver lock). */
-    b->kind = NXI_BUF_RECV;
-    b->pos = 0;
-    nxi_requeue_local(b);
-    return 0;
-  }
   int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
   if (traced)
     trace_sent(&tr, r, b);
@@ -363,6 +343,41 @@ static inline int fast_send(struct nx_buffer *b, unsigned flags) {
   mark_sent(rt->mod);
   if (ask)
     nxi_rel()->ask(peer);
+  return 0;
+}
+
+static inline int fast_send(struct nx_buffer *b, unsigned flags) {
+  struct nxi_dlist *dl = b->dl;
+  struct nxi_route *rt = atomic_load_explicit(&dl->route, memory_order_acquire);
+  if (rt == NULL || rt->via != NULL || b->xr != NULL || b->ctl != 0 ||
+      atomic_load_explicit(&dl->failed, memory_order_relaxed) != 0 ||
+      atomic_load_explicit(&rt->failed, memory_order_relaxed) != 0 ||
+      nx_endpoint_failed(rt->ep))
+    return NXI_SLOW;
+  if (!rt->mod->ops->in_process)
+    return wire_send(b, rt, flags);
+  /* A frame that stays in this process needs no wire header (its
+   * receiver reads the buffer's fields: protocol.h, in_process) and is
+   * entered nowhere: a module whose frames stay here would only hand it
+   * back, so the core hands it over itself, as core_handover does, a call
+   * into the module and one back the fewer. It holds no values by
+   * reference and is no runtime message (tested above): it is queued as it
+   * is (nxi_requeue_local: on the driver's own queue when this thread holds
+   * the driver lock), and in the trace at once (never refused). Counted
+   * before it is queued, as wire_send counts. */
+  if (__builtin_expect(nxi_ctxid_proc(b->context) != nxi_rt.proc_id, 0)) {
+    (void)nxi_rel()->note(b, rt->gen); /* an earlier run's context, say */
+  } else {
+    b->peer = NULL;
+    b->gen = (uint8_t)rt->gen;
+  }
+  b->hflags = (uint16_t)(rt->gen << NXI_FRAME_GEN_SHIFT);
+  if (nxi_tracing())
+    trace_take(b, rt, NULL, 0);
+  nxi_count_sent(1);
+  b->kind = NXI_BUF_RECV;
+  b->pos = 0;
+  nxi_requeue_local(b);
   return 0;
 }
 
