@@ -92,7 +92,7 @@ struct nxi_engine {
   atomic_int word_sleepers; /* poll-mode waiters asleep in epoll */
   atomic_int wake_pending;
   _Alignas(NXI_CACHELINE) atomic_int primary_state;
-  _Alignas(NXI_CACHELINE) atomic_int waiters;
+  _Alignas(NXI_CACHELINE) atomic_int waiters; /* past their first turn */
   _Alignas(NXI_CACHELINE) atomic_int stopping;
   atomic_int poll_all; /* the next round polls every module */
   struct nxi_mpscq recvq;

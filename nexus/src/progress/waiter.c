@@ -26,7 +26,6 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   if (abstime == NULL && nxi_fiber_cur != NULL &&
       nxi_fiber_park(word, old) == 0)
     return 0;
-  atomic_fetch_add(&nxi_eng.waiters, 1);
   if (nxi_eng_me.waiting++ == 0) {
     nxi_eng_me.wait_word = word;
     nxi_eng_me.wait_old = old;
@@ -41,10 +40,18 @@ static int hook_wait(const uint32_t *word, uint32_t old,
   int r = NX_EAGAIN;
   int spun_out = 0;  /* past the spin phase: drive even beside a handler */
   int past_pure = 0; /* spun NXI_SPIN_PURE_NS since the last work */
+  /* Counted among the engine's waiters (the primary defers to them) from
+   * the second round on: a wait that its first poll ends (an in-process
+   * reply, most often) pays no locked add and sub for it. */
+  int counted = 0;
   for (unsigned i = 1;; i++) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) {
       r = 0;
       break;
+    }
+    if (i == 2) {
+      atomic_fetch_add(&nxi_eng.waiters, 1);
+      counted = 1;
     }
     if (!nxi_ready() ||
         atomic_load_explicit(&nxi_eng.stopping, memory_order_relaxed)) {
@@ -129,7 +136,8 @@ static int hook_wait(const uint32_t *word, uint32_t old,
     nxi_engine_sleep(WAITER_SLEEP_MS, word, old);
   }
   nxi_eng_me.waiting--;
-  atomic_fetch_sub(&nxi_eng.waiters, 1);
+  if (counted)
+    atomic_fetch_sub(&nxi_eng.waiters, 1);
   return r;
 }
 
