@@ -335,10 +335,18 @@ static __attribute__((noinline)) int lock_held(nx_mutex_t *m, uint64_t id,
   return take(m, id);
 }
 
+/* nx_mutex_lock by a thread whose identity is not yet kept: kept now. */
+static __attribute__((noinline)) int lock_first(nx_mutex_t *mutex) {
+  (void)os_thread_id();
+  return nx_mutex_lock(mutex);
+}
+
 int nx_mutex_lock(nx_mutex_t *mutex) {
   if (mutex == NULL)
     return NX_EINVAL;
-  uint64_t id = my_id();
+  uint64_t id = me.id; /* my_id, with its first call out of line */
+  if (__builtin_expect(id == 0, 0))
+    return lock_first(mutex);
   pthread_t owner = 0;
   if (__builtin_expect(
           !__atomic_compare_exchange_n(&mutex->owner, &owner, (pthread_t)id, 0,
@@ -370,28 +378,52 @@ static __attribute__((noinline)) void wake_parkers(const nx_mutex_t *m) {
     h->signal(w, INT_MAX);
 }
 
+/* release's rest, out of line: a sleeper to wake (the owner word `old`
+ * said so), or handlers parked. Returns 0. */
+static __attribute__((noinline)) int release_wake(nx_mutex_t *mutex,
+                                                  uint64_t old) {
+  if ((old & SLEEPERS) != 0)
+    nxi_futex_wake(sleep_word(mutex), 1);
+  if (__atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) != 0)
+    wake_parkers(mutex);
+  return 0;
+}
+
 /* Frees a mutex the caller holds (its count of mutexes held is the
  * caller's business): wakes a sleeper if the owner word says one may
  * sleep, and the parked handlers while there are any. The exchange comes
- * before the parker count is read (both sequentially consistent). */
-static inline __attribute__((always_inline)) void release(nx_mutex_t *mutex) {
+ * before the parker count is read (both sequentially consistent). Returns
+ * 0; the waking is a tail call, so that an unlock with nobody to wake
+ * saves no registers. */
+static inline __attribute__((always_inline)) int release(nx_mutex_t *mutex) {
   tsan_unlocking(mutex);
   uint64_t old =
       (uint64_t)__atomic_exchange_n(&mutex->owner, 0, __ATOMIC_SEQ_CST);
   tsan_unlocked(mutex);
-  if (__builtin_expect((old & SLEEPERS) != 0, 0))
-    nxi_futex_wake(sleep_word(mutex), 1);
-  if (__builtin_expect(__atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) != 0,
+  if (__builtin_expect((old & SLEEPERS) != 0 ||
+                           __atomic_load_n(&mutex_parkers, __ATOMIC_SEQ_CST) !=
+                               0,
                        0))
-    wake_parkers(mutex);
+    return release_wake(mutex, old);
+  return 0;
+}
+
+/* nx_mutex_unlock by a thread whose identity is not yet kept. */
+static __attribute__((noinline)) int unlock_first(nx_mutex_t *mutex) {
+  if (mutex == NULL || !held_by(mutex, os_thread_id()))
+    return NX_EINVAL;
+  me.locks--;
+  return release(mutex);
 }
 
 int nx_mutex_unlock(nx_mutex_t *mutex) {
-  if (mutex == NULL || !held_by(mutex, my_id()))
+  uint64_t id = me.id; /* my_id, with its first call out of line */
+  if (__builtin_expect(id == 0, 0))
+    return unlock_first(mutex);
+  if (mutex == NULL || !held_by(mutex, id))
     return NX_EINVAL;
   me.locks--;
-  release(mutex);
-  return 0;
+  return release(mutex);
 }
 
 /* Condition variables. `seq` is bumped by every signal; a waiter remembers
