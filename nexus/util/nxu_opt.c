@@ -86,6 +86,9 @@ const struct nxu_opt nxu_opts[] = {
      "milliseconds a connection may take to present its key"},
     {"NX_UCX_QUEUE_MAX", NXU_OPT_SIZE, "64m", 64 * MIB, 1, NO_MAX, NULL, "ucx",
      "bytes queued to one peer before sends wait"},
+    {"NX_UCX_QUEUE_FRAMES", NXU_OPT_UINT, "32", 32, 1, 1u << 30, NULL, "ucx",
+     "frames queued to one peer (UCX could not send them at once) before "
+     "sends wait; the runtime's own messages and handlers' sends may pass"},
     {"NX_UCX_REMOTE", NXU_OPT_CHOICE, "0", 0, 0, 0, "0|1", "ucx",
      "1: reach other hosts too (default 1 when UCX_NET_DEVICES is set)"},
     {"NX_OFI_QUEUE_MAX", NXU_OPT_SIZE, "64m", 64 * MIB, 1, NO_MAX, NULL, "ofi",

@@ -109,6 +109,9 @@ static int ucx_init(const struct nx_core_api *core, void **state, char *why,
   int r = nxu_opt_size("NX_UCX_QUEUE_MAX", &u->queue_max, why, why_len);
   if (r < 0)
     goto err_free;
+  r = nxu_opt_number("NX_UCX_QUEUE_FRAMES", &u->queue_frames, why, why_len);
+  if (r < 0)
+    goto err_free;
   /* Senders wait for the driver's short UCP calls: it spins a little
    * first (nxu_lock.h). */
   nxu_lock_init(&u->lock);

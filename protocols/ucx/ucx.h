@@ -177,8 +177,9 @@ struct ucx {
    * config_defaults), hashed: a peer on this host with others is not
    * reached over ucx (ucx_desc_parse). */
   uint32_t fifo_print;
-  int efd; /* the worker's event fd, or -1 */
-  size_t queue_max;
+  int efd;               /* the worker's event fd, or -1 */
+  size_t queue_max;      /* bytes in flight to a peer (NX_UCX_QUEUE_MAX) */
+  uint64_t queue_frames; /* frames in flight to a peer (NX_UCX_QUEUE_FRAMES) */
   size_t lead_max; /* the largest lead sent in the header (UCX_LEAD_MAX) */
   int remote;      /* reach other hosts too (NX_UCX_REMOTE, UCX_NET_DEVICES) */
   char version[64];

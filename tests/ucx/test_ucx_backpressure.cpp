@@ -56,3 +56,51 @@ TEST_CASE("a stalled receiver: sends past NX_UCX_QUEUE_MAX say NX_EAGAIN or "
   CHECK(st[STAT_SEQ_FRAMES] == (uint64_t)accepted);
   CHECK(st[STAT_SEQ_BAD] == 0);
 }
+
+// Small RSRs fill UCX's shared-memory FIFO to a stalled peer; past it each
+// send is a request that waits in UCX, and at most NX_UCX_QUEUE_FRAMES
+// (default 32) of those may be in flight: a few hundred sends are taken,
+// not the thousands that NX_UCX_QUEUE_MAX's bytes alone (64 MiB) would
+// take, and the rest wait or say NX_EAGAIN. All arrive, in order.
+TEST_CASE("a stalled receiver: small sends past NX_UCX_QUEUE_FRAMES say "
+          "NX_EAGAIN or wait, and all arrive in order",
+          "[ucx]") {
+  setup_env();
+  unsetenv("NX_UCX_QUEUE_FRAMES");
+  runtime_guard rt;
+  REQUIRE(rt.init_rc() == 0);
+  client_scope cs;
+  REQUIRE(cs.ok());
+  peer_process peer;
+  REQUIRE(peer.start() == 0);
+  REQUIRE(echo_round_trip(peer.gp, cs.me, 1, 8));
+
+  const unsigned stall_ms = 1500;
+  long stalled = the_client.stalled.get();
+  uint64_t t0 = now_ms();
+  REQUIRE(send_stall(peer.gp, cs.me, stall_ms) == 0);
+  REQUIRE(the_client.stalled.wait_for(stalled + 1, 10) == stalled + 1);
+
+  int accepted = 0, r = 0;
+  for (int i = 0; i < 100000; i++) {
+    r = send_seq(peer.gp, 0, (uint64_t)accepted, 8, NX_RSR_NONBLOCK);
+    if (r != 0)
+      break;
+    accepted++;
+  }
+  uint64_t refused_at = now_ms();
+  INFO("accepted " << accepted << " sends of 8 B before " << nx_err_name(r)
+                   << ", " << refused_at - t0 << " ms into the stall");
+  CHECK(r == NX_EAGAIN);
+  CHECK(accepted >= 32);
+  CHECK(accepted <= 2000); // the FIFO's elements, then 32 requests
+  CHECK(refused_at - t0 < stall_ms);
+  // A blocking send waits (driving progress) until there is room again.
+  REQUIRE(send_seq(peer.gp, 0, (uint64_t)accepted, 8) == 0);
+  accepted++;
+  CHECK(now_ms() - t0 >= stall_ms - 100);
+  uint64_t st[STAT_COUNT];
+  REQUIRE(peer_stats(peer.gp, cs.me, st, 30));
+  CHECK(st[STAT_SEQ_FRAMES] == (uint64_t)accepted);
+  CHECK(st[STAT_SEQ_BAD] == 0);
+}

@@ -91,3 +91,27 @@ TEST_CASE("NX_UCX_QUEUE_MAX that is not a size: ucx skipped, saying why",
     }
   }
 }
+
+TEST_CASE("NX_UCX_QUEUE_FRAMES of 0 or not a number: ucx skipped, saying why",
+          "[ucx]") {
+  for (const char *value : {"0", "many", "-3"}) {
+    INFO("NX_UCX_QUEUE_FRAMES=" << value);
+    env_scope protocols("NX_PROTOCOLS", "ucx,local");
+    env_scope bad("NX_UCX_QUEUE_FRAMES", value);
+    runtime_guard rt;
+    REQUIRE(rt.init_rc() == 0);
+    bool seen = false;
+    for (int i = 0; i < nx_module_count(); i++) {
+      nx_module_info_t info;
+      REQUIRE(nx_module_info(i, &info) == 0);
+      if (std::string(info.name) == "ucx") {
+        seen = true;
+        CHECK(info.loaded == 0);
+        CHECK(info.error == NX_EINVAL);
+        CHECK(std::string(info.reason).find("NX_UCX_QUEUE_FRAMES") !=
+              std::string::npos);
+      }
+    }
+    CHECK(seen);
+  }
+}

@@ -32,6 +32,17 @@ extern "C" {
  * core takes the frame back without a send_done call. */
 #define NX_PROTOCOL_SENT 1
 
+/* A flag of send's `flags`, beside NX_RSR_NONBLOCK: a frame that a module
+ * which bounds the number of frames in flight to a peer lets past that
+ * bound (not past a bound in bytes). The core sets it for the runtime's
+ * own messages (the confirmations' questions and answers: few, small, and
+ * what lets the peers' ledgers settle), and for frames sent from inside
+ * progress (a handler's RSR, a frame a gateway passes on), where a wait
+ * for room would run progress inside progress, one level deeper for each
+ * frame that came meanwhile, and let later frames overtake the waiting
+ * one. Other modules ignore it. */
+#define NX_PROTOCOL_SEND_EXEMPT (1u << 8)
+
 /* The frame header, fixed little-endian on the wire (docs/design.md):
  *   off size field
  *     0    4 magic       0x3152584e ("NXR1" read as bytes N X R 1)
@@ -382,7 +393,8 @@ struct nx_protocol_ops {
    * no send_done comes for it: UCX's send returning NULL, an inject);
    * NX_EAGAIN when its queue to that peer is full
    * (the core keeps the frame, drives progress and tries again, unless the
-   * caller passed NX_RSR_NONBLOCK); or another negative code (the core
+   * caller passed NX_RSR_NONBLOCK in `flags`, which may also hold
+   * NX_PROTOCOL_SEND_EXEMPT); or another negative code (the core
    * keeps the frame and fails the RSR). Once peer_failed reported `ep`,
    * the core fails RSRs to it without calling send (one that raced with
    * the report may still come: refuse it as before). */

@@ -113,10 +113,20 @@ trace_wait(int begin, uint64_t source, uint64_t dest,
                   m != NULL ? nxi_module_index(m) : 0xff, 0, 0, 0);
 }
 
+/* The module's send flags for `b`: the caller's, and NX_PROTOCOL_SEND_EXEMPT
+ * for the runtime's own messages and for what is sent from inside progress
+ * (protocol.h). */
+static inline unsigned module_flags(const struct nx_buffer *b, unsigned flags) {
+  if ((b->hflags & NXI_FRAME_F_CTL) || nxi_driving())
+    flags |= NX_PROTOCOL_SEND_EXEMPT;
+  return flags;
+}
+
 /* Hands the sealed frame to the route's module. The buffer is the module's
  * unless this fails. */
 static int send_on(struct nx_buffer *b, struct nxi_route *rt, unsigned flags,
                    atomic_uint_fast64_t *count) {
+  flags = module_flags(b, flags);
   nxi_buffer_refs_status(b, 0);
   count_add(count, 1);
   struct send_rec tr;
@@ -326,7 +336,8 @@ wire_send(struct nx_buffer *b, struct nxi_route *rt, unsigned flags) {
   /* Counted before the module has it: a handler that reads nx_stats never
    * sees its own RSR handled but not yet sent. */
   nxi_count_sent(1);
-  int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame, flags);
+  int r = rt->mod->ops->send(rt->mod->state, rt->ep, &b->frame,
+                             module_flags(b, flags));
   if (traced)
     trace_sent(&tr, r, b);
   if (r < 0) {
