@@ -93,6 +93,9 @@ const struct nxu_opt nxu_opts[] = {
      "1: reach other hosts too (default 1 when UCX_NET_DEVICES is set)"},
     {"NX_OFI_QUEUE_MAX", NXU_OPT_SIZE, "64m", 64 * MIB, 1, NO_MAX, NULL, "ofi",
      "bytes queued to one peer before sends wait"},
+    {"NX_OFI_QUEUE_FRAMES", NXU_OPT_UINT, "32", 32, 1, 1u << 30, NULL, "ofi",
+     "frames queued to one peer (not sent at once) before sends wait; the "
+     "runtime's own messages and handlers' sends may pass"},
     {"NX_OFI_EAGER_MAX", NXU_OPT_SIZE, "8k", 8 * KIB, 0, MIB, NULL, "ofi",
      "largest frame sent in one message"},
     {"NX_OFI_FRAG_MAX", NXU_OPT_SIZE, "4m", 4 * MIB, 4096, 4 * MIB, NULL, "ofi",

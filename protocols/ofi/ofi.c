@@ -173,8 +173,10 @@ static void ofi_disconnect(void *state, struct nx_endpoint *ep) {
 
 static int ofi_send(void *state, struct nx_endpoint *ep, nx_frame_t *frame,
                     unsigned flags) {
-  (void)flags; /* NX_EAGAIN either way: the core decides whether to wait */
-  return ofi_send_frame(state, ofi_peer_of(ep), frame);
+  /* NX_EAGAIN with or without NX_RSR_NONBLOCK: the core decides whether
+   * to wait. */
+  return ofi_send_frame(state, ofi_peer_of(ep), frame,
+                        (flags & NX_PROTOCOL_SEND_EXEMPT) != 0);
 }
 
 static int ofi_progress(void *state, nx_frame_batch_t *batch) {
@@ -251,6 +253,8 @@ static int ofi_init(const struct nx_core_api *core, void **state, char *why,
   pthread_mutex_init(&o->attn_lock, NULL);
   int threading = 0;
   int r = nxu_opt_size("NX_OFI_QUEUE_MAX", &o->queue_max, why, why_len);
+  if (r == 0)
+    r = nxu_opt_number("NX_OFI_QUEUE_FRAMES", &o->queue_frames, why, why_len);
   if (r == 0)
     r = nxu_opt_size("NX_OFI_EAGER_MAX", &o->eager_max, why, why_len);
   if (r == 0)

@@ -215,6 +215,7 @@ struct ofi_peer {
   /* Under `lock`: the send side. */
   uint32_t seq;                 /* the next frame's sequence number */
   size_t inflight;              /* bytes accepted and not yet send_done */
+  unsigned nframes;             /* ... and those frames */
   struct ofi_op *qhead, *qtail; /* ops with parts still to post */
   /* Parts a connection error failed while the process lived: posted
    * again by the driver, not before redo_at (ofi_send.c). A stack: the
@@ -340,10 +341,11 @@ struct ofi {
   int refusals; /* of wrong keys, sent (driver only) */
   uint32_t pid;
   uint64_t start_time, pidns;
-  size_t queue_max;
-  size_t eager_max; /* NX_OFI_EAGER_MAX */
-  size_t frag_max;  /* NX_OFI_FRAG_MAX */
-  int force_domain; /* NX_OFI_THREADING=domain */
+  size_t queue_max;      /* NX_OFI_QUEUE_MAX */
+  uint64_t queue_frames; /* NX_OFI_QUEUE_FRAMES */
+  size_t eager_max;      /* NX_OFI_EAGER_MAX */
+  size_t frag_max;       /* NX_OFI_FRAG_MAX */
+  int force_domain;      /* NX_OFI_THREADING=domain */
   int nrails;
   struct ofi_rail rails[OFI_MAX_RAILS];
   char version[128];

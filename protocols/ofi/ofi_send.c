@@ -460,6 +460,7 @@ static int op_finished_locked(struct ofi_peer *p, struct ofi_op *op) {
   if (op->done < op->posted || (op->posted < op->nparts && !op->abandoned))
     return 0;
   p->inflight -= op->bytes;
+  p->nframes--;
   live_del(p, op);
   return 1;
 }
@@ -479,7 +480,8 @@ static int op_status(const struct ofi_op *op, int dead) {
   return dead || op->abandoned ? NX_EPEERDEAD : ofi_status_to_nx(-op->status);
 }
 
-int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
+int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f,
+                   int exempt) {
   struct ofi_rail *r = p->rail;
   if (f->iovcnt < 1 || f->iovcnt > NX_FRAME_IOV_MAX ||
       (f->iovcnt > 2 && f->iovs == NULL) ||
@@ -517,7 +519,12 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
     nxu_unlock(&p->lock);
     return NX_EPEERDEAD;
   }
-  if (p->inflight > 0 && p->inflight + bytes > o->queue_max) {
+  /* Two bounds on what is in flight to the peer (docs/ofi.md,
+   * "Backpressure"): NX_OFI_QUEUE_MAX bytes, which a single larger frame
+   * may cross when nothing is in flight, and NX_OFI_QUEUE_FRAMES frames,
+   * which a frame the core marks NX_PROTOCOL_SEND_EXEMPT may cross. */
+  if (p->inflight > 0 && (p->inflight + bytes > o->queue_max ||
+                          (p->nframes >= o->queue_frames && !exempt))) {
     nxu_unlock(&p->lock);
     return NX_EAGAIN;
   }
@@ -594,6 +601,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
                 (unsigned)f->iovcnt - 1);
   }
   p->inflight += bytes;
+  p->nframes++;
   live_add(p, op);
   int posted = 0, queued = 0, finished = 0;
   if (p->qhead == NULL) {
@@ -609,6 +617,7 @@ int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *f) {
       op->abandoned = 1;
       if (op->posted == 0) {
         p->inflight -= bytes;
+        p->nframes--;
         live_del(p, op);
         nxu_unlock(&p->lock);
         attend(o, p, 1);

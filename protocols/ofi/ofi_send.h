@@ -9,7 +9,8 @@
  * liveness, wake-up); NULL with the code in `*err`. */
 struct ofi_peer *ofi_peer_get(struct ofi *o, const struct ofi_target *t,
                               int *err);
-int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *frame);
+int ofi_send_frame(struct ofi *o, struct ofi_peer *p, nx_frame_t *frame,
+                   int exempt);
 /* A completion (or its error) for a part of a send (a CTX_TX context). */
 void ofi_send_completed(struct ofi *o, struct ofi_ctx *part, int err);
 /* Driver only: posts queued ops and reports dead peers. */

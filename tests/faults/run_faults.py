@@ -180,10 +180,11 @@ def flood(launch, module, bound=False, gw=False):
     extra = []
     if bound:
         env['NX_FINALIZE_MS'] = '300'
-        # Accepted at once, as over tcp (64 MiB queued): under ucx's bound
-        # on frames in flight (32) the flood would wait for the slow
-        # handler, and nx_finalize would find it all handled.
+        # Accepted at once, as over tcp (64 MiB queued): under ucx's and
+        # ofi's bounds on frames in flight (32) the flood would wait for
+        # the slow handler, and nx_finalize would find it all handled.
         env['NX_UCX_QUEUE_FRAMES'] = '1000000'
+        env['NX_OFI_QUEUE_FRAMES'] = '1000000'
         extra = ['bound']
     pre = ['--gw', module] if gw else []
     p = launch.start(3 if gw else 2,
