@@ -27,7 +27,7 @@ static double now_s(void) {
 
 static nx_mutex_t m;
 static nx_cond_t c;
-static long got, want, dones, starts;
+static long got, want, dones, starts, gos;
 
 static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx, (void)addr, (void)b;
@@ -41,6 +41,14 @@ static void on_start(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx, (void)addr, (void)b;
   nx_mutex_lock(&m);
   starts++;
+  nx_cond_signal(&c);
+  nx_mutex_unlock(&m);
+}
+
+static void on_go(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  nx_mutex_lock(&m);
+  gos++;
   nx_cond_signal(&c);
   nx_mutex_unlock(&m);
 }
@@ -82,22 +90,33 @@ static int rank_main(int msgs) {
   nx_handler_register(self, "msg", on_msg, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "start", on_start, NX_HANDLER_NONTHREADED, NULL);
   nx_handler_register(self, "done", on_done, NX_HANDLER_NONTHREADED, NULL);
+  nx_handler_register(self, "go", on_go, NX_HANDLER_NONTHREADED, NULL);
   nx_gp_t *peers;
   int n, rank;
   if (nx_context_peers(&peers, &n, &rank) < 0) {
     fprintf(stderr, "alltoall: run me under nxrun (or with --scale)\n");
     return 1;
   }
-  /* Rank 0 starts the clock once everyone is ready to receive. */
+  /* A barrier, as mpi_alltoall's MPI_Barrier: every rank tells rank 0 it
+   * is ready to receive and waits for its "go"; rank 0 starts the clock
+   * once all are ready, then says "go". No rank sends before the clock
+   * runs (they did once, and on an oversubscribed machine a rank 0 that
+   * came late to the CPU found much of the stream sent already). */
   nx_mutex_lock(&m);
   want = (long)msgs * (n - 1);
   nx_mutex_unlock(&m);
   int r = 0;
-  if (rank != 0)
+  double t0 = 0;
+  if (rank != 0) {
     r = send_to(&peers[0], "start", 0);
-  else
+    if (r == 0)
+      wait_for(&gos, 1);
+  } else {
     wait_for(&starts, n - 1);
-  double t0 = now_s();
+    t0 = now_s();
+    for (int k = 1; k < n && r == 0; k++)
+      r = send_to(&peers[k], "go", 0);
+  }
   for (int i = 0; i < msgs && r == 0; i++)
     for (int k = 1; k < n && r == 0; k++)
       r = send_to(&peers[(rank + k) % n], "msg", 8);
