@@ -493,10 +493,9 @@ send_started(struct ucx *u, struct ucx_peer *p, nx_frame_t *frame,
  * could not complete at once): NX_UCX_QUEUE_MAX bytes, which a single
  * larger frame may cross when nothing is in flight, and
  * NX_UCX_QUEUE_FRAMES frames, which a frame the core marks
- * NX_PROTOCOL_SEND_EXEMPT may cross (the runtime's own messages, and what
- * is sent from inside progress: protocol.h). The frames' bound is what
- * keeps a
- * stream of small RSRs fast: once UCX's shared-memory FIFO to the peer is
+ * NX_PROTOCOL_SEND_EXEMPT may cross (the runtime's own messages, what a
+ * handler sends: protocol.h). The frames' bound is what keeps a stream of
+ * small RSRs fast: once UCX's shared-memory FIFO to the peer is
  * full, every send it takes is a request that waits in its pending queue,
  * with the frame's buffer held, and that queue only grows (a 2-rank
  * all-to-all of 8 B RSRs: 2 million a second with the bytes' bound alone,

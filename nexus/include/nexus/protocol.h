@@ -36,11 +36,11 @@ extern "C" {
  * which bounds the number of frames in flight to a peer lets past that
  * bound (not past a bound in bytes). The core sets it for the runtime's
  * own messages (the confirmations' questions and answers: few, small, and
- * what lets the peers' ledgers settle), and for frames sent from inside
- * progress (a handler's RSR, a frame a gateway passes on), where a wait
- * for room would run progress inside progress, one level deeper for each
- * frame that came meanwhile, and let later frames overtake the waiting
- * one. Other modules ignore it. */
+ * what lets the peers' ledgers settle), for a handler's RSRs (threaded
+ * handlers' too) and for frames sent from inside progress (a frame a
+ * gateway passes on), where a wait for room would run progress inside
+ * progress, one level deeper for each frame that came meanwhile, and let
+ * later frames overtake the waiting one. Other modules ignore it. */
 #define NX_PROTOCOL_SEND_EXEMPT (1u << 8)
 
 /* The frame header, fixed little-endian on the wire (docs/design.md):

@@ -114,10 +114,14 @@ trace_wait(int begin, uint64_t source, uint64_t dest,
 }
 
 /* The module's send flags for `b`: the caller's, and NX_PROTOCOL_SEND_EXEMPT
- * for the runtime's own messages and for what is sent from inside progress
- * (protocol.h). */
+ * (protocol.h) for the runtime's own messages, for what a handler sends
+ * (threaded ones too: a handler waiting for room would poll on its stack,
+ * and the threaded handlers that poll dispatches would wait and poll on
+ * theirs, one inside the other) and for what is sent from inside progress
+ * (a frame a gateway passes on). The bound on frames paces the program's
+ * own threads. */
 static inline unsigned module_flags(const struct nx_buffer *b, unsigned flags) {
-  if ((b->hflags & NXI_FRAME_F_CTL) || nxi_driving())
+  if ((b->hflags & NXI_FRAME_F_CTL) || nxi_driving() || nxi_current != NULL)
     flags |= NX_PROTOCOL_SEND_EXEMPT;
   return flags;
 }
