@@ -431,6 +431,20 @@ TEST_CASE("frames of every size between two instances, in order, "
   }
 }
 
+// Connects a to b and warms the connection up both ways (shm's first send
+// waits for the address exchange): one frame (handler 1) delivered and
+// done.
+nx_endpoint *connect_warm(instance &a, instance &b) {
+  nx_desc bd = b.view();
+  nx_endpoint *ep = nullptr;
+  REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
+  tx_frame warm(1, pattern(10, 1));
+  REQUIRE(send_driven(a, b, ep, &warm.f) == 0);
+  REQUIRE(
+      drive(a, b, [&] { return delivered_count() == 1 && sent_total() == 1; }));
+  return ep;
+}
+
 TEST_CASE("backpressure: over NX_OFI_QUEUE_MAX in flight, send says EAGAIN",
           "[ofi][module]") {
   env_scope e("NX_OFI_QUEUE_MAX", "1m");
@@ -438,14 +452,7 @@ TEST_CASE("backpressure: over NX_OFI_QUEUE_MAX in flight, send says EAGAIN",
   instance a(1), b(2);
   REQUIRE_INSTANCE(a);
   REQUIRE_INSTANCE(b);
-  nx_desc bd = b.view();
-  nx_endpoint *ep = nullptr;
-  REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
-  // Warm up the connection both ways (shm's first send waits for the
-  // address exchange).
-  tx_frame warm(1, pattern(10, 1));
-  REQUIRE(send_driven(a, b, ep, &warm.f) == 0);
-  REQUIRE(drive(a, b, [&] { return delivered_count() == 1; }));
+  nx_endpoint *ep = connect_warm(a, b);
   // b does not progress: a large frame stays in flight until b takes it.
   tx_frame big1(2, pattern(700000, 2)), big2(3, pattern(700000, 3));
   REQUIRE(send_frame(a, ep, &big1.f) == 0);
@@ -468,12 +475,7 @@ TEST_CASE("backpressure: over NX_OFI_QUEUE_FRAMES in flight, small sends say "
   instance a(1), b(2);
   REQUIRE_INSTANCE(a);
   REQUIRE_INSTANCE(b);
-  nx_desc bd = b.view();
-  nx_endpoint *ep = nullptr;
-  REQUIRE(ops()->connect(a.state, &bd, &ep) == 0);
-  tx_frame warm(1, pattern(10, 1));
-  REQUIRE(send_driven(a, b, ep, &warm.f) == 0);
-  REQUIRE(drive(a, b, [&] { return delivered_count() == 1; }));
+  nx_endpoint *ep = connect_warm(a, b);
   // b does not progress: once the provider has no room for 8 B frames, they
   // queue in the module, at most 32 (the default), then EAGAIN; the bytes'
   // bound (64 MiB) alone would take a million of them.

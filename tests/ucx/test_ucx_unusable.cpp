@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "latch.h"
 #include "nexus.h"
@@ -37,6 +38,19 @@ private:
   bool had_ = false;
 };
 
+// The ucx module's entry in nx_module_info; false when there is none.
+bool ucx_info(nx_module_info_t *out) {
+  for (int i = 0; i < nx_module_count(); i++) {
+    nx_module_info_t info;
+    REQUIRE(nx_module_info(i, &info) == 0);
+    if (std::string(info.name) == "ucx") {
+      *out = info;
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 TEST_CASE("UCX_TLS naming no usable transport: ucx skipped with a reason, "
@@ -46,20 +60,13 @@ TEST_CASE("UCX_TLS naming no usable transport: ucx skipped with a reason, "
   env_scope tls("UCX_TLS", "bogus_transport");
   runtime_guard rt;
   REQUIRE(rt.init_rc() == 0);
-  bool seen = false;
-  for (int i = 0; i < nx_module_count(); i++) {
-    nx_module_info_t info;
-    REQUIRE(nx_module_info(i, &info) == 0);
-    if (std::string(info.name) != "ucx")
-      continue;
-    seen = true;
-    INFO("reason: " << info.reason);
-    CHECK(info.loaded == 0);
-    CHECK(info.error < 0);
-    CHECK(info.rank == -1);
-    CHECK(std::string(info.reason).find("ucp_init") != std::string::npos);
-  }
-  CHECK(seen);
+  nx_module_info_t info;
+  REQUIRE(ucx_info(&info));
+  INFO("reason: " << info.reason);
+  CHECK(info.loaded == 0);
+  CHECK(info.error < 0);
+  CHECK(info.rank == -1);
+  CHECK(std::string(info.reason).find("ucp_init") != std::string::npos);
   nx_context_t *self = nx_context_self();
   REQUIRE(nx_handler_register(self, "ping", on_ping, NX_HANDLER_NONTHREADED,
                               nullptr) == 0);
@@ -74,44 +81,24 @@ TEST_CASE("UCX_TLS naming no usable transport: ucx skipped with a reason, "
   nx_gp_release(&me);
 }
 
-TEST_CASE("NX_UCX_QUEUE_MAX that is not a size: ucx skipped, saying why",
+TEST_CASE("a bad NX_UCX_QUEUE_MAX or NX_UCX_QUEUE_FRAMES: ucx skipped, "
+          "saying why",
           "[ucx]") {
-  env_scope protocols("NX_PROTOCOLS", "ucx,local");
-  env_scope bad("NX_UCX_QUEUE_MAX", "lots");
-  runtime_guard rt;
-  REQUIRE(rt.init_rc() == 0);
-  for (int i = 0; i < nx_module_count(); i++) {
-    nx_module_info_t info;
-    REQUIRE(nx_module_info(i, &info) == 0);
-    if (std::string(info.name) == "ucx") {
-      CHECK(info.loaded == 0);
-      CHECK(info.error == NX_EINVAL);
-      CHECK(std::string(info.reason).find("NX_UCX_QUEUE_MAX") !=
-            std::string::npos);
-    }
-  }
-}
-
-TEST_CASE("NX_UCX_QUEUE_FRAMES of 0 or not a number: ucx skipped, saying why",
-          "[ucx]") {
-  for (const char *value : {"0", "many", "-3"}) {
-    INFO("NX_UCX_QUEUE_FRAMES=" << value);
+  const std::pair<const char *, const char *> bad_settings[] = {
+      {"NX_UCX_QUEUE_MAX", "lots"},
+      {"NX_UCX_QUEUE_FRAMES", "0"},
+      {"NX_UCX_QUEUE_FRAMES", "many"},
+      {"NX_UCX_QUEUE_FRAMES", "-3"}};
+  for (const auto &setting : bad_settings) {
+    INFO(setting.first << "=" << setting.second);
     env_scope protocols("NX_PROTOCOLS", "ucx,local");
-    env_scope bad("NX_UCX_QUEUE_FRAMES", value);
+    env_scope bad(setting.first, setting.second);
     runtime_guard rt;
     REQUIRE(rt.init_rc() == 0);
-    bool seen = false;
-    for (int i = 0; i < nx_module_count(); i++) {
-      nx_module_info_t info;
-      REQUIRE(nx_module_info(i, &info) == 0);
-      if (std::string(info.name) == "ucx") {
-        seen = true;
-        CHECK(info.loaded == 0);
-        CHECK(info.error == NX_EINVAL);
-        CHECK(std::string(info.reason).find("NX_UCX_QUEUE_FRAMES") !=
-              std::string::npos);
-      }
-    }
-    CHECK(seen);
+    nx_module_info_t info;
+    REQUIRE(ucx_info(&info));
+    CHECK(info.loaded == 0);
+    CHECK(info.error == NX_EINVAL);
+    CHECK(std::string(info.reason).find(setting.first) != std::string::npos);
   }
 }
