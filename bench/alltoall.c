@@ -37,28 +37,27 @@ static void on_msg(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   nx_mutex_unlock(&m);
 }
 
-static void on_start(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
-  (void)ctx, (void)addr, (void)b;
+/* Counts one more in `v` (start, go, done) and wakes the waiter. */
+static void bump(long *v) {
   nx_mutex_lock(&m);
-  starts++;
+  (*v)++;
   nx_cond_signal(&c);
   nx_mutex_unlock(&m);
+}
+
+static void on_start(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
+  (void)ctx, (void)addr, (void)b;
+  bump(&starts);
 }
 
 static void on_go(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx, (void)addr, (void)b;
-  nx_mutex_lock(&m);
-  gos++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+  bump(&gos);
 }
 
 static void on_done(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx, (void)addr, (void)b;
-  nx_mutex_lock(&m);
-  dones++;
-  nx_cond_signal(&c);
-  nx_mutex_unlock(&m);
+  bump(&dones);
 }
 
 static int send_to(nx_gp_t *gp, const char *handler, size_t len) {
