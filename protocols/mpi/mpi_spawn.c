@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,11 @@
 /* The control channel: one intercommunicator, the peer its rank 0. */
 struct mpimod_ctl {
   MPI_Comm inter;
+  int child; /* the creator's end: the child's END_TAG message is ours */
 };
 
 #define CTL_TAG 1
+#define END_TAG 2
 /* ctl_recv polls (MPI has nothing to sleep on): it sleeps between polls,
  * from CTL_POLL_MIN_US doubling up to CTL_POLL_MAX_US. */
 #define CTL_POLL_MIN_US 20
@@ -171,6 +174,77 @@ static int runnable_here(const char *exe) {
     path += len + (path[len] == ':');
   }
   return 0;
+}
+
+/* Ended children. Open MPI 4.1 with Debian's external PMIx sometimes
+ * never returns from an MPI_Comm_spawn started while a child spawned
+ * before is still ending: the new child waits in PMIx_Init for an answer
+ * its launcher (orted) never sends, and the creator waits in
+ * PMIx_Lookup for the child. A plain MPI program that spawns a child and
+ * disconnects from it in a loop hung after 7 to 64 spawns on a loaded
+ * 2-core machine; waiting before each spawn until the child before was
+ * reaped, it ran 300 without one. So a child sends its creator its pid
+ * and host (END_TAG) first thing after MPI_Init; the creator reads them
+ * when the channel closes, and its next spawn first waits until that
+ * process is gone, for at most MPIMOD_ENDED_WAIT_MS from the close. Only
+ * children on the creator's own host are waited for (kill(pid, 0) says
+ * nothing about another host's pid); a pid of another process by then
+ * only costs the wait's bound. */
+struct end_msg {
+  int32_t pid;
+  char host[64];
+};
+
+static void my_host(char *host, size_t len) {
+  if (gethostname(host, len - 1) != 0)
+    host[0] = '\0';
+  host[len - 1] = '\0';
+}
+
+/* The channel to a child closes: its END_TAG message, when it came, names
+ * a process the next spawn waits for. */
+static void remember_ended(struct mpimod *m, struct mpimod_ctl *c) {
+  int flag = 0;
+  MPI_Message msg;
+  MPI_Status st;
+  struct end_msg e;
+  int count = 0;
+  if (MPI_Improbe(0, END_TAG, c->inter, &flag, &msg, &st) != MPI_SUCCESS ||
+      !flag || MPI_Get_count(&st, MPI_BYTE, &count) != MPI_SUCCESS ||
+      count != (int)sizeof(e) ||
+      MPI_Mrecv(&e, count, MPI_BYTE, &msg, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    return;
+  char host[sizeof(e.host)];
+  my_host(host, sizeof(host));
+  e.host[sizeof(e.host) - 1] = '\0';
+  if (e.pid <= 0 || host[0] == '\0' || strcmp(host, e.host) != 0)
+    return;
+  pthread_mutex_lock(&m->spawn_lock);
+  if (m->nended == MPIMOD_ENDED_MAX) { /* the oldest is let go of */
+    memmove(m->ended, m->ended + 1, sizeof(m->ended) - sizeof(m->ended[0]));
+    m->nended--;
+  }
+  m->ended[m->nended].pid = e.pid;
+  m->ended[m->nended].until = nxu_now_ms() + MPIMOD_ENDED_WAIT_MS;
+  m->nended++;
+  pthread_mutex_unlock(&m->spawn_lock);
+}
+
+/* Before a spawn: every remembered child is gone, or its wait is up. */
+static void wait_ended(struct mpimod *m) {
+  struct mpimod_ended e[MPIMOD_ENDED_MAX];
+  pthread_mutex_lock(&m->spawn_lock);
+  int n = m->nended;
+  memcpy(e, m->ended, (size_t)n * sizeof(e[0]));
+  m->nended = 0;
+  pthread_mutex_unlock(&m->spawn_lock);
+  for (int i = 0; i < n; i++) {
+    while ((kill(e[i].pid, 0) == 0 || errno != ESRCH) &&
+           nxu_now_ms() < e[i].until) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
 }
 
 /* One MPI_Comm_spawn on a thread of its own, so that the caller can stop
@@ -320,6 +394,8 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
   if (!busy)
     m->spawning = 1;
   pthread_mutex_unlock(&m->spawn_lock);
+  if (!busy)
+    wait_ended(m);
   pthread_t t;
   r = busy                                           ? NX_ETIMEDOUT
       : pthread_create(&t, NULL, spawn_main, j) != 0 ? NX_EAGAIN
@@ -365,6 +441,7 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
     return mpimod_status_to_nx(e);
   }
   MPI_Comm_set_errhandler(c->inter, MPI_ERRORS_RETURN);
+  c->child = 1;
   *ctl = c;
   return 0;
 }
@@ -433,6 +510,8 @@ void mpimod_ctl_close(void *state, void *ctl, unsigned flags) {
   if (c == NULL)
     return;
   mpimod_lock(m);
+  if (c->child)
+    remember_ended(m, c);
   if (flags & NX_CTL_ABANDON)
     MPI_Comm_free(&c->inter);
   else
@@ -456,7 +535,13 @@ int mpimod_ctl_parent(void *state, void **ctl) {
 
 void mpimod_spawn_attach(struct mpimod *m) {
   MPI_Comm parent = MPI_COMM_NULL;
-  if (MPI_Comm_get_parent(&parent) == MPI_SUCCESS && parent != MPI_COMM_NULL)
+  if (MPI_Comm_get_parent(&parent) == MPI_SUCCESS && parent != MPI_COMM_NULL) {
     MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
+    /* For the creator's next spawn ("Ended children"). 68 bytes: below
+     * every eager limit, so the send returns at once. */
+    struct end_msg e = {.pid = (int32_t)getpid()};
+    my_host(e.host, sizeof(e.host));
+    MPI_Send(&e, (int)sizeof(e), MPI_BYTE, 0, END_TAG, parent);
+  }
   m->parent = parent;
 }

@@ -81,6 +81,10 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
 #define MPIMOD_MATCH_MAX 64
 /* How long finalize waits for requests still in flight. */
 #define MPIMOD_LINGER_MS 2000u
+/* Ended children a spawn waits for: at most this many, each for at most
+ * MPIMOD_ENDED_WAIT_MS from the close of its channel. */
+#define MPIMOD_ENDED_MAX 16
+#define MPIMOD_ENDED_WAIT_MS 5000u
 
 /* Another rank: the endpoint connect() returns, shared by every
  * destination in that process. Peers live until finalize. */
@@ -217,6 +221,14 @@ struct mpimod {
   MPI_Comm parent;  /* started by MPI_Comm_spawn: to the creator, until
                        ctl_parent hands it to the core */
   atomic_int stuck; /* spawns given up on while inside MPI_Comm_spawn */
+  /* Children spawned on this host whose channels closed, under
+   * spawn_lock: the next spawn first waits for their processes to be
+   * gone (mpi_spawn.c, "Ended children"). */
+  struct mpimod_ended {
+    int pid;
+    uint64_t until; /* nxu_now_ms: waited for no longer */
+  } ended[MPIMOD_ENDED_MAX];
+  int nended;
 };
 
 static inline void mpimod_lock(struct mpimod *m) {

@@ -30,14 +30,22 @@
  *   test_spawn --noslots     (singleton only) a spawn Open MPI refuses for
  *                            want of a slot: NX_EAGAIN, not an abort, and
  *                            a local child then works;
- *   test_spawn --child       what the parent starts: serves "ping" until
- *                            destroyed.
+ *   test_spawn --serial      (singleton only) SERIAL children on "mpi",
+ *                            each created once the one before was
+ *                            destroyed: every create succeeds, and each
+ *                            child starts after the one before has ended
+ *                            (Open MPI 4.1 sometimes hangs a spawn that
+ *                            overlaps a child's end: docs/mpi.md);
+ *   test_spawn --child [PID] what the parent starts: serves "ping" until
+ *                            destroyed; PID is a process that should have
+ *                            ended before this one started.
  * Prints "N passed, M failed" and exits non-zero on a failure; a watchdog
  * ends a run that hangs. */
 
 #define WATCHDOG_S 150
 #define WAIT_S 60
 #define CHILDREN 3
+#define SERIAL 8
 
 static const char *who = "parent";
 static int passed, failed;
@@ -64,9 +72,14 @@ static void on_alarm(int sig) {
 
 /* The child. */
 
+/* Whether the process named by --child's PID had ended when this one
+ * started: 1 yes, 0 no, -1 none named. */
+static int32_t prev_ended = -1;
+
 /* "ping" (threaded: nx_context_peers may wait for the creator's list):
  * gp reply, u32 tag -> "pong": u32 tag, u64 pid, i32 number of peers
- * nx_context_peers gives (the creator: 1; -2 with a rank). */
+ * nx_context_peers gives (the creator: 1; -2 with a rank), i32
+ * prev_ended. */
 static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)ctx;
   (void)addr;
@@ -86,6 +99,7 @@ static void on_ping(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
     nx_put_uint32(o, tag);
     nx_put_uint64(o, (uint64_t)getpid());
     nx_put_int32(o, child_peers);
+    nx_put_int32(o, prev_ended);
     nx_rsr_send(o);
   }
   nx_gp_release(&reply);
@@ -112,6 +126,7 @@ static struct {
   uint32_t tag;
   uint64_t pid;
   int32_t peers;
+  int32_t prev_ended;
 } in;
 
 static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
@@ -119,14 +134,16 @@ static void on_pong(nx_context_t *ctx, void *addr, nx_buffer_t *b) {
   (void)addr;
   uint32_t tag = 0;
   uint64_t pid = 0;
-  int32_t peers = -1;
+  int32_t peers = -1, prev = -1;
   nx_get_uint32(b, &tag);
   nx_get_uint64(b, &pid);
   nx_get_int32(b, &peers);
+  nx_get_int32(b, &prev);
   nx_mutex_lock(&in.m);
   in.tag = tag;
   in.pid = pid;
   in.peers = peers;
+  in.prev_ended = prev;
   in.pongs++;
   nx_cond_broadcast(&in.c);
   nx_mutex_unlock(&in.m);
@@ -366,12 +383,56 @@ static int run_noslots(const char *self) {
   return 0;
 }
 
+/* One child after another on "mpi": each create waits until the child
+ * destroyed before it has ended (mpi_spawn.c, "Ended children"), so each
+ * child finds the one before gone when it starts. */
+static int run_serial(const char *self) {
+  setenv("NX_CREATE_TIMEOUT", "40", 1);
+  if (!CHECK(nx_init(NULL, NULL) == 0))
+    return 1;
+  CHECK(nx_handler_register(nx_context_self(), "pong", on_pong,
+                            NX_HANDLER_NONTHREADED, NULL) == 0);
+  nx_node_t node;
+  CHECK(nx_nodes_acquire("mpi", 1, &node) == 0);
+  uint64_t prev = 0;
+  for (int i = 0; i < SERIAL; i++) {
+    char arg[32];
+    snprintf(arg, sizeof(arg), "%llu", (unsigned long long)prev);
+    char *const argv[] = {(char *)self, (char *)"--child",
+                          prev != 0 ? arg : NULL, NULL};
+    nx_gp_t kid = NX_GP_NULL;
+    int r = nx_context_create(&node, self, argv, &kid);
+    if (!CHECK(r == 0)) {
+      fprintf(stderr, "parent: child %d: nx_context_create: %s\n", i,
+              nx_strerror(r));
+      break;
+    }
+    uint64_t pid = ping(&kid, (uint32_t)i + 1);
+    nx_mutex_lock(&in.m);
+    int32_t prev_ended = in.prev_ended;
+    nx_mutex_unlock(&in.m);
+    if (!CHECK(prev_ended == (prev != 0 ? 1 : -1)))
+      fprintf(stderr,
+              "parent: child %d started before child %d (pid %llu) "
+              "ended\n",
+              i, i - 1, (unsigned long long)prev);
+    CHECK(nx_context_destroy(&kid) == 0);
+    nx_gp_release(&kid);
+    prev = pid;
+  }
+  CHECK(nx_finalize() == 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   signal(SIGALRM, on_alarm);
   alarm(WATCHDOG_S);
-  if (strcmp(mode, "--child") == 0)
+  if (strcmp(mode, "--child") == 0) {
+    if (argc > 2)
+      prev_ended = nxt_pid_ended(strtol(argv[2], NULL, 10)) ? 1 : 0;
     return run_child();
+  }
   nx_mutex_init(&in.m);
   nx_cond_init(&in.c);
   int r;
@@ -381,11 +442,13 @@ int main(int argc, char **argv) {
     r = run_early();
   } else if (strcmp(mode, "--noslots") == 0) {
     r = run_noslots(argv[0]);
+  } else if (strcmp(mode, "--serial") == 0) {
+    r = run_serial(argv[0]);
   } else if (mode[0] == '\0') {
     r = run_parent(argv[0]);
   } else {
     fprintf(stderr, "usage: test_spawn [--notloaded | --early | --noslots | "
-                    "--child]\n");
+                    "--serial | --child [PID]]\n");
     return 2;
   }
   printf("%s: %d passed, %d failed\n", who, passed, failed);
