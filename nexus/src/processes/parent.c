@@ -323,12 +323,11 @@ static void on_chan(uv_poll_t *h, int status, int events) {
   nxi_dlist_proc_failed(c->proc, NX_EPEERDEAD);
 }
 
-/* nxi_uvloop_post: a child whose handshake is done (on the list already)
- * is watched. */
+/* nxi_uvloop_post: a child with a socket channel whose handshake is done
+ * (on the list already) is watched. */
 static void watch_kid(void *arg) {
   struct child *c = arg;
-  if (c->on_loop)
-    uv_poll_start(&c->chan_poll, UV_READABLE | UV_DISCONNECT, on_chan);
+  uv_poll_start(&c->chan_poll, UV_READABLE | UV_DISCONNECT, on_chan);
 }
 
 /* nxi_uvloop_post: a child nx_context_destroy took off the list is no
@@ -1099,7 +1098,11 @@ int nx_context_create_attr(const nx_node_t *node, const char *exe,
     c->context = child_gp.context;
     c->proc = nxi_ctxid_proc(c->context);
     use_loop();
-    r = nxi_uvloop_post(watch_kid, c); /* before any later call of ours */
+    /* Watched from the loop, posted before any later call of ours; a
+     * module's child has no handles there, and nx_context_destroy frees
+     * it on the destroying thread, so nothing is posted that could read
+     * it after that. */
+    r = c->on_loop ? nxi_uvloop_post(watch_kid, c) : 0;
     if (r < 0) {
       nx_gp_release(&child_gp);
     } else {
