@@ -186,7 +186,9 @@ static int runnable_here(const char *exe) {
  * reaped, it ran 300 without one. So a child sends its creator its pid
  * and host (END_TAG) first thing after MPI_Init; the creator reads them
  * when the channel closes, and its next spawn first waits until that
- * process is gone, for at most MPIMOD_ENDED_WAIT_MS from the close. Only
+ * process is gone, for at most MPIMOD_ENDED_WAIT_MS from the close (a
+ * child under AddressSanitizer checks for leaks for seconds after its
+ * disconnect) and within the create's timeout. Only
  * children on the creator's own host are waited for (kill(pid, 0) says
  * nothing about another host's pid); a pid of another process by then
  * only costs the wait's bound. */
@@ -230,8 +232,9 @@ static void remember_ended(struct mpimod *m, struct mpimod_ctl *c) {
   pthread_mutex_unlock(&m->spawn_lock);
 }
 
-/* Before a spawn: every remembered child is gone, or its wait is up. */
-static void wait_ended(struct mpimod *m) {
+/* Before a spawn: every remembered child is gone, or its wait is up, or
+ * the create's own time (`limit`, nxu_now_ms) is. */
+static void wait_ended(struct mpimod *m, uint64_t limit) {
   struct mpimod_ended e[MPIMOD_ENDED_MAX];
   pthread_mutex_lock(&m->spawn_lock);
   int n = m->nended;
@@ -239,8 +242,8 @@ static void wait_ended(struct mpimod *m) {
   m->nended = 0;
   pthread_mutex_unlock(&m->spawn_lock);
   for (int i = 0; i < n; i++) {
-    while ((kill(e[i].pid, 0) == 0 || errno != ESRCH) &&
-           nxu_now_ms() < e[i].until) {
+    uint64_t until = e[i].until < limit ? e[i].until : limit;
+    while ((kill(e[i].pid, 0) == 0 || errno != ESRCH) && nxu_now_ms() < until) {
       struct timespec ts = {0, 1000000};
       nanosleep(&ts, NULL);
     }
@@ -374,6 +377,8 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
     free(c);
     return NX_ENOMEM;
   }
+  uint64_t limit =
+      timeout_ms >= 0 ? nxu_now_ms() + (uint64_t)timeout_ms : UINT64_MAX;
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += timeout_ms / 1000;
@@ -394,10 +399,13 @@ int mpimod_spawn(void *state, const char *spec, uint32_t node, const char *exe,
   if (!busy)
     m->spawning = 1;
   pthread_mutex_unlock(&m->spawn_lock);
+  /* The create's time may run out waiting for ended children: then
+   * nothing is spawned (a spawn given up on would stay inside MPI). */
   if (!busy)
-    wait_ended(m);
+    wait_ended(m, limit);
+  int late = !busy && nxu_now_ms() >= limit;
   pthread_t t;
-  r = busy                                           ? NX_ETIMEDOUT
+  r = busy || late                                   ? NX_ETIMEDOUT
       : pthread_create(&t, NULL, spawn_main, j) != 0 ? NX_EAGAIN
                                                      : 0;
   if (r < 0) {

@@ -84,7 +84,7 @@ enum mpimod_tag { MPIMOD_TAG_FRAME = 1, MPIMOD_TAG_BODY = 2 };
 /* Ended children a spawn waits for: at most this many, each for at most
  * MPIMOD_ENDED_WAIT_MS from the close of its channel. */
 #define MPIMOD_ENDED_MAX 16
-#define MPIMOD_ENDED_WAIT_MS 5000u
+#define MPIMOD_ENDED_WAIT_MS 30000u
 
 /* Another rank: the endpoint connect() returns, shared by every
  * destination in that process. Peers live until finalize. */
