@@ -25,8 +25,7 @@ they hold): check_nxtrace.py NXTRACE GEN_LOGS CASE, CASE one of
            otf2-print reads every archive it writes (that part skipped
            without otf2-print, and when a fifth argument "sanitized" says
            nxtrace is built with a sanitizer: the plain build's run reads
-           the same archives, and otf2-print, at 0.6 s a run on a slow
-           machine, was most of this case's 90 to 115 s there)
+           the same archives)
 """
 import os
 import random
