@@ -2,9 +2,9 @@
 # The ccxx heterogeneity test with a big-endian peer (docs/ccxx.md).
 #   hetero.sh BUILDDIR SRCDIR HOST
 # Brings the s390x cross build of libnexus and its local and tcp modules up
-# to date in BUILDDIR/cross-s390x (tests/hetero/cross.sh, shared with
-# tests/hetero/run.sh; exit 77 with "SKIP: <reason>" when the cross
-# toolchain, qemu-user or the s390x sysroot is missing), compiles libccxx
+# to date in BUILDDIR/cross-s390x, or $NX_S390X_CROSS (tests/hetero/cross.sh,
+# shared with tests/hetero/run.sh; exit 77 with "SKIP: <reason>" when the
+# cross toolchain, qemu-user or the s390x sysroot is missing), compiles libccxx
 # and the peer (tests/ccxx/hetero_peer.cpp) with the s390x C++ compiler
 # into it, and runs HOST (x86-64), which starts the peer under qemu-s390x.
 set -u
@@ -36,6 +36,7 @@ if [ $stale -eq 1 ]; then
   fi
 fi
 echo "s390x ccxx peer: $(($(date +%s) - start)) s ($peer)"
+cross_unlock
 
 set -- qemu-s390x -L /usr/s390x-linux-gnu \
   -E "LD_LIBRARY_PATH=$sysroot/usr/lib/s390x-linux-gnu:$libc:$cross/nexus" "$peer"

@@ -4,11 +4,11 @@
 # (fortran_hetero.f90): integer(int64) and complex(8) arrays into and out of
 # strided sections. There is no gfortran for s390x here, so the peer is C.
 #   hetero.sh BUILDDIR SRCDIR HOST
-# Uses the cross build of tests/hetero (BUILDDIR/cross-s390x, made or
-# brought up to date by tests/hetero/cross.sh: exit 77 with "SKIP:
-# <reason>" when the cross toolchain, qemu-user or the s390x sysroot is
-# missing) for libnexus and the modules, and compiles the peer with libfm's
-# sources against it.
+# Uses the cross build of tests/hetero (BUILDDIR/cross-s390x, or
+# $NX_S390X_CROSS; made or brought up to date by tests/hetero/cross.sh:
+# exit 77 with "SKIP: <reason>" when the cross toolchain, qemu-user or the
+# s390x sysroot is missing) for libnexus and the modules, and compiles the
+# peer with libfm's sources against it.
 set -u
 build=$1 src=$2 host=$3
 
@@ -31,6 +31,7 @@ if [ $newer -eq 1 ] && ! s390x-linux-gnu-gcc -std=c11 -D_GNU_SOURCE -O2 \
   echo "FAIL: compiling the s390x fm peer"
   exit 1
 fi
+cross_unlock
 # The peer runs from the host (fork and exec) with this command, the attach
 # URL appended; not with the x86-64 LD_LIBRARY_PATH of meson test.
 exec env NX_PROTOCOLS=tcp,local "$host" env \

@@ -5,12 +5,18 @@
 # checks the cross toolchain, qemu-user and the s390x sysroot with libuv and
 # libcrypto ($NX_S390X_SYSROOT, by default $src/.deps/s390x-sysroot; scripts/deps
 # installs the first and makes the second), exiting 77 with "SKIP: <reason>"
-# when one is missing; sets up $build/cross-s390x (meson,
+# when one is missing; sets up the cross build directory (meson,
 # scripts/cross/s390x.ini) unless it is set up for this sysroot already; and
 # brings libnexus, the local and tcp modules and hetero_peer up to date in it
 # (-j2; the log is $build/cross-s390x.NAME.log). Sets cross (that directory),
 # sysroot and libc (the cross libc's directory: qemu-s390x -L and the peer's
 # LD_LIBRARY_PATH).
+# The directory is $NX_S390X_CROSS if set, else $build/cross-s390x. The
+# cross build has no sanitizer and does not depend on the native build, so
+# scripts/test points every stage's tests at one directory. Tests of two
+# streams may build in it at once: cross_build takes a lock on $cross.lock
+# (flock) and holds it until the caller, having compiled its own peer into
+# $cross, calls cross_unlock (or ends).
 
 skip() {
   echo "SKIP: $*"
@@ -38,7 +44,12 @@ cross_build() {
       skip "${lib%%:*} for s390x not found in $sysroot (Debian package ${lib#*:}:s390x; run scripts/deps)"
   done
 
-  cross=$build/cross-s390x
+  cross=${NX_S390X_CROSS:-$build/cross-s390x}
+  mkdir -p "$(dirname "$cross")"
+  if command -v flock >/dev/null 2>&1; then
+    exec 9>"$cross.lock"
+    flock 9
+  fi
   # A cross build set up for another sysroot (or none) is set up anew.
   if [ ! -f "$cross/build.ninja" ] || ! cmp -s "$sysroot/sysroot.ini" "$cross/.sysroot.ini"; then
     rm -rf "$cross"
@@ -65,4 +76,10 @@ cross_build() {
     exit 1
   fi
   echo "s390x cross build: $(($(date +%s) - start)) s ($cross)"
+}
+
+# The caller's own builds in $cross are done: the next test may build.
+cross_unlock() {
+  command -v flock >/dev/null 2>&1 && flock -u 9
+  return 0
 }

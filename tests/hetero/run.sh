@@ -19,6 +19,7 @@ fi
 
 . "$src/tests/hetero/cross.sh"
 cross_build build
+cross_unlock
 
 peer=$cross/tests/hetero/hetero_peer
 # As the cross file's exe_wrapper: the cross loader and libc (-L), the
