@@ -41,7 +41,7 @@ import tempfile
 
 SKIP = 77
 MUTATIONS = 80
-SANITIZED = sys.argv[4:5] in (["sanitized"], ["tsan"])
+SANITIZED = sys.argv[4:5] == ["sanitized"]
 TSAN = sys.argv[4:5] == ["tsan"]
 
 
@@ -52,6 +52,11 @@ TSAN = sys.argv[4:5] == ["tsan"]
 OTF2_PRINT_ENV = dict(os.environ, GLIBC_TUNABLES=":".join(
     filter(None, [os.environ.get("GLIBC_TUNABLES"),
                   "glibc.malloc.hugetlb=1"])))
+
+
+def otf2_print(args):
+    """run(), for otf2-print with `args`, in huge pages (above)."""
+    return run(["otf2-print"] + args, env=OTF2_PRINT_ENV)
 
 
 def fail(msg):
@@ -157,7 +162,7 @@ def case_summary(nxtrace, d):
 
 def otf2_events(archive):
     """otf2-print's events: (name, location, time, rest of the line)."""
-    rc, out, err = run(["otf2-print", archive])
+    rc, out, err = otf2_print([archive])
     if rc != 0 or err.strip():
         fail("otf2-print %s: status %d\n%s" % (archive, rc, err))
     evs = []
@@ -170,7 +175,7 @@ def otf2_events(archive):
 
 
 def otf2_defs(archive):
-    rc, out, err = run(["otf2-print", "-G", archive])
+    rc, out, err = otf2_print(["-G", archive])
     if rc != 0 or err.strip():
         fail("otf2-print -G %s: status %d\n%s" % (archive, rc, err))
     return out
@@ -329,9 +334,8 @@ def case_mutated(nxtrace, d):
             if rc not in (0, 1) or "Sanitizer" in err or "runtime error" in err:
                 fail("mutation %d: status %d\n%s" % (i, rc, err[-3000:]))
             if rc == 0 and otf2:
-                prc, _, perr = run(["otf2-print", "--silent",
-                                    os.path.join(m, "nexus.otf2")],
-                                   env=OTF2_PRINT_ENV)
+                prc, _, perr = otf2_print(["--silent",
+                                           os.path.join(m, "nexus.otf2")])
                 if prc != 0:
                     fail("mutation %d: otf2-print: %s" % (i, perr))
                 archives += 1
