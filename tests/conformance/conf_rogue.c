@@ -27,6 +27,8 @@
  * early if the victim hangs up, and prints one line on stdout:
  *   sent=<frames the module took> failed=<sends refused or failed>
  *   hungup=<0|1>
+ * Before it, as it goes, a line "phase=<init|connect|script|finalize>" at
+ * the start of each step: a rogue that stops answering shows where.
  * The key is NX_KEY's (the victim's); NX_ROGUE_WRONG_KEY=1 flips it.
  *
  * With --job the rogue is a rank of an MPI job (the mpi module), the
@@ -385,6 +387,12 @@ static int run_script(const struct nx_protocol_ops *ops, void *state,
   return 0;
 }
 
+/* One-shot mode: where the rogue is (the usage comment above). */
+static void say_phase(const char *phase) {
+  printf("phase=%s\n", phase);
+  fflush(stdout);
+}
+
 static int main_once(int argc, char **argv) {
   const char *so = argv[1], *module = argv[2];
   int linger = atoi(argv[5]);
@@ -409,6 +417,7 @@ static int main_once(int argc, char **argv) {
   new_identity();
   if (desc.scope_len == sizeof(rogue_host))
     memcpy(rogue_host, desc.scope, sizeof(rogue_host));
+  say_phase("init");
   const struct nx_protocol_ops *ops = load(so, module);
   if (ops == NULL)
     return 2;
@@ -421,6 +430,7 @@ static int main_once(int argc, char **argv) {
   }
   struct nx_desc_buf mine;
   struct nx_endpoint *ep = NULL;
+  say_phase("connect");
   if (ops->descriptor(state, &mine) != 0 || ops->reachable(state, &desc) < 0 ||
       ops->connect(state, &desc, &ep) != 0) {
     fprintf(stderr, "conf_rogue: %s does not reach the victim\n", module);
@@ -428,7 +438,9 @@ static int main_once(int argc, char **argv) {
     return 2;
   }
   char line[128];
+  say_phase("script");
   r = run_script(ops, state, ep, context, argv[4], linger, line, sizeof(line));
+  say_phase("finalize");
   ops->disconnect(state, ep);
   ops->finalize(state);
   if (r != 0)

@@ -1324,10 +1324,15 @@ rogue_result run_rogue(const std::string &gp, const bad_case &c) {
   }
   close(fds[1]);
   rogue_result r;
+  // Its output as it comes: a line at each step (conf_rogue.c), then the
+  // result. 60 s of silence in one step is a hang: the script's step
+  // waits up to 10 s for each frame's send and for the linger (30 s for
+  // two frames), and a rogue over ofi once went 30 s without a word
+  // under TSan beside the rest of the suite.
   struct pollfd p = {fds[0], POLLIN, 0};
   char chunk[256];
   ssize_t n;
-  while (poll(&p, 1, 30000) == 1 &&
+  while (poll(&p, 1, 60000) == 1 &&
          (n = read(fds[0], chunk, sizeof(chunk))) > 0)
     r.out.append(chunk, (size_t)n);
   close(fds[0]);
